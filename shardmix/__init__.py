@@ -1,0 +1,41 @@
+"""shardmix: stream tar and TFRecord shards into PyTorch, every batch mixed across many shards.
+
+>>> import shardmix
+>>> sorted(name for name in shardmix.__all__ if name[0].isupper())[:3]
+['ConfigError', 'CorruptShardError', 'DecodeError']
+"""
+
+from shardmix.dataset import ShardDataset
+from shardmix.errors import (
+    ConfigError,
+    CorruptShardError,
+    DecodeError,
+    ShardmixError,
+    ShardmixWarning,
+    ShardNotFoundError,
+    TruncatedShardError,
+    UnsupportedURLError,
+    WorkerError,
+)
+from shardmix.formats import Format, TFRecordPayload
+from shardmix.loader import MixingLoader
+from shardmix.urls import expand_urls
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "CorruptShardError",
+    "DecodeError",
+    "Format",
+    "MixingLoader",
+    "ShardDataset",
+    "ShardNotFoundError",
+    "ShardmixError",
+    "ShardmixWarning",
+    "TFRecordPayload",
+    "TruncatedShardError",
+    "UnsupportedURLError",
+    "WorkerError",
+    "expand_urls",
+]

@@ -1,0 +1,138 @@
+"""ShardDataset: the shards of a URL pattern as a torch IterableDataset.
+
+It owns the epoch plan (which shards each rank reads, dealt to lanes) and reading a lane.
+Iterated directly, or by a plain DataLoader, each worker reads its lanes interleaved. Under
+:class:`~shardmix.loader.MixingLoader` the loader asks for lanes one by one
+(:meth:`ShardDataset.read_lane`) so that the mixing order does not depend on the workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+from shardmix.errors import ConfigError
+from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
+from shardmix.reader import LanePosition, Sample, read_lane, read_shard, round_robin
+from shardmix.sharding import (
+    World,
+    deal_to_lanes,
+    epoch_shard_order,
+    rank_shards,
+    worker_lanes,
+)
+from shardmix.urls import check_local_shards, expand_urls
+from shardmix.world import detect_world
+
+DEFAULT_NUM_LANES = 32
+PROVENANCE_KEYS = ("__key__", "__source__", "__index__")
+
+
+class ShardDataset(IterableDataset[Sample]):
+    """Samples from tar or TFRecord shards named by a URL pattern.
+
+    Args:
+        urls: a pattern (``"data/train-{000000..000063}.tar"``, several joined by ``::``, a
+            glob) or a list of them.
+        format: ``"tar"`` or ``"tfrecord"``; inferred from each URL's extension when omitted.
+        seed: seeds the per-epoch shard order.
+        shuffle_shards: shuffle the shard order every epoch (from ``(seed, epoch)``).
+        num_lanes: how many shards each rank reads at once. The sample order is defined over
+            lanes, so it does not change with ``num_workers``; keep it at least the number of
+            workers.
+        transform: applied to every sample in the worker (decode images here). Provenance
+            keys are kept even when the function drops them.
+        tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
+            each record's bytes under ``"record"``.
+        max_record_bytes: a TFRecord length field above this is refused as damage.
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        format: str | Format | None = None,
+        seed: int = 0,
+        shuffle_shards: bool = True,
+        num_lanes: int = DEFAULT_NUM_LANES,
+        transform: Callable[[Sample], Sample] | None = None,
+        tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
+        max_record_bytes: int = 1 << 30,
+    ) -> None:
+        super().__init__()
+        if num_lanes < 1:
+            raise ConfigError(f"num_lanes must be at least 1, got {num_lanes}")
+        self.urls = expand_urls(urls)
+        check_local_shards(self.urls)
+        forced = Format(format) if format is not None else None
+        self._format_of = {url: forced or infer_format(url) for url in self.urls}
+        self.seed = seed
+        self.shuffle_shards = shuffle_shards
+        self.num_lanes = num_lanes
+        self.transform = transform
+        self.options = ReadOptions(
+            tfrecord_payload=TFRecordPayload(tfrecord_payload), max_record_bytes=max_record_bytes
+        )
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read epoch ``epoch`` next time the dataset is iterated directly."""
+        self.epoch = epoch
+
+    def lane_shards(self, epoch: int, *, rank: int = 0, world_size: int = 1) -> list[list[int]]:
+        """For each lane, the indices into ``self.urls`` it reads in ``epoch``, in order."""
+        order = epoch_shard_order(
+            len(self.urls), seed=self.seed, epoch=epoch, shuffle=self.shuffle_shards
+        )
+        return deal_to_lanes(rank_shards(order, rank=rank, world_size=world_size), self.num_lanes)
+
+    def read_lane(
+        self,
+        lane: int,
+        epoch: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        start: LanePosition = LanePosition(),
+    ) -> Iterator[Sample]:
+        """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
+        shards = self.lane_shards(epoch, rank=rank, world_size=world_size)[lane]
+        return read_lane([self.urls[i] for i in shards], self._read_url, start)
+
+    def __iter__(self) -> Iterator[Sample]:
+        world = detect_world()
+        return self.iter_world(world, self.epoch)
+
+    def iter_world(self, world: World, epoch: int) -> Iterator[Sample]:
+        """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
+        lanes = worker_lanes(
+            num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
+        )
+        plan = self.lane_shards(epoch, rank=world.rank, world_size=world.world_size)
+        return round_robin(
+            [read_lane([self.urls[i] for i in plan[lane]], self._read_url) for lane in lanes]
+        )
+
+    def _read_url(self, url: str, start: int) -> Iterator[Sample]:
+        samples = read_shard(url, self._format_of[url], start=start, options=self.options)
+        if self.transform is None:
+            return samples
+        return map(partial(_apply_transform, self.transform), samples)
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardDataset({len(self.urls)} shards, seed={self.seed}, "
+            f"shuffle_shards={self.shuffle_shards}, num_lanes={self.num_lanes})"
+        )
+
+
+def _apply_transform(transform: Callable[[Sample], Sample], sample: Sample) -> Any:
+    result = transform(sample)
+    if isinstance(result, dict):
+        for key in PROVENANCE_KEYS:
+            if key not in result and key in sample:
+                result[key] = sample[key]
+    return result

@@ -1,0 +1,90 @@
+"""The exceptions and warnings shardmix raises.
+
+Every exception derives from :class:`ShardmixError` and from the builtin that fits it, so
+``except ValueError`` keeps working for users who never heard of shardmix. Each one takes a
+single message string as its only positional argument: that is what lets an exception raised
+in a DataLoader worker be rebuilt in the main process with its type intact. Structured context
+(URL, byte offset, record index) travels as keyword attributes and survives pickling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ShardmixError(Exception):
+    """Root of every error shardmix raises."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        offset: int | None = None,
+        record: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.offset = offset
+        self.record = record
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = {"url": self.url, "offset": self.offset, "record": self.record}
+        return (_rebuild, (type(self), str(self), context, getattr(self, "__notes__", None)))
+
+
+def _rebuild(
+    cls: type[ShardmixError], message: str, context: dict[str, Any], notes: list[str] | None
+) -> ShardmixError:
+    error = cls(message, **context)
+    for note in notes or ():
+        error.add_note(note)
+    return error
+
+
+class CorruptShardError(ShardmixError, ValueError):
+    """A shard's bytes do not follow its format: bad checksum, damaged header, bad framing."""
+
+
+class TruncatedShardError(CorruptShardError):
+    """A shard ends in the middle of a record, a header or a member."""
+
+
+class DecodeError(ShardmixError, ValueError):
+    """A record is well framed but its payload cannot be decoded as asked."""
+
+
+class ShardNotFoundError(ShardmixError, FileNotFoundError):
+    """A URL or pattern names no shard."""
+
+
+class UnsupportedURLError(ShardmixError, ValueError):
+    """A URL scheme or shard format that shardmix cannot read (or that is not enabled)."""
+
+
+class ConfigError(ShardmixError, ValueError):
+    """An option or combination of options that cannot work."""
+
+
+class WorkerError(ShardmixError, RuntimeError):
+    """A DataLoader worker died or stalled without raising a Python exception."""
+
+
+class ShardmixWarning(UserWarning):
+    """A deliberate degradation that the user should know about."""
+
+
+def describe_position(url: str, *, offset: int | None = None, record: int | None = None) -> str:
+    """The ``where`` part of an error message: ``'x.tar' record 7 at byte offset 5120'``.
+
+    >>> describe_position("a.tfrecord", offset=12, record=0)
+    'a.tfrecord: record 0 at byte offset 12'
+    >>> describe_position("a.tar", offset=1024)
+    'a.tar: at byte offset 1024'
+    """
+    parts = []
+    if record is not None:
+        parts.append(f"record {record}")
+    if offset is not None:
+        parts.append(f"at byte offset {offset}")
+    return f"{url}: {' '.join(parts)}" if parts else url

@@ -1,0 +1,447 @@
+"""TFRecord shards: read and write the record framing, and turn records into samples.
+
+A TFRecord file is a sequence of records, each framed as::
+
+    uint64 length (little endian) | uint32 masked crc32c(length bytes) | data | uint32 masked crc32c(data)
+
+We read this framing ourselves rather than through the ``tfrecord`` package because that reader
+checks no CRC (a damaged shard yields damaged samples silently), reports truncation as a bare
+``RuntimeError`` without the file or the offset, and hands out views of one buffer that it
+reuses for every record, so a payload kept past the next step changes under its holder. Here
+every payload is its own ``bytes`` object, both CRCs are checked, and every failure is a
+:class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``) that names the URL,
+the record index and the byte offset. Payload decoding is :mod:`shardmix.formats.example`'s;
+gzip is :mod:`shardmix.formats.compression`'s.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import struct
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any, BinaryIO
+
+import crc32c
+
+from shardmix.errors import (
+    CorruptShardError,
+    DecodeError,
+    ShardmixError,
+    TruncatedShardError,
+    describe_position,
+)
+from shardmix.formats import TFRecordPayload
+from shardmix.formats.compression import decompressed
+from shardmix.formats.example import decode_example, encode_example
+
+__all__ = [
+    "TFRecordWriter",
+    "count_tfrecord_records",
+    "read_tfrecord_records",
+    "read_tfrecord_samples",
+]
+
+_HEADER = struct.Struct("<QI")  # length, masked crc32c of the 8 length bytes
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_HEADER_SIZE = _HEADER.size  # 12
+_FOOTER_SIZE = _CRC.size  # 4
+_MASK_DELTA = 0xA282EAD8
+_MASK32 = 0xFFFFFFFF
+_SKIP_CHUNK = 1 << 20
+DEFAULT_MAX_RECORD_BYTES = 1 << 30
+
+
+def masked_crc(data: bytes | bytearray | memoryview) -> int:
+    """The masked CRC32-C that TFRecord framing stores for ``data``.
+
+    >>> hex(masked_crc(b""))
+    '0xa282ead8'
+    """
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _MASK32
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+class _Framing:
+    """Position bookkeeping and error construction for one shard's record stream."""
+
+    def __init__(self, stream: BinaryIO, url: str, max_record_bytes: int, inflated: bool) -> None:
+        if max_record_bytes <= 0:
+            raise ValueError(f"max_record_bytes must be positive, got {max_record_bytes}")
+        self.stream = stream
+        self.url = url
+        self.max_record_bytes = max_record_bytes
+        self.inflated = inflated
+        self.seekable = _is_seekable(stream)
+        # bytes from the stream's starting position to its end, when it can be known cheaply
+        self.size = _remaining_size(stream) if self.seekable else None
+
+    def where(self, record: int, offset: int) -> str:
+        where = describe_position(self.url, offset=offset, record=record)
+        return f"{where} of the decompressed stream" if self.inflated else where
+
+    def corrupt(self, record: int, offset: int, what: str) -> CorruptShardError:
+        return CorruptShardError(
+            f"{self.where(record, offset)}: {what}; the shard is damaged, re-create or "
+            "re-download it",
+            url=self.url,
+            offset=offset,
+            record=record,
+        )
+
+    def truncated(
+        self, record: int, offset: int, what: str, wanted: int, found: int
+    ) -> TruncatedShardError:
+        return TruncatedShardError(
+            f"{self.where(record, offset)}: the shard ends inside the record "
+            f"(expected {wanted} bytes of {what}, found {found}); the file is truncated, "
+            "re-create or re-download it",
+            url=self.url,
+            offset=offset,
+            record=record,
+        )
+
+    def read_exactly(
+        self, size: int, record: int, offset: int, what: str, *, quiet: bool = False
+    ) -> bytes:
+        """``size`` bytes from the stream; at EOF raises, or returns what there is if quiet."""
+        parts = []
+        found = 0
+        while found < size:
+            more = self.stream.read(size - found)
+            if not more:
+                if quiet:
+                    break
+                raise self.truncated(record, offset, what, size, found)
+            parts.append(more)
+            found += len(more)
+        return b"".join(parts)
+
+    def header(self, header: bytes, record: int, offset: int) -> int:
+        """The data length a complete 12-byte header announces, after checking it."""
+        length, stored = _HEADER.unpack(header)
+        if masked_crc(header[:8]) != stored:
+            found = masked_crc(header[:8])
+            raise self.corrupt(
+                record,
+                offset,
+                f"length CRC mismatch (stored 0x{stored:08x}, computed 0x{found:08x})",
+            )
+        if length > self.max_record_bytes:
+            raise self.corrupt(
+                record,
+                offset,
+                f"record length {length} exceeds max_record_bytes={self.max_record_bytes} "
+                "(raise max_record_bytes if the shard really holds records this large)",
+            )
+        if self.size is not None:
+            remaining = self.size - offset - _HEADER_SIZE
+            if length + _FOOTER_SIZE > remaining:
+                raise self.truncated(
+                    record, offset, "data and data CRC", length + _FOOTER_SIZE, max(remaining, 0)
+                )
+        return length
+
+    def next_length(self, record: int, offset: int) -> int | None:
+        """The length of the record at ``offset``, or None at a clean end of the shard."""
+        header = self.stream.read(_HEADER_SIZE)
+        if len(header) != _HEADER_SIZE:
+            if not header:
+                return None
+            header += self.read_exactly(_HEADER_SIZE - len(header), record, offset, "header")
+        return self.header(header, record, offset)
+
+    def skip(self, size: int, record: int, offset: int) -> None:
+        """Move past ``size`` bytes of data and data CRC without keeping them."""
+        if self.seekable:
+            self.stream.seek(size, io.SEEK_CUR)
+            return
+        left = size
+        while left:
+            chunk = self.stream.read(min(left, _SKIP_CHUNK))
+            if not chunk:
+                raise self.truncated(record, offset, "data and data CRC", size, size - left)
+            left -= len(chunk)
+
+
+def _is_seekable(stream: BinaryIO) -> bool:
+    try:
+        return bool(stream.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _remaining_size(stream: BinaryIO) -> int | None:
+    """The bytes from a seekable stream's position to its end (leaves the position unchanged)."""
+    try:
+        here = stream.tell()
+        end = stream.seek(0, io.SEEK_END)
+        stream.seek(here)
+    except (OSError, ValueError):
+        return None
+    return end - here
+
+
+def _skip_records(framing: _Framing, count: int) -> tuple[int, int]:
+    """Skip up to ``count`` records; returns (records skipped, offset reached)."""
+    offset = 0
+    for record in range(count):
+        length = framing.next_length(record, offset)
+        if length is None:
+            return record, offset
+        framing.skip(length + _FOOTER_SIZE, record, offset)
+        offset += _HEADER_SIZE + length + _FOOTER_SIZE
+    return count, offset
+
+
+def _read_records(
+    framing: _Framing, start: int, verify: bool
+) -> Iterator[tuple[int, bytes]]:
+    """The hot loop: one header read, one data read, one footer read per record."""
+    record, offset = _skip_records(framing, start)
+    if record < start:
+        return
+    read = framing.stream.read
+    crc = crc32c.crc32c
+    unpack_crc = _CRC.unpack
+    while True:
+        length = framing.next_length(record, offset)
+        if length is None:
+            return
+        data = read(length)
+        footer = read(_FOOTER_SIZE)
+        if len(data) != length or len(footer) != _FOOTER_SIZE:
+            data, footer = _finish_short_read(framing, data, footer, length, record, offset)
+        if verify:
+            value = crc(data)
+            computed = (((value >> 15) | (value << 17)) + _MASK_DELTA) & _MASK32
+            (stored,) = unpack_crc(footer)
+            if computed != stored:
+                raise framing.corrupt(
+                    record,
+                    offset,
+                    f"data CRC mismatch over {length} bytes "
+                    f"(stored 0x{stored:08x}, computed 0x{computed:08x})",
+                )
+        yield offset, data
+        record += 1
+        offset += _HEADER_SIZE + length + _FOOTER_SIZE
+
+
+def _finish_short_read(
+    framing: _Framing, data: bytes, footer: bytes, length: int, record: int, offset: int
+) -> tuple[bytes, bytes]:
+    """Complete a data + data CRC read that came back short (a raw stream, or a truncation)."""
+    wanted = length + _FOOTER_SIZE
+    rest = framing.read_exactly(wanted - len(data) - len(footer), record, offset, "", quiet=True)
+    framed = data + footer + rest
+    if len(framed) < wanted:
+        raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
+    return framed[:length], framed[length:]
+
+
+def read_tfrecord_records(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    verify: bool = True,
+) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(byte offset, payload)`` for each record of a TFRecord stream, from ``start`` on.
+
+    The first ``start`` records are skipped: their length CRC is checked, then the stream is
+    seeked (or read, when it cannot seek) past their data. ``verify=False`` skips the data CRC
+    check; the length CRC is always checked, since it guards what is allocated. Offsets count
+    from the stream's position when called. Damage raises
+    :class:`~shardmix.errors.CorruptShardError`; a shard that ends inside a record raises
+    :class:`~shardmix.errors.TruncatedShardError`. An empty stream yields nothing.
+    """
+    framing = _Framing(stream, url, max_record_bytes, inflated=False)
+    return _read_records(framing, start, verify)
+
+
+def count_tfrecord_records(
+    stream: BinaryIO, url: str, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> int:
+    """The number of records in a TFRecord stream, walking the framing only.
+
+    Length CRCs are checked; data is seeked past (or read and dropped) unchecked.
+    """
+    framing = _Framing(stream, url, max_record_bytes, inflated=False)
+    count = 0
+    offset = 0
+    while (length := framing.next_length(count, offset)) is not None:
+        framing.skip(length + _FOOTER_SIZE, count, offset)
+        count += 1
+        offset += _HEADER_SIZE + length + _FOOTER_SIZE
+    return count
+
+
+# ------------------------------------------------------------------------------------ samples
+
+_KEY = "__key__"
+_GZ_SUFFIX = ".gz"
+_FORMAT_SUFFIXES = (".tfrecords", ".tfrecord")
+
+
+def shard_stem(url: str) -> str:
+    """The URL's file name without its format extensions: the prefix of generated keys.
+
+    >>> shard_stem("gs://bucket/train-00003.tfrecord.gz?generation=7")
+    'train-00003'
+    """
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    if name.lower().endswith(_GZ_SUFFIX):
+        name = name[: -len(_GZ_SUFFIX)]
+    for suffix in _FORMAT_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _example_sample(
+    payload: bytes, stem: str, framing: _Framing, record: int, offset: int
+) -> dict[str, Any]:
+    """The sample of one Example record: its features plus ``__key__``."""
+    try:
+        sample = decode_example(payload)
+    except DecodeError as error:
+        raise DecodeError(
+            f"{framing.where(record, offset)}: the record is not a tf.train.Example ({error}); "
+            'if the shard holds other payloads, read it with tfrecord_payload="raw"',
+            url=framing.url,
+            offset=offset,
+            record=record,
+        ) from error
+    key = sample.pop(_KEY, None)
+    if type(key) is bytes:
+        try:
+            sample[_KEY] = key.decode("utf-8")
+            return sample
+        except UnicodeDecodeError as error:
+            raise DecodeError(
+                f"{framing.where(record, offset)}: the __key__ feature is not UTF-8 text",
+                url=framing.url,
+                offset=offset,
+                record=record,
+            ) from error
+    sample[_KEY] = f"{stem}/{record:08d}"
+    return sample
+
+
+def _samples(
+    framing: _Framing, start: int, payload: TFRecordPayload
+) -> Iterator[dict[str, Any]]:
+    stem = shard_stem(framing.url)
+    record = start
+    try:
+        if payload is TFRecordPayload.RAW:
+            for _, data in _read_records(framing, start, verify=True):
+                yield {_KEY: f"{stem}/{record:08d}", "record": data}
+                record += 1
+            return
+        for offset, data in _read_records(framing, start, verify=True):
+            yield _example_sample(data, stem, framing, record, offset)
+            record += 1
+    except ShardmixError as error:
+        if error.record is None:  # raised below the framing (gzip): say which record
+            error.add_note(f"{framing.url}: while reading record {record}")
+        raise
+
+
+def read_tfrecord_samples(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> Iterator[dict[str, Any]]:
+    """Yield one sample per record of a TFRecord shard, from record ``start`` on.
+
+    With ``payload=EXAMPLE`` a sample is the Example's decoded features plus ``"__key__"``:
+    the Example's own ``__key__`` bytes feature when it has one, else ``"<stem>/<record:08d>"``.
+    With ``payload=RAW`` it is ``{"__key__": ..., "record": payload bytes}``.
+    """
+    if gzipped:
+        stream = decompressed(stream, url)
+    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped)
+    return _samples(framing, start, TFRecordPayload(payload))
+
+
+# ------------------------------------------------------------------------------------ writing
+
+
+class TFRecordWriter:
+    """Write records to a TFRecord shard, optionally gzip-compressed.
+
+    ``file`` is a path (opened, and closed by :meth:`close`) or a binary stream (left open).
+    Gzip output is deterministic: no file name and a zero timestamp in the header.
+    ``bytes_written`` counts framed bytes before compression.
+    """
+
+    def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
+        self._owned: BinaryIO | None = None
+        if isinstance(file, (str, os.PathLike)):
+            self._owned = open(file, "wb")  # noqa: SIM115 - closed by close()
+            raw: BinaryIO = self._owned
+        else:
+            raw = file
+        self._gzip = _deterministic_gzip(raw) if gzip else None
+        self._out: BinaryIO = self._gzip if self._gzip is not None else raw
+        self.records = 0
+        self.bytes_written = 0
+        self.closed = False
+
+    def write(self, payload: bytes) -> None:
+        """Append one record holding ``payload``."""
+        if self.closed:
+            raise ValueError("write to a closed TFRecordWriter")
+        length = _LENGTH.pack(len(payload))
+        self._out.write(length + _CRC.pack(masked_crc(length)))
+        self._out.write(payload)
+        self._out.write(_CRC.pack(masked_crc(payload)))
+        self.records += 1
+        self.bytes_written += _HEADER_SIZE + len(payload) + _FOOTER_SIZE
+
+    def write_example(self, features: Mapping[str, Any]) -> None:
+        """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature."""
+        key = features.get(_KEY)
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"__key__ must be a str, got {type(key).__name__}")
+        self.write(encode_example(features))
+
+    def close(self) -> None:
+        """Finish the gzip stream and close the file if this writer opened it."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._gzip is not None:
+            self._gzip.close()
+        if self._owned is not None:
+            self._owned.close()
+        else:
+            self._out.flush()
+
+    def __enter__(self) -> TFRecordWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _deterministic_gzip(raw: BinaryIO) -> BinaryIO:
+    return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)  # type: ignore[return-value]

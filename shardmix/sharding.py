@@ -1,0 +1,67 @@
+"""Sharding: which shards each rank, lane and worker reads in an epoch. Pure functions.
+
+The sample order of an epoch is defined over *lanes*, not over processes. A rank's shards are
+dealt to a fixed number of lanes; a lane reads its shards one after another; the mixing stage
+takes one sample from each live lane in turn. Workers only host lanes (lane ``l`` lives in
+worker ``l % num_workers``), so the order of samples, and with it every batch, is the same
+whatever ``num_workers`` is.
+
+>>> order = epoch_shard_order(6, seed=0, epoch=0, shuffle=False)
+>>> order
+[0, 1, 2, 3, 4, 5]
+>>> rank_shards(order, rank=1, world_size=2)
+[1, 3, 5]
+>>> deal_to_lanes([1, 3, 5], num_lanes=2)
+[[1, 5], [3]]
+>>> worker_lanes(num_lanes=5, worker=1, num_workers=2)
+[1, 3]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Distinguishes the shard-order stream from other streams drawn from the same seed.
+_SHARD_ORDER_STREAM = 0x5AD0
+
+
+@dataclass(frozen=True)
+class World:
+    """Where this process reads: its distributed rank and its DataLoader worker slot."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
+        if not 0 <= self.worker < self.num_workers:
+            raise ValueError(f"worker {self.worker} is outside num_workers {self.num_workers}")
+
+
+def epoch_shard_order(num_shards: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """Shard indices in the order this epoch reads them: a function of (seed, epoch) only."""
+    if not shuffle:
+        return list(range(num_shards))
+    rng = np.random.default_rng([_SHARD_ORDER_STREAM, seed, epoch])
+    return [int(i) for i in rng.permutation(num_shards)]
+
+
+def rank_shards(order: Sequence[int], *, rank: int, world_size: int) -> list[int]:
+    """The shards of ``order`` that ``rank`` reads: every ``world_size``-th, from ``rank``."""
+    return list(order[rank::world_size])
+
+
+def deal_to_lanes(shards: Sequence[int], num_lanes: int) -> list[list[int]]:
+    """Deal shards to lanes like cards: lane ``l`` reads shards ``l, l + L, l + 2L, ...``."""
+    return [list(shards[lane::num_lanes]) for lane in range(num_lanes)]
+
+
+def worker_lanes(*, num_lanes: int, worker: int, num_workers: int) -> list[int]:
+    """The lanes that DataLoader worker ``worker`` hosts."""
+    return list(range(worker, num_lanes, num_workers))

@@ -1,0 +1,67 @@
+"""URL patterns: from what a user writes to the ordered list of shard URLs.
+
+A pattern is a string or a list of strings. A string may join several patterns with ``::``;
+each part is brace-expanded (``train-{000000..000063}.tar``, ``{a,b}``, via braceexpand) and,
+when it is a local path with glob characters, globbed. Order is kept as written (globs are
+sorted), so the shard list, and with it every epoch's order, is stable across machines.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+
+import braceexpand
+
+from shardmix.errors import ShardNotFoundError
+from shardmix.sources import is_local, local_path
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def expand_urls(urls: str | Sequence[str]) -> list[str]:
+    """The shard URLs a pattern (or list of patterns) names, in order.
+
+    >>> expand_urls("d/train-{000..002}.tar")
+    ['d/train-000.tar', 'd/train-001.tar', 'd/train-002.tar']
+    >>> expand_urls("a-{x,y}.tfrecord::b.tfrecord")
+    ['a-x.tfrecord', 'a-y.tfrecord', 'b.tfrecord']
+    """
+    patterns = [urls] if isinstance(urls, str) else list(urls)
+    if not patterns:
+        raise ShardNotFoundError("no shard URLs given: the pattern list is empty")
+    expanded: list[str] = []
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise TypeError(f"a shard URL pattern must be a str, got {type(pattern).__name__}")
+        for part in pattern.split("::"):
+            expanded.extend(_expand_one(part.strip(), pattern))
+    return expanded
+
+
+def _expand_one(part: str, pattern: str) -> list[str]:
+    if not part:
+        raise ShardNotFoundError(f"empty shard URL in pattern {pattern!r}")
+    found: list[str] = []
+    for url in braceexpand.braceexpand(part):
+        if is_local(url) and _GLOB_CHARS.intersection(url):
+            matches = sorted(glob.glob(local_path(url)))
+            if not matches:
+                raise ShardNotFoundError(f"pattern {pattern!r} matches no file ({url!r})", url=url)
+            found.extend(matches)
+        else:
+            found.append(url)
+    return found
+
+
+def check_local_shards(urls: Sequence[str]) -> None:
+    """Fail at once, naming the URL, if a local shard is missing or is not a regular file."""
+    for url in urls:
+        if not is_local(url):
+            continue
+        path = local_path(url)
+        if os.path.isdir(path):
+            raise ShardNotFoundError(f"{url}: is a directory, not a shard file", url=url)
+        if not os.path.isfile(path):
+            raise ShardNotFoundError(f"{url}: no such shard file", url=url)
