@@ -14,9 +14,10 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from shardmix import reader
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
-from shardmix.reader import LanePosition, Sample, read_lane, read_shard, round_robin
+from shardmix.reader import LanePosition, Sample, read_lane, round_robin
 from shardmix.sharding import (
     World,
     deal_to_lanes,
@@ -100,7 +101,7 @@ class ShardDataset(IterableDataset[Sample]):
     ) -> Iterator[Sample]:
         """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
         shards = self.lane_shards(epoch, rank=rank, world_size=world_size)[lane]
-        return read_lane([self.urls[i] for i in shards], self._read_url, start)
+        return read_lane([self.urls[i] for i in shards], self.read_shard, start)
 
     def __iter__(self) -> Iterator[Sample]:
         world = detect_world()
@@ -113,11 +114,12 @@ class ShardDataset(IterableDataset[Sample]):
         )
         plan = self.lane_shards(epoch, rank=world.rank, world_size=world.world_size)
         return round_robin(
-            [read_lane([self.urls[i] for i in plan[lane]], self._read_url) for lane in lanes]
+            [read_lane([self.urls[i] for i in plan[lane]], self.read_shard) for lane in lanes]
         )
 
-    def _read_url(self, url: str, start: int) -> Iterator[Sample]:
-        samples = read_shard(url, self._format_of[url], start=start, options=self.options)
+    def read_shard(self, url: str, start: int = 0) -> Iterator[Sample]:
+        """The samples of shard ``url`` from record ``start`` on, transformed."""
+        samples = reader.read_shard(url, self._format_of[url], start=start, options=self.options)
         if self.transform is None:
             return samples
         return map(partial(_apply_transform, self.transform), samples)

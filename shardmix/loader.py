@@ -5,22 +5,37 @@ pickle per chunk, not per sample). In the main process the lanes are merged in a
 (:mod:`shardmix.mixing`), passed through a seeded shuffle buffer (:mod:`shardmix.shuffle`) and
 cut into batches. Every batch therefore draws on all the shards open in all workers, and the
 batches are a function of the data, the seeds and the epoch alone.
+
+Between any two batches the loader's position is: each lane's position, the mixer's turn, the
+shuffle buffer's residents (as references) and its draw count. ``state_dict()`` writes that as
+plain JSON (:mod:`shardmix.checkpoint`); ``load_state_dict()`` restarts every lane at its
+position, skipping what was consumed without decoding it, and re-reads the residents.
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from shardmix.checkpoint import (
+    STATE_VERSION,
+    check_config,
+    check_version,
+    pack_refs,
+    shards_digest,
+    unpack_refs,
+)
+from shardmix.collate import collate_samples
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.mixing import mix_lanes
-from shardmix.reader import LaneChunk, Sample, round_robin_chunks
+from shardmix.mixing import LaneMixer
+from shardmix.reader import LaneChunk, LanePosition, Sample, round_robin_chunks
 from shardmix.sharding import worker_lanes
-from shardmix.shuffle import shuffled
+from shardmix.shuffle import ShuffleBuffer
 from shardmix.world import detect_rank, detect_world
 
 DEFAULT_SHUFFLE_BUFFER = 8192
@@ -32,9 +47,9 @@ class MixingLoader:
     """Batches mixed across every worker's open shards.
 
     Args:
-        dataset: a :class:`ShardDataset` (its lanes are spread over the workers, and the batch
-            order does not depend on ``num_workers``), or any IterableDataset (then each
-            worker is one lane, and the order depends on ``num_workers``).
+        dataset: a :class:`ShardDataset` (its lanes are spread over the workers, the batch
+            order does not depend on ``num_workers``, and the loader can checkpoint), or any
+            IterableDataset (each worker is then one lane; no checkpoints).
         batch_size: samples per batch.
         num_workers: DataLoader worker processes; 0 reads in the main process.
         shuffle_buffer: samples held by the main-process shuffle buffer (0 disables it).
@@ -72,8 +87,6 @@ class MixingLoader:
                 f"num_workers={num_workers} exceeds the dataset's num_lanes={dataset.num_lanes}: "
                 "the extra workers would read nothing; raise num_lanes"
             )
-        from shardmix.collate import collate_samples
-
         self.dataset = dataset
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -85,50 +98,208 @@ class MixingLoader:
         self.prefetch_factor = prefetch_factor
         self.multiprocessing_context = multiprocessing_context
         self.epoch = 0
+        self._current: _EpochIterator | None = None
+        self._resume: dict[str, Any] | None = None
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next ``iter()`` read epoch ``epoch``."""
+        """Make the next ``iter()`` read epoch ``epoch`` from its start."""
         self.epoch = epoch
+        self._resume = None
 
     def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch
         self.epoch += 1
-        return self._batches(epoch)
+        resume, self._resume = self._resume, None
+        self._current = _EpochIterator(self, epoch, resume)
+        return self._current
 
-    def _batches(self, epoch: int) -> Iterator[Any]:
-        chunks, num_lanes = self._lane_chunks(epoch)
-        samples = mix_lanes(chunks, num_lanes)
-        if self.shuffle_buffer:
-            samples = shuffled(samples, self.shuffle_buffer, seed=self.seed, epoch=epoch)
-        batch: list[Sample] = []
-        for sample in samples:
-            batch.append(sample)
-            if len(batch) == self.batch_size:
-                yield self.collate_fn(batch)
-                batch = []
-        if batch and not self.drop_last:
-            yield self.collate_fn(batch)
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position as plain JSON types: restore it with ``load_state_dict``."""
+        shard_dataset = self._shard_dataset("state_dict")
+        if self._resume is not None:
+            return copy.deepcopy(self._resume)
+        current = self._current
+        if current is not None and not current.finished:
+            position = current.position()
+        else:
+            position = _epoch_start(self.epoch, shard_dataset.num_lanes)
+        return {"version": STATE_VERSION, "config": self._config(shard_dataset), **position}
 
-    def _lane_chunks(self, epoch: int) -> tuple[Iterator[LaneChunk], int]:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``: the next ``iter()`` yields what would have followed it."""
+        shard_dataset = self._shard_dataset("load_state_dict")
+        check_version(state)
+        check_config(state["config"], self._config(shard_dataset))
+        self.epoch = int(state["epoch"])
+        self._resume = copy.deepcopy(dict(state))
+        self._current = None
+
+    def _config(self, dataset: ShardDataset) -> dict[str, Any]:
         rank, world_size = detect_rank()
+        return {
+            "num_shards": len(dataset.urls),
+            "shards": shards_digest(dataset.urls),
+            "dataset_seed": dataset.seed,
+            "shuffle_shards": dataset.shuffle_shards,
+            "num_lanes": dataset.num_lanes,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "shuffle_buffer": self.shuffle_buffer,
+            "drop_last": self.drop_last,
+            "rank": rank,
+            "world_size": world_size,
+        }
+
+    def _shard_dataset(self, what: str) -> ShardDataset:
+        if not isinstance(self.dataset, ShardDataset):
+            raise ConfigError(
+                f"{what} needs a ShardDataset, whose samples say where they came from; "
+                f"got {type(self.dataset).__name__}"
+            )
+        return self.dataset
+
+    def _lane_chunks(
+        self, epoch: int, rank: int, world_size: int, starts: list[LanePosition] | None
+    ) -> tuple[Iterator[LaneChunk], int]:
         if isinstance(self.dataset, ShardDataset):
             num_lanes = self.dataset.num_lanes
             per_lane = max(1, math.ceil(CHUNK_SAMPLES * max(1, self.num_workers) / num_lanes))
         else:
             num_lanes = max(1, self.num_workers)
             per_lane = CHUNK_SAMPLES
-        source = _LaneChunks(self.dataset, epoch, rank, world_size, num_lanes, per_lane)
+        source = _LaneChunks(self.dataset, epoch, rank, world_size, num_lanes, per_lane, starts)
         if self.num_workers == 0:
             return iter(source), num_lanes
         loader = DataLoader(
             source,
             batch_size=None,
+            collate_fn=_as_sent,
             num_workers=self.num_workers,
             timeout=self.timeout,
             prefetch_factor=self.prefetch_factor,
             multiprocessing_context=self.multiprocessing_context,
         )
         return iter(loader), num_lanes
+
+
+class _EpochIterator:
+    """One epoch's batches; its position is the loader's state between batches."""
+
+    def __init__(self, loader: MixingLoader, epoch: int, resume: Mapping[str, Any] | None):
+        self.loader = loader
+        self.epoch = epoch
+        self.batches = 0
+        self.finished = False
+        rank, world_size = detect_rank()
+        dataset = loader.dataset
+        lane_urls = None
+        if isinstance(dataset, ShardDataset):
+            plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
+            lane_urls = [[dataset.urls[i] for i in lane] for lane in plan]
+        self.buffer: ShuffleBuffer[Sample] = ShuffleBuffer(
+            loader.shuffle_buffer, seed=loader.seed, epoch=epoch
+        )
+        starts = None
+        live = None
+        cursor = 0
+        if resume is not None:
+            assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
+            mixer_state = resume["mixer"]
+            starts = [LanePosition(shard, record) for shard, record in mixer_state["lanes"]]
+            live, cursor = mixer_state["live"], mixer_state["cursor"]
+            self.batches = resume["batches"]
+            self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]))
+            self.buffer.draws.count = resume["buffer"]["draws"]
+        if live is not None and not live:
+            chunks: Iterator[LaneChunk] = iter(())
+            num_lanes = len(starts or ())
+        else:
+            chunks, num_lanes = loader._lane_chunks(epoch, rank, world_size, starts)
+        self.mixer = LaneMixer(
+            chunks, num_lanes, live=live, cursor=cursor, lane_urls=lane_urls, start=starts
+        )
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.finished:
+            raise StopIteration
+        batch_size = self.loader.batch_size
+        batch: list[Sample] = []
+        while len(batch) < batch_size:
+            sample = self._next_sample()
+            if sample is None:
+                break
+            batch.append(sample)
+        if not batch or (self.loader.drop_last and len(batch) < batch_size):
+            self.finished = True
+            raise StopIteration
+        self.batches += 1
+        return self.loader.collate_fn(batch)
+
+    def _next_sample(self) -> Sample | None:
+        push = self.buffer.push
+        for sample in self.mixer:
+            evicted = push(sample)
+            if evicted is not None:
+                return evicted
+        return self.buffer.pop()
+
+    def position(self) -> dict[str, Any]:
+        dataset = self.loader.dataset
+        assert isinstance(dataset, ShardDataset)
+        shard_index = {url: i for i, url in reversed(list(enumerate(dataset.urls)))}
+        refs = [(shard_index[s["__source__"]], s["__index__"]) for s in self.buffer.items]
+        return {
+            "epoch": self.epoch,
+            "batches": self.batches,
+            "mixer": {
+                "live": list(self.mixer.live),
+                "cursor": self.mixer.cursor,
+                "lanes": [[p.shard, p.record] for p in self.mixer.lane_positions()],
+            },
+            "buffer": {"draws": self.buffer.draws.count, "items": pack_refs(refs)},
+        }
+
+
+def _epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
+    """The position at the start of ``epoch``, before any batch."""
+    return {
+        "epoch": epoch,
+        "batches": 0,
+        "mixer": {"live": list(range(num_lanes)), "cursor": 0, "lanes": [[0, 0]] * num_lanes},
+        "buffer": {"draws": 0, "items": pack_refs([])},
+    }
+
+
+def _reread(dataset: ShardDataset, refs: list[tuple[int, int]]) -> list[Sample]:
+    """The samples that ``refs`` name, in order, each shard read once from its first ref."""
+    wanted: dict[int, set[int]] = {}
+    for shard, record in refs:
+        wanted.setdefault(shard, set()).add(record)
+    found: dict[tuple[int, int], Sample] = {}
+    for shard, records in wanted.items():
+        last = max(records)
+        for sample in dataset.read_shard(dataset.urls[shard], min(records)):
+            index = sample["__index__"]
+            if index in records:
+                found[shard, index] = sample
+            if index >= last:
+                break
+    missing = [ref for ref in refs if ref not in found]
+    if missing:
+        shard, record = missing[0]
+        raise ConfigError(
+            f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
+            f"{dataset.urls[shard]}, which no longer has it; the data changed"
+        )
+    return [dict(found[ref]) for ref in refs]
+
+
+def _as_sent(chunk: LaneChunk) -> LaneChunk:
+    """Pass chunks through untouched (the DataLoader would turn arrays into tensors)."""
+    return chunk
 
 
 class _LaneChunks(IterableDataset[LaneChunk]):
@@ -142,6 +313,7 @@ class _LaneChunks(IterableDataset[LaneChunk]):
         world_size: int,
         num_lanes: int,
         per_lane: int,
+        starts: list[LanePosition] | None,
     ) -> None:
         self.dataset = dataset
         self.epoch = epoch
@@ -149,6 +321,7 @@ class _LaneChunks(IterableDataset[LaneChunk]):
         self.world_size = world_size
         self.num_lanes = num_lanes
         self.per_lane = per_lane
+        self.starts = starts
 
     def __iter__(self) -> Iterator[LaneChunk]:
         world = detect_world(self.rank, self.world_size)
@@ -156,9 +329,10 @@ class _LaneChunks(IterableDataset[LaneChunk]):
             lanes = worker_lanes(
                 num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
             )
+            starts = self.starts or [LanePosition()] * self.num_lanes
             iterators = {
                 lane: self.dataset.read_lane(
-                    lane, self.epoch, rank=self.rank, world_size=self.world_size
+                    lane, self.epoch, rank=self.rank, world_size=self.world_size, start=starts[lane]
                 )
                 for lane in lanes
             }

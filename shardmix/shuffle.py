@@ -1,9 +1,11 @@
 """Shuffle buffer: a seeded reservoir that turns a stream into a locally shuffled stream.
 
-Once full, every incoming sample replaces a uniformly chosen resident, which is emitted; at the
-end the residents leave in random order. The choices come from a counter-based stream, drawn
-in blocks from ``(seed, epoch, block)``, so the whole random state is the number of draws made:
-nothing to pickle, nothing that depends on time or process.
+Once full, every incoming sample displaces a uniformly chosen resident, which is emitted; at
+the end the residents leave in random order. Residents are kept in arrival order (the displaced
+one is removed, the newcomer appended), so the buffer's state is the list of what it holds, in
+the order it arrived, plus the number of random draws made. The draws come from a counter-based
+stream, drawn in blocks from ``(seed, epoch, block)``: nothing to pickle, nothing that depends
+on time or process.
 """
 
 from __future__ import annotations
@@ -56,18 +58,20 @@ class ShuffleBuffer(Generic[T]):
             return None
         if self.capacity == 0:
             return item
-        slot = self.draws.below(self.capacity)
-        evicted = self.items[slot]
-        self.items[slot] = item
+        evicted = self.items.pop(self.draws.below(self.capacity))
+        self.items.append(item)
         return evicted
+
+    def pop(self) -> T | None:
+        """Remove and return a uniformly chosen resident; ``None`` when empty."""
+        if not self.items:
+            return None
+        return self.items.pop(self.draws.below(len(self.items)))
 
     def drain(self) -> Iterator[T]:
         """Emit the residents in random order, emptying the buffer."""
-        items = self.items
-        while items:
-            slot = self.draws.below(len(items))
-            items[slot], items[-1] = items[-1], items[slot]
-            yield items.pop()
+        while self.items:
+            yield self.items.pop(self.draws.below(len(self.items)))
 
 
 def shuffled(items: Iterator[T], capacity: int, *, seed: int, epoch: int) -> Iterator[T]:

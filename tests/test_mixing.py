@@ -1,7 +1,7 @@
 import pytest
 
 from shardmix.errors import WorkerError
-from shardmix.mixing import mix_lanes
+from shardmix.mixing import LaneMixer
 from shardmix.reader import round_robin, round_robin_chunks
 
 
@@ -29,11 +29,11 @@ def test_mixed_order_does_not_depend_on_how_lanes_are_hosted(per_lane, num_worke
                 per_worker.remove(stream)
             else:
                 arrivals.append(chunk)
-    assert list(mix_lanes(iter(arrivals), len(contents))) == expected
+    assert list(LaneMixer(iter(arrivals), len(contents))) == expected
     assert expected[:5] == ["l0-0", "l2-0", "l3-0", "l4-0", "l0-1"]
 
 
 def test_workers_stopping_early_is_an_error():
     chunks = iter([[(0, ["a"], False), (1, ["b"], True)]])
     with pytest.raises(WorkerError, match=r"lanes \[0\]"):
-        list(mix_lanes(chunks, 2))
+        list(LaneMixer(chunks, 2))

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _FieldProto
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
 
 from shardmix.errors import DecodeError
-
-_FieldProto = descriptor_pb2.FieldDescriptorProto
 
 __all__ = ["decode_example", "encode_example"]
 
@@ -151,8 +150,9 @@ def decode_example(payload: bytes) -> dict[str, Any]:
 
     Raises :class:`~shardmix.errors.DecodeError` when ``payload`` is not an Example.
     """
+    example: Any = Example()
     try:
-        example: Any = Example.FromString(payload)
+        example.ParseFromString(payload)  # measured a little faster than FromString
     except ProtobufDecodeError as error:
         raise DecodeError(f"payload is not a tf.train.Example: {error}") from error
     decoders = _DECODERS
@@ -204,13 +204,14 @@ def _array_values(name: str, array: np.ndarray) -> tuple[str, Iterable[Any]]:
 
 def _sequence_values(name: str, values: list[Any]) -> tuple[str, Iterable[Any]]:
     """The list kind and values of a list of scalars, which must all be of one kind."""
-    kinds = {_scalar_kind(value) for value in values}
-    if None in kinds:
-        bad = next(value for value in values if _scalar_kind(value) is None)
+    found = [_scalar_kind(value) for value in values]
+    if None in found:
+        bad = values[found.index(None)]
         raise ValueError(
             f"feature {name!r}: cannot encode a list element of type {type(bad).__name__} "
             "(use bytes, str, int, float or bool)"
         )
+    kinds = {kind for kind in found if kind is not None}
     if len(kinds) > 1:
         if kinds == {_INT, _FLOAT}:
             return _FLOAT, [float(value) for value in values]

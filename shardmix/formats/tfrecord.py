@@ -2,7 +2,7 @@
 
 A TFRecord file is a sequence of records, each framed as::
 
-    uint64 length (little endian) | uint32 masked crc32c(length bytes) | data | uint32 masked crc32c(data)
+    uint64 length (LE) | uint32 masked crc32c(length bytes) | data | uint32 masked crc32c(data)
 
 We read this framing ourselves rather than through the ``tfrecord`` package because that reader
 checks no CRC (a damaged shard yields damaged samples silently), reports truncation as a bare
@@ -154,7 +154,9 @@ class _Framing:
         if len(header) != _HEADER_SIZE:
             if not header:
                 return None
-            header += self.read_exactly(_HEADER_SIZE - len(header), record, offset, "header")
+            header += self.read_exactly(_HEADER_SIZE - len(header), record, offset, "", quiet=True)
+            if len(header) < _HEADER_SIZE:
+                raise self.truncated(record, offset, "header", _HEADER_SIZE, len(header))
         return self.header(header, record, offset)
 
     def skip(self, size: int, record: int, offset: int) -> None:
@@ -188,6 +190,11 @@ def _remaining_size(stream: BinaryIO) -> int | None:
     return end - here
 
 
+def _check_start(start: int) -> None:
+    if start < 0:
+        raise ValueError(f"start must be a record index >= 0, got {start}")
+
+
 def _skip_records(framing: _Framing, count: int) -> tuple[int, int]:
     """Skip up to ``count`` records; returns (records skipped, offset reached)."""
     offset = 0
@@ -200,9 +207,7 @@ def _skip_records(framing: _Framing, count: int) -> tuple[int, int]:
     return count, offset
 
 
-def _read_records(
-    framing: _Framing, start: int, verify: bool
-) -> Iterator[tuple[int, bytes]]:
+def _read_records(framing: _Framing, start: int, verify: bool) -> Iterator[tuple[int, bytes]]:
     """The hot loop: one header read, one data read, one footer read per record."""
     record, offset = _skip_records(framing, start)
     if record < start:
@@ -263,6 +268,7 @@ def read_tfrecord_records(
     :class:`~shardmix.errors.CorruptShardError`; a shard that ends inside a record raises
     :class:`~shardmix.errors.TruncatedShardError`. An empty stream yields nothing.
     """
+    _check_start(start)
     framing = _Framing(stream, url, max_record_bytes, inflated=False)
     return _read_records(framing, start, verify)
 
@@ -336,9 +342,7 @@ def _example_sample(
     return sample
 
 
-def _samples(
-    framing: _Framing, start: int, payload: TFRecordPayload
-) -> Iterator[dict[str, Any]]:
+def _samples(framing: _Framing, start: int, payload: TFRecordPayload) -> Iterator[dict[str, Any]]:
     stem = shard_stem(framing.url)
     record = start
     try:
@@ -371,6 +375,7 @@ def read_tfrecord_samples(
     the Example's own ``__key__`` bytes feature when it has one, else ``"<stem>/<record:08d>"``.
     With ``payload=RAW`` it is ``{"__key__": ..., "record": payload bytes}``.
     """
+    _check_start(start)
     if gzipped:
         stream = decompressed(stream, url)
     framing = _Framing(stream, url, max_record_bytes, inflated=gzipped)
@@ -395,6 +400,7 @@ class TFRecordWriter:
             raw: BinaryIO = self._owned
         else:
             raw = file
+        self._raw = raw
         self._gzip = _deterministic_gzip(raw) if gzip else None
         self._out: BinaryIO = self._gzip if self._gzip is not None else raw
         self.records = 0
@@ -429,7 +435,7 @@ class TFRecordWriter:
         if self._owned is not None:
             self._owned.close()
         else:
-            self._out.flush()
+            self._raw.flush()
 
     def __enter__(self) -> TFRecordWriter:
         return self

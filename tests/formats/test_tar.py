@@ -1,0 +1,471 @@
+"""Tests for shardmix.formats.tar: round trips, GNU tar golden files, webdataset parity, damage."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import inspect
+import io
+import json
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardmix.errors import CorruptShardError, ShardmixError, TruncatedShardError
+from shardmix.formats.tar import (
+    TarWriter,
+    count_tar_records,
+    read_tar_samples,
+    split_member_name,
+)
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "tar"
+BLOCK = 512
+
+
+def make_samples(count: int, *, shard: int = 0, big: int = 0) -> list[dict[str, Any]]:
+    """Samples whose contents say which (shard, record) they are."""
+    samples = []
+    for record in range(count):
+        key = f"shard{shard}/r{record:05d}"
+        sample = {"__key__": key, "txt": f"{shard}:{record}".encode()}
+        if big:
+            sample["bin"] = bytes([record % 251]) * big
+        samples.append(sample)
+    return samples
+
+
+def write_tar(samples: list[dict[str, Any]], *, gzip: bool = False) -> bytes:
+    buffer = io.BytesIO()
+    with TarWriter(buffer, gzip=gzip) as writer:
+        for sample in samples:
+            writer.write(sample)
+    return buffer.getvalue()
+
+
+def read_all(data: bytes, url: str = "mem.tar", **kwargs: Any) -> list[dict[str, Any]]:
+    return list(read_tar_samples(io.BytesIO(data), url, **kwargs))
+
+
+class NonSeekable(io.RawIOBase):
+    """A pipe-like stream: no seek, and reads that return at most 700 bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._inner.read(min(len(buffer), 700))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def webdataset_samples(path: Path) -> list[dict[str, Any]]:
+    """How webdataset's own tar iterator groups a file."""
+    from webdataset.tariterators import group_by_keys, tar_file_expander
+
+    with open(path, "rb") as stream:
+        files = tar_file_expander([{"url": str(path), "stream": stream}])
+        return [
+            {name: value for name, value in sample.items() if name != "__url__"}
+            for sample in group_by_keys(files)
+        ]
+
+
+def expected_golden() -> list[dict[str, Any]]:
+    spelled = json.loads((GOLDEN / "expected.json").read_text())["samples"]
+    return [
+        {
+            name: bytes.fromhex(value["hex"])
+            if isinstance(value, dict)
+            else value.encode()
+            if name != "__key__"
+            else value
+            for name, value in sample.items()
+        }
+        for sample in spelled
+    ]
+
+
+def field_multiset(samples: list[dict[str, Any]]) -> Counter[tuple[str, str, bytes]]:
+    return Counter(
+        (sample["__key__"], name, value)
+        for sample in samples
+        for name, value in sample.items()
+        if name != "__key__"
+    )
+
+
+# -- writer and reader ----------------------------------------------------------------------
+
+
+def test_round_trip_exact_contents() -> None:
+    samples = make_samples(20, big=3000)
+    samples.append({"__key__": "deep/" + "d" * 150 + "/x", "seg.png": b"\x00\xff", "cls": 7})
+    samples.append({"__key__": "text", "txt": "héllo", "score": 0.25, "__source__": "dropped"})
+    got = read_all(write_tar(samples))
+    assert got[:20] == samples[:20]
+    assert got[20] == {"__key__": "deep/" + "d" * 150 + "/x", "seg.png": b"\x00\xff", "cls": b"7"}
+    assert got[21] == {"__key__": "text", "txt": "héllo".encode(), "score": b"0.25"}
+
+
+def test_writer_is_deterministic_and_counts(tmp_path: Path) -> None:
+    samples = make_samples(5)
+    assert write_tar(samples) == write_tar(samples)
+    assert write_tar(samples, gzip=True) == write_tar(samples, gzip=True)
+    path = tmp_path / "out.tar.gz"
+    with TarWriter(path, gzip=True) as writer:
+        for sample in samples:
+            writer.write(sample)
+        assert writer.records == 5
+    assert writer.bytes_written == len(write_tar(samples))
+    assert path.read_bytes() == write_tar(samples, gzip=True)
+    assert gzip.decompress(path.read_bytes()) == write_tar(samples)
+    assert read_all(path.read_bytes(), "out.tar.gz", gzipped=True) == samples
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar")
+def test_gnu_tar_lists_writer_output(tmp_path: Path) -> None:
+    samples = make_samples(3) + [{"__key__": "l/" + "n" * 120, "seg.png": b"x"}]
+    path = tmp_path / "out.tar"
+    path.write_bytes(write_tar(samples))
+    listed = subprocess.run(["tar", "-tf", str(path)], capture_output=True, text=True, check=True)
+    assert listed.stderr == ""
+    names = [f"{s['__key__']}.{field}" for s in samples for field in sorted(s) if field[0] != "_"]
+    assert listed.stdout.splitlines() == names
+
+
+def test_webdataset_reads_writer_output(tmp_path: Path) -> None:
+    samples = make_samples(4) + [{"__key__": "l/" + "n" * 120, "seg.png": b"x", "cls": 1}]
+    path = tmp_path / "out.tar"
+    path.write_bytes(write_tar(samples))
+    assert webdataset_samples(path) == read_all(path.read_bytes())
+
+
+def test_writer_aborted_by_exception_leaves_a_truncated_shard() -> None:
+    buffer = io.BytesIO()
+    with pytest.raises(RuntimeError), TarWriter(buffer) as writer:
+        writer.write(make_samples(1)[0])
+        raise RuntimeError("stop")
+    with pytest.raises(TruncatedShardError, match="end-of-archive"):
+        read_all(buffer.getvalue())
+
+
+@pytest.mark.parametrize(
+    ("sample", "error"),
+    [
+        ({"__key__": "a.b", "txt": b""}, ValueError),
+        ({"__key__": "dir/", "txt": b""}, None),
+        ({"__key__": "", "txt": b""}, ValueError),
+        ({"__key__": "a", "TXT": b""}, ValueError),
+        ({"__key__": "a", "x/y": b""}, ValueError),
+        ({"__key__": "__meta__/a", "txt": b""}, ValueError),
+        ({"__key__": 3, "txt": b""}, ValueError),
+        ({"__key__": "a", "flag": True}, TypeError),
+        ({"__key__": "a"}, ValueError),
+    ],
+)
+def test_writer_rejects_samples_that_would_not_read_back(
+    sample: dict[str, Any], error: type[Exception] | None
+) -> None:
+    writer = TarWriter(io.BytesIO())
+    if error is None:
+        writer.write(sample)
+    else:
+        with pytest.raises(error):
+            writer.write(sample)
+
+
+def test_writer_rejects_a_key_written_twice() -> None:
+    writer = TarWriter(io.BytesIO())
+    writer.write({"__key__": "a", "txt": b"1"})
+    with pytest.raises(ValueError, match="already written"):
+        writer.write({"__key__": "a", "cls": b"1"})
+
+
+# -- start and counting ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("big", [0, 100_000])
+@pytest.mark.parametrize("seekable", [True, False])
+def test_start_gives_exactly_the_tail(big: int, seekable: bool) -> None:
+    samples = make_samples(6, big=big)
+    data = write_tar(samples)
+    for start in range(len(samples) + 2):
+        stream = io.BytesIO(data) if seekable else io.BufferedReader(NonSeekable(data))
+        assert list(read_tar_samples(stream, "m.tar", start=start)) == samples[start:]
+
+
+def test_start_on_gzip_shard() -> None:
+    samples = make_samples(7)
+    assert read_all(write_tar(samples, gzip=True), gzipped=True, start=4) == samples[4:]
+
+
+def test_count_tar_records() -> None:
+    assert count_tar_records(io.BytesIO(write_tar(make_samples(9))), "m.tar") == 9
+    assert count_tar_records(io.BytesIO(write_tar([])), "m.tar") == 0
+    gzipped = io.BytesIO(write_tar(make_samples(3), gzip=True))
+    assert count_tar_records(gzipped, "m.tar.gz", gzipped=True) == 3
+
+
+def test_unbuffered_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.tar"
+    path.write_bytes(write_tar(make_samples(3, big=2000)))
+    with open(path, "rb", buffering=0) as raw:
+        assert list(read_tar_samples(raw, str(path), start=1)) == make_samples(3, big=2000)[1:]
+
+
+def test_negative_start_is_refused() -> None:
+    with pytest.raises(ValueError):
+        read_tar_samples(io.BytesIO(b""), "m.tar", start=-1)
+
+
+# -- golden files from GNU tar --------------------------------------------------------------
+
+
+GOLDEN_FILES = json.loads((GOLDEN / "expected.json").read_text())["files"]
+
+
+@pytest.mark.parametrize("name", GOLDEN_FILES)
+def test_golden_files_group_as_expected(name: str) -> None:
+    data = (GOLDEN / name).read_bytes()
+    assert read_all(data, name, gzipped=name.endswith(".gz")) == expected_golden()
+    assert count_tar_records(io.BytesIO(data), name, gzipped=name.endswith(".gz")) == 5
+
+
+@pytest.mark.parametrize("name", GOLDEN_FILES)
+def test_golden_files_group_as_webdataset_does(name: str) -> None:
+    ours = read_all((GOLDEN / name).read_bytes(), name, gzipped=name.endswith(".gz"))
+    theirs = webdataset_samples(GOLDEN / name)
+    assert [s["__key__"] for s in ours] == [s["__key__"] for s in theirs]
+    assert field_multiset(ours) == field_multiset(theirs)
+
+
+def test_golden_start_skips_over_gnu_long_names() -> None:
+    data = (GOLDEN / "gnu.tar").read_bytes()
+    assert read_all(data, start=1) == expected_golden()[1:]
+
+
+@pytest.mark.parametrize("tar_format", ["ustar", "gnu", "pax"])
+def test_stdlib_tarfile_archives_group_as_webdataset_does(tmp_path: Path, tar_format: str) -> None:
+    """Archives from Python's tarfile: a pax global header, links, long names, a directory."""
+    import tarfile
+
+    path = tmp_path / f"{tar_format}.tar"
+    formats = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
+    pax_headers = {"comment": "global"} if tar_format == "pax" else {}
+    long_dir = "/".join(["d" * 40] * 3)  # 122 bytes, splittable for ustar
+    with tarfile.open(path, "w", format=formats[tar_format], pax_headers=pax_headers) as archive:
+
+        def add(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.type = len(data), kind
+            if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                info.linkname = "k/one.txt" if tar_format == "ustar" else "k/" + "t" * 120
+            archive.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+        add("k", kind=tarfile.DIRTYPE)
+        add("k/one.txt", b"1")
+        add("k/one.seg.png", b"png")
+        add("k/one.link", kind=tarfile.SYMTYPE)
+        add(f"{long_dir}/two.txt", b"2" * 700)
+        add(f"{long_dir}/two.hard", kind=tarfile.LNKTYPE)
+        add("three.cls", b"3")
+    ours = read_all(path.read_bytes(), str(path))
+    assert [s["__key__"] for s in ours] == ["k/one", f"{long_dir}/two", "three"]
+    assert field_multiset(ours) == field_multiset(webdataset_samples(path))
+
+
+_NAMES = st.text(alphabet="ab._/", max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NAMES)
+def test_member_names_split_as_webdataset_splits(name: str) -> None:
+    from webdataset.tariterators import base_plus_ext, tar_file_iterator
+
+    skip_meta = inspect.signature(tar_file_iterator).parameters["skip_meta"].default
+    top_meta = "/" not in name and name.startswith("__") and name.endswith("__")
+    if top_meta or re.match(skip_meta, name):
+        expected = None
+    else:
+        key, field = base_plus_ext(name)
+        expected = None if key is None else (key, field.lower())
+    assert split_member_name(name) == expected
+
+
+# -- damage ---------------------------------------------------------------------------------
+
+
+def small_shard(count: int = 4) -> bytes:
+    """``count`` records of two members, each member exactly two blocks (header + data)."""
+    return write_tar(make_samples(count, big=100))
+
+
+def test_bad_checksum_mid_archive_names_file_and_offset() -> None:
+    data = bytearray(small_shard())
+    header = 5 * 2 * BLOCK  # member 5: record 2's second member
+    data[header + 3] ^= 0x01
+    with pytest.raises(CorruptShardError, match=r"bad checksum") as caught:
+        read_all(bytes(data), "s/x.tar")
+    assert caught.value.url == "s/x.tar" and caught.value.offset == header
+    assert f"s/x.tar: at byte offset {header}" in str(caught.value)
+    assert "member 5" in str(caught.value)
+
+
+def test_non_octal_size_is_corrupt() -> None:
+    data = bytearray(small_shard())
+    header = 2 * 2 * BLOCK
+    data[header + 124 : header + 136] = b"0000000009x\x00"
+    checksum = sum(data[header : header + 148]) + 256 + sum(data[header + 156 : header + 512])
+    data[header + 148 : header + 156] = b"%06o\x00 " % checksum
+    with pytest.raises(CorruptShardError, match="invalid size") as caught:
+        read_all(bytes(data))
+    assert caught.value.offset == header
+
+
+def test_signed_checksum_and_base256_size_are_accepted() -> None:
+    samples = [{"__key__": "ünï", "txt": b"abc"}]
+    data = bytearray(write_tar(samples))
+    data[124:136] = b"\x80" + (3).to_bytes(11, "big")
+    signed = sum(b - 256 if b >= 128 else b for b in data[:512]) - sum(data[148:156]) + 256
+    data[148:156] = b"%06o\x00 " % signed
+    assert read_all(bytes(data)) == samples
+
+
+@pytest.mark.parametrize("cut", [2 * BLOCK + 50, 3 * BLOCK + 100, 3 * BLOCK + 511])
+def test_cut_mid_member_is_truncated(cut: int) -> None:
+    data = small_shard()
+    with pytest.raises(TruncatedShardError, match="expected|declares") as caught:
+        read_all(data[:cut], "x.tar")
+    assert caught.value.url == "x.tar"
+
+
+@pytest.mark.parametrize("seekable", [True, False])
+def test_cut_mid_skipped_member_is_truncated(seekable: bool) -> None:
+    data = write_tar(make_samples(3, big=200_000))
+    cut = data[: len(data) // 2]
+    stream = io.BytesIO(cut) if seekable else io.BufferedReader(NonSeekable(cut))
+    with pytest.raises(TruncatedShardError, match="declares 200000 bytes"):
+        list(read_tar_samples(stream, "x.tar", start=3))
+
+
+@pytest.mark.parametrize("members", [0, 1, 2, 3, 8])
+def test_cut_between_members_is_truncated(members: int) -> None:
+    data = small_shard()
+    with pytest.raises(TruncatedShardError, match="without its end-of-archive") as caught:
+        read_all(data[: members * 2 * BLOCK])
+    assert caught.value.offset == members * 2 * BLOCK
+
+
+def test_one_zero_block_then_eof_is_accepted() -> None:
+    data = small_shard()
+    assert read_all(data[: 8 * 2 * BLOCK + BLOCK]) == make_samples(4, big=100)
+
+
+def test_zero_padding_after_end_is_accepted_but_junk_is_not() -> None:
+    data = small_shard()
+    assert read_all(data + bytes(9 * BLOCK)) == make_samples(4, big=100)
+    with pytest.raises(CorruptShardError, match="follow the end-of-archive") as caught:
+        read_all(data + bytes(700) + b"junk")
+    assert caught.value.offset == len(data) + 700
+
+
+def test_lone_zero_block_followed_by_data_is_corrupt() -> None:
+    data = bytearray(small_shard())
+    data[4 * BLOCK : 5 * BLOCK] = bytes(BLOCK)
+    with pytest.raises(CorruptShardError, match="lone zero block"):
+        read_all(bytes(data))
+
+
+def without_end(data: bytes) -> bytes:
+    return data[: -2 * BLOCK]
+
+
+def test_key_reappearing_is_corrupt() -> None:
+    first = without_end(write_tar([{"__key__": "a", "txt": b"1"}, {"__key__": "b", "txt": b"2"}]))
+    data = first + write_tar([{"__key__": "a", "cls": b"3"}])
+    with pytest.raises(CorruptShardError, match="'a' appears again") as caught:
+        read_all(data)
+    assert "record 0" in str(caught.value) and caught.value.record == 2
+    with pytest.raises(CorruptShardError, match="appears again"):
+        count_tar_records(io.BytesIO(data), "m.tar")
+
+
+def test_duplicate_field_is_corrupt() -> None:
+    data = without_end(write_tar([{"__key__": "a", "txt": b"1"}]))
+    data += write_tar([{"__key__": "a", "txt": b"2"}])
+    with pytest.raises(CorruptShardError, match="repeats field 'txt'"):
+        read_all(data)
+    with pytest.raises(CorruptShardError, match="repeats field 'txt'"):
+        read_all(data, start=1)
+
+
+def test_truncated_gzip_shard() -> None:
+    data = write_tar(make_samples(30, big=3000), gzip=True)
+    with pytest.raises(TruncatedShardError):
+        read_all(data[: len(data) // 2], "x.tar.gz", gzipped=True)
+
+
+def test_gzip_errors_say_offsets_are_decompressed() -> None:
+    inner = small_shard()
+    data = gzip.compress(inner[: 3 * 2 * BLOCK], mtime=0)
+    with pytest.raises(TruncatedShardError, match="decompressed stream"):
+        read_all(data, "x.tar.gz", gzipped=True)
+
+
+# -- fuzzing --------------------------------------------------------------------------------
+
+
+def read_or_shardmix_error(data: bytes, **kwargs: Any) -> None:
+    with contextlib.suppress(ShardmixError):
+        read_all(data, **kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4096))
+def test_random_bytes_raise_only_shardmix_errors(data: bytes) -> None:
+    read_or_shardmix_error(data)
+    read_or_shardmix_error(data, start=1)
+
+
+_VALID = write_tar(make_samples(3, big=700) + [{"__key__": "p/" + "q" * 110, "txt": b"x"}])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), max_size=6),
+    st.integers(0, len(_VALID)),
+    st.integers(0, 4),
+)
+def test_mutated_archives_raise_only_shardmix_errors(
+    changes: list[tuple[int, int]], length: int, start: int
+) -> None:
+    data = bytearray(_VALID)
+    for position, value in changes:
+        data[position] = value
+    read_or_shardmix_error(bytes(data[:length]), start=start)
+    read_or_shardmix_error(bytes(data), start=start)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, len(_VALID) - 1), st.integers(0, 255))
+def test_mutated_headers_raise_only_shardmix_errors(block: int, value: int) -> None:
+    """Mutations aimed at header fields, with the checksum fixed so the field is parsed."""
+    data = bytearray(_VALID)
+    header = (block // BLOCK) * BLOCK
+    within = block % 500
+    data[header + (156 if 148 <= within < 156 else within)] = value
+    data[header + 148 : header + 156] = b" " * 8
+    data[header + 148 : header + 156] = b"%06o\x00 " % sum(data[header : header + BLOCK])
+    read_or_shardmix_error(bytes(data))
+    read_or_shardmix_error(bytes(data), start=2)

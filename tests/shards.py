@@ -1,0 +1,62 @@
+"""Small shard sets written by shardmix's own writers, for the tests.
+
+Every record encodes where it was written: key ``s{shard:03d}r{record:05d}``, an int ``shard``
+and ``record`` field (TFRecord) or text fields (tar), so any assertion can say where a sample
+came from.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from shardmix.formats.tar import TarWriter
+from shardmix.formats.tfrecord import TFRecordWriter
+
+
+def record_key(shard: int, record: int) -> str:
+    return f"s{shard:03d}r{record:05d}"
+
+
+def write_shards(directory: Path, fmt: str, sizes: list[int], *, payload_bytes: int = 16) -> str:
+    """Write ``len(sizes)`` shards of ``sizes[i]`` records; return their brace pattern."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(len(sizes))
+    for shard, size in enumerate(sizes):
+        path = directory / f"part-{shard:04d}.{fmt}"
+        if fmt == "tar":
+            with TarWriter(path) as writer:
+                for record in range(size):
+                    writer.write(
+                        {
+                            "__key__": record_key(shard, record),
+                            "txt": f"{shard}:{record}",
+                            "bin": rng.bytes(payload_bytes),
+                        }
+                    )
+        else:
+            with TFRecordWriter(path) as writer:
+                for record in range(size):
+                    writer.write_example(
+                        {
+                            "__key__": record_key(shard, record),
+                            "shard": shard,
+                            "record": record,
+                            "bin": rng.bytes(payload_bytes),
+                        }
+                    )
+    last = len(sizes) - 1
+    return str(directory / f"part-{{0000..{last:04d}}}.{fmt}")
+
+
+def expected_keys(sizes: list[int]) -> Counter[str]:
+    return Counter(record_key(s, r) for s, size in enumerate(sizes) for r in range(size))
+
+
+def batch_keys(batches) -> list[list[str]]:
+    return [list(batch["__key__"]) for batch in batches]
+
+
+UNEVEN_SIZES = [7, 23, 1, 40, 15, 0, 31, 12, 9, 26, 18, 3]

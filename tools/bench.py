@@ -1,0 +1,474 @@
+"""Benchmark: shardmix against the usual readers of the same shards, in one run.
+
+For each format, on the same generated shards (:mod:`benchdata`), every row reads whole epochs
+with the same batch size and number of DataLoader workers and reports:
+
+- samples/s (best epoch, and the mean over epochs in ``--json``);
+- the mean number of distinct shards in a full batch, next to the ideal: the expectation for a
+  batch drawn uniformly at random, without replacement, from all samples;
+- whether the epoch delivered every written key exactly once (the multiset of keys).
+
+Sections (one per format now; resume or convert timing later) register themselves in
+``SECTIONS`` and return :class:`Row` values; the table printer and ``--json`` know nothing of
+what a section measures. Run from the repository root::
+
+    python tools/bench.py [--only tar] [--epochs 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdata import make_bench_shards, record_key, shard_of_key, shard_sizes  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+# ------------------------------------------------------------------------------ shared pieces
+
+
+@dataclass(frozen=True)
+class Config:
+    """What every section reads: the data and the loader settings."""
+
+    data_dir: Path
+    sizes: tuple[int, ...]
+    record_bytes: int
+    seed: int
+    batch_size: int
+    num_workers: int
+    epochs: int
+
+    @property
+    def expected_keys(self) -> Counter[str]:
+        return Counter(
+            record_key(shard, record)
+            for shard, size in enumerate(self.sizes)
+            for record in range(size)
+        )
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    section: str
+    system: str  # "shardmix" or the name of the reader it is compared with
+    name: str
+    samples: int
+    seconds: float  # best epoch
+    samples_per_s: float  # best epoch
+    mean_samples_per_s: float
+    distinct_per_batch: float  # mean over full batches
+    ideal_distinct: float
+    exactly_once: bool
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    run: Callable[[Config], list[Row]]
+    description: str
+
+
+SECTIONS: dict[str, Section] = {}
+
+
+def section(name: str, description: str) -> Callable[[Callable[[Config], list[Row]]], Any]:
+    """Register a section function under ``name``."""
+
+    def register(run: Callable[[Config], list[Row]]) -> Callable[[Config], list[Row]]:
+        if name in SECTIONS:
+            raise ValueError(f"section {name!r} is registered twice")
+        SECTIONS[name] = Section(name, run, description)
+        return run
+
+    return register
+
+
+def ideal_distinct(sizes: Sequence[int], batch_size: int) -> float:
+    """Expected distinct shards in ``batch_size`` samples drawn uniformly without replacement.
+
+    E = sum_s 1 - C(N - n_s, B) / C(N, B), in log-gamma to avoid overflow.
+
+    >>> round(ideal_distinct([1, 1, 1, 1], 2), 6)
+    2.0
+    >>> round(ideal_distinct([2, 2], 2), 6)  # 1 - 1/6 each
+    1.666667
+    """
+    total = sum(sizes)
+    batch = min(batch_size, total)
+
+    def log_choose(n: int, k: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+    expected = 0.0
+    for size in sizes:
+        rest = total - size
+        miss = 0.0 if rest < batch else math.exp(log_choose(rest, batch) - log_choose(total, batch))
+        expected += 1.0 - miss
+    return expected
+
+
+@dataclass
+class EpochResult:
+    seconds: float
+    keys: Counter[str]
+    distinct: list[int]  # per full batch
+
+
+def read_epoch(
+    batches: Iterable[Any],
+    keys_of: Callable[[Any], list[str]],
+    sources_of: Callable[[Any], list[str]],
+    batch_size: int,
+) -> EpochResult:
+    """Time one pass over ``batches`` (an iterable whose ``iter()`` starts the epoch)."""
+    keys: Counter[str] = Counter()
+    distinct: list[int] = []
+    start = time.perf_counter()
+    for batch in batches:
+        batch_keys = keys_of(batch)
+        keys.update(batch_keys)
+        if len(batch_keys) == batch_size:
+            distinct.append(len(set(sources_of(batch))))
+    return EpochResult(time.perf_counter() - start, keys, distinct)
+
+
+def measure(
+    config: Config,
+    section_name: str,
+    system: str,
+    name: str,
+    make_batches: Callable[[int], Iterable[Any]],
+    keys_of: Callable[[Any], list[str]],
+    sources_of: Callable[[Any], list[str]],
+    note: str = "",
+) -> Row:
+    """Read ``config.epochs`` epochs (``make_batches(epoch)`` builds each) into one Row."""
+    expected = config.expected_keys
+    results = [
+        read_epoch(make_batches(epoch), keys_of, sources_of, config.batch_size)
+        for epoch in range(config.epochs)
+    ]
+    # Collect finished loaders now: a DataLoader iterator left to a reference cycle keeps its
+    # workers, and workers forked for the next row would inherit it.
+    gc.collect()
+    total = sum(expected.values())
+    rates = [sum(r.keys.values()) / r.seconds for r in results]
+    best = max(range(len(results)), key=lambda i: rates[i])
+    distinct = [d for r in results for d in r.distinct]
+    return Row(
+        section=section_name,
+        system=system,
+        name=name,
+        samples=sum(results[best].keys.values()),
+        seconds=results[best].seconds,
+        samples_per_s=rates[best],
+        mean_samples_per_s=sum(rates) / len(rates),
+        distinct_per_batch=sum(distinct) / len(distinct) if distinct else float("nan"),
+        ideal_distinct=ideal_distinct(config.sizes, config.batch_size),
+        exactly_once=all(r.keys == expected for r in results),
+        note=note,
+        extra={"expected_samples": total, "epoch_seconds": [r.seconds for r in results]},
+    )
+
+
+def as_str_list(values: Iterable[Any]) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+
+
+# ------------------------------------------------------------------------------ tar section
+
+
+@section("tar", "shardmix vs webdataset on tar shards")
+def tar_section(config: Config) -> list[Row]:
+    import webdataset as wds
+
+    urls = make_bench_shards(config.data_dir, "tar", config.sizes, config.record_bytes, config.seed)
+    rows = [_shardmix_row(config, "tar", urls)]
+
+    def webdataset_loader(sample_shuffle: int) -> Callable[[int], Iterable[Any]]:
+        def make(epoch: int) -> Iterable[Any]:
+            # Workers split the shard list first, then each shuffles its own slice: every
+            # shard is read by exactly one worker. shuffle() returns a new pipeline.
+            dataset = wds.WebDataset(
+                urls,
+                shardshuffle=len(urls),
+                seed=config.seed + epoch,
+                nodesplitter=wds.single_node_only,
+                workersplitter=wds.split_by_worker,
+                empty_check=False,
+            )
+            if sample_shuffle:
+                dataset = dataset.shuffle(sample_shuffle, seed=config.seed + epoch)
+            return DataLoader(dataset, batch_size=config.batch_size, num_workers=config.num_workers)
+
+        return make
+
+    for sample_shuffle, note in ((0, ""), (1000, "per-worker .shuffle(1000)")):
+        rows.append(
+            measure(
+                config,
+                "tar",
+                "webdataset",
+                "webdataset" + (f" +shuffle({sample_shuffle})" if sample_shuffle else ""),
+                webdataset_loader(sample_shuffle),
+                keys_of=lambda batch: as_str_list(batch["__key__"]),
+                sources_of=lambda batch: as_str_list(batch["__url__"]),
+                note=note,
+            )
+        )
+    return rows
+
+
+def _shardmix_row(config: Config, fmt: str, urls: list[str]) -> Row:
+    from shardmix import MixingLoader, ShardDataset
+
+    loader = MixingLoader(
+        ShardDataset(urls, seed=config.seed),
+        batch_size=config.batch_size,
+        num_workers=config.num_workers,
+        seed=config.seed,
+    )
+
+    def make(epoch: int) -> Iterable[Any]:
+        loader.set_epoch(epoch)
+        return loader
+
+    return measure(
+        config,
+        fmt,
+        "shardmix",
+        "shardmix",
+        make,
+        keys_of=lambda batch: batch["__key__"],
+        sources_of=lambda batch: batch["__source__"],
+        note="defaults (32 lanes, shuffle buffer 8192)",
+    )
+
+
+# -------------------------------------------------------------------------- tfrecord section
+
+_DESCRIPTION = {"__key__": "byte", "data": "byte", "cls": "int"}
+
+
+class _ChainedTFRecords(IterableDataset[dict[str, Any]]):
+    """The tfrecord package's reader over whole shards, shards dealt to workers by id."""
+
+    def __init__(self, paths: Sequence[str], seed: int) -> None:
+        self.paths = list(paths)
+        self.seed = seed
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        from tfrecord.reader import tfrecord_loader
+
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        order = torch.randperm(len(self.paths), generator=torch.Generator().manual_seed(self.seed))
+        for index in order.tolist()[worker::num_workers]:
+            # index_path=None: the whole shard (a shard tuple would be ignored without one).
+            yield from tfrecord_loader(self.paths[index], None, _DESCRIPTION)
+
+
+@section("tfrecord", "shardmix vs the tfrecord package on TFRecord shards")
+def tfrecord_section(config: Config) -> list[Row]:
+    from tfrecord.tools.tfrecord2idx import create_index
+    from tfrecord.torch.dataset import MultiTFRecordDataset
+
+    paths = make_bench_shards(
+        config.data_dir, "tfrecord", config.sizes, config.record_bytes, config.seed
+    )
+    rows = [_shardmix_row(config, "tfrecord", paths)]
+
+    # MultiTFRecordDataset splits each shard between workers by record range, which needs an
+    # index file per shard; without one every worker would read every record.
+    for path in paths:
+        index = Path(path).with_suffix(".tfindex")
+        if not index.exists() or index.stat().st_mtime < Path(path).stat().st_mtime:
+            create_index(path, str(index))
+    stems = [Path(p).name[: -len(".tfrecord")] for p in paths]
+    data_dir = str(Path(paths[0]).parent)
+
+    def multi(epoch: int) -> Iterable[Any]:
+        dataset = MultiTFRecordDataset(
+            data_pattern=f"{data_dir}/{{}}.tfrecord",
+            index_pattern=f"{data_dir}/{{}}.tfindex",
+            # Draw from each shard in proportion to its size: the closest it comes to uniform.
+            splits={stem: float(size) for stem, size in zip(stems, config.sizes, strict=True)},
+            description=_DESCRIPTION,
+            infinite=False,  # one pass; the default cycles forever
+        )
+        generator = torch.Generator().manual_seed(config.seed + epoch)
+        return DataLoader(
+            dataset,
+            batch_size=config.batch_size,
+            num_workers=config.num_workers,
+            generator=generator,
+        )
+
+    def chained(epoch: int) -> Iterable[Any]:
+        return DataLoader(
+            _ChainedTFRecords(paths, config.seed + epoch),
+            batch_size=config.batch_size,
+            num_workers=config.num_workers,
+        )
+
+    def keys_of(batch: Any) -> list[str]:
+        return as_str_list(batch["__key__"])
+
+    def sources_of(batch: Any) -> list[str]:  # the package does not say; the key does
+        return [str(shard_of_key(key)) for key in keys_of(batch)]
+
+    rows.append(
+        measure(
+            config,
+            "tfrecord",
+            "tfrecord-pkg",
+            "tfrecord MultiTFRecordDataset",
+            multi,
+            keys_of,
+            sources_of,
+            note="index files, splits ∝ shard size",
+        )
+    )
+    rows.append(
+        measure(
+            config,
+            "tfrecord",
+            "tfrecord-pkg",
+            "tfrecord chained per worker",
+            chained,
+            keys_of,
+            sources_of,
+            note="whole shards dealt to workers",
+        )
+    )
+    return rows
+
+
+# ------------------------------------------------------------------------------ reporting
+
+
+def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """shardmix over every other row of the same section."""
+    out = []
+    for ours in (r for r in rows if r.system == "shardmix"):
+        for other in (r for r in rows if r.section == ours.section and r.system != "shardmix"):
+            out.append(
+                {
+                    "section": ours.section,
+                    "versus": other.name,
+                    "speed": ours.samples_per_s / other.samples_per_s,
+                    "distinct": ours.distinct_per_batch / other.distinct_per_batch,
+                }
+            )
+    return out
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    header = ("section", "reader", "samples", "s", "samples/s", "files/batch", "ideal", "once")
+    body = [
+        (
+            r.section,
+            r.name,
+            str(r.samples),
+            f"{r.seconds:.2f}",
+            f"{r.samples_per_s:,.0f}",
+            f"{r.distinct_per_batch:.2f}",
+            f"{r.ideal_distinct:.2f}",
+            "OK" if r.exactly_once else "MISMATCH",
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    left = {0, 1}
+
+    def fmt(line: Sequence[str]) -> str:
+        pairs = enumerate(zip(line, widths, strict=True))
+        cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in pairs]
+        return "  ".join(cells).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(header), rule, *(fmt(line) for line in body)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data-dir", type=Path, default=REPO / "bench_data")
+    parser.add_argument("--shards", type=int, default=64)
+    parser.add_argument("--record-bytes", type=int, default=4096)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--only", choices=sorted(SECTIONS), action="append")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+
+    sizes = tuple(shard_sizes(args.shards, seed=args.seed))
+    config = Config(
+        data_dir=args.data_dir,
+        sizes=sizes,
+        record_bytes=args.record_bytes,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        epochs=args.epochs,
+    )
+    started = time.perf_counter()
+    rows: list[Row] = []
+    for name in args.only or list(SECTIONS):
+        rows.extend(SECTIONS[name].run(config))
+    elapsed = time.perf_counter() - started
+    ideal = ideal_distinct(sizes, args.batch_size)
+
+    if args.json:
+        report = {
+            "shards": len(sizes),
+            "records": sum(sizes),
+            "record_bytes": args.record_bytes,
+            "batch_size": args.batch_size,
+            "num_workers": args.num_workers,
+            "epochs": args.epochs,
+            "ideal_distinct": ideal,
+            "rows": [asdict(r) for r in rows],
+            "ratios": ratios(rows),
+            "seconds": elapsed,
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        print(
+            f"{len(sizes)} shards, {sum(sizes)} records of {args.record_bytes} B "
+            f"(sizes {min(sizes)}..{max(sizes)}), batch {args.batch_size}, "
+            f"{args.num_workers} workers, {args.epochs} epoch(s), best epoch shown"
+        )
+        print(f"ideal distinct files per batch (uniform, without replacement): {ideal:.2f}\n")
+        print(format_table(rows))
+        print()
+        for ratio in ratios(rows):
+            print(
+                f"{ratio['section']}: shardmix / {ratio['versus']}: "
+                f"{ratio['speed']:.2f}x samples/s, {ratio['distinct']:.2f}x files/batch"
+            )
+        print(f"\ntotal {elapsed:.1f} s")
+    return 0 if all(r.exactly_once for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
