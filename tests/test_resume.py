@@ -101,3 +101,22 @@ print(json.dumps([batch_fingerprint(b) for _, b in run_steps(loader, 2)]))
         [sys.executable, "-c", script], check=True, capture_output=True, text=True
     ).stdout
     assert [tuple(map(tuple, batch)) for batch in json.loads(out)] == reference[5:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_resume_with_a_large_buffer_on_32_shards(tmp_path, fmt):
+    sizes = [500 + 37 * (i % 9) for i in range(32)]
+    pattern = write_shards(tmp_path, fmt, sizes, payload_bytes=8)
+
+    def make():
+        return MixingLoader(
+            ShardDataset(pattern, seed=3), batch_size=64, num_workers=2, shuffle_buffer=10_000
+        )
+
+    total = -(-sum(sizes) // 64)
+    report = check_resume(make, epochs=1, steps=[1, 37, total // 2, total - 1])
+    assert report.total_steps == total
+    assert report.steps_checked == 4
+    # The buffer's 10,000 references are in the state (an empty buffer packs to ~1 KiB).
+    assert 5_000 < report.largest_state_bytes < 64 * 1024

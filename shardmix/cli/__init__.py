@@ -1,0 +1,1 @@
+"""Command-line shells: parse arguments, call one library function, format its result."""

@@ -1,0 +1,150 @@
+"""``shardmix inspect``: which shards each batch came from, with the loader settings given.
+
+Calls :func:`shardmix.inspect.inspect_batches` and prints a table per batch (the first and
+last few when there are many) and a summary against the uniformly random ideal; ``--json``
+prints the report's JSON instead (schema: docs/inspect-schema.md), ``--plot`` draws it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "show which shards each batch came from, against the uniformly random ideal"
+# With more batches than this, the table shows the first and the last EDGE_ROWS.
+MAX_ROWS = 12
+EDGE_ROWS = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("urls", nargs="+", metavar="URLS", help="shard URL patterns")
+    parser.add_argument("--batch-size", type=int, default=64, help="samples per batch (64)")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
+    parser.add_argument("--num-lanes", type=int, default=None, help="shards open at once (32)")
+    parser.add_argument(
+        "--shuffle-buffer", type=int, default=None, help="shuffle buffer samples (8192)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of shard order and buffer (0)")
+    parser.add_argument("--epoch", type=int, default=0, help="epoch to read (0)")
+    parser.add_argument("--batches", type=int, default=None, help="read only the first K")
+    parser.add_argument("--world-size", type=int, default=1, help="ranks in the job (1)")
+    parser.add_argument("--rank", type=int, default=0, help="the rank to inspect (0)")
+    parser.add_argument(
+        "--compare", action="store_true", help="also read a plain DataLoader over the shards"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--plot", metavar="FILE", help="draw the report to FILE (.png or .svg)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from shardmix.errors import ShardmixError
+    from shardmix.inspect import inspect_batches
+
+    options = {
+        name: value
+        for name, value in (("num_lanes", args.num_lanes), ("shuffle_buffer", args.shuffle_buffer))
+        if value is not None
+    }
+    try:
+        report = inspect_batches(
+            args.urls,
+            batch_size=args.batch_size,
+            num_workers=args.num_workers,
+            seed=args.seed,
+            epoch=args.epoch,
+            batches=args.batches,
+            rank=args.rank,
+            world_size=args.world_size,
+            compare=args.compare,
+            progress=sys.stderr.isatty(),
+            **options,
+        )
+        if args.plot:
+            from shardmix.plot import plot_report
+
+            plot_report(report, args.plot)
+    except (ShardmixError, ModuleNotFoundError) as error:
+        print(f"shardmix inspect: {error}", file=sys.stderr)
+        return 1
+    data = report.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(format_report(data))
+    return 0
+
+
+def format_report(data: dict) -> str:  # type: ignore[type-arg]
+    """The report as text: a table per batch and the summary."""
+    lines = [_settings_line(data), ""]
+    runs = [data] + ([data["baseline"]] if data["baseline"] else [])
+    for run in runs:
+        lines += [f"{_name(run)}:", *_table(run["batches"]), ""]
+    lines += _summary(runs)
+    return "\n".join(lines)
+
+
+def _name(run: dict) -> str:  # type: ignore[type-arg]
+    if run["loader"] == "MixingLoader":
+        return f"shardmix MixingLoader ({run['num_lanes']} lanes, {run['num_workers']} workers)"
+    return f"plain DataLoader ({run['num_workers']} workers, one shard open each)"
+
+
+def _settings_line(data: dict) -> str:  # type: ignore[type-arg]
+    s = data["settings"]
+    return (
+        f"{s['num_shards']} shards (rank {s['rank']} of {s['world_size']} reads "
+        f"{len(data['shards'])}, {sum(data['shards'].values())} records); "
+        f"batch_size {s['batch_size']}, num_workers {s['num_workers']}, "
+        f"num_lanes {s['num_lanes']}, shuffle_buffer {s['shuffle_buffer']}, "
+        f"seed {s['seed']}, epoch {s['epoch']}"
+    )
+
+
+def _table(batches: list) -> list[str]:  # type: ignore[type-arg]
+    rows = [f"{'batch':>6} {'samples':>7} {'distinct':>8} {'largest':>7}  {'largest shard':<28}"
+            " samples per worker"]  # fmt: skip
+    shown = list(enumerate(batches))
+    if len(batches) > MAX_ROWS:
+        shown = shown[:EDGE_ROWS] + [(-1, None)] + shown[-EDGE_ROWS:]
+    for _, batch in shown:
+        if batch is None:
+            rows.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
+            continue
+        url, _count = max(batch["sources"].items(), key=lambda item: item[1])
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        workers = " ".join(str(count) for count in batch["workers"])
+        rows.append(
+            f"{batch['index']:>6} {batch['size']:>7} {batch['distinct_sources']:>8} "
+            f"{batch['largest_share']:>7.1%}  {name[-28:]:<28} {workers}"
+        )
+    return rows
+
+
+def _summary(runs: list) -> list[str]:  # type: ignore[type-arg]
+    labels = ["MixingLoader", "DataLoader"][: len(runs)]
+    head = f"{'distinct shards per batch':<28}" + "".join(f"{label:>14}" for label in labels)
+    summaries = [run["summary"] for run in runs]
+
+    def row(name: str, values: list[str]) -> str:
+        return f"{name:<28}" + "".join(f"{value:>14}" for value in values)
+
+    ideal = summaries[0]["ideal_distinct_sources"]
+    lines = [
+        head,
+        row("batches", [str(s["batches"]) for s in summaries]),
+        row("mean", [f"{s['mean_distinct_sources']:.2f}" for s in summaries]),
+        row("min / max", [f"{s['min_distinct_sources']} / {s['max_distinct_sources']}"
+                          for s in summaries]),  # fmt: skip
+        row("mean largest share", [f"{s['mean_largest_share']:.1%}" for s in summaries]),
+        row("uniformly random ideal", [f"{ideal:.2f}"]),
+        "",
+    ]
+    for label, summary in zip(labels, summaries, strict=True):
+        histogram = " ".join(
+            f"{entry['distinct_sources']}:{entry['batches']}" for entry in summary["histogram"]
+        )
+        lines.append(f"histogram {label} (distinct shards:batches): {histogram}")
+    return lines

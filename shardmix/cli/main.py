@@ -1,0 +1,47 @@
+"""``shardmix``: the console entry point; each subcommand lives in its own module.
+
+A subcommand module ``shardmix.cli.<name>`` provides ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. The modules import only argparse at the
+top and the library inside ``run``, so ``shardmix --help`` stays fast and a missing optional
+dependency only affects its own subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from shardmix import __version__
+
+SUBCOMMANDS = ("convert", "inspect", "stat")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardmix",
+        description="Stream sharded training data into PyTorch, every batch mixed.",
+    )
+    parser.add_argument("--version", action="version", version=f"shardmix {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"shardmix.cli.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"shardmix.cli.{name}":
+                raise
+            continue
+        sub = commands.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""``shardmix stat``: per shard its format, records and bytes, and totals.
+
+Calls :func:`shardmix.stat.stat_shards`; ``--verify`` reads every record and checks every
+tar header and TFRecord CRC. The exit status is 1 when a shard is damaged (every damaged
+shard is listed, with the record and byte offset of its damage), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "list shards with their format, records and bytes; --verify checks every record"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("urls", nargs="+", metavar="URLS", help="shard URL patterns")
+    parser.add_argument(
+        "--verify", action="store_true", help="read every record, checking headers and CRCs"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from shardmix.errors import ShardmixError
+    from shardmix.stat import stat_shards
+
+    try:
+        report = stat_shards(args.urls, verify=args.verify, progress=sys.stderr.isatty())
+    except ShardmixError as error:
+        print(f"shardmix stat: {error}", file=sys.stderr)
+        return 1
+    data = report.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(format_report(data))
+    return 1 if report.damaged else 0
+
+
+def format_report(data: dict) -> str:  # type: ignore[type-arg]
+    """The report as text: one row per shard, the totals, then each damage in full."""
+    width = max([len(shard["url"]) for shard in data["shards"]] + [5])
+    lines = [f"{'shard':<{width}}  {'format':<8} {'records':>10} {'bytes':>14}  status"]
+    for shard in data["shards"]:
+        size = "?" if shard["bytes"] is None else f"{shard['bytes']:,}"
+        status = "ok" if shard["error"] is None else _damage(shard)
+        lines.append(
+            f"{shard['url']:<{width}}  {shard['format']:<8} {shard['records']:>10,} "
+            f"{size:>14}  {status}"
+        )
+    totals = data["totals"]
+    checked = "verified" if data["verify"] else "counted (use --verify to check every record)"
+    lines.append(
+        f"{'total: ' + str(totals['shards']) + ' shards':<{width}}  {'':<8} "
+        f"{totals['records']:>10,} {totals['bytes']:>14,}  {checked}"
+    )
+    damaged = [shard for shard in data["shards"] if shard["error"] is not None]
+    if damaged:
+        lines += ["", f"{len(damaged)} damaged shard(s):"]
+        lines += [f"- {shard['error']}" for shard in damaged]
+    return "\n".join(lines)
+
+
+def _damage(shard: dict) -> str:  # type: ignore[type-arg]
+    where = []
+    if shard["error_record"] is not None:
+        where.append(f"record {shard['error_record']}")
+    if shard["error_offset"] is not None:
+        where.append(f"byte offset {shard['error_offset']}")
+    return "DAMAGED" + (f" at {', '.join(where)}" if where else "")
