@@ -8,13 +8,14 @@ Iterated directly, or by a plain DataLoader, each worker reads its lanes interle
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from torch.utils.data import IterableDataset
 
 from shardmix import reader
+from shardmix.counts import RecordCounts
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
 from shardmix.reader import LanePosition, Sample, read_lane, round_robin
@@ -49,6 +50,8 @@ class ShardDataset(IterableDataset[Sample]):
         tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
             each record's bytes under ``"record"``.
         max_record_bytes: a TFRecord length field above this is refused as damage.
+        record_counts: records per shard URL, when known (a manifest); the others are counted
+            when equal steps per rank need them.
     """
 
     def __init__(
@@ -62,12 +65,15 @@ class ShardDataset(IterableDataset[Sample]):
         transform: Callable[[Sample], Sample] | None = None,
         tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
         max_record_bytes: int = 1 << 30,
+        record_counts: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__()
         if num_lanes < 1:
             raise ConfigError(f"num_lanes must be at least 1, got {num_lanes}")
         self.urls = expand_urls(urls)
         check_local_shards(self.urls)
+        # A URL's index in ``urls`` (its first, if listed twice): how checkpoints name shards.
+        self.shard_index = {url: i for i, url in reversed(list(enumerate(self.urls)))}
         forced = Format(format) if format is not None else None
         self._format_of = {url: forced or infer_format(url) for url in self.urls}
         self.seed = seed
@@ -77,6 +83,7 @@ class ShardDataset(IterableDataset[Sample]):
         self.options = ReadOptions(
             tfrecord_payload=TFRecordPayload(tfrecord_payload), max_record_bytes=max_record_bytes
         )
+        self.record_counts = RecordCounts(self.urls, self._format_of, self.options, record_counts)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -85,10 +92,26 @@ class ShardDataset(IterableDataset[Sample]):
 
     def lane_shards(self, epoch: int, *, rank: int = 0, world_size: int = 1) -> list[list[int]]:
         """For each lane, the indices into ``self.urls`` it reads in ``epoch``, in order."""
-        order = epoch_shard_order(
+        order = self._shard_order(epoch, world_size)
+        return deal_to_lanes(rank_shards(order, rank=rank, world_size=world_size), self.num_lanes)
+
+    def rank_totals(self, epoch: int, world_size: int) -> list[int]:
+        """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
+        order = self._shard_order(epoch, world_size)
+        return [
+            self.record_counts.total(rank_shards(order, rank=rank, world_size=world_size))
+            for rank in range(world_size)
+        ]
+
+    def _shard_order(self, epoch: int, world_size: int) -> list[int]:
+        if world_size > len(self.urls):
+            raise ConfigError(
+                f"{len(self.urls)} shards cannot be split over {world_size} ranks without "
+                "reading some twice; write more shards (shardmix convert --max-records)"
+            )
+        return epoch_shard_order(
             len(self.urls), seed=self.seed, epoch=epoch, shuffle=self.shuffle_shards
         )
-        return deal_to_lanes(rank_shards(order, rank=rank, world_size=world_size), self.num_lanes)
 
     def read_lane(
         self,

@@ -34,7 +34,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.mixing import LaneMixer
 from shardmix.reader import LaneChunk, LanePosition, Sample, round_robin_chunks
-from shardmix.sharding import worker_lanes
+from shardmix.sharding import EvenRanks, rank_quota, worker_lanes
 from shardmix.shuffle import ShuffleBuffer
 from shardmix.world import detect_rank, detect_world
 
@@ -60,6 +60,12 @@ class MixingLoader:
         timeout: seconds to wait for a worker's next chunk before raising (0 waits forever).
         prefetch_factor: chunks each worker prepares ahead.
         multiprocessing_context: passed to the DataLoader.
+        even_ranks: under torch.distributed, every rank yields the same number of samples
+            (so the same number of batches) each epoch: ``"drop"`` stops every rank at the
+            smallest rank's count, ``"pad"`` brings every rank to the largest by repeating its
+            first samples of the epoch. Planned before the epoch from record counts.
+        rank, world_size: this process's place among the ranks; detected from
+            torch.distributed (when initialized) at each ``iter()`` when not given.
     """
 
     def __init__(
@@ -75,6 +81,9 @@ class MixingLoader:
         timeout: float = 0.0,
         prefetch_factor: int = 2,
         multiprocessing_context: Any = None,
+        even_ranks: str | EvenRanks = EvenRanks.DROP,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
@@ -97,6 +106,10 @@ class MixingLoader:
         self.timeout = timeout
         self.prefetch_factor = prefetch_factor
         self.multiprocessing_context = multiprocessing_context
+        self.even_ranks = EvenRanks(even_ranks)
+        if (rank is None) != (world_size is None):
+            raise ConfigError("give both rank and world_size, or neither")
+        self._world = None if rank is None or world_size is None else (rank, world_size)
         self.epoch = 0
         self._current: _EpochIterator | None = None
         self._resume: dict[str, Any] | None = None
@@ -134,8 +147,12 @@ class MixingLoader:
         self._resume = copy.deepcopy(dict(state))
         self._current = None
 
+    def rank_and_world_size(self) -> tuple[int, int]:
+        """``(rank, world_size)``: as given, else from torch.distributed, else ``(0, 1)``."""
+        return self._world if self._world is not None else detect_rank()
+
     def _config(self, dataset: ShardDataset) -> dict[str, Any]:
-        rank, world_size = detect_rank()
+        rank, world_size = self.rank_and_world_size()
         return {
             "num_shards": len(dataset.urls),
             "shards": shards_digest(dataset.urls),
@@ -148,6 +165,7 @@ class MixingLoader:
             "drop_last": self.drop_last,
             "rank": rank,
             "world_size": world_size,
+            "even_ranks": self.even_ranks.value,
         }
 
     def _shard_dataset(self, what: str) -> ShardDataset:
@@ -183,19 +201,31 @@ class MixingLoader:
 
 
 class _EpochIterator:
-    """One epoch's batches; its position is the loader's state between batches."""
+    """One epoch's batches; its position is the loader's state between batches.
+
+    Under several ranks the epoch is cut (``drop``) or extended (``pad``) to the same number of
+    samples on every rank; padding repeats this rank's first samples of the epoch, re-read by
+    reference, so the state stays references only.
+    """
 
     def __init__(self, loader: MixingLoader, epoch: int, resume: Mapping[str, Any] | None):
         self.loader = loader
         self.epoch = epoch
         self.batches = 0
+        self.emitted = 0
         self.finished = False
-        rank, world_size = detect_rank()
+        rank, world_size = loader.rank_and_world_size()
         dataset = loader.dataset
         lane_urls = None
+        self.quota: int | None = None
+        self.own: int | None = None
+        self.pad_refs: list[tuple[int, int]] = []
+        self._pad: list[Sample] | None = None
         if isinstance(dataset, ShardDataset):
             plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
             lane_urls = [[dataset.urls[i] for i in lane] for lane in plan]
+            if world_size > 1:
+                self.quota, self.own = self._plan_quota(dataset, epoch, rank, world_size)
         self.buffer: ShuffleBuffer[Sample] = ShuffleBuffer(
             loader.shuffle_buffer, seed=loader.seed, epoch=epoch
         )
@@ -208,6 +238,8 @@ class _EpochIterator:
             starts = [LanePosition(shard, record) for shard, record in mixer_state["lanes"]]
             live, cursor = mixer_state["live"], mixer_state["cursor"]
             self.batches = resume["batches"]
+            self.emitted = resume["emitted"]
+            self.pad_refs = unpack_refs(resume["pad"])
             self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]))
             self.buffer.draws.count = resume["buffer"]["draws"]
         if live is not None and not live:
@@ -218,6 +250,19 @@ class _EpochIterator:
         self.mixer = LaneMixer(
             chunks, num_lanes, live=live, cursor=cursor, lane_urls=lane_urls, start=starts
         )
+
+    def _plan_quota(
+        self, dataset: ShardDataset, epoch: int, rank: int, world_size: int
+    ) -> tuple[int, int]:
+        totals = dataset.rank_totals(epoch, world_size)
+        quota = rank_quota(totals, self.loader.even_ranks)
+        if quota == 0:
+            empty = [r for r, total in enumerate(totals) if total == 0]
+            raise ConfigError(
+                f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
+                "would yield any; use even_ranks='pad' or spread the records over more shards"
+            )
+        return quota, totals[rank]
 
     def __iter__(self) -> _EpochIterator:
         return self
@@ -239,6 +284,25 @@ class _EpochIterator:
         return self.loader.collate_fn(batch)
 
     def _next_sample(self) -> Sample | None:
+        if self.quota is None or self.own is None:
+            return self._next_own()
+        if self.emitted >= self.quota:
+            return None
+        if self.emitted >= self.own:
+            sample = self._next_pad()
+        else:
+            sample = self._next_own()
+            if sample is None:
+                raise ConfigError(
+                    f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
+                    f"but were counted at {self.own}; the shards changed while being read"
+                )
+            if len(self.pad_refs) < self.quota - self.own:
+                self.pad_refs.append(_ref_of(self.loader.dataset, sample))
+        self.emitted += 1
+        return sample
+
+    def _next_own(self) -> Sample | None:
         push = self.buffer.push
         for sample in self.mixer:
             evicted = push(sample)
@@ -246,14 +310,23 @@ class _EpochIterator:
                 return evicted
         return self.buffer.pop()
 
+    def _next_pad(self) -> Sample:
+        if self._pad is None:
+            assert isinstance(self.loader.dataset, ShardDataset)
+            self._pad = _reread(self.loader.dataset, self.pad_refs)
+        if not self._pad:
+            raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
+        return dict(self._pad[(self.emitted - self.own) % len(self._pad)])
+
     def position(self) -> dict[str, Any]:
         dataset = self.loader.dataset
         assert isinstance(dataset, ShardDataset)
-        shard_index = {url: i for i, url in reversed(list(enumerate(dataset.urls)))}
-        refs = [(shard_index[s["__source__"]], s["__index__"]) for s in self.buffer.items]
+        refs = [_ref_of(dataset, sample) for sample in self.buffer.items]
         return {
             "epoch": self.epoch,
             "batches": self.batches,
+            "emitted": self.emitted,
+            "pad": pack_refs(self.pad_refs),
             "mixer": {
                 "live": list(self.mixer.live),
                 "cursor": self.mixer.cursor,
@@ -263,11 +336,19 @@ class _EpochIterator:
         }
 
 
+def _ref_of(dataset: IterableDataset[Any], sample: Sample) -> tuple[int, int]:
+    """``(shard, record)``: the sample's shard as an index into the dataset's URL list."""
+    assert isinstance(dataset, ShardDataset)
+    return dataset.shard_index[sample["__source__"]], sample["__index__"]
+
+
 def _epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
     """The position at the start of ``epoch``, before any batch."""
     return {
         "epoch": epoch,
         "batches": 0,
+        "emitted": 0,
+        "pad": pack_refs([]),
         "mixer": {"live": list(range(num_lanes)), "cursor": 0, "lanes": [[0, 0]] * num_lanes},
         "buffer": {"draws": 0, "items": pack_refs([])},
     }

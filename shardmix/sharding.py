@@ -19,6 +19,7 @@ whatever ``num_workers`` is.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,22 @@ class World:
             raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
         if not 0 <= self.worker < self.num_workers:
             raise ValueError(f"worker {self.worker} is outside num_workers {self.num_workers}")
+
+
+class EvenRanks(enum.Enum):
+    """How ranks with different numbers of samples are made to take the same number of steps."""
+
+    DROP = "drop"  # every rank stops at the smallest rank's count: the uneven tail is dropped
+    PAD = "pad"  # every rank reaches the largest rank's count by repeating its first samples
+
+
+def rank_quota(totals: Sequence[int], policy: EvenRanks) -> int:
+    """The number of samples every rank yields this epoch, given each rank's total.
+
+    >>> rank_quota([120, 97, 130], EvenRanks.DROP), rank_quota([120, 97, 130], EvenRanks.PAD)
+    (97, 130)
+    """
+    return min(totals) if policy is EvenRanks.DROP else max(totals)
 
 
 def epoch_shard_order(num_shards: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:

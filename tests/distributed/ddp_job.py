@@ -1,0 +1,57 @@
+"""A tiny DDP training job over shards, run by tests/distributed/test_torchrun.py via torchrun.
+
+Each rank writes ``rank-<R>.json`` to the output folder: per epoch, its step count and the keys
+of every sample it trained on.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from shardmix import MixingLoader, ShardDataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shards")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--even-ranks", default="drop")
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(1, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = MixingLoader(
+        ShardDataset(args.shards, seed=7),
+        batch_size=8,
+        num_workers=2,
+        shuffle_buffer=64,
+        seed=7,
+        even_ranks=args.even_ranks,
+    )
+    epochs = []
+    for _ in range(args.epochs):
+        steps, keys = 0, []
+        for batch in loader:
+            x = torch.tensor([[float(int(i))] for i in batch["__index__"]])
+            loss = (model(x) - x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()  # all-reduces: a rank with an extra step would hang here
+            optimizer.step()
+            steps += 1
+            keys.extend(batch["__key__"])
+        epochs.append({"steps": steps, "keys": keys})
+    dist.barrier()
+    (args.out / f"rank-{rank}.json").write_text(json.dumps(epochs))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
