@@ -288,8 +288,9 @@ class _EpochIterator:
             return self._next_own()
         if self.emitted >= self.quota:
             return None
+        sample: Sample | None
         if self.emitted >= self.own:
-            sample = self._next_pad()
+            sample = self._next_pad(self.emitted - self.own)
         else:
             sample = self._next_own()
             if sample is None:
@@ -310,13 +311,13 @@ class _EpochIterator:
                 return evicted
         return self.buffer.pop()
 
-    def _next_pad(self) -> Sample:
+    def _next_pad(self, position: int) -> Sample:
         if self._pad is None:
             assert isinstance(self.loader.dataset, ShardDataset)
             self._pad = _reread(self.loader.dataset, self.pad_refs)
         if not self._pad:
             raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
-        return dict(self._pad[(self.emitted - self.own) % len(self._pad)])
+        return dict(self._pad[position % len(self._pad)])
 
     def position(self) -> dict[str, Any]:
         dataset = self.loader.dataset

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.damaged else 0
 
 
-def format_report(data: dict) -> str:  # type: ignore[type-arg]
+def format_report(data: dict) -> str:
     """The report as text: one row per shard, the totals, then each damage in full."""
     width = max([len(shard["url"]) for shard in data["shards"]] + [5])
     lines = [f"{'shard':<{width}}  {'format':<8} {'records':>10} {'bytes':>14}  status"]
@@ -64,7 +64,7 @@ def format_report(data: dict) -> str:  # type: ignore[type-arg]
     return "\n".join(lines)
 
 
-def _damage(shard: dict) -> str:  # type: ignore[type-arg]
+def _damage(shard: dict) -> str:
     where = []
     if shard["error_record"] is not None:
         where.append(f"record {shard['error_record']}")

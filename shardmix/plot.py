@@ -1,0 +1,167 @@
+"""Plot an inspect report: where each batch's samples came from, at a glance.
+
+:func:`plot_report` draws, from an :class:`~shardmix.inspect.InspectReport` or its JSON
+(``to_dict()``, or the output of ``shardmix inspect --json`` loaded back):
+
+- a heat map of batches (rows, top to bottom in loader order) by shard (columns, in order of
+  first appearance), each cell the number of samples that batch drew from that shard, empty
+  cells left white; beside it the same for the plain DataLoader when the report has a baseline;
+- a histogram of distinct shards per batch, the baseline's beside it, with the uniformly
+  random ideal marked by a labelled vertical line.
+
+The figure is titled with the settings. matplotlib is an optional dependency (the ``plot``
+extra), imported on first use with the Agg backend, so no display is needed. The format
+follows the file extension: ``.png`` or ``.svg``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from shardmix.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shardmix.inspect import InspectReport
+
+# Heat maps show at most this many batches (the first ones); more would be thinner than a pixel.
+MAX_HEATMAP_BATCHES = 400
+_FORMATS = (".png", ".svg")
+_COLORS = {"MixingLoader": "tab:blue", "DataLoader": "tab:orange"}
+
+
+def plot_report(report: InspectReport | Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write ``report``'s heat map(s) and histogram to ``path`` (``.png`` or ``.svg``)."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix not in _FORMATS:
+        raise ConfigError(
+            f"{os.fspath(path)}: cannot tell the plot format from the extension; "
+            "name the file .png or .svg"
+        )
+    data = report if isinstance(report, Mapping) else report.to_dict()
+    plt = _pyplot()
+    runs = [data] + ([data["baseline"]] if data.get("baseline") else [])
+    figure = plt.figure(figsize=(7.5 * len(runs) + 3.5, 11), layout="constrained")
+    grid = figure.add_gridspec(2, len(runs), height_ratios=[2.2, 1])
+    for column, run in enumerate(runs):
+        _heatmap(figure, figure.add_subplot(grid[0, column]), run)
+    _histogram(figure.add_subplot(grid[1, :]), runs)
+    figure.suptitle(_title(data), fontsize=13)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "plotting needs matplotlib: pip install 'shardmix[plot]'", name=error.name
+        ) from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(data: Mapping[str, Any]) -> str:
+    s = data["settings"]
+    limit = "whole epoch" if s["batches"] is None else f"first {s['batches']} batches"
+    return (
+        f"shardmix inspect: {s['num_shards']} shards, rank {s['rank']} of {s['world_size']}, "
+        f"epoch {s['epoch']} ({limit})\n"
+        f"batch_size {s['batch_size']}, num_workers {s['num_workers']}, "
+        f"num_lanes {s['num_lanes']}, shuffle_buffer {s['shuffle_buffer']}, seed {s['seed']}"
+    )
+
+
+def _run_label(run: Mapping[str, Any]) -> str:
+    if run["loader"] == "MixingLoader":
+        return f"shardmix MixingLoader ({run['num_lanes']} lanes)"
+    return f"plain DataLoader ({run['num_workers']} workers, one shard open each)"
+
+
+def _heatmap(figure: Any, axes: Any, run: Mapping[str, Any]) -> None:
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    batches: Sequence[Mapping[str, Any]] = run["batches"][:MAX_HEATMAP_BATCHES]
+    order: dict[str, int] = {}
+    for batch in batches:
+        for url in batch["sources"]:
+            order.setdefault(url, len(order))
+    counts = np.zeros((max(1, len(batches)), max(1, len(order))))
+    for row, batch in enumerate(batches):
+        for url, count in batch["sources"].items():
+            counts[row, order[url]] = count
+    cmap = _cmap()
+    image = axes.imshow(
+        np.ma.masked_equal(counts, 0), aspect="auto", interpolation="nearest", cmap=cmap, vmin=0
+    )
+    shown = len(batches)
+    total = len(run["batches"])
+    more = f" (first {shown} of {total} batches)" if shown < total else ""
+    axes.set_title(f"{_run_label(run)}{more}", fontsize=11)
+    axes.set_xlabel(f"shard, in order of first appearance ({len(order)} shards)")
+    axes.set_ylabel("batch")
+    axes.set_facecolor("white")
+    bar = figure.colorbar(image, ax=axes, fraction=0.05, pad=0.02, aspect=40)
+    bar.set_label("samples from the shard in the batch")
+    bar.locator = MaxNLocator(integer=True)
+    bar.update_ticks()
+
+
+def _cmap() -> Any:
+    import matplotlib
+
+    return matplotlib.colormaps["viridis"].with_extremes(bad="white")
+
+
+def _histogram(axes: Any, runs: Sequence[Mapping[str, Any]]) -> None:
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    highest = max(
+        [
+            max((h["distinct_sources"] for h in run["summary"]["histogram"]), default=1)
+            for run in runs
+        ]
+    )
+    ideal = runs[0]["summary"]["ideal_distinct_sources"]
+    width = 0.8 / len(runs)
+    tallest = 1.0
+    for position, run in enumerate(runs):
+        bins = np.zeros(highest + 1)
+        for entry in run["summary"]["histogram"]:
+            bins[entry["distinct_sources"]] = entry["batches"]
+        tallest = max(tallest, float(bins.max()))
+        mean = run["summary"]["mean_distinct_sources"]
+        axes.bar(
+            np.arange(highest + 1) + (position - (len(runs) - 1) / 2) * width,
+            bins,
+            width=width,
+            color=_COLORS.get(run["loader"], "tab:gray"),
+            label=f"{_run_label(run)}: mean {mean:.1f}",
+        )
+    axes.axvline(ideal, color="tab:red", linestyle="--", linewidth=2)
+    axes.annotate(
+        f"uniformly random ideal: {ideal:.1f}",
+        xy=(ideal, 0.97),
+        xycoords=("data", "axes fraction"),
+        xytext=(-6, 0),
+        textcoords="offset points",
+        ha="right",
+        va="top",
+        color="tab:red",
+        fontsize=10,
+        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+    )
+    axes.set_xlim(-0.5, max(highest, ideal) * 1.05 + 1.5)
+    axes.set_ylim(0, tallest * 1.45)  # headroom: the legend and the label sit above the bars
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("distinct shards in the batch")
+    axes.set_ylabel("batches")
+    axes.set_title("distinct shards per batch", fontsize=11)
+    axes.legend(loc="upper left", fontsize=9)

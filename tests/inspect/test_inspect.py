@@ -1,0 +1,185 @@
+"""inspect: the report's counts against the loader's own batches, the ideal, the baseline."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from itertools import combinations
+
+import pytest
+from torch.utils.data import get_worker_info
+
+from shardmix import MixingLoader, ShardDataset
+from shardmix.cli.main import main
+from shardmix.inspect import ideal_distinct_sources, inspect_batches
+
+
+def inspect_json(capsys, *args: str) -> dict:
+    assert main(["inspect", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def tag_worker(sample: dict) -> dict:
+    info = get_worker_info()
+    return {**sample, "worker": 0 if info is None else info.id}
+
+
+def loader_batches(pattern: str, **settings) -> list[tuple[Counter, list[int]]]:
+    """Per batch, straight from a MixingLoader: samples per source and per worker."""
+    seed = settings.pop("seed", 0)
+    workers = max(1, settings["num_workers"])
+    dataset = ShardDataset(pattern, seed=seed, transform=tag_worker)
+    found = []
+    for batch in MixingLoader(dataset, seed=seed, **settings):
+        per_worker = Counter(batch["worker"].tolist())
+        found.append((Counter(batch["__source__"]), [per_worker[w] for w in range(workers)]))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "num_workers", "shuffle_buffer", "seed"),
+    [(16, 0, 0, 0), (32, 2, 100, 3)],
+)
+def test_json_counts_equal_the_loaders_batches(
+    capsys, shard_set, batch_size, num_workers, shuffle_buffer, seed
+):
+    report = inspect_json(
+        capsys,
+        shard_set,
+        f"--batch-size={batch_size}",
+        f"--num-workers={num_workers}",
+        f"--shuffle-buffer={shuffle_buffer}",
+        f"--seed={seed}",
+    )
+    expected = loader_batches(
+        shard_set,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+    )
+    assert [Counter(b["sources"]) for b in report["batches"]] == [s for s, _ in expected]
+    assert [b["workers"] for b in report["batches"]] == [w for _, w in expected]
+    for batch in report["batches"]:
+        counts = batch["sources"].values()
+        assert batch["size"] == sum(counts) == sum(batch["lanes"]) == sum(batch["workers"])
+        assert batch["distinct_sources"] == len(batch["sources"])
+        assert batch["largest_share"] == max(counts) / batch["size"]
+    assert report["summary"]["samples"] == sum(report["shards"].values())
+    assert report["schema_version"] == 1
+    assert report["baseline"] is None
+
+
+def test_json_on_64_shards_with_a_batch_limit(capsys, shards64):
+    pattern, sizes = shards64
+    report = inspect_json(capsys, pattern, "--batch-size=48", "--batches=7", "--seed=5")
+    expected = loader_batches(pattern, batch_size=48, num_workers=0, shuffle_buffer=8192, seed=5)[
+        :7
+    ]
+    assert [Counter(b["sources"]) for b in report["batches"]] == [s for s, _ in expected]
+    summary = report["summary"]
+    distinct = [len(s) for s, _ in expected]
+    assert summary["batches"] == 7
+    assert summary["mean_distinct_sources"] == pytest.approx(sum(distinct) / 7)
+    assert summary["min_distinct_sources"] == min(distinct)
+    assert summary["max_distinct_sources"] == max(distinct)
+    histogram = {h["distinct_sources"]: h["batches"] for h in summary["histogram"]}
+    assert histogram == Counter(distinct)
+    assert summary["ideal_distinct_sources"] == pytest.approx(ideal_distinct_sources(sizes, 48))
+    assert sorted(report["shards"].values()) == sorted(sizes)
+    assert report["settings"] == {
+        "num_shards": 64,
+        "batch_size": 48,
+        "num_workers": 0,
+        "num_lanes": 32,
+        "shuffle_buffer": 8192,
+        "seed": 5,
+        "epoch": 0,
+        "batches": 7,
+        "rank": 0,
+        "world_size": 1,
+        "even_ranks": "drop",
+    }
+
+
+@pytest.mark.parametrize("even_ranks", ["drop", "pad"])
+def test_each_rank_equals_the_loader_at_that_rank(capsys, shards64, even_ranks):
+    pattern, _ = shards64
+    seen: list[set[str]] = []
+    lengths = set()
+    for rank in range(3):
+        args = ["--batch-size=20", "--seed=1", f"--rank={rank}", "--world-size=3"]
+        report = inspect_json(capsys, pattern, *args, f"--even-ranks={even_ranks}")
+        expected = loader_batches(
+            pattern,
+            batch_size=20,
+            num_workers=0,
+            shuffle_buffer=8192,
+            seed=1,
+            rank=rank,
+            world_size=3,
+            even_ranks=even_ranks,
+        )
+        assert [Counter(b["sources"]) for b in report["batches"]] == [s for s, _ in expected]
+        dataset = ShardDataset(pattern, seed=1)
+        plan = dataset.lane_shards(0, rank=rank, world_size=3)
+        assert set(report["shards"]) == {dataset.urls[i] for lane in plan for i in lane}
+        assert {url for b in report["batches"] for url in b["sources"]} <= set(report["shards"])
+        seen.append(set(report["shards"]))
+        lengths.add(report["summary"]["samples"])
+    assert sum(len(s) for s in seen) == 64 == len(set().union(*seen))
+    assert len(lengths) == 1  # every rank takes the same number of steps
+
+
+def test_compare_shows_the_plain_dataloader_near_one_file_per_batch(capsys, shards64):
+    pattern, _ = shards64
+    report = inspect_json(
+        capsys, pattern, "--batch-size=32", "--num-workers=2", "--shuffle-buffer=0", "--compare"
+    )
+    baseline = report["baseline"]
+    assert baseline["loader"] == "DataLoader"
+    assert baseline["summary"]["samples"] == report["summary"]["samples"]
+    assert baseline["summary"]["mean_distinct_sources"] < 2.5
+    assert (
+        report["summary"]["mean_distinct_sources"]
+        > 4 * baseline["summary"]["mean_distinct_sources"]
+    )
+    # Each plain DataLoader batch is what one worker read.
+    assert all(sorted(b["workers"])[0] == 0 for b in baseline["batches"])
+
+
+def test_text_report_shows_first_and_last_batches_and_the_summary(capsys, shards64):
+    pattern, _ = shards64
+    assert main(["inspect", pattern, "--batch-size=16", "--shuffle-buffer=0", "--compare"]) == 0
+    out = capsys.readouterr().out
+    assert "batches not shown" in out
+    assert "uniformly random ideal" in out
+    assert "MixingLoader" in out and "DataLoader" in out
+    assert "histogram MixingLoader" in out
+
+
+def test_bad_settings_exit_non_zero_with_a_message(capsys, shards64):
+    pattern, _ = shards64
+    assert main(["inspect", pattern, "--rank=2", "--world-size=2"]) == 1
+    assert "rank 2 is outside world_size 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("records", "batch_size"), [([3, 1, 4, 1, 5], 4), ([2, 7, 0, 6], 9)])
+def test_ideal_is_the_exact_expectation(records, batch_size):
+    owners = [shard for shard, size in enumerate(records) for _ in range(size)]
+    draws = list(combinations(range(len(owners)), batch_size))
+    exact = sum(len({owners[i] for i in draw}) for draw in draws) / len(draws)
+    assert ideal_distinct_sources(records, batch_size) == pytest.approx(exact, rel=1e-12)
+    assert math.isclose(ideal_distinct_sources(records, 10_000), sum(map(bool, records)))
+
+
+def test_library_report_matches_its_json(shards64):
+    pattern, sizes = shards64
+    report = inspect_batches(pattern, batch_size=40, shuffle_buffer=64, compare=True)
+    data = report.to_dict()
+    assert json.loads(json.dumps(data)) == data  # plain JSON types only
+    assert [b.sources for b in report.batches] == [b["sources"] for b in data["batches"]]
+    assert report.summary.samples == sum(sizes) == data["summary"]["samples"]
+    assert report.baseline is not None and report.baseline.summary.samples == sum(sizes)
+    assert set(data["baseline"]) == {"loader", "num_lanes", "num_workers", "batches", "summary"}
