@@ -11,12 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from shardmix.formats import Format, ReadOptions, is_gzipped
-from shardmix.sources import open_shard
+from shardmix.sources import SourceOptions, open_shard
 
 
-def count_records(url: str, fmt: Format, options: ReadOptions = ReadOptions()) -> int:
+def count_records(
+    url: str,
+    fmt: Format,
+    options: ReadOptions = ReadOptions(),
+    source_options: SourceOptions | None = None,
+) -> int:
     """The number of records (samples) in one shard, by walking its framing."""
-    with open_shard(url) as stream:
+    with open_shard(url, options=source_options) as stream:
         if fmt is Format.TAR:
             from shardmix.formats.tar import count_tar_records
 
@@ -37,17 +42,19 @@ class RecordCounts:
         formats: Mapping[str, Format],
         options: ReadOptions,
         known: Mapping[str, int] | None = None,
+        source_options: SourceOptions | None = None,
     ) -> None:
         self._urls = list(urls)
         self._formats = formats
         self._options = options
+        self._source_options = source_options
         self._counts: dict[str, int] = dict(known or {})
 
     def of(self, url: str) -> int:
         """The record count of shard ``url``."""
         count = self._counts.get(url)
         if count is None:
-            count = count_records(url, self._formats[url], self._options)
+            count = count_records(url, self._formats[url], self._options, self._source_options)
             self._counts[url] = count
         return count
 

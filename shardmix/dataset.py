@@ -26,7 +26,8 @@ from shardmix.sharding import (
     rank_shards,
     worker_lanes,
 )
-from shardmix.urls import check_local_shards, expand_urls
+from shardmix.sources import SourceOptions
+from shardmix.urls import check_sources, expand_urls
 from shardmix.world import detect_world
 
 DEFAULT_NUM_LANES = 32
@@ -52,6 +53,9 @@ class ShardDataset(IterableDataset[Sample]):
         max_record_bytes: a TFRecord length field above this is refused as damage.
         record_counts: records per shard URL, when known (a manifest); the others are counted
             when equal steps per rank need them.
+        source_options: how remote shards are opened: fsspec ``storage_options`` (endpoint,
+            credentials), retries and timeouts, a local ``cache_dir``, and ``allow_pipe`` for
+            ``pipe:`` URLs (off: a URL list never runs a command unless asked to).
     """
 
     def __init__(
@@ -66,12 +70,14 @@ class ShardDataset(IterableDataset[Sample]):
         tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
         max_record_bytes: int = 1 << 30,
         record_counts: Mapping[str, int] | None = None,
+        source_options: SourceOptions | None = None,
     ) -> None:
         super().__init__()
         if num_lanes < 1:
             raise ConfigError(f"num_lanes must be at least 1, got {num_lanes}")
         self.urls = expand_urls(urls)
-        check_local_shards(self.urls)
+        self.source_options = source_options or SourceOptions()
+        check_sources(self.urls, self.source_options)
         # A URL's index in ``urls`` (its first, if listed twice): how checkpoints name shards.
         self.shard_index = {url: i for i, url in reversed(list(enumerate(self.urls)))}
         forced = Format(format) if format is not None else None
@@ -83,7 +89,9 @@ class ShardDataset(IterableDataset[Sample]):
         self.options = ReadOptions(
             tfrecord_payload=TFRecordPayload(tfrecord_payload), max_record_bytes=max_record_bytes
         )
-        self.record_counts = RecordCounts(self.urls, self._format_of, self.options, record_counts)
+        self.record_counts = RecordCounts(
+            self.urls, self._format_of, self.options, record_counts, self.source_options
+        )
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -142,7 +150,13 @@ class ShardDataset(IterableDataset[Sample]):
 
     def read_shard(self, url: str, start: int = 0) -> Iterator[Sample]:
         """The samples of shard ``url`` from record ``start`` on, transformed."""
-        samples = reader.read_shard(url, self._format_of[url], start=start, options=self.options)
+        samples = reader.read_shard(
+            url,
+            self._format_of[url],
+            start=start,
+            options=self.options,
+            source_options=self.source_options,
+        )
         if self.transform is None:
             return samples
         return map(partial(_apply_transform, self.transform), samples)

@@ -70,8 +70,20 @@ class WorkerError(ShardmixError, RuntimeError):
     """A DataLoader worker died or stalled without raising a Python exception."""
 
 
+class TooManySkipsError(ShardmixError, RuntimeError):
+    """More damaged data was skipped than the error policy's ``max_skips`` allows."""
+
+
 class ShardmixWarning(UserWarning):
     """A deliberate degradation that the user should know about."""
+
+
+class SkippedDataWarning(ShardmixWarning):
+    """Damaged data was skipped under ``on_error="skip"`` (warned once per shard)."""
+
+
+class EmptyShardWarning(ShardmixWarning):
+    """A shard holds no records (an empty TFRecord file is valid but usually a mistake)."""
 
 
 def describe_position(url: str, *, offset: int | None = None, record: int | None = None) -> str:

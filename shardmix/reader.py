@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardmix.formats import Format, ReadOptions, read_samples
-from shardmix.sources import open_shard
+from shardmix.sources import SourceOptions, open_shard
 
 Sample = dict[str, Any]
 
@@ -27,10 +27,15 @@ class LanePosition:
 
 
 def read_shard(
-    url: str, fmt: Format, *, start: int = 0, options: ReadOptions = ReadOptions()
+    url: str,
+    fmt: Format,
+    *,
+    start: int = 0,
+    options: ReadOptions = ReadOptions(),
+    source_options: SourceOptions | None = None,
 ) -> Iterator[Sample]:
     """The samples of one shard from record ``start`` on, each with its provenance."""
-    with open_shard(url) as stream:
+    with open_shard(url, options=source_options) as stream:
         index = start
         for sample in read_samples(stream, url, fmt, start=start, options=options):
             sample["__source__"] = url

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import braceexpand
 
-from shardmix.errors import ShardNotFoundError
-from shardmix.sources import is_local, local_path
+from shardmix.errors import ShardNotFoundError, UnsupportedURLError
+from shardmix.sources import SourceOptions, is_local, local_path, scheme_of
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -55,9 +55,15 @@ def _expand_one(part: str, pattern: str) -> list[str]:
     return found
 
 
-def check_local_shards(urls: Sequence[str]) -> None:
-    """Fail at once, naming the URL, if a local shard is missing or is not a regular file."""
+def check_sources(urls: Sequence[str], options: SourceOptions) -> None:
+    """Fail at once, naming the URL, on a missing local shard, a directory, or a disabled pipe."""
     for url in urls:
+        if scheme_of(url) == "pipe" and not options.allow_pipe:
+            raise UnsupportedURLError(
+                f"{url}: pipe: URLs run shell commands and are off; pass "
+                "source_options=SourceOptions(allow_pipe=True) to run them",
+                url=url,
+            )
         if not is_local(url):
             continue
         path = local_path(url)

@@ -1,5 +1,6 @@
 import pytest
 
+from servers import s3_server, server  # noqa: F401  (fixtures: servers on 127.0.0.1)
 from shards import UNEVEN_SIZES, write_shards
 
 

@@ -2,9 +2,9 @@
 
 Reads the same shards twice, with a plain ``torch.utils.data.DataLoader`` over an
 IterableDataset that reads one shard at a time per worker (how such datasets usually read) and
-with shardmix's ``MixingLoader`` (2 workers, batch 16 each), and prints, batch by batch, how many samples each
-source file contributed. Then it prints the mean number of distinct files per batch for both
-over a whole epoch.
+with shardmix's ``MixingLoader`` (2 workers, batch 16 each), and prints, batch by batch, how
+many samples each source file contributed. Then it prints the mean number of distinct files
+per batch for both over a whole epoch.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def main() -> None:
     )
     print(f"shards: {args.shards}")
     print(
-        f"batch size {args.batch_size}, {args.num_workers} workers; 'NNNNxK' = K samples from train-NNNN\n"
+        f"batch size {args.batch_size}, {args.num_workers} workers; "
+        "'NNNNxK' = K samples from train-NNNN\n"
     )
     for name, batches in (
         ("plain DataLoader, one shard at a time per worker", plain),

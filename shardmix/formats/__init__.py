@@ -5,14 +5,21 @@ yields one sample dict per record, in file order. It knows nothing of workers, r
 
 Contract shared by every reader:
 
-- ``read(stream, url, *, start=0, options=...)`` yields ``dict[str, Any]`` samples, each with a
-  ``"__key__"`` string. Record ``i`` of the shard is the ``i``-th sample yielded (counting from
-  zero, including skipped ones); the caller adds ``__source__`` and ``__index__``.
+- ``read(stream, url, *, start=0, options=..., on_damage=None)`` yields ``dict[str, Any]``
+  samples, each with a ``"__key__"`` string. Record ``i`` of the shard is the ``i``-th record
+  in the file (counting from zero, skipped ones included); :func:`read_indexed_samples` yields
+  ``(record, sample)`` so that the caller, which adds ``__source__`` and ``__index__``, gets
+  the index right even when damaged records were skipped.
 - ``start`` skips the first ``start`` records cheaply: framing is checked, payloads are
   neither decoded nor CRC-checked, and seekable streams are seeked past them.
 - Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
   naming the URL, the record index and the byte offset. A reader never ends a shard early
-  without raising.
+  without raising, unless ``on_damage`` is given: then each damage is reported to it as a
+  :class:`~shardmix.policy.Damage` instead. A damaged record whose framing is intact is
+  dropped and reading goes on; damage that loses the framing ends the shard.
+- Size limits are checked before anything is allocated: ``max_record_bytes`` (a TFRecord
+  record), ``max_member_bytes`` (a tar member), ``max_inflated_bytes`` (all the decompressed
+  bytes of a gzip shard, a bound on decompression bombs).
 - Compressed shards (``.gz``) are decompressed by the reader; offsets in errors are then
   offsets in the decompressed stream, and the message says so.
 """
@@ -25,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from shardmix.errors import UnsupportedURLError
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.policy import DamageHandler
 
 
 class Format(enum.Enum):
@@ -43,14 +52,23 @@ class TFRecordPayload(enum.Enum):
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """Per-format reading options (validated here, used by the readers)."""
+    """Per-format reading options (validated here, used by the readers).
+
+    ``max_record_bytes`` bounds a TFRecord record, ``max_member_bytes`` a tar member (1 GiB
+    each: a larger size field is refused as damage before anything is allocated);
+    ``max_inflated_bytes`` bounds everything a gzip shard inflates to (64 GiB).
+    """
 
     tfrecord_payload: TFRecordPayload = TFRecordPayload.EXAMPLE
     max_record_bytes: int = 1 << 30
+    max_member_bytes: int = 1 << 30
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
 
     def __post_init__(self) -> None:
-        if self.max_record_bytes <= 0:
-            raise ValueError(f"max_record_bytes must be positive, got {self.max_record_bytes}")
+        for name in ("max_record_bytes", "max_member_bytes", "max_inflated_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 _SUFFIXES: tuple[tuple[str, Format], ...] = (
@@ -97,19 +115,53 @@ def read_samples(
     *,
     start: int = 0,
     options: ReadOptions = ReadOptions(),
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the samples of one shard, from record ``start`` on."""
+    return (
+        sample
+        for _, sample in read_indexed_samples(
+            stream, url, fmt, start=start, options=options, on_damage=on_damage
+        )
+    )
+
+
+def read_indexed_samples(
+    stream: BinaryIO,
+    url: str,
+    fmt: Format,
+    *,
+    start: int = 0,
+    options: ReadOptions = ReadOptions(),
+    on_damage: DamageHandler | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for each record of one shard, from ``start`` on.
+
+    With ``on_damage``, damage is reported to it instead of raised, and the indices of the
+    records that were dropped are missing from the sequence.
+    """
+    gzipped = is_gzipped(url)
     if fmt is Format.TAR:
-        from shardmix.formats.tar import read_tar_samples
+        from shardmix.formats.tar import read_indexed_tar_samples
 
-        return read_tar_samples(stream, url, start=start, gzipped=is_gzipped(url))
-    from shardmix.formats.tfrecord import read_tfrecord_samples
+        return read_indexed_tar_samples(
+            stream,
+            url,
+            start=start,
+            gzipped=gzipped,
+            max_member_bytes=options.max_member_bytes,
+            max_inflated_bytes=options.max_inflated_bytes,
+            on_damage=on_damage,
+        )
+    from shardmix.formats.tfrecord import read_indexed_tfrecord_samples
 
-    return read_tfrecord_samples(
+    return read_indexed_tfrecord_samples(
         stream,
         url,
         start=start,
-        gzipped=is_gzipped(url),
+        gzipped=gzipped,
         payload=options.tfrecord_payload,
         max_record_bytes=options.max_record_bytes,
+        max_inflated_bytes=options.max_inflated_bytes,
+        on_damage=on_damage,
     )

@@ -4,6 +4,12 @@ Python's ``gzip`` reports a truncated member as a bare ``EOFError`` and a damage
 ``BadGzipFile`` or ``zlib.error`` with no file name; this wrapper turns each into a
 :class:`~shardmix.errors.CorruptShardError` that names the URL and the offset reached in the
 decompressed stream, so the format readers above it never see a gzip-specific exception.
+
+It also bounds what one shard may inflate to (``max_inflated_bytes``). Memory is already
+bounded by the readers' per-record limits (``max_record_bytes``, ``max_member_bytes``); this
+limit bounds the time and work a decompression bomb (a few kilobytes that inflate to
+terabytes) can take. The default, 64 GiB, is far above any sensible shard (shards are usually
+100 MB to a few GB), so it only ever stops a bomb or a mistake.
 """
 
 from __future__ import annotations
@@ -15,22 +21,35 @@ from typing import BinaryIO
 
 from shardmix.errors import CorruptShardError, TruncatedShardError
 
+DEFAULT_MAX_INFLATED_BYTES = 64 << 30
+
 
 class GzipShardStream(io.RawIOBase):
     """A read-only binary stream of the decompressed bytes of a gzip shard."""
 
-    def __init__(self, raw: BinaryIO, url: str) -> None:
+    def __init__(
+        self, raw: BinaryIO, url: str, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+    ) -> None:
         super().__init__()
+        if max_inflated_bytes <= 0:
+            raise ValueError(f"max_inflated_bytes must be positive, got {max_inflated_bytes}")
         self._gzip = gzip.GzipFile(fileobj=raw, mode="rb")
         self._url = url
         self._position = 0
+        # One byte past the limit is read, to tell a shard of exactly the limit from a bigger one.
+        self._allowed = max_inflated_bytes + 1
+        self._max = max_inflated_bytes
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        room = self._allowed - self._position
+        view = memoryview(buffer)
+        if len(view) > room:
+            view = view[:room]
         try:
-            count = self._gzip.readinto(buffer)
+            count = self._gzip.readinto(view)
         except EOFError as error:
             raise TruncatedShardError(
                 f"{self._url}: gzip stream ends early after {self._position} decompressed bytes "
@@ -46,6 +65,14 @@ class GzipShardStream(io.RawIOBase):
                 offset=self._position,
             ) from error
         self._position += count
+        if self._position > self._max:
+            raise CorruptShardError(
+                f"{self._url}: the gzip stream inflates past max_inflated_bytes={self._max} "
+                f"(found more than {self._max} decompressed bytes); a decompression bomb or a "
+                "shard larger than the limit: raise max_inflated_bytes if the shard is genuine",
+                url=self._url,
+                offset=self._max,
+            )
         return count
 
     def close(self) -> None:
@@ -53,6 +80,9 @@ class GzipShardStream(io.RawIOBase):
         super().close()
 
 
-def decompressed(raw: BinaryIO, url: str) -> BinaryIO:
+def decompressed(
+    raw: BinaryIO, url: str, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+) -> BinaryIO:
     """A buffered stream of the decompressed bytes of gzip shard ``raw``."""
-    return io.BufferedReader(GzipShardStream(raw, url), buffer_size=1 << 16)  # type: ignore[return-value]
+    stream = GzipShardStream(raw, url, max_inflated_bytes=max_inflated_bytes)
+    return io.BufferedReader(stream, buffer_size=1 << 16)  # type: ignore[return-value]

@@ -10,7 +10,14 @@ of an archive (the shard silently looks shorter), it accepts an archive cut betw
 members as complete, its errors carry no byte offsets, and it costs tens of microseconds per
 member. This reader checks every header, names the URL, byte offset and member index in each
 error, refuses a shard that lacks its end-of-archive blocks, and skips payloads it does not
-need by seeking (or by one read when the stream cannot seek).
+need by seeking (or by one read when the stream cannot seek). A member whose size field is
+above ``max_member_bytes`` is refused before anything is allocated.
+
+With an ``on_damage`` callback (see :mod:`shardmix.policy`) a damaged record whose framing is
+intact (a field repeated, a key that reappears, a member over ``max_member_bytes``) is
+reported when it ends, with its size, and dropped; damage to the framing (a bad header, a cut)
+is reported and ends the shard. A flipped byte inside a member's data cannot be detected: tar
+has no data checksum.
 
 Name conventions follow webdataset so that both group a shard identically: the key is the
 member path up to the first dot of its file name (a file name that starts with a dot takes
@@ -35,10 +42,18 @@ from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, BinaryIO, NoReturn
 
-from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
-from shardmix.formats.compression import decompressed
+from shardmix.errors import (
+    CorruptShardError,
+    ShardmixError,
+    TruncatedShardError,
+    describe_position,
+)
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, decompressed
+from shardmix.policy import Damage, DamageHandler
 
-__all__ = ["TarWriter", "count_tar_records", "read_tar_samples"]
+__all__ = ["TarWriter", "count_tar_records", "read_indexed_tar_samples", "read_tar_samples"]
+
+DEFAULT_MAX_MEMBER_BYTES = 1 << 30
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
@@ -119,7 +134,17 @@ def _read_pax(data: bytes) -> dict[str, bytes] | None:
 class _TarReader:
     """Walks one tar stream header by header and groups its members into records."""
 
-    def __init__(self, stream: BinaryIO, url: str, *, gzipped: bool) -> None:
+    def __init__(
+        self,
+        stream: BinaryIO,
+        url: str,
+        *,
+        gzipped: bool,
+        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+        on_damage: DamageHandler | None = None,
+    ) -> None:
+        if max_member_bytes <= 0:
+            raise ValueError(f"max_member_bytes must be positive, got {max_member_bytes}")
         if isinstance(stream, io.RawIOBase):  # unbuffered: one system call per read otherwise
             stream = io.BufferedReader(stream)
         self._stream = stream
@@ -135,6 +160,12 @@ class _TarReader:
         self._size = 0  # data bytes of the current member
         self._pending = 0  # bytes of data and padding of the current member not yet read
         self.records = 0  # records begun so far
+        self._max_member_bytes = max_member_bytes
+        self._on_damage = on_damage
+        self._entry_offset = 0  # offset of the current entry's first header (pax, long name)
+        self._record_offset = 0  # offset of the current record's first entry
+        self._damage: CorruptShardError | None = None  # of the current record, not yet reported
+        self._ended = False  # the end-of-archive block was seen
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -245,6 +276,12 @@ class _TarReader:
 
     def _block_cut(self, found: int) -> NoReturn:
         offset = self._offset
+        if found == 0 and offset == 0:
+            self._truncated(
+                "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
+                "archive with no members holds two 512-byte zero blocks)",
+                offset,
+            )
         if found == 0:
             self._truncated(
                 f"the tar archive ends after {self._member + 1} members without its "
@@ -334,9 +371,12 @@ class _TarReader:
         pax: dict[str, bytes] = {}
         while True:
             header = self._next_block()
+            if long_name is None and not pax:
+                self._entry_offset = self._offset
             if header == _ZERO_BLOCK:
                 if long_name is not None or pax:
                     self._corrupt("the archive ends right after a long-name or pax header")
+                self._ended = True
                 self._check_end()
                 return
             self._member += 1
@@ -393,52 +433,128 @@ class _TarReader:
 
     # -- records --------------------------------------------------------------------------
 
-    def samples(self, start: int) -> Iterator[dict[str, Any]]:
-        """Yield the samples of records ``start`` on; earlier records are walked, not read."""
+    def samples(self, start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Yield ``(record, sample)`` from record ``start`` on; earlier ones are walked, not read.
+
+        Damage goes through :meth:`_damaged` (a record) or :meth:`_lost` (the framing).
+        """
         first_seen: dict[str, tuple[int, int]] = {}
-        sample: dict[str, Any] | None = None
+        sample: dict[str, Any] | None = None  # the record being read, None if not delivered
         fields: set[str] = set()
         key: str | None = None
-        for name in self.members():
-            parts = split_member_name(name)
-            if parts is None:
-                continue
-            member_key, field = parts
-            if member_key != key:
-                if sample is not None:
-                    yield sample
-                key = member_key
-                self._begin_record(key, first_seen)
-                sample = {"__key__": key} if self.records > start else None
-                fields = set()
-            if sample is not None:
-                if field in sample:
-                    self._duplicate(field)
-                sample[field] = self.read_data()
-            else:
+        record = -1
+        try:
+            for name in self.members():
+                parts = split_member_name(name)
+                if parts is None:
+                    continue
+                member_key, field = parts
+                if member_key != key:
+                    if sample is not None:
+                        yield record, sample
+                    self._end_record(record)
+                    key = member_key
+                    record = self.records
+                    sample = {"__key__": key} if record >= start else None
+                    fields = set()
+                    reappeared = self._begin_record(key, first_seen)
+                    if reappeared is not None:
+                        self._damaged(reappeared, record, start)
+                        sample = None
                 if field in fields:
-                    self._duplicate(field)
+                    self._damaged(self._duplicate(field, record), record, start)
+                    sample = None
                 fields.add(field)
+                if self._size > self._max_member_bytes:
+                    self._damaged(self._too_large(record), record, start)
+                    sample = None
+                if sample is not None:
+                    sample[field] = self.read_data()
+            self._end_record(record)
+        except ShardmixError as error:
+            if self._lost(error, record, start):
+                raise
+            if not self._ended:
+                return
         if sample is not None:
-            yield sample
+            yield record, sample
 
-    def _begin_record(self, key: str, first_seen: dict[str, tuple[int, int]]) -> None:
+    def _begin_record(
+        self, key: str, first_seen: dict[str, tuple[int, int]]
+    ) -> CorruptShardError | None:
+        """Count a new record; the error if its key was seen before (its sample ended)."""
         earlier = first_seen.get(key)
         self.records += 1
-        if earlier is not None:
-            self._corrupt(
-                f"key {key!r} appears again at member {self._member} after its record "
-                f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
-                "one sample must be consecutive",
-                record=self.records - 1,
-            )
+        self._record_offset = self._entry_offset
         first_seen[key] = (self.records - 1, self._offset)
-
-    def _duplicate(self, field: str) -> NoReturn:
-        self._corrupt(
-            f"tar member {self._member} {self._name!r} repeats field {field!r} of its sample",
+        if earlier is None:
+            return None
+        return self._error(
+            f"key {key!r} appears again at member {self._member} after its record "
+            f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
+            "one sample must be consecutive",
             record=self.records - 1,
         )
+
+    def _duplicate(self, field: str, record: int) -> CorruptShardError:
+        return self._error(
+            f"tar member {self._member} {self._name!r} repeats field {field!r} of its sample",
+            record=record,
+        )
+
+    def _too_large(self, record: int) -> CorruptShardError:
+        return self._error(
+            f"tar member {self._member} {self._name!r} declares {self._size} bytes of data, "
+            f"more than max_member_bytes={self._max_member_bytes} (raise max_member_bytes if "
+            "the shard really holds members this large)",
+            record=record,
+        )
+
+    def _error(self, what: str, *, record: int) -> CorruptShardError:
+        offset = self._offset
+        return CorruptShardError(
+            f"{self._where(offset, record)}: {what}; the shard is damaged, "
+            "re-create or re-download it",
+            url=self._url,
+            offset=offset,
+            record=record,
+        )
+
+    # -- damage ---------------------------------------------------------------------------
+
+    def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
+        """A record with intact framing is damaged: raise, or drop it (reported when it ends).
+
+        Damage in a record before ``start`` is not reported: that record is not being read.
+        """
+        if self._on_damage is None:
+            raise error
+        if record >= start and self._damage is None:
+            self._damage = error
+
+    def _end_record(self, record: int) -> None:
+        """Report the damage of the record that just ended, with the bytes it spanned."""
+        error, self._damage = self._damage, None
+        if error is not None and self._on_damage is not None:
+            size = self._entry_offset - self._record_offset
+            self._on_damage(Damage(error, record, self._record_offset, size))
+
+    def _lost(self, error: ShardmixError, record: int, start: int) -> bool:
+        """The framing is lost in ``record``: whether to raise (else the rest was reported)."""
+        if self._on_damage is None or not isinstance(error, CorruptShardError):
+            return True
+        if self._ended:  # junk after the end: every record is whole, the last one included
+            self._end_record(record)
+            record += 1
+            offset = error.offset
+        else:
+            pending, self._damage = self._damage, None
+            if pending is not None:  # report the record's own damage too
+                size = self._offset - self._record_offset
+                self._on_damage(Damage(pending, record, self._record_offset, size))
+            offset = self._record_offset if record >= 0 else error.offset
+        self._on_damage(Damage(error, max(record, start, 0), offset, rest_of_shard=True))
+        return False
 
 
 def _high_bytes(header: bytes) -> int:
@@ -453,8 +569,40 @@ def _is_seekable(stream: BinaryIO) -> bool:
         return False
 
 
+def read_indexed_tar_samples(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for each record of a tar shard from ``start`` on.
+
+    With ``on_damage``, damaged records are reported to it and left out (their indices are
+    missing); damage to the framing is reported and ends the shard.
+    """
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if gzipped:
+        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
+    reader = _TarReader(
+        stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes, on_damage=on_damage
+    )
+    return reader.samples(start)
+
+
 def read_tar_samples(
-    stream: BinaryIO, url: str, *, start: int = 0, gzipped: bool = False
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the samples of the tar shard ``stream`` from record ``start`` on.
 
@@ -462,18 +610,30 @@ def read_tar_samples(
     of consecutive members sharing a key. Skipped records have their headers checked and
     their data seeked past (or read and dropped when the stream cannot seek).
     """
-    if start < 0:
-        raise ValueError(f"start must be >= 0, got {start}")
-    if gzipped:
-        stream = decompressed(stream, url)
-    return _TarReader(stream, url, gzipped=gzipped).samples(start)
+    indexed = read_indexed_tar_samples(
+        stream,
+        url,
+        start=start,
+        gzipped=gzipped,
+        max_member_bytes=max_member_bytes,
+        max_inflated_bytes=max_inflated_bytes,
+        on_damage=on_damage,
+    )
+    return (sample for _, sample in indexed)
 
 
-def count_tar_records(stream: BinaryIO, url: str, *, gzipped: bool = False) -> int:
+def count_tar_records(
+    stream: BinaryIO,
+    url: str,
+    *,
+    gzipped: bool = False,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+) -> int:
     """The number of records (samples) in a tar shard, found by walking its headers."""
     if gzipped:
-        stream = decompressed(stream, url)
-    reader = _TarReader(stream, url, gzipped=gzipped)
+        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
+    reader = _TarReader(stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes)
     for _ in reader.samples(sys.maxsize):
         pass
     return reader.records

@@ -12,6 +12,15 @@ every payload is its own ``bytes`` object, both CRCs are checked, and every fail
 :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``) that names the URL,
 the record index and the byte offset. Payload decoding is :mod:`shardmix.formats.example`'s;
 gzip is :mod:`shardmix.formats.compression`'s.
+
+A length field is trusted only after its CRC and ``max_record_bytes`` are checked, and, on a
+stream whose size is unknown (gzip, pipes), a large record is read in chunks, so a damaged or
+hostile length never allocates more than the bytes that really follow it.
+
+With an ``on_damage`` callback (see :mod:`shardmix.policy`) a record whose data is damaged
+but whose framing is intact (data CRC, undecodable Example) is reported and dropped, and
+reading goes on; damage to the framing itself is reported and ends the shard. Both paths go
+through :meth:`_Framing.damaged` and the one ``except`` in :func:`_read_records`.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import gzip
 import io
 import os
 import struct
+import warnings
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -29,17 +39,20 @@ import crc32c
 from shardmix.errors import (
     CorruptShardError,
     DecodeError,
+    EmptyShardWarning,
     ShardmixError,
     TruncatedShardError,
     describe_position,
 )
 from shardmix.formats import TFRecordPayload
-from shardmix.formats.compression import decompressed
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, decompressed
 from shardmix.formats.example import decode_example, encode_example
+from shardmix.policy import Damage, DamageHandler
 
 __all__ = [
     "TFRecordWriter",
     "count_tfrecord_records",
+    "read_indexed_tfrecord_samples",
     "read_tfrecord_records",
     "read_tfrecord_samples",
 ]
@@ -52,6 +65,9 @@ _FOOTER_SIZE = _CRC.size  # 4
 _MASK_DELTA = 0xA282EAD8
 _MASK32 = 0xFFFFFFFF
 _SKIP_CHUNK = 1 << 20
+# Reads of at most this many bytes are one call; longer ones from a stream of unknown size go
+# in chunks, since a buffered read allocates the whole size it is asked for up front.
+_READ_CHUNK = 1 << 24
 DEFAULT_MAX_RECORD_BYTES = 1 << 30
 
 
@@ -69,18 +85,29 @@ def masked_crc(data: bytes | bytearray | memoryview) -> int:
 
 
 class _Framing:
-    """Position bookkeeping and error construction for one shard's record stream."""
+    """Position bookkeeping, error construction and damage reports for one record stream."""
 
-    def __init__(self, stream: BinaryIO, url: str, max_record_bytes: int, inflated: bool) -> None:
+    def __init__(
+        self,
+        stream: BinaryIO,
+        url: str,
+        max_record_bytes: int,
+        inflated: bool,
+        on_damage: DamageHandler | None = None,
+    ) -> None:
         if max_record_bytes <= 0:
             raise ValueError(f"max_record_bytes must be positive, got {max_record_bytes}")
         self.stream = stream
         self.url = url
         self.max_record_bytes = max_record_bytes
         self.inflated = inflated
+        self.on_damage = on_damage
+        self.reported: ShardmixError | None = None  # the last error handed to on_damage
         self.seekable = _is_seekable(stream)
         # bytes from the stream's starting position to its end, when it can be known cheaply
         self.size = _remaining_size(stream) if self.seekable else None
+        # records up to this length are read in one call (their length fits the known size)
+        self.direct_read = max_record_bytes if self.size is not None else _READ_CHUNK
 
     def where(self, record: int, offset: int) -> str:
         where = describe_position(self.url, offset=offset, record=record)
@@ -107,14 +134,41 @@ class _Framing:
             record=record,
         )
 
+    def damaged(
+        self, error: CorruptShardError | DecodeError, record: int, offset: int, size: int
+    ) -> None:
+        """A record whose framing is intact is damaged: raise, or report it and go on."""
+        if self.on_damage is None:
+            raise error
+        self.reported = error
+        self.on_damage(Damage(error, record, offset, size))
+
+    def lost(self, error: ShardmixError, record: int, offset: int) -> bool:
+        """The framing is lost at ``record``: whether to raise (else the rest was reported)."""
+        if error.record is None:  # raised below the framing (gzip, the source): say where
+            error.add_note(f"{self.url}: while reading record {record}")
+        if (
+            self.on_damage is None
+            or not isinstance(error, CorruptShardError)
+            or error is self.reported  # the handler itself raised it
+        ):
+            return True
+        rest = None if self.size is None else max(self.size - offset, 0)
+        self.reported = error
+        self.on_damage(Damage(error, record, offset, rest, rest_of_shard=True))
+        return False
+
     def read_exactly(
         self, size: int, record: int, offset: int, what: str, *, quiet: bool = False
     ) -> bytes:
-        """``size`` bytes from the stream; at EOF raises, or returns what there is if quiet."""
+        """``size`` bytes from the stream; at EOF raises, or returns what there is if quiet.
+
+        Reads at most ``_READ_CHUNK`` bytes at a time, so memory follows the bytes found.
+        """
         parts = []
         found = 0
         while found < size:
-            more = self.stream.read(size - found)
+            more = self.stream.read(min(size - found, _READ_CHUNK))
             if not more:
                 if quiet:
                     break
@@ -171,6 +225,15 @@ class _Framing:
                 raise self.truncated(record, offset, "data and data CRC", size, size - left)
             left -= len(chunk)
 
+    def warn_empty(self) -> None:
+        warnings.warn(
+            EmptyShardWarning(
+                f"{self.url}: the TFRecord shard holds no records (an empty file gives zero "
+                "samples); check that it was written completely"
+            ),
+            stacklevel=2,
+        )
+
 
 def _is_seekable(stream: BinaryIO) -> bool:
     try:
@@ -207,36 +270,61 @@ def _skip_records(framing: _Framing, count: int) -> tuple[int, int]:
     return count, offset
 
 
-def _read_records(framing: _Framing, start: int, verify: bool) -> Iterator[tuple[int, bytes]]:
-    """The hot loop: one header read, one data read, one footer read per record."""
-    record, offset = _skip_records(framing, start)
-    if record < start:
-        return
-    read = framing.stream.read
-    crc = crc32c.crc32c
-    unpack_crc = _CRC.unpack
-    while True:
-        length = framing.next_length(record, offset)
-        if length is None:
+def _read_records(framing: _Framing, start: int, verify: bool) -> Iterator[tuple[int, int, bytes]]:
+    """``(record, offset, payload)`` from ``start`` on; damage handled here and only here.
+
+    The hot loop: one header read, one data read, one footer read per record.
+    """
+    record = offset = 0
+    try:
+        record, offset = _skip_records(framing, start)
+        if record < start:
+            if record == 0:
+                framing.warn_empty()
             return
-        data = read(length)
-        footer = read(_FOOTER_SIZE)
-        if len(data) != length or len(footer) != _FOOTER_SIZE:
-            data, footer = _finish_short_read(framing, data, footer, length, record, offset)
-        if verify:
-            value = crc(data)
-            computed = (((value >> 15) | (value << 17)) + _MASK_DELTA) & _MASK32
-            (stored,) = unpack_crc(footer)
-            if computed != stored:
-                raise framing.corrupt(
-                    record,
-                    offset,
-                    f"data CRC mismatch over {length} bytes "
-                    f"(stored 0x{stored:08x}, computed 0x{computed:08x})",
-                )
-        yield offset, data
-        record += 1
-        offset += _HEADER_SIZE + length + _FOOTER_SIZE
+        read = framing.stream.read
+        crc = crc32c.crc32c
+        unpack_crc = _CRC.unpack
+        direct_read = framing.direct_read
+        while True:
+            length = framing.next_length(record, offset)
+            if length is None:
+                if record == 0:
+                    framing.warn_empty()
+                return
+            if length <= direct_read:
+                data = read(length)
+                footer = read(_FOOTER_SIZE)
+                if len(data) != length or len(footer) != _FOOTER_SIZE:
+                    data, footer = _finish_short_read(framing, data, footer, length, record, offset)
+            else:
+                data, footer = _read_large(framing, length, record, offset)
+            if verify:
+                value = crc(data)
+                computed = (((value >> 15) | (value << 17)) + _MASK_DELTA) & _MASK32
+                (stored,) = unpack_crc(footer)
+                if computed != stored:
+                    _data_crc_mismatch(framing, length, stored, computed, record, offset)
+                else:
+                    yield record, offset, data
+            else:
+                yield record, offset, data
+            record += 1
+            offset += _HEADER_SIZE + length + _FOOTER_SIZE
+    except ShardmixError as error:
+        if framing.lost(error, record, offset):
+            raise
+
+
+def _data_crc_mismatch(
+    framing: _Framing, length: int, stored: int, computed: int, record: int, offset: int
+) -> None:
+    error = framing.corrupt(
+        record,
+        offset,
+        f"data CRC mismatch over {length} bytes (stored 0x{stored:08x}, computed 0x{computed:08x})",
+    )
+    framing.damaged(error, record, offset, _HEADER_SIZE + length + _FOOTER_SIZE)
 
 
 def _finish_short_read(
@@ -251,6 +339,15 @@ def _finish_short_read(
     return framed[:length], framed[length:]
 
 
+def _read_large(framing: _Framing, length: int, record: int, offset: int) -> tuple[bytes, bytes]:
+    """Data and data CRC of a large record from a stream of unknown size, chunk by chunk."""
+    wanted = length + _FOOTER_SIZE
+    framed = framing.read_exactly(wanted, record, offset, "", quiet=True)
+    if len(framed) < wanted:
+        raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
+    return framed[:length], framed[length:]
+
+
 def read_tfrecord_records(
     stream: BinaryIO,
     url: str,
@@ -258,6 +355,7 @@ def read_tfrecord_records(
     start: int = 0,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     verify: bool = True,
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(byte offset, payload)`` for each record of a TFRecord stream, from ``start`` on.
 
@@ -266,11 +364,12 @@ def read_tfrecord_records(
     check; the length CRC is always checked, since it guards what is allocated. Offsets count
     from the stream's position when called. Damage raises
     :class:`~shardmix.errors.CorruptShardError`; a shard that ends inside a record raises
-    :class:`~shardmix.errors.TruncatedShardError`. An empty stream yields nothing.
+    :class:`~shardmix.errors.TruncatedShardError`; with ``on_damage`` it is reported instead
+    (see the module docstring). An empty stream yields nothing and warns.
     """
     _check_start(start)
-    framing = _Framing(stream, url, max_record_bytes, inflated=False)
-    return _read_records(framing, start, verify)
+    framing = _Framing(stream, url, max_record_bytes, inflated=False, on_damage=on_damage)
+    return ((offset, data) for _, offset, data in _read_records(framing, start, verify))
 
 
 def count_tfrecord_records(
@@ -314,50 +413,76 @@ def shard_stem(url: str) -> str:
 
 def _example_sample(
     payload: bytes, stem: str, framing: _Framing, record: int, offset: int
-) -> dict[str, Any]:
-    """The sample of one Example record: its features plus ``__key__``."""
+) -> dict[str, Any] | None:
+    """The sample of one Example record: its features plus ``__key__``; None if dropped."""
     try:
         sample = decode_example(payload)
-    except DecodeError as error:
-        raise DecodeError(
-            f"{framing.where(record, offset)}: the record is not a tf.train.Example ({error}); "
+    except DecodeError as cause:
+        error = DecodeError(
+            f"{framing.where(record, offset)}: the record is not a tf.train.Example ({cause}); "
             'if the shard holds other payloads, read it with tfrecord_payload="raw"',
             url=framing.url,
             offset=offset,
             record=record,
-        ) from error
+        )
+        error.__cause__ = cause
+        framing.damaged(error, record, offset, _HEADER_SIZE + len(payload) + _FOOTER_SIZE)
+        return None
     key = sample.pop(_KEY, None)
     if type(key) is bytes:
         try:
             sample[_KEY] = key.decode("utf-8")
             return sample
-        except UnicodeDecodeError as error:
-            raise DecodeError(
+        except UnicodeDecodeError as cause:
+            error = DecodeError(
                 f"{framing.where(record, offset)}: the __key__ feature is not UTF-8 text",
                 url=framing.url,
                 offset=offset,
                 record=record,
-            ) from error
+            )
+            error.__cause__ = cause
+            framing.damaged(error, record, offset, _HEADER_SIZE + len(payload) + _FOOTER_SIZE)
+            return None
     sample[_KEY] = f"{stem}/{record:08d}"
     return sample
 
 
-def _samples(framing: _Framing, start: int, payload: TFRecordPayload) -> Iterator[dict[str, Any]]:
+def _indexed_samples(
+    framing: _Framing, start: int, payload: TFRecordPayload
+) -> Iterator[tuple[int, dict[str, Any]]]:
     stem = shard_stem(framing.url)
-    record = start
-    try:
-        if payload is TFRecordPayload.RAW:
-            for _, data in _read_records(framing, start, verify=True):
-                yield {_KEY: f"{stem}/{record:08d}", "record": data}
-                record += 1
-            return
-        for offset, data in _read_records(framing, start, verify=True):
-            yield _example_sample(data, stem, framing, record, offset)
-            record += 1
-    except ShardmixError as error:
-        if error.record is None:  # raised below the framing (gzip): say which record
-            error.add_note(f"{framing.url}: while reading record {record}")
-        raise
+    records = _read_records(framing, start, verify=True)
+    if payload is TFRecordPayload.RAW:
+        for record, _, data in records:
+            yield record, {_KEY: f"{stem}/{record:08d}", "record": data}
+        return
+    for record, offset, data in records:
+        sample = _example_sample(data, stem, framing, record, offset)
+        if sample is not None:
+            yield record, sample
+
+
+def read_indexed_tfrecord_samples(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for each record of a TFRecord shard from ``start`` on.
+
+    With ``on_damage``, damaged records are reported to it and left out (their indices are
+    missing); damage to the framing is reported and ends the shard.
+    """
+    _check_start(start)
+    if gzipped:
+        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
+    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
+    return _indexed_samples(framing, start, TFRecordPayload(payload))
 
 
 def read_tfrecord_samples(
@@ -368,6 +493,8 @@ def read_tfrecord_samples(
     gzipped: bool = False,
     payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one sample per record of a TFRecord shard, from record ``start`` on.
 
@@ -375,11 +502,17 @@ def read_tfrecord_samples(
     the Example's own ``__key__`` bytes feature when it has one, else ``"<stem>/<record:08d>"``.
     With ``payload=RAW`` it is ``{"__key__": ..., "record": payload bytes}``.
     """
-    _check_start(start)
-    if gzipped:
-        stream = decompressed(stream, url)
-    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped)
-    return _samples(framing, start, TFRecordPayload(payload))
+    indexed = read_indexed_tfrecord_samples(
+        stream,
+        url,
+        start=start,
+        gzipped=gzipped,
+        payload=payload,
+        max_record_bytes=max_record_bytes,
+        max_inflated_bytes=max_inflated_bytes,
+        on_damage=on_damage,
+    )
+    return (sample for _, sample in indexed)
 
 
 # ------------------------------------------------------------------------------------ writing

@@ -4,26 +4,118 @@ A registry maps URL schemes to openers. Registering a scheme that is already tak
 error unless ``override=True``: a plug-in never replaces a reader silently. Openers know
 nothing of formats, workers or ranks; they return a readable binary stream, seekable where the
 storage allows it (seeking is what makes resume and skipping cheap).
+
+Built in: local files (``file``), ``http``/``https`` (:mod:`shardmix.sources.http`),
+``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`); any other scheme goes to
+fsspec when it knows it (:mod:`shardmix.sources.fsspec_source`). Every opener receives the
+same :class:`SourceOptions`, a small picklable value that travels to DataLoader workers; with
+``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache`.
+
+This module also holds the errors that several openers share (they belong beside the other
+shardmix errors and may move to :mod:`shardmix.errors`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import BinaryIO
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
 
-from shardmix.errors import UnsupportedURLError
+from shardmix.errors import ConfigError, ShardmixError, UnsupportedURLError
 
-Opener = Callable[[str], BinaryIO]
+
+class RemoteReadError(ShardmixError, OSError):
+    """A remote shard could not be read: retries spent, or the server broke the protocol."""
+
+
+class RemoteAccessError(RemoteReadError, PermissionError):
+    """The storage refused access to a shard (401, 403): credentials or permissions."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a remote stream retries transient failures and how long it waits for a server.
+
+    ``max_attempts`` counts every try at the same byte offset, the first included; progress
+    (bytes delivered) starts the count again. Backoff doubles from ``initial_backoff`` up to
+    ``max_backoff`` seconds, with jitter; a server's ``Retry-After`` is honoured up to
+    ``max_backoff``. ``read_timeout`` bounds each wait for bytes from a stalled server.
+    """
+
+    max_attempts: int = 5
+    initial_backoff: float = 0.2
+    max_backoff: float = 10.0
+    read_timeout: float = 30.0
+    connect_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ConfigError(f"max_attempts must be an int, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if not 0 <= self.initial_backoff <= self.max_backoff:
+            raise ConfigError(
+                "backoff must satisfy 0 <= initial_backoff <= max_backoff, got "
+                f"initial_backoff={self.initial_backoff}, max_backoff={self.max_backoff}"
+            )
+        for name in ("read_timeout", "connect_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+
+    def backoff(self, failures: int) -> float:
+        """The wait before the next try after ``failures`` failed tries, before jitter."""
+        return min(self.max_backoff, self.initial_backoff * 2 ** (failures - 1))
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What every opener may need: storage options, retries, a cache folder, pipe permission.
+
+    ``storage_options`` go to the fsspec backend as keyword arguments (``key``, ``secret``,
+    ``client_kwargs={"endpoint_url": ...}``); ``storage_options["headers"]`` also adds HTTP
+    headers to ``http(s)://`` requests. Left out, backends take credentials the standard way
+    (AWS environment variables, ``AWS_ENDPOINT_URL``, ...). It is left out of ``repr`` because
+    it may hold secrets. ``allow_pipe`` lets ``pipe:`` URLs run shell commands; it is off so
+    that a list of URLs never runs a command unless asked to.
+    """
+
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    cache_dir: str | None = None
+    allow_pipe: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage_options, Mapping):
+            raise ConfigError(
+                f"storage_options must be a mapping, got {type(self.storage_options).__name__}"
+            )
+        # A plain dict copy: picklable, and safe from later changes to the caller's mapping.
+        object.__setattr__(self, "storage_options", dict(self.storage_options))
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        if not isinstance(self.allow_pipe, bool):
+            raise ConfigError(f"allow_pipe must be a bool, got {self.allow_pipe!r}")
+
+
+Opener = Callable[[str, SourceOptions], BinaryIO]
 
 _OPENERS: dict[str, Opener] = {}
+_NOT_CACHED = frozenset({"file", "pipe"})  # already local, or a command that may not repeat
 
 
 def scheme_of(url: str) -> str:
-    """The URL's scheme; ``"file"`` for plain paths.
+    """The URL's scheme; ``"file"`` for plain paths, ``"pipe"`` for ``pipe:COMMAND``.
 
     >>> scheme_of("s3://bucket/x.tar"), scheme_of("data/x.tar"), scheme_of("C:/x.tar")
     ('s3', 'file', 'file')
+    >>> scheme_of("pipe:cat a-*.tar")
+    'pipe'
     """
+    if url.startswith("pipe:"):
+        return "pipe"
     head, sep, _ = url.partition("://")
     if not sep or len(head) < 2 or not head.replace("+", "").replace("-", "").isalnum():
         return "file"
@@ -41,7 +133,7 @@ def local_path(url: str) -> str:
 
 
 def register_opener(scheme: str, opener: Opener, *, override: bool = False) -> None:
-    """Make ``opener`` read URLs of ``scheme``; refuse to replace one silently."""
+    """Make ``opener(url, options)`` read URLs of ``scheme``; refuse to replace one silently."""
     scheme = scheme.lower()
     if scheme in _OPENERS and not override:
         raise ValueError(
@@ -50,22 +142,42 @@ def register_opener(scheme: str, opener: Opener, *, override: bool = False) -> N
     _OPENERS[scheme] = opener
 
 
-def open_shard(url: str) -> BinaryIO:
-    """Open a shard URL for reading."""
+def open_shard(url: str, *, options: SourceOptions | None = None) -> BinaryIO:
+    """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set."""
+    options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)
+    if options.cache_dir is None or scheme in _NOT_CACHED:
+        return _open_direct(url, scheme, options)
+    from shardmix.sources.cache import open_cached
+
+    return open_cached(url, options.cache_dir, lambda: _open_direct(url, scheme, options))
+
+
+def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:
     opener = _OPENERS.get(scheme)
-    if opener is None:
-        known = ", ".join(sorted(_OPENERS))
-        raise UnsupportedURLError(
-            f"{url}: no opener for {scheme!r} URLs (registered: {known})", url=url
-        )
-    return opener(url)
+    if opener is not None:
+        return opener(url, options)
+    from shardmix.sources.fsspec_source import open_fsspec
+
+    try:
+        return open_fsspec(url, options.storage_options)
+    except UnsupportedURLError as error:
+        error.add_note(f"shardmix's own openers read: {', '.join(sorted(_OPENERS))}")
+        raise
 
 
 def _register_builtin() -> None:
+    from shardmix.sources.http import open_http
     from shardmix.sources.local import open_local
+    from shardmix.sources.pipe import open_pipe
 
-    register_opener("file", open_local)
+    def open_file(url: str, options: SourceOptions) -> BinaryIO:
+        return open_local(url)
+
+    register_opener("file", open_file)
+    register_opener("http", open_http)
+    register_opener("https", open_http)
+    register_opener("pipe", open_pipe)
 
 
 _register_builtin()

@@ -22,6 +22,7 @@ from shardmix.errors import CorruptShardError, ShardmixError, TruncatedShardErro
 from shardmix.formats.tar import (
     TarWriter,
     count_tar_records,
+    read_indexed_tar_samples,
     read_tar_samples,
     split_member_name,
 )
@@ -455,6 +456,57 @@ def test_mutated_archives_raise_only_shardmix_errors(
         data[position] = value
     read_or_shardmix_error(bytes(data[:length]), start=start)
     read_or_shardmix_error(bytes(data), start=start)
+
+
+_VALID_GZ = write_tar(make_samples(3, big=700), gzip=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, len(_VALID_GZ) - 1), st.integers(1, 255)), max_size=4),
+    st.integers(0, len(_VALID_GZ)),
+    st.integers(0, 4),
+)
+def test_mutated_gzip_archives_raise_only_shardmix_errors(
+    changes: list[tuple[int, int]], length: int, start: int
+) -> None:
+    data = bytearray(_VALID_GZ)  # damage the compressed bytes, as on disk
+    for position, mask in changes:
+        data[position] ^= mask
+    read_or_shardmix_error(bytes(data[:length]), url="x.tar.gz", gzipped=True, start=start)
+    one_way = io.BufferedReader(NonSeekable(bytes(data[:length])))
+    with contextlib.suppress(ShardmixError):
+        list(read_tar_samples(one_way, "x.tar.gz", gzipped=True, start=start))  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), max_size=6),
+    st.integers(0, len(_VALID)),
+    st.booleans(),
+)
+def test_mutated_archives_with_a_damage_handler_never_raise(
+    changes: list[tuple[int, int]], length: int, compress: bool
+) -> None:
+    """With ``on_damage`` every damage is reported, none raised; indices stay file positions."""
+    data = bytearray(_VALID)
+    for position, value in changes:
+        data[position] = value
+    raw = bytes(data[:length])
+    reports: list[Any] = []
+    indexed = list(
+        read_indexed_tar_samples(
+            io.BytesIO(gzip.compress(raw, mtime=0) if compress else raw),
+            "x.tar",
+            gzipped=compress,
+            on_damage=reports.append,
+        )
+    )
+    indices = [index for index, _ in indexed]
+    assert indices == sorted(set(indices))
+    assert sum(report.rest_of_shard for report in reports) <= 1
+    if not reports:
+        assert list(read_tar_samples(io.BytesIO(raw), "x.tar")) == [s for _, s in indexed]
 
 
 @settings(max_examples=200, deadline=None)

@@ -14,13 +14,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardmix.errors import CorruptShardError, DecodeError, ShardmixError, TruncatedShardError
+from shardmix.errors import (
+    CorruptShardError,
+    DecodeError,
+    EmptyShardWarning,
+    ShardmixError,
+    TruncatedShardError,
+)
 from shardmix.formats import Format, TFRecordPayload, read_samples
 from shardmix.formats.example import encode_example
 from shardmix.formats.tfrecord import (
     TFRecordWriter,
     count_tfrecord_records,
     masked_crc,
+    read_indexed_tfrecord_samples,
     read_tfrecord_records,
     read_tfrecord_samples,
     shard_stem,
@@ -427,8 +434,10 @@ def test_damage_inside_gzip_says_offsets_are_decompressed() -> None:
 @pytest.mark.parametrize("compress", [False, True])
 def test_empty_file_has_no_samples(compress: bool) -> None:
     data = gzip.compress(b"") if compress else b""
-    assert samples(data, gzipped=compress) == []
-    assert samples(b"", gzipped=compress) == []
+    with pytest.warns(EmptyShardWarning, match="shard.tfrecord: the TFRecord shard holds no"):
+        assert samples(data, gzipped=compress) == []
+    with pytest.warns(EmptyShardWarning):
+        assert samples(b"", gzipped=compress) == []
 
 
 def test_non_utf8_key_is_a_decode_error() -> None:
@@ -456,6 +465,10 @@ def _consume_records(data: bytes, start: int) -> None:
         pass
 
 
+_NO_EMPTY_WARNINGS = pytest.mark.filterwarnings("ignore::shardmix.errors.EmptyShardWarning")
+
+
+@_NO_EMPTY_WARNINGS
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=200), gzipped=st.booleans(), start=st.integers(0, 3))
 def test_random_bytes_raise_only_shardmix_errors(data: bytes, gzipped: bool, start: int) -> None:
@@ -466,6 +479,7 @@ def test_random_bytes_raise_only_shardmix_errors(data: bytes, gzipped: bool, sta
         pass
 
 
+@_NO_EMPTY_WARNINGS
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     edits=st.lists(
@@ -488,3 +502,37 @@ def test_mutated_files_raise_only_shardmix_errors(
         _consume_records(data, start)
     except ShardmixError:
         pass
+
+
+@_NO_EMPTY_WARNINGS
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, len(_VALID) - 1), st.integers(1, 255)), min_size=1, max_size=4
+    ),
+    cut=st.integers(0, len(_VALID)),
+    gzipped=st.booleans(),
+    one_way=st.booleans(),
+)
+def test_mutated_files_with_a_damage_handler_never_raise(
+    edits: list[tuple[int, int]], cut: int, gzipped: bool, one_way: bool
+) -> None:
+    """With ``on_damage`` every damage is reported, none raised; indices stay file positions."""
+    damaged = bytearray(_VALID_GZ if gzipped else _VALID)
+    for position, mask in edits:
+        damaged[position % len(damaged)] ^= mask
+    data = bytes(damaged[: cut % (len(damaged) + 1)])
+    stream: Any = OneWayStream(data, chunk=5) if one_way else io.BytesIO(data)
+    reports: list[Any] = []
+    indexed = list(
+        read_indexed_tfrecord_samples(
+            stream, "fuzz.tfrecord", gzipped=gzipped, on_damage=reports.append
+        )
+    )
+    indices = [index for index, _ in indexed]
+    assert indices == sorted(set(indices))
+    assert sum(report.rest_of_shard for report in reports) <= 1
+    assert all(report.record not in indices for report in reports)
+    for index, sample in indexed:
+        if sample["__key__"].startswith("shard/"):  # an intact Example: the right one
+            assert sample["__key__"] == f"shard/{index:04d}"

@@ -1,0 +1,144 @@
+"""``shardmix convert INPUT... OUTPUT_PATTERN``: a shell over :func:`shardmix.convert.convert`.
+
+It parses the options, shows a progress bar (tqdm) when stderr is a terminal, calls the
+library once and prints a summary. ``--merge-manifests`` instead merges the manifests of all
+parts of ``OUTPUT_PATTERN`` (for parts that ran on machines without a shared folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "Convert folders, tables (JSON Lines, CSV, Parquet) or shards into tar/TFRecord shards."
+
+EPILOG = """\
+inputs: a folder (files sharing a stem form a sample; class subfolders give a 'cls' label),
+a .jsonl/.csv/.tsv/.parquet table (one sample per row), or tar/TFRecord shards (patterns
+allowed). The output pattern has one %d directive, e.g. out/train-%06d.tar; .gz compresses.
+A manifest <prefix>.manifest.json is written beside the shards; re-running the same command
+after an interruption completes the set.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("paths", nargs="+", metavar="INPUT... OUTPUT_PATTERN")
+    parser.add_argument("--format", choices=["tar", "tfrecord"], help="default: from extension")
+    parser.add_argument("--max-records", type=int, metavar="N", help="records per shard at most")
+    parser.add_argument("--max-bytes", metavar="SIZE", help="bytes per shard at most: 1GB, 512MiB")
+    parser.add_argument("--shuffle", action="store_true", help="shuffle the samples (seeded)")
+    parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    parser.add_argument("--workers", type=int, default=1, help="parallel writer processes")
+    parser.add_argument("--part", metavar="I/N", help="convert only part I of N of the input")
+    parser.add_argument("--skip-bad", action="store_true", help="skip and count bad inputs")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing output")
+    parser.add_argument(
+        "--follow-links", action="store_true", help="follow links out of input folders"
+    )
+    parser.add_argument(
+        "--labels",
+        choices=["auto", "subfolder", "none"],
+        default="auto",
+        help="class labels from subfolders (default: auto)",
+    )
+    parser.add_argument(
+        "--inline-column",
+        action="append",
+        default=[],
+        metavar="COL",
+        help="table column naming files whose bytes become the field (repeatable)",
+    )
+    parser.add_argument("--key-column", metavar="COL", help="table column holding sample keys")
+    parser.add_argument("--no-index", action="store_true", help="no TFRecord .idx files")
+    parser.add_argument(
+        "--merge-manifests",
+        action="store_true",
+        help="only merge the part manifests of OUTPUT_PATTERN",
+    )
+
+
+def _progress(stream: object) -> tuple[object, object]:
+    """A tqdm bar and its update callback when ``stream`` is a terminal; else (None, None)."""
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None or not isatty():
+        return None, None
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, unit="rec", unit_scale=True, file=stream)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    return bar, update
+
+
+def _merge(pattern_text: str) -> int:
+    import glob
+    import os
+
+    from shardmix.convert import OutputPattern, merge_part_manifests, read_manifest
+
+    pattern = OutputPattern.parse(pattern_text)
+    stem = pattern.manifest_name(None).removesuffix(".manifest.json")
+    found = sorted(glob.glob(os.path.join(glob.escape(pattern.folder), f"{stem}-p*.manifest.json")))
+    if not found:
+        print(f"shardmix convert: no part manifests for {pattern_text}")
+        return 2
+    path = merge_part_manifests(pattern, read_manifest(found[0]).parts, required=True)
+    print(f"merged {read_manifest(str(path)).parts} part manifests into {path}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from shardmix.convert import ConvertOptions, LabelMode, Part, convert, parse_size
+    from shardmix.errors import ShardmixError
+    from shardmix.formats import Format
+
+    try:
+        if args.merge_manifests:
+            return _merge(args.paths[-1])
+        if len(args.paths) < 2:
+            print("shardmix convert: give at least one INPUT and an OUTPUT_PATTERN")
+            return 2
+        options = ConvertOptions(
+            format=Format(args.format) if args.format else None,
+            max_records=args.max_records,
+            max_bytes=parse_size(args.max_bytes) if args.max_bytes else None,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            workers=args.workers,
+            part=Part.parse(args.part) if args.part else Part(),
+            skip_bad=args.skip_bad,
+            overwrite=args.overwrite,
+            follow_links=args.follow_links,
+            labels=LabelMode(args.labels),
+            inline_columns=tuple(args.inline_column),
+            key_column=args.key_column,
+            write_index=not args.no_index,
+        )
+        bar, update = _progress(sys.stderr)
+        try:
+            summary = convert(args.paths[:-1], args.paths[-1], options, progress=update)  # type: ignore[arg-type]
+        finally:
+            if bar is not None:
+                bar.close()  # type: ignore[attr-defined]
+    except (ShardmixError, ImportError) as error:
+        print(f"shardmix convert: error: {error}", file=sys.stderr)
+        for note in getattr(error, "__notes__", ()):
+            print(f"  {note}", file=sys.stderr)
+        return 1
+    print(
+        f"{summary.shards} shards ({summary.shards_written} written now), "
+        f"{summary.records} records, {summary.bytes:,} bytes in {summary.seconds:.1f} s "
+        f"({summary.records_per_s:,.0f} records/s); manifest {summary.manifest}"
+    )
+    if summary.merged_manifest:
+        print(f"all parts done: merged manifest {summary.merged_manifest}")
+    if summary.skipped:
+        print(f"skipped {len(summary.skipped)} bad inputs, first: {summary.skipped[0]}")
+    return 0

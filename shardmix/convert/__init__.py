@@ -1,0 +1,40 @@
+"""Convert datasets into tar or TFRecord shards: ``convert(inputs, pattern, options)``.
+
+Inputs are folders of files, JSON Lines / CSV / Parquet tables, or existing shards; the output
+is a set of shards named by a pattern such as ``out/train-%06d.tar``, each written under a
+temporary name and renamed when complete, with a JSON manifest beside them
+(:mod:`shardmix.convert.manifest` documents its schema) and, for TFRecord, ``.idx`` index
+files. The stages, in order: listing (``inputs``, ``folder``, ``tables``), planning
+(``plan``), writing (``writer``), bookkeeping (``manifest``); ``api`` ties them together and
+``shardmix.cli.convert`` is the command-line shell.
+"""
+
+from shardmix.convert.api import ConvertSummary, OutputExistsError, convert
+from shardmix.convert.inputs import BadInputError
+from shardmix.convert.manifest import (
+    Manifest,
+    ShardEntry,
+    merge_manifests,
+    merge_part_manifests,
+    read_manifest,
+)
+from shardmix.convert.options import ConvertOptions, LabelMode, OutputPattern, Part, parse_size
+from shardmix.formats import Format
+
+__all__ = [
+    "BadInputError",
+    "ConvertOptions",
+    "ConvertSummary",
+    "Format",
+    "LabelMode",
+    "Manifest",
+    "OutputExistsError",
+    "OutputPattern",
+    "Part",
+    "ShardEntry",
+    "convert",
+    "merge_manifests",
+    "merge_part_manifests",
+    "parse_size",
+    "read_manifest",
+]

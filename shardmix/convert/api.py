@@ -1,0 +1,245 @@
+"""``convert()``: list the inputs, plan the shards, write what is missing, write the manifest.
+
+This module only orchestrates: inputs are listed by :mod:`~shardmix.convert.folder`,
+:mod:`~shardmix.convert.tables` and :mod:`~shardmix.convert.inputs`, the plan is
+:mod:`~shardmix.convert.plan`'s, shards are written by :mod:`~shardmix.convert.writer` (in this
+process, or in ``workers`` processes, one task per shard) and the bookkeeping of a run is
+:mod:`~shardmix.convert.manifest`'s.
+
+Existing output: a run refuses to start when shards of its pattern (and part) exist, unless
+``overwrite`` (which deletes them first) or unless they are the same conversion: a finished
+one (manifest with the same plan digest: nothing to do) or an interrupted one (journal with
+the same plan digest: the missing shards are written). Temporary files of an interrupted run
+are deleted first, so a run that ends leaves none.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+
+from shardmix.convert.folder import list_folder
+from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
+from shardmix.convert.manifest import (
+    Journal,
+    Manifest,
+    ShardEntry,
+    journal_path,
+    merge_part_manifests,
+    read_manifest,
+    write_manifest,
+)
+from shardmix.convert.options import ConvertOptions, OutputPattern
+from shardmix.convert.plan import ShardPlan, make_plan, plan_digest
+from shardmix.convert.tables import is_table, list_table
+from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
+from shardmix.errors import ShardmixError
+
+Progress = Callable[[int, int], None]  # (records written so far, records planned)
+
+
+class OutputExistsError(ShardmixError, FileExistsError):
+    """The output folder already holds shards of another conversion with this pattern."""
+
+
+@dataclass(frozen=True)
+class ConvertSummary:
+    """What a conversion did."""
+
+    shards: int  # shards in the finished set
+    shards_written: int  # by this run (the rest were complete from an interrupted run)
+    records: int
+    bytes: int  # on disk, over the whole set
+    seconds: float
+    skipped: tuple[str, ...]  # one message per skipped input, row, record or file
+    manifest: str
+    merged_manifest: str | None = None
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def list_inputs(inputs: Sequence[str], options: ConvertOptions, problems: Problems) -> Listing:
+    """Every input's items, in input order, keys checked unique; folder classes unified."""
+    if not inputs:
+        raise ShardmixError("convert needs at least one input")
+    items: list[Item] = []
+    groups = []
+    for position, source in enumerate(inputs):
+        if os.path.isdir(source):
+            found, classes = list_folder(source, options.labels, options.follow_links, problems)
+            groups.append((position, found, classes))
+        elif is_table(source):
+            rows = list_table(
+                source, options.inline_columns, options.key_column, options.follow_links, problems
+            )
+            items.extend(rows)
+        else:
+            items.extend(list_shards(source, problems))
+    names = sorted({name for _, _, classes in groups for name in classes})
+    label = {name: index for index, name in enumerate(names)}
+    for _, found, _ in groups:
+        for group in found:
+            fields, sizes = group.fields, group.sizes
+            index = None if group.class_name is None else label[group.class_name]
+            if index is not None:
+                fields, sizes = fields + ("cls",), sizes + (len(str(index)),)
+            items.append(FileItem(group.key, group.paths[0], fields, sizes, group.paths, index))
+    return Listing(unique_keys(items, problems), names, problems.skipped)
+
+
+def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
+    for name in os.listdir(folder):
+        if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+            inner = name[1 : -len(TEMP_SUFFIX)]
+            if is_ours(inner) or is_ours(inner.removesuffix(".idx")):
+                os.unlink(os.path.join(folder, name))
+
+
+def _complete(folder: str, entry: ShardEntry) -> bool:
+    path = os.path.join(folder, entry.name)
+    return os.path.isfile(path) and os.path.getsize(path) == entry.bytes
+
+
+def _prepare(
+    pattern: OutputPattern, options: ConvertOptions, digest: str, manifest_path: str
+) -> dict[str, ShardEntry]:
+    """Clean up after an interrupted run; the shards already complete for this plan."""
+    folder = pattern.folder
+    regex = pattern.shard_regex(options.part)
+    manifest_name = os.path.basename(manifest_path)
+
+    def is_ours(name: str) -> bool:
+        return bool(regex.fullmatch(name)) or name.startswith(manifest_name)
+
+    _clean_temporary(folder, is_ours)
+    journal = Journal(journal_path(manifest_path))
+    existing = sorted(
+        name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
+    )
+    if options.overwrite:
+        for name in existing + [manifest_name]:
+            if os.path.lexists(os.path.join(folder, name)):
+                os.unlink(os.path.join(folder, name))
+        journal.remove()
+        return {}
+    if os.path.exists(manifest_path):
+        manifest = read_manifest(manifest_path)
+        if manifest.plan == digest and all(_complete(folder, s) for s in manifest.shards):
+            return {shard.name: shard for shard in manifest.shards}
+    else:
+        done = journal.read(digest)
+        if done is not None:
+            return {name: entry for name, entry in done.items() if _complete(folder, entry)}
+    if existing or os.path.exists(manifest_path):
+        raise OutputExistsError(
+            f"{folder}: holds output of a different conversion with this pattern "
+            f"({(existing or [manifest_name])[0]}, ...); pass --overwrite to replace it, or "
+            "choose another output pattern",
+            url=folder,
+        )
+    return {}
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def _write_all(
+    todo: list[ShardPlan],
+    spec: WriteSpec,
+    workers: int,
+    on_result: Callable[[ShardResult], None],
+) -> None:
+    """Write the shards in this process or in a pool; ``on_result`` as each one completes."""
+    if workers == 1 or len(todo) <= 1:
+        for plan in todo:
+            on_result(write_shards([plan], spec)[0])
+        return
+    with _pool(min(workers, len(todo))) as pool:
+        pending: set[Future[list[ShardResult]]] = {
+            pool.submit(write_shards, [plan], spec) for plan in todo
+        }
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for future in finished:
+                    on_result(future.result()[0])
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def convert(
+    inputs: Sequence[str],
+    output_pattern: str,
+    options: ConvertOptions | None = None,
+    *,
+    progress: Progress | None = None,
+) -> ConvertSummary:
+    """Convert ``inputs`` (folders, tables, shards) into shards named by ``output_pattern``."""
+    started = time.perf_counter()
+    options = options or ConvertOptions()
+    pattern = OutputPattern.parse(output_pattern)
+    fmt = options.format or pattern.format()
+    gzip = pattern.gzipped() if options.gzip is None else options.gzip
+    problems = Problems(options.skip_bad)
+    listing = list_inputs(inputs, options, problems)
+    shuffle_seed = options.seed if options.shuffle else None
+    plans = make_plan(listing.items, pattern, fmt, options.part, options.limits(), shuffle_seed)
+    spec = WriteSpec(pattern.folder, fmt, gzip, options.write_index, options.skip_bad)
+    settings: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": spec.indexed}
+    settings |= {"limits": options.limits(), "seed": shuffle_seed, "classes": listing.classes}
+    settings["part"] = [options.part.index, options.part.count]
+    digest = plan_digest(plans, settings)
+    os.makedirs(pattern.folder, exist_ok=True)
+    manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
+    done = _prepare(pattern, options, digest, manifest_path)
+    journal = Journal(journal_path(manifest_path))
+    journal.start(digest, list(done.values()))
+    entries = dict(done)
+    skipped = list(listing.skipped)
+    total = sum(len(plan.items) for plan in plans)
+    written = [sum(entry.records for entry in done.values())]
+
+    def on_result(result: ShardResult) -> None:
+        journal.append(result.entry)
+        entries[result.entry.name] = result.entry
+        skipped.extend(result.skipped)
+        written[0] += result.entry.records
+        if progress is not None:
+            progress(written[0], total)
+
+    todo = [plan for plan in plans if plan.name not in done]
+    _write_all(todo, spec, options.workers, on_result)
+    part = options.part
+    manifest = Manifest(
+        fmt.value,
+        gzip,
+        spec.indexed,
+        part.index if part.count > 1 else None,
+        part.count,
+        digest,
+        tuple(listing.classes),
+        tuple(entries[plan.name] for plan in plans),
+    )
+    write_manifest(manifest_path, manifest)
+    journal.remove()
+    merged = merge_part_manifests(pattern, part.count, required=False) if part.count > 1 else None
+    return ConvertSummary(
+        shards=len(plans),
+        shards_written=len(todo),
+        records=manifest.records,
+        bytes=manifest.bytes,
+        seconds=time.perf_counter() - started,
+        skipped=tuple(skipped),
+        manifest=manifest_path,
+        merged_manifest=merged,
+    )

@@ -1,0 +1,186 @@
+"""Folder inputs: files that share a path stem form one sample.
+
+``cat/img001.jpg`` and ``cat/img001.json`` become the sample ``{"__key__": "cat/img001",
+"jpg": ..., "json": ...}``: the key is the path relative to the input folder up to the first
+dot of the file name, the field is the rest, lower-cased (the webdataset naming rule, so tar
+members keep these names). Hidden files (a leading dot) and files without an extension are
+left out. In the class-per-subfolder layout the first subfolder names the class: the sample
+gets a ``cls`` field, the index of its class in the sorted class names.
+
+Walking is sorted (files of a folder, then its subfolders), so the listing is the same on
+every machine. Symbolic links are followed only when they stay inside the input folder (a
+link to a folder inside it is not walked twice) unless ``follow_links`` is set; a link that
+leaves the folder is a bad input.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from shardmix.convert.inputs import BadInputError, Problems, check_key
+from shardmix.convert.options import LabelMode
+from shardmix.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    """The files of one sample, before class names become label indexes."""
+
+    key: str
+    fields: tuple[str, ...]
+    paths: tuple[str, ...]
+    sizes: tuple[int, ...]
+    class_name: str | None
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """``(stem, field)`` of a file name, or None for hidden and extension-less names.
+
+    >>> split_name("img001.Seg.PNG"), split_name("README"), split_name(".hidden.txt")
+    (('img001', 'seg.png'), None, None)
+    """
+    dot = name.find(".")
+    if dot <= 0 or dot == len(name) - 1:
+        return None
+    return name[:dot], name[dot + 1 :].lower()
+
+
+class _Walker:
+    """Walks one input folder in sorted order and groups its files into samples."""
+
+    def __init__(self, root: str, follow_links: bool, problems: Problems) -> None:
+        self.root = os.path.abspath(root)
+        self.real_root = os.path.realpath(root)
+        self.follow_links = follow_links
+        self.problems = problems
+        self.visited: set[str] = set()
+
+    def inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return real == self.real_root or real.startswith(self.real_root + os.sep)
+
+    def entries(self, folder: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
+        """The visible files and subfolders of ``folder``, sorted by name."""
+        try:
+            with os.scandir(folder) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except OSError as error:
+            self.problems.report(
+                BadInputError(f"{folder}: cannot list the folder: {error}", url=folder)
+            )
+            return [], []
+        files, folders = [], []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_symlink() and not self.link_allowed(entry):
+                continue
+            if entry.is_dir():
+                folders.append(entry)
+            elif entry.is_file():
+                files.append(entry)
+        return files, folders
+
+    def link_allowed(self, entry: os.DirEntry[str]) -> bool:
+        if self.follow_links:
+            real = os.path.realpath(entry.path)
+            if real in self.visited:
+                return False
+            self.visited.add(real)
+            return True
+        if not self.inside(entry.path):
+            self.problems.report(
+                BadInputError(
+                    f"{entry.path}: the link leads out of the input folder {self.root} "
+                    "(pass --follow-links to follow it)",
+                    url=entry.path,
+                )
+            )
+            return False
+        return not entry.is_dir()  # a folder link inside the root would be walked twice
+
+    def walk(self, folder: str, class_name: str | None, labels: bool) -> list[FileGroup]:
+        files, folders = self.entries(folder)
+        groups = self.group(files, class_name)
+        for sub in folders:
+            name = class_name if class_name is not None or not labels else sub.name
+            groups.extend(self.walk(sub.path, name, labels))
+        return groups
+
+    def group(self, files: list[os.DirEntry[str]], class_name: str | None) -> list[FileGroup]:
+        by_stem: dict[str, list[tuple[str, str, int]]] = {}
+        for entry in files:
+            parts = split_name(entry.name)
+            if parts is None:
+                continue
+            try:
+                size = entry.stat().st_size
+            except OSError as error:
+                self.problems.report(
+                    BadInputError(f"{entry.path}: cannot read the file: {error}", url=entry.path)
+                )
+                continue
+            by_stem.setdefault(parts[0], []).append((parts[1], entry.path, size))
+        return [
+            group
+            for stem, members in by_stem.items()
+            if (group := self.make_group(stem, members, class_name)) is not None
+        ]
+
+    def make_group(
+        self, stem: str, members: list[tuple[str, str, int]], class_name: str | None
+    ) -> FileGroup | None:
+        first = members[0][1]
+        relative = os.path.relpath(os.path.join(os.path.dirname(first), stem), self.root)
+        try:
+            key = check_key(relative.replace(os.sep, "/"), first)
+            fields = [field for field, _, _ in members]
+            if len(set(fields)) != len(fields) or (class_name is not None and "cls" in fields):
+                raise BadInputError(
+                    f"{first}: the files of sample {key!r} repeat a field (names differing only "
+                    f"in case, or a .cls file where the folder gives the class): {fields}",
+                    url=first,
+                )
+        except BadInputError as error:
+            self.problems.report(error)
+            return None
+        return FileGroup(
+            key,
+            tuple(fields),
+            tuple(path for _, path, _ in members),
+            tuple(size for _, _, size in members),
+            class_name,
+        )
+
+
+def has_class_layout(root: str) -> bool:
+    """Whether the folder holds only subfolders (the class-per-subfolder layout)."""
+    with os.scandir(root) as scan:
+        visible = [entry for entry in scan if not entry.name.startswith(".")]
+    return bool(visible) and all(entry.is_dir() for entry in visible)
+
+
+def class_names(root: str) -> list[str]:
+    with os.scandir(root) as scan:
+        return sorted(e.name for e in scan if not e.name.startswith(".") and e.is_dir())
+
+
+def list_folder(
+    root: str, labels: LabelMode, follow_links: bool, problems: Problems
+) -> tuple[list[FileGroup], list[str]]:
+    """The samples of one folder input and its class names (empty without labels)."""
+    if not os.path.isdir(root):
+        problems.report(BadInputError(f"{root}: no such folder", url=root))
+        return [], []
+    use_labels = labels is LabelMode.SUBFOLDER or (
+        labels is LabelMode.AUTO and has_class_layout(root)
+    )
+    if labels is LabelMode.SUBFOLDER and not has_class_layout(root):
+        raise ConfigError(
+            f"{root}: labels='subfolder' needs every file in a class subfolder, but the folder "
+            "holds files directly (pass --labels none)"
+        )
+    walker = _Walker(root, follow_links, problems)
+    groups = walker.walk(walker.root, None, use_labels)
+    return groups, class_names(root) if use_labels else []

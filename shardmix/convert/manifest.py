@@ -1,0 +1,216 @@
+"""The manifest beside the shards, the journal of a run in progress, and merging parts.
+
+A manifest is a JSON file (schema version 1)::
+
+    {
+      "shardmix_manifest": 1,          # schema version; readers refuse versions they lack
+      "format": "tar" | "tfrecord",
+      "gzip": false,
+      "index": false,                  # each TFRecord shard has <name>.idx beside it
+      "part": null | I,                # this manifest covers part I of "parts" ...
+      "parts": N,                      # ... or, with "part": null, all N parts (merged)
+      "plan": "<sha256>",              # identifies the conversion (inputs, options, plan)
+      "classes": ["cat", "dog"],       # class names of "cls" labels, [] without labels
+      "records": 20000, "bytes": 123456,
+      "shards": [{"name": "train-000000.tar", "records": 1000, "bytes": 1234,
+                  "sha256": "<hex of the file's bytes>"}, ...]
+    }
+
+Shard names are relative to the manifest's folder; ``bytes`` is the file size on disk. The
+manifest holds no time or host, so the same conversion writes the same manifest. While a run
+is in progress its completed shards are appended to a hidden journal
+(``.<manifest>.journal``, JSON lines); a re-run of the same conversion trusts those shards,
+and the journal is removed once the manifest is written. Part manifests
+(``train-p0001.manifest.json``) merge into ``train.manifest.json``: automatically when the
+last part to finish finds all the others' manifests, or by :func:`merge_part_manifests`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shardmix.convert.options import OutputPattern, Part
+from shardmix.errors import ConfigError, CorruptShardError
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard of a manifest."""
+
+    name: str
+    records: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The content of a manifest file (see the module docstring for the schema)."""
+
+    format: str
+    gzip: bool
+    index: bool
+    part: int | None
+    parts: int
+    plan: str
+    classes: tuple[str, ...] = ()
+    shards: tuple[ShardEntry, ...] = field(default_factory=tuple)
+
+    @property
+    def records(self) -> int:
+        return sum(shard.records for shard in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(shard.bytes for shard in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"shardmix_manifest": VERSION, **asdict(self)}
+        data["classes"] = list(self.classes)
+        data["shards"] = [asdict(shard) for shard in self.shards]
+        data["records"], data["bytes"] = self.records, self.bytes
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str) -> Manifest:
+        version = data.get("shardmix_manifest") if isinstance(data, dict) else None
+        if version != VERSION:
+            raise CorruptShardError(
+                f"{where}: not a shardmix manifest of version {VERSION} (found {version!r}); "
+                "upgrade shardmix or re-create the manifest",
+                url=where,
+            )
+        try:
+            shards = tuple(ShardEntry(**entry) for entry in data["shards"])
+            return cls(
+                data["format"],
+                bool(data["gzip"]),
+                bool(data["index"]),
+                data["part"],
+                int(data["parts"]),
+                data["plan"],
+                tuple(data["classes"]),
+                shards,
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise CorruptShardError(f"{where}: damaged manifest: {error!r}", url=where) from error
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    folder, name = os.path.split(path)
+    temp = os.path.join(folder, f".{name}.{os.getpid()}.partial")
+    with open(temp, "w", encoding="utf-8") as file:
+        json.dump(data, file, indent=1, sort_keys=True)
+        file.write("\n")
+    os.replace(temp, path)
+
+
+def write_manifest(path: str, manifest: Manifest) -> None:
+    write_json_atomic(path, manifest.to_json())
+
+
+def read_manifest(path: str) -> Manifest:
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except ValueError as error:
+        raise CorruptShardError(f"{path}: damaged manifest: {error}", url=path) from error
+    return Manifest.from_json(data, path)
+
+
+class Journal:
+    """The completed shards of a run in progress, one JSON line each after a header line."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self, plan: str) -> dict[str, ShardEntry] | None:
+        """The shards a previous run of the same plan completed; None if there was none."""
+        try:
+            with open(self.path, encoding="utf-8") as file:
+                lines = file.read().splitlines()
+        except FileNotFoundError:
+            return None
+        try:
+            if not lines or json.loads(lines[0]).get("plan") != plan:
+                return None
+            entries = [ShardEntry(**json.loads(line)) for line in lines[1:] if line.strip()]
+        except (ValueError, TypeError):  # a line cut by a kill: trust what came before it
+            entries = []
+            for line in lines[1:]:
+                try:
+                    entries.append(ShardEntry(**json.loads(line)))
+                except (ValueError, TypeError):
+                    break
+        return {entry.name: entry for entry in entries}
+
+    def start(self, plan: str, done: Sequence[ShardEntry]) -> None:
+        lines = [json.dumps({"plan": plan})] + [json.dumps(asdict(entry)) for entry in done]
+        with open(self.path, "w", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+
+    def append(self, entry: ShardEntry) -> None:
+        with open(self.path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(asdict(entry)) + "\n")
+
+    def remove(self) -> None:
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def journal_path(manifest_path: str) -> str:
+    folder, name = os.path.split(manifest_path)
+    return os.path.join(folder, f".{name}.journal")
+
+
+def merge_manifests(manifests: Sequence[Manifest]) -> Manifest:
+    """One manifest for all parts: shards in part order; every part exactly once."""
+    if not manifests:
+        raise ConfigError("no part manifests to merge")
+    first = manifests[0]
+    ordered = sorted(manifests, key=lambda m: -1 if m.part is None else m.part)
+    found = [m.part for m in ordered]
+    if found != list(range(first.parts)):
+        raise ConfigError(f"cannot merge: expected parts 0..{first.parts - 1}, found {found}")
+    for other in ordered:
+        same = (other.format, other.gzip, other.index, other.parts, other.classes)
+        if same != (first.format, first.gzip, first.index, first.parts, first.classes):
+            raise ConfigError(
+                f"cannot merge part {other.part} with part {first.part}: they differ in "
+                "format, compression, index files, part count or classes"
+            )
+    shards = tuple(shard for m in ordered for shard in m.shards)
+    if len({shard.name for shard in shards}) != len(shards):
+        raise ConfigError("cannot merge: two parts name the same shard")
+    plan = hashlib.sha256(" ".join(m.plan for m in ordered).encode()).hexdigest()
+    return Manifest(
+        first.format, first.gzip, first.index, None, first.parts, plan, first.classes, shards
+    )
+
+
+def merge_part_manifests(pattern: OutputPattern, count: int, *, required: bool) -> str | None:
+    """Merge the manifests of all ``count`` parts into the pattern's manifest; its path.
+
+    Returns None (or, when ``required``, raises) while some part's manifest is missing.
+    """
+    paths = [
+        os.path.join(pattern.folder, pattern.manifest_name(Part(index, count)))
+        for index in range(count)
+    ]
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        if required:
+            raise ConfigError(f"cannot merge: part manifests missing: {', '.join(missing)}")
+        return None
+    merged = merge_manifests([read_manifest(path) for path in paths])
+    target = os.path.join(pattern.folder, pattern.manifest_name(None))
+    write_manifest(target, merged)
+    return target

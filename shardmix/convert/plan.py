@@ -1,0 +1,122 @@
+"""Planning: which items go to which shard, decided before a byte is written.
+
+The plan is a pure function of the listed items and the options: part ``I/N`` keeps the items
+whose input position is ``I`` modulo ``N``; ``shuffle`` permutes them with a generator seeded
+from (seed, part); shards are then cut in order, closing a shard before the record that would
+pass ``max_records`` or ``max_bytes``. Shard sizes for ``max_bytes`` come from the items'
+field sizes: exact for tar (headers and padding included), an upper bound for TFRecord.
+
+Because the plan is fixed up front, any number of workers writes the same shards, a resumed
+run knows which shards are still missing, and :func:`plan_digest` tells whether a previous
+run was the same conversion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardmix.convert.inputs import Item
+from shardmix.convert.options import OutputPattern, Part
+from shardmix.formats import Format
+
+_BLOCK = 512
+_END_OF_TAR = 2 * _BLOCK
+_TFRECORD_FRAMING = 16
+_EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One output shard: its number, file name and items in write order."""
+
+    index: int
+    name: str
+    items: tuple[Item, ...]
+
+
+def select_part(items: Sequence[Item], part: Part) -> list[Item]:
+    """The items of part ``part``: input positions ``part.index`` modulo ``part.count``."""
+    return list(items[part.index :: part.count])
+
+
+def shuffled(items: Sequence[Item], seed: int, part: Part) -> list[Item]:
+    """The items in an order that depends only on (seed, part)."""
+    order = list(items)
+    random.Random(f"shardmix.convert:{seed}:{part.index}/{part.count}").shuffle(order)
+    return order
+
+
+def _padded(size: int) -> int:
+    return (size + _BLOCK - 1) // _BLOCK * _BLOCK
+
+
+def record_size(item: Item, fmt: Format) -> int:
+    """The uncompressed bytes the item takes in a shard (exact for tar, at most for TFRecord)."""
+    if fmt is Format.TAR:
+        total = 0
+        for name, size in zip(item.fields, item.sizes, strict=True):
+            member = len(f"{item.key}.{name}".encode("utf-8", "surrogateescape"))
+            if member > 100:  # a pax header block and its record
+                total += _BLOCK + _padded(member + 20)
+            total += _BLOCK + _padded(size)
+        return total
+    features = sum(
+        len(name) + size + _EXAMPLE_SLACK
+        for name, size in zip(item.fields, item.sizes, strict=True)
+    )
+    key = len(item.key.encode("utf-8", "surrogateescape")) + 7 + _EXAMPLE_SLACK
+    return _TFRECORD_FRAMING + 12 + features + key
+
+
+def cut(
+    items: Sequence[Item], fmt: Format, max_records: int | None, max_bytes: int | None
+) -> list[list[Item]]:
+    """Items split into consecutive shards under the limits (never an empty shard)."""
+    base = _END_OF_TAR if fmt is Format.TAR else 0
+    shards: list[list[Item]] = []
+    current: list[Item] = []
+    size = base
+    for item in items:
+        item_size = record_size(item, fmt) if max_bytes is not None else 0
+        full = max_records is not None and len(current) >= max_records
+        too_big = max_bytes is not None and size + item_size > max_bytes
+        if current and (full or too_big):
+            shards.append(current)
+            current, size = [], base
+        current.append(item)
+        size += item_size
+    if current:
+        shards.append(current)
+    return shards
+
+
+def make_plan(
+    items: Sequence[Item],
+    pattern: OutputPattern,
+    fmt: Format,
+    part: Part,
+    limits: tuple[int | None, int | None],
+    shuffle_seed: int | None,
+) -> list[ShardPlan]:
+    """The shards of this part, named by ``pattern``."""
+    chosen = select_part(items, part)
+    if shuffle_seed is not None:
+        chosen = shuffled(chosen, shuffle_seed, part)
+    return [
+        ShardPlan(index, pattern.shard_name(index, part), tuple(shard))
+        for index, shard in enumerate(cut(chosen, fmt, *limits))
+    ]
+
+
+def plan_digest(plans: Sequence[ShardPlan], settings: dict[str, object]) -> str:
+    """A sha256 over the settings and every shard's name and (key, source) list."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for plan in plans:
+        digest.update(f"\n{plan.name}".encode("utf-8", "surrogateescape"))
+        for item in plan.items:
+            digest.update(f"\t{item.key}\x00{item.source}".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()

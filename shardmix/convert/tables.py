@@ -1,0 +1,201 @@
+"""Table inputs: JSON Lines, CSV and Parquet files, one sample per row, columns as fields.
+
+A row's key is its ``key_column`` value when one is named, else its ``__key__`` column, else
+``<file stem>/<row:08d>``. Other columns starting with ``__`` are left out, and so are empty
+(null) values. Values keep their type where the table has one (JSON, Parquet): str, int,
+float, bytes, lists of one scalar kind; bools become ints, anything else (objects, dates,
+mixed lists) its JSON or text form. CSV values stay text.
+
+An inlined column (``inline_columns``) names a file per row, relative to the table's folder;
+the field becomes that file's bytes. The file must lie inside the table's folder unless
+``follow_links`` is set. Parquet needs pyarrow (``pip install 'shardmix[parquet]'``), imported
+only when a Parquet input is listed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from shardmix.convert.inputs import (
+    KEY,
+    BadInputError,
+    Item,
+    Problems,
+    RowItem,
+    check_key,
+    value_size,
+)
+
+TABLE_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
+Row = Mapping[str, Any]
+
+
+def is_table(path: str) -> bool:
+    return path.lower().endswith(TABLE_SUFFIXES)
+
+
+def normalize(value: Any) -> Any:
+    """A table value as a field value (None when the field is left out).
+
+    >>> normalize(True), normalize({"b": 1, "a": 2}), normalize([1, 2]), normalize([1, "x"])
+    (1, '{"a": 2, "b": 1}', [1, 2], '[1, "x"]')
+    """
+    if value is None or isinstance(value, (str, bytes, int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        kinds = {type(normalize(item)) for item in value}
+        if len(kinds) <= 1 and kinds <= {str, bytes, int, float}:
+            return [normalize(item) for item in value]
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _jsonl_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+    with open(path, encoding="utf-8") as file:
+        row = 0
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+                if not isinstance(value, dict):
+                    raise ValueError(f"expected a JSON object, found {type(value).__name__}")
+            except ValueError as error:
+                where = f"{path}: line {line_number}"
+                problems.report(BadInputError(f"{where}: not a JSON object: {error}", url=path))
+                continue
+            yield row, value
+            row += 1
+
+
+def _csv_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+    delimiter = "\t" if path.lower().endswith(".tsv") else ","
+    with open(path, encoding="utf-8", newline="") as file:
+        yield from enumerate(csv.DictReader(file, delimiter=delimiter))
+
+
+def _parquet_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError as error:
+        raise ImportError(
+            f"{path}: reading Parquet needs pyarrow; install it with "
+            "pip install 'shardmix[parquet]'"
+        ) from error
+    row = 0
+    for batch in parquet.ParquetFile(path).iter_batches(batch_size=4096):
+        for value in batch.to_pylist():
+            yield row, value
+            row += 1
+
+
+def _rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+    lower = path.lower()
+    if lower.endswith((".csv", ".tsv")):
+        return _csv_rows(path, problems)
+    if lower.endswith((".parquet", ".pq")):
+        return _parquet_rows(path, problems)
+    return _jsonl_rows(path, problems)
+
+
+class _RowMaker:
+    """Turns the rows of one table into items."""
+
+    def __init__(
+        self,
+        path: str,
+        inline: Sequence[str],
+        key_column: str | None,
+        follow_links: bool,
+        problems: Problems,
+    ) -> None:
+        self.path = path
+        self.folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        self.stem = os.path.basename(path).split(".", 1)[0]
+        self.inline = frozenset(inline)
+        self.key_column = key_column
+        self.follow_links = follow_links
+        self.problems = problems
+
+    def key(self, index: int, row: Row) -> str:
+        column = self.key_column or (KEY if KEY in row else None)
+        if column is None:
+            return f"{self.stem}/{index:08d}"
+        value = row.get(column)
+        if value is None or value == "":
+            raise BadInputError(
+                f"{self.path}: row {index} has no value in key column {column!r}", url=self.path
+            )
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        return check_key(text, f"{self.path} row {index}")
+
+    def inline_path(self, index: int, value: Any) -> str:
+        name = os.fsdecode(value) if isinstance(value, (str, bytes)) else None
+        where = f"{self.path}: row {index}"
+        if not name:
+            raise BadInputError(f"{where}: an inlined column needs a file path", url=self.path)
+        path = os.path.realpath(os.path.join(self.folder, name))
+        if not self.follow_links and not path.startswith(self.folder + os.sep):
+            raise BadInputError(
+                f"{where}: inlined file {name!r} lies outside the table's folder {self.folder} "
+                "(pass --follow-links to allow it)",
+                url=self.path,
+            )
+        if not os.path.isfile(path):
+            raise BadInputError(f"{where}: inlined file {name!r} does not exist", url=self.path)
+        return path
+
+    def item(self, index: int, row: Row) -> Item:
+        key = self.key(index, row)
+        fields, values, sizes = [], [], []
+        for name in sorted(row):
+            if name.startswith("__"):
+                continue
+            value = normalize(row[name])
+            if value is None:
+                continue
+            if name in self.inline:
+                value = self.inline_path(index, value)
+                sizes.append(os.path.getsize(value))
+            else:
+                sizes.append(value_size(value))
+            fields.append(name)
+            values.append(value)
+        missing = self.inline.difference(fields)
+        if missing:
+            raise BadInputError(
+                f"{self.path}: row {index} has no value in inlined column(s) {sorted(missing)}",
+                url=self.path,
+            )
+        return RowItem(key, self.path, tuple(fields), tuple(sizes), tuple(values), self.inline)
+
+
+def list_table(
+    path: str,
+    inline: Sequence[str],
+    key_column: str | None,
+    follow_links: bool,
+    problems: Problems,
+) -> list[Item]:
+    """The rows of one table file, as items."""
+    maker = _RowMaker(path, inline, key_column, follow_links, problems)
+    items: list[Item] = []
+    try:
+        for index, row in _rows(path, problems):
+            try:
+                items.append(maker.item(index, row))
+            except BadInputError as error:
+                problems.report(error)
+    except (OSError, ValueError, csv.Error) as error:
+        if isinstance(error, BadInputError):
+            raise
+        problems.report(BadInputError(f"{path}: cannot read the table: {error}", url=path))
+    return items

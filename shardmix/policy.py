@@ -1,0 +1,252 @@
+"""Error policy: what happens to damaged data, and the ledger that counts what was skipped.
+
+The format readers find damage; this module decides nothing about *where* it is found, only
+what a skip means and how it is counted. A reader given an ``on_damage`` callback reports each
+:class:`Damage` to it instead of raising: a damaged record whose framing is intact (TFRecord
+data CRC, an undecodable Example, a repeated tar field) is dropped and reading goes on; damage
+that loses the framing (length CRC, truncation, a bad tar header) drops the rest of the shard.
+
+:class:`SkipLedger` is that callback under ``on_error="skip"``. It counts skips per shard
+(records, bytes, shards cut short), warns once per shard with :class:`SkippedDataWarning`, and
+raises :class:`TooManySkipsError` summarising everything skipped once more than ``max_skips``
+skips are counted. Its :meth:`~SkipLedger.summary` is plain JSON, so the ledgers of DataLoader
+workers can travel to the main process and be merged there (:meth:`~SkipLedger.merge`); the
+budget is then enforced once, over all workers. Applying the policy to a dataset (which
+readers get a ledger, where ledgers are merged) is left to the dataset and the loader.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shardmix.errors import (
+    ConfigError,
+    CorruptShardError,
+    DecodeError,
+    SkippedDataWarning,
+    TooManySkipsError,
+)
+
+__all__ = ["Damage", "DamageHandler", "ErrorPolicy", "OnError", "SkipLedger"]
+
+# How many shards a TooManySkipsError message lists by name before "and N more".
+_LISTED_SHARDS = 10
+
+
+class OnError(enum.Enum):
+    """What a reader does with damaged data."""
+
+    RAISE = "raise"  # stop with the error (the default)
+    SKIP = "skip"  # drop the damaged record (or the rest of the shard), count it, go on
+
+
+@dataclass(frozen=True)
+class ErrorPolicy:
+    """How damaged data is handled: ``ErrorPolicy(OnError.SKIP, max_skips=100)``.
+
+    ``on_error`` also accepts the enum's value (``"raise"``, ``"skip"``).
+
+    ``max_skips`` is the budget of skips (damaged records dropped plus shards cut short) over
+    a whole epoch; one more raises :class:`TooManySkipsError`. ``None`` skips without limit.
+    """
+
+    on_error: OnError = OnError.RAISE
+    max_skips: int | None = 100
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "on_error", OnError(self.on_error))
+        except ValueError:
+            choices = ", ".join(repr(choice.value) for choice in OnError)
+            raise ConfigError(f"on_error must be one of {choices}, got {self.on_error!r}") from None
+        skips = self.max_skips
+        if skips is not None and (isinstance(skips, bool) or not isinstance(skips, int)):
+            raise ConfigError(f"max_skips must be an int or None, got {skips!r}")
+        if skips is not None and skips < 0:
+            raise ConfigError(f"max_skips must be >= 0 or None, got {skips}")
+
+    @property
+    def skips(self) -> bool:
+        """Whether damaged data is skipped rather than raised."""
+        return self.on_error is OnError.SKIP
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One piece of damage a reader found and did not raise, because it was told to report it.
+
+    ``error`` is what would have been raised; it names the URL and the position. ``record`` and
+    ``offset`` are where the loss starts: the damaged record, or the first record of the
+    shard's rest. ``size`` is the bytes of shard passed over (framing included) when known.
+    ``rest_of_shard`` says the framing was lost, so everything from ``record`` on is dropped.
+    """
+
+    error: CorruptShardError | DecodeError
+    record: int | None
+    offset: int | None
+    size: int | None = None
+    rest_of_shard: bool = False
+
+    @property
+    def url(self) -> str:
+        return self.error.url or "<unknown shard>"
+
+
+DamageHandler = Callable[[Damage], None]
+
+
+def _empty_shard_entry() -> dict[str, Any]:
+    return {"skips": 0, "records": 0, "bytes": 0, "cut": 0, "first": None}
+
+
+class SkipLedger:
+    """Counts what was skipped, per shard; usable as a reader's ``on_damage`` callback.
+
+    Args:
+        max_skips: raise :class:`TooManySkipsError` when the count of skips goes past this
+            (``None``: never). In DataLoader workers pass ``None`` and let the main process's
+            ledger, which merges them all, hold the budget.
+        warn: warn once per shard (a :class:`SkippedDataWarning` naming the file and the
+            position). Workers pass ``False`` when their ledgers are merged in the main
+            process, which then warns for them.
+
+    The summary, plain JSON::
+
+        {"skips": int, "records": int, "bytes": int, "shards_cut": int,
+         "shards": {url: {"skips": int, "records": int, "bytes": int, "cut": int,
+                          "first": str}}}    # "first": the first damage's message
+
+    ``records``/``bytes`` count records dropped one by one; ``cut``/``shards_cut`` count shards
+    whose rest was dropped (how many records that lost is not known). ``skips`` is their sum.
+    """
+
+    def __init__(self, max_skips: int | None = None, *, warn: bool = True) -> None:
+        if max_skips is not None and max_skips < 0:
+            raise ConfigError(f"max_skips must be >= 0 or None, got {max_skips}")
+        self.max_skips = max_skips
+        self.warn = warn
+        self._shards: dict[str, dict[str, Any]] = {}
+        self._fresh: dict[str, dict[str, Any]] = {}  # what take() has not handed out yet
+
+    @classmethod
+    def for_policy(cls, policy: ErrorPolicy, *, warn: bool = True) -> SkipLedger:
+        """The ledger that enforces ``policy``'s budget."""
+        return cls(policy.max_skips, warn=warn)
+
+    # -- counting -------------------------------------------------------------------------
+
+    def __call__(self, damage: Damage) -> None:
+        """Count one piece of damage (the ``on_damage`` callback)."""
+        entry = _empty_shard_entry()
+        entry["skips"] = 1
+        entry["first"] = _describe(damage)
+        if damage.rest_of_shard:
+            entry["cut"] = 1
+        else:
+            entry["records"] = 1
+            entry["bytes"] = damage.size or 0
+        self._add({damage.url: entry})
+
+    def merge(self, other_summary: Mapping[str, Any]) -> None:
+        """Add the skips of another ledger's :meth:`summary` (or :meth:`take`) to this one."""
+        shards = other_summary.get("shards", {})
+        if not isinstance(shards, Mapping):
+            raise TypeError(f"not a SkipLedger summary: {other_summary!r}")
+        self._add(shards)
+
+    def _add(self, shards: Mapping[str, Mapping[str, Any]]) -> None:
+        for url, counts in shards.items():
+            for table in (self._shards, self._fresh):
+                entry = table.get(url)
+                if entry is None:
+                    entry = table[url] = _empty_shard_entry()
+                    if table is self._shards and self.warn:
+                        _warn_first(url, counts)
+                for name in ("skips", "records", "bytes", "cut"):
+                    entry[name] += int(counts.get(name, 0))
+                if entry["first"] is None:
+                    entry["first"] = counts.get("first")
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`TooManySkipsError` if more than ``max_skips`` skips were counted."""
+        if self.max_skips is not None and self.skips > self.max_skips:
+            raise TooManySkipsError(self._too_many())
+
+    # -- reading --------------------------------------------------------------------------
+
+    @property
+    def skips(self) -> int:
+        """Skips counted so far: records dropped plus shards cut short."""
+        return sum(entry["skips"] for entry in self._shards.values())
+
+    def __bool__(self) -> bool:
+        return bool(self._shards)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything counted so far, as plain JSON types (a copy)."""
+        return _summary(self._shards)
+
+    def take(self) -> dict[str, Any] | None:
+        """What was counted since the last ``take()``, or None when nothing was.
+
+        A worker sends these deltas to the main process, which merges each exactly once.
+        """
+        if not self._fresh:
+            return None
+        fresh, self._fresh = self._fresh, {}
+        return _summary(fresh)
+
+    def _too_many(self) -> str:
+        total = self.summary()
+        listed = sorted(self._shards.items(), key=lambda item: -item[1]["skips"])
+        lines = [
+            f"{url}: {entry['skips']} skips ({entry['records']} records, {entry['bytes']} "
+            f"bytes, cut short {entry['cut']} times); first: {entry['first']}"
+            for url, entry in listed[:_LISTED_SHARDS]
+        ]
+        if len(listed) > _LISTED_SHARDS:
+            lines.append(f"... and {len(listed) - _LISTED_SHARDS} more shards")
+        return (
+            f"{total['skips']} skips of damaged data, more than max_skips={self.max_skips}: "
+            f"{total['records']} records ({total['bytes']} bytes) dropped and "
+            f"{total['shards_cut']} shards cut short, in {len(listed)} shards; the data is "
+            "badly damaged: repair or re-create it (`shardmix stat --verify` lists every "
+            "damaged shard), or raise max_skips. Skipped:\n" + "\n".join(lines)
+        )
+
+    def __repr__(self) -> str:
+        return f"SkipLedger(skips={self.skips}, shards={len(self._shards)})"
+
+
+def _summary(shards: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    copied = copy.deepcopy(dict(shards))
+    return {
+        "skips": sum(entry["skips"] for entry in copied.values()),
+        "records": sum(entry["records"] for entry in copied.values()),
+        "bytes": sum(entry["bytes"] for entry in copied.values()),
+        "shards_cut": sum(entry["cut"] for entry in copied.values()),
+        "shards": copied,
+    }
+
+
+def _describe(damage: Damage) -> str:
+    message = str(damage.error)
+    if damage.rest_of_shard:
+        return f"{message} [the rest of the shard, from record {damage.record}, was skipped]"
+    return f"{message} [record {damage.record} was skipped]"
+
+
+def _warn_first(url: str, counts: Mapping[str, Any]) -> None:
+    warnings.warn(
+        SkippedDataWarning(
+            f"skipping damaged data in {url} (on_error='skip'): {counts.get('first')}; "
+            "further skips in this shard are counted, not warned about"
+        ),
+        stacklevel=4,
+    )

@@ -1,0 +1,99 @@
+"""Shards in any storage fsspec knows (``s3://``, ``gs://``, ``az://``, ...).
+
+The fallback opener: :func:`shardmix.sources.open_shard` sends here every scheme that has no
+opener of its own. fsspec and its backends are optional and imported only here, when such a
+URL is opened; a missing one raises :class:`~shardmix.errors.UnsupportedURLError` naming the
+``pip install`` to run. Storage options (endpoint, credentials, ...) are passed explicitly;
+left out, the backend finds them the standard way (AWS environment variables,
+``AWS_ENDPOINT_URL``, application default credentials, ...). Retries and timeouts are the
+backend's own. The streams returned are fsspec's buffered files: seekable, read ahead in blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any, BinaryIO, cast
+
+from shardmix.errors import ShardNotFoundError, UnsupportedURLError
+from shardmix.sources import RemoteAccessError, RemoteReadError, scheme_of
+
+__all__ = ["install_hint", "open_fsspec"]
+
+# scheme -> (shardmix extra, backend package)
+_BACKENDS: dict[str, tuple[str, str]] = {
+    "s3": ("s3", "s3fs"),
+    "s3a": ("s3", "s3fs"),
+    "gs": ("gcs", "gcsfs"),
+    "gcs": ("gcs", "gcsfs"),
+    "az": ("azure", "adlfs"),
+    "abfs": ("azure", "adlfs"),
+    "abfss": ("azure", "adlfs"),
+    "adl": ("azure", "adlfs"),
+}
+
+
+def install_hint(scheme: str) -> str:
+    """The pip command that makes ``scheme`` URLs readable.
+
+    >>> install_hint("s3")
+    "pip install 'shardmix[s3]'  (fsspec and s3fs)"
+    >>> install_hint("webhdfs")
+    'pip install fsspec  (plus the fsspec backend for webhdfs:// URLs)'
+    """
+    if scheme in _BACKENDS:
+        extra, package = _BACKENDS[scheme]
+        return f"pip install 'shardmix[{extra}]'  (fsspec and {package})"
+    return f"pip install fsspec  (plus the fsspec backend for {scheme}:// URLs)"
+
+
+def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> BinaryIO:
+    """Open ``url`` through fsspec, with ``storage_options`` given to its filesystem."""
+    fsspec = _import_fsspec(url)
+    _check_backend(fsspec, url)
+    try:
+        filesystem, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        return cast(BinaryIO, filesystem.open(path, "rb"))
+    except FileNotFoundError as error:
+        raise ShardNotFoundError(f"{url}: no such shard", url=url) from error
+    except PermissionError as error:
+        raise RemoteAccessError(
+            f"{url}: access refused ({error}); check the credentials in storage_options "
+            "or the environment, and the shard's permissions",
+            url=url,
+        ) from error
+    except OSError as error:
+        raise RemoteReadError(f"{url}: could not open the shard: {error}", url=url) from error
+
+
+def _import_fsspec(url: str) -> ModuleType:
+    try:
+        import fsspec
+        import fsspec.core
+    except ImportError as error:
+        scheme = scheme_of(url)
+        raise UnsupportedURLError(
+            f"{url}: shardmix reads {scheme}:// URLs through fsspec, which is not installed; "
+            f"run: {install_hint(scheme)}",
+            url=url,
+        ) from error
+    return fsspec
+
+
+def _check_backend(fsspec: ModuleType, url: str) -> None:
+    """Fail with an install hint when fsspec lacks, or does not know, the URL's backend."""
+    scheme = scheme_of(url)
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except ImportError as error:
+        raise UnsupportedURLError(
+            f"{url}: the fsspec backend for {scheme}:// URLs is not installed ({error}); "
+            f"run: {install_hint(scheme)}",
+            url=url,
+        ) from error
+    except ValueError as error:
+        raise UnsupportedURLError(
+            f"{url}: no opener for {scheme!r} URLs: neither shardmix nor fsspec reads them; "
+            "check the URL, or register one with shardmix.sources.register_opener",
+            url=url,
+        ) from error

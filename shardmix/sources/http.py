@@ -1,0 +1,442 @@
+"""HTTP(S) shards, streamed with the standard library; retried, resumed, never hung.
+
+:class:`HttpShardStream` reads one URL with :mod:`http.client`. Transient failures (a
+connection refused, reset or timed out; 408, 429 and 5xx answers; a body that ends before its
+``Content-Length``) are retried with exponential backoff and jitter, as :class:`RetryPolicy`
+says. A retry resumes where the stream stands, with ``Range: bytes=N-``: a ``206`` answer must
+start at N, a ``200`` answer (a server that ignores ranges) has its first N bytes dropped, so
+every byte arrives exactly once. A shard whose ``ETag`` or size changes between two requests is
+an error, never a mix of two versions. Permanent answers (404, 410, 401, 403, other 4xx) fail
+at once. Every socket wait is bounded by ``read_timeout``, so a stalled server ends in an error
+naming the URL, the byte offset reached and the attempts made.
+
+Left to others: caching (:mod:`shardmix.sources.cache`), proxies and authentication schemes
+beyond the fixed headers in ``storage_options["headers"]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import io
+import logging
+import random
+import re
+import ssl
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from urllib.parse import urljoin, urlsplit
+
+from shardmix.errors import ConfigError, ShardmixError, ShardNotFoundError, UnsupportedURLError
+from shardmix.errors import describe_position as _where
+from shardmix.sources import (
+    RemoteAccessError,
+    RemoteReadError,
+    RetryPolicy,
+    SourceOptions,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+__all__ = ["HttpShardStream", "RetryPolicy", "open_http"]
+
+logger = logging.getLogger(__name__)
+
+READ_BUFFER_BYTES = 256 * 1024
+# Forward seeks up to this many bytes read and drop them; a longer one asks for a new range,
+# which costs a round trip but no transfer.
+SKIP_BY_READING = 1 << 20
+_MAX_REDIRECTS = 5
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
+_UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
+
+T = TypeVar("T")
+
+
+def open_http(url: str, options: SourceOptions) -> BinaryIO:
+    """Open an ``http(s)://`` shard: a buffered, seekable stream that retries and resumes."""
+    headers = options.storage_options.get("headers", {})
+    if not isinstance(headers, Mapping):
+        raise ConfigError(
+            f"{url}: storage_options['headers'] must be a mapping of header names to values",
+            url=url,
+        )
+    stream = HttpShardStream(url, options.retry, headers=headers)
+    return io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
+
+
+class _Transient(Exception):
+    """A failure worth another try; ``retry_after`` is the server's wish, in seconds."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class HttpShardStream(io.RawIOBase):
+    """One HTTP(S) shard as a raw, readable, seekable stream (wrap it in a BufferedReader).
+
+    The first request is made here, so a missing shard fails when it is opened.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        retry: RetryPolicy | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UnsupportedURLError(f"{url}: not an http(s) URL with a host name", url=url)
+        self.url = url
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._headers = dict(headers or {})
+        seed = int.from_bytes(hashlib.sha256(url.encode()).digest()[:8], "big")
+        self._random = random.Random(seed)  # jitter only; the same URL waits the same way
+        self._position = 0  # bytes delivered so far (or the seek target)
+        self._size: int | None = None  # the whole shard's size, once a server told it
+        self._etag: str | None = None
+        self._honours_ranges = True
+        self._connection: http.client.HTTPConnection | None = None
+        self._response: http.client.HTTPResponse | None = None
+        self._end: int | None = None  # the offset where the current response's body ends
+        try:
+            self._with_retries(self._open_response)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def size(self) -> int | None:
+        """The shard's size in bytes, when the server said it."""
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        if self.closed:
+            raise ValueError(f"{self.url}: read from a closed stream")
+        view = memoryview(buffer).cast("B")
+        if not len(view):
+            return 0
+        return self._with_retries(lambda: self._read_once(view))
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self.closed:
+            raise ValueError(f"{self.url}: seek on a closed stream")
+        target = self._seek_target(offset, whence)
+        ahead = target - self._position
+        at_or_past_end = self._size is not None and target >= self._size
+        if ahead == 0:
+            return target
+        if self._response is None or ahead < 0 or at_or_past_end:
+            self._drop_response()
+            self._position = target
+        elif ahead <= SKIP_BY_READING or not self._honours_ranges:
+            self._skip(ahead)
+        else:
+            self._drop_response()
+            self._position = target
+        return self._position
+
+    def close(self) -> None:
+        if not self.closed:
+            self._drop_response()
+        super().close()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _open_response(self) -> None:
+        if self._response is None and not self._at_end():
+            self._response = self._request(self._position)
+
+    def _request(self, offset: int) -> http.client.HTTPResponse | None:
+        """A response whose body goes on from ``offset``; None when ``offset`` is the end."""
+        url = self.url
+        for _ in range(_MAX_REDIRECTS + 1):
+            response = self._send(url, offset)
+            if response.status not in _REDIRECTS:
+                try:
+                    return response if self._accept(response, offset) else None
+                except BaseException:
+                    response.close()
+                    raise
+            location = response.getheader("Location")
+            if not location:
+                raise RemoteReadError(
+                    f"{self.url}: answered {response.status} without a Location header; "
+                    "use the final URL of the shard",
+                    url=self.url,
+                )
+            url = urljoin(url, location)
+        raise RemoteReadError(
+            f"{self.url}: more than {_MAX_REDIRECTS} redirects; use the final URL of the shard",
+            url=self.url,
+        )
+
+    def _send(self, url: str, offset: int) -> http.client.HTTPResponse:
+        self._drop_response()
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RemoteReadError(f"{self.url}: redirected to {url}, not http(s)", url=self.url)
+        connection_class: type[http.client.HTTPConnection] = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        connection = connection_class(
+            parts.hostname, parts.port, timeout=self._retry.connect_timeout
+        )
+        self._connection = connection
+        # The caller's headers (credentials, often) go only to the shard's own host.
+        same_host = parts.netloc == urlsplit(self.url).netloc
+        headers = {**(self._headers if same_host else {}), "Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        with self._transient_io("requesting"):
+            connection.connect()
+            connection.sock.settimeout(self._retry.read_timeout)
+            connection.request("GET", target, headers=headers)
+            return connection.getresponse()
+
+    def _accept(self, response: http.client.HTTPResponse, offset: int) -> bool:
+        """Check an answer; leave its body ready to read at ``offset``, or say there is none."""
+        status = response.status
+        if status in (200, 206):
+            self._check_same_shard(response)
+            if status == 206:
+                self._accept_range(response, offset)
+            else:
+                self._accept_whole(response, offset)
+            return True
+        response.close()
+        if status == 416 and self._range_is_past_end(response, offset):
+            return False
+        if status in (408, 429) or 500 <= status < 600:
+            raise _Transient(f"answered {status} {response.reason}", _retry_after(response))
+        raise self._permanent(status, response.reason)
+
+    def _accept_whole(self, response: http.client.HTTPResponse, offset: int) -> None:
+        length = response.getheader("Content-Length")
+        self._end = int(length) if length is not None and length.isdigit() else None
+        self._note_size(self._end)
+        if offset:
+            self._honours_ranges = False
+            self._discard(response, offset)
+
+    def _accept_range(self, response: http.client.HTTPResponse, offset: int) -> None:
+        header = response.getheader("Content-Range", "")
+        match = _CONTENT_RANGE.fullmatch(header.strip())
+        if match is None or int(match[1]) != offset:
+            raise RemoteReadError(
+                f"{_where(self.url, offset=offset)}: asked for bytes={offset}- and the server "
+                f"answered 206 with Content-Range {header!r}; the server's range support is "
+                "broken, serve the shard without it",
+                url=self.url,
+                offset=offset,
+            )
+        self._end = int(match[2]) + 1
+        self._note_size(None if match[3] == "*" else int(match[3]))
+
+    def _range_is_past_end(self, response: http.client.HTTPResponse, offset: int) -> bool:
+        """A 416 for a range that starts at or past the end: the shard is read to its end."""
+        match = _UNSATISFIED_RANGE.fullmatch(response.getheader("Content-Range", "").strip())
+        if offset == 0 or match is None or int(match[1]) > offset:
+            return False
+        self._note_size(int(match[1]))
+        return True
+
+    def _check_same_shard(self, response: http.client.HTTPResponse) -> None:
+        etag = response.getheader("ETag")
+        if etag and self._etag and etag != self._etag:
+            raise RemoteReadError(
+                f"{_where(self.url, offset=self._position)}: the shard changed while it was "
+                f"being read (ETag {self._etag} became {etag}); read it again from the start",
+                url=self.url,
+                offset=self._position,
+            )
+        self._etag = self._etag or etag
+
+    def _note_size(self, size: int | None) -> None:
+        if size is None:
+            return
+        if self._size is not None and size != self._size:
+            raise RemoteReadError(
+                f"{_where(self.url, offset=self._position)}: the shard changed while it was "
+                f"being read (size {self._size} became {size}); read it again from the start",
+                url=self.url,
+                offset=self._position,
+            )
+        self._size = size
+
+    def _permanent(self, status: int, reason: str) -> ShardmixError:
+        said = f"{self.url}: the server answered {status} {reason}"
+        if status in (404, 410):
+            return ShardNotFoundError(f"{said}: no such shard; check the URL", url=self.url)
+        if status in (401, 403):
+            return RemoteAccessError(
+                f"{said}: access refused; check the credentials "
+                "(storage_options['headers']) and the shard's permissions",
+                url=self.url,
+            )
+        return RemoteReadError(
+            f"{said}; this is not retried, check the URL and the server", url=self.url
+        )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _read_once(self, view: memoryview) -> int:
+        while True:
+            self._open_response()
+            if self._response is None:  # at the end: nothing to ask for
+                return 0
+            with self._transient_io("reading"):
+                # read1: what has arrived, so a slow server's bytes count as progress at once.
+                chunk = self._response.read1(len(view))
+            count = len(chunk)
+            view[:count] = chunk
+            if count:
+                self._position += count
+                return count
+            if self._end is not None and self._position < self._end:
+                raise _Transient(f"the body ended at byte {self._position}, before {self._end}")
+            if self._size is None:  # a body of unknown length ended: that was the shard
+                self._size = self._position
+            if self._at_end():
+                return 0
+            self._drop_response()  # a range answer that stopped short of the end: ask again
+
+    def _at_end(self) -> bool:
+        return self._size is not None and self._position >= self._size
+
+    def _discard(self, response: http.client.HTTPResponse, count: int) -> None:
+        """Drop the first ``count`` bytes of a body that starts before where we stand."""
+        left = count
+        with self._transient_io("skipping to the resume offset"):
+            while left:
+                chunk = response.read(min(left, 1 << 16))
+                if not chunk:
+                    raise _Transient(
+                        f"the body ended {count - left} bytes into a {count}-byte skip"
+                    )
+                left -= len(chunk)
+
+    def _skip(self, count: int) -> None:
+        scratch = bytearray(min(count, 1 << 16))
+        left = count
+        while left:
+            got = self.readinto(memoryview(scratch)[: min(left, len(scratch))])
+            if not got:
+                break
+            left -= got
+        self._position += left  # past the end: reads there find nothing, as with files
+
+    def _seek_target(self, offset: int, whence: int) -> int:
+        if whence == io.SEEK_SET:
+            target = offset
+        elif whence == io.SEEK_CUR:
+            target = self._position + offset
+        elif whence == io.SEEK_END:
+            if self._size is None:
+                raise io.UnsupportedOperation(
+                    f"{self.url}: the server did not say the shard's size; cannot seek from the end"
+                )
+            target = self._size + offset
+        else:
+            raise ValueError(f"invalid whence {whence!r}")
+        if target < 0:
+            raise ValueError(f"{self.url}: negative seek position {target}")
+        return target
+
+    # -- failures ------------------------------------------------------------------------
+
+    def _with_retries(self, action: Callable[[], T]) -> T:
+        failures = 0
+        while True:
+            try:
+                return action()
+            except _Transient as transient:
+                self._drop_response()
+                failures += 1
+                if failures >= self._retry.max_attempts:
+                    raise self._gave_up(failures, transient) from (transient.__cause__ or transient)
+                delay = self._delay(failures, transient.retry_after)
+                logger.info(
+                    "%s: %s; try %d of %d in %.2f s",
+                    _where(self.url, offset=self._position),
+                    transient.reason,
+                    failures + 1,
+                    self._retry.max_attempts,
+                    delay,
+                )
+                time.sleep(delay)
+            except BaseException:
+                self._drop_response()
+                raise
+
+    def _gave_up(self, attempts: int, transient: _Transient) -> RemoteReadError:
+        return RemoteReadError(
+            f"{_where(self.url, offset=self._position)}: gave up after {attempts} attempts, "
+            f"the last one {transient.reason}; check the server, or allow more with "
+            "RetryPolicy(max_attempts=..., read_timeout=...)",
+            url=self.url,
+            offset=self._position,
+        )
+
+    def _delay(self, failures: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self._retry.max_backoff)
+        return self._retry.backoff(failures) * (0.5 + 0.5 * self._random.random())
+
+    @contextmanager
+    def _transient_io(self, doing: str) -> Iterator[None]:
+        """Turn socket and protocol errors into :class:`_Transient`; let shardmix's pass."""
+        try:
+            yield
+        except ShardmixError:
+            raise
+        except ssl.SSLCertVerificationError as error:
+            raise RemoteReadError(
+                f"{self.url}: the server's TLS certificate does not verify ({error}); "
+                "check the URL's host or the machine's certificate store",
+                url=self.url,
+            ) from error
+        except (OSError, http.client.HTTPException) as error:
+            raise _Transient(f"failed {doing}: {type(error).__name__}: {error}") from error
+
+    def _drop_response(self) -> None:
+        if self._response is not None:
+            self._response.close()
+            self._response = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        self._end = None
+
+
+def _retry_after(response: http.client.HTTPResponse) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (a number or an HTTP date), if any."""
+    value = (response.getheader("Retry-After") or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when: Any = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,118 @@
+"""``pipe:COMMAND`` shards: the standard output of a shell command, when explicitly allowed.
+
+A URL list should never run commands by surprise, so :func:`open_pipe` refuses unless
+``SourceOptions(allow_pipe=True)``. :class:`PipeStream` reads the command's output and, at its
+end, checks the exit status: a command that fails raises :class:`PipeCommandError` naming the
+command, its status and the end of what it wrote to stderr, never a silently short shard.
+Closing the stream early stops the command. The stream cannot seek; readers skip by reading.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tempfile
+from typing import TYPE_CHECKING, BinaryIO, cast
+
+from shardmix.errors import ShardmixError, UnsupportedURLError
+from shardmix.errors import describe_position as _where
+from shardmix.sources import SourceOptions
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+__all__ = ["PipeCommandError", "PipeStream", "open_pipe"]
+
+PREFIX = "pipe:"
+READ_BUFFER_BYTES = 256 * 1024
+_STDERR_TAIL_BYTES = 2000
+_STOP_WAIT_SECONDS = 5.0
+
+
+class PipeCommandError(ShardmixError, ChildProcessError):
+    """A ``pipe:`` command exited with a non-zero status."""
+
+
+def open_pipe(url: str, options: SourceOptions) -> BinaryIO:
+    """Run a ``pipe:`` URL's command and stream its output, if ``options.allow_pipe``."""
+    if not options.allow_pipe:
+        raise UnsupportedURLError(
+            f"{url}: pipe: URLs run shell commands and are off by default, so that a list of "
+            "shard URLs never runs a command by surprise; pass "
+            "SourceOptions(allow_pipe=True) if you trust where the URLs come from",
+            url=url,
+        )
+    command = url[len(PREFIX) :].strip()
+    if not command:
+        raise UnsupportedURLError(f"{url!r}: a pipe: URL needs a command after 'pipe:'", url=url)
+    return cast(BinaryIO, io.BufferedReader(PipeStream(url, command), READ_BUFFER_BYTES))
+
+
+class PipeStream(io.RawIOBase):
+    """The standard output of ``command`` (run by the shell) as a raw, one-way stream."""
+
+    def __init__(self, url: str, command: str) -> None:
+        super().__init__()
+        self.url = url
+        self.command = command
+        self._position = 0
+        # A file, not a pipe, so it can never fill up and block the command; closed in close().
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        self._process = subprocess.Popen(
+            command,
+            shell=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )
+        # Popen(stdout=PIPE) with the default buffering gives a BufferedReader.
+        self._stdout = cast(io.BufferedReader, self._process.stdout)
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        if self.closed:
+            raise ValueError(f"{self.url}: read from a closed stream")
+        count = self._stdout.readinto1(buffer)
+        if not count and len(memoryview(buffer)):
+            self._check_exit()
+        self._position += count
+        return count
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stop()
+            self._stderr.close()
+        super().close()
+
+    def _check_exit(self) -> None:
+        status = self._process.wait()
+        if status != 0:
+            raise PipeCommandError(
+                f"{_where(self.url, offset=self._position)}: the command {self.command!r} "
+                f"exited with status {status} after writing {self._position} bytes; "
+                f"its stderr ended with: {self._stderr_tail()!r}",
+                url=self.url,
+                offset=self._position,
+            )
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0, io.SEEK_END)
+        size = self._stderr.tell()
+        self._stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
+        return self._stderr.read().decode("utf-8", "replace").strip()
+
+    def _stop(self) -> None:
+        """End the command if it still runs (the reader stopped early) and reap it."""
+        self._stdout.close()
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(_STOP_WAIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()

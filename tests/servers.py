@@ -1,0 +1,127 @@
+"""Test servers on 127.0.0.1: an HTTP server that serves a folder and misbehaves on request."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+STALL_SECONDS = 5.0  # far beyond any read timeout used in the tests
+
+
+@dataclass
+class ServerState:
+    """What the test server serves and how it misbehaves; faults apply one per request."""
+
+    root: Path
+    faults: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
+    requests: list[tuple[str, str | None]] = field(default_factory=list)
+    ignore_range: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_fault(self, name: str, range_header: str | None) -> str:
+        with self.lock:
+            self.requests.append((name, range_header))
+            queue = self.faults[name]
+            return queue.popleft() if queue else ""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: ServerState  # set on the subclass the fixture makes
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        name = self.path.lstrip("/").split("?")[0]
+        fault = self.state.next_fault(name, self.headers.get("Range"))
+        if fault == "stall":
+            time.sleep(STALL_SECONDS)
+            self.close_connection = True
+            return
+        if fault in ("503", "429"):
+            self._empty(int(fault), {"Retry-After": "100"} if fault == "429" else {})
+            return
+        path = self.state.root / name
+        if fault in ("403", "500-forever") or not path.is_file():
+            self._empty(403 if fault == "403" else 404)
+            return
+        self._serve(path.read_bytes(), fault)
+
+    def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _serve(self, data: bytes, fault: str) -> None:
+        start, status = 0, 200
+        match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        if match and not self.state.ignore_range:
+            start, status = int(match[1]), 206
+            if start >= len(data):
+                self._empty(416, {"Content-Range": f"bytes */{len(data)}"})
+                return
+        body = data[start:]
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", '"v1"')
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.end_headers()
+        if not fault:
+            self.wfile.write(body)
+            return
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+        if fault == "stall-body":
+            time.sleep(STALL_SECONDS)
+        elif fault == "reset":
+            linger = struct.pack("ii", 1, 0)  # close with RST instead of FIN
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, ServerState]]:
+    state = ServerState(root=tmp_path)
+    handler = type("Handler", (_Handler,), {"state": state})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", state
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[tuple[str, object]]:
+    """moto's S3 server mode on 127.0.0.1: its endpoint URL and a boto3 client for it."""
+    boto3 = pytest.importorskip("boto3")
+    moto_server = pytest.importorskip("moto.server")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+    yield url, client
+    server.stop()
