@@ -18,6 +18,7 @@ from shardmix import reader
 from shardmix.counts import RecordCounts
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
+from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
 from shardmix.reader import LanePosition, Sample, read_lane, round_robin
 from shardmix.sharding import (
     World,
@@ -56,6 +57,14 @@ class ShardDataset(IterableDataset[Sample]):
         source_options: how remote shards are opened: fsspec ``storage_options`` (endpoint,
             credentials), retries and timeouts, a local ``cache_dir``, and ``allow_pipe`` for
             ``pipe:`` URLs (off: a URL list never runs a command unless asked to).
+        on_error: ``"raise"`` (default): damage stops the epoch with an error naming the file,
+            record and byte offset. ``"skip"``: a damaged record is left out (or, when the
+            framing is lost, the rest of its shard), a :class:`SkippedDataWarning` names it
+            once per shard, and everything skipped is counted (``MixingLoader.skipped``).
+        max_skips: with ``on_error="skip"``, more skips than this raise
+            :class:`TooManySkipsError` listing them all (``None``: no limit).
+        max_member_bytes, max_inflated_bytes: a tar member, or a gzip shard's inflated
+            stream, larger than this is refused as damage (no decompression bombs).
     """
 
     def __init__(
@@ -71,6 +80,10 @@ class ShardDataset(IterableDataset[Sample]):
         max_record_bytes: int = 1 << 30,
         record_counts: Mapping[str, int] | None = None,
         source_options: SourceOptions | None = None,
+        on_error: str | OnError = OnError.RAISE,
+        max_skips: int | None = 100,
+        max_member_bytes: int = 1 << 30,
+        max_inflated_bytes: int = 64 << 30,
     ) -> None:
         super().__init__()
         if num_lanes < 1:
@@ -87,8 +100,14 @@ class ShardDataset(IterableDataset[Sample]):
         self.num_lanes = num_lanes
         self.transform = transform
         self.options = ReadOptions(
-            tfrecord_payload=TFRecordPayload(tfrecord_payload), max_record_bytes=max_record_bytes
+            tfrecord_payload=TFRecordPayload(tfrecord_payload),
+            max_record_bytes=max_record_bytes,
+            max_member_bytes=max_member_bytes,
+            max_inflated_bytes=max_inflated_bytes,
         )
+        self.policy = ErrorPolicy(OnError(on_error), max_skips)
+        # Counts what this copy of the dataset skipped (set per iteration; see ``skipped``).
+        self.ledger: SkipLedger | None = None
         self.record_counts = RecordCounts(
             self.urls, self._format_of, self.options, record_counts, self.source_options
         )
@@ -138,8 +157,15 @@ class ShardDataset(IterableDataset[Sample]):
         world = detect_world()
         return self.iter_world(world, self.epoch)
 
+    @property
+    def skipped(self) -> dict[str, Any] | None:
+        """What the last direct iteration skipped (``on_error="skip"``), as plain JSON."""
+        return self.ledger.summary() if self.ledger is not None else None
+
     def iter_world(self, world: World, epoch: int) -> Iterator[Sample]:
         """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
+        if self.policy.skips:
+            self.ledger = SkipLedger.for_policy(self.policy)
         lanes = worker_lanes(
             num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
         )
@@ -148,14 +174,23 @@ class ShardDataset(IterableDataset[Sample]):
             [read_lane([self.urls[i] for i in plan[lane]], self.read_shard) for lane in lanes]
         )
 
-    def read_shard(self, url: str, start: int = 0) -> Iterator[Sample]:
-        """The samples of shard ``url`` from record ``start`` on, transformed."""
+    def read_shard(
+        self, url: str, start: int = 0, *, on_damage: DamageHandler | None = None
+    ) -> Iterator[Sample]:
+        """The samples of shard ``url`` from record ``start`` on, transformed.
+
+        Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
+        dataset's ledger) and left out.
+        """
+        if self.policy.skips and on_damage is None:
+            on_damage = self.ledger
         samples = reader.read_shard(
             url,
             self._format_of[url],
             start=start,
             options=self.options,
             source_options=self.source_options,
+            on_damage=on_damage if self.policy.skips else None,
         )
         if self.transform is None:
             return samples

@@ -31,8 +31,9 @@ from shardmix.checkpoint import (
 )
 from shardmix.collate import collate_samples
 from shardmix.dataset import ShardDataset
-from shardmix.errors import ConfigError
+from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.mixing import LaneMixer
+from shardmix.policy import SkipLedger
 from shardmix.reader import LaneChunk, LanePosition, Sample, round_robin_chunks
 from shardmix.sharding import EvenRanks, rank_quota, worker_lanes
 from shardmix.shuffle import ShuffleBuffer
@@ -120,11 +121,17 @@ class MixingLoader:
         self._resume = None
 
     def __iter__(self) -> Iterator[Any]:
+        self.close()  # an epoch left unfinished (a ``break``) stops its workers now
         epoch = self.epoch
         self.epoch += 1
         resume, self._resume = self._resume, None
         self._current = _EpochIterator(self, epoch, resume)
         return self._current
+
+    def close(self) -> None:
+        """Stop the current epoch's worker processes (a new ``iter()`` does it too)."""
+        if self._current is not None:
+            self._current.close()
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position as plain JSON types: restore it with ``load_state_dict``."""
@@ -176,9 +183,21 @@ class MixingLoader:
             )
         return self.dataset
 
+    @property
+    def skipped(self) -> dict[str, Any] | None:
+        """What the current epoch skipped under ``on_error="skip"``, as plain JSON (else None).
+
+        ``{"skips", "records", "bytes", "shards_cut", "shards": {url: {...}}}``; see
+        :class:`~shardmix.policy.SkipLedger`.
+        """
+        current = self._current
+        if current is None or current.skipped is None:
+            return None
+        return current.skipped.summary()
+
     def _lane_chunks(
         self, epoch: int, rank: int, world_size: int, starts: list[LanePosition] | None
-    ) -> tuple[Iterator[LaneChunk], int]:
+    ) -> tuple[Iterator[_Sent], int, Any]:
         if isinstance(self.dataset, ShardDataset):
             num_lanes = self.dataset.num_lanes
             per_lane = max(1, math.ceil(CHUNK_SAMPLES * max(1, self.num_workers) / num_lanes))
@@ -187,7 +206,7 @@ class MixingLoader:
             per_lane = CHUNK_SAMPLES
         source = _LaneChunks(self.dataset, epoch, rank, world_size, num_lanes, per_lane, starts)
         if self.num_workers == 0:
-            return iter(source), num_lanes
+            return iter(source), num_lanes, None
         loader = DataLoader(
             source,
             batch_size=None,
@@ -197,7 +216,8 @@ class MixingLoader:
             prefetch_factor=self.prefetch_factor,
             multiprocessing_context=self.multiprocessing_context,
         )
-        return iter(loader), num_lanes
+        workers = iter(loader)
+        return workers, num_lanes, workers
 
 
 class _EpochIterator:
@@ -209,11 +229,18 @@ class _EpochIterator:
     """
 
     def __init__(self, loader: MixingLoader, epoch: int, resume: Mapping[str, Any] | None):
-        self.loader = loader
+        # Settings only, not the loader: no reference cycle, so dropping the loader stops the
+        # workers at once instead of at the next garbage collection.
+        self.dataset = loader.dataset
+        self.batch_size = loader.batch_size
+        self.drop_last = loader.drop_last
+        self.collate_fn = loader.collate_fn
         self.epoch = epoch
         self.batches = 0
         self.emitted = 0
-        self.finished = False
+        self.finished = False  # every batch of the epoch was handed out
+        self.closed = False  # the workers were stopped; the position stays valid
+        self._workers: Any = None
         rank, world_size = loader.rank_and_world_size()
         dataset = loader.dataset
         lane_urls = None
@@ -225,7 +252,9 @@ class _EpochIterator:
             plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
             lane_urls = [[dataset.urls[i] for i in lane] for lane in plan]
             if world_size > 1:
-                self.quota, self.own = self._plan_quota(dataset, epoch, rank, world_size)
+                self.quota, self.own = _plan_quota(
+                    dataset, epoch, rank, world_size, loader.even_ranks
+                )
         self.buffer: ShuffleBuffer[Sample] = ShuffleBuffer(
             loader.shuffle_buffer, seed=loader.seed, epoch=epoch
         )
@@ -242,46 +271,70 @@ class _EpochIterator:
             self.pad_refs = unpack_refs(resume["pad"])
             self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]))
             self.buffer.draws.count = resume["buffer"]["draws"]
+        self.skipped: SkipLedger | None = None
+        if isinstance(dataset, ShardDataset) and dataset.policy.skips:
+            self.skipped = SkipLedger.for_policy(dataset.policy)
         if live is not None and not live:
-            chunks: Iterator[LaneChunk] = iter(())
+            sent: Iterator[_Sent] = iter(())
             num_lanes = len(starts or ())
         else:
-            chunks, num_lanes = loader._lane_chunks(epoch, rank, world_size, starts)
+            sent, num_lanes, self._workers = loader._lane_chunks(epoch, rank, world_size, starts)
         self.mixer = LaneMixer(
-            chunks, num_lanes, live=live, cursor=cursor, lane_urls=lane_urls, start=starts
+            _counted(sent, self.skipped),
+            num_lanes,
+            live=live,
+            cursor=cursor,
+            lane_urls=lane_urls,
+            start=starts,
         )
-
-    def _plan_quota(
-        self, dataset: ShardDataset, epoch: int, rank: int, world_size: int
-    ) -> tuple[int, int]:
-        totals = dataset.rank_totals(epoch, world_size)
-        quota = rank_quota(totals, self.loader.even_ranks)
-        if quota == 0:
-            empty = [r for r, total in enumerate(totals) if total == 0]
-            raise ConfigError(
-                f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
-                "would yield any; use even_ranks='pad' or spread the records over more shards"
-            )
-        return quota, totals[rank]
 
     def __iter__(self) -> _EpochIterator:
         return self
 
     def __next__(self) -> Any:
-        if self.finished:
+        if self.finished or self.closed:
             raise StopIteration
-        batch_size = self.loader.batch_size
+        try:
+            return self._next_batch()
+        except StopIteration:
+            raise
+        except RuntimeError as error:
+            self.close()
+            if isinstance(error, ShardmixError) or not _is_worker_failure(error):
+                raise
+            raise WorkerError(f"epoch {self.epoch}: {error}") from error
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop this epoch's workers now.
+
+        Left to garbage collection, torch's DataLoader waits seconds for workers blocked on a
+        full pipe; stopping them explicitly takes milliseconds.
+        """
+        self.closed = True
+        workers, self._workers = self._workers, None
+        shutdown = getattr(workers, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _next_batch(self) -> Any:
+        batch_size = self.batch_size
         batch: list[Sample] = []
         while len(batch) < batch_size:
             sample = self._next_sample()
             if sample is None:
                 break
             batch.append(sample)
-        if not batch or (self.loader.drop_last and len(batch) < batch_size):
+        if not batch or (self.drop_last and len(batch) < batch_size):
             self.finished = True
             raise StopIteration
         self.batches += 1
-        return self.loader.collate_fn(batch)
+        return self.collate_fn(batch)
 
     def _next_sample(self) -> Sample | None:
         if self.quota is None or self.own is None:
@@ -299,7 +352,7 @@ class _EpochIterator:
                     f"but were counted at {self.own}; the shards changed while being read"
                 )
             if len(self.pad_refs) < self.quota - self.own:
-                self.pad_refs.append(_ref_of(self.loader.dataset, sample))
+                self.pad_refs.append(_ref_of(self.dataset, sample))
         self.emitted += 1
         return sample
 
@@ -313,14 +366,14 @@ class _EpochIterator:
 
     def _next_pad(self, position: int) -> Sample:
         if self._pad is None:
-            assert isinstance(self.loader.dataset, ShardDataset)
-            self._pad = _reread(self.loader.dataset, self.pad_refs)
+            assert isinstance(self.dataset, ShardDataset)
+            self._pad = _reread(self.dataset, self.pad_refs)
         if not self._pad:
             raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
         return dict(self._pad[position % len(self._pad)])
 
     def position(self) -> dict[str, Any]:
-        dataset = self.loader.dataset
+        dataset = self.dataset
         assert isinstance(dataset, ShardDataset)
         refs = [_ref_of(dataset, sample) for sample in self.buffer.items]
         return {
@@ -335,6 +388,21 @@ class _EpochIterator:
             },
             "buffer": {"draws": self.buffer.draws.count, "items": pack_refs(refs)},
         }
+
+
+def _plan_quota(
+    dataset: ShardDataset, epoch: int, rank: int, world_size: int, even_ranks: EvenRanks
+) -> tuple[int, int]:
+    """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
+    totals = dataset.rank_totals(epoch, world_size)
+    quota = rank_quota(totals, even_ranks)
+    if quota == 0:
+        empty = [r for r, total in enumerate(totals) if total == 0]
+        raise ConfigError(
+            f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
+            "would yield any; use even_ranks='pad' or spread the records over more shards"
+        )
+    return quota, totals[rank]
 
 
 def _ref_of(dataset: IterableDataset[Any], sample: Sample) -> tuple[int, int]:
@@ -363,7 +431,9 @@ def _reread(dataset: ShardDataset, refs: list[tuple[int, int]]) -> list[Sample]:
     found: dict[tuple[int, int], Sample] = {}
     for shard, records in wanted.items():
         last = max(records)
-        for sample in dataset.read_shard(dataset.urls[shard], min(records)):
+        # Damage met again here was counted when it was first skipped.
+        quiet = SkipLedger(max_skips=None, warn=False)
+        for sample in dataset.read_shard(dataset.urls[shard], min(records), on_damage=quiet):
             index = sample["__index__"]
             if index in records:
                 found[shard, index] = sample
@@ -379,12 +449,30 @@ def _reread(dataset: ShardDataset, refs: list[tuple[int, int]]) -> list[Sample]:
     return [dict(found[ref]) for ref in refs]
 
 
-def _as_sent(chunk: LaneChunk) -> LaneChunk:
+# What a worker sends: a chunk, and what it skipped since its last chunk (or None).
+_Sent = tuple[LaneChunk, dict[str, Any] | None]
+
+
+def _counted(sent: Iterator[_Sent], ledger: SkipLedger | None) -> Iterator[LaneChunk]:
+    """The chunks, with the workers' skip counts merged into ``ledger`` on the way."""
+    for chunk, skipped in sent:
+        if skipped is not None and ledger is not None:
+            ledger.merge(skipped)
+        yield chunk
+
+
+def _is_worker_failure(error: RuntimeError) -> bool:
+    """Whether torch's DataLoader raised ``error`` for a worker that died or stalled."""
+    message = str(error)
+    return "DataLoader worker" in message or "DataLoader timed out" in message
+
+
+def _as_sent(chunk: Any) -> Any:
     """Pass chunks through untouched (the DataLoader would turn arrays into tensors)."""
     return chunk
 
 
-class _LaneChunks(IterableDataset[LaneChunk]):
+class _LaneChunks(IterableDataset[_Sent]):
     """Runs in each worker: reads the worker's lanes and yields them in chunks."""
 
     def __init__(
@@ -405,9 +493,11 @@ class _LaneChunks(IterableDataset[LaneChunk]):
         self.per_lane = per_lane
         self.starts = starts
 
-    def __iter__(self) -> Iterator[LaneChunk]:
+    def __iter__(self) -> Iterator[_Sent]:
         world = detect_world(self.rank, self.world_size)
+        ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
         if isinstance(self.dataset, ShardDataset):
+            self.dataset.ledger = ledger  # this process's copy of the dataset
             lanes = worker_lanes(
                 num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
             )
@@ -423,4 +513,4 @@ class _LaneChunks(IterableDataset[LaneChunk]):
             if callable(set_epoch):
                 set_epoch(self.epoch)
             iterators = {world.worker: iter(self.dataset)}
-        return round_robin_chunks(iterators, self.per_lane)
+        return ((chunk, ledger.take()) for chunk in round_robin_chunks(iterators, self.per_lane))

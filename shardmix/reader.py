@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.formats import Format, ReadOptions, read_samples
+from shardmix.formats import Format, ReadOptions, read_indexed_samples
+from shardmix.policy import DamageHandler
 from shardmix.sources import SourceOptions, open_shard
 
 Sample = dict[str, Any]
@@ -33,14 +34,20 @@ def read_shard(
     start: int = 0,
     options: ReadOptions = ReadOptions(),
     source_options: SourceOptions | None = None,
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[Sample]:
-    """The samples of one shard from record ``start`` on, each with its provenance."""
+    """The samples of one shard from record ``start`` on, each with its provenance.
+
+    With ``on_damage``, damaged records are reported to it and left out; ``__index__`` stays
+    the record's position in the shard, so the indices then have gaps.
+    """
     with open_shard(url, options=source_options) as stream:
-        index = start
-        for sample in read_samples(stream, url, fmt, start=start, options=options):
+        samples = read_indexed_samples(
+            stream, url, fmt, start=start, options=options, on_damage=on_damage
+        )
+        for index, sample in samples:
             sample["__source__"] = url
             sample["__index__"] = index
-            index += 1
             yield sample
 
 

@@ -70,6 +70,7 @@ def check_resume(
         interrupted = make_loader()
         run_steps(interrupted, epochs, stop_at=step)
         text = json.dumps(interrupted.state_dict())
+        interrupted.close()
         largest = max(largest, len(text))
         state = json.loads(text)
         if shape is None:
@@ -81,6 +82,7 @@ def check_resume(
         restored = make_loader()
         restored.load_state_dict(state)
         rest = [fingerprint(batch) for _, batch in run_steps(restored, epochs)]
+        restored.close()
         _compare(reference[step:], rest, step)
     return ResumeReport(len(chosen), len(reference), largest)
 

@@ -12,6 +12,9 @@ Contract shared by every reader:
   the index right even when damaged records were skipped.
 - ``start`` skips the first ``start`` records cheaply: framing is checked, payloads are
   neither decoded nor CRC-checked, and seekable streams are seeked past them.
+- :func:`read_samples_at` reads only some records (a restored shuffle buffer): the records
+  between them take the same cheap path as those before ``start``, and reading stops after
+  the last one wanted. A wanted index past the end of the shard is simply not yielded.
 - Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
   naming the URL, the record index and the byte offset. A reader never ends a shard early
   without raising, unless ``on_damage`` is given: then each damage is reported to it as a
@@ -27,7 +30,7 @@ Contract shared by every reader:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -164,4 +167,75 @@ def read_indexed_samples(
         max_record_bytes=options.max_record_bytes,
         max_inflated_bytes=options.max_inflated_bytes,
         on_damage=on_damage,
+    )
+
+
+def wanted_records(records: Sequence[int]) -> list[int]:
+    """``records`` as a list, checked to be record indices in ascending order without repeats.
+
+    >>> wanted_records((0, 3, 7))
+    [0, 3, 7]
+    """
+    wanted = list(records)
+    previous = -1
+    for record in wanted:
+        if isinstance(record, bool) or not isinstance(record, int) or record < 0:
+            raise ValueError(f"wanted records must be ints >= 0, got {record!r}")
+        if record <= previous:
+            raise ValueError(
+                f"wanted records must be sorted ascending without repeats, got {record} "
+                f"after {previous}"
+            )
+        previous = record
+    return wanted
+
+
+def read_samples_at(
+    stream: BinaryIO,
+    url: str,
+    fmt: Format,
+    records: Sequence[int],
+    *,
+    options: ReadOptions = ReadOptions(),
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
+
+    ``records`` are record indices, sorted ascending and unique (checked here, at the call).
+    The records in between are skipped by their framing, as ``start`` skips: headers are
+    checked, payloads are neither decoded nor CRC-checked, and seekable streams are seeked
+    past them (gzip shards are inflated and the bytes dropped). Reading stops after the last
+    wanted record, not at the end of the shard. Damage in a wanted record, or in the framing
+    walked to reach it, raises as :func:`read_indexed_samples` does; damage inside a skipped
+    record's payload goes unseen.
+
+    A wanted index at or past the end of the shard is not an error here: it is simply
+    missing from what is yielded (the shard is read to its end, which is checked), and the
+    caller, which knows what it asked for, decides what a missing record means. An empty
+    ``records`` yields nothing and reads nothing.
+    """
+    wanted = wanted_records(records)
+    if not wanted:
+        return iter(())
+    gzipped = is_gzipped(url)
+    if fmt is Format.TAR:
+        from shardmix.formats.tar import read_tar_samples_at
+
+        return read_tar_samples_at(
+            stream,
+            url,
+            wanted,
+            gzipped=gzipped,
+            max_member_bytes=options.max_member_bytes,
+            max_inflated_bytes=options.max_inflated_bytes,
+        )
+    from shardmix.formats.tfrecord import read_tfrecord_samples_at
+
+    return read_tfrecord_samples_at(
+        stream,
+        url,
+        wanted,
+        gzipped=gzipped,
+        payload=options.tfrecord_payload,
+        max_record_bytes=options.max_record_bytes,
+        max_inflated_bytes=options.max_inflated_bytes,
     )

@@ -38,7 +38,7 @@ import io
 import os
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, BinaryIO, NoReturn
 
@@ -48,10 +48,17 @@ from shardmix.errors import (
     TruncatedShardError,
     describe_position,
 )
+from shardmix.formats import wanted_records
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, decompressed
 from shardmix.policy import Damage, DamageHandler
 
-__all__ = ["TarWriter", "count_tar_records", "read_indexed_tar_samples", "read_tar_samples"]
+__all__ = [
+    "TarWriter",
+    "count_tar_records",
+    "read_indexed_tar_samples",
+    "read_tar_samples",
+    "read_tar_samples_at",
+]
 
 DEFAULT_MAX_MEMBER_BYTES = 1 << 30
 
@@ -433,11 +440,16 @@ class _TarReader:
 
     # -- records --------------------------------------------------------------------------
 
-    def samples(self, start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    def samples(
+        self, start: int, wanted: Collection[int] | None = None
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
         """Yield ``(record, sample)`` from record ``start`` on; earlier ones are walked, not read.
 
+        With ``wanted``, only those records are read (the others are walked like those before
+        ``start``) and the walk stops at the first header past the last of them.
         Damage goes through :meth:`_damaged` (a record) or :meth:`_lost` (the framing).
         """
+        last = max(wanted) if wanted else sys.maxsize
         first_seen: dict[str, tuple[int, int]] = {}
         sample: dict[str, Any] | None = None  # the record being read, None if not delivered
         fields: set[str] = set()
@@ -455,7 +467,10 @@ class _TarReader:
                     self._end_record(record)
                     key = member_key
                     record = self.records
-                    sample = {"__key__": key} if record >= start else None
+                    if record > last:
+                        return
+                    read = record >= start if wanted is None else record in wanted
+                    sample = {"__key__": key} if read else None
                     fields = set()
                     reappeared = self._begin_record(key, first_seen)
                     if reappeared is not None:
@@ -620,6 +635,30 @@ def read_tar_samples(
         on_damage=on_damage,
     )
     return (sample for _, sample in indexed)
+
+
+def read_tar_samples_at(
+    stream: BinaryIO,
+    url: str,
+    records: Sequence[int],
+    *,
+    gzipped: bool = False,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for the wanted ``records`` (ascending, unique) only.
+
+    The records between are walked as ``start`` walks them (headers checked, data seeked
+    past or read and dropped); the walk stops at the first header after the last wanted
+    record. A wanted index past the end is left out of what is yielded.
+    """
+    wanted = frozenset(wanted_records(records))
+    if not wanted:
+        return iter(())
+    if gzipped:
+        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
+    reader = _TarReader(stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes)
+    return reader.samples(0, wanted)
 
 
 def count_tar_records(

@@ -30,7 +30,7 @@ import io
 import os
 import struct
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -44,7 +44,7 @@ from shardmix.errors import (
     TruncatedShardError,
     describe_position,
 )
-from shardmix.formats import TFRecordPayload
+from shardmix.formats import TFRecordPayload, wanted_records
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, decompressed
 from shardmix.formats.example import decode_example, encode_example
 from shardmix.policy import Damage, DamageHandler
@@ -55,6 +55,7 @@ __all__ = [
     "read_indexed_tfrecord_samples",
     "read_tfrecord_records",
     "read_tfrecord_samples",
+    "read_tfrecord_samples_at",
 ]
 
 _HEADER = struct.Struct("<QI")  # length, masked crc32c of the 8 length bytes
@@ -258,16 +259,21 @@ def _check_start(start: int) -> None:
         raise ValueError(f"start must be a record index >= 0, got {start}")
 
 
-def _skip_records(framing: _Framing, count: int) -> tuple[int, int]:
-    """Skip up to ``count`` records; returns (records skipped, offset reached)."""
-    offset = 0
-    for record in range(count):
+def _skip_records(
+    framing: _Framing, count: int, record: int = 0, offset: int = 0
+) -> tuple[int, int]:
+    """Skip from ``record`` (at ``offset``) up to record ``count``; returns (record, offset).
+
+    The record reached is less than ``count`` when the shard ends first.
+    """
+    while record < count:
         length = framing.next_length(record, offset)
         if length is None:
             return record, offset
         framing.skip(length + _FOOTER_SIZE, record, offset)
+        record += 1
         offset += _HEADER_SIZE + length + _FOOTER_SIZE
-    return count, offset
+    return record, offset
 
 
 def _read_records(framing: _Framing, start: int, verify: bool) -> Iterator[tuple[int, int, bytes]]:
@@ -314,6 +320,47 @@ def _read_records(framing: _Framing, start: int, verify: bool) -> Iterator[tuple
     except ShardmixError as error:
         if framing.lost(error, record, offset):
             raise
+
+
+def _read_wanted(
+    framing: _Framing, wanted: Sequence[int], verify: bool
+) -> Iterator[tuple[int, int, bytes]]:
+    """``(record, offset, payload)`` of the ``wanted`` records (ascending), skipping the rest.
+
+    Stops after the last wanted record; a wanted record past the end is not yielded.
+    """
+    record = offset = 0
+    try:
+        for target in wanted:
+            record, offset = _skip_records(framing, target, record, offset)
+            length = None if record < target else framing.next_length(record, offset)
+            if length is None:
+                if record == 0:
+                    framing.warn_empty()
+                return
+            data, footer = _read_framed(framing, length, record, offset)
+            computed = masked_crc(data) if verify else None
+            (stored,) = _CRC.unpack(footer)
+            if computed is not None and computed != stored:
+                _data_crc_mismatch(framing, length, stored, computed, record, offset)
+            else:
+                yield record, offset, data
+            record += 1
+            offset += _HEADER_SIZE + length + _FOOTER_SIZE
+    except ShardmixError as error:
+        if framing.lost(error, record, offset):
+            raise
+
+
+def _read_framed(framing: _Framing, length: int, record: int, offset: int) -> tuple[bytes, bytes]:
+    """Data and data CRC of the record whose header was just read (the hot loop, unrolled)."""
+    if length > framing.direct_read:
+        return _read_large(framing, length, record, offset)
+    data = framing.stream.read(length)
+    footer = framing.stream.read(_FOOTER_SIZE)
+    if len(data) != length or len(footer) != _FOOTER_SIZE:
+        return _finish_short_read(framing, data, footer, length, record, offset)
+    return data, footer
 
 
 def _data_crc_mismatch(
@@ -448,10 +495,9 @@ def _example_sample(
 
 
 def _indexed_samples(
-    framing: _Framing, start: int, payload: TFRecordPayload
+    framing: _Framing, records: Iterator[tuple[int, int, bytes]], payload: TFRecordPayload
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     stem = shard_stem(framing.url)
-    records = _read_records(framing, start, verify=True)
     if payload is TFRecordPayload.RAW:
         for record, _, data in records:
             yield record, {_KEY: f"{stem}/{record:08d}", "record": data}
@@ -482,7 +528,34 @@ def read_indexed_tfrecord_samples(
     if gzipped:
         stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
     framing = _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
-    return _indexed_samples(framing, start, TFRecordPayload(payload))
+    records = _read_records(framing, start, verify=True)
+    return _indexed_samples(framing, records, TFRecordPayload(payload))
+
+
+def read_tfrecord_samples_at(
+    stream: BinaryIO,
+    url: str,
+    records: Sequence[int],
+    *,
+    gzipped: bool = False,
+    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for the wanted ``records`` (ascending, unique) only.
+
+    The records between are skipped as ``start`` skips them (length CRC checked, data
+    seeked past or read and dropped, neither CRC-checked nor decoded); reading stops after
+    the last wanted record. A wanted index past the end is left out of what is yielded.
+    """
+    wanted = wanted_records(records)
+    if not wanted:
+        return iter(())
+    if gzipped:
+        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
+    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped)
+    found = _read_wanted(framing, wanted, verify=True)
+    return _indexed_samples(framing, found, TFRecordPayload(payload))
 
 
 def read_tfrecord_samples(

@@ -129,8 +129,11 @@ def _state(pid: int) -> str:
 def test_killed_worker_raises_within_seconds_and_leaves_no_process(tmp_path: Path) -> None:
     report = run_script(tmp_path, "kill")
     assert "error" in report, "the loader finished as if nothing happened"
+    assert report["error"].startswith("shardmix.errors.WorkerError: epoch 0: ")
     assert "killed by signal" in report["error"] or "exited unexpectedly" in report["error"]
     assert report["seconds_to_raise"] < GUARD_SECONDS
+    # The loader stops the other worker as it raises, without waiting for collection.
+    assert [state for _, state in report["children_after_raise"]] in ([], ["Z"])
     assert report["children_after_cleanup"] == []
 
 
@@ -138,6 +141,8 @@ def test_killed_worker_raises_within_seconds_and_leaves_no_process(tmp_path: Pat
 def test_stalled_worker_times_out_and_leaves_no_process(tmp_path: Path) -> None:
     report = run_script(tmp_path, "stall")
     assert "error" in report, "the loader finished as if nothing happened"
+    assert report["error"].startswith("shardmix.errors.WorkerError: epoch 0: ")
     assert "timed out after 2 seconds" in report["error"]
     assert report["seconds_to_raise"] < GUARD_SECONDS
+    assert report["children_after_raise"] == []
     assert report["children_after_cleanup"] == []
