@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import sys
 import time
 from collections import Counter
@@ -34,6 +33,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdata import make_bench_shards, record_key, shard_of_key, shard_sizes  # noqa: E402
+
+from shardmix.inspect import ideal_distinct_sources  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -101,30 +102,6 @@ def section(name: str, description: str) -> Callable[[Callable[[Config], list[Ro
     return register
 
 
-def ideal_distinct(sizes: Sequence[int], batch_size: int) -> float:
-    """Expected distinct shards in ``batch_size`` samples drawn uniformly without replacement.
-
-    E = sum_s 1 - C(N - n_s, B) / C(N, B), in log-gamma to avoid overflow.
-
-    >>> round(ideal_distinct([1, 1, 1, 1], 2), 6)
-    2.0
-    >>> round(ideal_distinct([2, 2], 2), 6)  # 1 - 1/6 each
-    1.666667
-    """
-    total = sum(sizes)
-    batch = min(batch_size, total)
-
-    def log_choose(n: int, k: int) -> float:
-        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-    expected = 0.0
-    for size in sizes:
-        rest = total - size
-        miss = 0.0 if rest < batch else math.exp(log_choose(rest, batch) - log_choose(total, batch))
-        expected += 1.0 - miss
-    return expected
-
-
 @dataclass
 class EpochResult:
     seconds: float
@@ -182,7 +159,7 @@ def measure(
         samples_per_s=rates[best],
         mean_samples_per_s=sum(rates) / len(rates),
         distinct_per_batch=sum(distinct) / len(distinct) if distinct else float("nan"),
-        ideal_distinct=ideal_distinct(config.sizes, config.batch_size),
+        ideal_distinct=ideal_distinct_sources(config.sizes, config.batch_size),
         exactly_once=all(r.keys == expected for r in results),
         note=note,
         extra={"expected_samples": total, "epoch_seconds": [r.seconds for r in results]},
@@ -495,7 +472,7 @@ def resume_section(config: Config) -> list[Row]:
                 samples_per_s=float("nan"),
                 mean_samples_per_s=float("nan"),
                 distinct_per_batch=float("nan"),
-                ideal_distinct=ideal_distinct(config.sizes, config.batch_size),
+                ideal_distinct=ideal_distinct_sources(config.sizes, config.batch_size),
                 exactly_once=remaining == sum(config.sizes) - stop * config.batch_size,
                 note=(
                     f"{fmt}: restore to first batch {resume_seconds:.3f} s = "
@@ -581,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in args.only or list(SECTIONS):
         rows.extend(SECTIONS[name].run(config))
     elapsed = time.perf_counter() - started
-    ideal = ideal_distinct(sizes, args.batch_size)
+    ideal = ideal_distinct_sources(sizes, args.batch_size)
 
     if args.json:
         report = {
