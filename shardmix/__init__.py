@@ -10,15 +10,21 @@ from shardmix.errors import (
     ConfigError,
     CorruptShardError,
     DecodeError,
+    EmptyShardWarning,
     ShardmixError,
     ShardmixWarning,
     ShardNotFoundError,
+    SkippedDataWarning,
+    TooManySkipsError,
     TruncatedShardError,
     UnsupportedURLError,
     WorkerError,
 )
 from shardmix.formats import Format, TFRecordPayload
 from shardmix.loader import MixingLoader
+from shardmix.policy import OnError
+from shardmix.sharding import EvenRanks
+from shardmix.sources import RetryPolicy, SourceOptions
 from shardmix.urls import expand_urls
 
 __version__ = "0.1.0"
@@ -27,13 +33,20 @@ __all__ = [
     "ConfigError",
     "CorruptShardError",
     "DecodeError",
+    "EmptyShardWarning",
+    "EvenRanks",
     "Format",
     "MixingLoader",
+    "OnError",
+    "RetryPolicy",
     "ShardDataset",
     "ShardNotFoundError",
     "ShardmixError",
     "ShardmixWarning",
+    "SkippedDataWarning",
+    "SourceOptions",
     "TFRecordPayload",
+    "TooManySkipsError",
     "TruncatedShardError",
     "UnsupportedURLError",
     "WorkerError",

@@ -1,10 +1,15 @@
 """Checkpoint: the loader state as small, plain, versioned JSON, and its checks on load.
 
 The state holds positions and references, never sample bytes. The shuffle buffer's residents
-are written as ``(shard, record)`` references packed into one base64 string: per resident the
-shard's index in the dataset's URL list and the record's distance from the previous resident
-of the same shard (residents of one shard arrive in record order, so distances are small),
-as varints, deflated. A 10,000-sample buffer packs into a few tens of KiB.
+are written as ``(shard, record, offset)`` references packed into one base64 string: per
+resident the shard's index in the dataset's URL list, then the record's index and its byte
+offset in the shard, each as its distance from the previous resident of the same shard
+(residents of one shard arrive in record order, so distances are small), as varints,
+deflated. A 10,000-sample buffer packs into a few tens of KiB. The offset lets a restore seek
+straight to each resident instead of walking the shard to it; -1 stands for an offset not
+known (a transform dropped ``__offset__``), and such a resident is found by its index.
+
+Version 2 added the offsets; a version 1 state is refused (:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+
+# (shard index in the URL list, record index in the shard, byte offset of the record or -1)
+Ref = tuple[int, int, int]
 
 
 def shards_digest(urls: Sequence[str]) -> str:
@@ -51,33 +59,35 @@ def check_version(state: Mapping[str, Any]) -> None:
         )
 
 
-def pack_refs(refs: Sequence[tuple[int, int]]) -> str:
-    """Pack ``(shard, record)`` references, in order, into an ASCII string.
+def pack_refs(refs: Sequence[Ref]) -> str:
+    """Pack ``(shard, record, offset)`` references, in order, into an ASCII string.
 
-    >>> unpack_refs(pack_refs([(3, 10), (0, 0), (3, 12), (3, 13)]))
-    [(3, 10), (0, 0), (3, 12), (3, 13)]
+    >>> unpack_refs(pack_refs([(3, 10, 5120), (0, 0, -1), (3, 12, 6144), (3, 13, 7168)]))
+    [(3, 10, 5120), (0, 0, -1), (3, 12, 6144), (3, 13, 7168)]
     """
-    last: dict[int, int] = {}
+    last: dict[int, tuple[int, int]] = {}
     out = bytearray()
-    for shard, record in refs:
+    for shard, record, offset in refs:
+        last_record, last_offset = last.get(shard, (0, 0))
         _put_varint(out, shard)
-        _put_varint(out, _zigzag(record - last.get(shard, 0)))
-        last[shard] = record
+        _put_varint(out, _zigzag(record - last_record))
+        _put_varint(out, _zigzag(offset + 1 - last_offset))  # -1 (unknown) is stored as 0
+        last[shard] = record, offset + 1
     return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
 
 
-def unpack_refs(packed: str) -> list[tuple[int, int]]:
+def unpack_refs(packed: str) -> list[Ref]:
     """The references :func:`pack_refs` packed."""
-    data = zlib.decompress(base64.b64decode(packed))
+    values = _varints(zlib.decompress(base64.b64decode(packed)))
     refs = []
-    last: dict[int, int] = {}
-    position = 0
-    while position < len(data):
-        shard, position = _get_varint(data, position)
-        delta, position = _get_varint(data, position)
-        record = last.get(shard, 0) + _unzigzag(delta)
-        last[shard] = record
-        refs.append((shard, record))
+    last: dict[int, tuple[int, int]] = {}
+    for position in range(0, len(values) - 2, 3):
+        shard, record_delta, offset_delta = values[position : position + 3]
+        last_record, last_offset = last.get(shard, (0, 0))
+        record = last_record + _unzigzag(record_delta)
+        stored = last_offset + _unzigzag(offset_delta)
+        last[shard] = record, stored
+        refs.append((shard, record, stored - 1))
     return refs
 
 
@@ -96,12 +106,15 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _get_varint(data: bytes, position: int) -> tuple[int, int]:
+def _varints(data: bytes) -> list[int]:
+    """Every varint in ``data``, in one pass (a restore unpacks thousands)."""
+    values = []
     value = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
+    for byte in data:
         if byte < 0x80:
-            return value, position
-        shift += 7
+            values.append(value | byte << shift)
+            value = shift = 0
+        else:
+            value |= (byte & 0x7F) << shift
+            shift += 7
+    return values

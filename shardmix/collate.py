@@ -2,7 +2,8 @@
 
 Numbers and equal-shaped arrays become tensors, ``bytes`` and ``str`` stay lists. Two things
 differ from ``default_collate``, on purpose: ``__key__`` and ``__source__`` are always lists
-and ``__index__`` a tensor, so every batch says where its samples came from; and a field whose
+and ``__index__`` (the record's position in its shard) and ``__offset__`` (its byte offset)
+int64 tensors, so every batch says where its samples came from; and a field whose
 arrays differ in shape (variable-length TFRecord features) becomes a list instead of failing,
 since losing the batch over a ragged field helps nobody.
 """
@@ -18,6 +19,7 @@ from torch.utils.data import default_collate
 from shardmix.errors import DecodeError
 
 _LIST_KEYS = ("__key__", "__source__")
+_INT_KEYS = ("__index__", "__offset__")
 
 
 def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -45,7 +47,7 @@ def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def _collate_field(field: str, values: list[Any]) -> Any:
     if field in _LIST_KEYS:
         return values
-    if field == "__index__":
+    if field in _INT_KEYS:
         return torch.tensor(values, dtype=torch.int64)
     try:
         return default_collate(values)
@@ -61,3 +63,14 @@ def _missing_field_message(samples: Sequence[dict[str, Any]], field: str) -> str
         f"that the batch's first sample has (it has {sorted(odd)}); "
         "make the fields uniform with a transform or pass collate_fn"
     )
+
+
+def pin_batch(batch: Any) -> Any:
+    """``batch`` with every tensor in page-locked memory, for fast asynchronous copies to GPU."""
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    if isinstance(batch, dict):
+        return {key: pin_batch(value) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(pin_batch(value) for value in batch)
+    return batch

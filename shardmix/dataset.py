@@ -32,7 +32,7 @@ from shardmix.urls import check_sources, expand_urls
 from shardmix.world import detect_world
 
 DEFAULT_NUM_LANES = 32
-PROVENANCE_KEYS = ("__key__", "__source__", "__index__")
+PROVENANCE_KEYS = ("__key__", "__source__", "__index__", "__offset__")
 
 
 class ShardDataset(IterableDataset[Sample]):
@@ -192,6 +192,31 @@ class ShardDataset(IterableDataset[Sample]):
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
         )
+        return self._transformed(samples)
+
+    def read_records(
+        self,
+        url: str,
+        located: Sequence[tuple[int, int]],
+        *,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[Sample]:
+        """The samples at the ``(record, byte offset)`` pairs of shard ``url``, transformed.
+
+        Each is read by seeking to its offset (by walking the framing on gzip shards and
+        streams that cannot seek): how a checkpoint's shuffle buffer is restored.
+        """
+        samples = reader.read_shard_at(
+            url,
+            self._format_of[url],
+            located,
+            options=self.options,
+            source_options=self.source_options,
+            on_damage=on_damage if self.policy.skips else None,
+        )
+        return self._transformed(samples)
+
+    def _transformed(self, samples: Iterator[Sample]) -> Iterator[Sample]:
         if self.transform is None:
             return samples
         return map(partial(_apply_transform, self.transform), samples)

@@ -16,22 +16,32 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.checkpoint import (
     STATE_VERSION,
+    Ref,
     check_config,
     check_version,
     pack_refs,
     shards_digest,
     unpack_refs,
 )
-from shardmix.collate import collate_samples
+from shardmix.collate import collate_samples, pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.errors import ConfigError, ShardmixError, WorkerError
+from shardmix.errors import (
+    ConfigError,
+    CorruptShardError,
+    ShardmixError,
+    ShardmixWarning,
+    WorkerError,
+    describe_position,
+)
 from shardmix.mixing import LaneMixer
 from shardmix.policy import SkipLedger
 from shardmix.reader import LaneChunk, LanePosition, Sample, round_robin_chunks
@@ -67,6 +77,9 @@ class MixingLoader:
             first samples of the epoch. Planned before the epoch from record counts.
         rank, world_size: this process's place among the ranks; detected from
             torch.distributed (when initialized) at each ``iter()`` when not given.
+        pin_memory: put each batch's tensors in page-locked memory, so that
+            ``.to("cuda", non_blocking=True)`` overlaps the copy with compute. Ignored, with a
+            warning, where no CUDA device is available.
     """
 
     def __init__(
@@ -85,6 +98,7 @@ class MixingLoader:
         even_ranks: str | EvenRanks = EvenRanks.DROP,
         rank: int | None = None,
         world_size: int | None = None,
+        pin_memory: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
@@ -108,6 +122,7 @@ class MixingLoader:
         self.prefetch_factor = prefetch_factor
         self.multiprocessing_context = multiprocessing_context
         self.even_ranks = EvenRanks(even_ranks)
+        self.pin_memory = pin_memory and _cuda_available()
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
         self._world = None if rank is None or world_size is None else (rank, world_size)
@@ -235,6 +250,7 @@ class _EpochIterator:
         self.batch_size = loader.batch_size
         self.drop_last = loader.drop_last
         self.collate_fn = loader.collate_fn
+        self.pin_memory = loader.pin_memory
         self.epoch = epoch
         self.batches = 0
         self.emitted = 0
@@ -246,7 +262,7 @@ class _EpochIterator:
         lane_urls = None
         self.quota: int | None = None
         self.own: int | None = None
-        self.pad_refs: list[tuple[int, int]] = []
+        self.pad_refs: list[Ref] = []
         self._pad: list[Sample] | None = None
         if isinstance(dataset, ShardDataset):
             plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
@@ -334,7 +350,8 @@ class _EpochIterator:
             self.finished = True
             raise StopIteration
         self.batches += 1
-        return self.collate_fn(batch)
+        collated = self.collate_fn(batch)
+        return pin_batch(collated) if self.pin_memory else collated
 
     def _next_sample(self) -> Sample | None:
         if self.quota is None or self.own is None:
@@ -405,10 +422,18 @@ def _plan_quota(
     return quota, totals[rank]
 
 
-def _ref_of(dataset: IterableDataset[Any], sample: Sample) -> tuple[int, int]:
-    """``(shard, record)``: the sample's shard as an index into the dataset's URL list."""
+def _ref_of(dataset: IterableDataset[Any], sample: Sample) -> Ref:
+    """``(shard, record, offset)``: the shard as an index into the dataset's URL list.
+
+    The offset is -1 when the sample lost its ``__offset__`` (a transform dropped it); the
+    record is then re-read by index.
+    """
     assert isinstance(dataset, ShardDataset)
-    return dataset.shard_index[sample["__source__"]], sample["__index__"]
+    return (
+        dataset.shard_index[sample["__source__"]],
+        sample["__index__"],
+        sample.get("__offset__", -1),
+    )
 
 
 def _epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
@@ -423,30 +448,42 @@ def _epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
     }
 
 
-def _reread(dataset: ShardDataset, refs: list[tuple[int, int]]) -> list[Sample]:
-    """The samples that ``refs`` name, in order, each shard read once from its first ref."""
-    wanted: dict[int, set[int]] = {}
-    for shard, record in refs:
-        wanted.setdefault(shard, set()).add(record)
+def _reread(dataset: ShardDataset, refs: list[Ref]) -> list[Sample]:
+    """The samples that ``refs`` name, in order, each shard opened once.
+
+    Each record is read at its byte offset where the shard allows it (seekable, not gzip),
+    so the cost follows the number of residents, not where they lie in their shards; else
+    the shard is walked by its framing up to its last wanted record.
+    """
+    wanted: dict[int, dict[int, int]] = {}
+    for shard, record, offset in refs:
+        wanted.setdefault(shard, {})[record] = offset
     found: dict[tuple[int, int], Sample] = {}
     for shard, records in wanted.items():
-        last = max(records)
-        # Damage met again here was counted when it was first skipped.
-        quiet = SkipLedger(max_skips=None, warn=False)
-        for sample in dataset.read_shard(dataset.urls[shard], min(records), on_damage=quiet):
-            index = sample["__index__"]
-            if index in records:
-                found[shard, index] = sample
-            if index >= last:
-                break
-    missing = [ref for ref in refs if ref not in found]
+        url = dataset.urls[shard]
+        try:
+            # Damage met again here was counted when it was first skipped.
+            quiet = SkipLedger(max_skips=None, warn=False)
+            for sample in dataset.read_records(url, sorted(records.items()), on_damage=quiet):
+                found[shard, sample["__index__"]] = sample
+        except CorruptShardError as error:
+            where = describe_position(url, offset=error.offset, record=error.record)
+            raise ConfigError(
+                f"cannot resume: re-reading the checkpoint's shuffle buffer found no valid "
+                f"record at {where}; the data changed (or was damaged) since the checkpoint "
+                "was written",
+                url=url,
+                offset=error.offset,
+                record=error.record,
+            ) from error
+    missing = [(shard, record) for shard, record, _ in refs if (shard, record) not in found]
     if missing:
         shard, record = missing[0]
         raise ConfigError(
             f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
             f"{dataset.urls[shard]}, which no longer has it; the data changed"
         )
-    return [dict(found[ref]) for ref in refs]
+    return [dict(found[shard, record]) for shard, record, _ in refs]
 
 
 # What a worker sends: a chunk, and what it skipped since its last chunk (or None).
@@ -459,6 +496,17 @@ def _counted(sent: Iterator[_Sent], ledger: SkipLedger | None) -> Iterator[LaneC
         if skipped is not None and ledger is not None:
             ledger.merge(skipped)
         yield chunk
+
+
+def _cuda_available() -> bool:
+    if torch.cuda.is_available():
+        return True
+    warnings.warn(
+        "pin_memory=True but no CUDA device is available: batches are not pinned",
+        ShardmixWarning,
+        stacklevel=3,
+    )
+    return False
 
 
 def _is_worker_failure(error: RuntimeError) -> bool:

@@ -2,8 +2,15 @@
 
 A *lane* reads a list of shards one after another. A process reading several lanes keeps one
 shard open per lane and takes samples from the lanes in turn, so consecutive samples come from
-different files. Provenance (``__source__``, ``__index__``) is attached here, once, and travels
-with each sample to the batch; it is what resume and ``inspect`` are built on.
+different files. Provenance (``__source__``, ``__index__``, ``__offset__``) is attached here,
+once, and travels with each sample to the batch; it is what resume and ``inspect`` are built on.
+
+``__offset__`` is the byte where the record starts in its shard (in the decompressed stream of
+a gzip shard). It rides in the sample rather than beside it because the samples cross from the
+workers to the main process, and through the mixer and the shuffle buffer, as plain dicts: a
+side table would have to follow every sample through each of those stages, while the format
+readers know the offset anyway, so carrying it costs one dict entry per sample. A checkpoint
+stores it with the record index, and :func:`read_shard_at` seeks straight to it.
 """
 
 from __future__ import annotations
@@ -12,7 +19,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.formats import Format, ReadOptions, read_indexed_samples
+# Both format readers are imported here, in the process that builds the dataset, rather than
+# on first use: workers started by fork (every epoch) inherit them instead of each importing
+# them (protobuf for TFRecord) again, and a restore in the main process does not pay for it.
+import shardmix.formats.tar
+import shardmix.formats.tfrecord  # noqa: F401
+from shardmix.formats import (
+    Format,
+    ReadOptions,
+    can_seek_records,
+    read_located_samples,
+    read_samples_at,
+    read_samples_at_offsets,
+)
 from shardmix.policy import DamageHandler
 from shardmix.sources import SourceOptions, open_shard
 
@@ -42,12 +61,49 @@ def read_shard(
     the record's position in the shard, so the indices then have gaps.
     """
     with open_shard(url, options=source_options) as stream:
-        samples = read_indexed_samples(
+        samples = read_located_samples(
             stream, url, fmt, start=start, options=options, on_damage=on_damage
         )
+        for index, offset, sample in samples:
+            sample["__source__"] = url
+            sample["__index__"] = index
+            sample["__offset__"] = offset
+            yield sample
+
+
+def read_shard_at(
+    url: str,
+    fmt: Format,
+    located: Sequence[tuple[int, int]],
+    *,
+    options: ReadOptions = ReadOptions(),
+    source_options: SourceOptions | None = None,
+    on_damage: DamageHandler | None = None,
+) -> Iterator[Sample]:
+    """The samples of the ``(record, offset)`` pairs of one shard, with their provenance.
+
+    ``located`` is sorted by record, without repeats; an offset of -1 means unknown. The shard
+    is opened once. When it can seek and is not compressed, and every offset is known, each
+    record is read at its offset, one seek and one record each
+    (:func:`~shardmix.formats.read_samples_at_offsets`; a stale offset raises
+    :class:`~shardmix.errors.CorruptShardError`). Otherwise the records are found by index,
+    walking the framing (:func:`~shardmix.formats.read_samples_at`, which reports damage to
+    ``on_damage`` when given); a record not found there is left out.
+    """
+    if not located:
+        return
+    offsets = dict(located)
+    with open_shard(url, options=source_options) as stream:
+        if can_seek_records(stream, url) and min(offsets.values()) >= 0:
+            samples = read_samples_at_offsets(stream, url, fmt, located, options=options)
+        else:
+            samples = read_samples_at(
+                stream, url, fmt, list(offsets), options=options, on_damage=on_damage
+            )
         for index, sample in samples:
             sample["__source__"] = url
             sample["__index__"] = index
+            sample["__offset__"] = offsets[index]
             yield sample
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from shardmix import CorruptShardError, MixingLoader, ShardDataset
+from shardmix import CorruptShardError, MixingLoader, ShardDataset, ShardmixWarning
 
 from shards import UNEVEN_SIZES, batch_keys, expected_keys, record_key, write_shards
 
@@ -131,3 +131,15 @@ def test_damaged_shard_error_reaches_the_main_process(tmp_path, num_workers):
     loader = MixingLoader(ShardDataset(pattern), batch_size=4, num_workers=num_workers)
     with pytest.raises(CorruptShardError, match=r"part-0001\.tfrecord.*record \d+.*offset \d+"):
         list(loader)
+
+
+def test_pin_memory_without_cuda_warns_and_still_yields(tmp_path):
+    pattern = write_shards(tmp_path, "tar", [5, 7])
+    if torch.cuda.is_available():
+        batches = list(MixingLoader(ShardDataset(pattern), batch_size=4, pin_memory=True))
+        assert all(batch["__index__"].is_pinned() for batch in batches)
+    else:
+        with pytest.warns(ShardmixWarning, match="no CUDA device"):
+            loader = MixingLoader(ShardDataset(pattern), batch_size=4, pin_memory=True)
+        batches = list(loader)
+    assert all_keys(batches) == expected_keys([5, 7])

@@ -12,9 +12,18 @@ Contract shared by every reader:
   the index right even when damaged records were skipped.
 - ``start`` skips the first ``start`` records cheaply: framing is checked, payloads are
   neither decoded nor CRC-checked, and seekable streams are seeked past them.
-- :func:`read_samples_at` reads only some records (a restored shuffle buffer): the records
-  between them take the same cheap path as those before ``start``, and reading stops after
-  the last one wanted. A wanted index past the end of the shard is simply not yielded.
+- :func:`read_located_samples` yields ``(record, offset, sample)``: ``offset`` is the byte
+  where the record starts (a tar record's first header, a TFRecord record's length field),
+  in the decompressed stream for a gzip shard. The readers know it anyway, so it costs one
+  more tuple item per record. It is what a checkpoint stores next to the record index.
+- :func:`read_samples_at_offsets` (and :func:`read_sample_at`, for one) reads records at
+  such offsets from a seekable, uncompressed shard: one seek and one record each, checked
+  as in a full read, and a :class:`~shardmix.errors.CorruptShardError` when no valid record
+  starts there (a stale offset). This is how a restored shuffle buffer is re-read.
+- :func:`read_samples_at` reads only some records by index, for streams that cannot seek
+  or are compressed: the records between them take the same cheap path as those before
+  ``start``, and reading stops after the last one wanted. A wanted index past the end of
+  the shard is simply not yielded.
 - Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
   naming the URL, the record index and the byte offset. A reader never ends a shard early
   without raising, unless ``on_damage`` is given: then each damage is reported to it as a
@@ -34,7 +43,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from shardmix.errors import UnsupportedURLError
+from shardmix.errors import CorruptShardError, UnsupportedURLError
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.policy import DamageHandler
 
@@ -143,11 +152,31 @@ def read_indexed_samples(
     With ``on_damage``, damage is reported to it instead of raised, and the indices of the
     records that were dropped are missing from the sequence.
     """
+    located = read_located_samples(
+        stream, url, fmt, start=start, options=options, on_damage=on_damage
+    )
+    return ((record, sample) for record, _, sample in located)
+
+
+def read_located_samples(
+    stream: BinaryIO,
+    url: str,
+    fmt: Format,
+    *,
+    start: int = 0,
+    options: ReadOptions = ReadOptions(),
+    on_damage: DamageHandler | None = None,
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """Yield ``(record index, byte offset, sample)`` for each record, from ``start`` on.
+
+    As :func:`read_indexed_samples`, plus where each record starts (see the module
+    docstring), for :func:`read_samples_at_offsets` to read it again.
+    """
     gzipped = is_gzipped(url)
     if fmt is Format.TAR:
-        from shardmix.formats.tar import read_indexed_tar_samples
+        from shardmix.formats.tar import read_located_tar_samples
 
-        return read_indexed_tar_samples(
+        return read_located_tar_samples(
             stream,
             url,
             start=start,
@@ -156,9 +185,9 @@ def read_indexed_samples(
             max_inflated_bytes=options.max_inflated_bytes,
             on_damage=on_damage,
         )
-    from shardmix.formats.tfrecord import read_indexed_tfrecord_samples
+    from shardmix.formats.tfrecord import read_located_tfrecord_samples
 
-    return read_indexed_tfrecord_samples(
+    return read_located_tfrecord_samples(
         stream,
         url,
         start=start,
@@ -197,6 +226,7 @@ def read_samples_at(
     records: Sequence[int],
     *,
     options: ReadOptions = ReadOptions(),
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
 
@@ -211,7 +241,8 @@ def read_samples_at(
     A wanted index at or past the end of the shard is not an error here: it is simply
     missing from what is yielded (the shard is read to its end, which is checked), and the
     caller, which knows what it asked for, decides what a missing record means. An empty
-    ``records`` yields nothing and reads nothing.
+    ``records`` yields nothing and reads nothing. With ``on_damage``, damage is reported to
+    it instead of raised, as :func:`read_indexed_samples` reports it.
     """
     wanted = wanted_records(records)
     if not wanted:
@@ -227,6 +258,7 @@ def read_samples_at(
             gzipped=gzipped,
             max_member_bytes=options.max_member_bytes,
             max_inflated_bytes=options.max_inflated_bytes,
+            on_damage=on_damage,
         )
     from shardmix.formats.tfrecord import read_tfrecord_samples_at
 
@@ -238,4 +270,89 @@ def read_samples_at(
         payload=options.tfrecord_payload,
         max_record_bytes=options.max_record_bytes,
         max_inflated_bytes=options.max_inflated_bytes,
+        on_damage=on_damage,
     )
+
+
+def can_seek_records(stream: BinaryIO, url: str) -> bool:
+    """Whether :func:`read_samples_at_offsets` can read ``stream``: seekable, not gzip."""
+    if is_gzipped(url):
+        return False
+    try:
+        return bool(stream.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def read_samples_at_offsets(
+    stream: BinaryIO,
+    url: str,
+    fmt: Format,
+    located: Sequence[tuple[int, int]],
+    *,
+    options: ReadOptions = ReadOptions(),
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
+
+    Each offset is where :func:`read_located_samples` found the record, in a shard that must
+    be seekable and uncompressed (:func:`can_seek_records`; otherwise walk the framing with
+    :func:`read_samples_at`) and is read from its start. Exactly one record is read at each
+    offset, checked as a full read checks it (headers, CRCs, the Example), so the cost
+    follows the records wanted, not their spread over the shard. Ascending offsets keep a
+    remote stream's reads moving forward. When no valid record starts at an offset (the
+    offset is stale: the shard changed since it was taken), this raises
+    :class:`~shardmix.errors.CorruptShardError` naming the URL, record and offset; damage is
+    never skipped here.
+    """
+    if not can_seek_records(stream, url):
+        raise ValueError(
+            f"{url}: reading records at byte offsets needs a seekable, uncompressed stream; "
+            "use read_samples_at, which walks the framing"
+        )
+    if fmt is Format.TAR:
+        from shardmix.formats.tar import read_tar_samples_at_offsets
+
+        found = read_tar_samples_at_offsets(
+            stream, url, located, max_member_bytes=options.max_member_bytes
+        )
+    else:
+        from shardmix.formats.tfrecord import read_tfrecord_samples_at_offsets
+
+        found = read_tfrecord_samples_at_offsets(
+            stream,
+            url,
+            located,
+            payload=options.tfrecord_payload,
+            max_record_bytes=options.max_record_bytes,
+        )
+    return _noting_offsets(found, url)
+
+
+def _noting_offsets(
+    found: Iterator[tuple[int, dict[str, Any]]], url: str
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        yield from found
+    except CorruptShardError as error:
+        error.add_note(
+            f"{url}: the record was read at a byte offset taken from an earlier read; if the "
+            "shard was rewritten since, the offset is stale"
+        )
+        raise
+
+
+def read_sample_at(
+    stream: BinaryIO,
+    url: str,
+    fmt: Format,
+    offset: int,
+    record: int,
+    *,
+    options: ReadOptions = ReadOptions(),
+) -> dict[str, Any]:
+    """The sample of record ``record``, which starts at byte ``offset``: one seek, one record.
+
+    See :func:`read_samples_at_offsets` (of which this is the one-record case).
+    """
+    ((_, sample),) = read_samples_at_offsets(stream, url, fmt, [(record, offset)], options=options)
+    return sample

@@ -26,6 +26,11 @@ lower-cased; names without such a dot and ``__name__`` metadata members are not 
 Members other than regular files (directories, links, devices) are skipped. Names containing
 newlines may group differently from webdataset. Sparse members are refused.
 
+Each record's offset is that of its first header (a pax or long-name header included);
+:func:`read_located_tar_samples` yields it and :func:`read_tar_samples_at_offsets` reads a
+record again from it, one seek and the record's members (plus the next header, which says
+where the record ends).
+
 Opening shards, decompression and positions in a shard list are left to ``sources`` and the
 reader; gzip streams come from :mod:`shardmix.formats.compression`. The writer lives here too,
 past the usual module size, because it must follow the same header layout and naming rule.
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import os
 import sys
 import zlib
@@ -56,8 +62,10 @@ __all__ = [
     "TarWriter",
     "count_tar_records",
     "read_indexed_tar_samples",
+    "read_located_tar_samples",
     "read_tar_samples",
     "read_tar_samples_at",
+    "read_tar_samples_at_offsets",
 ]
 
 DEFAULT_MAX_MEMBER_BYTES = 1 << 30
@@ -442,8 +450,11 @@ class _TarReader:
 
     def samples(
         self, start: int, wanted: Collection[int] | None = None
-    ) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Yield ``(record, sample)`` from record ``start`` on; earlier ones are walked, not read.
+    ) -> Iterator[tuple[int, int, dict[str, Any]]]:
+        """Yield ``(record, offset, sample)`` from record ``start`` on; earlier ones are walked.
+
+        ``offset`` is that of the record's first header (a pax or long-name header when its
+        first member has one), where :meth:`sample_at` can read the record again.
 
         With ``wanted``, only those records are read (the others are walked like those before
         ``start``) and the walk stops at the first header past the last of them.
@@ -463,7 +474,7 @@ class _TarReader:
                 member_key, field = parts
                 if member_key != key:
                     if sample is not None:
-                        yield record, sample
+                        yield record, self._record_offset, sample
                     self._end_record(record)
                     key = member_key
                     record = self.records
@@ -492,7 +503,58 @@ class _TarReader:
             if not self._ended:
                 return
         if sample is not None:
-            yield record, sample
+            yield record, self._record_offset, sample
+
+    def stream_size(self) -> int:
+        """The bytes from where this reader started to the end of its (seekable) stream."""
+        here = self._stream.tell()
+        end = self._stream.seek(0, io.SEEK_END)
+        self._stream.seek(here)
+        return end - self._base
+
+    def sample_at(self, offset: int, record: int, end: int) -> dict[str, Any]:
+        """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``.
+
+        ``end`` is :meth:`stream_size`. Raises :class:`CorruptShardError` when no record starts
+        there: the offset is off the 512-byte grid or past the end, the block there is not a
+        header, or the first sample member is found further on. Tar marks no record boundary,
+        so an offset that lands exactly on a later member's header of some record reads that
+        member (and those after it with its key) as the record.
+        """
+        if offset % _BLOCK or not 0 <= offset <= end - _BLOCK:
+            raise self._error(
+                f"expected a tar header here, but the offset is not a 512-byte block boundary "
+                f"inside the shard ({end} bytes)",
+                record=record,
+                offset=offset,
+            )
+        self._stream.seek(self._base + offset)
+        self._next_offset = offset
+        self._pending = 0
+        self._ended = False
+        self._damage = None
+        self.records = record
+        try:
+            records = list(itertools.islice(self.samples(record, (record,)), 1))
+        except CorruptShardError as error:
+            raise self._error(
+                f"expected record {record}'s first tar header here, found damage at byte offset "
+                f"{error.offset} (see the cause)",
+                record=record,
+                offset=offset,
+            ) from error
+        for _, found, sample in records:
+            if found != offset:
+                raise self._error(
+                    f"expected the record's first member here, found its first sample member "
+                    f"at byte offset {found}",
+                    record=record,
+                    offset=offset,
+                )
+            return sample
+        raise self._error(
+            "expected a tar record here, found the end of the archive", record=record, offset=offset
+        )
 
     def _begin_record(
         self, key: str, first_seen: dict[str, tuple[int, int]]
@@ -525,8 +587,8 @@ class _TarReader:
             record=record,
         )
 
-    def _error(self, what: str, *, record: int) -> CorruptShardError:
-        offset = self._offset
+    def _error(self, what: str, *, record: int, offset: int | None = None) -> CorruptShardError:
+        offset = self._offset if offset is None else offset
         return CorruptShardError(
             f"{self._where(offset, record)}: {what}; the shard is damaged, "
             "re-create or re-download it",
@@ -599,6 +661,35 @@ def read_indexed_tar_samples(
     With ``on_damage``, damaged records are reported to it and left out (their indices are
     missing); damage to the framing is reported and ends the shard.
     """
+    located = read_located_tar_samples(
+        stream,
+        url,
+        start=start,
+        gzipped=gzipped,
+        max_member_bytes=max_member_bytes,
+        max_inflated_bytes=max_inflated_bytes,
+        on_damage=on_damage,
+    )
+    return ((record, sample) for record, _, sample in located)
+
+
+def read_located_tar_samples(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """Yield ``(record index, byte offset, sample)`` for each record from ``start`` on.
+
+    The offset is that of the record's first header (in the decompressed stream when
+    ``gzipped``): :func:`read_tar_samples_at_offsets` reads the record again from there.
+    With ``on_damage``, damaged records are reported to it and left out (their indices are
+    missing); damage to the framing is reported and ends the shard.
+    """
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     if gzipped:
@@ -645,20 +736,45 @@ def read_tar_samples_at(
     gzipped: bool = False,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for the wanted ``records`` (ascending, unique) only.
 
     The records between are walked as ``start`` walks them (headers checked, data seeked
     past or read and dropped); the walk stops at the first header after the last wanted
-    record. A wanted index past the end is left out of what is yielded.
+    record. A wanted index past the end is left out of what is yielded. With ``on_damage``,
+    damage is reported to it as :func:`read_indexed_tar_samples` reports it.
     """
     wanted = frozenset(wanted_records(records))
     if not wanted:
         return iter(())
     if gzipped:
         stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    reader = _TarReader(stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes)
-    return reader.samples(0, wanted)
+    reader = _TarReader(
+        stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes, on_damage=on_damage
+    )
+    return ((record, sample) for record, _, sample in reader.samples(0, wanted))
+
+
+def read_tar_samples_at_offsets(
+    stream: BinaryIO,
+    url: str,
+    located: Sequence[tuple[int, int]],
+    *,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for each ``(record, offset)``, seeking to each offset.
+
+    ``stream`` is a seekable, uncompressed shard at its start; each offset is where
+    :func:`read_located_tar_samples` found the record. Exactly one record is read at each
+    (its headers checked, its members up to the next record's header); finding no record
+    there (a stale offset: the shard changed) raises :class:`~shardmix.errors.CorruptShardError`
+    naming the record and offset.
+    """
+    reader = _TarReader(stream, url, gzipped=False, max_member_bytes=max_member_bytes)
+    end = reader.stream_size()
+    for record, offset in located:
+        yield record, reader.sample_at(offset, record, end)
 
 
 def count_tar_records(

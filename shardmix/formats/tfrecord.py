@@ -13,6 +13,10 @@ every payload is its own ``bytes`` object, both CRCs are checked, and every fail
 the record index and the byte offset. Payload decoding is :mod:`shardmix.formats.example`'s;
 gzip is :mod:`shardmix.formats.compression`'s.
 
+A record's offset is that of its length field; :func:`read_located_tfrecord_samples` yields
+it and :func:`read_tfrecord_samples_at_offsets` reads the record again from there, one seek
+and one record, both CRCs checked (a stale offset fails the length CRC).
+
 A length field is trusted only after its CRC and ``max_record_bytes`` are checked, and, on a
 stream whose size is unknown (gzip, pipes), a large record is read in chunks, so a damaged or
 hostile length never allocates more than the bytes that really follow it.
@@ -53,9 +57,11 @@ __all__ = [
     "TFRecordWriter",
     "count_tfrecord_records",
     "read_indexed_tfrecord_samples",
+    "read_located_tfrecord_samples",
     "read_tfrecord_records",
     "read_tfrecord_samples",
     "read_tfrecord_samples_at",
+    "read_tfrecord_samples_at_offsets",
 ]
 
 _HEADER = struct.Struct("<QI")  # length, masked crc32c of the 8 length bytes
@@ -494,18 +500,45 @@ def _example_sample(
     return sample
 
 
-def _indexed_samples(
+def _located_samples(
     framing: _Framing, records: Iterator[tuple[int, int, bytes]], payload: TFRecordPayload
-) -> Iterator[tuple[int, dict[str, Any]]]:
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """``(record, offset, sample)`` of each framed record; a damaged Example is dropped."""
     stem = shard_stem(framing.url)
     if payload is TFRecordPayload.RAW:
-        for record, _, data in records:
-            yield record, {_KEY: f"{stem}/{record:08d}", "record": data}
+        for record, offset, data in records:
+            yield record, offset, {_KEY: f"{stem}/{record:08d}", "record": data}
         return
     for record, offset, data in records:
         sample = _example_sample(data, stem, framing, record, offset)
         if sample is not None:
-            yield record, sample
+            yield record, offset, sample
+
+
+def read_located_tfrecord_samples(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """Yield ``(record index, byte offset, sample)`` for each record from ``start`` on.
+
+    The offset is that of the record's length field (in the decompressed stream when
+    ``gzipped``): :func:`read_tfrecord_samples_at_offsets` reads the record again from there.
+    With ``on_damage``, damaged records are reported to it and left out (their indices are
+    missing); damage to the framing is reported and ends the shard.
+    """
+    _check_start(start)
+    if gzipped:
+        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
+    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
+    records = _read_records(framing, start, verify=True)
+    return _located_samples(framing, records, TFRecordPayload(payload))
 
 
 def read_indexed_tfrecord_samples(
@@ -524,12 +557,17 @@ def read_indexed_tfrecord_samples(
     With ``on_damage``, damaged records are reported to it and left out (their indices are
     missing); damage to the framing is reported and ends the shard.
     """
-    _check_start(start)
-    if gzipped:
-        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
-    records = _read_records(framing, start, verify=True)
-    return _indexed_samples(framing, records, TFRecordPayload(payload))
+    located = read_located_tfrecord_samples(
+        stream,
+        url,
+        start=start,
+        gzipped=gzipped,
+        payload=payload,
+        max_record_bytes=max_record_bytes,
+        max_inflated_bytes=max_inflated_bytes,
+        on_damage=on_damage,
+    )
+    return ((record, sample) for record, _, sample in located)
 
 
 def read_tfrecord_samples_at(
@@ -541,21 +579,67 @@ def read_tfrecord_samples_at(
     payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for the wanted ``records`` (ascending, unique) only.
 
     The records between are skipped as ``start`` skips them (length CRC checked, data
     seeked past or read and dropped, neither CRC-checked nor decoded); reading stops after
     the last wanted record. A wanted index past the end is left out of what is yielded.
+    With ``on_damage``, damage is reported to it as :func:`read_indexed_tfrecord_samples`
+    reports it.
     """
     wanted = wanted_records(records)
     if not wanted:
         return iter(())
     if gzipped:
         stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped)
+    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
     found = _read_wanted(framing, wanted, verify=True)
-    return _indexed_samples(framing, found, TFRecordPayload(payload))
+    located = _located_samples(framing, found, TFRecordPayload(payload))
+    return ((record, sample) for record, _, sample in located)
+
+
+def read_tfrecord_samples_at_offsets(
+    stream: BinaryIO,
+    url: str,
+    located: Sequence[tuple[int, int]],
+    *,
+    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(record index, sample)`` for each ``(record, offset)``, seeking to each offset.
+
+    ``stream`` is a seekable, uncompressed shard at its start; each offset is where
+    :func:`read_located_tfrecord_samples` found the record. Exactly one record is read at
+    each, with both CRCs checked; finding no valid record there (a stale offset: the shard
+    changed) raises :class:`~shardmix.errors.CorruptShardError` naming the record and offset.
+    """
+    framing = _Framing(stream, url, max_record_bytes, inflated=False)
+    found = _located_samples(framing, _read_at(framing, located), TFRecordPayload(payload))
+    return ((record, sample) for record, _, sample in found)
+
+
+def _read_at(
+    framing: _Framing, located: Sequence[tuple[int, int]]
+) -> Iterator[tuple[int, int, bytes]]:
+    """``(record, offset, payload)`` of the record at each offset, CRCs checked."""
+    for record, offset in located:
+        if offset < 0 or (framing.size is not None and offset >= framing.size):
+            raise framing.corrupt(
+                record, offset, f"the offset is outside the shard ({framing.size} bytes)"
+            )
+        framing.stream.seek(offset)
+        length = framing.next_length(record, offset)
+        if length is None:
+            raise framing.corrupt(record, offset, "expected a record here, found the end")
+        data, footer = _read_framed(framing, length, record, offset)
+        (stored,) = _CRC.unpack(footer)
+        computed = masked_crc(data)
+        if computed != stored:
+            _data_crc_mismatch(framing, length, stored, computed, record, offset)  # raises
+            continue
+        yield record, offset, data
 
 
 def read_tfrecord_samples(
