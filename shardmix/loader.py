@@ -285,7 +285,6 @@ class _EpochIterator:
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
             self.pad_refs = unpack_refs(resume["pad"])
-            self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]))
             self.buffer.draws.count = resume["buffer"]["draws"]
         self.skipped: SkipLedger | None = None
         if isinstance(dataset, ShardDataset) and dataset.policy.skips:
@@ -295,6 +294,10 @@ class _EpochIterator:
             num_lanes = len(starts or ())
         else:
             sent, num_lanes, self._workers = loader._lane_chunks(epoch, rank, world_size, starts)
+        if resume is not None:
+            # After the workers start: they read ahead while the buffer is re-read here.
+            assert isinstance(dataset, ShardDataset)
+            self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]))
         self.mixer = LaneMixer(
             _counted(sent, self.skipped),
             num_lanes,
