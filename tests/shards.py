@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shardmix.formats.tar import TarWriter
-from shardmix.formats.tfrecord import TFRecordWriter
+from shardmix.formats.tar_writer import TarWriter
+from shardmix.formats.tfrecord_writer import TFRecordWriter
 
 
 def record_key(shard: int, record: int) -> str:

@@ -97,13 +97,13 @@ def make_bench_shards(
 
 def _write_shard(path: str, fmt: str, records: Iterator[dict[str, Any]]) -> None:
     if fmt == "tar":
-        from shardmix.formats.tar import TarWriter
+        from shardmix.formats.tar_writer import TarWriter
 
         with TarWriter(path, gzip=False) as tar:
             for record in records:
                 tar.write({**record, "cls": str(record["cls"]).encode()})
     else:
-        from shardmix.formats.tfrecord import TFRecordWriter
+        from shardmix.formats.tfrecord_writer import TFRecordWriter
 
         with TFRecordWriter(path, gzip=False) as writer:
             for record in records:

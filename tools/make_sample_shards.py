@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shardmix.formats.tar import TarWriter
-from shardmix.formats.tfrecord import TFRecordWriter
+from shardmix.formats.tar_writer import TarWriter
+from shardmix.formats.tfrecord_writer import TFRecordWriter
 
 SIZES = [12, 40, 7, 25, 33, 18, 50, 9, 21, 4, 36, 15]
 CLASSES = ["cat", "dog", "owl", "fox"]

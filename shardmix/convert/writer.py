@@ -24,8 +24,8 @@ from shardmix.convert.inputs import KEY, BadInputError, Problems, Sample, ShardC
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.plan import ShardPlan
 from shardmix.formats import Format
-from shardmix.formats.tar import TarWriter
-from shardmix.formats.tfrecord import TFRecordWriter
+from shardmix.formats.tar_writer import TarWriter
+from shardmix.formats.tfrecord_writer import TFRecordWriter
 
 TEMP_SUFFIX = ".partial"
 

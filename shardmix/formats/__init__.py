@@ -39,11 +39,12 @@ Contract shared by every reader:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from shardmix.errors import CorruptShardError, UnsupportedURLError
+from shardmix.formats._common import is_seekable, samples_only, wanted_records, without_offsets
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.policy import DamageHandler
 
@@ -120,6 +121,47 @@ def is_gzipped(url: str) -> bool:
     return path.endswith((".gz", ".tgz"))
 
 
+class _Readers(NamedTuple):
+    """The reading functions of one format's module; see :func:`_readers`."""
+
+    located: Callable[..., Iterator[tuple[int, int, dict[str, Any]]]]
+    at: Callable[..., Iterator[tuple[int, dict[str, Any]]]]
+    at_offsets: Callable[..., Iterator[tuple[int, dict[str, Any]]]]
+
+
+def _readers(fmt: Format) -> _Readers:
+    """The readers of ``fmt``, whose module is imported on first use."""
+    if fmt is Format.TAR:
+        from shardmix.formats import tar
+
+        return _Readers(
+            tar.read_located_tar_samples, tar.read_tar_samples_at, tar.read_tar_samples_at_offsets
+        )
+    from shardmix.formats import tfrecord
+
+    return _Readers(
+        tfrecord.read_located_tfrecord_samples,
+        tfrecord.read_tfrecord_samples_at,
+        tfrecord.read_tfrecord_samples_at_offsets,
+    )
+
+
+def _record_keywords(fmt: Format, options: ReadOptions) -> dict[str, Any]:
+    """The ``options`` that ``fmt``'s readers take, as their keyword arguments."""
+    if fmt is Format.TAR:
+        return {"max_member_bytes": options.max_member_bytes}
+    return {"payload": options.tfrecord_payload, "max_record_bytes": options.max_record_bytes}
+
+
+def _stream_keywords(fmt: Format, options: ReadOptions, url: str) -> dict[str, Any]:
+    """As :func:`_record_keywords`, plus gzip (told by the URL) for readers that walk a stream."""
+    return {
+        "gzipped": is_gzipped(url),
+        "max_inflated_bytes": options.max_inflated_bytes,
+        **_record_keywords(fmt, options),
+    }
+
+
 def read_samples(
     stream: BinaryIO,
     url: str,
@@ -130,12 +172,10 @@ def read_samples(
     on_damage: DamageHandler | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the samples of one shard, from record ``start`` on."""
-    return (
-        sample
-        for _, sample in read_indexed_samples(
-            stream, url, fmt, start=start, options=options, on_damage=on_damage
-        )
+    located = read_located_samples(
+        stream, url, fmt, start=start, options=options, on_damage=on_damage
     )
+    return samples_only(located)
 
 
 def read_indexed_samples(
@@ -155,7 +195,7 @@ def read_indexed_samples(
     located = read_located_samples(
         stream, url, fmt, start=start, options=options, on_damage=on_damage
     )
-    return ((record, sample) for record, _, sample in located)
+    return without_offsets(located)
 
 
 def read_located_samples(
@@ -172,51 +212,9 @@ def read_located_samples(
     As :func:`read_indexed_samples`, plus where each record starts (see the module
     docstring), for :func:`read_samples_at_offsets` to read it again.
     """
-    gzipped = is_gzipped(url)
-    if fmt is Format.TAR:
-        from shardmix.formats.tar import read_located_tar_samples
-
-        return read_located_tar_samples(
-            stream,
-            url,
-            start=start,
-            gzipped=gzipped,
-            max_member_bytes=options.max_member_bytes,
-            max_inflated_bytes=options.max_inflated_bytes,
-            on_damage=on_damage,
-        )
-    from shardmix.formats.tfrecord import read_located_tfrecord_samples
-
-    return read_located_tfrecord_samples(
-        stream,
-        url,
-        start=start,
-        gzipped=gzipped,
-        payload=options.tfrecord_payload,
-        max_record_bytes=options.max_record_bytes,
-        max_inflated_bytes=options.max_inflated_bytes,
-        on_damage=on_damage,
+    return _readers(fmt).located(
+        stream, url, start=start, on_damage=on_damage, **_stream_keywords(fmt, options, url)
     )
-
-
-def wanted_records(records: Sequence[int]) -> list[int]:
-    """``records`` as a list, checked to be record indices in ascending order without repeats.
-
-    >>> wanted_records((0, 3, 7))
-    [0, 3, 7]
-    """
-    wanted = list(records)
-    previous = -1
-    for record in wanted:
-        if isinstance(record, bool) or not isinstance(record, int) or record < 0:
-            raise ValueError(f"wanted records must be ints >= 0, got {record!r}")
-        if record <= previous:
-            raise ValueError(
-                f"wanted records must be sorted ascending without repeats, got {record} "
-                f"after {previous}"
-            )
-        previous = record
-    return wanted
 
 
 def read_samples_at(
@@ -247,41 +245,14 @@ def read_samples_at(
     wanted = wanted_records(records)
     if not wanted:
         return iter(())
-    gzipped = is_gzipped(url)
-    if fmt is Format.TAR:
-        from shardmix.formats.tar import read_tar_samples_at
-
-        return read_tar_samples_at(
-            stream,
-            url,
-            wanted,
-            gzipped=gzipped,
-            max_member_bytes=options.max_member_bytes,
-            max_inflated_bytes=options.max_inflated_bytes,
-            on_damage=on_damage,
-        )
-    from shardmix.formats.tfrecord import read_tfrecord_samples_at
-
-    return read_tfrecord_samples_at(
-        stream,
-        url,
-        wanted,
-        gzipped=gzipped,
-        payload=options.tfrecord_payload,
-        max_record_bytes=options.max_record_bytes,
-        max_inflated_bytes=options.max_inflated_bytes,
-        on_damage=on_damage,
+    return _readers(fmt).at(
+        stream, url, wanted, on_damage=on_damage, **_stream_keywords(fmt, options, url)
     )
 
 
 def can_seek_records(stream: BinaryIO, url: str) -> bool:
     """Whether :func:`read_samples_at_offsets` can read ``stream``: seekable, not gzip."""
-    if is_gzipped(url):
-        return False
-    try:
-        return bool(stream.seekable())
-    except (AttributeError, OSError, ValueError):
-        return False
+    return not is_gzipped(url) and is_seekable(stream)
 
 
 def read_samples_at_offsets(
@@ -309,22 +280,7 @@ def read_samples_at_offsets(
             f"{url}: reading records at byte offsets needs a seekable, uncompressed stream; "
             "use read_samples_at, which walks the framing"
         )
-    if fmt is Format.TAR:
-        from shardmix.formats.tar import read_tar_samples_at_offsets
-
-        found = read_tar_samples_at_offsets(
-            stream, url, located, max_member_bytes=options.max_member_bytes
-        )
-    else:
-        from shardmix.formats.tfrecord import read_tfrecord_samples_at_offsets
-
-        found = read_tfrecord_samples_at_offsets(
-            stream,
-            url,
-            located,
-            payload=options.tfrecord_payload,
-            max_record_bytes=options.max_record_bytes,
-        )
+    found = _readers(fmt).at_offsets(stream, url, located, **_record_keywords(fmt, options))
     return _noting_offsets(found, url)
 
 

@@ -38,14 +38,11 @@ past the usual module size, because it must follow the same header layout and na
 
 from __future__ import annotations
 
-import gzip
 import io
 import itertools
-import os
 import sys
 import zlib
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any, BinaryIO, NoReturn
 
 from shardmix.errors import (
@@ -54,12 +51,18 @@ from shardmix.errors import (
     TruncatedShardError,
     describe_position,
 )
-from shardmix.formats import wanted_records
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, decompressed
+from shardmix.formats._common import (
+    check_start,
+    inflated,
+    is_seekable,
+    samples_only,
+    wanted_records,
+    without_offsets,
+)
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.policy import Damage, DamageHandler
 
 __all__ = [
-    "TarWriter",
     "count_tar_records",
     "read_indexed_tar_samples",
     "read_located_tar_samples",
@@ -166,7 +169,7 @@ class _TarReader:
         self._read = stream.read
         self._url = url
         self._gzipped = gzipped
-        self._seekable = _is_seekable(stream)
+        self._seekable = is_seekable(stream)
         self._base = stream.tell() if self._seekable else 0  # offsets count from here
         self._offset = -_BLOCK  # byte offset of the current header
         self._next_offset = 0  # byte offset of the next header
@@ -639,38 +642,19 @@ def _high_bytes(header: bytes) -> int:
     return sum(1 for byte in header[:148] + header[156:] if byte >= 128)
 
 
-def _is_seekable(stream: BinaryIO) -> bool:
-    try:
-        return bool(stream.seekable())
-    except (AttributeError, OSError, ValueError):
-        return False
-
-
-def read_indexed_tar_samples(
+def _reader(
     stream: BinaryIO,
     url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    gzipped: bool,
+    max_member_bytes: int,
+    max_inflated_bytes: int,
     on_damage: DamageHandler | None = None,
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(record index, sample)`` for each record of a tar shard from ``start`` on.
-
-    With ``on_damage``, damaged records are reported to it and left out (their indices are
-    missing); damage to the framing is reported and ends the shard.
-    """
-    located = read_located_tar_samples(
-        stream,
-        url,
-        start=start,
-        gzipped=gzipped,
-        max_member_bytes=max_member_bytes,
-        max_inflated_bytes=max_inflated_bytes,
-        on_damage=on_damage,
+) -> _TarReader:
+    """A reader of the shard's bytes, inflated first when ``gzipped``."""
+    stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=max_inflated_bytes)
+    return _TarReader(
+        stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes, on_damage=on_damage
     )
-    return ((record, sample) for record, _, sample in located)
 
 
 def read_located_tar_samples(
@@ -690,14 +674,33 @@ def read_located_tar_samples(
     With ``on_damage``, damaged records are reported to it and left out (their indices are
     missing); damage to the framing is reported and ends the shard.
     """
-    if start < 0:
-        raise ValueError(f"start must be >= 0, got {start}")
-    if gzipped:
-        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    reader = _TarReader(
-        stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes, on_damage=on_damage
-    )
+    check_start(start)
+    reader = _reader(stream, url, gzipped, max_member_bytes, max_inflated_bytes, on_damage)
     return reader.samples(start)
+
+
+def read_indexed_tar_samples(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """As :func:`read_located_tar_samples`, without the offsets: ``(record index, sample)``."""
+    return without_offsets(
+        read_located_tar_samples(
+            stream,
+            url,
+            start=start,
+            gzipped=gzipped,
+            max_member_bytes=max_member_bytes,
+            max_inflated_bytes=max_inflated_bytes,
+            on_damage=on_damage,
+        )
+    )
 
 
 def read_tar_samples(
@@ -716,16 +719,17 @@ def read_tar_samples(
     of consecutive members sharing a key. Skipped records have their headers checked and
     their data seeked past (or read and dropped when the stream cannot seek).
     """
-    indexed = read_indexed_tar_samples(
-        stream,
-        url,
-        start=start,
-        gzipped=gzipped,
-        max_member_bytes=max_member_bytes,
-        max_inflated_bytes=max_inflated_bytes,
-        on_damage=on_damage,
+    return samples_only(
+        read_located_tar_samples(
+            stream,
+            url,
+            start=start,
+            gzipped=gzipped,
+            max_member_bytes=max_member_bytes,
+            max_inflated_bytes=max_inflated_bytes,
+            on_damage=on_damage,
+        )
     )
-    return (sample for _, sample in indexed)
 
 
 def read_tar_samples_at(
@@ -748,12 +752,8 @@ def read_tar_samples_at(
     wanted = frozenset(wanted_records(records))
     if not wanted:
         return iter(())
-    if gzipped:
-        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    reader = _TarReader(
-        stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes, on_damage=on_damage
-    )
-    return ((record, sample) for record, _, sample in reader.samples(0, wanted))
+    reader = _reader(stream, url, gzipped, max_member_bytes, max_inflated_bytes, on_damage)
+    return without_offsets(reader.samples(0, wanted))
 
 
 def read_tar_samples_at_offsets(
@@ -786,169 +786,7 @@ def count_tar_records(
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
 ) -> int:
     """The number of records (samples) in a tar shard, found by walking its headers."""
-    if gzipped:
-        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    reader = _TarReader(stream, url, gzipped=gzipped, max_member_bytes=max_member_bytes)
+    reader = _reader(stream, url, gzipped, max_member_bytes, max_inflated_bytes)
     for _ in reader.samples(sys.maxsize):
         pass
     return reader.records
-
-
-# -- writing ------------------------------------------------------------------------------
-
-
-def _template() -> bytes:
-    header = bytearray(_BLOCK)
-    header[100:108] = b"0000644\x00"  # mode
-    header[108:116] = b"0000000\x00"  # uid
-    header[116:124] = b"0000000\x00"  # gid
-    header[136:148] = b"00000000000\x00"  # mtime
-    header[148:156] = b" " * 8  # checksum, summed as spaces
-    header[257:265] = _POSIX_MAGIC + b"00"
-    header[329:345] = b"0000000\x00" * 2  # devmajor, devminor
-    return bytes(header)
-
-
-_TEMPLATE = _template()
-_PAX_NAME = b"././@PaxHeader"
-_MAX_OCTAL_SIZE = 8**11 - 1
-
-
-def _header(name: bytes, size: int, typeflag: bytes) -> bytes:
-    header = bytearray(_TEMPLATE)
-    header[: len(name)] = name
-    header[124:136] = b"%011o\x00" % (size if size <= _MAX_OCTAL_SIZE else 0)
-    header[156:157] = typeflag
-    header[148:156] = b"%06o\x00 " % sum(header)
-    return bytes(header)
-
-
-def _pax_record(keyword: str, value: bytes) -> bytes:
-    body = b" " + keyword.encode() + b"=" + value + b"\n"
-    length = len(body) + 1
-    while len(str(length)) + len(body) != length:
-        length = len(str(length)) + len(body)
-    return str(length).encode() + body
-
-
-def _member_blocks(name: bytes, data: bytes) -> list[bytes]:
-    """Header(s), data and padding of one regular member, deterministic byte for byte."""
-    pax = b""
-    if len(name) > 100:
-        pax += _pax_record("path", name)
-    if len(data) > _MAX_OCTAL_SIZE:
-        pax += _pax_record("size", str(len(data)).encode())
-    blocks = []
-    if pax:
-        blocks += [_header(_PAX_NAME, len(pax), b"x"), pax, _padding(len(pax))]
-    blocks += [_header(name[:100], len(data), b"0"), data, _padding(len(data))]
-    return blocks
-
-
-def _padding(size: int) -> bytes:
-    return bytes(-size % _BLOCK)
-
-
-def _encode_value(key: str, field: str, value: Any) -> bytes:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value).encode("ascii")
-    raise TypeError(
-        f"sample {key!r} field {field!r}: cannot write a {type(value).__name__}; "
-        "pass bytes, str, int or float"
-    )
-
-
-def _member_name(key: str, field: str) -> bytes:
-    """The member name of one field, checked to read back as the same key and field."""
-    name = f"{key}.{field}"
-    if field and "\x00" not in name and split_member_name(name) == (key, field):
-        return name.encode("utf-8", "surrogateescape")
-    raise ValueError(
-        f"sample {key!r} field {field!r} cannot be written to a tar shard: it would not read "
-        "back unchanged (the key's last part must be non-empty without '.', the field "
-        "non-empty and lower case without '/', neither may hold NUL or look like __meta__)"
-    )
-
-
-class TarWriter:
-    """Writes samples to a tar shard that shardmix, GNU tar and webdataset read back.
-
-    Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
-    ``__`` other than ``__key__`` are left out). The output is reproducible byte for byte:
-    ustar headers with mtime 0, owner 0, mode 0644, pax headers only for names over 100
-    bytes, and gzip with no name or time. Leaving the ``with`` block by an exception closes
-    the file without the end-of-archive blocks, so readers see the shard as truncated.
-    """
-
-    def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
-        self._owned: BinaryIO | None = None
-        if isinstance(file, (str, os.PathLike)):
-            self._owned = open(file, "wb")  # noqa: SIM115 - closed in close()
-            raw: BinaryIO = self._owned
-        else:
-            raw = file
-        self._gzip = _open_gzip(raw) if gzip else None
-        self._write: Callable[[bytes], object] = (self._gzip or raw).write
-        self._keys: set[str] = set()
-        self._closed = False
-        self.records = 0
-        self.bytes_written = 0  # tar bytes, before any compression
-
-    def write(self, sample: Mapping[str, Any]) -> None:
-        """Append one sample as consecutive members."""
-        if self._closed:
-            raise ValueError("write() on a closed TarWriter")
-        key = sample.get("__key__")
-        if not isinstance(key, str):
-            raise ValueError(f"a sample needs a str '__key__', got {key!r}")
-        if key in self._keys:
-            raise ValueError(f"sample key {key!r} was already written to this shard")
-        blocks: list[bytes] = []
-        for field in sorted(name for name in sample if not name.startswith("__")):
-            name = _member_name(key, field)
-            blocks += _member_blocks(name, _encode_value(key, field, sample[field]))
-        if not blocks:
-            raise ValueError(f"sample {key!r} has no fields to write (only '__' keys)")
-        self._emit(b"".join(blocks))
-        self._keys.add(key)
-        self.records += 1
-
-    def _emit(self, data: bytes) -> None:
-        self._write(data)
-        self.bytes_written += len(data)
-
-    def close(self) -> None:
-        """Write the end-of-archive blocks and close what this writer opened."""
-        self._close(complete=True)
-
-    def _close(self, *, complete: bool) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if complete:
-                self._emit(bytes(2 * _BLOCK))
-            if self._gzip is not None:
-                self._gzip.close()
-        finally:
-            if self._owned is not None:
-                self._owned.close()
-
-    def __enter__(self) -> TarWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._close(complete=exc_type is None)
-
-
-def _open_gzip(raw: BinaryIO) -> gzip.GzipFile:
-    return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)

@@ -29,13 +29,10 @@ through :meth:`_Framing.damaged` and the one ``except`` in :func:`_read_records`
 
 from __future__ import annotations
 
-import gzip
 import io
-import os
 import struct
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 import crc32c
@@ -48,13 +45,20 @@ from shardmix.errors import (
     TruncatedShardError,
     describe_position,
 )
-from shardmix.formats import TFRecordPayload, wanted_records
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, decompressed
-from shardmix.formats.example import decode_example, encode_example
+from shardmix.formats import TFRecordPayload
+from shardmix.formats._common import (
+    check_start,
+    inflated,
+    is_seekable,
+    samples_only,
+    wanted_records,
+    without_offsets,
+)
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.example import decode_example
 from shardmix.policy import Damage, DamageHandler
 
 __all__ = [
-    "TFRecordWriter",
     "count_tfrecord_records",
     "read_indexed_tfrecord_samples",
     "read_located_tfrecord_samples",
@@ -110,7 +114,7 @@ class _Framing:
         self.inflated = inflated
         self.on_damage = on_damage
         self.reported: ShardmixError | None = None  # the last error handed to on_damage
-        self.seekable = _is_seekable(stream)
+        self.seekable = is_seekable(stream)
         # bytes from the stream's starting position to its end, when it can be known cheaply
         self.size = _remaining_size(stream) if self.seekable else None
         # records up to this length are read in one call (their length fits the known size)
@@ -242,13 +246,6 @@ class _Framing:
         )
 
 
-def _is_seekable(stream: BinaryIO) -> bool:
-    try:
-        return bool(stream.seekable())
-    except (AttributeError, OSError, ValueError):
-        return False
-
-
 def _remaining_size(stream: BinaryIO) -> int | None:
     """The bytes from a seekable stream's position to its end (leaves the position unchanged)."""
     try:
@@ -258,11 +255,6 @@ def _remaining_size(stream: BinaryIO) -> int | None:
     except (OSError, ValueError):
         return None
     return end - here
-
-
-def _check_start(start: int) -> None:
-    if start < 0:
-        raise ValueError(f"start must be a record index >= 0, got {start}")
 
 
 def _skip_records(
@@ -420,7 +412,7 @@ def read_tfrecord_records(
     :class:`~shardmix.errors.TruncatedShardError`; with ``on_damage`` it is reported instead
     (see the module docstring). An empty stream yields nothing and warns.
     """
-    _check_start(start)
+    check_start(start)
     framing = _Framing(stream, url, max_record_bytes, inflated=False, on_damage=on_damage)
     return ((offset, data) for _, offset, data in _read_records(framing, start, verify))
 
@@ -515,6 +507,19 @@ def _located_samples(
             yield record, offset, sample
 
 
+def _framing(
+    stream: BinaryIO,
+    url: str,
+    gzipped: bool,
+    max_record_bytes: int,
+    max_inflated_bytes: int,
+    on_damage: DamageHandler | None,
+) -> _Framing:
+    """The framing of the shard's bytes, inflated first when ``gzipped``."""
+    stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=max_inflated_bytes)
+    return _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
+
+
 def read_located_tfrecord_samples(
     stream: BinaryIO,
     url: str,
@@ -533,10 +538,8 @@ def read_located_tfrecord_samples(
     With ``on_damage``, damaged records are reported to it and left out (their indices are
     missing); damage to the framing is reported and ends the shard.
     """
-    _check_start(start)
-    if gzipped:
-        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
+    check_start(start)
+    framing = _framing(stream, url, gzipped, max_record_bytes, max_inflated_bytes, on_damage)
     records = _read_records(framing, start, verify=True)
     return _located_samples(framing, records, TFRecordPayload(payload))
 
@@ -557,17 +560,18 @@ def read_indexed_tfrecord_samples(
     With ``on_damage``, damaged records are reported to it and left out (their indices are
     missing); damage to the framing is reported and ends the shard.
     """
-    located = read_located_tfrecord_samples(
-        stream,
-        url,
-        start=start,
-        gzipped=gzipped,
-        payload=payload,
-        max_record_bytes=max_record_bytes,
-        max_inflated_bytes=max_inflated_bytes,
-        on_damage=on_damage,
+    return without_offsets(
+        read_located_tfrecord_samples(
+            stream,
+            url,
+            start=start,
+            gzipped=gzipped,
+            payload=payload,
+            max_record_bytes=max_record_bytes,
+            max_inflated_bytes=max_inflated_bytes,
+            on_damage=on_damage,
+        )
     )
-    return ((record, sample) for record, _, sample in located)
 
 
 def read_tfrecord_samples_at(
@@ -592,12 +596,9 @@ def read_tfrecord_samples_at(
     wanted = wanted_records(records)
     if not wanted:
         return iter(())
-    if gzipped:
-        stream = decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    framing = _Framing(stream, url, max_record_bytes, inflated=gzipped, on_damage=on_damage)
+    framing = _framing(stream, url, gzipped, max_record_bytes, max_inflated_bytes, on_damage)
     found = _read_wanted(framing, wanted, verify=True)
-    located = _located_samples(framing, found, TFRecordPayload(payload))
-    return ((record, sample) for record, _, sample in located)
+    return without_offsets(_located_samples(framing, found, TFRecordPayload(payload)))
 
 
 def read_tfrecord_samples_at_offsets(
@@ -616,8 +617,9 @@ def read_tfrecord_samples_at_offsets(
     changed) raises :class:`~shardmix.errors.CorruptShardError` naming the record and offset.
     """
     framing = _Framing(stream, url, max_record_bytes, inflated=False)
-    found = _located_samples(framing, _read_at(framing, located), TFRecordPayload(payload))
-    return ((record, sample) for record, _, sample in found)
+    return without_offsets(
+        _located_samples(framing, _read_at(framing, located), TFRecordPayload(payload))
+    )
 
 
 def _read_at(
@@ -659,85 +661,15 @@ def read_tfrecord_samples(
     the Example's own ``__key__`` bytes feature when it has one, else ``"<stem>/<record:08d>"``.
     With ``payload=RAW`` it is ``{"__key__": ..., "record": payload bytes}``.
     """
-    indexed = read_indexed_tfrecord_samples(
-        stream,
-        url,
-        start=start,
-        gzipped=gzipped,
-        payload=payload,
-        max_record_bytes=max_record_bytes,
-        max_inflated_bytes=max_inflated_bytes,
-        on_damage=on_damage,
+    return samples_only(
+        read_located_tfrecord_samples(
+            stream,
+            url,
+            start=start,
+            gzipped=gzipped,
+            payload=payload,
+            max_record_bytes=max_record_bytes,
+            max_inflated_bytes=max_inflated_bytes,
+            on_damage=on_damage,
+        )
     )
-    return (sample for _, sample in indexed)
-
-
-# ------------------------------------------------------------------------------------ writing
-
-
-class TFRecordWriter:
-    """Write records to a TFRecord shard, optionally gzip-compressed.
-
-    ``file`` is a path (opened, and closed by :meth:`close`) or a binary stream (left open).
-    Gzip output is deterministic: no file name and a zero timestamp in the header.
-    ``bytes_written`` counts framed bytes before compression.
-    """
-
-    def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
-        self._owned: BinaryIO | None = None
-        if isinstance(file, (str, os.PathLike)):
-            self._owned = open(file, "wb")  # noqa: SIM115 - closed by close()
-            raw: BinaryIO = self._owned
-        else:
-            raw = file
-        self._raw = raw
-        self._gzip = _deterministic_gzip(raw) if gzip else None
-        self._out: BinaryIO = self._gzip if self._gzip is not None else raw
-        self.records = 0
-        self.bytes_written = 0
-        self.closed = False
-
-    def write(self, payload: bytes) -> None:
-        """Append one record holding ``payload``."""
-        if self.closed:
-            raise ValueError("write to a closed TFRecordWriter")
-        length = _LENGTH.pack(len(payload))
-        self._out.write(length + _CRC.pack(masked_crc(length)))
-        self._out.write(payload)
-        self._out.write(_CRC.pack(masked_crc(payload)))
-        self.records += 1
-        self.bytes_written += _HEADER_SIZE + len(payload) + _FOOTER_SIZE
-
-    def write_example(self, features: Mapping[str, Any]) -> None:
-        """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature."""
-        key = features.get(_KEY)
-        if key is not None and not isinstance(key, str):
-            raise ValueError(f"__key__ must be a str, got {type(key).__name__}")
-        self.write(encode_example(features))
-
-    def close(self) -> None:
-        """Finish the gzip stream and close the file if this writer opened it."""
-        if self.closed:
-            return
-        self.closed = True
-        if self._gzip is not None:
-            self._gzip.close()
-        if self._owned is not None:
-            self._owned.close()
-        else:
-            self._raw.flush()
-
-    def __enter__(self) -> TFRecordWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def _deterministic_gzip(raw: BinaryIO) -> BinaryIO:
-    return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)  # type: ignore[return-value]

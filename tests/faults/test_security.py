@@ -14,7 +14,7 @@ import torch
 
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ShardmixError, UnsupportedURLError
-from shardmix.formats.tar import TarWriter
+from shardmix.formats.tar_writer import TarWriter
 from shardmix.loader import MixingLoader
 from shardmix.sources import open_shard
 

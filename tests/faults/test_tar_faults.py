@@ -9,7 +9,7 @@ import pytest
 
 from shardmix.errors import CorruptShardError, TruncatedShardError
 from shardmix.formats import ReadOptions
-from shardmix.formats.tar import TarWriter
+from shardmix.formats.tar_writer import TarWriter
 
 from faultkit import BLOCK, Reports, keys, peak_memory, read_shard, set_tar_size, tar_members
 from shards import record_key, write_shards

@@ -11,7 +11,8 @@ import pytest
 
 from shardmix.errors import CorruptShardError, EmptyShardWarning, TruncatedShardError
 from shardmix.formats import ReadOptions
-from shardmix.formats.tfrecord import TFRecordWriter, read_tfrecord_records
+from shardmix.formats.tfrecord import read_tfrecord_records
+from shardmix.formats.tfrecord_writer import TFRecordWriter
 
 from faultkit import (
     Reports,

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from shardmix.errors import CorruptShardError
 from shardmix.formats import Format, ReadOptions, read_indexed_samples, read_samples_at
-from shardmix.formats.tar import TarWriter
-from shardmix.formats.tfrecord import TFRecordWriter
+from shardmix.formats.tar_writer import TarWriter
+from shardmix.formats.tfrecord_writer import TFRecordWriter
 
 RECORDS = 40
 URLS = {

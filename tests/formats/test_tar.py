@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 
 from shardmix.errors import CorruptShardError, ShardmixError, TruncatedShardError
 from shardmix.formats.tar import (
-    TarWriter,
     count_tar_records,
     read_indexed_tar_samples,
     read_tar_samples,
     split_member_name,
 )
+from shardmix.formats.tar_writer import TarWriter
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "tar"
 BLOCK = 512

@@ -24,7 +24,6 @@ from shardmix.errors import (
 from shardmix.formats import Format, TFRecordPayload, read_samples
 from shardmix.formats.example import encode_example
 from shardmix.formats.tfrecord import (
-    TFRecordWriter,
     count_tfrecord_records,
     masked_crc,
     read_indexed_tfrecord_samples,
@@ -32,6 +31,7 @@ from shardmix.formats.tfrecord import (
     read_tfrecord_samples,
     shard_stem,
 )
+from shardmix.formats.tfrecord_writer import TFRecordWriter
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "tfrecord"
 RECORDS = 6

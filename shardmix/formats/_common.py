@@ -1,0 +1,73 @@
+"""Plumbing the format readers share: argument checks, gzip wrapping, stripping positions.
+
+The tar and TFRecord modules own their framing; what is the same around it lives here, so
+that each public ``read_*`` function of a format is its framing plus one call to these.
+Dispatch by format and the translation of :class:`~shardmix.formats.ReadOptions` into a
+format's keyword arguments are :mod:`shardmix.formats`'s.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, BinaryIO
+
+from shardmix.formats.compression import decompressed
+
+
+def wanted_records(records: Sequence[int]) -> list[int]:
+    """``records`` as a list, checked to be record indices in ascending order without repeats.
+
+    >>> wanted_records((0, 3, 7))
+    [0, 3, 7]
+    """
+    wanted = list(records)
+    previous = -1
+    for record in wanted:
+        if isinstance(record, bool) or not isinstance(record, int) or record < 0:
+            raise ValueError(f"wanted records must be ints >= 0, got {record!r}")
+        if record <= previous:
+            raise ValueError(
+                f"wanted records must be sorted ascending without repeats, got {record} "
+                f"after {previous}"
+            )
+        previous = record
+    return wanted
+
+
+def check_start(start: int) -> None:
+    """Refuse a negative ``start`` (at the call, before any byte is read)."""
+    if start < 0:
+        raise ValueError(f"start must be a record index >= 0, got {start}")
+
+
+def is_seekable(stream: BinaryIO) -> bool:
+    """Whether ``stream`` says it can seek (a stream that cannot even say, cannot)."""
+    try:
+        return bool(stream.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def inflated(stream: BinaryIO, url: str, *, gzipped: bool, max_inflated_bytes: int) -> BinaryIO:
+    """The decompressed bytes of ``stream`` when ``gzipped``, else ``stream`` itself."""
+    if gzipped:
+        return decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
+    return stream
+
+
+def without_offsets(
+    located: Iterable[tuple[int, int, dict[str, Any]]],
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(record, sample)`` from ``(record, offset, sample)``."""
+    return ((record, sample) for record, _, sample in located)
+
+
+def samples_only(located: Iterable[tuple[int, int, dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """The samples alone from ``(record, offset, sample)``."""
+    return (sample for _, _, sample in located)
+
+
+def deterministic_gzip(raw: BinaryIO) -> gzip.GzipFile:
+    """A gzip writer over ``raw`` whose bytes depend on the data only (no name, no time)."""
+    return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)

@@ -1,0 +1,170 @@
+"""TarWriter: webdataset-compatible tar shards, byte for byte reproducible.
+
+Members are named ``<key>.<field>`` and written in sorted field order with fixed metadata
+(mtime 0, uid/gid 0, no user names, mode 0644), in ustar format with a pax header only when a
+name does not fit; GNU tar and webdataset read the result. Reading lives in
+:mod:`shardmix.formats.tar`; this module shares only the block size and the naming rule.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, BinaryIO
+
+from shardmix.formats._common import deterministic_gzip
+from shardmix.formats.tar import _BLOCK, _POSIX_MAGIC, split_member_name
+
+
+def _template() -> bytes:
+    header = bytearray(_BLOCK)
+    header[100:108] = b"0000644\x00"  # mode
+    header[108:116] = b"0000000\x00"  # uid
+    header[116:124] = b"0000000\x00"  # gid
+    header[136:148] = b"00000000000\x00"  # mtime
+    header[148:156] = b" " * 8  # checksum, summed as spaces
+    header[257:265] = _POSIX_MAGIC + b"00"
+    header[329:345] = b"0000000\x00" * 2  # devmajor, devminor
+    return bytes(header)
+
+
+_TEMPLATE = _template()
+_PAX_NAME = b"././@PaxHeader"
+_MAX_OCTAL_SIZE = 8**11 - 1
+
+
+def _header(name: bytes, size: int, typeflag: bytes) -> bytes:
+    header = bytearray(_TEMPLATE)
+    header[: len(name)] = name
+    header[124:136] = b"%011o\x00" % (size if size <= _MAX_OCTAL_SIZE else 0)
+    header[156:157] = typeflag
+    header[148:156] = b"%06o\x00 " % sum(header)
+    return bytes(header)
+
+
+def _pax_record(keyword: str, value: bytes) -> bytes:
+    body = b" " + keyword.encode() + b"=" + value + b"\n"
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length = len(str(length)) + len(body)
+    return str(length).encode() + body
+
+
+def _member_blocks(name: bytes, data: bytes) -> list[bytes]:
+    """Header(s), data and padding of one regular member, deterministic byte for byte."""
+    pax = b""
+    if len(name) > 100:
+        pax += _pax_record("path", name)
+    if len(data) > _MAX_OCTAL_SIZE:
+        pax += _pax_record("size", str(len(data)).encode())
+    blocks = []
+    if pax:
+        blocks += [_header(_PAX_NAME, len(pax), b"x"), pax, _padding(len(pax))]
+    blocks += [_header(name[:100], len(data), b"0"), data, _padding(len(data))]
+    return blocks
+
+
+def _padding(size: int) -> bytes:
+    return bytes(-size % _BLOCK)
+
+
+def _encode_value(key: str, field: str, value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value).encode("ascii")
+    raise TypeError(
+        f"sample {key!r} field {field!r}: cannot write a {type(value).__name__}; "
+        "pass bytes, str, int or float"
+    )
+
+
+def _member_name(key: str, field: str) -> bytes:
+    """The member name of one field, checked to read back as the same key and field."""
+    name = f"{key}.{field}"
+    if field and "\x00" not in name and split_member_name(name) == (key, field):
+        return name.encode("utf-8", "surrogateescape")
+    raise ValueError(
+        f"sample {key!r} field {field!r} cannot be written to a tar shard: it would not read "
+        "back unchanged (the key's last part must be non-empty without '.', the field "
+        "non-empty and lower case without '/', neither may hold NUL or look like __meta__)"
+    )
+
+
+class TarWriter:
+    """Writes samples to a tar shard that shardmix, GNU tar and webdataset read back.
+
+    Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
+    ``__`` other than ``__key__`` are left out). The output is reproducible byte for byte:
+    ustar headers with mtime 0, owner 0, mode 0644, pax headers only for names over 100
+    bytes, and gzip with no name or time. Leaving the ``with`` block by an exception closes
+    the file without the end-of-archive blocks, so readers see the shard as truncated.
+    """
+
+    def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
+        self._owned: BinaryIO | None = None
+        if isinstance(file, (str, os.PathLike)):
+            self._owned = open(file, "wb")  # noqa: SIM115 - closed in close()
+            raw: BinaryIO = self._owned
+        else:
+            raw = file
+        self._gzip = deterministic_gzip(raw) if gzip else None
+        self._write: Callable[[bytes], object] = (self._gzip or raw).write
+        self._keys: set[str] = set()
+        self._closed = False
+        self.records = 0
+        self.bytes_written = 0  # tar bytes, before any compression
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Append one sample as consecutive members."""
+        if self._closed:
+            raise ValueError("write() on a closed TarWriter")
+        key = sample.get("__key__")
+        if not isinstance(key, str):
+            raise ValueError(f"a sample needs a str '__key__', got {key!r}")
+        if key in self._keys:
+            raise ValueError(f"sample key {key!r} was already written to this shard")
+        blocks: list[bytes] = []
+        for field in sorted(name for name in sample if not name.startswith("__")):
+            name = _member_name(key, field)
+            blocks += _member_blocks(name, _encode_value(key, field, sample[field]))
+        if not blocks:
+            raise ValueError(f"sample {key!r} has no fields to write (only '__' keys)")
+        self._emit(b"".join(blocks))
+        self._keys.add(key)
+        self.records += 1
+
+    def _emit(self, data: bytes) -> None:
+        self._write(data)
+        self.bytes_written += len(data)
+
+    def close(self) -> None:
+        """Write the end-of-archive blocks and close what this writer opened."""
+        self._close(complete=True)
+
+    def _close(self, *, complete: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if complete:
+                self._emit(bytes(2 * _BLOCK))
+            if self._gzip is not None:
+                self._gzip.close()
+        finally:
+            if self._owned is not None:
+                self._owned.close()
+
+    def __enter__(self) -> TarWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._close(complete=exc_type is None)

@@ -1,0 +1,88 @@
+"""TFRecordWriter: TFRecord shards of raw payloads or ``tf.train.Example`` records.
+
+Framing as TensorFlow writes it (length, masked CRC-32C of the length, data, masked CRC-32C of
+the data); gzip output is deterministic. Reading lives in :mod:`shardmix.formats.tfrecord`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from gzip import GzipFile
+from types import TracebackType
+from typing import Any, BinaryIO
+
+from shardmix.formats._common import deterministic_gzip
+from shardmix.formats.example import encode_example
+from shardmix.formats.tfrecord import (
+    _CRC,
+    _FOOTER_SIZE,
+    _HEADER_SIZE,
+    _KEY,
+    _LENGTH,
+    masked_crc,
+)
+
+
+class TFRecordWriter:
+    """Write records to a TFRecord shard, optionally gzip-compressed.
+
+    ``file`` is a path (opened, and closed by :meth:`close`) or a binary stream (left open).
+    Gzip output is deterministic: no file name and a zero timestamp in the header.
+    ``bytes_written`` counts framed bytes before compression.
+    """
+
+    def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
+        self._owned: BinaryIO | None = None
+        if isinstance(file, (str, os.PathLike)):
+            self._owned = open(file, "wb")  # noqa: SIM115 - closed by close()
+            raw: BinaryIO = self._owned
+        else:
+            raw = file
+        self._raw = raw
+        self._gzip = deterministic_gzip(raw) if gzip else None
+        self._out: BinaryIO | GzipFile = self._gzip if self._gzip is not None else raw
+        self.records = 0
+        self.bytes_written = 0
+        self.closed = False
+
+    def write(self, payload: bytes) -> None:
+        """Append one record holding ``payload``."""
+        if self.closed:
+            raise ValueError("write to a closed TFRecordWriter")
+        length = _LENGTH.pack(len(payload))
+        self._out.write(length + _CRC.pack(masked_crc(length)))
+        self._out.write(payload)
+        self._out.write(_CRC.pack(masked_crc(payload)))
+        self.records += 1
+        self.bytes_written += _HEADER_SIZE + len(payload) + _FOOTER_SIZE
+
+    def write_example(self, features: Mapping[str, Any]) -> None:
+        """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature."""
+        key = features.get(_KEY)
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"__key__ must be a str, got {type(key).__name__}")
+        self.write(encode_example(features))
+
+    def close(self) -> None:
+        """Finish the gzip stream and close the file if this writer opened it."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._gzip is not None:
+            self._gzip.close()
+        if self._owned is not None:
+            self._owned.close()
+        else:
+            self._raw.flush()
+
+    def __enter__(self) -> TFRecordWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
