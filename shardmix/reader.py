@@ -15,9 +15,10 @@ stores it with the record index, and :func:`read_shard_at` seeks straight to it.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
 # on first use: workers started by fork (every epoch) inherit them instead of each importing
@@ -95,7 +96,9 @@ def read_shard_at(
     offsets = dict(located)
     with open_shard(url, options=source_options) as stream:
         if can_seek_records(stream, url) and min(offsets.values()) >= 0:
-            samples = read_samples_at_offsets(stream, url, fmt, located, options=options)
+            samples = read_samples_at_offsets(
+                _small_buffer(stream), url, fmt, located, options=options
+            )
         else:
             samples = read_samples_at(
                 stream, url, fmt, list(offsets), options=options, on_damage=on_damage
@@ -105,6 +108,19 @@ def read_shard_at(
             sample["__index__"] = index
             sample["__offset__"] = offsets[index]
             yield sample
+
+
+# Reading one record after a seek: a larger buffer would be refilled, mostly in vain, per seek.
+_SEEK_BUFFER_BYTES = 16 * 1024
+
+
+def _small_buffer(stream: BinaryIO) -> BinaryIO:
+    """``stream``'s raw file behind a small read buffer (the caller still closes ``stream``)."""
+    raw = getattr(stream, "raw", None)
+    if not isinstance(stream, io.BufferedReader) or raw is None:
+        return stream
+    raw.seek(stream.tell())  # where the caller's stream stands, whatever it buffered
+    return io.BufferedReader(raw, buffer_size=_SEEK_BUFFER_BYTES)  # type: ignore[return-value]
 
 
 def read_lane(
