@@ -1,0 +1,299 @@
+"""One epoch of a MixingLoader: the batches, and the position between them.
+
+An :class:`EpochIterator` starts the workers (:mod:`shardmix.workers`), merges their lanes
+(:mod:`shardmix.mixing`), passes the samples through the shuffle buffer
+(:mod:`shardmix.shuffle`) and cuts batches; under several ranks it cuts or pads the epoch to
+the same number of samples on every rank. Between two batches its :meth:`EpochIterator.position`
+is the loader's state: each lane's position, the mixer's turn, the buffer's residents as
+``(shard, record, byte offset)`` references and its draw count. Resuming re-reads the residents
+at their offsets while the workers start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import IterableDataset
+
+from shardmix.checkpoint import Ref, pack_refs, unpack_refs
+from shardmix.collate import pin_batch
+from shardmix.dataset import ShardDataset
+from shardmix.errors import (
+    ConfigError,
+    CorruptShardError,
+    ShardmixError,
+    WorkerError,
+    describe_position,
+)
+from shardmix.mixing import LaneMixer
+from shardmix.policy import SkipLedger
+from shardmix.reader import LanePosition, Sample
+from shardmix.sharding import EvenRanks, rank_quota
+from shardmix.shuffle import ShuffleBuffer
+from shardmix.workers import Sent, counted, is_worker_failure, start_workers, stop_workers
+
+if TYPE_CHECKING:
+    from shardmix.loader import MixingLoader
+
+
+class EpochIterator:
+    """One epoch's batches; its position is the loader's state between batches.
+
+    Under several ranks the epoch is cut (``drop``) or extended (``pad``) to the same number of
+    samples on every rank; padding repeats this rank's first samples of the epoch, re-read by
+    reference, so the state stays references only.
+    """
+
+    def __init__(self, loader: MixingLoader, epoch: int, resume: Mapping[str, Any] | None):
+        # Settings only, not the loader: no reference cycle, so dropping the loader stops the
+        # workers at once instead of at the next garbage collection.
+        self.dataset = loader.dataset
+        self.batch_size = loader.batch_size
+        self.drop_last = loader.drop_last
+        self.collate_fn = loader.collate_fn
+        self.pin_memory = loader.pin_memory
+        self.epoch = epoch
+        self.batches = 0
+        self.emitted = 0
+        self.finished = False  # every batch of the epoch was handed out
+        self.closed = False  # the workers were stopped; the position stays valid
+        self._workers: Any = None
+        rank, world_size = loader.rank_and_world_size()
+        dataset = loader.dataset
+        lane_urls = None
+        self.quota: int | None = None
+        self.own: int | None = None
+        self.pad_refs: list[Ref] = []
+        self._pad: list[Sample] | None = None
+        if isinstance(dataset, ShardDataset):
+            plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
+            lane_urls = [[dataset.urls[i] for i in lane] for lane in plan]
+            if world_size > 1:
+                self.quota, self.own = _plan_quota(
+                    dataset, epoch, rank, world_size, loader.even_ranks
+                )
+        self.buffer: ShuffleBuffer[Sample] = ShuffleBuffer(
+            loader.shuffle_buffer, seed=loader.seed, epoch=epoch
+        )
+        starts = None
+        live = None
+        cursor = 0
+        if resume is not None:
+            assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
+            mixer_state = resume["mixer"]
+            starts = [LanePosition(shard, record) for shard, record in mixer_state["lanes"]]
+            live, cursor = mixer_state["live"], mixer_state["cursor"]
+            self.batches = resume["batches"]
+            self.emitted = resume["emitted"]
+            self.pad_refs = unpack_refs(resume["pad"])
+            self.buffer.draws.count = resume["buffer"]["draws"]
+        self.skipped: SkipLedger | None = None
+        if isinstance(dataset, ShardDataset) and dataset.policy.skips:
+            self.skipped = SkipLedger.for_policy(dataset.policy)
+        if live is not None and not live:
+            sent: Iterator[Sent] = iter(())
+            num_lanes = len(starts or ())
+        else:
+            sent, num_lanes, self._workers = start_workers(
+                dataset,
+                epoch=epoch,
+                rank=rank,
+                world_size=world_size,
+                starts=starts,
+                num_workers=loader.num_workers,
+                timeout=loader.timeout,
+                prefetch_factor=loader.prefetch_factor,
+                multiprocessing_context=loader.multiprocessing_context,
+            )
+        if resume is not None:
+            # After the workers start: they read ahead while the buffer is re-read here.
+            assert isinstance(dataset, ShardDataset)
+            self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]))
+        self.mixer = LaneMixer(
+            counted(sent, self.skipped),
+            num_lanes,
+            live=live,
+            cursor=cursor,
+            lane_urls=lane_urls,
+            start=starts,
+        )
+
+    def __iter__(self) -> EpochIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.finished or self.closed:
+            raise StopIteration
+        try:
+            return self._next_batch()
+        except StopIteration:
+            raise
+        except RuntimeError as error:
+            self.close()
+            if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                raise
+            raise WorkerError(f"epoch {self.epoch}: {error}") from error
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop this epoch's workers now.
+
+        Left to garbage collection, torch's DataLoader waits seconds for workers blocked on a
+        full pipe; stopping them explicitly takes milliseconds.
+        """
+        self.closed = True
+        workers, self._workers = self._workers, None
+        stop_workers(workers)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _next_batch(self) -> Any:
+        batch_size = self.batch_size
+        batch: list[Sample] = []
+        while len(batch) < batch_size:
+            sample = self._next_sample()
+            if sample is None:
+                break
+            batch.append(sample)
+        if not batch or (self.drop_last and len(batch) < batch_size):
+            self.finished = True
+            raise StopIteration
+        self.batches += 1
+        collated = self.collate_fn(batch)
+        return pin_batch(collated) if self.pin_memory else collated
+
+    def _next_sample(self) -> Sample | None:
+        if self.quota is None or self.own is None:
+            return self._next_own()
+        if self.emitted >= self.quota:
+            return None
+        sample: Sample | None
+        if self.emitted >= self.own:
+            sample = self._next_pad(self.emitted - self.own)
+        else:
+            sample = self._next_own()
+            if sample is None:
+                raise ConfigError(
+                    f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
+                    f"but were counted at {self.own}; the shards changed while being read"
+                )
+            if len(self.pad_refs) < self.quota - self.own:
+                self.pad_refs.append(_ref_of(self.dataset, sample))
+        self.emitted += 1
+        return sample
+
+    def _next_own(self) -> Sample | None:
+        push = self.buffer.push
+        for sample in self.mixer:
+            evicted = push(sample)
+            if evicted is not None:
+                return evicted
+        return self.buffer.pop()
+
+    def _next_pad(self, position: int) -> Sample:
+        if self._pad is None:
+            assert isinstance(self.dataset, ShardDataset)
+            self._pad = _reread(self.dataset, self.pad_refs)
+        if not self._pad:
+            raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
+        return dict(self._pad[position % len(self._pad)])
+
+    def position(self) -> dict[str, Any]:
+        dataset = self.dataset
+        assert isinstance(dataset, ShardDataset)
+        refs = [_ref_of(dataset, sample) for sample in self.buffer.items]
+        return {
+            "epoch": self.epoch,
+            "batches": self.batches,
+            "emitted": self.emitted,
+            "pad": pack_refs(self.pad_refs),
+            "mixer": {
+                "live": list(self.mixer.live),
+                "cursor": self.mixer.cursor,
+                "lanes": [[p.shard, p.record] for p in self.mixer.lane_positions()],
+            },
+            "buffer": {"draws": self.buffer.draws.count, "items": pack_refs(refs)},
+        }
+
+
+def _plan_quota(
+    dataset: ShardDataset, epoch: int, rank: int, world_size: int, even_ranks: EvenRanks
+) -> tuple[int, int]:
+    """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
+    totals = dataset.rank_totals(epoch, world_size)
+    quota = rank_quota(totals, even_ranks)
+    if quota == 0:
+        empty = [r for r, total in enumerate(totals) if total == 0]
+        raise ConfigError(
+            f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
+            "would yield any; use even_ranks='pad' or spread the records over more shards"
+        )
+    return quota, totals[rank]
+
+
+def _ref_of(dataset: IterableDataset[Any], sample: Sample) -> Ref:
+    """``(shard, record, offset)``: the shard as an index into the dataset's URL list.
+
+    The offset is -1 when the sample lost its ``__offset__`` (a transform dropped it); the
+    record is then re-read by index.
+    """
+    assert isinstance(dataset, ShardDataset)
+    return (
+        dataset.shard_index[sample["__source__"]],
+        sample["__index__"],
+        sample.get("__offset__", -1),
+    )
+
+
+def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
+    """The position at the start of ``epoch``, before any batch."""
+    return {
+        "epoch": epoch,
+        "batches": 0,
+        "emitted": 0,
+        "pad": pack_refs([]),
+        "mixer": {"live": list(range(num_lanes)), "cursor": 0, "lanes": [[0, 0]] * num_lanes},
+        "buffer": {"draws": 0, "items": pack_refs([])},
+    }
+
+
+def _reread(dataset: ShardDataset, refs: list[Ref]) -> list[Sample]:
+    """The samples that ``refs`` name, in order, each shard opened once.
+
+    Each record is read at its byte offset where the shard allows it (seekable, not gzip),
+    so the cost follows the number of residents, not where they lie in their shards; else
+    the shard is walked by its framing up to its last wanted record.
+    """
+    wanted: dict[int, dict[int, int]] = {}
+    for shard, record, offset in refs:
+        wanted.setdefault(shard, {})[record] = offset
+    found: dict[tuple[int, int], Sample] = {}
+    for shard, records in wanted.items():
+        url = dataset.urls[shard]
+        try:
+            # Damage met again here was counted when it was first skipped.
+            quiet = SkipLedger(max_skips=None, warn=False)
+            for sample in dataset.read_records(url, sorted(records.items()), on_damage=quiet):
+                found[shard, sample["__index__"]] = sample
+        except CorruptShardError as error:
+            where = describe_position(url, offset=error.offset, record=error.record)
+            raise ConfigError(
+                f"cannot resume: re-reading the checkpoint's shuffle buffer found no valid "
+                f"record at {where}; the data changed (or was damaged) since the checkpoint "
+                "was written",
+                url=url,
+                offset=error.offset,
+                record=error.record,
+            ) from error
+    missing = [(shard, record) for shard, record, _ in refs if (shard, record) not in found]
+    if missing:
+        shard, record = missing[0]
+        raise ConfigError(
+            f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
+            f"{dataset.urls[shard]}, which no longer has it; the data changed"
+        )
+    return [dict(found[shard, record]) for shard, record, _ in refs]

@@ -1,0 +1,136 @@
+"""Workers: what runs in each DataLoader worker, and the trip of its chunks to the main process.
+
+Each worker reads the lanes it hosts and sends them in chunks of ``(lane, samples, ended)``,
+together with what it skipped since its last chunk (``on_error="skip"``); the main process
+merges those counts (:func:`counted`). Starting and stopping the workers is here too, so the
+rest of the loader never touches torch's DataLoader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from shardmix.dataset import ShardDataset
+from shardmix.policy import SkipLedger
+from shardmix.reader import LaneChunk, LanePosition, round_robin_chunks
+from shardmix.sharding import worker_lanes
+from shardmix.world import detect_world
+
+# Samples per chunk a worker sends: enough to amortise one pickle and one queue trip.
+CHUNK_SAMPLES = 128
+
+# What a worker sends: a chunk, and what it skipped since its last chunk (or None).
+Sent = tuple[LaneChunk, dict[str, Any] | None]
+
+
+def start_workers(
+    dataset: IterableDataset[Any],
+    *,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    starts: list[LanePosition] | None,
+    num_workers: int,
+    timeout: float,
+    prefetch_factor: int,
+    multiprocessing_context: Any,
+) -> tuple[Iterator[Sent], int, Any]:
+    """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
+
+    The workers are torch's DataLoader iterator (``None`` when ``num_workers`` is 0 and the
+    lanes are read in this process); stop them with :func:`stop_workers`.
+    """
+    if isinstance(dataset, ShardDataset):
+        num_lanes = dataset.num_lanes
+        per_lane = max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
+    else:
+        num_lanes = max(1, num_workers)
+        per_lane = CHUNK_SAMPLES
+    source = _LaneChunks(dataset, epoch, rank, world_size, num_lanes, per_lane, starts)
+    if num_workers == 0:
+        return iter(source), num_lanes, None
+    loader = DataLoader(
+        source,
+        batch_size=None,
+        collate_fn=_as_sent,
+        num_workers=num_workers,
+        timeout=timeout,
+        prefetch_factor=prefetch_factor,
+        multiprocessing_context=multiprocessing_context,
+    )
+    workers = iter(loader)
+    return workers, num_lanes, workers
+
+
+def stop_workers(workers: Any) -> None:
+    """Stop the DataLoader workers that :func:`start_workers` started (``None``: nothing)."""
+    shutdown = getattr(workers, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+
+
+def counted(sent: Iterator[Sent], ledger: SkipLedger | None) -> Iterator[LaneChunk]:
+    """The chunks, with the workers' skip counts merged into ``ledger`` on the way."""
+    for chunk, skipped in sent:
+        if skipped is not None and ledger is not None:
+            ledger.merge(skipped)
+        yield chunk
+
+
+def is_worker_failure(error: RuntimeError) -> bool:
+    """Whether torch's DataLoader raised ``error`` for a worker that died or stalled."""
+    message = str(error)
+    return "DataLoader worker" in message or "DataLoader timed out" in message
+
+
+def _as_sent(chunk: Any) -> Any:
+    """Pass chunks through untouched (the DataLoader would turn arrays into tensors)."""
+    return chunk
+
+
+class _LaneChunks(IterableDataset[Sent]):
+    """Runs in each worker: reads the worker's lanes and yields them in chunks."""
+
+    def __init__(
+        self,
+        dataset: IterableDataset[Any],
+        epoch: int,
+        rank: int,
+        world_size: int,
+        num_lanes: int,
+        per_lane: int,
+        starts: list[LanePosition] | None,
+    ) -> None:
+        self.dataset = dataset
+        self.epoch = epoch
+        self.rank = rank
+        self.world_size = world_size
+        self.num_lanes = num_lanes
+        self.per_lane = per_lane
+        self.starts = starts
+
+    def __iter__(self) -> Iterator[Sent]:
+        world = detect_world(self.rank, self.world_size)
+        ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
+        if isinstance(self.dataset, ShardDataset):
+            self.dataset.ledger = ledger  # this process's copy of the dataset
+            lanes = worker_lanes(
+                num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
+            )
+            starts = self.starts or [LanePosition()] * self.num_lanes
+            iterators = {
+                lane: self.dataset.read_lane(
+                    lane, self.epoch, rank=self.rank, world_size=self.world_size, start=starts[lane]
+                )
+                for lane in lanes
+            }
+        else:
+            set_epoch = getattr(self.dataset, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.epoch)
+            iterators = {world.worker: iter(self.dataset)}
+        return ((chunk, ledger.take()) for chunk in round_robin_chunks(iterators, self.per_lane))
