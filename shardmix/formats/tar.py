@@ -1,9 +1,10 @@
-"""Tar shards: a streaming tar reader that groups members into samples, and a writer.
+"""Tar shards: a streaming tar reader that groups members into samples.
 
 A tar shard holds samples the webdataset way: members ``a/b/x.jpg`` and ``a/b/x.seg.png``
 that follow each other form one record, the sample ``{"__key__": "a/b/x", "jpg": ...,
-"seg.png": ...}``. This module owns the tar framing (ustar, GNU and pax headers), the grouping
-of members into records, and writing shards that GNU tar and webdataset read back.
+"seg.png": ...}``. This module owns reading the tar framing (ustar, GNU and pax headers) and
+the grouping of members into records; :mod:`shardmix.formats.tar_writer` writes shards that
+GNU tar and webdataset read back.
 
 Why not Python's ``tarfile``: it stops without an error at a damaged header in the middle
 of an archive (the shard silently looks shorter), it accepts an archive cut between two

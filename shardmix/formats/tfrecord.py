@@ -1,4 +1,6 @@
-"""TFRecord shards: read and write the record framing, and turn records into samples.
+"""TFRecord shards: read the record framing and turn records into samples.
+
+Writing is :mod:`shardmix.formats.tfrecord_writer`'s.
 
 A TFRecord file is a sequence of records, each framed as::
 
