@@ -2,6 +2,7 @@
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -143,3 +144,34 @@ def test_pin_memory_without_cuda_warns_and_still_yields(tmp_path):
             loader = MixingLoader(ShardDataset(pattern), batch_size=4, pin_memory=True)
         batches = list(loader)
     assert all_keys(batches) == expected_keys([5, 7])
+
+
+def test_workers_deliver_arrays_exactly_as_read_in_process(tmp_path):
+    from shardmix.formats.tfrecord_writer import TFRecordWriter
+
+    for shard in range(3):
+        with TFRecordWriter(tmp_path / f"a-{shard}.tfrecord") as writer:
+            for record in range(11):
+                writer.write_example(
+                    {
+                        "__key__": f"{shard}-{record}",
+                        "ids": np.arange(record % 4, dtype=np.int64) - 2**40,
+                        "vec": np.linspace(-1, 1, 3, dtype=np.float32) * record,
+                        "big": np.full(300, record, dtype=np.int64),
+                    }
+                )
+    pattern = str(tmp_path / "a-{0..2}.tfrecord")
+
+    def batches(num_workers):
+        loader = MixingLoader(
+            ShardDataset(pattern, num_lanes=2), batch_size=5, num_workers=num_workers
+        )
+        return list(loader)
+
+    in_process, from_workers = batches(0), batches(2)
+    assert len(in_process) == len(from_workers) == 7
+    for ours, theirs in zip(in_process, from_workers, strict=True):
+        assert ours["__key__"] == theirs["__key__"]
+        assert torch.equal(ours["vec"], theirs["vec"]) and theirs["vec"].dtype == torch.float32
+        assert torch.equal(ours["big"], theirs["big"]) and theirs["big"].dtype == torch.int64
+        assert [t.tolist() for t in ours["ids"]] == [t.tolist() for t in theirs["ids"]]
