@@ -65,7 +65,6 @@ from shardmix.policy import Damage, DamageHandler
 
 __all__ = [
     "count_tar_records",
-    "read_indexed_tar_samples",
     "read_located_tar_samples",
     "read_tar_samples",
     "read_tar_samples_at",
@@ -680,30 +679,6 @@ def read_located_tar_samples(
     return reader.samples(start)
 
 
-def read_indexed_tar_samples(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-    on_damage: DamageHandler | None = None,
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """As :func:`read_located_tar_samples`, without the offsets: ``(record index, sample)``."""
-    return without_offsets(
-        read_located_tar_samples(
-            stream,
-            url,
-            start=start,
-            gzipped=gzipped,
-            max_member_bytes=max_member_bytes,
-            max_inflated_bytes=max_inflated_bytes,
-            on_damage=on_damage,
-        )
-    )
-
-
 def read_tar_samples(
     stream: BinaryIO,
     url: str,
@@ -748,7 +723,7 @@ def read_tar_samples_at(
     The records between are walked as ``start`` walks them (headers checked, data seeked
     past or read and dropped); the walk stops at the first header after the last wanted
     record. A wanted index past the end is left out of what is yielded. With ``on_damage``,
-    damage is reported to it as :func:`read_indexed_tar_samples` reports it.
+    damage is reported to it as :func:`read_located_tar_samples` reports it.
     """
     wanted = frozenset(wanted_records(records))
     if not wanted:

@@ -62,7 +62,6 @@ from shardmix.policy import Damage, DamageHandler
 
 __all__ = [
     "count_tfrecord_records",
-    "read_indexed_tfrecord_samples",
     "read_located_tfrecord_samples",
     "read_tfrecord_records",
     "read_tfrecord_samples",
@@ -546,36 +545,6 @@ def read_located_tfrecord_samples(
     return _located_samples(framing, records, TFRecordPayload(payload))
 
 
-def read_indexed_tfrecord_samples(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-    on_damage: DamageHandler | None = None,
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(record index, sample)`` for each record of a TFRecord shard from ``start`` on.
-
-    With ``on_damage``, damaged records are reported to it and left out (their indices are
-    missing); damage to the framing is reported and ends the shard.
-    """
-    return without_offsets(
-        read_located_tfrecord_samples(
-            stream,
-            url,
-            start=start,
-            gzipped=gzipped,
-            payload=payload,
-            max_record_bytes=max_record_bytes,
-            max_inflated_bytes=max_inflated_bytes,
-            on_damage=on_damage,
-        )
-    )
-
-
 def read_tfrecord_samples_at(
     stream: BinaryIO,
     url: str,
@@ -592,7 +561,7 @@ def read_tfrecord_samples_at(
     The records between are skipped as ``start`` skips them (length CRC checked, data
     seeked past or read and dropped, neither CRC-checked nor decoded); reading stops after
     the last wanted record. A wanted index past the end is left out of what is yielded.
-    With ``on_damage``, damage is reported to it as :func:`read_indexed_tfrecord_samples`
+    With ``on_damage``, damage is reported to it as :func:`read_located_tfrecord_samples`
     reports it.
     """
     wanted = wanted_records(records)

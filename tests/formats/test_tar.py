@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from shardmix.errors import CorruptShardError, ShardmixError, TruncatedShardError
 from shardmix.formats.tar import (
     count_tar_records,
-    read_indexed_tar_samples,
+    read_located_tar_samples,
     read_tar_samples,
     split_member_name,
 )
@@ -494,14 +494,13 @@ def test_mutated_archives_with_a_damage_handler_never_raise(
         data[position] = value
     raw = bytes(data[:length])
     reports: list[Any] = []
-    indexed = list(
-        read_indexed_tar_samples(
-            io.BytesIO(gzip.compress(raw, mtime=0) if compress else raw),
-            "x.tar",
-            gzipped=compress,
-            on_damage=reports.append,
-        )
+    located = read_located_tar_samples(
+        io.BytesIO(gzip.compress(raw, mtime=0) if compress else raw),
+        "x.tar",
+        gzipped=compress,
+        on_damage=reports.append,
     )
+    indexed = [(index, sample) for index, _, sample in located]
     indices = [index for index, _ in indexed]
     assert indices == sorted(set(indices))
     assert sum(report.rest_of_shard for report in reports) <= 1

@@ -26,7 +26,7 @@ from shardmix.formats.example import encode_example
 from shardmix.formats.tfrecord import (
     count_tfrecord_records,
     masked_crc,
-    read_indexed_tfrecord_samples,
+    read_located_tfrecord_samples,
     read_tfrecord_records,
     read_tfrecord_samples,
     shard_stem,
@@ -524,11 +524,10 @@ def test_mutated_files_with_a_damage_handler_never_raise(
     data = bytes(damaged[: cut % (len(damaged) + 1)])
     stream: Any = OneWayStream(data, chunk=5) if one_way else io.BytesIO(data)
     reports: list[Any] = []
-    indexed = list(
-        read_indexed_tfrecord_samples(
-            stream, "fuzz.tfrecord", gzipped=gzipped, on_damage=reports.append
-        )
+    located = read_located_tfrecord_samples(
+        stream, "fuzz.tfrecord", gzipped=gzipped, on_damage=reports.append
     )
+    indexed = [(index, sample) for index, _, sample in located]
     indices = [index for index, _ in indexed]
     assert indices == sorted(set(indices))
     assert sum(report.rest_of_shard for report in reports) <= 1
