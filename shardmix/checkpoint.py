@@ -9,7 +9,9 @@ deflated. A 10,000-sample buffer packs into a few tens of KiB. The offset lets a
 straight to each resident instead of walking the shard to it; -1 stands for an offset not
 known (a transform dropped ``__offset__``), and such a resident is found by its index.
 
-Version 2 added the offsets; a version 1 state is refused (:func:`check_version`).
+Version 2 added the offsets; version 3 the samples the transform dropped and the padding
+(``"dropped"``). A state of an older version is refused, naming both versions
+(:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]

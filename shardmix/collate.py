@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -33,7 +34,7 @@ def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
             values = [sample[field] for sample in samples]
         except KeyError:
             raise DecodeError(_missing_field_message(samples, field)) from None
-        batch[field] = _collate_field(field, values)
+        batch[field] = _collate_field(field, values, samples)
     if any(len(sample) != len(fields) for sample in samples):
         odd = next(sample for sample in samples if sample.keys() != fields)
         raise DecodeError(
@@ -44,16 +45,54 @@ def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return batch
 
 
-def _collate_field(field: str, values: list[Any]) -> Any:
+def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, Any]]) -> Any:
     if field in _LIST_KEYS:
         return values
     if field in _INT_KEYS:
         return torch.tensor(values, dtype=torch.int64)
+    kinds = {_kind(value) for value in values}
+    if len(kinds) > 1:
+        raise DecodeError(_mixed_kinds_message(field, values, samples))
     try:
         return default_collate(values)
     except RuntimeError:
         # Arrays or tensors of different shapes: keep them as a list.
         return [default_collate([value])[0] for value in values]
+    except (TypeError, ValueError) as error:
+        example = samples[0]
+        raise DecodeError(
+            f"cannot collate field {field!r} (types {_type_names(values)}, e.g. sample "
+            f"{example.get('__key__')!r} from {example.get('__source__')}): {error}; "
+            "convert it in the transform or pass collate_fn"
+        ) from error
+
+
+def _kind(value: Any) -> str:
+    """What collates together: numbers with numbers, arrays with arrays, text with text."""
+    if isinstance(value, (bool, int, float, np.number)):
+        return "number"
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return "array"
+    return type(value).__name__
+
+
+def _type_names(values: list[Any]) -> str:
+    return ", ".join(sorted({type(value).__name__ for value in values}))
+
+
+def _mixed_kinds_message(field: str, values: list[Any], samples: Sequence[dict[str, Any]]) -> str:
+    first: dict[str, dict[str, Any]] = {}
+    for value, sample in zip(values, samples, strict=True):
+        first.setdefault(type(value).__name__, sample)
+    seen = "; ".join(
+        f"{name} in sample {sample.get('__key__')!r} from {sample.get('__source__')}"
+        for name, sample in first.items()
+    )
+    return (
+        f"cannot collate field {field!r}: its values have different types ({seen}); give it "
+        "one type in the transform (e.g. decode=True turns a tar's .cls bytes into int), or "
+        "pass collate_fn"
+    )
 
 
 def _missing_field_message(samples: Sequence[dict[str, Any]], field: str) -> str:

@@ -8,6 +8,7 @@ Iterated directly, or by a plain DataLoader, each worker reads its lanes interle
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -28,11 +29,11 @@ from shardmix.sharding import (
     worker_lanes,
 )
 from shardmix.sources import SourceOptions
+from shardmix.transforms import SampleTransform, without_tombstones
 from shardmix.urls import check_sources, expand_urls
 from shardmix.world import detect_world
 
 DEFAULT_NUM_LANES = 32
-PROVENANCE_KEYS = ("__key__", "__source__", "__index__", "__offset__")
 
 
 class ShardDataset(IterableDataset[Sample]):
@@ -47,8 +48,17 @@ class ShardDataset(IterableDataset[Sample]):
         num_lanes: how many shards each rank reads at once. The sample order is defined over
             lanes, so it does not change with ``num_workers``; keep it at least the number of
             workers.
-        transform: applied to every sample in the worker (decode images here). Provenance
-            keys are kept even when the function drops them.
+        transform: applied to every sample in the worker (decode images here). Returning
+            ``None`` drops the sample, counted (``MixingLoader.filtered``); an exception is
+            raised as :class:`TransformError` naming the shard, record and key (skipped and
+            counted under ``on_error="skip"``). Provenance keys are kept even when the
+            function drops them. It must be deterministic: a resume runs it again.
+        transform_rng: call ``transform(sample, rng)`` with a ``numpy.random.Generator``
+            seeded from ``(seed, epoch, pass, shard index, record index)``, for random
+            augmentation that is reproducible and resumes exactly.
+        decode: decode fields before ``transform`` (:mod:`shardmix.decode`): ``True`` for
+            the webdataset conventions, an image mode (``"numpy"``, ``"pil"``, ``"torch"``),
+            a :class:`~shardmix.decode.Decoder`, or any function of a sample.
         tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
             each record's bytes under ``"record"``.
         max_record_bytes: a TFRecord length field above this is refused as damage.
@@ -75,7 +85,9 @@ class ShardDataset(IterableDataset[Sample]):
         seed: int = 0,
         shuffle_shards: bool = True,
         num_lanes: int = DEFAULT_NUM_LANES,
-        transform: Callable[[Sample], Sample] | None = None,
+        transform: Callable[..., Sample | None] | None = None,
+        transform_rng: bool = False,
+        decode: Any = None,
         tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
         max_record_bytes: int = 1 << 30,
         record_counts: Mapping[str, int] | None = None,
@@ -99,6 +111,9 @@ class ShardDataset(IterableDataset[Sample]):
         self.shuffle_shards = shuffle_shards
         self.num_lanes = num_lanes
         self.transform = transform
+        self.sample_transform = SampleTransform(
+            transform=transform, decode=_as_decoder(decode), rng=transform_rng, seed=seed
+        )
         self.options = ReadOptions(
             tfrecord_payload=TFRecordPayload(tfrecord_payload),
             max_record_bytes=max_record_bytes,
@@ -108,6 +123,8 @@ class ShardDataset(IterableDataset[Sample]):
         self.policy = ErrorPolicy(OnError(on_error), max_skips)
         # Counts what this copy of the dataset skipped (set per iteration; see ``skipped``).
         self.ledger: SkipLedger | None = None
+        # What the last direct iteration dropped: {"filtered": n, "skipped": n}.
+        self.dropped: Counter[str] = Counter()
         self.record_counts = RecordCounts(
             self.urls, self._format_of, self.options, record_counts, self.source_options
         )
@@ -151,7 +168,8 @@ class ShardDataset(IterableDataset[Sample]):
     ) -> Iterator[Sample]:
         """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
         shards = self.lane_shards(epoch, rank=rank, world_size=world_size)[lane]
-        return read_lane([self.urls[i] for i in shards], self.read_shard, start)
+        read = partial(self.read_shard, epoch=epoch)
+        return read_lane([self.urls[i] for i in shards], read, start)
 
     def __iter__(self) -> Iterator[Sample]:
         world = detect_world()
@@ -162,25 +180,40 @@ class ShardDataset(IterableDataset[Sample]):
         """What the last direct iteration skipped (``on_error="skip"``), as plain JSON."""
         return self.ledger.summary() if self.ledger is not None else None
 
+    @property
+    def filtered(self) -> int:
+        """Samples the transform dropped (returned ``None``) in the last direct iteration."""
+        return self.dropped["filtered"]
+
     def iter_world(self, world: World, epoch: int) -> Iterator[Sample]:
         """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
         if self.policy.skips:
             self.ledger = SkipLedger.for_policy(self.policy)
+        self.dropped = Counter()
         lanes = worker_lanes(
             num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
         )
         plan = self.lane_shards(epoch, rank=world.rank, world_size=world.world_size)
-        return round_robin(
-            [read_lane([self.urls[i] for i in plan[lane]], self.read_shard) for lane in lanes]
-        )
+        read = partial(self.read_shard, epoch=epoch)
+        lane_samples = [read_lane([self.urls[i] for i in plan[lane]], read) for lane in lanes]
+        return without_tombstones(round_robin(lane_samples), self._count_dropped)
+
+    def _count_dropped(self, kind: str) -> None:
+        self.dropped[kind] += 1
 
     def read_shard(
-        self, url: str, start: int = 0, *, on_damage: DamageHandler | None = None
+        self,
+        url: str,
+        start: int = 0,
+        *,
+        epoch: int = 0,
+        on_damage: DamageHandler | None = None,
     ) -> Iterator[Sample]:
-        """The samples of shard ``url`` from record ``start`` on, transformed.
+        """The samples of shard ``url`` in ``epoch`` from record ``start`` on, transformed.
 
         Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
-        dataset's ledger) and left out.
+        dataset's ledger) and left out. A sample the transform drops or fails on (skipped)
+        leaves a tombstone (:mod:`shardmix.transforms`).
         """
         if self.policy.skips and on_damage is None:
             on_damage = self.ledger
@@ -192,13 +225,14 @@ class ShardDataset(IterableDataset[Sample]):
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
         )
-        return self._transformed(samples)
+        return self._transformed(samples, url, epoch, on_damage)
 
     def read_records(
         self,
         url: str,
         located: Sequence[tuple[int, int]],
         *,
+        epoch: int = 0,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[Sample]:
         """The samples at the ``(record, byte offset)`` pairs of shard ``url``, transformed.
@@ -214,12 +248,19 @@ class ShardDataset(IterableDataset[Sample]):
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
         )
-        return self._transformed(samples)
+        return self._transformed(samples, url, epoch, on_damage)
 
-    def _transformed(self, samples: Iterator[Sample]) -> Iterator[Sample]:
-        if self.transform is None:
+    def _transformed(
+        self, samples: Iterator[Sample], url: str, epoch: int, on_damage: DamageHandler | None
+    ) -> Iterator[Sample]:
+        if not self.sample_transform.active:
             return samples
-        return map(partial(_apply_transform, self.transform), samples)
+        return self.sample_transform.apply(
+            samples,
+            epoch=epoch,
+            shard_index=self.shard_index[url],
+            on_damage=on_damage if self.policy.skips else None,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -228,10 +269,9 @@ class ShardDataset(IterableDataset[Sample]):
         )
 
 
-def _apply_transform(transform: Callable[[Sample], Sample], sample: Sample) -> Any:
-    result = transform(sample)
-    if isinstance(result, dict):
-        for key in PROVENANCE_KEYS:
-            if key not in result and key in sample:
-                result[key] = sample[key]
-    return result
+def _as_decoder(decode: Any) -> Callable[[Sample], Sample] | None:
+    if decode is None or decode is False:
+        return None
+    if callable(decode):
+        return decode  # type: ignore[no-any-return]
+    raise ConfigError(f"decode must be a function of a sample or None, got {decode!r}")

@@ -31,7 +31,12 @@ from shardmix.policy import SkipLedger
 from shardmix.reader import LanePosition, Sample
 from shardmix.sharding import EvenRanks, rank_quota
 from shardmix.shuffle import ShuffleBuffer
+from shardmix.transforms import DROPPED, FILTERED, SKIPPED
 from shardmix.workers import Sent, counted, is_worker_failure, start_workers, stop_workers
+
+# Under several ranks, at least this many of the epoch's first samples are kept by reference
+# to pad with, should the transform drop so many samples that this rank falls short.
+PAD_RESERVE = 1024
 
 if TYPE_CHECKING:
     from shardmix.loader import MixingLoader
@@ -66,6 +71,8 @@ class EpochIterator:
         self.own: int | None = None
         self.pad_refs: list[Ref] = []
         self._pad: list[Sample] | None = None
+        self.padded = 0  # samples repeated to reach the quota
+        dropped = None
         if isinstance(dataset, ShardDataset):
             plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
             lane_urls = [[dataset.urls[i] for i in lane] for lane in plan]
@@ -87,6 +94,8 @@ class EpochIterator:
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
             self.pad_refs = unpack_refs(resume["pad"])
+            self.padded = resume["dropped"]["padded"]
+            dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
             self.buffer.draws.count = resume["buffer"]["draws"]
         self.skipped: SkipLedger | None = None
         if isinstance(dataset, ShardDataset) and dataset.policy.skips:
@@ -109,7 +118,7 @@ class EpochIterator:
         if resume is not None:
             # After the workers start: they read ahead while the buffer is re-read here.
             assert isinstance(dataset, ShardDataset)
-            self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]))
+            self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]), epoch)
         self.mixer = LaneMixer(
             counted(sent, self.skipped),
             num_lanes,
@@ -117,6 +126,7 @@ class EpochIterator:
             cursor=cursor,
             lane_urls=lane_urls,
             start=starts,
+            dropped=dropped,
         )
 
     def __iter__(self) -> EpochIterator:
@@ -172,19 +182,23 @@ class EpochIterator:
         if self.emitted >= self.quota:
             return None
         sample: Sample | None
-        if self.emitted >= self.own:
-            sample = self._next_pad(self.emitted - self.own)
-        else:
-            sample = self._next_own()
-            if sample is None:
+        sample = None if self.emitted >= self.own + self.padded else self._next_own()
+        if sample is None:
+            if self.emitted - self.padded < self.own and not self._dropped_any():
                 raise ConfigError(
                     f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
                     f"but were counted at {self.own}; the shards changed while being read"
                 )
-            if len(self.pad_refs) < self.quota - self.own:
-                self.pad_refs.append(_ref_of(self.dataset, sample))
+            sample = self._next_pad(self.padded)
+            self.padded += 1
+        elif len(self.pad_refs) < max(self.quota - self.own, min(self.quota, PAD_RESERVE)):
+            self.pad_refs.append(_ref_of(self.dataset, sample))
         self.emitted += 1
         return sample
+
+    def _dropped_any(self) -> bool:
+        """Whether this rank's epoch lost records: filtered, or skipped as damage."""
+        return sum(self.mixer.dropped.values()) > 0 or bool(self.skipped)
 
     def _next_own(self) -> Sample | None:
         push = self.buffer.push
@@ -197,7 +211,7 @@ class EpochIterator:
     def _next_pad(self, position: int) -> Sample:
         if self._pad is None:
             assert isinstance(self.dataset, ShardDataset)
-            self._pad = _reread(self.dataset, self.pad_refs)
+            self._pad = _reread(self.dataset, self.pad_refs, self.epoch)
         if not self._pad:
             raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
         return dict(self._pad[position % len(self._pad)])
@@ -211,6 +225,11 @@ class EpochIterator:
             "batches": self.batches,
             "emitted": self.emitted,
             "pad": pack_refs(self.pad_refs),
+            "dropped": {
+                FILTERED: self.mixer.dropped[FILTERED],
+                SKIPPED: self.mixer.dropped[SKIPPED],
+                "padded": self.padded,
+            },
             "mixer": {
                 "live": list(self.mixer.live),
                 "cursor": self.mixer.cursor,
@@ -256,12 +275,13 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         "batches": 0,
         "emitted": 0,
         "pad": pack_refs([]),
+        "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
         "mixer": {"live": list(range(num_lanes)), "cursor": 0, "lanes": [[0, 0]] * num_lanes},
         "buffer": {"draws": 0, "items": pack_refs([])},
     }
 
 
-def _reread(dataset: ShardDataset, refs: list[Ref]) -> list[Sample]:
+def _reread(dataset: ShardDataset, refs: list[Ref], epoch: int) -> list[Sample]:
     """The samples that ``refs`` name, in order, each shard opened once.
 
     Each record is read at its byte offset where the shard allows it (seekable, not gzip),
@@ -277,8 +297,10 @@ def _reread(dataset: ShardDataset, refs: list[Ref]) -> list[Sample]:
         try:
             # Damage met again here was counted when it was first skipped.
             quiet = SkipLedger(max_skips=None, warn=False)
-            for sample in dataset.read_records(url, sorted(records.items()), on_damage=quiet):
-                found[shard, sample["__index__"]] = sample
+            located = sorted(records.items())
+            for sample in dataset.read_records(url, located, epoch=epoch, on_damage=quiet):
+                if DROPPED not in sample:
+                    found[shard, sample["__index__"]] = sample
         except CorruptShardError as error:
             where = describe_position(url, offset=error.offset, record=error.record)
             raise ConfigError(
@@ -294,6 +316,7 @@ def _reread(dataset: ShardDataset, refs: list[Ref]) -> list[Sample]:
         shard, record = missing[0]
         raise ConfigError(
             f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
-            f"{dataset.urls[shard]}, which no longer has it; the data changed"
+            f"{dataset.urls[shard]}, which no longer has it or which the transform now drops; "
+            "the data changed, or the transform is not deterministic"
         )
     return [dict(found[shard, record]) for shard, record, _ in refs]

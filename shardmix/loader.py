@@ -35,7 +35,8 @@ from shardmix.errors import (
     ShardmixWarning,
 )
 from shardmix.reader import Sample
-from shardmix.sharding import EvenRanks
+from shardmix.sharding import EvenRanks, rank_quota
+from shardmix.transforms import FILTERED
 from shardmix.world import detect_rank
 
 DEFAULT_SHUFFLE_BUFFER = 8192
@@ -184,6 +185,40 @@ class MixingLoader:
                 f"got {type(self.dataset).__name__}"
             )
         return self.dataset
+
+    @property
+    def filtered(self) -> dict[str, int]:
+        """What the current epoch's transform dropped, and the padding that made up for it.
+
+        ``{"dropped": n, "padded": n}``: samples for which the transform returned ``None``, and
+        (under several ranks) samples repeated so that this rank still yields its quota.
+        Samples the transform raised on under ``on_error="skip"`` are in :attr:`skipped`.
+        """
+        current = self._current
+        if current is None:
+            return {"dropped": 0, "padded": 0}
+        return {"dropped": current.mixer.dropped[FILTERED], "padded": current.padded}
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank, from the record counts (manifest or counting pass).
+
+        Exact for a single rank without filtering, and under several ranks whatever the
+        transform drops (a rank that falls short pads); with a filtering transform on a single
+        rank it is an upper bound, since the records kept are known only once read.
+        """
+        dataset = self.dataset
+        if not isinstance(dataset, ShardDataset):
+            raise TypeError(
+                f"len() needs a ShardDataset, whose record counts are known; got "
+                f"{type(dataset).__name__}"
+            )
+        rank, world_size = self.rank_and_world_size()
+        current = self._current
+        epoch = current.epoch if current is not None and not current.finished else self.epoch
+        totals = dataset.rank_totals(epoch, world_size)
+        samples = totals[rank] if world_size == 1 else rank_quota(totals, self.even_ranks)
+        batches, rest = divmod(samples, self.batch_size)
+        return batches + (1 if rest and not self.drop_last else 0)
 
     @property
     def skipped(self) -> dict[str, Any] | None:

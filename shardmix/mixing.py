@@ -5,19 +5,22 @@ mixer hands out samples strictly lane by lane: one from each live lane in turn, 
 ascending order, a lane dropping out of the turn when it ends. The output is therefore a
 function of the lanes' contents alone, not of worker timing or of how many workers host them.
 
-The mixer also records, per lane, the provenance of the last sample it handed out. Its state
+Tombstones (samples the transform dropped, :mod:`shardmix.transforms`) are counted and passed
+over without using a turn. The mixer also records, per lane, the provenance of the last sample
+or tombstone it took. Its state
 is that position per lane plus the turn (live lanes and whose turn it is): restoring it and
 re-reading each lane from its position gives exactly the samples that would have followed.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from shardmix.errors import WorkerError
 from shardmix.reader import LaneChunk, LanePosition, Sample
+from shardmix.transforms import DROPPED
 
 
 class LaneMixer:
@@ -30,6 +33,7 @@ class LaneMixer:
         cursor: index into ``live`` of the lane whose turn is next.
         lane_urls: each lane's shard list, to turn provenance into :class:`LanePosition`.
         start: each lane's position when the mixer starts (where its reading began).
+        dropped: the tombstones counted before the mixer starts (on resume).
     """
 
     def __init__(
@@ -41,6 +45,7 @@ class LaneMixer:
         cursor: int = 0,
         lane_urls: Sequence[Sequence[str]] | None = None,
         start: Sequence[LanePosition] | None = None,
+        dropped: Mapping[str, int] | None = None,
     ) -> None:
         self._chunks = chunks
         self._num_lanes = num_lanes
@@ -51,6 +56,8 @@ class LaneMixer:
         self._lane_urls = lane_urls
         self.positions = list(start) if start is not None else [LanePosition()] * num_lanes
         self._last: list[Any] = [None] * num_lanes
+        # Samples dropped by the transform, by why ("filtered", "skipped"): from tombstones.
+        self.dropped: Counter[str] = Counter(dropped or {})
 
     def __iter__(self) -> Iterator[Sample]:
         return self
@@ -62,11 +69,15 @@ class LaneMixer:
                 self.cursor = 0
             lane = live[self.cursor]
             queue = self._pending[lane]
-            while not queue and not self._ended[lane]:
-                self._pull()
-            if queue:
+            while queue or not self._ended[lane]:
+                if not queue:
+                    self._pull()
+                    continue
                 sample = queue.popleft()
                 self._last[lane] = sample
+                if DROPPED in sample:  # a tombstone: counted, passed over
+                    self.dropped[sample[DROPPED]] += 1
+                    continue
                 self.cursor += 1
                 return sample
             del live[self.cursor]

@@ -140,11 +140,14 @@ def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:
     while live:
         still_live = []
         for lane in live:
-            sample = next(lane, None)
-            if sample is not None:
+            sample = next(lane, _ENDED)
+            if sample is not _ENDED:
                 yield sample
                 still_live.append(lane)
         live = still_live
+
+
+_ENDED: Any = object()  # a lane's end: ``None`` or any other value could be a sample
 
 
 LaneChunk = list[tuple[int, list[Sample], bool]]

@@ -2,7 +2,8 @@
 
 Each worker reads the lanes it hosts and sends them in chunks of ``(lane, samples, ended)``,
 together with what it skipped since its last chunk (``on_error="skip"``); the main process
-merges those counts (:func:`counted`). Starting and stopping the workers is here too, so the
+merges those counts (:func:`counted`). Tensors in samples travel as numpy arrays and become
+tensors again on arrival (``_Tensor``). Starting and stopping the workers is here too, so the
 rest of the loader never touches torch's DataLoader.
 """
 
@@ -12,6 +13,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
@@ -23,8 +25,9 @@ from shardmix.world import detect_world
 # Samples per chunk a worker sends: enough to amortise one pickle and one queue trip.
 CHUNK_SAMPLES = 128
 
-# What a worker sends: a chunk, and what it skipped since its last chunk (or None).
-Sent = tuple[LaneChunk, dict[str, Any] | None]
+# What a worker sends: a chunk, what it skipped since its last chunk (or None), and whether
+# the chunk holds tensors boxed as arrays.
+Sent = tuple[LaneChunk, dict[str, Any] | None, bool]
 
 
 def start_workers(
@@ -75,10 +78,10 @@ def stop_workers(workers: Any) -> None:
 
 def counted(sent: Iterator[Sent], ledger: SkipLedger | None) -> Iterator[LaneChunk]:
     """The chunks, with the workers' skip counts merged into ``ledger`` on the way."""
-    for chunk, skipped in sent:
+    for chunk, skipped, boxed in sent:
         if skipped is not None and ledger is not None:
             ledger.merge(skipped)
-        yield chunk
+        yield _unboxed_tensors(chunk) if boxed else chunk
 
 
 def is_worker_failure(error: RuntimeError) -> bool:
@@ -133,4 +136,67 @@ class _LaneChunks(IterableDataset[Sent]):
             if callable(set_epoch):
                 set_epoch(self.epoch)
             iterators = {world.worker: iter(self.dataset)}
-        return ((chunk, ledger.take()) for chunk in round_robin_chunks(iterators, self.per_lane))
+        return (
+            (chunk, ledger.take(), _box_tensors(chunk))
+            for chunk in round_robin_chunks(iterators, self.per_lane)
+        )
+
+
+class _Tensor:
+    """A tensor on its way from a worker, as a numpy array.
+
+    torch pickles a tensor between processes by moving its storage to shared memory, a few
+    system calls per tensor: per sample, that makes a transform returning tensors several
+    times slower than one returning arrays. An array is pickled by value, with the chunk.
+    """
+
+    __slots__ = ("array", "dtype")
+
+    def __init__(self, array: Any, dtype: torch.dtype | None) -> None:
+        self.array = array
+        self.dtype = dtype  # the tensor's dtype when the array holds its bits under another
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Tensor, (self.array, self.dtype))
+
+    def tensor(self) -> torch.Tensor:
+        tensor = torch.from_numpy(self.array)
+        return tensor if self.dtype is None else tensor.view(self.dtype)
+
+
+def _box(tensor: torch.Tensor) -> _Tensor | torch.Tensor:
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        return tensor
+    try:
+        return _Tensor(tensor.numpy(), None)
+    except TypeError:  # no numpy dtype (bfloat16, ...): carry the same bits as integers
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        same_size = bits.get(tensor.element_size())
+        if same_size is None or tensor.dim() == 0:
+            return tensor
+        return _Tensor(tensor.view(same_size).numpy(), tensor.dtype)
+
+
+def _box_tensors(chunk: LaneChunk) -> bool:
+    """Box every tensor field of the chunk's samples for the trip (see ``_Tensor``).
+
+    Returns whether there were any, so that the main process looks for boxes only then.
+    """
+    boxed = False
+    for _, samples, _ in chunk:
+        for sample in samples:
+            for field, value in sample.items():
+                if isinstance(value, torch.Tensor):
+                    sample[field] = _box(value)
+                    boxed = True
+    return boxed
+
+
+def _unboxed_tensors(chunk: LaneChunk) -> LaneChunk:
+    for _, samples, _ in chunk:
+        for sample in samples:
+            for field, value in sample.items():
+                if type(value) is _Tensor:
+                    sample[field] = value.tensor()
+    return chunk

@@ -105,9 +105,9 @@ def test_rewritten_shards_fail_with_an_error_naming_the_shard(tmp_path, fmt):
     assert caught.value.url is not None and caught.value.url.endswith(f".{fmt}")
 
 
-def test_a_version_1_state_is_refused(uneven_shards):
+def test_an_older_version_state_is_refused(uneven_shards):
     make = loader_factory(uneven_shards)
     state = state_after(make, 3)
-    state["version"] = 1
-    with pytest.raises(ConfigError, match="has version 1, this shardmix reads version 2"):
+    state["version"] = 2
+    with pytest.raises(ConfigError, match="has version 2, this shardmix reads version 3"):
         make().load_state_dict(state)
