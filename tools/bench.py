@@ -419,6 +419,58 @@ def convert_section(config: Config) -> list[Row]:
     return list(best.values())
 
 
+# ------------------------------------------------------------------------- transform section
+
+
+def _image_array(sample: dict[str, Any]) -> dict[str, Any]:
+    """A 3x32x32 float32 image from a record's bytes, as a decoding transform would give."""
+    import numpy as np
+
+    pixels = np.frombuffer(sample["data"][: 3 * 32 * 32].ljust(3 * 32 * 32, b"\0"), np.uint8)
+    return {"image": pixels.reshape(3, 32, 32).astype(np.float32) / 255, "cls": sample["cls"]}
+
+
+def _image_tensor(sample: dict[str, Any]) -> dict[str, Any]:
+    decoded = _image_array(sample)
+    decoded["image"] = torch.from_numpy(decoded["image"])
+    return decoded
+
+
+@section("transform", "shardmix: a transform returning torch tensors vs numpy arrays")
+def transform_section(config: Config) -> list[Row]:
+    """The same decoding transform returning a tensor, then an array (12 KB per sample)."""
+    from shardmix import MixingLoader, ShardDataset
+
+    urls = make_bench_shards(config.data_dir, "tar", config.sizes, config.record_bytes)
+    rows = []
+    for system, transform in (("shardmix", _image_tensor), ("numpy", _image_array)):
+        loader = MixingLoader(
+            ShardDataset(urls, seed=config.seed, transform=transform),
+            batch_size=config.batch_size,
+            num_workers=config.num_workers,
+            seed=config.seed,
+        )
+
+        def make(epoch: int, loader: MixingLoader = loader) -> Iterable[Any]:
+            loader.set_epoch(epoch)
+            return loader
+
+        kind = "torch tensor" if transform is _image_tensor else "numpy array"
+        rows.append(
+            measure(
+                config,
+                "transform",
+                system,
+                f"shardmix, transform returns a {kind}",
+                make,
+                keys_of=lambda batch: batch["__key__"],
+                sources_of=lambda batch: batch["__source__"],
+                note="3x32x32 float32 per sample",
+            )
+        )
+    return rows
+
+
 # ---------------------------------------------------------------------------- resume section
 
 
