@@ -6,6 +6,7 @@
 """
 
 from shardmix.dataset import ShardDataset
+from shardmix.decode import Decoder
 from shardmix.errors import (
     ConfigError,
     CorruptShardError,
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigError",
     "CorruptShardError",
     "DecodeError",
+    "Decoder",
     "EmptyShardWarning",
     "EvenRanks",
     "Format",
