@@ -59,6 +59,10 @@ class ImageOutput(enum.Enum):
     - ``PIL``: the ``PIL.Image.Image`` as stored (its own mode: palette indices, alpha),
       fully loaded;
     - ``TORCH``: that numpy array as a ``(C, H, W)`` tensor (``C`` is 1 for grayscale).
+
+    A palette image (a segmentation mask saved in mode ``P``) becomes RGB colours under
+    ``NUMPY`` and ``TORCH``; take ``PIL`` and ``numpy.asarray(image)`` for its indices.
+    Animated GIFs and multi-page TIFFs give their first frame.
     """
 
     NUMPY = "numpy"
