@@ -6,6 +6,7 @@
 """
 
 from shardmix.dataset import ShardDataset
+from shardmix.decode import Decoder
 from shardmix.errors import (
     ConfigError,
     CorruptShardError,
@@ -34,7 +35,7 @@ __all__ = [
     "ConfigError",
     "CorruptShardError",
     "DecodeError",
-    "TransformError",
+    "Decoder",
     "EmptyShardWarning",
     "EvenRanks",
     "Format",
@@ -49,6 +50,7 @@ __all__ = [
     "SourceOptions",
     "TFRecordPayload",
     "TooManySkipsError",
+    "TransformError",
     "TruncatedShardError",
     "UnsupportedURLError",
     "WorkerError",

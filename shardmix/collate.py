@@ -1,6 +1,8 @@
 """Collate: a list of sample dicts into one batch dict, the way ``default_collate`` would.
 
-Numbers and equal-shaped arrays become tensors, ``bytes`` and ``str`` stay lists. Two things
+Numbers and equal-shaped arrays become tensors, ``bytes`` and ``str`` stay lists, and so does
+anything else (decoded JSON, PIL images). A field whose values mix these kinds (a tar's ``b"3"``
+beside a TFRecord's ``array([3])``) is an error naming the field, the types and a sample. Two things
 differ from ``default_collate``, on purpose: ``__key__`` and ``__source__`` are always lists
 and ``__index__`` (the record's position in its shard) and ``__offset__`` (its byte offset)
 int64 tensors, so every batch says where its samples came from; and a field whose
@@ -53,6 +55,8 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
     kinds = {_kind(value) for value in values}
     if len(kinds) > 1:
         raise DecodeError(_mixed_kinds_message(field, values, samples))
+    if kinds == {"other"}:
+        return values  # JSON objects, images and the like: a list, as given
     try:
         return default_collate(values)
     except RuntimeError:
@@ -73,7 +77,9 @@ def _kind(value: Any) -> str:
         return "number"
     if isinstance(value, (np.ndarray, torch.Tensor)):
         return "array"
-    return type(value).__name__
+    if isinstance(value, (bytes, str)):
+        return "text"
+    return "other"
 
 
 def _type_names(values: list[Any]) -> str:

@@ -17,6 +17,7 @@ from torch.utils.data import IterableDataset
 
 from shardmix import reader
 from shardmix.counts import RecordCounts
+from shardmix.decode import Decoder, as_decoder
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
@@ -87,7 +88,7 @@ class ShardDataset(IterableDataset[Sample]):
         num_lanes: int = DEFAULT_NUM_LANES,
         transform: Callable[..., Sample | None] | None = None,
         transform_rng: bool = False,
-        decode: Any = None,
+        decode: bool | str | Decoder | Callable[[Sample], Sample] | None = None,
         tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
         max_record_bytes: int = 1 << 30,
         record_counts: Mapping[str, int] | None = None,
@@ -112,7 +113,10 @@ class ShardDataset(IterableDataset[Sample]):
         self.num_lanes = num_lanes
         self.transform = transform
         self.sample_transform = SampleTransform(
-            transform=transform, decode=_as_decoder(decode), rng=transform_rng, seed=seed
+            transform=transform,
+            decode=_decoder(decode),
+            rng=transform_rng,
+            seed=seed,
         )
         self.options = ReadOptions(
             tfrecord_payload=TFRecordPayload(tfrecord_payload),
@@ -269,9 +273,9 @@ class ShardDataset(IterableDataset[Sample]):
         )
 
 
-def _as_decoder(decode: Any) -> Callable[[Sample], Sample] | None:
-    if decode is None or decode is False:
-        return None
-    if callable(decode):
-        return decode  # type: ignore[no-any-return]
-    raise ConfigError(f"decode must be a function of a sample or None, got {decode!r}")
+def _decoder(
+    decode: bool | str | Decoder | Callable[[Sample], Sample] | None,
+) -> Callable[[Sample], Sample] | None:
+    if callable(decode) and not isinstance(decode, Decoder):
+        return decode
+    return as_decoder(decode)

@@ -4,7 +4,10 @@ Every check compares exact multisets of sample keys, through direct iteration, a
 DataLoader, MixingLoader with and without workers, resumed runs and simulated ranks.
 """
 
+import hashlib
+import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -257,3 +260,46 @@ def test_collate_names_the_field_the_types_and_a_key(tmp_path):
     loader = MixingLoader(ShardDataset(pattern, transform=tfrecord_like), batch_size=6)
     with pytest.raises(ValueError, match=r"field 'label'.*bytes in sample 's000r0000\d'"):
         list(loader)
+
+
+GOLDEN_DECODE = Path(__file__).parent / "golden" / "decode"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_decode_through_the_loader_on_gnu_and_webdataset_tars(num_workers):
+    expected = json.loads((GOLDEN_DECODE / "expected.json").read_text())["samples"]
+    urls = [str(GOLDEN_DECODE / "gnu.tar"), str(GOLDEN_DECODE / "webdataset.tar")]
+    dataset = ShardDataset(urls, decode=True, num_lanes=2)
+    loader = MixingLoader(dataset, batch_size=6, num_workers=num_workers)
+    (batch,) = list(loader)
+    by_key = {sample["__key__"]: sample for sample in expected}
+    assert Counter(batch["__key__"]) == Counter(2 * list(by_key))
+    assert batch["cls"].dtype == torch.int64
+    for i, key in enumerate(batch["__key__"]):
+        want = by_key[key]
+        assert int(batch["cls"][i]) == want["cls"] and batch["txt"][i] == want["txt"]
+        assert batch["json"][i] == want["json"]
+        png = batch["png"][i].numpy()
+        assert list(png.shape) == want["png"]["shape"]
+        assert hashlib.sha256(png.tobytes()).hexdigest() == want["png"]["sha256"]
+
+
+def break_png(sample):
+    if sample["__key__"] == "sample001":
+        sample["png"] = b"not a png at all"
+    return sample
+
+
+def test_a_sample_that_fails_to_decode_is_skipped_and_counted(tmp_path):
+    from shardmix.decode import Decoder
+
+    decoder = Decoder()
+    dataset = ShardDataset(
+        str(GOLDEN_DECODE / "gnu.tar"),
+        decode=lambda sample: decoder(break_png(sample)),
+        on_error="skip",
+    )
+    with pytest.warns(Warning, match="png"):
+        keys = [sample["__key__"] for sample in dataset]
+    assert keys == ["sample000", "sample002"]
+    assert dataset.skipped["records"] == 1
