@@ -32,12 +32,10 @@ Each record's offset is that of its first header (a pax or long-name header incl
 from it, one seek and the record's members (plus the next header, which says where the record
 ends).
 
-This module owns the grouping of members into records, damage reports, and
-:class:`TarReader`, the tar :class:`~shardmix.formats.registry.ShardReader`; every read (from
-a record, of wanted records, at offsets, counting) is the one loop of
-:meth:`_TarRecords.samples`. The header walk is :mod:`shardmix.formats.tar_members`'s, writing
-:mod:`shardmix.formats.tar_writer`'s, gzip :mod:`shardmix.formats.compression`'s; opening
-shards and positions in a shard list are left to ``sources`` and the reader stage.
+This module owns grouping members into records, damage reports, and :class:`TarReader`, the
+tar :class:`~shardmix.formats.registry.ShardReader`: every read (from a record, wanted records,
+at offsets, counting) is the one loop of :meth:`_TarRecords.samples`. Headers are
+:mod:`~shardmix.formats.tar_members`'s, writing :mod:`~shardmix.formats.tar_writer`'s.
 """
 
 from __future__ import annotations
@@ -248,8 +246,6 @@ class _TarRecords:
             record=record,
         )
 
-    # -- damage ---------------------------------------------------------------------------
-
     def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
         """A record with intact framing is damaged: raise, or drop it (reported when it ends).
 
@@ -287,10 +283,9 @@ class _TarRecords:
 
 @dataclass(frozen=True)
 class TarReader:
-    """The tar :class:`~shardmix.formats.registry.ShardReader`.
+    """The tar :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL tells).
 
-    ``max_member_bytes`` bounds a member (larger is damage), ``max_inflated_bytes`` a gzip
-    shard's inflated bytes; ``gzipped`` None means the URL's extension tells.
+    ``max_member_bytes`` bounds a member (larger is damage), ``max_inflated_bytes`` a gzip shard.
     """
 
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
@@ -387,12 +382,7 @@ def read_tar_samples(
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     on_damage: DamageHandler | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield the samples of the tar shard ``stream`` from record ``start`` on.
-
-    Each sample is ``{"__key__": key, field: bytes, ...}``; record ``i`` is the ``i``-th group
-    of consecutive members sharing a key. Skipped records have their headers checked and
-    their data seeked past (or read and dropped when the stream cannot seek).
-    """
+    """The samples ``{"__key__": key, field: bytes, ...}`` of :func:`read_located_tar_samples`."""
     reader = TarReader(max_member_bytes, max_inflated_bytes, gzipped)
     return samples_only(reader.records(stream, url, start=start, on_damage=on_damage))
 
