@@ -5,6 +5,7 @@
 ['ConfigError', 'CorruptShardError', 'DecodeError']
 """
 
+from shardmix.convert import ShardWriter, write_shards
 from shardmix.dataset import ShardDataset
 from shardmix.errors import (
     ConfigError,
@@ -41,6 +42,7 @@ __all__ = [
     "RetryPolicy",
     "ShardDataset",
     "ShardNotFoundError",
+    "ShardWriter",
     "ShardmixError",
     "ShardmixWarning",
     "SkippedDataWarning",
@@ -51,4 +53,5 @@ __all__ = [
     "UnsupportedURLError",
     "WorkerError",
     "expand_urls",
+    "write_shards",
 ]
