@@ -5,6 +5,7 @@
 ['ConfigError', 'CorruptShardError', 'DecodeError']
 """
 
+from shardmix.convert import ShardWriter, write_shards
 from shardmix.dataset import ShardDataset
 from shardmix.decode import Decoder
 from shardmix.errors import (
@@ -44,6 +45,7 @@ __all__ = [
     "RetryPolicy",
     "ShardDataset",
     "ShardNotFoundError",
+    "ShardWriter",
     "ShardmixError",
     "ShardmixWarning",
     "SkippedDataWarning",
@@ -55,4 +57,5 @@ __all__ = [
     "UnsupportedURLError",
     "WorkerError",
     "expand_urls",
+    "write_shards",
 ]

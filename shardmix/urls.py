@@ -1,7 +1,10 @@
 """URL patterns: from what a user writes to the ordered list of shard URLs.
 
-A pattern is a string or a list of strings. A string may join several patterns with ``::``;
-each part is brace-expanded (``train-{000000..000063}.tar``, ``{a,b}``, via braceexpand) and,
+A pattern is a string or a list of strings. A string may join several patterns with ``::``,
+except where ``::`` chains fsspec filesystems: a part that is a bare fsspec protocol name (no
+``/``, such as ``simplecache``, ``filecache``, ``blockcache``) followed by a part with a scheme
+is one URL, ``simplecache::s3://bucket/train-{0..9}.tar``, kept whole and opened through fsspec.
+Each pattern is brace-expanded (``train-{000000..000063}.tar``, ``{a,b}``, via braceexpand) and,
 when it is a local path with glob characters, globbed. Order is kept as written (globs are
 sorted), so the shard list, and with it every epoch's order, is stable across machines.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Sequence
 
 import braceexpand
@@ -18,6 +22,7 @@ from shardmix.errors import ShardNotFoundError, UnsupportedURLError
 from shardmix.sources import SourceOptions, is_local, local_path, scheme_of
 
 _GLOB_CHARS = frozenset("*?[")
+_PROTOCOL = re.compile(r"[a-z][a-z0-9+.-]*")
 
 
 def expand_urls(urls: str | Sequence[str]) -> list[str]:
@@ -27,6 +32,8 @@ def expand_urls(urls: str | Sequence[str]) -> list[str]:
     ['d/train-000.tar', 'd/train-001.tar', 'd/train-002.tar']
     >>> expand_urls("a-{x,y}.tfrecord::b.tfrecord")
     ['a-x.tfrecord', 'a-y.tfrecord', 'b.tfrecord']
+    >>> expand_urls("simplecache::s3://b/t-{0..1}.tar::c.tar")
+    ['simplecache::s3://b/t-0.tar', 'simplecache::s3://b/t-1.tar', 'c.tar']
     """
     patterns = [urls] if isinstance(urls, str) else list(urls)
     if not patterns:
@@ -35,9 +42,41 @@ def expand_urls(urls: str | Sequence[str]) -> list[str]:
     for pattern in patterns:
         if not isinstance(pattern, str):
             raise TypeError(f"a shard URL pattern must be a str, got {type(pattern).__name__}")
-        for part in pattern.split("::"):
-            expanded.extend(_expand_one(part.strip(), pattern))
+        for part in split_patterns(pattern):
+            expanded.extend(_expand_one(part, pattern))
     return expanded
+
+
+def _is_protocol(part: str) -> bool:
+    if not _PROTOCOL.fullmatch(part):
+        return False
+    try:
+        import fsspec
+    except ImportError:  # without fsspec no chain can be opened: ``::`` separates
+        return False
+    return part in fsspec.available_protocols()
+
+
+def split_patterns(pattern: str) -> list[str]:
+    """The patterns a string joins with ``::``, fsspec chains kept whole.
+
+    >>> split_patterns("a.tar :: filecache::s3://b/x.tar")
+    ['a.tar', 'filecache::s3://b/x.tar']
+    """
+    parts = [part.strip() for part in pattern.split("::")]
+    found: list[str] = []
+    start = 0
+    while start < len(parts):
+        end = start
+        while end < len(parts) and _is_protocol(parts[end]):
+            end += 1
+        if end > start and end < len(parts) and "://" in parts[end]:
+            found.append("::".join(parts[start : end + 1]))
+            start = end + 1
+        else:
+            found.append(parts[start])
+            start += 1
+    return found
 
 
 def _expand_one(part: str, pattern: str) -> list[str]:

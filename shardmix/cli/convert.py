@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "Convert folders, tables (JSON Lines, CSV, Parquet) or shards into tar/TFRecord shards."
+HELP = (
+    "Convert folders, tables (JSON Lines, CSV, Parquet), saved Hugging Face datasets or shards "
+    "into tar/TFRecord shards."
+)
 
 EPILOG = """\
 inputs: a folder (files sharing a stem form a sample; class subfolders give a 'cls' label),
-a .jsonl/.csv/.tsv/.parquet table (one sample per row), or tar/TFRecord shards (patterns
-allowed). The output pattern has one %d directive, e.g. out/train-%06d.tar; .gz compresses.
-A manifest <prefix>.manifest.json is written beside the shards; re-running the same command
-after an interruption completes the set.
+a .jsonl/.csv/.tsv/.parquet table (one sample per row), a folder written by Hugging Face's
+Dataset.save_to_disk (Image/Audio columns become raw <column>.<ext> members), or tar/TFRecord
+shards (patterns allowed). The output pattern has one %d directive, e.g.
+out/train-%06d.tar; .gz compresses. A manifest <prefix>.manifest.json is written beside the
+shards; re-running the same command after an interruption completes the set.
 """
 
 

@@ -1,12 +1,14 @@
 """Convert datasets into tar or TFRecord shards: ``convert(inputs, pattern, options)``.
 
-Inputs are folders of files, JSON Lines / CSV / Parquet tables, or existing shards; the output
-is a set of shards named by a pattern such as ``out/train-%06d.tar``, each written under a
-temporary name and renamed when complete, with a JSON manifest beside them
-(:mod:`shardmix.convert.manifest` documents its schema) and, for TFRecord, ``.idx`` index
-files. The stages, in order: listing (``inputs``, ``folder``, ``tables``), planning
-(``plan``), writing (``writer``), bookkeeping (``manifest``); ``api`` ties them together and
-``shardmix.cli.convert`` is the command-line shell.
+Inputs are folders of files, JSON Lines / CSV / Parquet tables, Hugging Face datasets, or
+existing shards; the output is a set of shards named by a pattern such as
+``out/train-%06d.tar``, each written under a temporary name and renamed when complete, with a
+JSON manifest beside them (:mod:`shardmix.convert.manifest` documents its schema) and, for
+TFRecord, ``.idx`` index files. The stages, in order: listing (``inputs``, ``folder``,
+``tables``, ``hf``, ``values``), planning (``plan``), writing (``writer``), bookkeeping
+(``manifest``); ``api`` ties them together and ``shardmix.cli.convert`` is the command-line
+shell. :func:`write_shards` and
+:class:`ShardWriter` (``stream``) write samples a program makes, with the same machinery.
 """
 
 from shardmix.convert.api import ConvertSummary, OutputExistsError, convert
@@ -19,6 +21,7 @@ from shardmix.convert.manifest import (
     read_manifest,
 )
 from shardmix.convert.options import ConvertOptions, LabelMode, OutputPattern, Part, parse_size
+from shardmix.convert.stream import ShardWriter, write_shards
 from shardmix.formats import Format
 
 __all__ = [
@@ -32,9 +35,11 @@ __all__ = [
     "OutputPattern",
     "Part",
     "ShardEntry",
+    "ShardWriter",
     "convert",
     "merge_manifests",
     "merge_part_manifests",
     "parse_size",
     "read_manifest",
+    "write_shards",
 ]

@@ -15,14 +15,17 @@ are deleted first, so a run that ends leaves none.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any, Union
 
 from shardmix.convert.folder import list_folder
+from shardmix.convert.hf import is_hf_dataset, is_saved_dataset, list_dataset, load_saved
 from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
 from shardmix.convert.manifest import (
     Journal,
@@ -33,13 +36,16 @@ from shardmix.convert.manifest import (
     read_manifest,
     write_manifest,
 )
-from shardmix.convert.options import ConvertOptions, OutputPattern
+from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest
 from shardmix.convert.tables import is_table, list_table
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
 from shardmix.errors import ShardmixError
 
 Progress = Callable[[int, int], None]  # (records written so far, records planned)
+# A path (folder, table, shard pattern, saved Hugging Face dataset) or a datasets.Dataset /
+# datasets.IterableDataset object (typed Any: datasets is optional).
+InputLike = Union[str, "os.PathLike[str]", Any]
 
 
 class OutputExistsError(ShardmixError, FileExistsError):
@@ -64,14 +70,22 @@ class ConvertSummary:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-def list_inputs(inputs: Sequence[str], options: ConvertOptions, problems: Problems) -> Listing:
+def list_inputs(
+    inputs: Sequence[InputLike], options: ConvertOptions, problems: Problems
+) -> Listing:
     """Every input's items, in input order, keys checked unique; folder classes unified."""
     if not inputs:
         raise ShardmixError("convert needs at least one input")
     items: list[Item] = []
     groups = []
-    for position, source in enumerate(inputs):
-        if os.path.isdir(source):
+    for position, given in enumerate(inputs):
+        if is_hf_dataset(given):
+            items.extend(list_dataset(given, f"dataset input {position}", options, problems))
+            continue
+        source = os.fspath(given)  # type: ignore[arg-type]
+        if is_saved_dataset(source):
+            items.extend(list_dataset(load_saved(source), source, options, problems))
+        elif os.path.isdir(source):
             found, classes = list_folder(source, options.labels, options.follow_links, problems)
             groups.append((position, found, classes))
         elif is_table(source):
@@ -106,10 +120,13 @@ def _complete(folder: str, entry: ShardEntry) -> bool:
     return os.path.isfile(path) and os.path.getsize(path) == entry.bytes
 
 
-def _prepare(
-    pattern: OutputPattern, options: ConvertOptions, digest: str, manifest_path: str
+def prepare_output(
+    pattern: OutputPattern, options: ConvertOptions, digest: str | None, manifest_path: str
 ) -> dict[str, ShardEntry]:
-    """Clean up after an interrupted run; the shards already complete for this plan."""
+    """Clean up after an interrupted run; the shards already complete for this plan.
+
+    ``digest`` None (a stream, whose plan is known only at its end) trusts no earlier shard.
+    """
     folder = pattern.folder
     regex = pattern.shard_regex(options.part)
     manifest_name = os.path.basename(manifest_path)
@@ -128,11 +145,11 @@ def _prepare(
                 os.unlink(os.path.join(folder, name))
         journal.remove()
         return {}
-    if os.path.exists(manifest_path):
+    if digest is not None and os.path.exists(manifest_path):
         manifest = read_manifest(manifest_path)
         if manifest.plan == digest and all(_complete(folder, s) for s in manifest.shards):
             return {shard.name: shard for shard in manifest.shards}
-    else:
+    elif digest is not None:
         done = journal.read(digest)
         if done is not None:
             return {name: entry for name, entry in done.items() if _complete(folder, entry)}
@@ -178,20 +195,23 @@ def _write_all(
 
 
 def convert(
-    inputs: Sequence[str],
+    inputs: InputLike | Sequence[InputLike],
     output_pattern: str,
     options: ConvertOptions | None = None,
     *,
     progress: Progress | None = None,
 ) -> ConvertSummary:
-    """Convert ``inputs`` (folders, tables, shards) into shards named by ``output_pattern``."""
+    """Convert ``inputs`` (folders, tables, shards, Hugging Face datasets) into shards named
+    by ``output_pattern``."""
     started = time.perf_counter()
+    if isinstance(inputs, (str, os.PathLike)) or is_hf_dataset(inputs):
+        inputs = [inputs]  # type: ignore[list-item]
     options = options or ConvertOptions()
     pattern = OutputPattern.parse(output_pattern)
     fmt = options.format or pattern.format()
     gzip = pattern.gzipped() if options.gzip is None else options.gzip
     problems = Problems(options.skip_bad)
-    listing = list_inputs(inputs, options, problems)
+    listing = list_inputs(inputs, options, problems)  # type: ignore[arg-type]
     shuffle_seed = options.seed if options.shuffle else None
     plans = make_plan(listing.items, pattern, fmt, options.part, options.limits(), shuffle_seed)
     spec = WriteSpec(pattern.folder, fmt, gzip, options.write_index, options.skip_bad)
@@ -201,7 +221,7 @@ def convert(
     digest = plan_digest(plans, settings)
     os.makedirs(pattern.folder, exist_ok=True)
     manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
-    done = _prepare(pattern, options, digest, manifest_path)
+    done = prepare_output(pattern, options, digest, manifest_path)
     journal = Journal(journal_path(manifest_path))
     journal.start(digest, list(done.values()))
     entries = dict(done)
@@ -219,27 +239,46 @@ def convert(
 
     todo = [plan for plan in plans if plan.name not in done]
     _write_all(todo, spec, options.workers, on_result)
-    part = options.part
+    shards = [entries[plan.name] for plan in plans]
+    summary = finish_output(pattern, options.part, spec, digest, listing.classes, shards)
+    journal.remove()
+    return dataclasses.replace(
+        summary,
+        shards_written=len(todo),
+        seconds=time.perf_counter() - started,
+        skipped=tuple(skipped),
+    )
+
+
+def finish_output(
+    pattern: OutputPattern,
+    part: Part,
+    spec: WriteSpec,
+    digest: str,
+    classes: Sequence[str],
+    shards: Sequence[ShardEntry],
+) -> ConvertSummary:
+    """Write the manifest of a finished set (and merge the parts' when all are done)."""
+    manifest_path = os.path.join(pattern.folder, pattern.manifest_name(part))
     manifest = Manifest(
-        fmt.value,
-        gzip,
+        spec.format.value,
+        spec.gzip,
         spec.indexed,
         part.index if part.count > 1 else None,
         part.count,
         digest,
-        tuple(listing.classes),
-        tuple(entries[plan.name] for plan in plans),
+        tuple(classes),
+        tuple(shards),
     )
     write_manifest(manifest_path, manifest)
-    journal.remove()
     merged = merge_part_manifests(pattern, part.count, required=False) if part.count > 1 else None
     return ConvertSummary(
-        shards=len(plans),
-        shards_written=len(todo),
+        shards=len(shards),
+        shards_written=len(shards),
         records=manifest.records,
         bytes=manifest.bytes,
-        seconds=time.perf_counter() - started,
-        skipped=tuple(skipped),
+        seconds=0.0,
+        skipped=(),
         manifest=manifest_path,
         merged_manifest=merged,
     )

@@ -72,25 +72,40 @@ def record_size(item: Item, fmt: Format) -> int:
     return _TFRECORD_FRAMING + 12 + features + key
 
 
+class Roller:
+    """Where shards close, one item at a time: the rule of :func:`cut` for a stream of items."""
+
+    def __init__(self, fmt: Format, max_records: int | None, max_bytes: int | None) -> None:
+        self.fmt = fmt
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._base = _END_OF_TAR if fmt is Format.TAR else 0
+        self.records = 0  # in the current shard
+        self._size = self._base
+
+    def add(self, item: Item) -> bool:
+        """Count ``item`` in; True when it must open a new shard (the current one is full)."""
+        item_size = record_size(item, self.fmt) if self.max_bytes is not None else 0
+        full = self.max_records is not None and self.records >= self.max_records
+        too_big = self.max_bytes is not None and self._size + item_size > self.max_bytes
+        new = self.records > 0 and (full or too_big)
+        if new:
+            self.records, self._size = 0, self._base
+        self.records += 1
+        self._size += item_size
+        return new
+
+
 def cut(
     items: Sequence[Item], fmt: Format, max_records: int | None, max_bytes: int | None
 ) -> list[list[Item]]:
     """Items split into consecutive shards under the limits (never an empty shard)."""
-    base = _END_OF_TAR if fmt is Format.TAR else 0
+    roller = Roller(fmt, max_records, max_bytes)
     shards: list[list[Item]] = []
-    current: list[Item] = []
-    size = base
     for item in items:
-        item_size = record_size(item, fmt) if max_bytes is not None else 0
-        full = max_records is not None and len(current) >= max_records
-        too_big = max_bytes is not None and size + item_size > max_bytes
-        if current and (full or too_big):
-            shards.append(current)
-            current, size = [], base
-        current.append(item)
-        size += item_size
-    if current:
-        shards.append(current)
+        if roller.add(item) or not shards:
+            shards.append([])
+        shards[-1].append(item)
     return shards
 
 
@@ -112,11 +127,27 @@ def make_plan(
     ]
 
 
+class PlanDigest:
+    """A sha256 over the settings and every shard's name and (key, source) list, as they come."""
+
+    def __init__(self, settings: dict[str, object]) -> None:
+        self._sha256 = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+
+    def shard(self, name: str) -> None:
+        self._sha256.update(f"\n{name}".encode("utf-8", "surrogateescape"))
+
+    def item(self, key: str, source: str) -> None:
+        self._sha256.update(f"\t{key}\x00{source}".encode("utf-8", "surrogateescape"))
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
+
+
 def plan_digest(plans: Sequence[ShardPlan], settings: dict[str, object]) -> str:
     """A sha256 over the settings and every shard's name and (key, source) list."""
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    digest = PlanDigest(settings)
     for plan in plans:
-        digest.update(f"\n{plan.name}".encode("utf-8", "surrogateescape"))
+        digest.shard(plan.name)
         for item in plan.items:
-            digest.update(f"\t{item.key}\x00{item.source}".encode("utf-8", "surrogateescape"))
+            digest.item(item.key, item.source)
     return digest.hexdigest()

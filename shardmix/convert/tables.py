@@ -2,9 +2,10 @@
 
 A row's key is its ``key_column`` value when one is named, else its ``__key__`` column, else
 ``<file stem>/<row:08d>``. Other columns starting with ``__`` are left out, and so are empty
-(null) values. Values keep their type where the table has one (JSON, Parquet): str, int,
-float, bytes, lists of one scalar kind; bools become ints, anything else (objects, dates,
-mixed lists) its JSON or text form. CSV values stay text.
+(null) values. Values keep their type where the table has one (JSON, Parquet), as
+:mod:`shardmix.convert.values` says: a Hugging Face ``Image``/``Audio`` struct (a Parquet
+export of a dataset) becomes a raw ``<column>.<ext>`` member, a value with no faithful form
+an error naming column and row. CSV values stay text.
 
 An inlined column (``inline_columns``) names a file per row, relative to the table's folder;
 the field becomes that file's bytes. The file must lie inside the table's folder unless
@@ -17,7 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from shardmix.convert.inputs import (
@@ -29,6 +30,7 @@ from shardmix.convert.inputs import (
     check_key,
     value_size,
 )
+from shardmix.convert.values import cell_fields
 
 TABLE_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
 Row = Mapping[str, Any]
@@ -36,26 +38,6 @@ Row = Mapping[str, Any]
 
 def is_table(path: str) -> bool:
     return path.lower().endswith(TABLE_SUFFIXES)
-
-
-def normalize(value: Any) -> Any:
-    """A table value as a field value (None when the field is left out).
-
-    >>> normalize(True), normalize({"b": 1, "a": 2}), normalize([1, 2]), normalize([1, "x"])
-    (1, '{"a": 2, "b": 1}', [1, 2], '[1, "x"]')
-    """
-    if value is None or isinstance(value, (str, bytes, int, float)) and not isinstance(value, bool):
-        return value
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (list, tuple)):
-        kinds = {type(normalize(item)) for item in value}
-        if len(kinds) <= 1 and kinds <= {str, bytes, int, float}:
-            return [normalize(item) for item in value]
-    try:
-        return json.dumps(value, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _jsonl_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
@@ -106,7 +88,7 @@ def _rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
     return _jsonl_rows(path, problems)
 
 
-class _RowMaker:
+class RowMaker:
     """Turns the rows of one table into items."""
 
     def __init__(
@@ -116,10 +98,13 @@ class _RowMaker:
         key_column: str | None,
         follow_links: bool,
         problems: Problems,
+        *,
+        folder: str | None = None,
+        stem: str | None = None,
     ) -> None:
-        self.path = path
-        self.folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-        self.stem = os.path.basename(path).split(".", 1)[0]
+        self.path = path  # or another name of the rows' source, for messages
+        self.folder = os.path.realpath(folder or os.path.dirname(os.path.abspath(path)))
+        self.stem = stem or os.path.basename(path).split(".", 1)[0]
         self.inline = frozenset(inline)
         self.key_column = key_column
         self.follow_links = follow_links
@@ -156,19 +141,18 @@ class _RowMaker:
     def item(self, index: int, row: Row) -> Item:
         key = self.key(index, row)
         fields, values, sizes = [], [], []
-        for name in sorted(row):
-            if name.startswith("__"):
+        for column in sorted(row):
+            if column.startswith("__"):
                 continue
-            value = normalize(row[name])
-            if value is None:
-                continue
-            if name in self.inline:
-                value = self.inline_path(index, value)
-                sizes.append(os.path.getsize(value))
-            else:
-                sizes.append(value_size(value))
-            fields.append(name)
-            values.append(value)
+            for name, cell in cell_fields(column, row[column], f"{self.path}: row {index}"):
+                value = cell
+                if name in self.inline:
+                    value = self.inline_path(index, value)
+                    sizes.append(os.path.getsize(value))
+                else:
+                    sizes.append(value_size(value))
+                fields.append(name)
+                values.append(value)
         missing = self.inline.difference(fields)
         if missing:
             raise BadInputError(
@@ -186,16 +170,21 @@ def list_table(
     problems: Problems,
 ) -> list[Item]:
     """The rows of one table file, as items."""
-    maker = _RowMaker(path, inline, key_column, follow_links, problems)
+    maker = RowMaker(path, inline, key_column, follow_links, problems)
     items: list[Item] = []
     try:
-        for index, row in _rows(path, problems):
-            try:
-                items.append(maker.item(index, row))
-            except BadInputError as error:
-                problems.report(error)
+        items.extend(row_items(maker, _rows(path, problems)))  # keeps the rows before an error
     except (OSError, ValueError, csv.Error) as error:
         if isinstance(error, BadInputError):
             raise
         problems.report(BadInputError(f"{path}: cannot read the table: {error}", url=path))
     return items
+
+
+def row_items(maker: RowMaker, rows: Iterable[tuple[int, Row]]) -> Iterator[Item]:
+    """Rows as items; a bad row goes to the maker's ``problems``."""
+    for index, row in rows:
+        try:
+            yield maker.item(index, row)
+        except BadInputError as error:
+            maker.problems.report(error)

@@ -114,58 +114,89 @@ def _loaded(plan: ShardPlan, cursor: ShardCursor, problems: Problems) -> Iterato
             problems.report(error)
 
 
-def _write_tar(
-    out: _HashingFile, samples: Iterator[Sample], spec: WriteSpec, problems: Problems
-) -> int:
-    with TarWriter(out, gzip=spec.gzip) as writer:  # type: ignore[arg-type]
-        for sample in samples:
-            key = sample[KEY]
-            fields = {name: tar_value(key, name, value) for name, value in sample.items()}
+class ShardFile:
+    """One shard being written under its temporary name; :meth:`finish` renames it into place.
+
+    Leaving a ``with`` block by an exception (or calling :meth:`discard`) deletes the
+    temporary file, so no half shard is ever left under any name by a run that ends.
+    """
+
+    def __init__(self, name: str, spec: WriteSpec, problems: Problems) -> None:
+        self.name = name
+        self.spec = spec
+        self.problems = problems
+        self._temp = os.path.join(spec.folder, temp_name(name))
+        self._raw = _create(self._temp)
+        self._out = _HashingFile(self._raw)
+        self._lines: list[str] = []
+        self._writer: TarWriter | TFRecordWriter
+        if spec.format is Format.TAR:
+            self._writer = TarWriter(self._out, gzip=spec.gzip)  # type: ignore[arg-type]
+        else:
+            self._writer = TFRecordWriter(self._out, gzip=spec.gzip)  # type: ignore[arg-type]
+
+    @property
+    def records(self) -> int:
+        return self._writer.records
+
+    def write(self, sample: Sample) -> None:
+        """Append one sample; a sample the format cannot hold is reported to ``problems``."""
+        key = sample[KEY]
+        if isinstance(self._writer, TarWriter):
             try:
-                writer.write(fields)
+                fields = {name: tar_value(key, name, value) for name, value in sample.items()}
+                self._writer.write(fields)
+            except BadInputError as error:
+                self.problems.report(error)
             except (ValueError, TypeError) as error:
-                problems.report(BadInputError(f"sample {key!r}: {error}", url=key))
-        return writer.records
+                self.problems.report(BadInputError(f"sample {key!r}: {error}", url=key))
+            return
+        start = self._writer.bytes_written
+        try:
+            self._writer.write_example(sample)
+        except ValueError as error:
+            self.problems.report(BadInputError(f"sample {key!r}: {error}", url=None))
+            return
+        self._lines.append(f"{start} {self._writer.bytes_written - start}\n")
 
+    def finish(self) -> ShardEntry:
+        """Complete the shard, flush it to disk and rename it (and its index) into place."""
+        self._writer.close()
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._raw.close()
+        folder = self.spec.folder
+        if self.spec.indexed:
+            index_temp = os.path.join(folder, temp_name(index_name(self.name)))
+            with _create(index_temp) as raw:
+                raw.write("".join(self._lines).encode("ascii"))
+            os.replace(index_temp, os.path.join(folder, index_name(self.name)))
+        os.replace(self._temp, os.path.join(folder, self.name))
+        return ShardEntry(
+            self.name, self._writer.records, self._out.size, self._out.sha256.hexdigest()
+        )
 
-def _write_tfrecord(
-    out: _HashingFile, samples: Iterator[Sample], spec: WriteSpec, problems: Problems
-) -> tuple[int, list[str]]:
-    lines = []
-    with TFRecordWriter(out, gzip=spec.gzip) as writer:  # type: ignore[arg-type]
-        for sample in samples:
-            start = writer.bytes_written
-            try:
-                writer.write_example(sample)
-            except ValueError as error:
-                problems.report(BadInputError(f"sample {sample[KEY]!r}: {error}", url=None))
-                continue
-            lines.append(f"{start} {writer.bytes_written - start}\n")
-        return writer.records, lines
+    def discard(self) -> None:
+        """Close and delete the temporary file (after a failure)."""
+        self._raw.close()
+        if os.path.lexists(self._temp):
+            os.unlink(self._temp)
+
+    def __enter__(self) -> ShardFile:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is not None:
+            self.discard()
 
 
 def write_shard(plan: ShardPlan, spec: WriteSpec, cursor: ShardCursor) -> ShardResult:
     """Write one shard under its temporary name, then rename it (and its index) into place."""
     problems = Problems(spec.skip_bad)
-    final = os.path.join(spec.folder, plan.name)
-    temp = os.path.join(spec.folder, temp_name(plan.name))
-    samples = _loaded(plan, cursor, problems)
-    lines: list[str] = []
-    with _create(temp) as raw:
-        out = _HashingFile(raw)
-        if spec.format is Format.TAR:
-            records = _write_tar(out, samples, spec, problems)
-        else:
-            records, lines = _write_tfrecord(out, samples, spec, problems)
-        raw.flush()
-        os.fsync(raw.fileno())
-    if spec.indexed:
-        index_temp = os.path.join(spec.folder, temp_name(index_name(plan.name)))
-        with _create(index_temp) as raw:
-            raw.write("".join(lines).encode("ascii"))
-        os.replace(index_temp, os.path.join(spec.folder, index_name(plan.name)))
-    os.replace(temp, final)
-    entry = ShardEntry(plan.name, records, out.size, out.sha256.hexdigest())
+    with ShardFile(plan.name, spec, problems) as shard:
+        for sample in _loaded(plan, cursor, problems):
+            shard.write(sample)
+        entry = shard.finish()
     return ShardResult(entry, tuple(problems.skipped))
 
 

@@ -111,12 +111,14 @@ def scheme_of(url: str) -> str:
 
     >>> scheme_of("s3://bucket/x.tar"), scheme_of("data/x.tar"), scheme_of("C:/x.tar")
     ('s3', 'file', 'file')
-    >>> scheme_of("pipe:cat a-*.tar")
-    'pipe'
+    >>> scheme_of("pipe:cat a-*.tar"), scheme_of("simplecache::s3://bucket/x.tar")
+    ('pipe', 'simplecache')
     """
     if url.startswith("pipe:"):
         return "pipe"
     head, sep, _ = url.partition("://")
+    if "::" in head:  # an fsspec chain, "simplecache::s3://...": its outermost filesystem
+        head = head.split("::", 1)[0]
     if not sep or len(head) < 2 or not head.replace("+", "").replace("-", "").isalnum():
         return "file"
     return head.lower()

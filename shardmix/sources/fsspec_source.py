@@ -7,6 +7,11 @@ URL is opened; a missing one raises :class:`~shardmix.errors.UnsupportedURLError
 left out, the backend finds them the standard way (AWS environment variables,
 ``AWS_ENDPOINT_URL``, application default credentials, ...). Retries and timeouts are the
 backend's own. The streams returned are fsspec's buffered files: seekable, read ahead in blocks.
+
+A chained URL (``simplecache::s3://bucket/x.tar``) is opened by fsspec's chaining; every
+filesystem of the chain is checked for its backend. Its storage options go to the innermost
+filesystem (the one that holds the data), unless their keys name the chain's protocols
+(``{"s3": {...}, "simplecache": {...}}``, fsspec's own form), which are passed as they are.
 """
 
 from __future__ import annotations
@@ -50,9 +55,11 @@ def install_hint(scheme: str) -> str:
 def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> BinaryIO:
     """Open ``url`` through fsspec, with ``storage_options`` given to its filesystem."""
     fsspec = _import_fsspec(url)
-    _check_backend(fsspec, url)
+    for protocol in chain_protocols(url):
+        _check_backend(fsspec, url, protocol)
     try:
-        filesystem, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        options = _chain_options(url, dict(storage_options or {}))
+        filesystem, path = fsspec.core.url_to_fs(url, **options)
         return cast(BinaryIO, filesystem.open(path, "rb"))
     except FileNotFoundError as error:
         raise ShardNotFoundError(f"{url}: no such shard", url=url) from error
@@ -64,6 +71,23 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> B
         ) from error
     except OSError as error:
         raise RemoteReadError(f"{url}: could not open the shard: {error}", url=url) from error
+
+
+def chain_protocols(url: str) -> list[str]:
+    """The protocols of an fsspec URL, outermost first.
+
+    >>> chain_protocols("simplecache::s3://bucket/x.tar"), chain_protocols("gs://b/x.tar")
+    (['simplecache', 's3'], ['gs'])
+    """
+    *outer, inner = url.split("::")
+    return [part.lower() for part in outer] + [scheme_of(inner)]
+
+
+def _chain_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    protocols = chain_protocols(url)
+    if len(protocols) == 1 or not options or set(options) & set(protocols):
+        return options
+    return {protocols[-1]: options}
 
 
 def _import_fsspec(url: str) -> ModuleType:
@@ -80,9 +104,8 @@ def _import_fsspec(url: str) -> ModuleType:
     return fsspec
 
 
-def _check_backend(fsspec: ModuleType, url: str) -> None:
-    """Fail with an install hint when fsspec lacks, or does not know, the URL's backend."""
-    scheme = scheme_of(url)
+def _check_backend(fsspec: ModuleType, url: str, scheme: str) -> None:
+    """Fail with an install hint when fsspec lacks, or does not know, a backend of the URL."""
     try:
         fsspec.get_filesystem_class(scheme)
     except ImportError as error:

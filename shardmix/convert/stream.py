@@ -1,0 +1,200 @@
+"""Writing shards from Python: :class:`ShardWriter` and :func:`write_shards`.
+
+The streaming side of :func:`shardmix.convert.convert`, for samples a program makes one at a
+time (a list, a generator, a Hugging Face dataset): the same shard names and ``part``, the
+same temporary names and renames (:class:`~shardmix.convert.writer.ShardFile`), the same
+roll rule (:class:`~shardmix.convert.plan.Roller`) and the same manifest, written when the
+writer closes. A sample is a mapping of field names to values
+(:mod:`shardmix.convert.values` says which); its key is its ``__key__``, else its position in
+the stream (``%08d``). Part ``I/N`` keeps the samples at positions ``I`` modulo ``N``.
+
+What a stream cannot do: shuffle (shuffle before writing) or use several processes. Leaving
+the writer by an exception deletes the shard being written and writes no manifest; since a
+stream's plan is known only at its end, writing again needs ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from shardmix.convert.api import ConvertSummary, finish_output, prepare_output
+from shardmix.convert.hf import dataset_rows, is_hf_dataset
+from shardmix.convert.inputs import KEY, BadInputError, Item, Problems, check_key, sample_fields
+from shardmix.convert.manifest import ShardEntry
+from shardmix.convert.options import ConvertOptions, OutputPattern, Part
+from shardmix.convert.plan import PlanDigest, Roller
+from shardmix.convert.values import cell_fields
+from shardmix.convert.writer import ShardFile, WriteSpec
+from shardmix.errors import ConfigError
+
+SOURCE = "<stream>"  # the source of every streamed sample, in messages and the plan digest
+
+
+class ShardWriter:
+    """Write samples one at a time into shards named by ``pattern``; ``close()`` finishes.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with ShardWriter(f"{folder}/s-%03d.tar", ConvertOptions(max_records=2)) as writer:
+    ...     for number in range(3):
+    ...         writer.write({"txt": f"sample {number}"})
+    >>> writer.summary.shards, writer.summary.records, sorted(os.listdir(folder))
+    (2, 3, ['s-000.tar', 's-001.tar', 's.manifest.json'])
+    """
+
+    def __init__(self, pattern: str, options: ConvertOptions | None = None) -> None:
+        options = options or ConvertOptions()
+        if options.shuffle or options.workers != 1:
+            raise ConfigError(
+                "a ShardWriter writes samples in the order given, in one process: found "
+                f"shuffle={options.shuffle}, workers={options.workers}; shuffle the samples "
+                "before writing, or list them for shardmix.convert.convert"
+            )
+        self.options = options
+        self.pattern = OutputPattern.parse(pattern)
+        fmt = options.format or self.pattern.format()
+        gzip = self.pattern.gzipped() if options.gzip is None else options.gzip
+        self.spec = WriteSpec(self.pattern.folder, fmt, gzip, options.write_index, options.skip_bad)
+        part = options.part
+        settings: dict[str, object] = {
+            "format": fmt.value,
+            "gzip": gzip,
+            "index": self.spec.indexed,
+        }
+        settings |= {"limits": options.limits(), "seed": None, "classes": []}
+        settings["part"] = [part.index, part.count]
+        self._digest = PlanDigest(settings)
+        self._roller = Roller(fmt, *options.limits())
+        self._problems = Problems(options.skip_bad)
+        os.makedirs(self.pattern.folder, exist_ok=True)
+        manifest_path = os.path.join(self.pattern.folder, self.pattern.manifest_name(part))
+        prepare_output(self.pattern, options, None, manifest_path)
+        self._position = 0
+        self._keys: set[str] = set()
+        self._shard: ShardFile | None = None
+        self._entries: list[ShardEntry] = []
+        self._started = time.perf_counter()
+        self._closed = False
+        self.summary: ConvertSummary | None = None  # set by close()
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Append one sample (left out when another part owns its position)."""
+        if self._closed:
+            raise ConfigError(f"write() on a closed ShardWriter ({self.pattern.folder})")
+        position = self._position
+        self._position += 1
+        part = self.options.part
+        if position % part.count != part.index:
+            return
+        try:
+            ready = self._prepared(position, sample)
+        except BadInputError as error:
+            self._problems.report(error)
+            return
+        names, sizes = sample_fields(ready)
+        if self._roller.add(Item(ready[KEY], SOURCE, names, sizes)) or self._shard is None:
+            self._next_shard()
+        assert self._shard is not None  # opened just above
+        self._digest.item(ready[KEY], SOURCE)
+        self._shard.write(ready)
+
+    def _prepared(self, position: int, sample: Mapping[str, Any]) -> dict[str, Any]:
+        where = f"sample {position}"
+        if not isinstance(sample, Mapping):
+            raise BadInputError(
+                f"{where}: expected a mapping of field names to values, found a "
+                f"{type(sample).__name__}",
+                url=SOURCE,
+            )
+        key = sample.get(KEY, f"{position:08d}")
+        if not isinstance(key, str):
+            raise BadInputError(f"{where}: __key__ must be a str, found {key!r}", url=SOURCE)
+        key = check_key(key, where)
+        if key in self._keys:
+            raise BadInputError(f"{where}: sample key {key!r} was already written", url=SOURCE)
+        ready: dict[str, Any] = {KEY: key}
+        for column, value in sample.items():
+            if not str(column).startswith("__"):
+                ready.update(cell_fields(str(column), value, f"{where} (key {key!r})"))
+        self._keys.add(key)
+        return ready
+
+    def _next_shard(self) -> None:
+        self._finish_shard()
+        name = self.pattern.shard_name(len(self._entries), self.options.part)
+        self._digest.shard(name)
+        self._shard = ShardFile(name, self.spec, self._problems)
+
+    def _finish_shard(self) -> None:
+        if self._shard is not None:
+            self._entries.append(self._shard.finish())
+            self._shard = None
+
+    def close(self) -> ConvertSummary:
+        """Finish the last shard and write the manifest; the summary of the whole set."""
+        if self.summary is not None:
+            return self.summary
+        self._closed = True
+        self._finish_shard()
+        summary = finish_output(
+            self.pattern, self.options.part, self.spec, self._digest.hexdigest(), (), self._entries
+        )
+        self.summary = dataclasses.replace(
+            summary,
+            seconds=time.perf_counter() - self._started,
+            skipped=tuple(self._problems.skipped),
+        )
+        return self.summary
+
+    def abort(self) -> None:
+        """Delete the shard being written; keep the finished ones; write no manifest."""
+        self._closed = True
+        if self._shard is not None:
+            self._shard.discard()
+            self._shard = None
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_shards(
+    samples: Iterable[Mapping[str, Any]] | Any,
+    pattern: str,
+    options: ConvertOptions | None = None,
+    *,
+    max_records: int | None = None,
+    max_bytes: int | None = None,
+    part: Part | str | None = None,
+    overwrite: bool | None = None,
+) -> ConvertSummary:
+    """Write ``samples`` (any iterable of mappings, or a Hugging Face dataset) into shards.
+
+    The keywords override the fields of ``options`` of the same name; ``part`` may be ``"I/N"``.
+    """
+    changes: dict[str, Any] = {"max_records": max_records, "max_bytes": max_bytes}
+    changes |= {"overwrite": overwrite, "part": Part.parse(part) if isinstance(part, str) else part}
+    given = {name: value for name, value in changes.items() if value is not None}
+    options = dataclasses.replace(options or ConvertOptions(), **given)
+    if is_hf_dataset(samples):
+        samples = (row for _, row in dataset_rows(samples))
+    with ShardWriter(pattern, options) as writer:
+        for sample in samples:
+            writer.write(sample)
+    assert writer.summary is not None  # set when the block ended without an exception
+    return writer.summary
