@@ -50,7 +50,15 @@ class RecordCounts:
         self._options = options
         self._source_options = source_options
         self._counts: dict[str, int] = dict(known or {})
+        self._given = dict(known or {})
         self._manifests: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def known(self, url: str) -> int | None:
+        """The count of ``url`` if given or in a manifest; never counted here (None then)."""
+        count = self._given.get(url)
+        if count is None and is_local(url):
+            count = self._from_manifests(local_path(url))
+        return count
 
     def of(self, url: str) -> int:
         """The record count of shard ``url``."""

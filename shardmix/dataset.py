@@ -8,6 +8,7 @@ Iterated directly, or by a plain DataLoader, each worker reads its lanes interle
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
@@ -19,17 +20,19 @@ from shardmix import reader
 from shardmix.counts import RecordCounts
 from shardmix.decode import Decoder, as_decoder
 from shardmix.errors import ConfigError
-from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
+from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, is_gzipped
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
 from shardmix.reader import LanePosition, Sample, read_lane, round_robin
 from shardmix.sharding import (
     World,
+    deal_balanced,
     deal_to_lanes,
+    default_num_lanes,
     epoch_shard_order,
     rank_shards,
     worker_lanes,
 )
-from shardmix.sources import SourceOptions
+from shardmix.sources import SourceOptions, is_local, local_path
 from shardmix.transforms import SampleTransform, without_tombstones
 from shardmix.urls import check_sources, expand_urls
 from shardmix.world import detect_world
@@ -85,7 +88,7 @@ class ShardDataset(IterableDataset[Sample]):
         format: str | Format | None = None,
         seed: int = 0,
         shuffle_shards: bool = True,
-        num_lanes: int = DEFAULT_NUM_LANES,
+        num_lanes: int | None = None,
         transform: Callable[..., Sample | None] | None = None,
         transform_rng: bool = False,
         decode: bool | str | Decoder | Callable[[Sample], Sample] | None = None,
@@ -99,7 +102,7 @@ class ShardDataset(IterableDataset[Sample]):
         max_inflated_bytes: int = 64 << 30,
     ) -> None:
         super().__init__()
-        if num_lanes < 1:
+        if num_lanes is not None and num_lanes < 1:
             raise ConfigError(f"num_lanes must be at least 1, got {num_lanes}")
         self.urls = expand_urls(urls)
         self.source_options = source_options or SourceOptions()
@@ -133,15 +136,53 @@ class ShardDataset(IterableDataset[Sample]):
             self.urls, self._format_of, self.options, record_counts, self.source_options
         )
         self.epoch = 0
+        self._weights: tuple[str, dict[str, float]] | None | bool = False  # False: not yet known
 
     def set_epoch(self, epoch: int) -> None:
         """Read epoch ``epoch`` next time the dataset is iterated directly."""
         self.epoch = epoch
 
-    def lane_shards(self, epoch: int, *, rank: int = 0, world_size: int = 1) -> list[list[int]]:
-        """For each lane, the indices into ``self.urls`` it reads in ``epoch``, in order."""
+    def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
+        """The number of lanes: ``num_lanes`` when given, else from the batch size.
+
+        See :func:`~shardmix.sharding.default_num_lanes`; without a batch size (direct
+        iteration, a plain DataLoader) the default is 32.
+        """
+        if self.num_lanes is not None:
+            return self.num_lanes
+        if batch_size is None:
+            return DEFAULT_NUM_LANES
+        shards_per_rank = max(1, len(self.urls) // max(1, world_size))
+        return default_num_lanes(batch_size=batch_size, shards_per_rank=shards_per_rank)
+
+    def lane_shards(
+        self, epoch: int, *, rank: int = 0, world_size: int = 1, num_lanes: int | None = None
+    ) -> list[list[int]]:
+        """For each lane, the indices into ``self.urls`` it reads in ``epoch``, in order.
+
+        With shard sizes known (:meth:`shard_weights`), shards are dealt so that lanes hold
+        about the same size; else like cards.
+        """
         order = self._shard_order(epoch, world_size)
-        return deal_to_lanes(rank_shards(order, rank=rank, world_size=world_size), self.num_lanes)
+        shards = rank_shards(order, rank=rank, world_size=world_size)
+        lanes = num_lanes or self.lanes_for(None, world_size)
+        weights = self.shard_weights()
+        if weights is None:
+            return deal_to_lanes(shards, lanes)
+        by_url = weights[1]
+        return deal_balanced(shards, [by_url[url] for url in self.urls], lanes)
+
+    def shard_weights(self) -> tuple[str, dict[str, float]] | None:
+        """``(unit, size per URL)`` when known without reading the shards, else None.
+
+        Records when every shard's count is given or in a manifest; else bytes when every
+        shard is a local, uncompressed file (its size on disk); else unknown. The mixer then
+        takes samples from the lanes in proportion to these sizes, so that all lanes end
+        together. A function of the data alone: counting passes never change it.
+        """
+        if self._weights is False:
+            self._weights = _known_weights(self.urls, self.record_counts)
+        return self._weights  # type: ignore[return-value]
 
     def rank_totals(self, epoch: int, world_size: int) -> list[int]:
         """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
@@ -172,8 +213,13 @@ class ShardDataset(IterableDataset[Sample]):
     ) -> Iterator[Sample]:
         """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
         shards = self.lane_shards(epoch, rank=rank, world_size=world_size)[lane]
-        read = partial(self.read_shard, epoch=epoch)
-        return read_lane([self.urls[i] for i in shards], read, start)
+        return self.read_lane_urls([self.urls[i] for i in shards], epoch, start)
+
+    def read_lane_urls(
+        self, urls: Sequence[str], epoch: int, start: LanePosition = LanePosition()
+    ) -> Iterator[Sample]:
+        """The samples of a lane that reads ``urls`` in ``epoch``, from ``start`` on."""
+        return read_lane(urls, partial(self.read_shard, epoch=epoch), start)
 
     def __iter__(self) -> Iterator[Sample]:
         world = detect_world()
@@ -194,10 +240,13 @@ class ShardDataset(IterableDataset[Sample]):
         if self.policy.skips:
             self.ledger = SkipLedger.for_policy(self.policy)
         self.dropped = Counter()
+        num_lanes = self.lanes_for(None, world.world_size)
         lanes = worker_lanes(
-            num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
+            num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
         )
-        plan = self.lane_shards(epoch, rank=world.rank, world_size=world.world_size)
+        plan = self.lane_shards(
+            epoch, rank=world.rank, world_size=world.world_size, num_lanes=num_lanes
+        )
         read = partial(self.read_shard, epoch=epoch)
         lane_samples = [read_lane([self.urls[i] for i in plan[lane]], read) for lane in lanes]
         return without_tombstones(round_robin(lane_samples), self._count_dropped)
@@ -279,3 +328,14 @@ def _decoder(
     if callable(decode) and not isinstance(decode, Decoder):
         return decode
     return as_decoder(decode)
+
+
+def _known_weights(
+    urls: Sequence[str], counts: RecordCounts
+) -> tuple[str, dict[str, float]] | None:
+    known = {url: counts.known(url) for url in urls}
+    if all(count is not None for count in known.values()):
+        return "records", {url: float(count or 0) for url, count in known.items()}
+    if all(is_local(url) and not is_gzipped(url) for url in urls):
+        return "bytes", {url: float(os.path.getsize(local_path(url))) for url in urls}
+    return None

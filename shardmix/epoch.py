@@ -26,9 +26,9 @@ from shardmix.errors import (
     WorkerError,
     describe_position,
 )
-from shardmix.mixing import LaneMixer
+from shardmix.mixing import LaneClocks, LaneMixer
 from shardmix.policy import SkipLedger
-from shardmix.reader import LanePosition, Sample
+from shardmix.reader import LanePosition, Sample, sample_bytes
 from shardmix.sharding import EvenRanks, rank_quota
 from shardmix.shuffle import ShuffleBuffer
 from shardmix.transforms import DROPPED, FILTERED, SKIPPED
@@ -73,15 +73,24 @@ class EpochIterator:
         self._pad: list[Sample] | None = None
         self.padded = 0  # samples repeated to reach the quota
         dropped = None
+        clocks = None
         if isinstance(dataset, ShardDataset):
-            plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
+            num_lanes = loader.num_lanes_for(dataset, world_size)
+            plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
             lane_urls = [[dataset.urls[i] for i in lane] for lane in plan]
+            weights = dataset.shard_weights()
+            if weights is not None:
+                clocks = LaneClocks(lane_urls, weights[1], weights[0])
             if world_size > 1:
                 self.quota, self.own = _plan_quota(
                     dataset, epoch, rank, world_size, loader.even_ranks
                 )
         self.buffer: ShuffleBuffer[Sample] = ShuffleBuffer(
-            loader.shuffle_buffer, seed=loader.seed, epoch=epoch
+            loader.shuffle_buffer_size(),
+            seed=loader.seed,
+            epoch=epoch,
+            max_bytes=loader.shuffle_buffer_bytes,
+            size_of=sample_bytes,
         )
         starts = None
         live = None
@@ -110,6 +119,7 @@ class EpochIterator:
                 rank=rank,
                 world_size=world_size,
                 starts=starts,
+                lane_urls=lane_urls,
                 num_workers=loader.num_workers,
                 timeout=loader.timeout,
                 prefetch_factor=loader.prefetch_factor,
@@ -118,7 +128,7 @@ class EpochIterator:
         if resume is not None:
             # After the workers start: they read ahead while the buffer is re-read here.
             assert isinstance(dataset, ShardDataset)
-            self.buffer.items = _reread(dataset, unpack_refs(resume["buffer"]["items"]), epoch)
+            self.buffer.restore(_reread(dataset, unpack_refs(resume["buffer"]["items"]), epoch))
         self.mixer = LaneMixer(
             counted(sent, self.skipped),
             num_lanes,
@@ -127,6 +137,7 @@ class EpochIterator:
             lane_urls=lane_urls,
             start=starts,
             dropped=dropped,
+            clocks=clocks,
         )
 
     def __iter__(self) -> EpochIterator:

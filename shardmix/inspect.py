@@ -60,6 +60,7 @@ for a full batch (``min(batch_size, N)`` samples).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -69,11 +70,11 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from shardmix.dataset import DEFAULT_NUM_LANES, ShardDataset
+from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.formats import TFRecordPayload
-from shardmix.loader import DEFAULT_SHUFFLE_BUFFER, MixingLoader
-from shardmix.reader import Sample
+from shardmix.loader import MixingLoader
+from shardmix.reader import Sample, sample_bytes
 from shardmix.sharding import EvenRanks
 from shardmix.world import detect_world
 
@@ -86,8 +87,8 @@ class InspectSettings:
 
     batch_size: int = 64
     num_workers: int = 0
-    num_lanes: int = DEFAULT_NUM_LANES
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    num_lanes: int | None = None  # None: the loader's default for the batch size
+    shuffle_buffer: int | None = None
     seed: int = 0
     epoch: int = 0
     batches: int | None = None
@@ -98,10 +99,10 @@ class InspectSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "even_ranks", EvenRanks(self.even_ranks))
         for name in ("batch_size", "num_lanes", "world_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("num_workers", "shuffle_buffer", "epoch"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.batches is not None and self.batches < 1:
             raise ConfigError(f"batches must be at least 1 (or None for all), got {self.batches}")
@@ -224,8 +225,8 @@ def inspect_batches(
     *,
     batch_size: int = 64,
     num_workers: int = 0,
-    num_lanes: int = DEFAULT_NUM_LANES,
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    num_lanes: int | None = None,
+    shuffle_buffer: int | None = None,
     seed: int = 0,
     epoch: int = 0,
     batches: int | None = None,
@@ -254,7 +255,8 @@ def inspect_batches(
         even_ranks=EvenRanks(even_ranks),
     )
     dataset = _dataset(urls, settings, num_lanes)
-    plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
+    lanes = dataset.lanes_for(batch_size, world_size)
+    plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size, num_lanes=lanes)
     # Counted once: the loader's planning for even ranks reuses the dataset's counts.
     shards = {
         dataset.urls[i]: dataset.record_counts.of(dataset.urls[i]) for lane in plan for i in lane
@@ -275,12 +277,15 @@ def inspect_batches(
         world_size=world_size,
     )
     loader.set_epoch(epoch)
+    settings = dataclasses.replace(
+        settings, num_lanes=lanes, shuffle_buffer=loader.shuffle_buffer_size()
+    )
     lane_of = _lane_of(plan, dataset.urls)
     run = _record(
         "MixingLoader",
         loader,
         lane_of,
-        num_lanes,
+        lanes,
         settings,
         ideal=ideal,
         total=total,
@@ -321,7 +326,9 @@ def _log_comb(n: int, k: int) -> float:
     return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
-def _dataset(urls: str | Sequence[str], settings: InspectSettings, num_lanes: int) -> ShardDataset:
+def _dataset(
+    urls: str | Sequence[str], settings: InspectSettings, num_lanes: int | None
+) -> ShardDataset:
     return ShardDataset(
         urls,
         seed=settings.seed,
@@ -332,8 +339,9 @@ def _dataset(urls: str | Sequence[str], settings: InspectSettings, num_lanes: in
 
 
 def _provenance_only(sample: Sample) -> Sample:
-    """Drop the payload in the worker; the dataset puts the provenance keys back."""
-    return {}
+    """Drop the payload in the worker (the dataset puts the provenance keys back), keeping its
+    size, so that the shuffle buffer's byte budget binds as it would with the payload."""
+    return {"__bytes__": sample_bytes(sample)}
 
 
 def _sources_of(samples: list[Sample]) -> list[str]:

@@ -35,11 +35,11 @@ from shardmix.errors import (
     ShardmixWarning,
 )
 from shardmix.reader import Sample
-from shardmix.sharding import EvenRanks, rank_quota
+from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.transforms import FILTERED
 from shardmix.world import detect_rank
 
-DEFAULT_SHUFFLE_BUFFER = 8192
+DEFAULT_SHUFFLE_BUFFER_BYTES = 128 << 20
 
 
 class MixingLoader:
@@ -51,7 +51,12 @@ class MixingLoader:
             IterableDataset (each worker is then one lane; no checkpoints).
         batch_size: samples per batch.
         num_workers: DataLoader worker processes; 0 reads in the main process.
-        shuffle_buffer: samples held by the main-process shuffle buffer (0 disables it).
+        shuffle_buffer: samples held by the main-process shuffle buffer (0 disables it);
+            default 64 per sample of a batch, at least 8,192
+            (:func:`~shardmix.sharding.default_shuffle_buffer`).
+        shuffle_buffer_bytes: the buffer also stops growing once its samples hold this many
+            bytes (default 128 MiB; ``None``: no byte budget), so that large or decoded
+            samples cannot fill the main process's memory.
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
         collate_fn: turns a list of samples into a batch; default
             :func:`~shardmix.collate.collate_samples`.
@@ -76,7 +81,8 @@ class MixingLoader:
         *,
         batch_size: int,
         num_workers: int = 0,
-        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        shuffle_buffer: int | None = None,
+        shuffle_buffer_bytes: int | None = DEFAULT_SHUFFLE_BUFFER_BYTES,
         seed: int = 0,
         collate_fn: Callable[[list[Sample]], Any] | None = None,
         drop_last: bool = False,
@@ -92,9 +98,15 @@ class MixingLoader:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         if num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
-        if shuffle_buffer < 0:
+        if shuffle_buffer is not None and shuffle_buffer < 0:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {shuffle_buffer}")
-        if isinstance(dataset, ShardDataset) and num_workers > dataset.num_lanes:
+        if shuffle_buffer_bytes is not None and shuffle_buffer_bytes < 1:
+            raise ConfigError(f"shuffle_buffer_bytes must be >= 1, got {shuffle_buffer_bytes}")
+        if (
+            isinstance(dataset, ShardDataset)
+            and dataset.num_lanes is not None
+            and num_workers > dataset.num_lanes
+        ):
             raise ConfigError(
                 f"num_workers={num_workers} exceeds the dataset's num_lanes={dataset.num_lanes}: "
                 "the extra workers would read nothing; raise num_lanes"
@@ -103,6 +115,7 @@ class MixingLoader:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.shuffle_buffer = shuffle_buffer
+        self.shuffle_buffer_bytes = shuffle_buffer_bytes
         self.seed = seed
         self.collate_fn = collate_fn or collate_samples
         self.drop_last = drop_last
@@ -131,6 +144,16 @@ class MixingLoader:
         self._current = EpochIterator(self, epoch, resume)
         return self._current
 
+    def num_lanes_for(self, dataset: ShardDataset, world_size: int) -> int:
+        """The lanes an epoch reads: the dataset's ``num_lanes``, or from the batch size."""
+        return dataset.lanes_for(self.batch_size, world_size)
+
+    def shuffle_buffer_size(self) -> int:
+        """The shuffle buffer's capacity in samples (``shuffle_buffer`` or its default)."""
+        if self.shuffle_buffer is not None:
+            return self.shuffle_buffer
+        return default_shuffle_buffer(self.batch_size)
+
     def close(self) -> None:
         """Stop the current epoch's worker processes (a new ``iter()`` does it too)."""
         if self._current is not None:
@@ -145,7 +168,8 @@ class MixingLoader:
         if current is not None and not current.finished:
             position = current.position()
         else:
-            position = epoch_start(self.epoch, shard_dataset.num_lanes)
+            rank, world_size = self.rank_and_world_size()
+            position = epoch_start(self.epoch, self.num_lanes_for(shard_dataset, world_size))
         return {"version": STATE_VERSION, "config": self._config(shard_dataset), **position}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -168,10 +192,11 @@ class MixingLoader:
             "shards": shards_digest(dataset.urls),
             "dataset_seed": dataset.seed,
             "shuffle_shards": dataset.shuffle_shards,
-            "num_lanes": dataset.num_lanes,
+            "num_lanes": self.num_lanes_for(dataset, world_size),
             "seed": self.seed,
             "batch_size": self.batch_size,
-            "shuffle_buffer": self.shuffle_buffer,
+            "shuffle_buffer": self.shuffle_buffer_size(),
+            "shuffle_buffer_bytes": self.shuffle_buffer_bytes,
             "drop_last": self.drop_last,
             "rank": rank,
             "world_size": world_size,

@@ -14,6 +14,7 @@ re-reading each lane from its position gives exactly the samples that would have
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -21,6 +22,38 @@ from typing import Any
 from shardmix.errors import WorkerError
 from shardmix.reader import LaneChunk, LanePosition, Sample
 from shardmix.transforms import DROPPED
+
+
+class LaneClocks:
+    """How far through its lane a sample is, from the sizes of the lane's shards.
+
+    ``weights`` maps each shard URL to its size, in records (``unit="records"``: a sample is
+    placed by its record index) or bytes (``"bytes"``: by its byte offset). A sample's clock
+    is the share of its lane read before it, from 0 to 1. Taking the sample with the lowest
+    clock next makes every lane progress at the same relative pace, so all lanes end together
+    and the last batches of an epoch mix as many files as the first.
+    """
+
+    def __init__(
+        self, lane_urls: Sequence[Sequence[str]], weights: Mapping[str, float], unit: str
+    ) -> None:
+        if unit not in ("records", "bytes"):
+            raise ValueError(f"unit must be 'records' or 'bytes', got {unit!r}")
+        self.lane_urls = lane_urls
+        self._by_offset = unit == "bytes"
+        self._starts: list[list[float]] = []
+        self._totals: list[float] = []
+        for urls in lane_urls:
+            starts, total = [], 0.0
+            for url in urls:
+                starts.append(total)
+                total += weights[url]
+            self._starts.append(starts)
+            self._totals.append(total or 1.0)
+
+    def clock(self, lane: int, slot: int, sample: Sample) -> float:
+        within = sample["__offset__"] if self._by_offset else sample["__index__"] + 0.5
+        return (self._starts[lane][slot] + within) / self._totals[lane]
 
 
 class LaneMixer:
@@ -34,6 +67,7 @@ class LaneMixer:
         lane_urls: each lane's shard list, to turn provenance into :class:`LanePosition`.
         start: each lane's position when the mixer starts (where its reading began).
         dropped: the tombstones counted before the mixer starts (on resume).
+        clocks: the lanes' sizes: take samples in proportion to them instead of in turn.
     """
 
     def __init__(
@@ -46,6 +80,7 @@ class LaneMixer:
         lane_urls: Sequence[Sequence[str]] | None = None,
         start: Sequence[LanePosition] | None = None,
         dropped: Mapping[str, int] | None = None,
+        clocks: LaneClocks | None = None,
     ) -> None:
         self._chunks = chunks
         self._num_lanes = num_lanes
@@ -58,11 +93,19 @@ class LaneMixer:
         self._last: list[Any] = [None] * num_lanes
         # Samples dropped by the transform, by why ("filtered", "skipped"): from tombstones.
         self.dropped: Counter[str] = Counter(dropped or {})
+        self._clocks = clocks
+        # With clocks: (clock, lane) of each live lane's next sample, and the lanes whose next
+        # sample has not arrived yet.
+        self._heads: list[tuple[float, int]] = []
+        self._waiting: set[int] = set(self.live) if clocks is not None else set()
+        self._head_slot = [position.slot for position in self.positions]
 
     def __iter__(self) -> Iterator[Sample]:
         return self
 
     def __next__(self) -> Sample:
+        if self._clocks is not None:
+            return self._next_by_clock(self._clocks)
         live = self.live
         while live:
             if self.cursor >= len(live):
@@ -83,6 +126,45 @@ class LaneMixer:
             del live[self.cursor]
         self._finish()
         raise StopIteration
+
+    def _next_by_clock(self, clocks: LaneClocks) -> Sample:
+        """The sample whose lane is furthest behind, in proportion to the lane's size."""
+        heads = self._heads
+        while True:
+            while self._waiting:
+                self._pull()
+                for lane in [
+                    lane for lane in self._waiting if self._pending[lane] or self._ended[lane]
+                ]:
+                    self._waiting.discard(lane)
+                    self._push_head(clocks, lane)
+            if not heads:
+                self.live = []
+                self._finish()
+                raise StopIteration
+            _, lane = heapq.heappop(heads)
+            sample = self._pending[lane].popleft()
+            self._last[lane] = sample
+            self._push_head(clocks, lane)
+            if DROPPED in sample:
+                self.dropped[sample[DROPPED]] += 1
+                continue
+            return sample
+
+    def _push_head(self, clocks: LaneClocks, lane: int) -> None:
+        """Put ``lane``'s next sample on the heap, or wait for it, or let the lane end."""
+        queue = self._pending[lane]
+        if queue:
+            head = queue[0]
+            slot = self._head_slot[lane] = _slot_of(
+                clocks.lane_urls[lane], head["__source__"], self._head_slot[lane]
+            )
+            heapq.heappush(self._heads, (clocks.clock(lane, slot, head), lane))
+        elif self._ended[lane]:
+            if lane in self.live:
+                self.live.remove(lane)
+        else:
+            self._waiting.add(lane)
 
     def _finish(self) -> None:
         """Read the chunk stream to its end, so the DataLoader shuts its workers down."""

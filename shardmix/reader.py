@@ -17,7 +17,7 @@ read through their format's :class:`~shardmix.formats.ShardReader`.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -157,24 +157,66 @@ _ENDED: Any = object()  # a lane's end: ``None`` or any other value could be a s
 LaneChunk = list[tuple[int, list[Sample], bool]]
 
 
-def round_robin_chunks(lanes: dict[int, Iterator[Sample]], per_lane: int) -> Iterator[LaneChunk]:
-    """Chunks for the trip to the main process: ``per_lane`` samples from every live lane.
+def round_robin_chunks(
+    lanes: dict[int, Iterator[Sample]],
+    per_lane: int,
+    max_bytes: int | None = None,
+    shares: Mapping[int, float] | None = None,
+) -> Iterator[LaneChunk]:
+    """Chunks for the trip to the main process: about ``per_lane`` samples from each live lane.
 
-    Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. Taking the
-    same number from every live lane matches the rate at which the main process, which takes
-    one sample per live lane per turn, consumes them, so little waits in its stash.
+    Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. Lanes are
+    sent at the rate the main process consumes them, so that little waits in its stash: the
+    same number from each (it takes lanes in turn), or, with ``shares``, ``per_lane`` times
+    each lane's share (it takes lanes in proportion to their sizes), the fractions carried
+    from chunk to chunk. A chunk closes early, after the lane that takes it past
+    ``max_bytes`` (:func:`sample_bytes`), and the next chunk goes on from the next lane: what
+    is in flight stays bounded in bytes whatever the record size.
     """
     live = dict(lanes)
+    owed = dict.fromkeys(live, 0.0)
+    chunk: LaneChunk = []
+    size = 0
     while live:
-        chunk: LaneChunk = []
         for lane, iterator in list(live.items()):
+            if shares is None:
+                wanted = per_lane
+            else:
+                owed[lane] += per_lane * shares[lane]
+                wanted = max(1, int(owed[lane]))
+                owed[lane] -= wanted
             samples = []
             for sample in iterator:
                 samples.append(sample)
-                if len(samples) == per_lane:
+                if max_bytes is not None:
+                    size += sample_bytes(sample)
+                if len(samples) == wanted:
                     break
-            ended = len(samples) < per_lane
+            ended = len(samples) < wanted
             if ended:
                 del live[lane]
             chunk.append((lane, samples, ended))
-        yield chunk
+            if max_bytes is not None and size >= max_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+            chunk, size = [], 0
+
+
+def sample_bytes(sample: Sample) -> int:
+    """About how much memory a sample's values hold: bytes, strings, arrays and tensors.
+
+    A sample may state its size under ``__bytes__`` (``shardmix inspect`` drops payloads but
+    keeps their size, so that byte budgets bind as in training).
+    """
+    stated = sample.get("__bytes__")
+    if stated is not None:
+        return int(stated)
+    total = 0
+    for value in sample.values():
+        if isinstance(value, (bytes, bytearray, str)):
+            total += len(value)
+        else:
+            total += int(getattr(value, "nbytes", 0) or 0)
+    return total

@@ -1,8 +1,10 @@
 """Sharding: which shards each rank, lane and worker reads in an epoch. Pure functions.
 
 The sample order of an epoch is defined over *lanes*, not over processes. A rank's shards are
-dealt to a fixed number of lanes; a lane reads its shards one after another; the mixing stage
-takes one sample from each live lane in turn. Workers only host lanes (lane ``l`` lives in
+dealt to a number of lanes that follows from the batch size (:func:`default_num_lanes`); a
+lane reads its shards one after another; the mixing stage takes samples from the lanes in
+proportion to their sizes when those are known (:func:`deal_balanced` evens them out first),
+else one from each live lane in turn. Workers only host lanes (lane ``l`` lives in
 worker ``l % num_workers``), so the order of samples, and with it every batch, is the same
 whatever ``num_workers`` is.
 
@@ -20,6 +22,7 @@ whatever ``num_workers`` is.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,6 +80,59 @@ def rank_shards(order: Sequence[int], *, rank: int, world_size: int) -> list[int
 def deal_to_lanes(shards: Sequence[int], num_lanes: int) -> list[list[int]]:
     """Deal shards to lanes like cards: lane ``l`` reads shards ``l, l + L, l + 2L, ...``."""
     return [list(shards[lane::num_lanes]) for lane in range(num_lanes)]
+
+
+def deal_balanced(
+    shards: Sequence[int], weights: Sequence[float], num_lanes: int
+) -> list[list[int]]:
+    """Deal shards, in their order, each to the lane with the least weight so far.
+
+    ``weights[i]`` is shard ``i``'s size (records or bytes). Lanes end up within one shard's
+    weight of each other, so that, read in proportion to their weights, they all end
+    together. Ties go to the lowest lane.
+
+    >>> deal_balanced([0, 1, 2, 3, 4], [5, 1, 1, 1, 3], num_lanes=2)
+    [[0], [1, 2, 3, 4]]
+    """
+    lanes: list[list[int]] = [[] for _ in range(num_lanes)]
+    loads = [(0.0, lane) for lane in range(num_lanes)]
+    heapq.heapify(loads)
+    for shard in shards:
+        load, lane = heapq.heappop(loads)
+        lanes[lane].append(shard)
+        heapq.heappush(loads, (load + weights[shard], lane))
+    return lanes
+
+
+# How many lanes per sample of a batch (see default_num_lanes), and shuffle-buffer samples per
+# sample of a batch; both were chosen by measuring mixing on 64 to 4,096 uneven shards.
+LANES_PER_BATCH_SAMPLE = 3
+BUFFER_PER_BATCH_SAMPLE = 64
+MIN_SHUFFLE_BUFFER = 8192
+
+
+def default_num_lanes(*, batch_size: int, shards_per_rank: int) -> int:
+    """How many shards a rank reads at once when ``num_lanes`` is not given.
+
+    Three lanes per sample of a batch, at most one per shard: a batch then draws from about
+    as many files as a uniformly random batch would. A pure function of the batch size and
+    the shard count, never of the workers or the machine, so batches do not change with them.
+
+    >>> default_num_lanes(batch_size=256, shards_per_rank=1024)
+    768
+    >>> default_num_lanes(batch_size=64, shards_per_rank=64)
+    64
+    """
+    return max(1, min(shards_per_rank, LANES_PER_BATCH_SAMPLE * batch_size))
+
+
+def default_shuffle_buffer(batch_size: int) -> int:
+    """Shuffle-buffer samples when not given: 64 batches' worth, at least 8,192.
+
+    >>> default_shuffle_buffer(64), default_shuffle_buffer(512)
+    (8192, 32768)
+    """
+    return max(MIN_SHUFFLE_BUFFER, BUFFER_PER_BATCH_SAMPLE * batch_size)
 
 
 def worker_lanes(*, num_lanes: int, worker: int, num_workers: int) -> list[int]:

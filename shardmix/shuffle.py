@@ -10,7 +10,7 @@ on time or process.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -42,36 +42,82 @@ class Draws:
 
 
 class ShuffleBuffer(Generic[T]):
-    """Holds up to ``capacity`` items; see the module docstring for the order it produces."""
+    """Holds up to ``capacity`` items, and about ``max_bytes`` of them when given.
 
-    def __init__(self, capacity: int, *, seed: int, epoch: int) -> None:
+    With ``max_bytes`` (and ``size_of``, an item's size), the buffer stops growing once its
+    items hold that many bytes: from then on every push displaces a resident, as when it is
+    full. The order it produces is therefore a function of the items' sizes too, which are a
+    function of the data; it does not depend on anything else.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        seed: int,
+        epoch: int,
+        max_bytes: int | None = None,
+        size_of: Callable[[T], int] | None = None,
+    ) -> None:
         if capacity < 0:
             raise ValueError(f"shuffle buffer capacity must be >= 0, got {capacity}")
+        if max_bytes is not None and size_of is None:
+            raise ValueError("a byte budget (max_bytes) needs size_of")
         self.capacity = capacity
         self.items: list[T] = []
         self.draws = Draws(seed, epoch)
+        self.max_bytes = max_bytes
+        self._size_of = size_of if max_bytes is not None else None
+        self._sizes: list[int] = []
+        self.bytes = 0
+
+    def restore(self, items: list[T]) -> None:
+        """Hold ``items`` (a checkpoint's residents, in arrival order)."""
+        self.items = list(items)
+        if self._size_of is not None:
+            self._sizes = [self._size_of(item) for item in self.items]
+            self.bytes = sum(self._sizes)
 
     def push(self, item: T) -> T | None:
         """Add ``item``; once full, return the resident it displaced (else ``None``)."""
-        if len(self.items) < self.capacity:
-            self.items.append(item)
+        items = self.items
+        if self._size_of is None:
+            if len(items) < self.capacity:
+                items.append(item)
+                return None
+            if self.capacity == 0:
+                return item
+            evicted = items.pop(self.draws.below(self.capacity))
+            items.append(item)
+            return evicted
+        size = self._size_of(item)
+        if len(items) < self.capacity and (not items or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
+            items.append(item)
+            self._sizes.append(size)
+            self.bytes += size
             return None
-        if self.capacity == 0:
+        if not items:
             return item
-        evicted = self.items.pop(self.draws.below(self.capacity))
-        self.items.append(item)
+        index = self.draws.below(len(items))
+        evicted = items.pop(index)
+        self.bytes += size - self._sizes.pop(index)
+        items.append(item)
+        self._sizes.append(size)
         return evicted
 
     def pop(self) -> T | None:
         """Remove and return a uniformly chosen resident; ``None`` when empty."""
         if not self.items:
             return None
-        return self.items.pop(self.draws.below(len(self.items)))
+        index = self.draws.below(len(self.items))
+        if self._sizes:
+            self.bytes -= self._sizes.pop(index)
+        return self.items.pop(index)
 
     def drain(self) -> Iterator[T]:
         """Emit the residents in random order, emptying the buffer."""
         while self.items:
-            yield self.items.pop(self.draws.below(len(self.items)))
+            yield self.pop()  # type: ignore[misc]
 
 
 def shuffled(items: Iterator[T], capacity: int, *, seed: int, epoch: int) -> Iterator[T]:

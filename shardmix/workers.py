@@ -10,6 +10,8 @@ rest of the loader never touches torch's DataLoader.
 from __future__ import annotations
 
 import math
+import os
+import resource
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,13 +19,22 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
+from shardmix.errors import ConfigError
 from shardmix.policy import SkipLedger
 from shardmix.reader import LaneChunk, LanePosition, round_robin_chunks
 from shardmix.sharding import worker_lanes
+from shardmix.sources import is_local
 from shardmix.world import detect_world
 
-# Samples per chunk a worker sends: enough to amortise one pickle and one queue trip.
+# Remote shards open at once per process, at most: one connection each.
+MAX_CONNECTIONS = 512
+# Descriptors kept free beside the shards (pipes, sockets, imports).
+_SPARE_DESCRIPTORS = 8
+# Samples per chunk a worker sends: enough to amortise one pickle and one queue trip...
 CHUNK_SAMPLES = 128
+# ... and at most about this many bytes of samples, so that the chunks in flight (two per
+# worker, prefetch_factor) stay small whatever the record size.
+CHUNK_BYTES = 16 << 20
 
 # What a worker sends: a chunk, what it skipped since its last chunk (or None), and whether
 # the chunk holds tensors boxed as arrays.
@@ -37,6 +48,7 @@ def start_workers(
     rank: int,
     world_size: int,
     starts: list[LanePosition] | None,
+    lane_urls: list[list[str]] | None,
     num_workers: int,
     timeout: float,
     prefetch_factor: int,
@@ -44,16 +56,18 @@ def start_workers(
 ) -> tuple[Iterator[Sent], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
 
-    The workers are torch's DataLoader iterator (``None`` when ``num_workers`` is 0 and the
-    lanes are read in this process); stop them with :func:`stop_workers`.
+    ``lane_urls`` is each lane's shard list (a ShardDataset's plan). The workers are torch's
+    DataLoader iterator (``None`` when ``num_workers`` is 0 and the lanes are read in this
+    process); stop them with :func:`stop_workers`.
     """
-    if isinstance(dataset, ShardDataset):
-        num_lanes = dataset.num_lanes
+    if isinstance(dataset, ShardDataset) and lane_urls is not None:
+        check_open_limits(lane_urls, num_workers)
+        num_lanes = len(lane_urls)
         per_lane = max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
     else:
         num_lanes = max(1, num_workers)
         per_lane = CHUNK_SAMPLES
-    source = _LaneChunks(dataset, epoch, rank, world_size, num_lanes, per_lane, starts)
+    source = _LaneChunks(dataset, epoch, rank, world_size, lane_urls, per_lane, starts)
     if num_workers == 0:
         return iter(source), num_lanes, None
     loader = DataLoader(
@@ -67,6 +81,40 @@ def start_workers(
     )
     workers = iter(loader)
     return workers, num_lanes, workers
+
+
+def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
+    """Refuse, naming the settings to change, a plan whose open shards per process would pass
+    the open-file limit (RLIMIT_NOFILE) or, for remote shards, :data:`MAX_CONNECTIONS`.
+
+    Each lane keeps one shard open; lane ``l`` lives in worker ``l % num_workers``.
+    """
+    num_lanes = len(lane_urls)
+    per_process = math.ceil(num_lanes / max(1, num_workers))
+    where = "per worker" if num_workers else "in this process (num_workers=0)"
+    remote = any(not is_local(url) for urls in lane_urls for url in urls)
+    if remote and per_process > MAX_CONNECTIONS:
+        raise ConfigError(
+            f"{num_lanes} lanes over {max(1, num_workers)} processes would hold {per_process} "
+            f"connections to remote shards open {where}, more than shardmix's cap of "
+            f"{MAX_CONNECTIONS}; raise num_workers or pass ShardDataset(num_lanes=...) lower"
+        )
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = _open_descriptors()
+    if soft != resource.RLIM_INFINITY and in_use + per_process + _SPARE_DESCRIPTORS > soft:
+        raise ConfigError(
+            f"{num_lanes} lanes over {max(1, num_workers)} processes would open {per_process} "
+            f"shards at once {where}, with {in_use} files already open, past the open-file "
+            f"limit of {soft} (RLIMIT_NOFILE); raise it (ulimit -n), raise num_workers, or "
+            "pass ShardDataset(num_lanes=...) lower"
+        )
+
+
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux: assume a small process
+        return 32
 
 
 def stop_workers(workers: Any) -> None:
@@ -104,7 +152,7 @@ class _LaneChunks(IterableDataset[Sent]):
         epoch: int,
         rank: int,
         world_size: int,
-        num_lanes: int,
+        lane_urls: list[list[str]] | None,
         per_lane: int,
         starts: list[LanePosition] | None,
     ) -> None:
@@ -112,34 +160,45 @@ class _LaneChunks(IterableDataset[Sent]):
         self.epoch = epoch
         self.rank = rank
         self.world_size = world_size
-        self.num_lanes = num_lanes
+        self.lane_urls = lane_urls
         self.per_lane = per_lane
         self.starts = starts
 
     def __iter__(self) -> Iterator[Sent]:
         world = detect_world(self.rank, self.world_size)
         ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
-        if isinstance(self.dataset, ShardDataset):
+        if isinstance(self.dataset, ShardDataset) and self.lane_urls is not None:
             self.dataset.ledger = ledger  # this process's copy of the dataset
+            num_lanes = len(self.lane_urls)
             lanes = worker_lanes(
-                num_lanes=self.num_lanes, worker=world.worker, num_workers=world.num_workers
+                num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
             )
-            starts = self.starts or [LanePosition()] * self.num_lanes
+            starts = self.starts or [LanePosition()] * num_lanes
             iterators = {
-                lane: self.dataset.read_lane(
-                    lane, self.epoch, rank=self.rank, world_size=self.world_size, start=starts[lane]
-                )
+                lane: self.dataset.read_lane_urls(self.lane_urls[lane], self.epoch, starts[lane])
                 for lane in lanes
             }
+            shares = _lane_shares(self.dataset, self.lane_urls)
         else:
+            shares = None
             set_epoch = getattr(self.dataset, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(self.epoch)
             iterators = {world.worker: iter(self.dataset)}
         return (
             (chunk, ledger.take(), _box_tensors(chunk))
-            for chunk in round_robin_chunks(iterators, self.per_lane)
+            for chunk in round_robin_chunks(iterators, self.per_lane, CHUNK_BYTES, shares)
         )
+
+
+def _lane_shares(dataset: ShardDataset, lane_urls: list[list[str]]) -> dict[int, float] | None:
+    """Each lane's size over the mean lane's, when the mixer takes lanes by size (else None)."""
+    weights = dataset.shard_weights()
+    if weights is None:
+        return None
+    sizes = [sum(weights[1][url] for url in urls) for urls in lane_urls]
+    mean = sum(sizes) / len(sizes) or 1.0
+    return {lane: size / mean for lane, size in enumerate(sizes)}
 
 
 class _Tensor:

@@ -92,7 +92,7 @@ def test_json_on_64_shards_with_a_batch_limit(capsys, shards64):
         "num_shards": 64,
         "batch_size": 48,
         "num_workers": 0,
-        "num_lanes": 32,
+        "num_lanes": 64,  # the default for batch 48: one lane per shard, at most 3 x 48
         "shuffle_buffer": 8192,
         "seed": 5,
         "epoch": 0,
