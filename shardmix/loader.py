@@ -39,7 +39,7 @@ from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.transforms import FILTERED
 from shardmix.world import detect_rank
 
-DEFAULT_SHUFFLE_BUFFER_BYTES = 128 << 20
+DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 
 
 class MixingLoader:
@@ -55,7 +55,7 @@ class MixingLoader:
             default 64 per sample of a batch, at least 8,192
             (:func:`~shardmix.sharding.default_shuffle_buffer`).
         shuffle_buffer_bytes: the buffer also stops growing once its samples hold this many
-            bytes (default 128 MiB; ``None``: no byte budget), so that large or decoded
+            bytes (default 64 MiB; ``None``: no byte budget), so that large or decoded
             samples cannot fill the main process's memory.
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
         collate_fn: turns a list of samples into a batch; default

@@ -34,7 +34,7 @@ _SPARE_DESCRIPTORS = 8
 CHUNK_SAMPLES = 128
 # ... and at most about this many bytes of samples, so that the chunks in flight (two per
 # worker, prefetch_factor) stay small whatever the record size.
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 8 << 20
 
 # What a worker sends: a chunk, what it skipped since its last chunk (or None), and whether
 # the chunk holds tensors boxed as arrays.
