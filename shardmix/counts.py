@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from shardmix.formats import Format, ReadOptions, is_gzipped
+from shardmix.formats import Format, ReadOptions, reader_for
 from shardmix.sources import SourceOptions, is_local, local_path, open_shard
 
 MANIFEST_VERSION = 1
@@ -29,17 +29,9 @@ def count_records(
     options: ReadOptions = ReadOptions(),
     source_options: SourceOptions | None = None,
 ) -> int:
-    """The number of records (samples) in one shard, by walking its framing."""
+    """The number of records (samples) in one shard, by walking its framing (gzip inflated)."""
     with open_shard(url, options=source_options) as stream:
-        if fmt is Format.TAR:
-            from shardmix.formats.tar import count_tar_records
-
-            return count_tar_records(stream, url, gzipped=is_gzipped(url))
-        from shardmix.formats.compression import decompressed
-        from shardmix.formats.tfrecord import count_tfrecord_records
-
-        source = decompressed(stream, url) if is_gzipped(url) else stream
-        return count_tfrecord_records(source, url, max_record_bytes=options.max_record_bytes)
+        return reader_for(fmt, options).count(stream, url)
 
 
 class RecordCounts:

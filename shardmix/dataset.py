@@ -234,7 +234,7 @@ class ShardDataset(IterableDataset[Sample]):
     def read_records(
         self,
         url: str,
-        located: Sequence[tuple[int, int]],
+        positions: Sequence[tuple[int, int]],
         *,
         epoch: int = 0,
         on_damage: DamageHandler | None = None,
@@ -247,7 +247,7 @@ class ShardDataset(IterableDataset[Sample]):
         samples = reader.read_shard_at(
             url,
             self._format_of[url],
-            located,
+            positions,
             options=self.options,
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,

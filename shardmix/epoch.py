@@ -89,7 +89,7 @@ class EpochIterator:
         if resume is not None:
             assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
             mixer_state = resume["mixer"]
-            starts = [LanePosition(shard, record) for shard, record in mixer_state["lanes"]]
+            starts = [LanePosition(slot, record) for slot, record in mixer_state["lanes"]]
             live, cursor = mixer_state["live"], mixer_state["cursor"]
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
@@ -233,7 +233,7 @@ class EpochIterator:
             "mixer": {
                 "live": list(self.mixer.live),
                 "cursor": self.mixer.cursor,
-                "lanes": [[p.shard, p.record] for p in self.mixer.lane_positions()],
+                "lanes": [[p.slot, p.record] for p in self.mixer.lane_positions()],
             },
             "buffer": {"draws": self.buffer.draws.count, "items": pack_refs(refs)},
         }
@@ -255,7 +255,7 @@ def _plan_quota(
 
 
 def _ref_of(dataset: IterableDataset[Any], sample: Sample) -> Ref:
-    """``(shard, record, offset)``: the shard as an index into the dataset's URL list.
+    """``(shard_index, record, offset)``: the shard as an index into the dataset's URL list.
 
     The offset is -1 when the sample lost its ``__offset__`` (a transform dropped it); the
     record is then re-read by index.
@@ -289,18 +289,18 @@ def _reread(dataset: ShardDataset, refs: list[Ref], epoch: int) -> list[Sample]:
     the shard is walked by its framing up to its last wanted record.
     """
     wanted: dict[int, dict[int, int]] = {}
-    for shard, record, offset in refs:
-        wanted.setdefault(shard, {})[record] = offset
+    for shard_index, record, offset in refs:
+        wanted.setdefault(shard_index, {})[record] = offset
     found: dict[tuple[int, int], Sample] = {}
-    for shard, records in wanted.items():
-        url = dataset.urls[shard]
+    for shard_index, records in wanted.items():
+        url = dataset.urls[shard_index]
         try:
             # Damage met again here was counted when it was first skipped.
             quiet = SkipLedger(max_skips=None, warn=False)
-            located = sorted(records.items())
-            for sample in dataset.read_records(url, located, epoch=epoch, on_damage=quiet):
+            positions = sorted(records.items())
+            for sample in dataset.read_records(url, positions, epoch=epoch, on_damage=quiet):
                 if DROPPED not in sample:
-                    found[shard, sample["__index__"]] = sample
+                    found[shard_index, sample["__index__"]] = sample
         except CorruptShardError as error:
             where = describe_position(url, offset=error.offset, record=error.record)
             raise ConfigError(
@@ -311,12 +311,16 @@ def _reread(dataset: ShardDataset, refs: list[Ref], epoch: int) -> list[Sample]:
                 offset=error.offset,
                 record=error.record,
             ) from error
-    missing = [(shard, record) for shard, record, _ in refs if (shard, record) not in found]
+    missing = [
+        (shard_index, record)
+        for shard_index, record, _ in refs
+        if (shard_index, record) not in found
+    ]
     if missing:
-        shard, record = missing[0]
+        shard_index, record = missing[0]
         raise ConfigError(
             f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
-            f"{dataset.urls[shard]}, which no longer has it or which the transform now drops; "
-            "the data changed, or the transform is not deterministic"
+            f"{dataset.urls[shard_index]}, which no longer has it or which the transform now "
+            "drops; the data changed, or the transform is not deterministic"
         )
-    return [dict(found[shard, record]) for shard, record, _ in refs]
+    return [dict(found[shard_index, record]) for shard_index, record, _ in refs]

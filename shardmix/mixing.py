@@ -101,8 +101,8 @@ class LaneMixer:
             position = self.positions[lane]
             if sample is not None:
                 urls = self._lane_urls[lane]
-                slot = _slot_of(urls, sample["__source__"], position.shard)
-                position = LanePosition(shard=slot, record=sample["__index__"] + 1)
+                slot = _slot_of(urls, sample["__source__"], position.slot)
+                position = LanePosition(slot=slot, record=sample["__index__"] + 1)
             positions.append(position)
         return positions
 

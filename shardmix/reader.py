@@ -10,7 +10,8 @@ a gzip shard). It rides in the sample rather than beside it because the samples 
 workers to the main process, and through the mixer and the shuffle buffer, as plain dicts: a
 side table would have to follow every sample through each of those stages, while the format
 readers know the offset anyway, so carrying it costs one dict entry per sample. A checkpoint
-stores it with the record index, and :func:`read_shard_at` seeks straight to it.
+stores it with the record index, and :func:`read_shard_at` seeks straight to it. Shards are
+read through their format's :class:`~shardmix.formats.ShardReader`.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ import shardmix.formats.tfrecord  # noqa: F401
 from shardmix.formats import (
     Format,
     ReadOptions,
+    RecordPosition,
     can_seek_records,
-    read_located_samples,
     read_samples_at,
     read_samples_at_offsets,
+    reader_for,
 )
 from shardmix.policy import DamageHandler
 from shardmix.sources import SourceOptions, open_shard
@@ -41,9 +43,13 @@ Sample = dict[str, Any]
 
 @dataclass(frozen=True)
 class LanePosition:
-    """Where a lane resumes: shard ``shard`` of the lane's list, at record ``record``."""
+    """Where a lane resumes: the shard in slot ``slot`` of the lane's list, at record ``record``.
 
-    shard: int = 0
+    ``slot`` is a position in the lane's shard list, not an index into the dataset's URL list
+    (that is a ``shard_index``).
+    """
+
+    slot: int = 0
     record: int = 0
 
 
@@ -62,9 +68,7 @@ def read_shard(
     the record's position in the shard, so the indices then have gaps.
     """
     with open_shard(url, options=source_options) as stream:
-        samples = read_located_samples(
-            stream, url, fmt, start=start, options=options, on_damage=on_damage
-        )
+        samples = reader_for(fmt, options).records(stream, url, start=start, on_damage=on_damage)
         for index, offset, sample in samples:
             sample["__source__"] = url
             sample["__index__"] = index
@@ -75,7 +79,7 @@ def read_shard(
 def read_shard_at(
     url: str,
     fmt: Format,
-    located: Sequence[tuple[int, int]],
+    positions: Sequence[RecordPosition],
     *,
     options: ReadOptions = ReadOptions(),
     source_options: SourceOptions | None = None,
@@ -83,7 +87,7 @@ def read_shard_at(
 ) -> Iterator[Sample]:
     """The samples of the ``(record, offset)`` pairs of one shard, with their provenance.
 
-    ``located`` is sorted by record, without repeats; an offset of -1 means unknown. The shard
+    ``positions`` are sorted by record, without repeats; an offset of -1 means unknown. The shard
     is opened once. When it can seek and is not compressed, and every offset is known, each
     record is read at its offset, one seek and one record each
     (:func:`~shardmix.formats.read_samples_at_offsets`; a stale offset raises
@@ -91,13 +95,13 @@ def read_shard_at(
     walking the framing (:func:`~shardmix.formats.read_samples_at`, which reports damage to
     ``on_damage`` when given); a record not found there is left out.
     """
-    if not located:
+    if not positions:
         return
-    offsets = dict(located)
+    offsets = dict(positions)
     with open_shard(url, options=source_options) as stream:
         if can_seek_records(stream, url) and min(offsets.values()) >= 0:
             samples = read_samples_at_offsets(
-                _small_buffer(stream), url, fmt, located, options=options
+                _small_buffer(stream), url, fmt, positions, options=options
             )
         else:
             samples = read_samples_at(
@@ -129,9 +133,9 @@ def read_lane(
     start: LanePosition = LanePosition(),
 ) -> Iterator[Sample]:
     """The samples of a lane's shards, one shard after another, from ``start`` on."""
-    for position in range(start.shard, len(urls)):
-        record = start.record if position == start.shard else 0
-        yield from read_one(urls[position], record)
+    for slot in range(start.slot, len(urls)):
+        record = start.record if slot == start.slot else 0
+        yield from read_one(urls[slot], record)
 
 
 def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:

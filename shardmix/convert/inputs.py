@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from shardmix.errors import ShardmixError
-from shardmix.formats import Format, infer_format, read_samples
+from shardmix.formats import Format, infer_format, reader_for
+from shardmix.formats._common import samples_only
 from shardmix.sources import open_shard
 from shardmix.urls import expand_urls
 
@@ -161,7 +162,7 @@ class ShardCursor:
         if url != self._url or record != self._next:
             self.close()
             self._stream = open_shard(url)
-            self._samples = read_samples(self._stream, url, fmt, start=record)
+            self._samples = samples_only(reader_for(fmt).records(self._stream, url, start=record))
             self._url = url
         try:
             sample = next(self._samples)
@@ -199,7 +200,7 @@ def list_shards(pattern: str, problems: Problems) -> Iterator[Item]:
         fmt = infer_format(url)
         try:
             with open_shard(url) as stream:
-                for record, sample in enumerate(read_samples(stream, url, fmt)):
+                for record, _, sample in reader_for(fmt).records(stream, url):
                     key = check_key(sample[KEY], f"{url} record {record}")
                     names, sizes = sample_fields(sample)
                     yield RecordItem(key, url, names, sizes, fmt, record)

@@ -1,21 +1,25 @@
 """Shard formats: turn a shard's bytes into samples.
 
-A format reader takes an open binary stream and the shard's URL (for error messages) and
-yields one sample dict per record, in file order. It knows nothing of workers, ranks or torch.
+The read API is :class:`~shardmix.formats.registry.ShardReader` and the registry:
+``reader_for(fmt, options)`` gives the reader of a :class:`Format`, whose ``records``,
+``records_wanted``, ``records_at`` and ``count`` take an open binary stream and the shard's
+URL (for error messages). Readers know nothing of workers, ranks or torch. One module per
+format implements a reader and registers it (:mod:`~shardmix.formats.tar`,
+:mod:`~shardmix.formats.tfrecord`); :mod:`~shardmix.formats.registry` says what every read
+promises.
 
-Contract shared by every reader:
+The functions below are that API for one call each, for callers holding a format rather than a
+reader:
 
-- ``read(stream, url, *, start=0, options=..., on_damage=None)`` yields ``dict[str, Any]``
-  samples, each with a ``"__key__"`` string. Record ``i`` of the shard is the ``i``-th record
-  in the file (counting from zero, skipped ones included); :func:`read_indexed_samples` yields
-  ``(record, sample)`` so that the caller, which adds ``__source__`` and ``__index__``, gets
-  the index right even when damaged records were skipped.
+- :func:`read_samples`, :func:`read_indexed_samples` and :func:`read_located_samples` yield
+  samples, ``(record, sample)`` and ``(record, offset, sample)`` from record ``start`` on.
+  Record ``i`` of the shard is the ``i``-th record in the file (counting from zero, skipped
+  ones included), so the caller, which adds ``__source__`` and ``__index__``, gets the index
+  right even when damaged records were skipped. ``offset`` is the byte where the record starts
+  (a tar record's first header, a TFRecord record's length field), in the decompressed stream
+  for a gzip shard: what a checkpoint stores next to the record index.
 - ``start`` skips the first ``start`` records cheaply: framing is checked, payloads are
   neither decoded nor CRC-checked, and seekable streams are seeked past them.
-- :func:`read_located_samples` yields ``(record, offset, sample)``: ``offset`` is the byte
-  where the record starts (a tar record's first header, a TFRecord record's length field),
-  in the decompressed stream for a gzip shard. The readers know it anyway, so it costs one
-  more tuple item per record. It is what a checkpoint stores next to the record index.
 - :func:`read_samples_at_offsets` (and :func:`read_sample_at`, for one) reads records at
   such offsets from a seekable, uncompressed shard: one seek and one record each, checked
   as in a full read, and a :class:`~shardmix.errors.CorruptShardError` when no valid record
@@ -38,128 +42,43 @@ Contract shared by every reader:
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, BinaryIO, NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO
 
-from shardmix.errors import CorruptShardError, UnsupportedURLError
+from shardmix.errors import CorruptShardError
 from shardmix.formats._common import is_seekable, samples_only, wanted_records, without_offsets
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.options import ReadOptions, TFRecordPayload
+from shardmix.formats.registry import (
+    Format,
+    LocatedSample,
+    RecordPosition,
+    ShardReader,
+    infer_format,
+    is_gzipped,
+    reader_for,
+    register_reader,
+)
 from shardmix.policy import DamageHandler
 
-
-class Format(enum.Enum):
-    """The shard formats shardmix reads and writes."""
-
-    TAR = "tar"
-    TFRECORD = "tfrecord"
-
-
-class TFRecordPayload(enum.Enum):
-    """How TFRecord payloads become samples."""
-
-    EXAMPLE = "example"  # decode tf.train.Example features to numpy arrays and bytes
-    RAW = "raw"  # keep the payload as bytes under the "record" field
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """Per-format reading options (validated here, used by the readers).
-
-    ``max_record_bytes`` bounds a TFRecord record, ``max_member_bytes`` a tar member (1 GiB
-    each: a larger size field is refused as damage before anything is allocated);
-    ``max_inflated_bytes`` bounds everything a gzip shard inflates to (64 GiB).
-    """
-
-    tfrecord_payload: TFRecordPayload = TFRecordPayload.EXAMPLE
-    max_record_bytes: int = 1 << 30
-    max_member_bytes: int = 1 << 30
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
-
-    def __post_init__(self) -> None:
-        for name in ("max_record_bytes", "max_member_bytes", "max_inflated_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-_SUFFIXES: tuple[tuple[str, Format], ...] = (
-    (".tar", Format.TAR),
-    (".tar.gz", Format.TAR),
-    (".tgz", Format.TAR),
-    (".tfrecord", Format.TFRECORD),
-    (".tfrecords", Format.TFRECORD),
-    (".tfrecord.gz", Format.TFRECORD),
-    (".tfrecords.gz", Format.TFRECORD),
-)
-
-
-def infer_format(url: str) -> Format:
-    """The format a shard URL's extension names.
-
-    >>> infer_format("s3://b/train-000001.tar").value
-    'tar'
-    >>> infer_format("data/x.tfrecord.gz").value
-    'tfrecord'
-    """
-    path = url.split("?", 1)[0].lower()
-    for suffix, fmt in sorted(_SUFFIXES, key=lambda item: -len(item[0])):
-        if path.endswith(suffix):
-            return fmt
-    known = ", ".join(suffix for suffix, _ in _SUFFIXES)
-    raise UnsupportedURLError(
-        f"{url}: cannot tell the shard format from the extension (known: {known}); "
-        "pass format='tar' or format='tfrecord'",
-        url=url,
-    )
-
-
-def is_gzipped(url: str) -> bool:
-    """Whether the URL names a gzip-compressed shard (``.gz`` or ``.tgz``)."""
-    path = url.split("?", 1)[0].lower()
-    return path.endswith((".gz", ".tgz"))
-
-
-class _Readers(NamedTuple):
-    """The reading functions of one format's module; see :func:`_readers`."""
-
-    located: Callable[..., Iterator[tuple[int, int, dict[str, Any]]]]
-    at: Callable[..., Iterator[tuple[int, dict[str, Any]]]]
-    at_offsets: Callable[..., Iterator[tuple[int, dict[str, Any]]]]
-
-
-def _readers(fmt: Format) -> _Readers:
-    """The readers of ``fmt``, whose module is imported on first use."""
-    if fmt is Format.TAR:
-        from shardmix.formats import tar
-
-        return _Readers(
-            tar.read_located_tar_samples, tar.read_tar_samples_at, tar.read_tar_samples_at_offsets
-        )
-    from shardmix.formats import tfrecord
-
-    return _Readers(
-        tfrecord.read_located_tfrecord_samples,
-        tfrecord.read_tfrecord_samples_at,
-        tfrecord.read_tfrecord_samples_at_offsets,
-    )
-
-
-def _record_keywords(fmt: Format, options: ReadOptions) -> dict[str, Any]:
-    """The ``options`` that ``fmt``'s readers take, as their keyword arguments."""
-    if fmt is Format.TAR:
-        return {"max_member_bytes": options.max_member_bytes}
-    return {"payload": options.tfrecord_payload, "max_record_bytes": options.max_record_bytes}
-
-
-def _stream_keywords(fmt: Format, options: ReadOptions, url: str) -> dict[str, Any]:
-    """As :func:`_record_keywords`, plus gzip (told by the URL) for readers that walk a stream."""
-    return {
-        "gzipped": is_gzipped(url),
-        "max_inflated_bytes": options.max_inflated_bytes,
-        **_record_keywords(fmt, options),
-    }
+__all__ = [
+    "Format",
+    "LocatedSample",
+    "ReadOptions",
+    "RecordPosition",
+    "ShardReader",
+    "TFRecordPayload",
+    "can_seek_records",
+    "infer_format",
+    "is_gzipped",
+    "read_indexed_samples",
+    "read_located_samples",
+    "read_sample_at",
+    "read_samples",
+    "read_samples_at",
+    "read_samples_at_offsets",
+    "reader_for",
+    "register_reader",
+]
 
 
 def read_samples(
@@ -172,10 +91,8 @@ def read_samples(
     on_damage: DamageHandler | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the samples of one shard, from record ``start`` on."""
-    located = read_located_samples(
-        stream, url, fmt, start=start, options=options, on_damage=on_damage
-    )
-    return samples_only(located)
+    reader = reader_for(fmt, options)
+    return samples_only(reader.records(stream, url, start=start, on_damage=on_damage))
 
 
 def read_indexed_samples(
@@ -192,10 +109,8 @@ def read_indexed_samples(
     With ``on_damage``, damage is reported to it instead of raised, and the indices of the
     records that were dropped are missing from the sequence.
     """
-    located = read_located_samples(
-        stream, url, fmt, start=start, options=options, on_damage=on_damage
-    )
-    return without_offsets(located)
+    reader = reader_for(fmt, options)
+    return without_offsets(reader.records(stream, url, start=start, on_damage=on_damage))
 
 
 def read_located_samples(
@@ -212,9 +127,7 @@ def read_located_samples(
     As :func:`read_indexed_samples`, plus where each record starts (see the module
     docstring), for :func:`read_samples_at_offsets` to read it again.
     """
-    return _readers(fmt).located(
-        stream, url, start=start, on_damage=on_damage, **_stream_keywords(fmt, options, url)
-    )
+    return reader_for(fmt, options).records(stream, url, start=start, on_damage=on_damage)
 
 
 def read_samples_at(
@@ -245,9 +158,8 @@ def read_samples_at(
     wanted = wanted_records(records)
     if not wanted:
         return iter(())
-    return _readers(fmt).at(
-        stream, url, wanted, on_damage=on_damage, **_stream_keywords(fmt, options, url)
-    )
+    found = reader_for(fmt, options).records_wanted(stream, url, wanted, on_damage=on_damage)
+    return without_offsets(found)
 
 
 def can_seek_records(stream: BinaryIO, url: str) -> bool:
@@ -259,7 +171,7 @@ def read_samples_at_offsets(
     stream: BinaryIO,
     url: str,
     fmt: Format,
-    located: Sequence[tuple[int, int]],
+    positions: Sequence[RecordPosition],
     *,
     options: ReadOptions = ReadOptions(),
 ) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -280,8 +192,8 @@ def read_samples_at_offsets(
             f"{url}: reading records at byte offsets needs a seekable, uncompressed stream; "
             "use read_samples_at, which walks the framing"
         )
-    found = _readers(fmt).at_offsets(stream, url, located, **_record_keywords(fmt, options))
-    return _noting_offsets(found, url)
+    found = reader_for(fmt, options).records_at(stream, url, positions)
+    return _noting_offsets(without_offsets(found), url)
 
 
 def _noting_offsets(

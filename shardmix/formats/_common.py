@@ -1,9 +1,8 @@
 """Plumbing the format readers share: argument checks, gzip wrapping, stripping positions.
 
 The tar and TFRecord modules own their framing; what is the same around it lives here, so
-that each public ``read_*`` function of a format is its framing plus one call to these.
-Dispatch by format and the translation of :class:`~shardmix.formats.ReadOptions` into a
-format's keyword arguments are :mod:`shardmix.formats`'s.
+that each format's reader is its framing plus calls to these. Finding a format's reader is
+:mod:`shardmix.formats.registry`'s.
 """
 
 from __future__ import annotations
@@ -39,6 +38,13 @@ def check_start(start: int) -> None:
     """Refuse a negative ``start`` (at the call, before any byte is read)."""
     if start < 0:
         raise ValueError(f"start must be a record index >= 0, got {start}")
+
+
+def check_range(start: int, stop: int | None) -> None:
+    """Refuse a negative ``start``, or a ``stop`` before it (at the call)."""
+    check_start(start)
+    if stop is not None and stop < start:
+        raise ValueError(f"stop must be None or a record index >= start ({start}), got {stop}")
 
 
 def is_seekable(stream: BinaryIO) -> bool:

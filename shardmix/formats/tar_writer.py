@@ -14,7 +14,9 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from shardmix.formats._common import deterministic_gzip
-from shardmix.formats.tar import _BLOCK, _POSIX_MAGIC, split_member_name
+from shardmix.formats.tar import split_member_name
+from shardmix.formats.tar_members import BLOCK as _BLOCK
+from shardmix.formats.tar_members import POSIX_MAGIC as _POSIX_MAGIC
 
 
 def _template() -> bytes:

@@ -14,14 +14,8 @@ from typing import Any, BinaryIO
 
 from shardmix.formats._common import deterministic_gzip
 from shardmix.formats.example import encode_example
-from shardmix.formats.tfrecord import (
-    _CRC,
-    _FOOTER_SIZE,
-    _HEADER_SIZE,
-    _KEY,
-    _LENGTH,
-    masked_crc,
-)
+from shardmix.formats.tfrecord import _KEY
+from shardmix.formats.tfrecord_framing import CRC, FOOTER_SIZE, HEADER_SIZE, LENGTH, masked_crc
 
 
 class TFRecordWriter:
@@ -50,12 +44,12 @@ class TFRecordWriter:
         """Append one record holding ``payload``."""
         if self.closed:
             raise ValueError("write to a closed TFRecordWriter")
-        length = _LENGTH.pack(len(payload))
-        self._out.write(length + _CRC.pack(masked_crc(length)))
+        length = LENGTH.pack(len(payload))
+        self._out.write(length + CRC.pack(masked_crc(length)))
         self._out.write(payload)
-        self._out.write(_CRC.pack(masked_crc(payload)))
+        self._out.write(CRC.pack(masked_crc(payload)))
         self.records += 1
-        self.bytes_written += _HEADER_SIZE + len(payload) + _FOOTER_SIZE
+        self.bytes_written += HEADER_SIZE + len(payload) + FOOTER_SIZE
 
     def write_example(self, features: Mapping[str, Any]) -> None:
         """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature."""

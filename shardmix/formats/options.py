@@ -1,0 +1,41 @@
+"""Reading options: how payloads become samples and the size limits checked before allocating.
+
+:class:`ReadOptions` is what users pass (``ShardDataset(read_options=...)``); each format's
+reader takes the fields it needs from it in its ``from_options`` (see
+:mod:`shardmix.formats.registry`). Nothing here reads bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+
+
+class TFRecordPayload(enum.Enum):
+    """How TFRecord payloads become samples."""
+
+    EXAMPLE = "example"  # decode tf.train.Example features to numpy arrays and bytes
+    RAW = "raw"  # keep the payload as bytes under the "record" field
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Per-format reading options (validated here, used by the readers).
+
+    ``max_record_bytes`` bounds a TFRecord record, ``max_member_bytes`` a tar member (1 GiB
+    each: a larger size field is refused as damage before anything is allocated);
+    ``max_inflated_bytes`` bounds everything a gzip shard inflates to (64 GiB).
+    """
+
+    tfrecord_payload: TFRecordPayload = TFRecordPayload.EXAMPLE
+    max_record_bytes: int = 1 << 30
+    max_member_bytes: int = 1 << 30
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("max_record_bytes", "max_member_bytes", "max_inflated_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")

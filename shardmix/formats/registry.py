@@ -1,0 +1,174 @@
+"""The reader registry: one :class:`ShardReader` per :class:`Format`, looked up by format.
+
+This module owns what names a format (the :class:`Format` enum, the URL extensions that imply
+one, whether a URL is gzip) and the map from a format to the reader that reads it, and nothing
+that reads bytes. The format modules register their reader when imported; :func:`reader_for`
+imports a known format's module on first use, so protobuf is loaded only when a TFRecord shard
+is read. As in fsspec's registry, registering a second reader for a format is refused unless
+``clobber=True`` says so: a reader never changes silently.
+
+Adding a format touches its own module, which implements :class:`ShardReader` and calls
+:func:`register_reader`, and this one (a :class:`Format` member, its extensions, its module).
+
+Words: a *located sample* is ``(record index, byte offset, sample)``, what every read yields;
+a *record position* is ``(record index, byte offset)``, what :meth:`ShardReader.records_at`
+takes (a checkpoint stores it). The offset is where the record starts in the shard (in the
+decompressed stream for a gzip shard).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, BinaryIO, Protocol
+
+from shardmix.errors import UnsupportedURLError
+from shardmix.formats.options import ReadOptions
+from shardmix.policy import DamageHandler
+
+LocatedSample = tuple[int, int, dict[str, Any]]  # (record index, byte offset, sample)
+RecordPosition = tuple[int, int]  # (record index, byte offset)
+
+
+class Format(enum.Enum):
+    """The shard formats shardmix reads and writes."""
+
+    TAR = "tar"
+    TFRECORD = "tfrecord"
+
+
+_SUFFIXES: tuple[tuple[str, Format], ...] = (
+    (".tar", Format.TAR),
+    (".tar.gz", Format.TAR),
+    (".tgz", Format.TAR),
+    (".tfrecord", Format.TFRECORD),
+    (".tfrecords", Format.TFRECORD),
+    (".tfrecord.gz", Format.TFRECORD),
+    (".tfrecords.gz", Format.TFRECORD),
+)
+
+# The module that registers each built-in format's reader when imported.
+_MODULES: dict[Format, str] = {
+    Format.TAR: "shardmix.formats.tar",
+    Format.TFRECORD: "shardmix.formats.tfrecord",
+}
+
+
+def infer_format(url: str) -> Format:
+    """The format a shard URL's extension names.
+
+    >>> infer_format("s3://b/train-000001.tar").value
+    'tar'
+    >>> infer_format("data/x.tfrecord.gz").value
+    'tfrecord'
+    """
+    path = url.split("?", 1)[0].lower()
+    for suffix, fmt in sorted(_SUFFIXES, key=lambda item: -len(item[0])):
+        if path.endswith(suffix):
+            return fmt
+    known = ", ".join(suffix for suffix, _ in _SUFFIXES)
+    raise UnsupportedURLError(
+        f"{url}: cannot tell the shard format from the extension (known: {known}); "
+        "pass format='tar' or format='tfrecord'",
+        url=url,
+    )
+
+
+def is_gzipped(url: str) -> bool:
+    """Whether the URL names a gzip-compressed shard (``.gz`` or ``.tgz``)."""
+    path = url.split("?", 1)[0].lower()
+    return path.endswith((".gz", ".tgz"))
+
+
+class ShardReader(Protocol):
+    """Reads one format's shards: every read walks the format's one framing loop.
+
+    A reader holds its format's options only (it is cheap, immutable and picklable); each call
+    takes an open binary stream at the shard's start and the shard's URL (for error messages,
+    and for gzip when the reader was not told). Record ``i`` is the ``i``-th record in the
+    file, counting from zero, damaged ones included. Arguments are checked at the call, before
+    any byte is read; the bytes are read as the result is iterated.
+
+    Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
+    naming the URL, the record index and the byte offset, unless ``on_damage`` is given: then
+    each damage is reported to it as a :class:`~shardmix.policy.Damage` instead. A damaged
+    record whose framing is intact is dropped (its index is missing) and reading goes on;
+    damage that loses the framing ends the shard.
+    """
+
+    def records(
+        self,
+        stream: BinaryIO,
+        url: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        start_offset: int | None = None,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[LocatedSample]:
+        """Located samples of records ``start`` up to ``stop`` (None: the end of the shard).
+
+        Records before ``start`` are walked cheaply: framing checked, payloads neither decoded
+        nor checksummed, seeked past when the stream can seek. ``start_offset``, when known,
+        is the byte offset of record ``start``: a seekable, uncompressed stream seeks there
+        instead of walking. Reading stops at the first record at or past ``stop``.
+        """
+        ...
+
+    def records_wanted(
+        self,
+        stream: BinaryIO,
+        url: str,
+        wanted: Sequence[int],
+        *,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[LocatedSample]:
+        """Located samples of the ``wanted`` records (ascending, unique), decoding only those.
+
+        The records between are walked as those before ``start`` are; reading stops after the
+        last wanted record. A wanted index past the end of the shard is simply not yielded.
+        """
+        ...
+
+    def records_at(
+        self, stream: BinaryIO, url: str, positions: Sequence[RecordPosition]
+    ) -> Iterator[LocatedSample]:
+        """One located sample per ``(record, offset)``: one seek and one record each.
+
+        ``stream`` is seekable and uncompressed. Each record is checked as a full read checks
+        it; no valid record at an offset (a stale one) raises
+        :class:`~shardmix.errors.CorruptShardError`; damage is never skipped here.
+        """
+        ...
+
+    def count(self, stream: BinaryIO, url: str) -> int:
+        """The number of records in the shard, walking the framing only."""
+        ...
+
+
+ReaderFactory = Callable[[ReadOptions], ShardReader]
+
+_FACTORIES: dict[Format, ReaderFactory] = {}
+
+
+def register_reader(fmt: Format, factory: ReaderFactory, *, clobber: bool = False) -> None:
+    """Make ``factory`` (options to reader) the reader of ``fmt``; refuse a silent override."""
+    known = _FACTORIES.get(fmt)
+    if known is not None and known != factory and not clobber:
+        raise ValueError(
+            f"a reader for format {fmt.value!r} is already registered ({known!r}); "
+            "pass clobber=True to replace it"
+        )
+    _FACTORIES[fmt] = factory
+
+
+def reader_for(fmt: Format, options: ReadOptions | None = None) -> ShardReader:
+    """The reader of ``fmt`` with ``options`` (None: the defaults); imports a built-in format."""
+    factory = _FACTORIES.get(fmt)
+    if factory is None and fmt in _MODULES:
+        importlib.import_module(_MODULES[fmt])
+        factory = _FACTORIES.get(fmt)
+    if factory is None:
+        raise ValueError(f"no reader is registered for format {fmt!r}")
+    return factory(ReadOptions() if options is None else options)

@@ -1,0 +1,379 @@
+"""Tar framing: headers (ustar, GNU long names, pax) walked member by member.
+
+This module owns the byte level of a tar shard: reading and checking each 512-byte header
+(checksum, size, name, type), skipping or reading member data, the end-of-archive blocks, and
+the errors that name a byte offset and member index. Grouping members into records, damage
+reports and the reader interface are :mod:`shardmix.formats.tar`'s (see its docstring for why
+this is not ``tarfile``).
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO, NoReturn
+
+from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
+from shardmix.formats._common import is_seekable
+
+DEFAULT_MAX_MEMBER_BYTES = 1 << 30
+
+BLOCK = 512
+_ZERO_BLOCK = bytes(BLOCK)
+_REGULAR = frozenset(b"0\x007")  # typeflags of regular files (as ints)
+_NO_DATA = frozenset(b"123456")  # links, devices, directories, FIFOs: no data blocks follow
+_SKIP_BY_READING = 1 << 16  # skips up to this size read the bytes; longer ones seek
+_READ_CHUNK = 1 << 24  # longer reads go in chunks, so a damaged size cannot allocate much
+_MAX_META_BYTES = 1 << 20  # the largest GNU long name or pax header we read
+_MAX_SIZE = 1 << 62  # larger member sizes are damage, not data
+POSIX_MAGIC = b"ustar\x00"
+
+
+def _parse_octal(field: bytes) -> int | None:
+    """A tar numeric field (octal text or GNU base-256), or None when it is neither."""
+    if field[0] & 0x80:
+        if field[0] & 0x40:
+            return None  # negative
+        return int.from_bytes(bytes([field[0] & 0x3F]) + field[1:], "big")
+    text = field.split(b"\x00", 1)[0].strip(b" ")
+    if not text:
+        return 0
+    if not text.isdigit():
+        return None
+    try:
+        return int(text, 8)
+    except ValueError:  # digits 8 or 9
+        return None
+
+
+def _read_pax(data: bytes) -> dict[str, bytes] | None:
+    """The records of a pax extended header, or None when they are malformed."""
+    records: dict[str, bytes] = {}
+    position = 0
+    while position < len(data) and data[position] != 0:
+        space = data.find(b" ", position)
+        length_text = data[position:space]
+        if space < 0 or not length_text.isdigit():
+            return None
+        end = position + int(length_text)
+        record = data[space + 1 : end]
+        keyword, equals, value = record[:-1].partition(b"=")
+        if end > len(data) or not record.endswith(b"\n") or not equals:
+            return None
+        records[keyword.decode("utf-8", "surrogateescape")] = value
+        position = end
+    return records
+
+
+def _high_bytes(header: bytes) -> int:
+    """How many bytes of a header (checksum field excluded) are 128 or more."""
+    return sum(1 for byte in header[:148] + header[156:] if byte >= 128)
+
+
+class TarMembers:
+    """Walks one tar stream header by header, yielding the name of each regular member."""
+
+    def __init__(self, stream: BinaryIO, url: str, *, gzipped: bool) -> None:
+        if isinstance(stream, io.RawIOBase):  # unbuffered: one system call per read otherwise
+            stream = io.BufferedReader(stream)
+        self._stream = stream
+        self._read = stream.read
+        self._url = url
+        self._gzipped = gzipped
+        self.seekable = is_seekable(stream)
+        self._base = stream.tell() if self.seekable else 0  # offsets count from here
+        self.offset = -BLOCK  # byte offset of the current header
+        self._next_offset = 0  # byte offset of the next header
+        self.member = -1  # index of the current header's member (every entry counts)
+        self.name = ""  # name of the current member, for error messages
+        self.size = 0  # data bytes of the current member
+        self._pending = 0  # bytes of data and padding of the current member not yet read
+        self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
+        self.ended = False  # the end-of-archive block was seen
+
+    def seek(self, offset: int) -> None:
+        """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
+        self._stream.seek(self._base + offset)
+        self._next_offset = offset
+        self._pending = 0
+        self.ended = False
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def _where(self, offset: int, record: int | None = None) -> str:
+        where = describe_position(self._url, record=record, offset=offset)
+        return where + (" (in the decompressed stream)" if self._gzipped else "")
+
+    def corrupt(self, what: str, offset: int | None = None, record: int | None = None) -> NoReturn:
+        offset = self.offset if offset is None else offset
+        raise CorruptShardError(
+            f"{self._where(offset, record)}: {what}; the shard is damaged, "
+            "re-create or re-download it",
+            url=self._url,
+            offset=offset,
+            record=record,
+        )
+
+    def _truncated(self, what: str, offset: int) -> NoReturn:
+        raise TruncatedShardError(
+            f"{self._where(offset)}: {what}; the shard is truncated, re-create or re-download it",
+            url=self._url,
+            offset=offset,
+        )
+
+    def _member_cut(self, found: int) -> NoReturn:
+        padded = self._padded(self.size)
+        self._truncated(
+            f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
+            f"declares {self.size} bytes of data ({padded} with padding) but the file ends "
+            f"after {found}",
+            self.offset + BLOCK + found,
+        )
+
+    # -- reading --------------------------------------------------------------------------
+
+    @staticmethod
+    def _padded(size: int) -> int:
+        return (size + BLOCK - 1) & ~(BLOCK - 1)
+
+    def _read_exact(self, count: int) -> bytes:
+        """Up to ``count`` bytes; fewer only at the end of the stream."""
+        data = self._read(min(count, _READ_CHUNK))
+        if len(data) == count or not data:
+            return data
+        parts = [data]
+        missing = count - len(data)
+        while missing:
+            part = self._read(min(missing, _READ_CHUNK))
+            if not part:
+                break
+            parts.append(part)
+            missing -= len(part)
+        return b"".join(parts)
+
+    def _skip_pending(self) -> None:
+        """Move past the rest of the current member without keeping its bytes."""
+        pending = self._pending
+        if self.seekable:
+            self._stream.seek(pending, io.SEEK_CUR)
+        else:
+            while pending:
+                part = self._read(min(pending, _READ_CHUNK))
+                if not part:
+                    self._member_cut(self._padded(self.size) - pending)
+                pending -= len(part)
+
+    def _next_block(self) -> bytes:
+        """The next header block, after whatever is left of the current member."""
+        pending = self._pending
+        if pending > _SKIP_BY_READING:
+            self._skip_pending()
+            block = self._read_exact(BLOCK)
+            if len(block) < BLOCK and self.seekable:
+                self._check_seek_end(len(block))
+        else:
+            count = pending + BLOCK
+            block = self._read(count)
+            if len(block) != count:
+                block = self._complete(block, count)
+            if pending:
+                block = block[pending:]
+        self.offset = self._next_offset
+        self._pending = 0
+        if len(block) != BLOCK:
+            self._block_cut(len(block))
+        return block
+
+    def _complete(self, block: bytes, count: int) -> bytes:
+        """Finish a short read of the rest of a member plus the next header."""
+        if block:
+            block += self._read_exact(count - len(block))
+        if len(block) < self._pending:
+            self._member_cut(self._padded(self.size) - self._pending + len(block))
+        return block
+
+    def _set_size(self, size: int) -> None:
+        """Record the data size of the member whose header was just read."""
+        self.size = size
+        self._pending = padded = (size + BLOCK - 1) & ~(BLOCK - 1)
+        self._next_offset = self.offset + BLOCK + padded
+
+    def _check_seek_end(self, found: int) -> None:
+        """After a seek past a member ended short: was the member itself cut?"""
+        end = self._stream.seek(0, io.SEEK_END) - self._base
+        data_start = self.offset + BLOCK
+        if end < data_start + self._padded(self.size):
+            self._member_cut(max(end - data_start, 0))
+
+    def _block_cut(self, found: int) -> NoReturn:
+        offset = self.offset
+        if found == 0 and offset == 0:
+            self._truncated(
+                "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
+                "archive with no members holds two 512-byte zero blocks)",
+                offset,
+            )
+        if found == 0:
+            self._truncated(
+                f"the tar archive ends after {self.member + 1} members without its "
+                "end-of-archive blocks (expected two 512-byte zero blocks)",
+                offset,
+            )
+        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset)
+
+    def read_data(self) -> bytes:
+        """The data of the current regular member."""
+        size = self.size
+        data = self._read_exact(size)
+        if len(data) < size:
+            self._member_cut(len(data))
+        self._pending -= size
+        return data
+
+    # -- headers --------------------------------------------------------------------------
+
+    def _parse_header(self, header: bytes) -> int:
+        """Check a header's checksum and return its size field."""
+        # Adler-32 keeps 1 + sum(bytes) in its low half, modulo 65521; 256 bytes sum to at
+        # most 65280, so each half's byte sum comes out exact, at C speed.
+        computed = (
+            (zlib.adler32(header[:256]) & 0xFFFF)
+            + (zlib.adler32(header[256:]) & 0xFFFF)
+            - sum(header[148:156])
+            + 254  # the checksum field counts as 8 spaces; less Adler-32's two initial ones
+        )
+        try:  # fast paths: the field layouts that GNU tar, tarfile and TarWriter write
+            stored = int(header[148:154], 8) if header[154] == 0 else -1
+        except ValueError:
+            stored = -1
+        if stored != computed:
+            self._check_checksum(header, computed)
+        size_text = header[124:135]
+        if header[135] == 0 and size_text.isdigit():
+            try:
+                return int(size_text, 8)
+            except ValueError:  # digits 8 or 9
+                pass
+        return self._parse_size(header)
+
+    def _parse_size(self, header: bytes) -> int:
+        size = _parse_octal(header[124:136])
+        if size is None or size >= _MAX_SIZE:
+            self.corrupt(f"tar member {self.member} has an invalid size field {header[124:136]!r}")
+        return size
+
+    def _check_checksum(self, header: bytes, computed: int) -> None:
+        stored = _parse_octal(header[148:156])
+        if stored == computed or stored == computed - 256 * _high_bytes(header):
+            return
+        self.corrupt(
+            f"tar header of member {self.member} has a bad checksum "
+            f"(stored {header[148:156]!r}, computed {computed:o} octal)"
+        )
+
+    @staticmethod
+    def _header_name(header: bytes) -> str:
+        name = header[:100].split(b"\x00", 1)[0]
+        if header[257:263] == POSIX_MAGIC and header[345] != 0:
+            name = header[345:500].split(b"\x00", 1)[0] + b"/" + name
+        return name.decode("utf-8", "surrogateescape")
+
+    def _read_meta(self, kind: str) -> bytes:
+        if self.size > _MAX_META_BYTES:
+            self.corrupt(f"tar {kind} of member {self.member} is {self.size} bytes long")
+        return self.read_data()
+
+    def _pax_overrides(self) -> dict[str, bytes]:
+        records = _read_pax(self._read_meta("pax header"))
+        if records is None:
+            self.corrupt(f"pax header of member {self.member} is malformed")
+        if any(keyword.startswith("GNU.sparse.") for keyword in records):
+            self.corrupt(f"tar member {self.member + 1} is sparse, which shardmix cannot read")
+        return records
+
+    def members(self) -> Iterator[str]:
+        """Yield the name of each regular member; read its data with :meth:`read_data`.
+
+        Data not read before the next step is skipped. Ends after the end-of-archive blocks.
+        """
+        long_name: str | None = None
+        pax: dict[str, bytes] = {}
+        while True:
+            header = self._next_block()
+            if long_name is None and not pax:
+                self.entry_offset = self.offset
+            if header == _ZERO_BLOCK:
+                if long_name is not None or pax:
+                    self.corrupt("the archive ends right after a long-name or pax header")
+                self.ended = True
+                self._check_end()
+                return
+            self.member += 1
+            size = self._parse_header(header)
+            typeflag = header[156]
+            self._set_size(size)
+            if typeflag in _REGULAR or typeflag in _NO_DATA:
+                name = long_name if long_name is not None else self._header_name(header)
+                if pax:
+                    name, size = self._apply_pax(pax, name, size)
+                long_name, pax = None, {}
+                if typeflag in _NO_DATA or (typeflag == 0 and name.endswith("/")):
+                    self._set_size(0)  # no data blocks follow
+                    continue
+                self.name = name
+                yield name
+            elif typeflag == ord("L"):
+                long_name = (
+                    self._read_meta("long name")
+                    .split(b"\x00", 1)[0]
+                    .decode("utf-8", "surrogateescape")
+                )
+            elif typeflag == ord("x"):
+                pax.update(self._pax_overrides())
+            elif typeflag == ord("S"):
+                self.corrupt(f"tar member {self.member} is sparse, which shardmix cannot read")
+            # anything else ('K' long link names, 'g' global headers, vendor types) is skipped
+
+    def _apply_pax(self, pax: dict[str, bytes], name: str, size: int) -> tuple[str, int]:
+        if "path" in pax:
+            name = pax["path"].decode("utf-8", "surrogateescape")
+        if "size" in pax:
+            text = pax["size"]
+            if not text.isdigit() or int(text) >= _MAX_SIZE:
+                self.corrupt(f"pax header of member {self.member} has a bad size {text!r}")
+            size = int(text)
+            self._set_size(size)
+        return name, size
+
+    def _check_end(self) -> None:
+        """After a zero block: accept a second one or EOF, then only zero padding."""
+        block = self._read_exact(BLOCK)
+        if block.count(0) != len(block):
+            self.corrupt("a lone zero block is followed by data (a damaged header?)")
+        offset = self.offset + BLOCK + len(block)
+        while True:
+            chunk = self._read(_SKIP_BY_READING)
+            if not chunk:
+                return
+            if chunk.count(0) != len(chunk):
+                junk = offset + len(chunk) - len(chunk.lstrip(b"\x00"))
+                self.corrupt("non-zero bytes follow the end-of-archive blocks", junk)
+            offset += len(chunk)
+
+    def stream_size(self) -> int:
+        """The bytes from where this reader started to the end of its (seekable) stream."""
+        here = self._stream.tell()
+        end = self._stream.seek(0, io.SEEK_END)
+        self._stream.seek(here)
+        return end - self._base
+
+    def error(self, what: str, *, record: int, offset: int | None = None) -> CorruptShardError:
+        offset = self.offset if offset is None else offset
+        return CorruptShardError(
+            f"{self._where(offset, record)}: {what}; the shard is damaged, "
+            "re-create or re-download it",
+            url=self._url,
+            offset=offset,
+            record=record,
+        )

@@ -1,0 +1,253 @@
+"""TFRecord framing: lengths, CRCs, positions, and the errors and damage reports they raise.
+
+This module owns the byte level of a TFRecord stream: checking a record's header (length CRC,
+``max_record_bytes``, the bytes that really follow), reading or skipping its data, and building
+each error (URL, record index, byte offset) and :class:`~shardmix.policy.Damage` report. The
+loop over records, and samples, are :mod:`shardmix.formats.tfrecord`'s (see its docstring for
+the framing and why this is not the ``tfrecord`` package).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import warnings
+from typing import BinaryIO
+
+import crc32c
+
+from shardmix.errors import (
+    CorruptShardError,
+    DecodeError,
+    EmptyShardWarning,
+    ShardmixError,
+    TruncatedShardError,
+    describe_position,
+)
+from shardmix.formats._common import is_seekable
+from shardmix.policy import Damage, DamageHandler
+
+_HEADER = struct.Struct("<QI")  # length, masked crc32c of the 8 length bytes
+LENGTH = struct.Struct("<Q")
+CRC = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size  # 12
+FOOTER_SIZE = CRC.size  # 4
+MASK_DELTA = 0xA282EAD8
+MASK32 = 0xFFFFFFFF
+_SKIP_CHUNK = 1 << 20
+# Reads of at most this many bytes are one call; longer ones from a stream of unknown size go
+# in chunks, since a buffered read allocates the whole size it is asked for up front.
+_READ_CHUNK = 1 << 24
+DEFAULT_MAX_RECORD_BYTES = 1 << 30
+
+
+def masked_crc(data: bytes | bytearray | memoryview) -> int:
+    """The masked CRC32-C that TFRecord framing stores for ``data``.
+
+    >>> hex(masked_crc(b""))
+    '0xa282ead8'
+    """
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & MASK32
+
+
+class Framing:
+    """Position bookkeeping, error construction and damage reports for one record stream."""
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        url: str,
+        max_record_bytes: int,
+        inflated: bool,
+        on_damage: DamageHandler | None = None,
+    ) -> None:
+        if max_record_bytes <= 0:
+            raise ValueError(f"max_record_bytes must be positive, got {max_record_bytes}")
+        self.stream = stream
+        self.url = url
+        self.max_record_bytes = max_record_bytes
+        self.inflated = inflated
+        self.on_damage = on_damage
+        self.reported: ShardmixError | None = None  # the last error handed to on_damage
+        self.seekable = is_seekable(stream)
+        # bytes from the stream's starting position to its end, when it can be known cheaply
+        self.size = _remaining_size(stream) if self.seekable else None
+        # records up to this length are read in one call (their length fits the known size)
+        self.direct_read = max_record_bytes if self.size is not None else _READ_CHUNK
+
+    def where(self, record: int, offset: int) -> str:
+        where = describe_position(self.url, offset=offset, record=record)
+        return f"{where} of the decompressed stream" if self.inflated else where
+
+    def corrupt(self, record: int, offset: int, what: str) -> CorruptShardError:
+        return CorruptShardError(
+            f"{self.where(record, offset)}: {what}; the shard is damaged, re-create or "
+            "re-download it",
+            url=self.url,
+            offset=offset,
+            record=record,
+        )
+
+    def truncated(
+        self, record: int, offset: int, what: str, wanted: int, found: int
+    ) -> TruncatedShardError:
+        return TruncatedShardError(
+            f"{self.where(record, offset)}: the shard ends inside the record "
+            f"(expected {wanted} bytes of {what}, found {found}); the file is truncated, "
+            "re-create or re-download it",
+            url=self.url,
+            offset=offset,
+            record=record,
+        )
+
+    def damaged(
+        self, error: CorruptShardError | DecodeError, record: int, offset: int, size: int
+    ) -> None:
+        """A record whose framing is intact is damaged: raise, or report it and go on."""
+        if self.on_damage is None:
+            raise error
+        self.reported = error
+        self.on_damage(Damage(error, record, offset, size))
+
+    def lost(self, error: ShardmixError, record: int, offset: int) -> bool:
+        """The framing is lost at ``record``: whether to raise (else the rest was reported)."""
+        if error.record is None:  # raised below the framing (gzip, the source): say where
+            error.add_note(f"{self.url}: while reading record {record}")
+        if (
+            self.on_damage is None
+            or not isinstance(error, CorruptShardError)
+            or error is self.reported  # the handler itself raised it
+        ):
+            return True
+        rest = None if self.size is None else max(self.size - offset, 0)
+        self.reported = error
+        self.on_damage(Damage(error, record, offset, rest, rest_of_shard=True))
+        return False
+
+    def read_exactly(
+        self, size: int, record: int, offset: int, what: str, *, quiet: bool = False
+    ) -> bytes:
+        """``size`` bytes from the stream; at EOF raises, or returns what there is if quiet.
+
+        Reads at most ``_READ_CHUNK`` bytes at a time, so memory follows the bytes found.
+        """
+        parts = []
+        found = 0
+        while found < size:
+            more = self.stream.read(min(size - found, _READ_CHUNK))
+            if not more:
+                if quiet:
+                    break
+                raise self.truncated(record, offset, what, size, found)
+            parts.append(more)
+            found += len(more)
+        return b"".join(parts)
+
+    def header(self, header: bytes, record: int, offset: int) -> int:
+        """The data length a complete 12-byte header announces, after checking it."""
+        length, stored = _HEADER.unpack(header)
+        if masked_crc(header[:8]) != stored:
+            found = masked_crc(header[:8])
+            raise self.corrupt(
+                record,
+                offset,
+                f"length CRC mismatch (stored 0x{stored:08x}, computed 0x{found:08x})",
+            )
+        if length > self.max_record_bytes:
+            raise self.corrupt(
+                record,
+                offset,
+                f"record length {length} exceeds max_record_bytes={self.max_record_bytes} "
+                "(raise max_record_bytes if the shard really holds records this large)",
+            )
+        if self.size is not None:
+            remaining = self.size - offset - HEADER_SIZE
+            if length + FOOTER_SIZE > remaining:
+                raise self.truncated(
+                    record, offset, "data and data CRC", length + FOOTER_SIZE, max(remaining, 0)
+                )
+        return length
+
+    def next_length(self, record: int, offset: int) -> int | None:
+        """The length of the record at ``offset``, or None at a clean end of the shard."""
+        header = self.stream.read(HEADER_SIZE)
+        if len(header) != HEADER_SIZE:
+            if not header:
+                return None
+            header += self.read_exactly(HEADER_SIZE - len(header), record, offset, "", quiet=True)
+            if len(header) < HEADER_SIZE:
+                raise self.truncated(record, offset, "header", HEADER_SIZE, len(header))
+        return self.header(header, record, offset)
+
+    def skip(self, size: int, record: int, offset: int) -> None:
+        """Move past ``size`` bytes of data and data CRC without keeping them."""
+        if self.seekable:
+            self.stream.seek(size, io.SEEK_CUR)
+            return
+        left = size
+        while left:
+            chunk = self.stream.read(min(left, _SKIP_CHUNK))
+            if not chunk:
+                raise self.truncated(record, offset, "data and data CRC", size, size - left)
+            left -= len(chunk)
+
+    def seek(self, record: int, offset: int) -> None:
+        """Go to ``record``, said to start at byte ``offset``: inside the shard, or damage."""
+        if offset < 0 or (self.size is not None and offset >= self.size):
+            raise self.corrupt(
+                record, offset, f"the offset is outside the shard ({self.size} bytes)"
+            )
+        self.stream.seek(offset)
+
+    def warn_empty(self) -> None:
+        warnings.warn(
+            EmptyShardWarning(
+                f"{self.url}: the TFRecord shard holds no records (an empty file gives zero "
+                "samples); check that it was written completely"
+            ),
+            stacklevel=2,
+        )
+
+
+def _remaining_size(stream: BinaryIO) -> int | None:
+    """The bytes from a seekable stream's position to its end (leaves the position unchanged)."""
+    try:
+        here = stream.tell()
+        end = stream.seek(0, io.SEEK_END)
+        stream.seek(here)
+    except (OSError, ValueError):
+        return None
+    return end - here
+
+
+def data_crc_mismatch(
+    framing: Framing, length: int, stored: int, computed: int, record: int, offset: int
+) -> None:
+    error = framing.corrupt(
+        record,
+        offset,
+        f"data CRC mismatch over {length} bytes (stored 0x{stored:08x}, computed 0x{computed:08x})",
+    )
+    framing.damaged(error, record, offset, HEADER_SIZE + length + FOOTER_SIZE)
+
+
+def finish_short_read(
+    framing: Framing, data: bytes, footer: bytes, length: int, record: int, offset: int
+) -> tuple[bytes, bytes]:
+    """Complete a data + data CRC read that came back short (a raw stream, or a truncation)."""
+    wanted = length + FOOTER_SIZE
+    rest = framing.read_exactly(wanted - len(data) - len(footer), record, offset, "", quiet=True)
+    framed = data + footer + rest
+    if len(framed) < wanted:
+        raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
+    return framed[:length], framed[length:]
+
+
+def read_large(framing: Framing, length: int, record: int, offset: int) -> tuple[bytes, bytes]:
+    """Data and data CRC of a large record from a stream of unknown size, chunk by chunk."""
+    wanted = length + FOOTER_SIZE
+    framed = framing.read_exactly(wanted, record, offset, "", quiet=True)
+    if len(framed) < wanted:
+        raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
+    return framed[:length], framed[length:]
