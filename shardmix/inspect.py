@@ -254,10 +254,16 @@ def inspect_batches(
         even_ranks=EvenRanks(even_ranks),
     )
     dataset = _dataset(urls, settings, num_lanes)
-    plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size)
+    plan = dataset.lane_pieces(epoch, rank=rank, world_size=world_size)
     # Counted once: the loader's planning for even ranks reuses the dataset's counts.
+    counts = dataset.record_counts
     shards = {
-        dataset.urls[i]: dataset.record_counts.of(dataset.urls[i]) for lane in plan for i in lane
+        dataset.urls[piece.shard]: (
+            counts.of(dataset.urls[piece.shard]) if piece.stop is None else piece.stop
+        )
+        - piece.start
+        for lane in plan
+        for piece in lane
     }
     ideal = ideal_distinct_sources(list(shards.values()), batch_size)
     total = math.ceil(sum(shards.values()) / batch_size)  # for the progress bar only
@@ -275,7 +281,7 @@ def inspect_batches(
         world_size=world_size,
     )
     loader.set_epoch(epoch)
-    lane_of = _lane_of(plan, dataset.urls)
+    lane_of = _lane_of([[p.shard for p in lane] for lane in plan], dataset.urls)
     run = _record(
         "MixingLoader",
         loader,

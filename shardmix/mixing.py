@@ -31,7 +31,8 @@ class LaneMixer:
         num_lanes: lanes ``0 .. num_lanes - 1`` all appear in the chunks.
         live: the lanes still in the turn, in order (default: all).
         cursor: index into ``live`` of the lane whose turn is next.
-        lane_urls: each lane's shard list, to turn provenance into :class:`LanePosition`.
+        lane_pieces: each lane's pieces as ``(url, start, stop)``, to turn provenance into
+            :class:`LanePosition`.
         start: each lane's position when the mixer starts (where its reading began).
         dropped: the tombstones counted before the mixer starts (on resume).
     """
@@ -43,7 +44,7 @@ class LaneMixer:
         *,
         live: Sequence[int] | None = None,
         cursor: int = 0,
-        lane_urls: Sequence[Sequence[str]] | None = None,
+        lane_pieces: Sequence[Sequence[tuple[str, int, int | None]]] | None = None,
         start: Sequence[LanePosition] | None = None,
         dropped: Mapping[str, int] | None = None,
     ) -> None:
@@ -53,7 +54,7 @@ class LaneMixer:
         self._ended = [False] * num_lanes
         self.live = list(range(num_lanes)) if live is None else list(live)
         self.cursor = cursor
-        self._lane_urls = lane_urls
+        self._lane_pieces = lane_pieces
         self.positions = list(start) if start is not None else [LanePosition()] * num_lanes
         self._last: list[Any] = [None] * num_lanes
         # Samples dropped by the transform, by why ("filtered", "skipped"): from tombstones.
@@ -94,15 +95,16 @@ class LaneMixer:
 
     def lane_positions(self) -> list[LanePosition]:
         """Where each lane resumes: just after the last sample handed out from it."""
-        if self._lane_urls is None:
-            raise TypeError("lane positions need the lanes' shard lists (lane_urls)")
+        if self._lane_pieces is None:
+            raise TypeError("lane positions need the lanes' pieces (lane_pieces)")
         positions = []
         for lane, sample in enumerate(self._last):
             position = self.positions[lane]
             if sample is not None:
-                urls = self._lane_urls[lane]
-                slot = _slot_of(urls, sample["__source__"], position.slot)
-                position = LanePosition(slot=slot, record=sample["__index__"] + 1)
+                pieces = self._lane_pieces[lane]
+                index = sample["__index__"]
+                slot = _slot_of(pieces, sample["__source__"], index, position.slot)
+                position = LanePosition(slot=slot, record=index + 1)
             positions.append(position)
         return positions
 
@@ -120,9 +122,15 @@ class LaneMixer:
                 self._ended[lane] = True
 
 
-def _slot_of(urls: Sequence[str], source: str, from_slot: int) -> int:
-    """The first slot at or after ``from_slot`` whose shard is ``source``."""
-    for slot in range(from_slot, len(urls)):
-        if urls[slot] == source:
+def _slot_of(
+    pieces: Sequence[tuple[str, int, int | None]], source: str, index: int, from_slot: int
+) -> int:
+    """The first slot at or after ``from_slot`` whose piece holds record ``index`` of ``source``."""
+    for slot in range(from_slot, len(pieces)):
+        url, start, stop = pieces[slot]
+        if url == source and start <= index and (stop is None or index < stop):
             return slot
-    raise ValueError(f"sample source {source!r} is not in its lane's remaining shards")
+    raise ValueError(
+        f"sample {source!r} record {index} is not in its lane's remaining pieces; "
+        "the lane was read past its plan"
+    )

@@ -22,7 +22,7 @@ def test_counts_come_from_the_manifest_without_reading_shards(converted, monkeyp
     def refuse(*args, **kwargs):
         raise AssertionError("a shard was counted although the manifest lists it")
 
-    monkeypatch.setattr(counts, "count_records", refuse)
+    monkeypatch.setattr(counts, "index_records", refuse)
     dataset = ShardDataset(str(converted / "train-{000000..000004}.tar"))
     assert [dataset.record_counts.of(url) for url in dataset.urls] == [20, 20, 20, 20, 15]
     assert sum(dataset.rank_totals(0, 2)) == 95
