@@ -1,10 +1,19 @@
-"""Record counts per shard: what equal steps per rank are planned from.
+"""Record counts per shard: what balanced plans are made from, and where range reads seek.
 
 Counts come, in this order, from what the user gave, from a manifest that ``shardmix convert``
 wrote beside local shards (``*.manifest.json``; an entry is used only while the shard's size
-on disk still matches it), or from a counting pass that walks the shard's framing only (TFRecord
-length fields, tar headers; payloads are seeked past, not decoded). Each shard is counted once
-per process: the result is kept for the life of the :class:`RecordCounts`.
+on disk still matches it), from the count cache (an entry is used only while the shard's
+version, :func:`~shardmix.sources.version.shard_version`, still matches it: a stale entry is
+counted again, never trusted), or from a counting pass that walks the shard's framing only
+(TFRecord length fields, tar headers; payloads are seeked past, not decoded). The counting
+pass also notes the byte offset of every :data:`INDEX_EVERY`-th record: a sparse index, kept
+with the count, that a range read seeks to instead of walking from byte 0.
+
+Once per job: :meth:`RecordCounts.resolve_all` splits the shards over the ranks (shard ``i``
+of the distinct URLs is resolved by rank ``i % world_size``) and shares the results through
+the ``exchange`` its caller passes (``all_gather_object`` under torch.distributed; this module
+does not import torch), so that each shard's framing is walked by one process of the job.
+Each process keeps the counts for the life of the :class:`RecordCounts`.
 """
 
 from __future__ import annotations
@@ -13,14 +22,65 @@ import glob
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from shardmix.formats import Format, ReadOptions, reader_for
+from shardmix.formats import Format, ReadOptions, RecordPosition, reader_for
 from shardmix.sources import SourceOptions, is_local, local_path, open_shard
+from shardmix.sources.version import shard_version
 
 MANIFEST_VERSION = 1
+CACHE_VERSION = 1
+COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
+INDEX_EVERY = 64  # the counting pass notes the byte offset of every 64th record
+
+# Shares each process's results with every process of the job: one entry per process, in rank
+# order (``torch.distributed.all_gather_object``).
+Exchange = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardCount:
+    """A shard's record count, its sparse offset index, and the version it was counted at."""
+
+    records: int
+    index: tuple[int, ...] = ()  # byte offsets of records 0, every, 2 * every, ...
+    every: int = INDEX_EVERY
+    version: str | None = None
+
+    def seek_from(self, start: int) -> RecordPosition | None:
+        """The indexed ``(record, offset)`` nearest at or before record ``start``, if any.
+
+        >>> ShardCount(200, (0, 900, 1800, 2700), every=64).seek_from(150)
+        (128, 1800)
+        >>> ShardCount(200).seek_from(150) is None
+        True
+        """
+        if not self.index or start <= 0:
+            return None
+        entry = min(start // self.every, len(self.index) - 1)
+        return entry * self.every, self.index[entry]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "every": self.every,
+            "index": list(self.index),
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> ShardCount:
+        return cls(
+            int(entry["records"]),
+            tuple(int(offset) for offset in entry["index"]),
+            int(entry["every"]),
+            None if entry["version"] is None else str(entry["version"]),
+        )
 
 
 def count_records(
@@ -34,8 +94,24 @@ def count_records(
         return reader_for(fmt, options).count(stream, url)
 
 
+def index_records(
+    url: str,
+    fmt: Format,
+    options: ReadOptions = ReadOptions(),
+    source_options: SourceOptions | None = None,
+    every: int = INDEX_EVERY,
+) -> ShardCount:
+    """One shard's count and sparse offset index, by walking its framing once."""
+    with open_shard(url, options=source_options) as stream:
+        records, index = reader_for(fmt, options).index(stream, url, every)
+    return ShardCount(records, tuple(index), every)
+
+
 class RecordCounts:
-    """Record counts of a fixed shard list, counted on first use and then kept."""
+    """Record counts of a fixed shard list, found on first use and then kept.
+
+    ``cache_path``: a JSON file where counted shards are kept for later jobs (None: none).
+    """
 
     def __init__(
         self,
@@ -44,14 +120,20 @@ class RecordCounts:
         options: ReadOptions,
         known: Mapping[str, int] | None = None,
         source_options: SourceOptions | None = None,
+        cache_path: str | None = None,
     ) -> None:
         self._urls = list(urls)
         self._formats = formats
         self._options = options
-        self._source_options = source_options
-        self._counts: dict[str, int] = dict(known or {})
+        self._source_options = source_options or SourceOptions()
+        self._cache_path = cache_path
+        self._counts: dict[str, ShardCount] = {
+            url: ShardCount(int(records)) for url, records in (known or {}).items()
+        }
         self._given = dict(known or {})
         self._manifests: dict[str, dict[str, tuple[int, int]]] = {}
+        self._cached: dict[str, ShardCount] | None = None
+        self._shared = False  # resolve_all ran its exchange: every count is known
 
     def known(self, url: str) -> int | None:
         """The count of ``url`` if given or in a manifest; never counted here (None then)."""
@@ -62,17 +144,79 @@ class RecordCounts:
 
     def of(self, url: str) -> int:
         """The record count of shard ``url``."""
-        count = self._counts.get(url)
-        if count is None and is_local(url):
-            count = self._from_manifests(local_path(url))
-        if count is None:
-            count = count_records(url, self._formats[url], self._options, self._source_options)
-            self._counts[url] = count
-        return count
+        found = self._counts.get(url)
+        if found is None:
+            resolved = self._resolve([url])
+            self._save(resolved)
+            found = self._counts[url] = resolved[url]
+        return found.records
+
+    def seek_from(self, url: str, start: int) -> RecordPosition | None:
+        """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known."""
+        found = self._counts.get(url)
+        return found.seek_from(start) if found is not None else None
 
     def total(self, shard_indices: Sequence[int]) -> int:
         """The records in the shards ``shard_indices`` (indices into the shard list)."""
         return sum(self.of(self._urls[i]) for i in shard_indices)
+
+    def resolve_all(
+        self, *, rank: int = 0, world_size: int = 1, exchange: Exchange | None = None
+    ) -> list[int]:
+        """Every shard's count, in URL order; with ``exchange``, each found by one rank.
+
+        With ``exchange``, every process of the job must call this at the same point (it is a
+        collective), once: later calls answer from what was shared.
+        """
+        if exchange is not None and not self._shared:
+            distinct = list(dict.fromkeys(self._urls))
+            mine = [url for url in distinct[rank::world_size] if url not in self._counts]
+            resolved = self._resolve(mine)
+            shared = {url: entry.to_json() for url, entry in resolved.items()}
+            found: dict[str, ShardCount] = {}
+            for part in exchange(shared):
+                found.update((url, ShardCount.from_json(entry)) for url, entry in part.items())
+            self._counts.update(found)
+            self._save(found)
+            self._shared = True
+        return [self.of(url) for url in self._urls]
+
+    def _resolve(self, urls: Sequence[str]) -> dict[str, ShardCount]:
+        """Counts of ``urls``: from a manifest, the cache (when current), or by counting."""
+        resolved: dict[str, ShardCount] = {}
+        for url in urls:
+            records = self._from_manifests(local_path(url)) if is_local(url) else None
+            if records is not None:
+                resolved[url] = ShardCount(records)
+                continue
+            version = None
+            if self._cache_path is not None:
+                version = shard_version(url, self._source_options)
+                cached = self._cache().get(url)
+                if version is not None and cached is not None and cached.version == version:
+                    resolved[url] = cached
+                    continue
+            entry = index_records(url, self._formats[url], self._options, self._source_options)
+            resolved[url] = ShardCount(entry.records, entry.index, entry.every, version)
+        return resolved
+
+    def _cache(self) -> dict[str, ShardCount]:
+        if self._cached is None:
+            self._cached = read_counts_cache(self._cache_path) if self._cache_path else {}
+        return self._cached
+
+    def _save(self, resolved: Mapping[str, ShardCount]) -> None:
+        """Add the newly counted shards of ``resolved`` to the cache file, if there is one."""
+        if self._cache_path is None:
+            return
+        cached = self._cache()
+        new = {
+            url: entry
+            for url, entry in resolved.items()
+            if entry.version is not None and cached.get(url) != entry
+        }
+        if new:
+            self._cached = write_counts_cache(self._cache_path, new)
 
     def _from_manifests(self, path: str) -> int | None:
         folder = os.path.dirname(os.path.abspath(path))
@@ -88,6 +232,45 @@ class RecordCounts:
         except OSError:
             return None
         return records if current == size else None
+
+
+def read_counts_cache(path: str) -> dict[str, ShardCount]:
+    """``{url: ShardCount}`` from a count cache file (missing or unreadable: empty)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            cache = json.load(file)
+        if cache.get("shardmix_counts") != CACHE_VERSION:
+            return {}
+        return {str(url): ShardCount.from_json(entry) for url, entry in cache["shards"].items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        log.warning("ignoring the count cache %s (%s); counting the shards instead", path, error)
+        return {}
+
+
+def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str, ShardCount]:
+    """Merge ``entries`` into the count cache at ``path``; returns the cache as written.
+
+    Written under a temporary name and renamed, so that the processes of a job, which all
+    write the same entries, never leave a half-written file. A cache that cannot be written
+    (a read-only folder) is logged and left out: counting again is slower, never wrong.
+    """
+    merged = {**read_counts_cache(path), **entries}
+    document = {
+        "shardmix_counts": CACHE_VERSION,
+        "shards": {url: entry.to_json() for url, entry in sorted(merged.items())},
+    }
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".record-counts-", dir=folder)
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(document, file)
+        os.replace(temporary, path)
+    except OSError as error:
+        log.warning("could not write the count cache %s (%s)", path, error)
+    return merged
 
 
 def manifest_counts(folder: str) -> dict[str, tuple[int, int]]:

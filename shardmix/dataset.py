@@ -1,6 +1,7 @@
 """ShardDataset: the shards of a URL pattern as a torch IterableDataset.
 
-It owns the epoch plan (which shards each rank reads, dealt to lanes) and reading a lane.
+It owns the epoch plan (which pieces of which shards each rank reads, dealt to lanes) and
+reading a lane.
 Iterated directly, or by a plain DataLoader, each worker reads its lanes interleaved. Under
 :class:`~shardmix.loader.MixingLoader` the loader asks for lanes one by one
 (:meth:`ShardDataset.read_lane`) so that the mixing order does not depend on the workers.
@@ -17,25 +18,27 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from shardmix import reader
-from shardmix.counts import RecordCounts
+from shardmix.counts import COUNTS_CACHE_NAME, RecordCounts
 from shardmix.decode import Decoder, as_decoder
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, is_gzipped
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
 from shardmix.reader import LanePosition, Sample, read_lane, round_robin
 from shardmix.sharding import (
+    Piece,
     World,
+    balanced_pieces,
     deal_balanced,
     deal_to_lanes,
     default_num_lanes,
     epoch_shard_order,
-    rank_shards,
+    whole_shards,
     worker_lanes,
 )
 from shardmix.sources import SourceOptions, is_local, local_path
 from shardmix.transforms import SampleTransform, without_tombstones
 from shardmix.urls import check_sources, expand_urls
-from shardmix.world import detect_world
+from shardmix.world import count_exchange, detect_world
 
 DEFAULT_NUM_LANES = 32
 
@@ -67,7 +70,12 @@ class ShardDataset(IterableDataset[Sample]):
             each record's bytes under ``"record"``.
         max_record_bytes: a TFRecord length field above this is refused as damage.
         record_counts: records per shard URL, when known (a manifest); the others are counted
-            when equal steps per rank need them.
+            when a plan for several ranks needs them (once per job: the ranks split the
+            counting and share the counts).
+        counts_cache: a JSON file where counted shards are kept for later jobs, each entry
+            used only while the shard's size and modification time (or ETag) are unchanged;
+            default ``record-counts.json`` in ``source_options.cache_dir`` when that is set,
+            else none. The data folder itself is never written.
         source_options: how remote shards are opened: fsspec ``storage_options`` (endpoint,
             credentials), retries and timeouts, a local ``cache_dir``, and ``allow_pipe`` for
             ``pipe:`` URLs (off: a URL list never runs a command unless asked to).
@@ -95,6 +103,7 @@ class ShardDataset(IterableDataset[Sample]):
         tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
         max_record_bytes: int = 1 << 30,
         record_counts: Mapping[str, int] | None = None,
+        counts_cache: str | os.PathLike[str] | None = None,
         source_options: SourceOptions | None = None,
         on_error: str | OnError = OnError.RAISE,
         max_skips: int | None = 100,
@@ -132,9 +141,17 @@ class ShardDataset(IterableDataset[Sample]):
         self.ledger: SkipLedger | None = None
         # What the last direct iteration dropped: {"filtered": n, "skipped": n}.
         self.dropped: Counter[str] = Counter()
+        if counts_cache is None and self.source_options.cache_dir is not None:
+            counts_cache = os.path.join(self.source_options.cache_dir, COUNTS_CACHE_NAME)
         self.record_counts = RecordCounts(
-            self.urls, self._format_of, self.options, record_counts, self.source_options
+            self.urls,
+            self._format_of,
+            self.options,
+            record_counts,
+            self.source_options,
+            cache_path=None if counts_cache is None else os.fspath(counts_cache),
         )
+        self._plan: tuple[tuple[int, int], list[list[Piece]]] | None = None  # the last plan
         self.epoch = 0
         self._weights: tuple[str, dict[str, float]] | None | bool = False  # False: not yet known
 
@@ -155,52 +172,90 @@ class ShardDataset(IterableDataset[Sample]):
         shards_per_rank = max(1, len(self.urls) // max(1, world_size))
         return default_num_lanes(batch_size=batch_size, shards_per_rank=shards_per_rank)
 
+    def rank_pieces(self, epoch: int, world_size: int) -> list[list[Piece]]:
+        """Each rank's pieces in ``epoch``: the epoch's plan (:mod:`shardmix.sharding`).
+
+        One rank reads every shard whole, in the epoch's order. Several ranks get a balanced
+        plan, made from every shard's record count (:meth:`shard_counts`).
+        """
+        key = (epoch, world_size)
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
+        order = epoch_shard_order(
+            len(self.urls), seed=self.seed, epoch=epoch, shuffle=self.shuffle_shards
+        )
+        if world_size == 1:
+            plan = [whole_shards(order)]
+        else:
+            plan = balanced_pieces(self.shard_counts(world_size), order, world_size)
+        self._plan = key, plan
+        return plan
+
+    def shard_counts(self, world_size: int = 1) -> list[int]:
+        """Every shard's record count, in URL order, found once per job.
+
+        Under torch.distributed with ``world_size`` ranks, called in the main process of
+        every rank at the same point (the first epoch, or ``len()``), each shard is counted
+        by one rank and the counts are shared; elsewhere this process counts what no
+        manifest or count cache has.
+        """
+        shared = count_exchange(world_size)
+        if shared is None:
+            return self.record_counts.resolve_all()
+        rank, exchange = shared
+        return self.record_counts.resolve_all(rank=rank, world_size=world_size, exchange=exchange)
+
+    def lane_pieces(
+        self, epoch: int, *, rank: int = 0, world_size: int = 1, num_lanes: int | None = None
+    ) -> list[list[Piece]]:
+        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order.
+
+        With sizes known (:meth:`piece_weights`), pieces are dealt so that lanes hold about
+        the same size; else like cards.
+        """
+        pieces = self.rank_pieces(epoch, world_size)[rank]
+        lanes = num_lanes or self.lanes_for(None, world_size)
+        weights = self.piece_weights(pieces, world_size)
+        if weights is None:
+            return deal_to_lanes(pieces, lanes)
+        return deal_balanced(pieces, weights[1], lanes)
+
     def lane_shards(
         self, epoch: int, *, rank: int = 0, world_size: int = 1, num_lanes: int | None = None
     ) -> list[list[int]]:
-        """For each lane, the indices into ``self.urls`` it reads in ``epoch``, in order.
+        """For each lane, the indices into ``self.urls`` of the shards its pieces are of."""
+        lanes = self.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
+        return [[piece.shard for piece in lane] for lane in lanes]
 
-        With shard sizes known (:meth:`shard_weights`), shards are dealt so that lanes hold
-        about the same size; else like cards.
+    def piece_weights(
+        self, pieces: Sequence[Piece], world_size: int
+    ) -> tuple[str, list[float]] | None:
+        """``(unit, size of each piece)`` when the sizes are known, else None.
+
+        Records under several ranks (the plan counted every shard) or when every shard's count
+        is given or in a manifest; else bytes when every shard is a local, uncompressed file
+        (one rank reads whole shards: a piece's size is its file's); else unknown. The mixer
+        then takes samples from the lanes in proportion to these sizes, so that all lanes end
+        together. A function of the data and the world size alone.
         """
-        order = self._shard_order(epoch, world_size)
-        shards = rank_shards(order, rank=rank, world_size=world_size)
-        lanes = num_lanes or self.lanes_for(None, world_size)
-        weights = self.shard_weights()
-        if weights is None:
-            return deal_to_lanes(shards, lanes)
-        by_url = weights[1]
-        return deal_balanced(shards, [by_url[url] for url in self.urls], lanes)
-
-    def shard_weights(self) -> tuple[str, dict[str, float]] | None:
-        """``(unit, size per URL)`` when known without reading the shards, else None.
-
-        Records when every shard's count is given or in a manifest; else bytes when every
-        shard is a local, uncompressed file (its size on disk); else unknown. The mixer then
-        takes samples from the lanes in proportion to these sizes, so that all lanes end
-        together. A function of the data alone: counting passes never change it.
-        """
+        if world_size > 1:
+            counts = self.shard_counts(world_size)
+            return "records", [float(piece.size(counts)) for piece in pieces]
         if self._weights is False:
             self._weights = _known_weights(self.urls, self.record_counts)
-        return self._weights  # type: ignore[return-value]
+        known = self._weights
+        if known is None or known is True:
+            return None
+        unit, by_url = known
+        return unit, [by_url[self.urls[piece.shard]] for piece in pieces]
 
     def rank_totals(self, epoch: int, world_size: int) -> list[int]:
         """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
-        order = self._shard_order(epoch, world_size)
-        return [
-            self.record_counts.total(rank_shards(order, rank=rank, world_size=world_size))
-            for rank in range(world_size)
-        ]
-
-    def _shard_order(self, epoch: int, world_size: int) -> list[int]:
-        if world_size > len(self.urls):
-            raise ConfigError(
-                f"{len(self.urls)} shards cannot be split over {world_size} ranks without "
-                "reading some twice; write more shards (shardmix convert --max-records)"
-            )
-        return epoch_shard_order(
-            len(self.urls), seed=self.seed, epoch=epoch, shuffle=self.shuffle_shards
-        )
+        plan = self.rank_pieces(epoch, world_size)
+        if world_size == 1:
+            return [self.record_counts.total(range(len(self.urls)))]
+        counts = self.shard_counts(world_size)
+        return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
 
     def read_lane(
         self,
@@ -212,14 +267,14 @@ class ShardDataset(IterableDataset[Sample]):
         start: LanePosition = LanePosition(),
     ) -> Iterator[Sample]:
         """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
-        shards = self.lane_shards(epoch, rank=rank, world_size=world_size)[lane]
-        return self.read_lane_urls([self.urls[i] for i in shards], epoch, start)
+        pieces = self.lane_pieces(epoch, rank=rank, world_size=world_size)[lane]
+        return self.read_lane_pieces(pieces, epoch, start)
 
-    def read_lane_urls(
-        self, urls: Sequence[str], epoch: int, start: LanePosition = LanePosition()
+    def read_lane_pieces(
+        self, pieces: Sequence[Piece], epoch: int, start: LanePosition = LanePosition()
     ) -> Iterator[Sample]:
-        """The samples of a lane that reads ``urls`` in ``epoch``, from ``start`` on."""
-        return read_lane(urls, partial(self.read_shard, epoch=epoch), start)
+        """The samples of a lane that reads ``pieces`` in ``epoch``, from ``start`` on."""
+        return read_lane(pieces, partial(self.read_piece, epoch=epoch), start)
 
     def __iter__(self) -> Iterator[Sample]:
         world = detect_world()
@@ -244,26 +299,33 @@ class ShardDataset(IterableDataset[Sample]):
         lanes = worker_lanes(
             num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
         )
-        plan = self.lane_shards(
+        plan = self.lane_pieces(
             epoch, rank=world.rank, world_size=world.world_size, num_lanes=num_lanes
         )
-        read = partial(self.read_shard, epoch=epoch)
-        lane_samples = [read_lane([self.urls[i] for i in plan[lane]], read) for lane in lanes]
+        read = partial(self.read_piece, epoch=epoch)
+        lane_samples = [read_lane(plan[lane], read) for lane in lanes]
         return without_tombstones(round_robin(lane_samples), self._count_dropped)
 
     def _count_dropped(self, kind: str) -> None:
         self.dropped[kind] += 1
+
+    def read_piece(self, piece: Piece, record: int, *, epoch: int = 0) -> Iterator[Sample]:
+        """The samples of ``piece`` in ``epoch`` from record ``record`` (in its shard) on."""
+        return self.read_shard(self.urls[piece.shard], record, stop=piece.stop, epoch=epoch)
 
     def read_shard(
         self,
         url: str,
         start: int = 0,
         *,
+        stop: int | None = None,
         epoch: int = 0,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[Sample]:
-        """The samples of shard ``url`` in ``epoch`` from record ``start`` on, transformed.
+        """The samples of records ``[start, stop)`` of shard ``url`` in ``epoch``, transformed.
 
+        ``stop`` None reads to the shard's end. A read from ``start`` > 0 enters the shard at
+        the nearest entry of its sparse offset index, when the counting pass made one.
         Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
         dataset's ledger) and left out. A sample the transform drops or fails on (skipped)
         leaves a tombstone (:mod:`shardmix.transforms`).
@@ -274,6 +336,8 @@ class ShardDataset(IterableDataset[Sample]):
             url,
             self._format_of[url],
             start=start,
+            stop=stop,
+            seek_from=self.record_counts.seek_from(url, start),
             options=self.options,
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,

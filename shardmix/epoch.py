@@ -29,7 +29,7 @@ from shardmix.errors import (
 from shardmix.mixing import LaneClocks, LaneMixer
 from shardmix.policy import SkipLedger
 from shardmix.reader import LanePosition, Sample, sample_bytes
-from shardmix.sharding import EvenRanks, rank_quota
+from shardmix.sharding import EvenRanks, Piece, rank_quota
 from shardmix.shuffle import ShuffleBuffer
 from shardmix.transforms import DROPPED, FILTERED, SKIPPED
 from shardmix.workers import Sent, counted, is_worker_failure, start_workers, stop_workers
@@ -66,7 +66,8 @@ class EpochIterator:
         self._workers: Any = None
         rank, world_size = loader.rank_and_world_size()
         dataset = loader.dataset
-        lane_urls = None
+        lane_pieces = None
+        self.plan: list[list[Piece]] | None = None
         self.quota: int | None = None
         self.own: int | None = None
         self.pad_refs: list[Ref] = []
@@ -76,11 +77,17 @@ class EpochIterator:
         clocks = None
         if isinstance(dataset, ShardDataset):
             num_lanes = loader.num_lanes_for(dataset, world_size)
-            plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
-            lane_urls = [[dataset.urls[i] for i in lane] for lane in plan]
-            weights = dataset.shard_weights()
-            if weights is not None:
-                clocks = LaneClocks(lane_urls, weights[1], weights[0])
+            self.plan = dataset.lane_pieces(
+                epoch, rank=rank, world_size=world_size, num_lanes=num_lanes
+            )
+            lane_pieces = [
+                [(dataset.urls[piece.shard], piece.start, piece.stop) for piece in lane]
+                for lane in self.plan
+            ]
+            weights = [dataset.piece_weights(lane, world_size) for lane in self.plan]
+            if all(weight is not None for weight in weights):
+                unit = next((weight[0] for weight in weights if weight), "records")
+                clocks = LaneClocks(lane_pieces, [weight[1] for weight in weights if weight], unit)
             if world_size > 1:
                 self.quota, self.own = _plan_quota(
                     dataset, epoch, rank, world_size, loader.even_ranks
@@ -98,7 +105,8 @@ class EpochIterator:
         if resume is not None:
             assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
             mixer_state = resume["mixer"]
-            starts = [LanePosition(slot, record) for slot, record in mixer_state["lanes"]]
+            assert self.plan is not None
+            starts = _lane_starts(mixer_state["lanes"], self.plan, epoch)
             live, cursor = mixer_state["live"], mixer_state["cursor"]
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
@@ -119,7 +127,8 @@ class EpochIterator:
                 rank=rank,
                 world_size=world_size,
                 starts=starts,
-                lane_urls=lane_urls,
+                lane_pieces=self.plan,
+                shares=clocks.shares() if clocks is not None else None,
                 num_workers=loader.num_workers,
                 timeout=loader.timeout,
                 prefetch_factor=loader.prefetch_factor,
@@ -134,7 +143,7 @@ class EpochIterator:
             num_lanes,
             live=live,
             cursor=cursor,
-            lane_urls=lane_urls,
+            lane_pieces=lane_pieces,
             start=starts,
             dropped=dropped,
             clocks=clocks,
@@ -244,10 +253,44 @@ class EpochIterator:
             "mixer": {
                 "live": list(self.mixer.live),
                 "cursor": self.mixer.cursor,
-                "lanes": [[p.slot, p.record] for p in self.mixer.lane_positions()],
+                "lanes": [
+                    [p.slot, p.record, *_piece_ref(self.plan, lane, p.slot)]
+                    for lane, p in enumerate(self.mixer.lane_positions())
+                ],
             },
             "buffer": {"draws": self.buffer.draws.count, "items": pack_refs(refs)},
         }
+
+
+# A lane position names the piece it is in: ``[slot, record, shard, start, stop]``, with
+# stop -1 for "to the shard's end"; a position past a lane's last piece (or at the start of
+# an epoch, before the plan is made) names none.
+_NO_PIECE = (-1, 0, -1)
+
+
+def _piece_ref(plan: list[list[Piece]] | None, lane: int, slot: int) -> tuple[int, int, int]:
+    """``(shard, start, stop)`` of the piece in ``slot`` of ``lane``, as the state names it."""
+    if plan is None or slot >= len(plan[lane]):
+        return _NO_PIECE
+    piece = plan[lane][slot]
+    return piece.shard, piece.start, -1 if piece.stop is None else piece.stop
+
+
+def _lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> list[LanePosition]:
+    """Where each lane resumes, checking that the state names the pieces of this plan."""
+    starts = []
+    for lane, (slot, record, *named) in enumerate(saved):
+        planned = _piece_ref(plan, lane, slot)
+        at_start = (slot, record) == (0, 0) and tuple(named) == _NO_PIECE
+        if tuple(named) != planned and not at_start:
+            raise ConfigError(
+                f"cannot resume: epoch {epoch}'s lane {lane} was reading piece "
+                f"(shard, start, stop) {tuple(named)} at slot {slot}, but this loader's plan "
+                f"has {planned} there; the shards' record counts changed since the checkpoint "
+                "(a manifest or count cache was rewritten): resume with the same data"
+            )
+        starts.append(LanePosition(slot, record))
+    return starts
 
 
 def _plan_quota(
@@ -287,7 +330,11 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         "emitted": 0,
         "pad": pack_refs([]),
         "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "mixer": {"live": list(range(num_lanes)), "cursor": 0, "lanes": [[0, 0]] * num_lanes},
+        "mixer": {
+            "live": list(range(num_lanes)),
+            "cursor": 0,
+            "lanes": [[0, 0, *_NO_PIECE] for _ in range(num_lanes)],
+        },
         "buffer": {"draws": 0, "items": pack_refs([])},
     }
 

@@ -256,10 +256,16 @@ def inspect_batches(
     )
     dataset = _dataset(urls, settings, num_lanes)
     lanes = dataset.lanes_for(batch_size, world_size)
-    plan = dataset.lane_shards(epoch, rank=rank, world_size=world_size, num_lanes=lanes)
+    plan = dataset.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=lanes)
     # Counted once: the loader's planning for even ranks reuses the dataset's counts.
+    counts = dataset.record_counts
     shards = {
-        dataset.urls[i]: dataset.record_counts.of(dataset.urls[i]) for lane in plan for i in lane
+        dataset.urls[piece.shard]: (
+            counts.of(dataset.urls[piece.shard]) if piece.stop is None else piece.stop
+        )
+        - piece.start
+        for lane in plan
+        for piece in lane
     }
     ideal = ideal_distinct_sources(list(shards.values()), batch_size)
     total = math.ceil(sum(shards.values()) / batch_size)  # for the progress bar only
@@ -280,7 +286,7 @@ def inspect_batches(
     settings = dataclasses.replace(
         settings, num_lanes=lanes, shuffle_buffer=loader.shuffle_buffer_size()
     )
-    lane_of = _lane_of(plan, dataset.urls)
+    lane_of = _lane_of([[p.shard for p in lane] for lane in plan], dataset.urls)
     run = _record(
         "MixingLoader",
         loader,
@@ -368,7 +374,9 @@ def _baseline(
         num_workers=settings.num_workers,
         collate_fn=_sources_of,
     )
-    plan = dataset.lane_shards(settings.epoch, rank=settings.rank, world_size=settings.world_size)
+    plan = dataset.lane_shards(
+        settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes
+    )
     lane_of = _lane_of(plan, dataset.urls)
     return _record(
         "DataLoader",

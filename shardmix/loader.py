@@ -67,7 +67,10 @@ class MixingLoader:
         even_ranks: under torch.distributed, every rank yields the same number of samples
             (so the same number of batches) each epoch: ``"drop"`` stops every rank at the
             smallest rank's count, ``"pad"`` brings every rank to the largest by repeating its
-            first samples of the epoch. Planned before the epoch from record counts.
+            first samples of the epoch. The epoch's plan gives the ranks record counts equal
+            to within one (shards split at record boundaries where needed), so either loses
+            or repeats fewer than ``world_size`` samples. Planned from record counts, found
+            once per job (the ranks split the counting and share it).
         rank, world_size: this process's place among the ranks; detected from
             torch.distributed (when initialized) at each ``iter()`` when not given.
         pin_memory: put each batch's tensors in page-locked memory, so that

@@ -25,35 +25,47 @@ from shardmix.transforms import DROPPED
 
 
 class LaneClocks:
-    """How far through its lane a sample is, from the sizes of the lane's shards.
+    """How far through its lane a sample is, from the sizes of the lane's pieces.
 
-    ``weights`` maps each shard URL to its size, in records (``unit="records"``: a sample is
-    placed by its record index) or bytes (``"bytes"``: by its byte offset). A sample's clock
-    is the share of its lane read before it, from 0 to 1. Taking the sample with the lowest
+    ``weights[lane][slot]`` is the size of the lane's piece ``slot`` (``lane_pieces``, as
+    ``(url, start, stop)``), in records (``unit="records"``: a sample is placed by its record
+    index) or bytes (``"bytes"``, whole shards only: by its byte offset). A sample's clock is
+    the share of its lane read before it, from 0 to 1. Taking the sample with the lowest
     clock next makes every lane progress at the same relative pace, so all lanes end together
     and the last batches of an epoch mix as many files as the first.
     """
 
     def __init__(
-        self, lane_urls: Sequence[Sequence[str]], weights: Mapping[str, float], unit: str
+        self,
+        lane_pieces: Sequence[Sequence[tuple[str, int, int | None]]],
+        weights: Sequence[Sequence[float]],
+        unit: str,
     ) -> None:
         if unit not in ("records", "bytes"):
             raise ValueError(f"unit must be 'records' or 'bytes', got {unit!r}")
-        self.lane_urls = lane_urls
+        self.lane_pieces = lane_pieces
         self._by_offset = unit == "bytes"
         self._starts: list[list[float]] = []
         self._totals: list[float] = []
-        for urls in lane_urls:
+        for lane_weights in weights:
             starts, total = [], 0.0
-            for url in urls:
+            for weight in lane_weights:
                 starts.append(total)
-                total += weights[url]
+                total += weight
             self._starts.append(starts)
-            self._totals.append(total or 1.0)
+            self._totals.append(total)
 
     def clock(self, lane: int, slot: int, sample: Sample) -> float:
-        within = sample["__offset__"] if self._by_offset else sample["__index__"] + 0.5
-        return (self._starts[lane][slot] + within) / self._totals[lane]
+        if self._by_offset:
+            within = sample["__offset__"]
+        else:
+            within = sample["__index__"] - self.lane_pieces[lane][slot][1] + 0.5
+        return (self._starts[lane][slot] + within) / (self._totals[lane] or 1.0)
+
+    def shares(self) -> list[float]:
+        """Each lane's size over the mean lane's: the rate at which the mixer takes it."""
+        mean = sum(self._totals) / len(self._totals) if self._totals else 1.0
+        return [total / (mean or 1.0) for total in self._totals]
 
 
 class LaneMixer:
@@ -64,7 +76,8 @@ class LaneMixer:
         num_lanes: lanes ``0 .. num_lanes - 1`` all appear in the chunks.
         live: the lanes still in the turn, in order (default: all).
         cursor: index into ``live`` of the lane whose turn is next.
-        lane_urls: each lane's shard list, to turn provenance into :class:`LanePosition`.
+        lane_pieces: each lane's pieces as ``(url, start, stop)``, to turn provenance into
+            :class:`LanePosition`.
         start: each lane's position when the mixer starts (where its reading began).
         dropped: the tombstones counted before the mixer starts (on resume).
         clocks: the lanes' sizes: take samples in proportion to them instead of in turn.
@@ -77,7 +90,7 @@ class LaneMixer:
         *,
         live: Sequence[int] | None = None,
         cursor: int = 0,
-        lane_urls: Sequence[Sequence[str]] | None = None,
+        lane_pieces: Sequence[Sequence[tuple[str, int, int | None]]] | None = None,
         start: Sequence[LanePosition] | None = None,
         dropped: Mapping[str, int] | None = None,
         clocks: LaneClocks | None = None,
@@ -88,7 +101,7 @@ class LaneMixer:
         self._ended = [False] * num_lanes
         self.live = list(range(num_lanes)) if live is None else list(live)
         self.cursor = cursor
-        self._lane_urls = lane_urls
+        self._lane_pieces = lane_pieces
         self.positions = list(start) if start is not None else [LanePosition()] * num_lanes
         self._last: list[Any] = [None] * num_lanes
         # Samples dropped by the transform, by why ("filtered", "skipped"): from tombstones.
@@ -157,7 +170,10 @@ class LaneMixer:
         if queue:
             head = queue[0]
             slot = self._head_slot[lane] = _slot_of(
-                clocks.lane_urls[lane], head["__source__"], self._head_slot[lane]
+                clocks.lane_pieces[lane],
+                head["__source__"],
+                head["__index__"],
+                self._head_slot[lane],
             )
             heapq.heappush(self._heads, (clocks.clock(lane, slot, head), lane))
         elif self._ended[lane]:
@@ -176,15 +192,16 @@ class LaneMixer:
 
     def lane_positions(self) -> list[LanePosition]:
         """Where each lane resumes: just after the last sample handed out from it."""
-        if self._lane_urls is None:
-            raise TypeError("lane positions need the lanes' shard lists (lane_urls)")
+        if self._lane_pieces is None:
+            raise TypeError("lane positions need the lanes' pieces (lane_pieces)")
         positions = []
         for lane, sample in enumerate(self._last):
             position = self.positions[lane]
             if sample is not None:
-                urls = self._lane_urls[lane]
-                slot = _slot_of(urls, sample["__source__"], position.slot)
-                position = LanePosition(slot=slot, record=sample["__index__"] + 1)
+                pieces = self._lane_pieces[lane]
+                index = sample["__index__"]
+                slot = _slot_of(pieces, sample["__source__"], index, position.slot)
+                position = LanePosition(slot=slot, record=index + 1)
             positions.append(position)
         return positions
 
@@ -202,9 +219,15 @@ class LaneMixer:
                 self._ended[lane] = True
 
 
-def _slot_of(urls: Sequence[str], source: str, from_slot: int) -> int:
-    """The first slot at or after ``from_slot`` whose shard is ``source``."""
-    for slot in range(from_slot, len(urls)):
-        if urls[slot] == source:
+def _slot_of(
+    pieces: Sequence[tuple[str, int, int | None]], source: str, index: int, from_slot: int
+) -> int:
+    """The first slot at or after ``from_slot`` whose piece holds record ``index`` of ``source``."""
+    for slot in range(from_slot, len(pieces)):
+        url, start, stop = pieces[slot]
+        if url == source and start <= index and (stop is None or index < stop):
             return slot
-    raise ValueError(f"sample source {source!r} is not in its lane's remaining shards")
+    raise ValueError(
+        f"sample {source!r} record {index} is not in its lane's remaining pieces; "
+        "the lane was read past its plan"
+    )

@@ -36,6 +36,7 @@ from shardmix.formats import (
     reader_for,
 )
 from shardmix.policy import DamageHandler
+from shardmix.sharding import Piece
 from shardmix.sources import SourceOptions, open_shard
 
 Sample = dict[str, Any]
@@ -43,10 +44,10 @@ Sample = dict[str, Any]
 
 @dataclass(frozen=True)
 class LanePosition:
-    """Where a lane resumes: the shard in slot ``slot`` of the lane's list, at record ``record``.
+    """Where a lane resumes: the piece in slot ``slot`` of the lane's list, at record ``record``.
 
-    ``slot`` is a position in the lane's shard list, not an index into the dataset's URL list
-    (that is a ``shard_index``).
+    ``slot`` is a position in the lane's list of pieces, not an index into the dataset's URL
+    list (that is a ``shard_index``); ``record`` is a record index in the piece's shard.
     """
 
     slot: int = 0
@@ -58,17 +59,23 @@ def read_shard(
     fmt: Format,
     *,
     start: int = 0,
+    stop: int | None = None,
+    seek_from: RecordPosition | None = None,
     options: ReadOptions = ReadOptions(),
     source_options: SourceOptions | None = None,
     on_damage: DamageHandler | None = None,
 ) -> Iterator[Sample]:
-    """The samples of one shard from record ``start`` on, each with its provenance.
+    """The samples of records ``[start, stop)`` of one shard, each with its provenance.
 
-    With ``on_damage``, damaged records are reported to it and left out; ``__index__`` stays
-    the record's position in the shard, so the indices then have gaps.
+    ``stop`` None reads to the shard's end. ``seek_from``, a sparse index entry at or before
+    ``start``, is where a seekable, uncompressed shard is entered instead of byte 0. With
+    ``on_damage``, damaged records are reported to it and left out; ``__index__`` stays the
+    record's position in the shard, so the indices then have gaps.
     """
     with open_shard(url, options=source_options) as stream:
-        samples = reader_for(fmt, options).records(stream, url, start=start, on_damage=on_damage)
+        samples = reader_for(fmt, options).records(
+            stream, url, start=start, stop=stop, seek_from=seek_from, on_damage=on_damage
+        )
         for index, offset, sample in samples:
             sample["__source__"] = url
             sample["__index__"] = index
@@ -128,14 +135,18 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
 
 
 def read_lane(
-    urls: Sequence[str],
-    read_one: Callable[[str, int], Iterator[Sample]],
+    pieces: Sequence[Piece],
+    read_one: Callable[[Piece, int], Iterator[Sample]],
     start: LanePosition = LanePosition(),
 ) -> Iterator[Sample]:
-    """The samples of a lane's shards, one shard after another, from ``start`` on."""
-    for slot in range(start.slot, len(urls)):
-        record = start.record if slot == start.slot else 0
-        yield from read_one(urls[slot], record)
+    """The samples of a lane's pieces, one after another, from ``start`` on.
+
+    ``read_one(piece, record)`` reads ``piece`` from record ``record`` (in the shard) on.
+    """
+    for slot in range(start.slot, len(pieces)):
+        piece = pieces[slot]
+        record = max(start.record, piece.start) if slot == start.slot else piece.start
+        yield from read_one(piece, record)
 
 
 def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:

@@ -1,20 +1,32 @@
-"""Sharding: which shards each rank, lane and worker reads in an epoch. Pure functions.
+"""Sharding: which records each rank, lane and worker reads in an epoch. Pure functions.
 
-The sample order of an epoch is defined over *lanes*, not over processes. A rank's shards are
-dealt to a number of lanes that follows from the batch size (:func:`default_num_lanes`); a
-lane reads its shards one after another; the mixing stage takes samples from the lanes in
-proportion to their sizes when those are known (:func:`deal_balanced` evens them out first),
-else one from each live lane in turn. Workers only host lanes (lane ``l`` lives in
-worker ``l % num_workers``), so the order of samples, and with it every batch, is the same
-whatever ``num_workers`` is.
+The sample order of an epoch is defined over *lanes*, not over processes. A rank reads
+*pieces*: a piece is records ``[start, stop)`` of one shard, most often the whole shard. A
+rank's pieces are dealt to a number of lanes that follows from the batch size
+(:func:`default_num_lanes`); a lane reads its pieces one after another; the mixing stage takes
+samples from the lanes in proportion to their sizes when those are known (:func:`deal_balanced`
+evens them out first), else one from each live lane in turn. Workers only host lanes (lane
+``l`` lives in worker ``l % num_workers``), so the order of samples, and with it every batch,
+is the same whatever ``num_workers`` is.
 
->>> order = epoch_shard_order(6, seed=0, epoch=0, shuffle=False)
+Under several ranks the epoch's plan is *balanced* (:func:`balanced_pieces`): the shards, in
+the epoch's order, are laid end to end and cut into ``world_size`` runs whose record totals
+differ by at most one. A shard is split, at a record boundary, only where a cut falls inside
+it, so at most ``world_size - 1`` shards are split and every other shard is read whole, from
+its first byte to its last. Dropping or padding to equal steps then loses or repeats fewer
+than ``world_size`` samples per epoch. The plan is a function of (counts, seed, epoch,
+world size) only, so every rank computes the same one.
+
+>>> order = epoch_shard_order(3, seed=0, epoch=0, shuffle=False)
 >>> order
-[0, 1, 2, 3, 4, 5]
->>> rank_shards(order, rank=1, world_size=2)
-[1, 3, 5]
->>> deal_to_lanes([1, 3, 5], num_lanes=2)
-[[1, 5], [3]]
+[0, 1, 2]
+>>> ranks = balanced_pieces([5, 3, 4], order, world_size=2)
+>>> ranks
+[[Piece(0, 0, None), Piece(1, 0, 1)], [Piece(1, 1, None), Piece(2, 0, None)]]
+>>> [sum(piece.size([5, 3, 4]) for piece in pieces) for pieces in ranks]
+[6, 6]
+>>> deal_to_lanes(ranks[1], num_lanes=2)
+[[Piece(1, 1, None)], [Piece(2, 0, None)]]
 >>> worker_lanes(num_lanes=5, worker=1, num_workers=2)
 [1, 3]
 """
@@ -25,11 +37,14 @@ import enum
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 # Distinguishes the shard-order stream from other streams drawn from the same seed.
 _SHARD_ORDER_STREAM = 0x5AD0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -72,35 +87,105 @@ def epoch_shard_order(num_shards: int, *, seed: int, epoch: int, shuffle: bool) 
     return [int(i) for i in rng.permutation(num_shards)]
 
 
+class Piece(NamedTuple):
+    """Records ``[start, stop)`` of shard ``shard`` (an index into the URL list).
+
+    ``stop`` is None for a piece that runs to the shard's end: it is then read to the last
+    byte, which checks the shard's end as a whole read does.
+    """
+
+    shard: int
+    start: int = 0
+    stop: int | None = None
+
+    def size(self, counts: Sequence[int]) -> int:
+        """The records in this piece, given the record count of every shard."""
+        stop = counts[self.shard] if self.stop is None else self.stop
+        return stop - self.start
+
+    def __repr__(self) -> str:
+        return f"Piece({self.shard}, {self.start}, {self.stop})"
+
+
+def whole_shards(order: Sequence[int]) -> list[Piece]:
+    """Every shard of ``order`` as one whole piece: the plan of a single rank."""
+    return [Piece(shard) for shard in order]
+
+
+def balanced_pieces(
+    counts: Sequence[int], order: Sequence[int], world_size: int
+) -> list[list[Piece]]:
+    """Each rank's pieces: the shards of ``order`` cut into runs of equal record totals.
+
+    ``counts[i]`` is the record count of shard ``i``. Rank ``r`` reads ``total // world_size``
+    records, one more when ``r < total % world_size``, as one contiguous run of the shards laid
+    end to end in ``order``; a cut inside a shard splits it at that record. A shard larger
+    than a rank's share is split over several ranks. Empty shards stay in the plan, whole, so
+    that they are still opened (and checked) once per epoch.
+
+    >>> balanced_pieces([2, 9, 1], [1, 0, 2], world_size=3)
+    [[Piece(1, 0, 4)], [Piece(1, 4, 8)], [Piece(1, 8, None), Piece(0, 0, None), Piece(2, 0, None)]]
+    >>> balanced_pieces([0, 3, 0], [0, 1, 2], world_size=2)
+    [[Piece(0, 0, None), Piece(1, 0, 2)], [Piece(1, 2, None), Piece(2, 0, None)]]
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    total = sum(counts[shard] for shard in order)
+    share, extra = divmod(total, world_size)
+    ranks: list[list[Piece]] = [[] for _ in range(world_size)]
+    rank = 0
+    room = share + (1 if extra > 0 else 0)  # records rank ``rank`` still takes
+    for shard in order:
+        count = counts[shard]
+        start = 0
+        while True:
+            while room == 0 and rank < world_size - 1 and start < count:
+                rank += 1
+                room = share + (1 if rank < extra else 0)
+            take = count - start if rank == world_size - 1 else min(room, count - start)
+            stop = start + take
+            ranks[rank].append(Piece(shard, start, None if stop == count else stop))
+            room -= take
+            start = stop
+            if start >= count:
+                break
+    return ranks
+
+
 def rank_shards(order: Sequence[int], *, rank: int, world_size: int) -> list[int]:
-    """The shards of ``order`` that ``rank`` reads: every ``world_size``-th, from ``rank``."""
+    """The shard-level plan, for comparison: every ``world_size``-th shard, from ``rank``.
+
+    Whole shards dealt like cards leave ranks with different record totals; equal steps then
+    cost whole differences between ranks (``tools/bench.py`` measures it).
+
+    >>> rank_shards([0, 1, 2, 3, 4, 5], rank=1, world_size=2)
+    [1, 3, 5]
+    """
     return list(order[rank::world_size])
 
 
-def deal_to_lanes(shards: Sequence[int], num_lanes: int) -> list[list[int]]:
-    """Deal shards to lanes like cards: lane ``l`` reads shards ``l, l + L, l + 2L, ...``."""
-    return [list(shards[lane::num_lanes]) for lane in range(num_lanes)]
+def deal_to_lanes(pieces: Sequence[T], num_lanes: int) -> list[list[T]]:
+    """Deal pieces to lanes like cards: lane ``l`` reads pieces ``l, l + L, l + 2L, ...``."""
+    return [list(pieces[lane::num_lanes]) for lane in range(num_lanes)]
 
 
-def deal_balanced(
-    shards: Sequence[int], weights: Sequence[float], num_lanes: int
-) -> list[list[int]]:
-    """Deal shards, in their order, each to the lane with the least weight so far.
+def deal_balanced(pieces: Sequence[T], weights: Sequence[float], num_lanes: int) -> list[list[T]]:
+    """Deal pieces, in their order, each to the lane with the least weight so far.
 
-    ``weights[i]`` is shard ``i``'s size (records or bytes). Lanes end up within one shard's
-    weight of each other, so that, read in proportion to their weights, they all end
+    ``weights[i]`` is ``pieces[i]``'s size (records or bytes). Lanes end up within one
+    piece's weight of each other, so that, read in proportion to their weights, they all end
     together. Ties go to the lowest lane.
 
-    >>> deal_balanced([0, 1, 2, 3, 4], [5, 1, 1, 1, 3], num_lanes=2)
-    [[0], [1, 2, 3, 4]]
+    >>> deal_balanced("abcde", [5, 1, 1, 1, 3], num_lanes=2)
+    [['a'], ['b', 'c', 'd', 'e']]
     """
-    lanes: list[list[int]] = [[] for _ in range(num_lanes)]
+    lanes: list[list[T]] = [[] for _ in range(num_lanes)]
     loads = [(0.0, lane) for lane in range(num_lanes)]
     heapq.heapify(loads)
-    for shard in shards:
+    for piece, weight in zip(pieces, weights, strict=True):
         load, lane = heapq.heappop(loads)
-        lanes[lane].append(shard)
-        heapq.heappush(loads, (load + weights[shard], lane))
+        lanes[lane].append(piece)
+        heapq.heappush(loads, (load + weight, lane))
     return lanes
 
 

@@ -22,7 +22,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.policy import SkipLedger
 from shardmix.reader import LaneChunk, LanePosition, round_robin_chunks
-from shardmix.sharding import worker_lanes
+from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.world import detect_world
 
@@ -48,7 +48,8 @@ def start_workers(
     rank: int,
     world_size: int,
     starts: list[LanePosition] | None,
-    lane_urls: list[list[str]] | None,
+    lane_pieces: list[list[Piece]] | None,
+    shares: list[float] | None,
     num_workers: int,
     timeout: float,
     prefetch_factor: int,
@@ -56,18 +57,20 @@ def start_workers(
 ) -> tuple[Iterator[Sent], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
 
-    ``lane_urls`` is each lane's shard list (a ShardDataset's plan). The workers are torch's
+    ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``shares`` the rate at which
+    the mixer takes each lane, when it takes them by size. The workers are torch's
     DataLoader iterator (``None`` when ``num_workers`` is 0 and the lanes are read in this
     process); stop them with :func:`stop_workers`.
     """
-    if isinstance(dataset, ShardDataset) and lane_urls is not None:
+    if isinstance(dataset, ShardDataset) and lane_pieces is not None:
+        lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
         check_open_limits(lane_urls, num_workers)
-        num_lanes = len(lane_urls)
+        num_lanes = len(lane_pieces)
         per_lane = max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
     else:
         num_lanes = max(1, num_workers)
         per_lane = CHUNK_SAMPLES
-    source = _LaneChunks(dataset, epoch, rank, world_size, lane_urls, per_lane, starts)
+    source = _LaneChunks(dataset, epoch, rank, world_size, lane_pieces, shares, per_lane, starts)
     if num_workers == 0:
         return iter(source), num_lanes, None
     loader = DataLoader(
@@ -152,7 +155,8 @@ class _LaneChunks(IterableDataset[Sent]):
         epoch: int,
         rank: int,
         world_size: int,
-        lane_urls: list[list[str]] | None,
+        lane_pieces: list[list[Piece]] | None,
+        shares: list[float] | None,
         per_lane: int,
         starts: list[LanePosition] | None,
     ) -> None:
@@ -160,27 +164,31 @@ class _LaneChunks(IterableDataset[Sent]):
         self.epoch = epoch
         self.rank = rank
         self.world_size = world_size
-        self.lane_urls = lane_urls
+        self.lane_pieces = lane_pieces
+        self.shares = shares
         self.per_lane = per_lane
         self.starts = starts
 
     def __iter__(self) -> Iterator[Sent]:
         world = detect_world(self.rank, self.world_size)
         ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
-        if isinstance(self.dataset, ShardDataset) and self.lane_urls is not None:
+        shares = None
+        if isinstance(self.dataset, ShardDataset) and self.lane_pieces is not None:
             self.dataset.ledger = ledger  # this process's copy of the dataset
-            num_lanes = len(self.lane_urls)
+            num_lanes = len(self.lane_pieces)
             lanes = worker_lanes(
                 num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
             )
             starts = self.starts or [LanePosition()] * num_lanes
             iterators = {
-                lane: self.dataset.read_lane_urls(self.lane_urls[lane], self.epoch, starts[lane])
+                lane: self.dataset.read_lane_pieces(
+                    self.lane_pieces[lane], self.epoch, starts[lane]
+                )
                 for lane in lanes
             }
-            shares = _lane_shares(self.dataset, self.lane_urls)
+            if self.shares is not None:
+                shares = {lane: self.shares[lane] for lane in lanes}
         else:
-            shares = None
             set_epoch = getattr(self.dataset, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(self.epoch)
@@ -189,16 +197,6 @@ class _LaneChunks(IterableDataset[Sent]):
             (chunk, ledger.take(), _box_tensors(chunk))
             for chunk in round_robin_chunks(iterators, self.per_lane, CHUNK_BYTES, shares)
         )
-
-
-def _lane_shares(dataset: ShardDataset, lane_urls: list[list[str]]) -> dict[int, float] | None:
-    """Each lane's size over the mean lane's, when the mixer takes lanes by size (else None)."""
-    weights = dataset.shard_weights()
-    if weights is None:
-        return None
-    sizes = [sum(weights[1][url] for url in urls) for urls in lane_urls]
-    mean = sum(sizes) / len(sizes) or 1.0
-    return {lane: size / mean for lane, size in enumerate(sizes)}
 
 
 class _Tensor:

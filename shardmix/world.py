@@ -1,15 +1,21 @@
 """Detect this process's distributed rank and DataLoader worker, once, at the edge.
 
 Everything below receives a :class:`~shardmix.sharding.World` explicitly; this is the only
-module that asks torch where it runs.
+module that asks torch where it runs, and the only one that talks to the other ranks (sharing
+record counts: :func:`count_exchange`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from shardmix.sharding import World
+
+T = TypeVar("T")
 
 
 def detect_rank() -> tuple[int, int]:
@@ -27,3 +33,24 @@ def detect_world(rank: int | None = None, world_size: int | None = None) -> Worl
     if info is None:
         return World(rank=rank, world_size=world_size)
     return World(rank=rank, world_size=world_size, worker=info.id, num_workers=info.num_workers)
+
+
+def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None:
+    """``(rank, exchange)``: how the ranks share their record counts, or None.
+
+    ``exchange`` is ``all_gather_object`` on the default group. None unless torch.distributed
+    is initialized with ``world_size`` processes and this is a rank's main process (never a
+    DataLoader worker, which must not join a collective): with ranks simulated in one
+    process, each process counts on its own.
+    """
+    if world_size < 2 or get_worker_info() is not None:
+        return None
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() != world_size:
+        return None
+
+    def exchange(mine: T) -> list[T]:
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, mine)
+        return gathered
+
+    return dist.get_rank(), exchange

@@ -24,7 +24,8 @@ class ServerState:
 
     root: Path
     faults: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
-    requests: list[tuple[str, str | None]] = field(default_factory=list)
+    requests: list[tuple[str, str | None]] = field(default_factory=list)  # GETs: (name, Range)
+    heads: list[str] = field(default_factory=list)  # HEAD requests, by name
     ignore_range: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -57,6 +58,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._empty(403 if fault == "403" else 404)
             return
         self._serve(path.read_bytes(), fault)
+
+    def do_HEAD(self) -> None:
+        name = self.path.lstrip("/").split("?")[0]
+        with self.state.lock:
+            self.state.heads.append(name)
+        path = self.state.root / name
+        if not path.is_file():
+            self._empty(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(path.stat().st_size))
+        self.send_header("ETag", '"v1"')
+        self.end_headers()
 
     def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)

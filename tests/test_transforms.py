@@ -170,8 +170,13 @@ def test_filtering_ranks_stay_in_step_and_pad_with_their_own_samples(tmp_path, e
 
 def _kept_on_rank(pattern, rank, sizes):
     dataset = ShardDataset(pattern, transform=drop_every_other, num_lanes=2)
-    shards = [i for lane in dataset.lane_shards(0, rank=rank, world_size=2) for i in lane]
-    return {record_key(s, r) for s in shards for r in range(sizes[s]) if r % 2 == 0}
+    pieces = [piece for lane in dataset.lane_pieces(0, rank=rank, world_size=2) for piece in lane]
+    return {
+        record_key(piece.shard, record)
+        for piece in pieces
+        for record in range(piece.start, piece.start + piece.size(sizes))
+        if record % 2 == 0
+    }
 
 
 def fail_on_one(sample):

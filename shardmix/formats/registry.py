@@ -105,6 +105,7 @@ class ShardReader(Protocol):
         start: int = 0,
         stop: int | None = None,
         start_offset: int | None = None,
+        seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
         """Located samples of records ``start`` up to ``stop`` (None: the end of the shard).
@@ -112,7 +113,9 @@ class ShardReader(Protocol):
         Records before ``start`` are walked cheaply: framing checked, payloads neither decoded
         nor checksummed, seeked past when the stream can seek. ``start_offset``, when known,
         is the byte offset of record ``start``: a seekable, uncompressed stream seeks there
-        instead of walking. Reading stops at the first record at or past ``stop``.
+        instead of walking. ``seek_from``, a ``(record, offset)`` at or before ``start`` (an
+        entry of :meth:`index`), is where such a stream seeks to walk on from instead of from
+        byte 0. Reading stops at the first record at or past ``stop``.
         """
         ...
 
@@ -144,6 +147,14 @@ class ShardReader(Protocol):
 
     def count(self, stream: BinaryIO, url: str) -> int:
         """The number of records in the shard, walking the framing only."""
+        ...
+
+    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
+        """As :meth:`count`, plus the byte offsets of records ``0, every, 2 * every, ...``.
+
+        The offsets are a sparse index for ``records(seek_from=...)`` (in the inflated stream
+        for a gzip shard, where they cannot be seeked to).
+        """
         ...
 
 

@@ -104,6 +104,8 @@ class _TarRecords:
         self.records = 0  # records begun so far
         self._record_offset = 0  # offset of the current record's first entry
         self._damage: CorruptShardError | None = None  # of the current record, not yet reported
+        self.index_every = 0  # when > 0: note the offset of every ``index_every``-th record
+        self.index: list[int] = []
 
     def seek(self, offset: int, record: int) -> None:
         """Go to record ``record``, whose first header is at byte ``offset`` (seekable stream)."""
@@ -220,6 +222,8 @@ class _TarRecords:
         earlier = first_seen.get(key)
         self.records += 1
         self._record_offset = members.entry_offset
+        if self.index_every and (self.records - 1) % self.index_every == 0:
+            self.index.append(members.entry_offset)
         first_seen[key] = (self.records - 1, members.offset)
         if earlier is None:
             return None
@@ -318,12 +322,17 @@ class TarReader:
         start: int = 0,
         stop: int | None = None,
         start_offset: int | None = None,
+        seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
         check_range(start, stop)
         reader = self._open(stream, url, on_damage)
-        if start_offset is not None and not self._gzipped(url) and reader.members.seekable:
-            reader.seek(start_offset, start)
+        if start_offset is not None:
+            seek_from = (start, start_offset)
+        if seek_from is not None and not self._gzipped(url) and reader.members.seekable:
+            if not 0 <= seek_from[0] <= start:
+                raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
+            reader.seek(seek_from[1], seek_from[0])
         return reader.samples(start, stop)
 
     def records_wanted(
@@ -348,10 +357,14 @@ class TarReader:
             yield record, offset, reader.sample_at(offset, record, end)
 
     def count(self, stream: BinaryIO, url: str) -> int:
+        return self.index(stream, url, 0)[0]
+
+    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
         reader = self._open(stream, url, None)
+        reader.index_every = every
         for _ in reader.samples(sys.maxsize):
             pass
-        return reader.records
+        return reader.records, reader.index
 
 
 register_reader(Format.TAR, TarReader.from_options)

@@ -97,16 +97,23 @@ class _Span(NamedTuple):
 
 
 def _skip_records(
-    framing: Framing, count: int, record: int = 0, offset: int = 0
+    framing: Framing,
+    count: int,
+    record: int = 0,
+    offset: int = 0,
+    index: tuple[int, list[int]] | None = None,
 ) -> tuple[int, int]:
     """Skip from ``record`` (at ``offset``) up to record ``count``; returns (record, offset).
 
-    The record reached is less than ``count`` when the shard ends first.
+    The record reached is less than ``count`` when the shard ends first. ``index``, as
+    ``(every, offsets)``, collects the offset of every ``every``-th record skipped.
     """
     while record < count:
         length = framing.next_length(record, offset)
         if length is None:
             return record, offset
+        if index is not None and record % index[0] == 0:
+            index[1].append(offset)
         framing.skip(length + FOOTER_SIZE, record, offset)
         record += 1
         offset += HEADER_SIZE + length + FOOTER_SIZE
@@ -318,15 +325,21 @@ class TFRecordReader:
         start: int = 0,
         stop: int | None = None,
         start_offset: int | None = None,
+        seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
         check_range(start, stop)
         framing = self._framing(stream, url, on_damage)
         span = _Span(start, sys.maxsize if stop is None else stop)
-        if start_offset is None or framing.inflated or not framing.seekable:
+        if start_offset is not None:
+            seek_from = (start, start_offset)
+        if seek_from is None or framing.inflated or not framing.seekable:
             return _samples(framing, _walk(framing, [span], True), self.payload)
-        framing.stream.seek(start_offset)
-        found = _walk(framing, [span], True, record=start, offset=start_offset)
+        record, offset = seek_from
+        if not 0 <= record <= start:
+            raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
+        framing.stream.seek(offset)
+        found = _walk(framing, [span], True, record=record, offset=offset)
         return _samples(framing, found, self.payload)
 
     def records_wanted(
@@ -354,6 +367,12 @@ class TFRecordReader:
     def count(self, stream: BinaryIO, url: str) -> int:
         record, _ = _skip_records(self._framing(stream, url, None), sys.maxsize)
         return record
+
+    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
+        offsets: list[int] = []
+        framing = self._framing(stream, url, None)
+        record, _ = _skip_records(framing, sys.maxsize, index=(every, offsets) if every else None)
+        return record, offsets
 
 
 register_reader(Format.TFRECORD, TFRecordReader.from_options)

@@ -5,7 +5,10 @@ of every sample it trained on.
 """
 
 import argparse
+import contextlib
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import torch
@@ -21,6 +24,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--even-ranks", default="drop")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--counts-cache", default=None)
+    parser.add_argument("--marker", default=None, help="a URL rank 0 asks for once counted")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -29,13 +34,22 @@ def main() -> None:
     model = DistributedDataParallel(torch.nn.Linear(1, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = MixingLoader(
-        ShardDataset(args.shards, seed=7),
+        ShardDataset(args.shards, seed=7, counts_cache=args.counts_cache),
         batch_size=8,
         num_workers=2,
         shuffle_buffer=64,
         seed=7,
         even_ranks=args.even_ranks,
     )
+    if args.marker is not None:
+        steps = len(loader)  # counts the shards: each by one rank, shared over gloo
+        dist.barrier()
+        if rank == 0:
+            # A 404 is expected: the request is only a mark in the server's log.
+            with contextlib.suppress(urllib.error.HTTPError):
+                urllib.request.urlopen(args.marker, timeout=30).close()
+        dist.barrier()
+        assert steps > 0
     epochs = []
     for _ in range(args.epochs):
         steps, keys = 0, []

@@ -1,4 +1,4 @@
-"""A real torchrun job: 2 ranks (gloo, CPU), 2 workers each, a tiny DDP model, 2 epochs."""
+"""Real torchrun jobs: ranks (gloo, CPU) with 2 workers each, a tiny DDP model, 2 epochs."""
 
 import json
 import subprocess
@@ -16,35 +16,62 @@ SIZES = [31, 5, 17, 40, 2, 26, 9, 33, 12, 21]
 JOB = Path(__file__).with_name("ddp_job.py")
 
 
-def run_job(tmp_path, even_ranks):
-    pattern = write_shards(tmp_path / "shards", "tar", SIZES)
-    out = tmp_path / "out"
+def run_job(shards, out, *args, nproc=2):
     out.mkdir()
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(JOB), pattern, str(out), "--even-ranks", even_ranks,
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+        str(JOB), shards, str(out), *args,
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
-    return pattern, ranks
+    return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(nproc)]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
 @pytest.mark.parametrize("even_ranks", ["drop", "pad"])
-def test_ranks_step_together_and_cover_the_data(tmp_path, even_ranks):
-    pattern, ranks = run_job(tmp_path, even_ranks)
+def test_ranks_step_together_and_cover_the_data(tmp_path, even_ranks, nproc):
+    pattern = write_shards(tmp_path / "shards", "tar", SIZES)
+    ranks = run_job(pattern, tmp_path / "out", "--even-ranks", even_ranks, nproc=nproc)
     dataset = ShardDataset(pattern, seed=7)
+    written = expected_keys(SIZES)
     for epoch in range(2):
         steps = [rank[epoch]["steps"] for rank in ranks]
-        assert steps[0] == steps[1] > 0
+        assert len(set(steps)) == 1 and steps[0] > 0
         seen = Counter(key for rank in ranks for key in rank[epoch]["keys"])
-        totals = dataset.rank_totals(epoch, 2)
-        assert len(set(totals)) == 2, "the test wants ranks of different sizes"
+        totals = dataset.rank_totals(epoch, nproc)
+        assert max(totals) - min(totals) <= 1  # the balanced plan
         if even_ranks == "drop":
             assert max(seen.values()) == 1
-            assert set(seen) <= set(expected_keys(SIZES))
-            assert sum(seen.values()) == 2 * min(totals)  # the documented tail is dropped
+            assert set(seen) <= set(written)
+            assert sum(seen.values()) == nproc * min(totals)
+            assert sum(written.values()) - sum(seen.values()) < nproc  # loss < world_size
         else:
-            assert set(seen) == set(expected_keys(SIZES))
-            assert sum(seen.values()) == 2 * max(totals)  # padding repeats only what is lacking
+            assert set(seen) == set(written)
+            assert sum(seen.values()) == nproc * max(totals)
+            assert sum(seen.values()) - sum(written.values()) < nproc  # repeats < world_size
+
+
+@pytest.mark.slow
+def test_a_job_over_http_counts_each_shard_once_and_the_next_reuses_the_cache(tmp_path, server):
+    base, state = server
+    write_shards(tmp_path / "shards", "tar", SIZES)
+    names = [f"shards/part-{shard:04d}.tar" for shard in range(len(SIZES))]
+    pattern = f"{base}/shards/part-{{0000..{len(SIZES) - 1:04d}}}.tar"
+    cache = tmp_path / "cache" / "counts.json"
+    args = ["--epochs", "1", "--counts-cache", str(cache), "--marker", f"{base}/__counted__"]
+
+    ranks = run_job(pattern, tmp_path / "out1", *args)
+    counting = state.requests[: state.requests.index(("__counted__", None))]
+    assert Counter(name for name, _ in counting) == Counter(names)  # each shard once, job-wide
+    assert Counter(state.heads) == Counter(names)  # its version, asked once per shard too
+    seen = Counter(key for rank in ranks for key in rank[0]["keys"])
+    assert max(seen.values()) == 1 and sum(expected_keys(SIZES).values()) - sum(seen.values()) < 2
+    assert set(json.loads(cache.read_text())["shards"]) == {f"{base}/{name}" for name in names}
+
+    state.requests.clear()
+    state.heads.clear()
+    run_job(pattern, tmp_path / "out2", *args)
+    counting = state.requests[: state.requests.index(("__counted__", None))]
+    assert counting == []  # the second job counts nothing: the cache holds every shard
+    assert Counter(state.heads) == Counter(names)  # each entry checked for staleness, once

@@ -128,7 +128,8 @@ def test_each_rank_equals_the_loader_at_that_rank(capsys, shards64, even_ranks):
         assert {url for b in report["batches"] for url in b["sources"]} <= set(report["shards"])
         seen.append(set(report["shards"]))
         lengths.add(report["summary"]["samples"])
-    assert sum(len(s) for s in seen) == 64 == len(set().union(*seen))
+    assert len(set().union(*seen)) == 64
+    assert sum(len(s) for s in seen) - 64 <= 2  # a shard split between two ranks is in both
     assert len(lengths) == 1  # every rank takes the same number of steps
 
 
