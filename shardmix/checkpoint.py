@@ -10,8 +10,10 @@ straight to each resident instead of walking the shard to it; -1 stands for an o
 known (a transform dropped ``__offset__``), and such a resident is found by its index.
 
 Version 2 added the offsets; version 3 the samples the transform dropped and the padding
-(``"dropped"``). A state of an older version is refused, naming both versions
-(:func:`check_version`).
+(``"dropped"``); version 4 each lane's byte offset (``mixer.lanes`` entries are
+``[slot, record, offset]``, the offset being where the lane's last record began, -1 unknown),
+so that a lane resumes with one seek or one range request. A state of an older version is
+refused, naming both versions (:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]

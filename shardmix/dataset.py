@@ -209,11 +209,15 @@ class ShardDataset(IterableDataset[Sample]):
         self,
         url: str,
         start: int = 0,
+        before_offset: int = -1,
         *,
         epoch: int = 0,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[Sample]:
         """The samples of shard ``url`` in ``epoch`` from record ``start`` on, transformed.
+
+        ``before_offset``: where record ``start - 1`` begins, when known (a lane's resume
+        position): reading starts there instead of walking the shard from its start.
 
         Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
         dataset's ledger) and left out. A sample the transform drops or fails on (skipped)
@@ -228,6 +232,7 @@ class ShardDataset(IterableDataset[Sample]):
             options=self.options,
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
+            before_offset=before_offset,
         )
         return self._transformed(samples, url, epoch, on_damage)
 

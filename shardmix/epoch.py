@@ -89,7 +89,7 @@ class EpochIterator:
         if resume is not None:
             assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
             mixer_state = resume["mixer"]
-            starts = [LanePosition(slot, record) for slot, record in mixer_state["lanes"]]
+            starts = [LanePosition(*lane) for lane in mixer_state["lanes"]]
             live, cursor = mixer_state["live"], mixer_state["cursor"]
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
@@ -233,7 +233,7 @@ class EpochIterator:
             "mixer": {
                 "live": list(self.mixer.live),
                 "cursor": self.mixer.cursor,
-                "lanes": [[p.slot, p.record] for p in self.mixer.lane_positions()],
+                "lanes": [[p.slot, p.record, p.offset] for p in self.mixer.lane_positions()],
             },
             "buffer": {"draws": self.buffer.draws.count, "items": pack_refs(refs)},
         }
@@ -276,7 +276,7 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         "emitted": 0,
         "pad": pack_refs([]),
         "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "mixer": {"live": list(range(num_lanes)), "cursor": 0, "lanes": [[0, 0]] * num_lanes},
+        "mixer": {"live": list(range(num_lanes)), "cursor": 0, "lanes": [[0, 0, -1]] * num_lanes},
         "buffer": {"draws": 0, "items": pack_refs([])},
     }
 
@@ -285,20 +285,27 @@ def _reread(dataset: ShardDataset, refs: list[Ref], epoch: int) -> list[Sample]:
     """The samples that ``refs`` name, in order, each shard opened once.
 
     Each record is read at its byte offset where the shard allows it (seekable, not gzip),
-    so the cost follows the number of residents, not where they lie in their shards; else
-    the shard is walked by its framing up to its last wanted record.
+    so the cost follows the number of residents, not where they lie in their shards (remote
+    shards: bounded range requests, all shards' at once); else the shard is walked by its
+    framing up to its last wanted record.
     """
     wanted: dict[int, dict[int, int]] = {}
     for shard_index, record, offset in refs:
         wanted.setdefault(shard_index, {})[record] = offset
     found: dict[tuple[int, int], Sample] = {}
-    for shard_index, records in wanted.items():
+    # Damage met again here was counted when it was first skipped.
+    quiet = SkipLedger(max_skips=None, warn=False)
+    # Every shard's reads are asked for first (remote ranges go out together), then read.
+    reads = {
+        shard_index: dataset.read_records(
+            dataset.urls[shard_index], sorted(records.items()), epoch=epoch, on_damage=quiet
+        )
+        for shard_index, records in wanted.items()
+    }
+    for shard_index, samples in reads.items():
         url = dataset.urls[shard_index]
         try:
-            # Damage met again here was counted when it was first skipped.
-            quiet = SkipLedger(max_skips=None, warn=False)
-            positions = sorted(records.items())
-            for sample in dataset.read_records(url, positions, epoch=epoch, on_damage=quiet):
+            for sample in samples:
                 if DROPPED not in sample:
                     found[shard_index, sample["__index__"]] = sample
         except CorruptShardError as error:

@@ -102,7 +102,8 @@ class LaneMixer:
             if sample is not None:
                 urls = self._lane_urls[lane]
                 slot = _slot_of(urls, sample["__source__"], position.slot)
-                position = LanePosition(slot=slot, record=sample["__index__"] + 1)
+                offset = sample.get("__offset__", -1)
+                position = LanePosition(slot=slot, record=sample["__index__"] + 1, offset=offset)
             positions.append(position)
         return positions
 
