@@ -72,7 +72,7 @@ _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
 
 # Connections kept alive per host: enough for the range requests a restore has in flight.
-POOL_CONNECTIONS_PER_HOST = 32
+POOL_CONNECTIONS_PER_HOST = 64
 T = TypeVar("T")
 
 _pools: dict[str | None, urllib3.PoolManager] = {}

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FETCH_THREADS", "RangedStream", "open_ranges"]
 
-FETCH_THREADS = 16  # requests in flight at once, per process
+FETCH_THREADS = 64  # requests in flight at once, per process (mostly waiting on latency)
 MIN_FETCH_BYTES = 16 * 1024  # a read outside the ranges fetches at least this much
 
 Fetch = Callable[[int, int], tuple[bytes, int | None]]  # (start, stop) -> (bytes, shard size)
