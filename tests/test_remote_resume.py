@@ -61,8 +61,8 @@ def restore(make: Callable[[], MixingLoader], state: dict, sent: Callable[[], in
     """The restored run's batches, and the bytes sent before its first batch."""
     restored = make()
     restored.load_state_dict(state)
-    batches = iter(restored)
     before = sent()
+    batches = iter(restored)  # starts the workers and re-reads the buffer's residents
     first = next(batches)
     sent_before_first = sent() - before
     return [batch_fingerprint(first), *map(batch_fingerprint, batches)], sent_before_first
