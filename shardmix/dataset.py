@@ -309,14 +309,19 @@ class ShardDataset(IterableDataset[Sample]):
     def _count_dropped(self, kind: str) -> None:
         self.dropped[kind] += 1
 
-    def read_piece(self, piece: Piece, record: int, *, epoch: int = 0) -> Iterator[Sample]:
+    def read_piece(
+        self, piece: Piece, record: int, before_offset: int = -1, *, epoch: int = 0
+    ) -> Iterator[Sample]:
         """The samples of ``piece`` in ``epoch`` from record ``record`` (in its shard) on."""
-        return self.read_shard(self.urls[piece.shard], record, stop=piece.stop, epoch=epoch)
+        return self.read_shard(
+            self.urls[piece.shard], record, before_offset, stop=piece.stop, epoch=epoch
+        )
 
     def read_shard(
         self,
         url: str,
         start: int = 0,
+        before_offset: int = -1,
         *,
         stop: int | None = None,
         epoch: int = 0,
@@ -324,8 +329,11 @@ class ShardDataset(IterableDataset[Sample]):
     ) -> Iterator[Sample]:
         """The samples of records ``[start, stop)`` of shard ``url`` in ``epoch``, transformed.
 
-        ``stop`` None reads to the shard's end. A read from ``start`` > 0 enters the shard at
-        the nearest entry of its sparse offset index, when the counting pass made one.
+        ``stop`` None reads to the shard's end. ``before_offset``: where record ``start - 1``
+        begins, when known (a lane's resume position): reading starts there instead of walking
+        the shard from its start. Else a read from ``start`` > 0 enters the shard at the nearest
+        entry of its sparse offset index, when the counting pass made one.
+
         Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
         dataset's ledger) and left out. A sample the transform drops or fails on (skipped)
         leaves a tombstone (:mod:`shardmix.transforms`).
@@ -341,6 +349,7 @@ class ShardDataset(IterableDataset[Sample]):
             options=self.options,
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
+            before_offset=before_offset,
         )
         return self._transformed(samples, url, epoch, on_damage)
 

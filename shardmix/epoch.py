@@ -254,7 +254,7 @@ class EpochIterator:
                 "live": list(self.mixer.live),
                 "cursor": self.mixer.cursor,
                 "lanes": [
-                    [p.slot, p.record, *_piece_ref(self.plan, lane, p.slot)]
+                    [p.slot, p.record, p.offset, *_piece_ref(self.plan, lane, p.slot)]
                     for lane, p in enumerate(self.mixer.lane_positions())
                 ],
             },
@@ -262,7 +262,8 @@ class EpochIterator:
         }
 
 
-# A lane position names the piece it is in: ``[slot, record, shard, start, stop]``, with
+# A lane position names the piece it is in: ``[slot, record, offset, shard, start, stop]``
+# (offset: where the lane's last record began, -1 if unknown), with
 # stop -1 for "to the shard's end"; a position past a lane's last piece (or at the start of
 # an epoch, before the plan is made) names none.
 _NO_PIECE = (-1, 0, -1)
@@ -279,7 +280,7 @@ def _piece_ref(plan: list[list[Piece]] | None, lane: int, slot: int) -> tuple[in
 def _lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> list[LanePosition]:
     """Where each lane resumes, checking that the state names the pieces of this plan."""
     starts = []
-    for lane, (slot, record, *named) in enumerate(saved):
+    for lane, (slot, record, offset, *named) in enumerate(saved):
         planned = _piece_ref(plan, lane, slot)
         at_start = (slot, record) == (0, 0) and tuple(named) == _NO_PIECE
         if tuple(named) != planned and not at_start:
@@ -289,7 +290,7 @@ def _lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) ->
                 f"has {planned} there; the shards' record counts changed since the checkpoint "
                 "(a manifest or count cache was rewritten): resume with the same data"
             )
-        starts.append(LanePosition(slot, record))
+        starts.append(LanePosition(slot, record, offset))
     return starts
 
 
@@ -333,7 +334,7 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         "mixer": {
             "live": list(range(num_lanes)),
             "cursor": 0,
-            "lanes": [[0, 0, *_NO_PIECE] for _ in range(num_lanes)],
+            "lanes": [[0, 0, -1, *_NO_PIECE] for _ in range(num_lanes)],
         },
         "buffer": {"draws": 0, "items": pack_refs([])},
     }
@@ -343,20 +344,27 @@ def _reread(dataset: ShardDataset, refs: list[Ref], epoch: int) -> list[Sample]:
     """The samples that ``refs`` name, in order, each shard opened once.
 
     Each record is read at its byte offset where the shard allows it (seekable, not gzip),
-    so the cost follows the number of residents, not where they lie in their shards; else
-    the shard is walked by its framing up to its last wanted record.
+    so the cost follows the number of residents, not where they lie in their shards (remote
+    shards: bounded range requests, all shards' at once); else the shard is walked by its
+    framing up to its last wanted record.
     """
     wanted: dict[int, dict[int, int]] = {}
     for shard_index, record, offset in refs:
         wanted.setdefault(shard_index, {})[record] = offset
     found: dict[tuple[int, int], Sample] = {}
-    for shard_index, records in wanted.items():
+    # Damage met again here was counted when it was first skipped.
+    quiet = SkipLedger(max_skips=None, warn=False)
+    # Every shard's reads are asked for first (remote ranges go out together), then read.
+    reads = {
+        shard_index: dataset.read_records(
+            dataset.urls[shard_index], sorted(records.items()), epoch=epoch, on_damage=quiet
+        )
+        for shard_index, records in wanted.items()
+    }
+    for shard_index, samples in reads.items():
         url = dataset.urls[shard_index]
         try:
-            # Damage met again here was counted when it was first skipped.
-            quiet = SkipLedger(max_skips=None, warn=False)
-            positions = sorted(records.items())
-            for sample in dataset.read_records(url, positions, epoch=epoch, on_damage=quiet):
+            for sample in samples:
                 if DROPPED not in sample:
                     found[shard_index, sample["__index__"]] = sample
         except CorruptShardError as error:

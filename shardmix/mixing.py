@@ -201,7 +201,8 @@ class LaneMixer:
                 pieces = self._lane_pieces[lane]
                 index = sample["__index__"]
                 slot = _slot_of(pieces, sample["__source__"], index, position.slot)
-                position = LanePosition(slot=slot, record=index + 1)
+                offset = sample.get("__offset__", -1)
+                position = LanePosition(slot=slot, record=index + 1, offset=offset)
             positions.append(position)
         return positions
 

@@ -10,13 +10,17 @@ a gzip shard). It rides in the sample rather than beside it because the samples 
 workers to the main process, and through the mixer and the shuffle buffer, as plain dicts: a
 side table would have to follow every sample through each of those stages, while the format
 readers know the offset anyway, so carrying it costs one dict entry per sample. A checkpoint
-stores it with the record index, and :func:`read_shard_at` seeks straight to it. Shards are
-read through their format's :class:`~shardmix.formats.ShardReader`.
+stores it with the record index, and :func:`read_shard_at` seeks straight to it (on remote
+storage: a bounded range request per group of nearby records, several in flight). A lane
+resumes at the offset of the last record it delivered (:class:`LanePosition`): one seek, or
+one range request, instead of walking the shard from its start. Shards are read through their
+format's :class:`~shardmix.formats.ShardReader`.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -31,6 +35,7 @@ from shardmix.formats import (
     ReadOptions,
     RecordPosition,
     can_seek_records,
+    is_gzipped,
     read_samples_at,
     read_samples_at_offsets,
     reader_for,
@@ -38,8 +43,19 @@ from shardmix.formats import (
 from shardmix.policy import DamageHandler
 from shardmix.sharding import Piece
 from shardmix.sources import SourceOptions, open_shard
+from shardmix.sources.ranges import open_ranges
+
+logger = logging.getLogger(__name__)
 
 Sample = dict[str, Any]
+
+# Re-reading records by range: a record whose length is not known from its neighbour's offset
+# is fetched with this many bytes at least (grown to the longest record seen in the shard),
+# plus RANGE_TAIL (a tar record is known to end only at the next header). Ranges closer than
+# RANGE_GAP bytes are fetched in one request.
+RANGE_GUESS = 8 * 1024
+RANGE_TAIL = 1024
+RANGE_GAP = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -48,10 +64,14 @@ class LanePosition:
 
     ``slot`` is a position in the lane's list of pieces, not an index into the dataset's URL
     list (that is a ``shard_index``); ``record`` is a record index in the piece's shard.
+    ``offset`` is the byte offset of record ``record - 1``, the last one the lane delivered,
+    or -1 when not known: the lane resumes by reading that record there and dropping it, so
+    the shard is neither walked nor downloaded from its start.
     """
 
     slot: int = 0
     record: int = 0
+    offset: int = -1
 
 
 def read_shard(
@@ -64,19 +84,42 @@ def read_shard(
     options: ReadOptions = ReadOptions(),
     source_options: SourceOptions | None = None,
     on_damage: DamageHandler | None = None,
+    before_offset: int = -1,
 ) -> Iterator[Sample]:
     """The samples of records ``[start, stop)`` of one shard, each with its provenance.
 
-    ``stop`` None reads to the shard's end. ``seek_from``, a sparse index entry at or before
-    ``start``, is where a seekable, uncompressed shard is entered instead of byte 0. With
-    ``on_damage``, damaged records are reported to it and left out; ``__index__`` stays the
-    record's position in the shard, so the indices then have gaps.
+    ``stop`` None reads to the shard's end. With ``on_damage``, damaged records are reported
+    to it and left out; ``__index__`` stays the record's position in the shard, so the indices
+    then have gaps. ``before_offset``, when not -1, is where record ``start - 1`` begins:
+    reading starts there (that record is read and dropped) where the shard can seek. Else
+    ``seek_from``, a sparse index entry at or before ``start``, is where a seekable,
+    uncompressed shard is entered; else the framing is walked from byte 0.
     """
-    with open_shard(url, options=source_options) as stream:
-        samples = reader_for(fmt, options).records(
-            stream, url, start=start, stop=stop, seek_from=seek_from, on_damage=on_damage
-        )
+    resume = start > 0 and before_offset >= 0
+    with open_shard(url, options=source_options, offset=before_offset if resume else 0) as stream:
+        reader = reader_for(fmt, options)
+        if resume and can_seek_records(stream, url):
+            samples = reader.records(
+                stream,
+                url,
+                start=start - 1,
+                stop=stop,
+                start_offset=before_offset,
+                on_damage=on_damage,
+            )
+        else:
+            if resume:
+                logger.debug(
+                    "%s: gzip or not seekable; walking the framing from the start to record %d",
+                    url,
+                    start,
+                )
+            samples = reader.records(
+                stream, url, start=start, stop=stop, seek_from=seek_from, on_damage=on_damage
+            )
         for index, offset, sample in samples:
+            if index < start:
+                continue  # the record before ``start``, read to find where ``start`` begins
             sample["__source__"] = url
             sample["__index__"] = index
             sample["__offset__"] = offset
@@ -101,15 +144,33 @@ def read_shard_at(
     :class:`~shardmix.errors.CorruptShardError`). Otherwise the records are found by index,
     walking the framing (:func:`~shardmix.formats.read_samples_at`, which reports damage to
     ``on_damage`` when given); a record not found there is left out.
+
+    The ranges of a remote shard are asked for here, at the call, several at once; the
+    records are read as the result is iterated.
     """
     if not positions:
-        return
+        return iter(())
+    ranged = None
+    if not is_gzipped(url) and min(offset for _, offset in positions) >= 0:
+        ranged = open_ranges(url, record_ranges(positions), source_options or SourceOptions())
+    return _read_at(url, fmt, positions, ranged, options, source_options, on_damage)
+
+
+def _read_at(
+    url: str,
+    fmt: Format,
+    positions: Sequence[RecordPosition],
+    ranged: BinaryIO | None,
+    options: ReadOptions,
+    source_options: SourceOptions | None,
+    on_damage: DamageHandler | None,
+) -> Iterator[Sample]:
     offsets = dict(positions)
-    with open_shard(url, options=source_options) as stream:
+    stream = ranged if ranged is not None else open_shard(url, options=source_options)
+    with stream:
         if can_seek_records(stream, url) and min(offsets.values()) >= 0:
-            samples = read_samples_at_offsets(
-                _small_buffer(stream), url, fmt, positions, options=options
-            )
+            buffered = stream if ranged is not None else _small_buffer(stream)
+            samples = read_samples_at_offsets(buffered, url, fmt, positions, options=options)
         else:
             samples = read_samples_at(
                 stream, url, fmt, list(offsets), options=options, on_damage=on_damage
@@ -119,6 +180,33 @@ def read_shard_at(
             sample["__index__"] = index
             sample["__offset__"] = offsets[index]
             yield sample
+
+
+def record_ranges(positions: Sequence[RecordPosition]) -> list[tuple[int, int]]:
+    """Byte ranges ``(start, stop)`` that hold the records at ``positions``, nearby ones merged.
+
+    A record followed by the next record's position ends where that one starts; any other
+    is given the longest such length (``RANGE_GUESS`` when none is known) plus ``RANGE_TAIL``.
+
+    >>> record_ranges([(0, 0), (1, 4608), (2, 9216), (9, 80000)])
+    [(0, 14848), (80000, 85632)]
+    """
+    ordered = sorted(positions, key=lambda position: position[1])
+    known = [
+        following[1] - offset
+        for (record, offset), following in zip(ordered, ordered[1:], strict=False)
+        if following[0] == record + 1
+    ]
+    guess = max(known, default=RANGE_GUESS)
+    ranges: list[tuple[int, int]] = []
+    for (record, offset), following in zip(ordered, [*ordered[1:], None], strict=True):
+        exact = following is not None and following[0] == record + 1
+        stop = following[1] if exact and following is not None else offset + guess + RANGE_TAIL
+        if ranges and offset - ranges[-1][1] <= RANGE_GAP:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], stop))
+        else:
+            ranges.append((offset, stop))
+    return ranges
 
 
 # Reading one record after a seek: a larger buffer would be refilled, mostly in vain, per seek.
@@ -136,17 +224,21 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
 
 def read_lane(
     pieces: Sequence[Piece],
-    read_one: Callable[[Piece, int], Iterator[Sample]],
+    read_one: Callable[[Piece, int, int], Iterator[Sample]],
     start: LanePosition = LanePosition(),
 ) -> Iterator[Sample]:
     """The samples of a lane's pieces, one after another, from ``start`` on.
 
-    ``read_one(piece, record)`` reads ``piece`` from record ``record`` (in the shard) on.
+    ``read_one(piece, record, before_offset)`` reads ``piece`` from record ``record`` (in the
+    shard) on; ``before_offset`` is where record ``record - 1`` begins, or -1 (see
+    :func:`read_shard`).
     """
     for slot in range(start.slot, len(pieces)):
         piece = pieces[slot]
-        record = max(start.record, piece.start) if slot == start.slot else piece.start
-        yield from read_one(piece, record)
+        if slot == start.slot and start.record > piece.start:
+            yield from read_one(piece, start.record, start.offset)
+        else:
+            yield from read_one(piece, piece.start, -1)
 
 
 def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:

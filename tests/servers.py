@@ -1,4 +1,5 @@
-"""Test servers on 127.0.0.1: an HTTP server that serves a folder and misbehaves on request."""
+"""Test servers on 127.0.0.1: an HTTP server that serves a folder and misbehaves on request,
+moto's S3 server, and a TCP relay that counts the bytes a server sends."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,7 +29,13 @@ class ServerState:
     requests: list[tuple[str, str | None]] = field(default_factory=list)  # GETs: (name, Range)
     heads: list[str] = field(default_factory=list)  # HEAD requests, by name
     ignore_range: bool = False
+    latency: float = 0.0  # seconds before each answer, as object storage adds
+    sent: int = 0  # body bytes written to clients
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count_sent(self, count: int) -> None:
+        with self.lock:
+            self.sent += count
 
     def next_fault(self, name: str, range_header: str | None) -> str:
         with self.lock:
@@ -46,6 +54,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         name = self.path.lstrip("/").split("?")[0]
         fault = self.state.next_fault(name, self.headers.get("Range"))
+        if self.state.latency:
+            time.sleep(self.state.latency)
         if fault == "stall":
             time.sleep(STALL_SECONDS)
             self.close_connection = True
@@ -72,6 +82,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", '"v1"')
         self.end_headers()
 
+    def _write(self, body: bytes) -> None:
+        """Write in pieces, counting what the client's socket took."""
+        view = memoryview(body)
+        for begin in range(0, len(view), 1 << 16):
+            try:
+                self.wfile.write(view[begin : begin + (1 << 16)])
+            except OSError:  # the client hung up
+                self.close_connection = True
+                return
+            self.state.count_sent(len(view[begin : begin + (1 << 16)]))
+
     def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         for key, value in (headers or {}).items():
@@ -80,22 +101,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _serve(self, data: bytes, fault: str) -> None:
-        start, status = 0, 200
-        match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        start, stop, status = 0, len(data), 200
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         if match and not self.state.ignore_range:
             start, status = int(match[1]), 206
+            stop = min(len(data), int(match[2]) + 1) if match[2] else len(data)
             if start >= len(data):
                 self._empty(416, {"Content-Range": f"bytes */{len(data)}"})
                 return
-        body = data[start:]
+        body = data[start:stop]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("ETag", '"v1"')
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(data)}")
         self.end_headers()
         if not fault:
-            self.wfile.write(body)
+            self._write(body)
             return
         self.wfile.write(body[: len(body) // 2])
         self.wfile.flush()
@@ -139,3 +161,52 @@ def s3_server() -> Iterator[tuple[str, object]]:
     )
     yield url, client
     server.stop()
+
+
+@dataclass
+class ByteCounter:
+    """Bytes a relay passed from the server to its clients."""
+
+    sent: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@contextmanager
+def counting_relay(target: str) -> Iterator[tuple[str, ByteCounter]]:
+    """A TCP relay on 127.0.0.1 to ``target`` (``http://host:port``): its URL and its count."""
+    host, port = target.removeprefix("http://").split(":")
+    counter = ByteCounter()
+    listener = socket.create_server(("127.0.0.1", 0))
+    stopped = threading.Event()
+
+    def pump(source: socket.socket, sink: socket.socket, count: bool) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+                if count:
+                    with counter.lock:
+                        counter.sent += len(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def accept() -> None:
+        while not stopped.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((host, int(port)))
+            for args in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=pump, args=args, daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", counter
+    finally:
+        stopped.set()
+        listener.close()

@@ -108,6 +108,6 @@ def test_rewritten_shards_fail_with_an_error_naming_the_shard(tmp_path, fmt):
 def test_an_older_version_state_is_refused(uneven_shards):
     make = loader_factory(uneven_shards)
     state = state_after(make, 3)
-    state["version"] = 3
-    with pytest.raises(ConfigError, match="has version 3, this shardmix reads version 4"):
+    state["version"] = 4
+    with pytest.raises(ConfigError, match="has version 4, this shardmix reads version 5"):
         make().load_state_dict(state)

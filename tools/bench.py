@@ -614,6 +614,180 @@ def ranks_section(config: Config) -> list[Row]:
     return rows
 
 
+# ---------------------------------------------------------------------------- remote section
+
+
+class _RangeServer:
+    """An HTTP server on 127.0.0.1 over a folder, in its own process (as remote storage would
+    be: it takes no time from the loader's processes): Range support, a delay per request,
+    and a count of the requests and of the body bytes its clients took."""
+
+    def __init__(self, root: Path, latency: float) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork")
+        self._counts = context.Array("q", 2)  # requests, bytes sent
+        ready = context.SimpleQueue()
+        self._process = context.Process(
+            target=_serve_ranges, args=(root, latency, self._counts, ready), daemon=True
+        )
+        self._process.start()
+        self.url = f"http://127.0.0.1:{ready.get()}"
+
+    @property
+    def requests(self) -> int:
+        return int(self._counts[0])
+
+    @property
+    def sent(self) -> int:
+        return int(self._counts[1])
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.join()
+
+
+def _serve_ranges(root: Path, latency: float, counts: Any, ready: Any) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # else each body waits ~40 ms for a delayed ACK
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            time.sleep(latency)
+            data = (root / self.path.lstrip("/")).read_bytes()
+            start, stop, status = 0, len(data), 200
+            asked = self.headers.get("Range", "").removeprefix("bytes=")
+            if asked:
+                first, _, last = asked.partition("-")
+                start, status = int(first), 206
+                stop = min(len(data), int(last) + 1) if last else len(data)
+            self.send_response(status)
+            self.send_header("Content-Length", str(max(0, stop - start)))
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(data)}")
+            self.end_headers()
+            with counts.get_lock():
+                counts[0] += 1
+            for begin in range(start, stop, 1 << 16):
+                piece = data[begin : min(stop, begin + (1 << 16))]
+                try:
+                    self.wfile.write(piece)
+                except OSError:
+                    return
+                with counts.get_lock():
+                    counts[1] += len(piece)
+
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 256  # a restore opens dozens of connections at once
+        daemon_threads = True
+
+    httpd = Server(("127.0.0.1", 0), Handler)
+    ready.put(httpd.server_address[1])
+    httpd.serve_forever()
+
+
+@section("remote", "shardmix over HTTP with 30 ms per request: an epoch, and a restore at 90%")
+def remote_section(config: Config) -> list[Row]:
+    """Epoch time, restore time at 90% to the first batch, and the bytes the server sent for it."""
+    from shardmix import MixingLoader, ShardDataset
+    from shardmix.checkpoint import unpack_refs
+
+    paths = make_bench_shards(config.data_dir, "tar", config.sizes, config.record_bytes)
+    server = _RangeServer(Path(paths[0]).parent, latency=0.030)
+    urls = [f"{server.url}/{Path(path).name}" for path in paths]
+    data_bytes = sum(Path(path).stat().st_size for path in paths)
+
+    def make() -> MixingLoader:
+        return MixingLoader(
+            ShardDataset(urls, seed=config.seed),
+            batch_size=config.batch_size,
+            num_workers=config.num_workers,
+            seed=config.seed,
+        )
+
+    try:
+        start = time.perf_counter()
+        total = sum(1 for _ in make())
+        epoch_seconds = time.perf_counter() - start
+        gc.collect()
+        stop = int(total * 0.9)
+        interrupted = make()
+        for step, _ in enumerate(interrupted, 1):
+            if step == stop:
+                break
+        state = json.dumps(interrupted.state_dict())
+        interrupted.close()
+        del interrupted
+        gc.collect()
+        sent, requests = server.sent, server.requests
+        start = time.perf_counter()
+        restored = make()
+        restored.load_state_dict(json.loads(state))
+        batches = iter(restored)
+        first = next(batches)
+        resume_seconds = time.perf_counter() - start
+        sent, requests = server.sent - sent, server.requests - requests
+        remaining = len(first["__key__"]) + sum(len(b["__key__"]) for b in batches)
+        del batches
+        gc.collect()
+    finally:
+        server.close()
+    residents = unpack_refs(json.loads(state)["buffer"]["items"])
+    resident_bytes = _resident_bytes(paths, urls, residents)
+    limit = resident_bytes + data_bytes // 10
+    return [
+        Row(
+            section="remote",
+            system="shardmix",
+            name=f"shardmix tar over HTTP (30 ms), resume at batch {stop} of {total}",
+            samples=remaining,
+            seconds=resume_seconds,
+            samples_per_s=float("nan"),
+            mean_samples_per_s=float("nan"),
+            distinct_per_batch=float("nan"),
+            ideal_distinct=ideal_distinct_sources(config.sizes, config.batch_size),
+            exactly_once=remaining == sum(config.sizes) - stop * config.batch_size,
+            note=(
+                f"remote: epoch {epoch_seconds:.2f} s; restore to first batch "
+                f"{resume_seconds:.3f} s = {resume_seconds / epoch_seconds:.1%} of the epoch; "
+                f"{requests} requests, {sent / 1e6:.1f} MB sent "
+                f"(bound: residents {resident_bytes / 1e6:.1f} MB + 0.1 x data set "
+                f"{data_bytes / 1e7:.1f} MB = {limit / 1e6:.1f} MB)"
+            ),
+            extra={
+                "epoch_seconds": epoch_seconds,
+                "restore_seconds": resume_seconds,
+                "restore_fraction": resume_seconds / epoch_seconds,
+                "restore_bytes": sent,
+                "restore_requests": requests,
+                "resident_bytes": resident_bytes,
+                "data_bytes": data_bytes,
+                "bytes_bound": limit,
+            },
+        )
+    ]
+
+
+def _resident_bytes(paths: list[str], urls: list[str], refs: list[tuple[int, int, int]]) -> int:
+    """The bytes of the records that ``refs`` name, framing included."""
+    from shardmix.formats import Format, read_located_samples
+
+    wanted = Counter(shard for shard, _, _ in refs)
+    sizes: dict[tuple[int, int], int] = {}
+    for shard in wanted:
+        with open(paths[shard], "rb") as stream:
+            offsets = [o for _, o, _ in read_located_samples(stream, urls[shard], Format.TAR)]
+        ends = [*offsets[1:], Path(paths[shard]).stat().st_size]
+        for record, (begin, end) in enumerate(zip(offsets, ends, strict=True)):
+            sizes[shard, record] = end - begin
+    return sum(sizes[shard, record] for shard, record, _ in refs)
+
+
 # ------------------------------------------------------------------------------ reporting
 
 
@@ -719,7 +893,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{ratio['speed']:.2f}x samples/s, {ratio['distinct']:.2f}x files/batch"
             )
         for row in rows:
-            if row.section in ("resume", "ranks"):
+            if row.section in ("resume", "ranks", "remote"):
                 print(row.note)
         print(f"\ntotal {elapsed:.1f} s")
     return 0 if all(r.exactly_once for r in rows) else 1

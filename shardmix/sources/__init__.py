@@ -101,8 +101,11 @@ class SourceOptions:
 
 
 Opener = Callable[[str, SourceOptions], BinaryIO]
+# An opener told where the first read will be (``offset``): it may ask for that range at once.
+OpenerAt = Callable[[str, SourceOptions, int], BinaryIO]
 
 _OPENERS: dict[str, Opener] = {}
+_OPENERS_AT: dict[str, OpenerAt] = {}
 _NOT_CACHED = frozenset({"file", "pipe"})  # already local, or a command that may not repeat
 
 
@@ -142,12 +145,19 @@ def register_opener(scheme: str, opener: Opener, *, override: bool = False) -> N
             f"an opener for {scheme!r} URLs is already registered; pass override=True to replace it"
         )
     _OPENERS[scheme] = opener
+    _OPENERS_AT.pop(scheme, None)
 
 
-def open_shard(url: str, *, options: SourceOptions | None = None) -> BinaryIO:
-    """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set."""
+def open_shard(url: str, *, options: SourceOptions | None = None, offset: int = 0) -> BinaryIO:
+    """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
+
+    The stream stands at byte 0. ``offset`` says where the first read will be (after a seek):
+    an ``http(s)://`` stream makes its first request there, so a resume costs one request.
+    """
     options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)
+    if offset and options.cache_dir is None and scheme in _OPENERS_AT:
+        return _OPENERS_AT[scheme](url, options, offset)
     if options.cache_dir is None or scheme in _NOT_CACHED:
         return _open_direct(url, scheme, options)
     from shardmix.sources.cache import open_cached
@@ -180,6 +190,7 @@ def _register_builtin() -> None:
     register_opener("http", open_http)
     register_opener("https", open_http)
     register_opener("pipe", open_pipe)
+    _OPENERS_AT.update(http=open_http, https=open_http)
 
 
 _register_builtin()

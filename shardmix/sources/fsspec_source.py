@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, cast
 from shardmix.errors import ShardNotFoundError, UnsupportedURLError
 from shardmix.sources import RemoteAccessError, RemoteReadError, scheme_of
 
-__all__ = ["install_hint", "open_fsspec"]
+__all__ = ["filesystem_of", "install_hint", "open_fsspec"]
 
 # scheme -> (shardmix extra, backend package)
 _BACKENDS: dict[str, tuple[str, str]] = {
@@ -71,6 +71,15 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> B
         ) from error
     except OSError as error:
         raise RemoteReadError(f"{url}: could not open the shard: {error}", url=url) from error
+
+
+def filesystem_of(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``(filesystem, path)`` for ``url``, each backend of the chain checked (for ranged reads)."""
+    fsspec = _import_fsspec(url)
+    for protocol in chain_protocols(url):
+        _check_backend(fsspec, url, protocol)
+    options = _chain_options(url, dict(storage_options or {}))
+    return cast(tuple[Any, str], fsspec.core.url_to_fs(url, **options))
 
 
 def chain_protocols(url: str) -> list[str]:

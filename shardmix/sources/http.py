@@ -1,6 +1,9 @@
-"""HTTP(S) shards, streamed with the standard library; retried, resumed, never hung.
+"""HTTP(S) shards, streamed over one urllib3 connection pool per process; retried, resumed.
 
-:class:`HttpShardStream` reads one URL with :mod:`http.client`. Transient failures (a
+:class:`HttpShardStream` reads one URL through :func:`connection_pool`: a urllib3
+``PoolManager`` per process (a ``ProxyManager`` for hosts that ``HTTPS_PROXY``/``HTTP_PROXY``
+name and ``NO_PROXY`` does not exempt), so connections are kept alive from one shard, one
+range, to the next; a forked DataLoader worker starts its own pool. Transient failures (a
 connection refused, reset or timed out; 408, 429 and 5xx answers; a body that ends before its
 ``Content-Length``) are retried with exponential backoff and jitter, as :class:`RetryPolicy`
 says. A retry resumes where the stream stands, with ``Range: bytes=N-``: a ``206`` answer must
@@ -10,8 +13,15 @@ an error, never a mix of two versions. Permanent answers (404, 410, 401, 403, ot
 at once. Every socket wait is bounded by ``read_timeout``, so a stalled server ends in an error
 naming the URL, the byte offset reached and the attempts made.
 
-Left to others: caching (:mod:`shardmix.sources.cache`), proxies and authentication schemes
-beyond the fixed headers in ``storage_options["headers"]``.
+A stream may be bounded (``stop``: reading ends there, each request asks for
+``bytes=N-M``), which is how single records are fetched (:mod:`shardmix.sources.ranges`), and
+may make its first request at an offset other than 0 (``first_at``) while still standing at 0,
+so that a reader which seeks there first costs one request.
+
+The retries are shardmix's own rather than urllib3's ``Retry``: a retry in the middle of a body
+must resume at the byte reached and count progress, which urllib3 leaves to the caller. Left
+to others: caching (:mod:`shardmix.sources.cache`), authentication schemes beyond the fixed
+headers in ``storage_options["headers"]``.
 """
 
 from __future__ import annotations
@@ -20,15 +30,21 @@ import hashlib
 import http.client
 import io
 import logging
+import os
 import random
 import re
 import ssl
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import urljoin, urlsplit
+
+import urllib3
+import urllib3.exceptions
 
 from shardmix.errors import ConfigError, ShardmixError, ShardNotFoundError, UnsupportedURLError
 from shardmix.errors import describe_position as _where
@@ -42,7 +58,7 @@ from shardmix.sources import (
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["HttpShardStream", "RetryPolicy", "open_http"]
+__all__ = ["HttpShardStream", "RetryPolicy", "connection_pool", "fetch_range", "open_http"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,19 +71,73 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
 
+# Connections kept alive per host: enough for the range requests a restore has in flight.
+POOL_CONNECTIONS_PER_HOST = 64
 T = TypeVar("T")
 
+_pools: dict[str | None, urllib3.PoolManager] = {}
+_pools_lock = threading.Lock()
 
-def open_http(url: str, options: SourceOptions) -> BinaryIO:
-    """Open an ``http(s)://`` shard: a buffered, seekable stream that retries and resumes."""
+
+def connection_pool(url: str) -> urllib3.PoolManager:
+    """This process's pool for ``url``: direct, or through the environment's proxy for it."""
+    host = urlsplit(url).hostname or ""
+    proxy = urllib.request.getproxies_environment().get(urlsplit(url).scheme)
+    if proxy and urllib.request.proxy_bypass_environment(host):  # type: ignore[attr-defined]
+        proxy = None
+    with _pools_lock:
+        pool = _pools.get(proxy)
+        if pool is None:
+            options: dict[str, Any] = {"maxsize": POOL_CONNECTIONS_PER_HOST, "block": False}
+            manager = urllib3.ProxyManager(proxy, **options) if proxy else None
+            pool = manager or urllib3.PoolManager(**options)
+            _pools[proxy] = pool
+        return pool
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's sockets are not ours to use."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
+
+
+def _headers_of(url: str, options: SourceOptions) -> Mapping[str, str]:
     headers = options.storage_options.get("headers", {})
     if not isinstance(headers, Mapping):
         raise ConfigError(
             f"{url}: storage_options['headers'] must be a mapping of header names to values",
             url=url,
         )
-    stream = HttpShardStream(url, options.retry, headers=headers)
+    return headers
+
+
+def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
+    """Open an ``http(s)://`` shard: a buffered, seekable stream that retries and resumes.
+
+    ``offset`` is where the first read will be: the first request asks for it.
+    """
+    stream = HttpShardStream(url, options.retry, headers=_headers_of(url, options), first_at=offset)
     return io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
+
+
+def fetch_range(
+    url: str, options: SourceOptions, start: int, stop: int
+) -> tuple[bytes, int | None]:
+    """Bytes ``start`` up to ``stop`` of ``url`` (fewer at its end), in one bounded request
+    unless it must be retried, and the shard's size when the server said it."""
+    stream = HttpShardStream(
+        url, options.retry, headers=_headers_of(url, options), first_at=start, stop=stop
+    )
+    with stream:
+        stream.seek(start)
+        chunks = []
+        while chunk := stream.read(stop - stream.tell()):
+            chunks.append(chunk)
+        return b"".join(chunks), stream.size
 
 
 class _Transient(Exception):
@@ -82,7 +152,9 @@ class _Transient(Exception):
 class HttpShardStream(io.RawIOBase):
     """One HTTP(S) shard as a raw, readable, seekable stream (wrap it in a BufferedReader).
 
-    The first request is made here, so a missing shard fails when it is opened.
+    The first request is made here, so a missing shard fails when it is opened; it asks for
+    ``first_at``, though the stream stands at 0 until a seek there takes up that answer.
+    ``stop`` bounds the stream: reads end there, and every request asks for no more.
     """
 
     def __init__(
@@ -91,6 +163,8 @@ class HttpShardStream(io.RawIOBase):
         retry: RetryPolicy | None = None,
         *,
         headers: Mapping[str, str] | None = None,
+        first_at: int = 0,
+        stop: int | None = None,
     ) -> None:
         super().__init__()
         parts = urlsplit(url)
@@ -101,18 +175,21 @@ class HttpShardStream(io.RawIOBase):
         self._headers = dict(headers or {})
         seed = int.from_bytes(hashlib.sha256(url.encode()).digest()[:8], "big")
         self._random = random.Random(seed)  # jitter only; the same URL waits the same way
-        self._position = 0  # bytes delivered so far (or the seek target)
+        self._position = first_at  # bytes delivered so far (or the seek target)
+        self._stop = stop
         self._size: int | None = None  # the whole shard's size, once a server told it
         self._etag: str | None = None
         self._honours_ranges = True
-        self._connection: http.client.HTTPConnection | None = None
-        self._response: http.client.HTTPResponse | None = None
+        self._response: urllib3.BaseHTTPResponse | None = None
         self._end: int | None = None  # the offset where the current response's body ends
+        self._parked: int | None = None  # an answer waits at this offset for a seek there
         try:
             self._with_retries(self._open_response)
         except BaseException:
             self.close()
             raise
+        if first_at and self._response is not None:
+            self._parked, self._position = first_at, 0
 
     @property
     def size(self) -> int | None:
@@ -131,7 +208,10 @@ class HttpShardStream(io.RawIOBase):
     def readinto(self, buffer: WriteableBuffer) -> int:
         if self.closed:
             raise ValueError(f"{self.url}: read from a closed stream")
+        self._unpark()
         view = memoryview(buffer).cast("B")
+        if self._stop is not None:
+            view = view[: max(0, self._stop - self._position)]
         if not len(view):
             return 0
         return self._with_retries(lambda: self._read_once(view))
@@ -140,6 +220,10 @@ class HttpShardStream(io.RawIOBase):
         if self.closed:
             raise ValueError(f"{self.url}: seek on a closed stream")
         target = self._seek_target(offset, whence)
+        if self._parked is not None and target == self._parked:
+            self._parked, self._position = None, target
+            return target
+        self._unpark()
         ahead = target - self._position
         at_or_past_end = self._size is not None and target >= self._size
         if ahead == 0:
@@ -159,13 +243,19 @@ class HttpShardStream(io.RawIOBase):
             self._drop_response()
         super().close()
 
+    def _unpark(self) -> None:
+        """Give up the answer waiting at another offset: the reader went elsewhere."""
+        if self._parked is not None:
+            self._parked = None
+            self._drop_response()
+
     # -- requests ------------------------------------------------------------------------
 
     def _open_response(self) -> None:
         if self._response is None and not self._at_end():
             self._response = self._request(self._position)
 
-    def _request(self, offset: int) -> http.client.HTTPResponse | None:
+    def _request(self, offset: int) -> urllib3.BaseHTTPResponse | None:
         """A response whose body goes on from ``offset``; None when ``offset`` is the end."""
         url = self.url
         for _ in range(_MAX_REDIRECTS + 1):
@@ -174,9 +264,10 @@ class HttpShardStream(io.RawIOBase):
                 try:
                     return response if self._accept(response, offset) else None
                 except BaseException:
-                    response.close()
+                    _release(response)
                     raise
-            location = response.getheader("Location")
+            location = response.headers.get("Location")
+            _release(response)
             if not location:
                 raise RemoteReadError(
                     f"{self.url}: answered {response.status} without a Location header; "
@@ -189,31 +280,33 @@ class HttpShardStream(io.RawIOBase):
             url=self.url,
         )
 
-    def _send(self, url: str, offset: int) -> http.client.HTTPResponse:
+    def _send(self, url: str, offset: int) -> urllib3.BaseHTTPResponse:
         self._drop_response()
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RemoteReadError(f"{self.url}: redirected to {url}, not http(s)", url=self.url)
-        connection_class: type[http.client.HTTPConnection] = (
-            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        )
-        connection = connection_class(
-            parts.hostname, parts.port, timeout=self._retry.connect_timeout
-        )
-        self._connection = connection
         # The caller's headers (credentials, often) go only to the shard's own host.
         same_host = parts.netloc == urlsplit(self.url).netloc
         headers = {**(self._headers if same_host else {}), "Accept-Encoding": "identity"}
-        if offset:
+        if self._stop is not None:
+            headers["Range"] = f"bytes={offset}-{max(offset, self._stop - 1)}"
+        elif offset:
             headers["Range"] = f"bytes={offset}-"
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        retry = self._retry
+        timeout = urllib3.Timeout(connect=retry.connect_timeout, read=retry.read_timeout)
         with self._transient_io("requesting"):
-            connection.connect()
-            connection.sock.settimeout(self._retry.read_timeout)
-            connection.request("GET", target, headers=headers)
-            return connection.getresponse()
+            return connection_pool(url).request(
+                "GET",
+                url,
+                headers=headers,
+                preload_content=False,
+                decode_content=False,
+                redirect=False,
+                retries=False,
+                timeout=timeout,
+            )
 
-    def _accept(self, response: http.client.HTTPResponse, offset: int) -> bool:
+    def _accept(self, response: urllib3.BaseHTTPResponse, offset: int) -> bool:
         """Check an answer; leave its body ready to read at ``offset``, or say there is none."""
         status = response.status
         if status in (200, 206):
@@ -223,23 +316,23 @@ class HttpShardStream(io.RawIOBase):
             else:
                 self._accept_whole(response, offset)
             return True
-        response.close()
+        _release(response)
         if status == 416 and self._range_is_past_end(response, offset):
             return False
         if status in (408, 429) or 500 <= status < 600:
             raise _Transient(f"answered {status} {response.reason}", _retry_after(response))
-        raise self._permanent(status, response.reason)
+        raise self._permanent(status, response.reason or "")
 
-    def _accept_whole(self, response: http.client.HTTPResponse, offset: int) -> None:
-        length = response.getheader("Content-Length")
+    def _accept_whole(self, response: urllib3.BaseHTTPResponse, offset: int) -> None:
+        length = response.headers.get("Content-Length")
         self._end = int(length) if length is not None and length.isdigit() else None
         self._note_size(self._end)
         if offset:
             self._honours_ranges = False
             self._discard(response, offset)
 
-    def _accept_range(self, response: http.client.HTTPResponse, offset: int) -> None:
-        header = response.getheader("Content-Range", "")
+    def _accept_range(self, response: urllib3.BaseHTTPResponse, offset: int) -> None:
+        header = response.headers.get("Content-Range", "")
         match = _CONTENT_RANGE.fullmatch(header.strip())
         if match is None or int(match[1]) != offset:
             raise RemoteReadError(
@@ -252,16 +345,16 @@ class HttpShardStream(io.RawIOBase):
         self._end = int(match[2]) + 1
         self._note_size(None if match[3] == "*" else int(match[3]))
 
-    def _range_is_past_end(self, response: http.client.HTTPResponse, offset: int) -> bool:
+    def _range_is_past_end(self, response: urllib3.BaseHTTPResponse, offset: int) -> bool:
         """A 416 for a range that starts at or past the end: the shard is read to its end."""
-        match = _UNSATISFIED_RANGE.fullmatch(response.getheader("Content-Range", "").strip())
+        match = _UNSATISFIED_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
         if offset == 0 or match is None or int(match[1]) > offset:
             return False
         self._note_size(int(match[1]))
         return True
 
-    def _check_same_shard(self, response: http.client.HTTPResponse) -> None:
-        etag = response.getheader("ETag")
+    def _check_same_shard(self, response: urllib3.BaseHTTPResponse) -> None:
+        etag = response.headers.get("ETag")
         if etag and self._etag and etag != self._etag:
             raise RemoteReadError(
                 f"{_where(self.url, offset=self._position)}: the shard changed while it was "
@@ -321,9 +414,11 @@ class HttpShardStream(io.RawIOBase):
             self._drop_response()  # a range answer that stopped short of the end: ask again
 
     def _at_end(self) -> bool:
+        if self._stop is not None and self._position >= self._stop:
+            return True
         return self._size is not None and self._position >= self._size
 
-    def _discard(self, response: http.client.HTTPResponse, count: int) -> None:
+    def _discard(self, response: urllib3.BaseHTTPResponse, count: int) -> None:
         """Drop the first ``count`` bytes of a body that starts before where we stand."""
         left = count
         with self._transient_io("skipping to the resume offset"):
@@ -415,22 +510,36 @@ class HttpShardStream(io.RawIOBase):
                 "check the URL's host or the machine's certificate store",
                 url=self.url,
             ) from error
-        except (OSError, http.client.HTTPException) as error:
+        except urllib3.exceptions.SSLError as error:
+            if not isinstance(error.__context__, ssl.SSLCertVerificationError):
+                raise _Transient(f"failed {doing}: {type(error).__name__}: {error}") from error
+            raise RemoteReadError(
+                f"{self.url}: the server's TLS certificate does not verify ({error}); "
+                "check the URL's host or the machine's certificate store",
+                url=self.url,
+            ) from error
+        except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError) as error:
             raise _Transient(f"failed {doing}: {type(error).__name__}: {error}") from error
 
     def _drop_response(self) -> None:
-        if self._response is not None:
-            self._response.close()
-            self._response = None
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        response, self._response = self._response, None
+        if response is not None:
+            # A body read to its end leaves its connection to the pool, kept alive.
+            whole = self._end is not None and self._position >= self._end
+            _release(response, whole=whole)
         self._end = None
 
 
-def _retry_after(response: http.client.HTTPResponse) -> float | None:
+def _release(response: urllib3.BaseHTTPResponse, *, whole: bool = False) -> None:
+    """Hand the connection back to the pool: kept alive when the body was read to its end."""
+    if not whole and response.headers.get("Content-Length") != "0":
+        response.close()  # bytes left unread: the connection cannot carry another request
+    response.release_conn()
+
+
+def _retry_after(response: urllib3.BaseHTTPResponse) -> float | None:
     """The seconds a ``Retry-After`` header asks for (a number or an HTTP date), if any."""
-    value = (response.getheader("Retry-After") or "").strip()
+    value = (response.headers.get("Retry-After") or "").strip()
     if not value:
         return None
     if value.isdigit():

@@ -111,9 +111,9 @@ def test_resume_is_exact_on_a_rank_that_reads_split_shards(tmp_path, fmt):
     loader = make()
     next(iter(loader))
     state = loader.state_dict()
-    assert all(len(lane) == 5 for lane in state["mixer"]["lanes"])
-    slot, record, shard, start, stop = state["mixer"]["lanes"][0]
-    state["mixer"]["lanes"][0] = [slot, record, shard, start + 1, stop]
+    assert all(len(lane) == 6 for lane in state["mixer"]["lanes"])
+    slot, record, offset, shard, start, stop = state["mixer"]["lanes"][0]
+    state["mixer"]["lanes"][0] = [slot, record, offset, shard, start + 1, stop]
     restored = make()
     restored.load_state_dict(state)
     with pytest.raises(ConfigError, match="cannot resume: epoch 0's lane 0 was reading piece"):

@@ -61,6 +61,14 @@ class Saboteur:
             self.seen += 1
         if info is not None and info.id == 0:
             if self.seen == 150:
+                # Both workers must have started (and written their pids) before one dies,
+                # however slowly the machine schedules worker 1.
+                deadline = time.time() + 60
+                while time.time() < deadline:
+                    with open(marker + ".pids") as pids:
+                        if len(pids.read().split()) >= 2:
+                            break
+                    time.sleep(0.05)
                 with open(marker, "w") as out:
                     out.write(repr(time.time()))
                 if mode == "kill":

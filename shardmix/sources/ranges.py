@@ -1,0 +1,204 @@
+"""Ranged reads of remote shards: a few known byte ranges fetched at once, bounded.
+
+Re-reading single records of a remote shard (a restored shuffle buffer) should cost the
+records' bytes and a round trip, not a stream left running to the end of the shard, nor an
+fsspec read-ahead block of megabytes per record. :func:`open_ranges` starts one bounded
+request per range at once, on a small thread pool shared by the process, and returns a
+seekable stream that serves reads from those ranges; a read outside them (a record longer than
+its range was guessed) fetches one more bounded range. ``http(s)://`` ranges go through
+:func:`shardmix.sources.http.fetch_range` (the connection pool, retries, size and ETag checks);
+fsspec URLs through ``filesystem.cat_file(path, start, end)``, which reads exactly that range.
+
+Local files, ``pipe:`` commands and shards read through ``cache_dir`` get ``None``: open them
+with :func:`shardmix.sources.open_shard` (a seek costs nothing there, or nothing can seek).
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, BinaryIO, cast
+
+from shardmix.errors import ShardNotFoundError
+from shardmix.errors import describe_position as _where
+from shardmix.sources import _OPENERS, RemoteReadError, SourceOptions, scheme_of
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+__all__ = ["FETCH_THREADS", "RangedStream", "open_ranges"]
+
+FETCH_THREADS = 64  # requests in flight at once, per process (mostly waiting on latency)
+MIN_FETCH_BYTES = 16 * 1024  # a read outside the ranges fetches at least this much
+
+Fetch = Callable[[int, int], tuple[bytes, int | None]]  # (start, stop) -> (bytes, shard size)
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardmix-range")
+        return _executor
+
+
+def _forget_pool() -> None:
+    """In a forked child the parent's threads do not exist."""
+    global _executor, _executor_lock
+    _executor, _executor_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def open_ranges(
+    url: str, ranges: Sequence[tuple[int, int]], options: SourceOptions
+) -> BinaryIO | None:
+    """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now.
+
+    ``None`` when the URL's storage is read by opening it instead (see the module docstring).
+    """
+    fetch = _fetcher(url, options)
+    if fetch is None:
+        return None
+    return cast(BinaryIO, RangedStream(url, fetch, ranges))
+
+
+def _fetcher(url: str, options: SourceOptions) -> Fetch | None:
+    scheme = scheme_of(url)
+    if scheme in ("file", "pipe") or options.cache_dir is not None:
+        return None
+    if scheme in ("http", "https"):
+        from shardmix.sources.http import fetch_range, open_http
+
+        if _OPENERS.get(scheme) is not open_http:  # a plug-in reads these URLs its own way
+            return None
+        return lambda start, stop: fetch_range(url, options, start, stop)
+    if scheme in _OPENERS:
+        return None
+    return _fsspec_fetcher(url, options)
+
+
+def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:
+    from shardmix.sources.fsspec_source import filesystem_of
+
+    filesystem, path = filesystem_of(url, options.storage_options)
+    size: list[int] = []
+
+    def fetch(start: int, stop: int) -> tuple[bytes, int | None]:
+        try:
+            if not size:
+                size.append(int(filesystem.size(path)))
+            stop = min(stop, size[0])
+            data = filesystem.cat_file(path, start=start, end=stop) if start < stop else b""
+        except FileNotFoundError as error:
+            raise ShardNotFoundError(f"{url}: no such shard", url=url) from error
+        except OSError as error:
+            raise RemoteReadError(
+                f"{_where(url, offset=start)}: could not read bytes {start}-{stop}: {error}; "
+                "check the storage and the credentials",
+                url=url,
+                offset=start,
+            ) from error
+        return bytes(data), size[0]
+
+    return fetch
+
+
+class RangedStream(io.RawIOBase):
+    """A shard seen through some fetched byte ranges: reads inside them cost nothing more."""
+
+    def __init__(self, url: str, fetch: Fetch, ranges: Sequence[tuple[int, int]]) -> None:
+        super().__init__()
+        self.url = url
+        self._fetch = fetch
+        self._position = 0
+        self._size: int | None = None
+        self._starts: list[int] = []  # sorted starts of the pieces fetched
+        self._pieces: dict[int, bytes] = {}
+        self._pending: list[tuple[int, Future[tuple[bytes, int | None]]]] = [
+            (start, _pool().submit(fetch, start, stop)) for start, stop in ranges if stop > start
+        ]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._position
+        elif whence == io.SEEK_END:
+            offset += self._shard_size()
+        elif whence != io.SEEK_SET:
+            raise ValueError(f"invalid whence {whence!r}")
+        if offset < 0:
+            raise ValueError(f"{self.url}: negative seek position {offset}")
+        self._position = offset
+        return offset
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        if not len(view):
+            return 0
+        self._collect()
+        piece, start = self._piece_at(self._position)
+        if piece is None:
+            if self._size is not None and self._position >= self._size:
+                return 0
+            start = self._position
+            data, size = self._fetch(start, start + max(len(view), MIN_FETCH_BYTES))
+            self._add(start, data, size)
+            piece = data
+        skip = self._position - start
+        count = min(len(view), len(piece) - skip)
+        view[:count] = piece[skip : skip + count]
+        self._position += count
+        return count
+
+    def close(self) -> None:
+        if not self.closed:
+            for _, future in self._pending:
+                future.cancel()
+        super().close()
+
+    def _collect(self) -> None:
+        """Take in the ranges fetched so far (waiting for all: they were asked for together)."""
+        pending, self._pending = self._pending, []
+        for start, future in pending:
+            data, size = future.result()
+            self._add(start, data, size)
+
+    def _add(self, start: int, data: bytes, size: int | None) -> None:
+        if size is not None:
+            self._size = size
+        if data:
+            bisect.insort(self._starts, start)
+            self._pieces[start] = data
+
+    def _piece_at(self, position: int) -> tuple[bytes | None, int]:
+        for index in range(bisect.bisect_right(self._starts, position) - 1, -1, -1):
+            start = self._starts[index]
+            piece = self._pieces[start]
+            if position < start + len(piece):
+                return piece, start
+        return None, position
+
+    def _shard_size(self) -> int:
+        self._collect()
+        if self._size is None:
+            _, self._size = self._fetch(0, 0)
+        if self._size is None:
+            raise io.UnsupportedOperation(f"{self.url}: the shard's size is not known")
+        return self._size
