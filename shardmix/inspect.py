@@ -27,35 +27,20 @@ uniformly without replacement from all ``N`` samples of the rank's shards (shard
 ``n_s``): ``E = sum_s 1 - C(N - n_s, B) / C(N, B)``, computed with log-gamma from the shards'
 record counts (the dataset's counting pass, which walks the framing only).
 
-JSON (``InspectReport.to_dict()``), ``schema_version`` 1. Fields are only ever added::
+Share of the ideal: the batches' distinct shards over the ideal for their sizes (a short last
+batch is held to the ideal of its size), for the whole run and for each tenth of it (batches
+``[i * n // 10, (i + 1) * n // 10)``), so that a warm-up or a tail that mixes worse shows.
 
-    {"schema_version": 1,
-     "settings": {"num_shards": int,          # shards of the pattern (all ranks)
-                  "batch_size": int, "num_workers": int, "num_lanes": int,
-                  "shuffle_buffer": int, "seed": int, "epoch": int,
-                  "batches": int | null,      # the limit asked for; null = the whole epoch
-                  "rank": int, "world_size": int,
-                  "even_ranks": "drop" | "pad"}, # used only when world_size > 1
-     "shards": {url: records},                # the rank's shards and their record counts
-     "loader": "MixingLoader",
-     "num_lanes": int, "num_workers": int,
-     "batches": [{"index": int,               # 0-based, in loader order
-                  "size": int,                # samples in the batch
-                  "sources": {url: samples},  # in order of first appearance in the batch
-                  "distinct_sources": int,
-                  "largest_share": float,     # the largest single shard's samples / size
-                  "workers": [int],           # samples per worker, index = worker id
-                  "lanes": [int]}],           # samples per lane, index = lane
-     "summary": {"batches": int, "samples": int,
-                 "mean_distinct_sources": float, "min_distinct_sources": int,
-                 "max_distinct_sources": int, "ideal_distinct_sources": float,
-                 "mean_largest_share": float, "max_largest_share": float,
-                 "histogram": [{"distinct_sources": int, "batches": int}]},  # ascending
-     "baseline": null | {"loader": "DataLoader", "num_lanes": int, "num_workers": int,
-                         "batches": [...], "summary": {...}}}   # same shapes as above
+Advice (``advise=True``, the default): when the share is under :data:`LOW_SHARE` or a tenth's
+under :data:`LOW_TENTH_SHARE`, each setting that could raise it (``num_lanes``,
+``shuffle_buffer``, ``shuffle_buffer_bytes``, ``record_counts`` when the lanes cannot be read
+by size) is tried by inspecting again with that one change (payloads are dropped in the
+workers, so a run is cheap), and those that help are reported with the figures they gave.
+With explicit settings the defaults are inspected too, and a warning is given when they mix
+better.
 
-The summary's statistics cover every batch read, a short last batch included; the ideal is
-for a full batch (``min(batch_size, N)`` samples).
+JSON: ``InspectReport.to_dict()``, ``schema_version`` 2, spelled out in
+``docs/inspect-schema.md``. Fields are only ever added within a version.
 """
 
 from __future__ import annotations
@@ -64,7 +49,7 @@ import dataclasses
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -73,12 +58,18 @@ from torch.utils.data import DataLoader, IterableDataset
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.formats import TFRecordPayload
-from shardmix.loader import MixingLoader
+from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES, MixingLoader
 from shardmix.reader import Sample, sample_bytes
-from shardmix.sharding import EvenRanks
+from shardmix.sharding import EvenRanks, default_num_lanes, default_shuffle_buffer
 from shardmix.world import detect_world
 
-INSPECT_SCHEMA_VERSION = 1
+INSPECT_SCHEMA_VERSION = 2
+# Under this share of the uniformly random ideal (or a tenth of the epoch under the second),
+# inspect advises a setting.
+LOW_SHARE = 0.9
+LOW_TENTH_SHARE = 0.8
+# The defaults are reported as better than explicit settings only by more than this.
+_MARGIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -89,6 +80,7 @@ class InspectSettings:
     num_workers: int = 0
     num_lanes: int | None = None  # None: the loader's default for the batch size
     shuffle_buffer: int | None = None
+    shuffle_buffer_bytes: int | None = DEFAULT_SHUFFLE_BUFFER_BYTES  # None: no byte budget
     seed: int = 0
     epoch: int = 0
     batches: int | None = None
@@ -98,7 +90,7 @@ class InspectSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "even_ranks", EvenRanks(self.even_ranks))
-        for name in ("batch_size", "num_lanes", "world_size"):
+        for name in ("batch_size", "num_lanes", "world_size", "shuffle_buffer_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("num_workers", "shuffle_buffer", "epoch"):
@@ -159,6 +151,13 @@ class RunSummary:
     mean_largest_share: float
     max_largest_share: float
     histogram: dict[int, int]
+    share_of_ideal: float = 0.0
+    tenths: list[TenthStats] = dataclasses.field(default_factory=list)
+    mean_sample_bytes: float = 0.0
+
+    @property
+    def min_tenth_share(self) -> float:
+        return min((tenth.share_of_ideal for tenth in self.tenths), default=self.share_of_ideal)
 
     def to_dict(self) -> dict[str, Any]:
         fields = asdict(self)
@@ -166,6 +165,52 @@ class RunSummary:
             {"distinct_sources": k, "batches": v} for k, v in sorted(self.histogram.items())
         ]
         return fields
+
+
+@dataclass(frozen=True)
+class TenthStats:
+    """One tenth of a run's batches, in loader order."""
+
+    first_batch: int
+    batches: int
+    mean_distinct_sources: float
+    share_of_ideal: float
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A setting tried by inspecting again with it, and what that run gave."""
+
+    setting: str  # "num_lanes", "shuffle_buffer", "shuffle_buffer_bytes", "record_counts"
+    value: Any  # the value tried (for record_counts: "manifest")
+    how: str  # how to set it
+    share_of_ideal: float
+    min_tenth_share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Whether the mixing is low, the settings that would raise it, and what they gave."""
+
+    low: bool
+    share_of_ideal: float
+    min_tenth_share: float
+    suggestions: list[Suggestion]
+    defaults: Suggestion | None  # the defaults, when they mix better than explicit settings
+    messages: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "low": self.low,
+            "share_of_ideal": self.share_of_ideal,
+            "min_tenth_share": self.min_tenth_share,
+            "suggestions": [suggestion.to_dict() for suggestion in self.suggestions],
+            "defaults": None if self.defaults is None else self.defaults.to_dict(),
+            "messages": list(self.messages),
+        }
 
 
 @dataclass(frozen=True)
@@ -197,6 +242,7 @@ class InspectReport:
     shards: dict[str, int]
     run: RunStats
     baseline: RunStats | None = None
+    advice: Advice | None = None
 
     @property
     def batches(self) -> list[BatchStats]:
@@ -217,6 +263,7 @@ class InspectReport:
             "shards": dict(self.shards),
             **self.run.to_dict(),
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "advice": None if self.advice is None else self.advice.to_dict(),
         }
 
 
@@ -227,6 +274,8 @@ def inspect_batches(
     num_workers: int = 0,
     num_lanes: int | None = None,
     shuffle_buffer: int | None = None,
+    shuffle_buffer_bytes: int | None = DEFAULT_SHUFFLE_BUFFER_BYTES,
+    record_counts: Mapping[str, int] | None = None,
     seed: int = 0,
     epoch: int = 0,
     batches: int | None = None,
@@ -234,19 +283,24 @@ def inspect_batches(
     world_size: int = 1,
     even_ranks: str | EvenRanks = EvenRanks.DROP,
     compare: bool = False,
+    advise: bool = True,
     progress: bool = False,
 ) -> InspectReport:
     """Read batches the way training would and record which shards each one came from.
 
     ``seed`` seeds both the dataset's shard order and the loader's shuffle buffer;
     ``batches`` limits how many batches are read (default: all of epoch ``epoch``).
+    ``record_counts`` is passed to the dataset, as a manifest would give them.
     ``compare`` also reads a plain DataLoader over the same shards (see the module docstring).
+    ``advise`` tries the settings that could raise a low share of the ideal, and the defaults
+    when settings are given (each an inspection of its own).
     """
     settings = InspectSettings(
         batch_size=batch_size,
         num_workers=num_workers,
         num_lanes=num_lanes,
         shuffle_buffer=shuffle_buffer,
+        shuffle_buffer_bytes=shuffle_buffer_bytes,
         seed=seed,
         epoch=epoch,
         batches=batches,
@@ -254,7 +308,8 @@ def inspect_batches(
         world_size=world_size,
         even_ranks=EvenRanks(even_ranks),
     )
-    dataset = _dataset(urls, settings, num_lanes)
+    given = settings
+    dataset = _dataset(urls, settings, num_lanes, record_counts)
     lanes = dataset.lanes_for(batch_size, world_size)
     plan = dataset.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=lanes)
     # Counted once: the loader's planning for even ranks reuses the dataset's counts.
@@ -267,7 +322,7 @@ def inspect_batches(
         for lane in plan
         for piece in lane
     }
-    ideal = ideal_distinct_sources(list(shards.values()), batch_size)
+    ideal = _Ideal(list(shards.values()), batch_size)
     total = math.ceil(sum(shards.values()) / batch_size)  # for the progress bar only
     total = min(total, batches) if batches is not None else total
 
@@ -276,8 +331,9 @@ def inspect_batches(
         batch_size=batch_size,
         num_workers=num_workers,
         shuffle_buffer=shuffle_buffer,
+        shuffle_buffer_bytes=shuffle_buffer_bytes,
         seed=seed,
-        collate_fn=_sources_of,
+        collate_fn=_provenance_of,
         even_ranks=settings.even_ranks,
         rank=rank,
         world_size=world_size,
@@ -300,7 +356,181 @@ def inspect_batches(
     baseline = None
     if compare:
         baseline = _baseline(urls, settings, ideal, total, progress)
-    return InspectReport(settings, len(dataset.urls), shards, run, baseline)
+    advice = None
+    if advise:
+        sized = world_size > 1 or dataset.piece_weights([p for lane in plan for p in lane], 1)
+        context = _Context(urls, given, settings, record_counts, len(dataset.urls), shards)
+        advice = _advise(context, run.summary, by_size=bool(sized), progress=progress)
+    return InspectReport(settings, len(dataset.urls), shards, run, baseline, advice)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What an inspection was asked for and ran with, to try other settings on."""
+
+    urls: str | Sequence[str]
+    given: InspectSettings  # as asked (None: the default)
+    ran: InspectSettings  # as run (defaults resolved)
+    record_counts: Mapping[str, int] | None
+    num_shards: int
+    shards: dict[str, int]  # the rank's shards and their records
+
+    def rerun(self, progress: bool, **changes: Any) -> RunSummary:
+        """The summary of the same inspection with ``changes`` (no advice, no baseline)."""
+        options = {
+            name: getattr(self.given, name)
+            for name in (
+                "batch_size",
+                "num_workers",
+                "num_lanes",
+                "shuffle_buffer",
+                "shuffle_buffer_bytes",
+                "seed",
+                "epoch",
+                "batches",
+                "rank",
+                "world_size",
+                "even_ranks",
+            )
+        }
+        options["record_counts"] = self.record_counts
+        options.update(changes)
+        return inspect_batches(self.urls, **options, advise=False, progress=progress).summary
+
+
+def _advise(context: _Context, summary: RunSummary, *, by_size: bool, progress: bool) -> Advice:
+    """Try the settings that could raise a low share, and the defaults when settings differ."""
+    share, lowest = summary.share_of_ideal, summary.min_tenth_share
+    low = share < LOW_SHARE or lowest < LOW_TENTH_SHARE
+    suggestions = []
+    if low:
+        for setting, value, how, changes in _candidates(context, summary, by_size):
+            tried = context.rerun(progress, **changes)
+            if tried.share_of_ideal > share + _MARGIN or tried.min_tenth_share > lowest + _MARGIN:
+                suggestions.append(
+                    Suggestion(setting, value, how, tried.share_of_ideal, tried.min_tenth_share)
+                )
+        suggestions.sort(key=lambda s: (-s.share_of_ideal, -s.min_tenth_share))
+    defaults = None
+    given = context.given
+    explicit = {
+        name: value
+        for name, value in (
+            ("num_lanes", given.num_lanes),
+            ("shuffle_buffer", given.shuffle_buffer),
+            ("shuffle_buffer_bytes", given.shuffle_buffer_bytes),
+        )
+        if value != InspectSettings.__dataclass_fields__[name].default
+    }
+    if explicit:
+        reset = {name: InspectSettings.__dataclass_fields__[name].default for name in explicit}
+        tried = context.rerun(progress, **reset)
+        if tried.share_of_ideal > share + _MARGIN:
+            how = ", ".join(f"{name}={value}" for name, value in explicit.items())
+            defaults = Suggestion(
+                "defaults", None, f"leave out {how}", tried.share_of_ideal, tried.min_tenth_share
+            )
+    messages = _messages(summary, low, suggestions, defaults, context)
+    return Advice(low, share, lowest, suggestions, defaults, messages)
+
+
+def _candidates(
+    context: _Context, summary: RunSummary, by_size: bool
+) -> list[tuple[str, Any, str, dict[str, Any]]]:
+    """``(setting, value, how to set it, inspect_batches changes)`` worth trying."""
+    ran = context.ran
+    ran_lanes, ran_buffer = ran.num_lanes or 1, ran.shuffle_buffer or 0  # resolved by the run
+    found: list[tuple[str, Any, str, dict[str, Any]]] = []
+    per_rank = max(1, context.num_shards // ran.world_size)
+    lanes = max(
+        default_num_lanes(batch_size=ran.batch_size, shards_per_rank=per_rank),
+        min(per_rank, 2 * ran_lanes),
+    )
+    if lanes > ran_lanes:
+        found.append(("num_lanes", lanes, f"ShardDataset(num_lanes={lanes})", {"num_lanes": lanes}))
+    samples = sum(context.shards.values())
+    buffer = min(samples, max(default_shuffle_buffer(ran.batch_size), 4 * ran_buffer))
+    if buffer > ran_buffer:
+        found.append(
+            (
+                "shuffle_buffer",
+                buffer,
+                f"MixingLoader(shuffle_buffer={buffer})",
+                {"shuffle_buffer": buffer},
+            )
+        )
+    budget = ran.shuffle_buffer_bytes
+    held = min(samples, ran_buffer) * summary.mean_sample_bytes
+    if budget is not None and held > budget:
+        wanted = math.ceil(held / (1 << 20)) << 20
+        found.append(
+            (
+                "shuffle_buffer_bytes",
+                wanted,
+                f"MixingLoader(shuffle_buffer_bytes={wanted})",
+                {"shuffle_buffer_bytes": wanted},
+            )
+        )
+    if not by_size:
+        counts = {url: records for url, records in context.shards.items()}
+        if context.record_counts:
+            counts = {**context.record_counts, **counts}
+        found.append(
+            (
+                "record_counts",
+                "manifest",
+                "write the shards with `shardmix convert` (a manifest beside them), or pass "
+                "ShardDataset(record_counts=...), so that lanes are read by size",
+                {"record_counts": counts},
+            )
+        )
+    return found
+
+
+def _messages(
+    summary: RunSummary,
+    low: bool,
+    suggestions: Sequence[Suggestion],
+    defaults: Suggestion | None,
+    context: _Context,
+) -> list[str]:
+    lines = []
+    figures = (
+        f"{summary.share_of_ideal:.2f} of the uniformly random ideal (lowest tenth of the "
+        f"epoch {summary.min_tenth_share:.2f})"
+    )
+    if low:
+        lines.append(
+            f"batches mix poorly: {figures}, under {LOW_SHARE} (or a tenth under {LOW_TENTH_SHARE})"
+        )
+        for suggestion in suggestions:
+            lines.append(f"- {_tried(suggestion)}")
+        if not suggestions:
+            lines.append(
+                f"- no setting tried raises it; with {context.ran.num_lanes} lanes over "
+                f"{len(context.shards)} shards, more (smaller) shards would: rewrite them with "
+                "`shardmix convert --max-records N`"
+            )
+    if defaults is not None:
+        lines.append(
+            f"explicit settings keep the mixing lower than the defaults would: {figures} now; "
+            f"{_tried(defaults)}"
+        )
+    return lines
+
+
+def _tried(suggestion: Suggestion) -> str:
+    name = suggestion.setting
+    if name == "record_counts":
+        what = "lanes read by size (record counts known)"
+    elif name == "defaults":
+        what = "the defaults"
+    else:
+        what = f"{name}={suggestion.value}"
+    return (
+        f"{what} would give {suggestion.share_of_ideal:.2f} (lowest tenth "
+        f"{suggestion.min_tenth_share:.2f}): {suggestion.how}"
+    )
 
 
 def ideal_distinct_sources(records: Sequence[int], batch_size: int) -> float:
@@ -333,7 +563,10 @@ def _log_comb(n: int, k: int) -> float:
 
 
 def _dataset(
-    urls: str | Sequence[str], settings: InspectSettings, num_lanes: int | None
+    urls: str | Sequence[str],
+    settings: InspectSettings,
+    num_lanes: int | None,
+    record_counts: Mapping[str, int] | None = None,
 ) -> ShardDataset:
     return ShardDataset(
         urls,
@@ -341,6 +574,7 @@ def _dataset(
         num_lanes=num_lanes,
         transform=_provenance_only,
         tfrecord_payload=TFRecordPayload.RAW,
+        record_counts=record_counts,
     )
 
 
@@ -350,9 +584,27 @@ def _provenance_only(sample: Sample) -> Sample:
     return {"__bytes__": sample_bytes(sample)}
 
 
-def _sources_of(samples: list[Sample]) -> list[str]:
-    """The collate function: a batch is the list of its samples' shard URLs."""
-    return [sample["__source__"] for sample in samples]
+def _provenance_of(samples: list[Sample]) -> list[tuple[str, int]]:
+    """The collate function: a batch is its samples' shard URLs and payload sizes."""
+    return [(sample["__source__"], sample["__bytes__"]) for sample in samples]
+
+
+class _Ideal:
+    """The uniformly random ideal for a batch of each size (a short last batch has its own)."""
+
+    def __init__(self, records: list[int], batch_size: int) -> None:
+        self.records = records
+        self.batch_size = batch_size
+        self._of: dict[int, float] = {}
+
+    @property
+    def full(self) -> float:
+        return self.of(self.batch_size)
+
+    def of(self, size: int) -> float:
+        if size not in self._of:
+            self._of[size] = ideal_distinct_sources(self.records, size)
+        return self._of[size]
 
 
 def _lane_of(plan: list[list[int]], urls: Sequence[str]) -> dict[str, int]:
@@ -362,7 +614,7 @@ def _lane_of(plan: list[list[int]], urls: Sequence[str]) -> dict[str, int]:
 def _baseline(
     urls: str | Sequence[str],
     settings: InspectSettings,
-    ideal: float,
+    ideal: _Ideal,
     total: int,
     progress: bool,
 ) -> RunStats:
@@ -372,7 +624,7 @@ def _baseline(
         _RankStream(dataset, settings.epoch, settings.rank, settings.world_size),
         batch_size=settings.batch_size,
         num_workers=settings.num_workers,
-        collate_fn=_sources_of,
+        collate_fn=_provenance_of,
     )
     plan = dataset.lane_shards(
         settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes
@@ -405,12 +657,12 @@ class _RankStream(IterableDataset[Sample]):
 
 def _record(
     name: str,
-    loader: Iterable[list[str]],
+    loader: Iterable[list[tuple[str, int]]],
     lane_of: dict[str, int],
     num_lanes: int,
     settings: InspectSettings,
     *,
-    ideal: float,
+    ideal: _Ideal,
     total: int,
     progress: bool,
 ) -> RunStats:
@@ -418,38 +670,68 @@ def _record(
     num_workers = settings.num_workers
     workers = max(1, num_workers)
     found = []
+    payload = 0
     batches = _progress(itertools.islice(loader, settings.batches), progress, name, total)
-    for index, sources in enumerate(batches):
-        counts = dict(Counter(sources))
+    for index, provenance in enumerate(batches):
+        counts = dict(Counter(url for url, _ in provenance))
+        payload += sum(size for _, size in provenance)
         lanes = [0] * num_lanes
         for url, count in counts.items():
             lanes[lane_of[url]] += count
         per_worker = [sum(lanes[worker::workers]) for worker in range(workers)]
         found.append(BatchStats(index, counts, per_worker, lanes))
-    return RunStats(name, num_lanes, num_workers, found, _summary(found, ideal))
+    return RunStats(name, num_lanes, num_workers, found, _summary(found, ideal, payload))
 
 
-def _summary(batches: list[BatchStats], ideal: float) -> RunSummary:
+def _summary(batches: list[BatchStats], ideal: _Ideal, payload: int) -> RunSummary:
     distinct = [batch.distinct_sources for batch in batches]
     shares = [batch.largest_share for batch in batches]
     if not batches:
-        return RunSummary(0, 0, 0.0, 0, 0, ideal, 0.0, 0.0, {})
+        return RunSummary(0, 0, 0.0, 0, 0, ideal.full, 0.0, 0.0, {})
+    samples = sum(batch.size for batch in batches)
     return RunSummary(
         batches=len(batches),
-        samples=sum(batch.size for batch in batches),
+        samples=samples,
         mean_distinct_sources=sum(distinct) / len(distinct),
         min_distinct_sources=min(distinct),
         max_distinct_sources=max(distinct),
-        ideal_distinct_sources=ideal,
+        ideal_distinct_sources=ideal.full,
         mean_largest_share=sum(shares) / len(shares),
         max_largest_share=max(shares),
         histogram=dict(sorted(Counter(distinct).items())),
+        share_of_ideal=_share(batches, ideal),
+        tenths=_tenths(batches, ideal),
+        mean_sample_bytes=payload / samples,
     )
 
 
+def _share(batches: Sequence[BatchStats], ideal: _Ideal) -> float:
+    """Distinct shards over the ideal for the batches' sizes."""
+    wanted = sum(ideal.of(batch.size) for batch in batches)
+    return sum(batch.distinct_sources for batch in batches) / wanted if wanted else 0.0
+
+
+def _tenths(batches: Sequence[BatchStats], ideal: _Ideal) -> list[TenthStats]:
+    """The share per tenth of the batches, in loader order (fewer with under ten batches)."""
+    count = len(batches)
+    found = []
+    for tenth in range(10):
+        part = batches[tenth * count // 10 : (tenth + 1) * count // 10]
+        if part:
+            found.append(
+                TenthStats(
+                    first_batch=part[0].index,
+                    batches=len(part),
+                    mean_distinct_sources=sum(b.distinct_sources for b in part) / len(part),
+                    share_of_ideal=_share(part, ideal),
+                )
+            )
+    return found
+
+
 def _progress(
-    batches: Iterator[list[str]], show: bool, name: str, total: int
-) -> Iterator[list[str]]:
+    batches: Iterator[list[tuple[str, int]]], show: bool, name: str, total: int
+) -> Iterator[list[tuple[str, int]]]:
     if not show:
         return batches
     from tqdm import tqdm
@@ -459,11 +741,16 @@ def _progress(
 
 __all__ = [
     "INSPECT_SCHEMA_VERSION",
+    "LOW_SHARE",
+    "LOW_TENTH_SHARE",
+    "Advice",
     "BatchStats",
     "InspectReport",
     "InspectSettings",
     "RunStats",
     "RunSummary",
+    "Suggestion",
+    "TenthStats",
     "ideal_distinct_sources",
     "inspect_batches",
 ]

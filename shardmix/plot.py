@@ -7,7 +7,9 @@
   first appearance), each cell the number of samples that batch drew from that shard, empty
   cells left white; beside it the same for the plain DataLoader when the report has a baseline;
 - a histogram of distinct shards per batch, the baseline's beside it, with the uniformly
-  random ideal marked by a labelled vertical line.
+  random ideal marked by a labelled vertical line;
+- the share of the ideal per tenth of the epoch, a bar per tenth and run, with the line under
+  which ``inspect`` advises (0.9), and the advice, when there is any, beneath.
 
 The figure is titled with the settings. matplotlib is an optional dependency (the ``plot``
 extra), imported on first use with the Agg backend, so no display is needed. The format
@@ -42,11 +44,12 @@ def plot_report(report: InspectReport | Mapping[str, Any], path: str | os.PathLi
     data = report if isinstance(report, Mapping) else report.to_dict()
     plt = _pyplot()
     runs = [data] + ([data["baseline"]] if data.get("baseline") else [])
-    figure = plt.figure(figsize=(7.5 * len(runs) + 3.5, 11), layout="constrained")
-    grid = figure.add_gridspec(2, len(runs), height_ratios=[2.2, 1])
+    figure = plt.figure(figsize=(7.5 * len(runs) + 3.5, 14), layout="constrained")
+    grid = figure.add_gridspec(3, len(runs), height_ratios=[2.2, 1, 1])
     for column, run in enumerate(runs):
         _heatmap(figure, figure.add_subplot(grid[0, column]), run)
     _histogram(figure.add_subplot(grid[1, :]), runs)
+    _tenths(figure.add_subplot(grid[2, :]), runs, data.get("advice"))
     figure.suptitle(_title(data), fontsize=13)
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -165,3 +168,40 @@ def _histogram(axes: Any, runs: Sequence[Mapping[str, Any]]) -> None:
     axes.set_ylabel("batches")
     axes.set_title("distinct shards per batch", fontsize=11)
     axes.legend(loc="upper left", fontsize=9)
+
+
+def _tenths(axes: Any, runs: Sequence[Mapping[str, Any]], advice: Any) -> None:
+    import numpy as np
+
+    from shardmix.inspect import LOW_SHARE
+
+    width = 0.8 / len(runs)
+    highest = 1.0
+    for position, run in enumerate(runs):
+        shares = [tenth["share_of_ideal"] for tenth in run["summary"].get("tenths", [])]
+        highest = max([highest, *shares])
+        axes.bar(
+            np.arange(len(shares)) + (position - (len(runs) - 1) / 2) * width,
+            shares,
+            width=width,
+            color=_COLORS.get(run["loader"], "tab:gray"),
+            label=f"{_run_label(run)}: {run['summary'].get('share_of_ideal', 0.0):.2f} overall",
+        )
+    axes.axhline(LOW_SHARE, color="tab:red", linestyle="--", linewidth=1.5)
+    axes.set_ylim(0, highest * 1.3)
+    axes.set_xticks(range(10), [f"{10 * i}-{10 * i + 10}%" for i in range(10)], fontsize=8)
+    axes.set_xlabel("tenth of the epoch")
+    axes.set_ylabel("share of the ideal")
+    axes.set_title("distinct shards per batch over the ideal, per tenth of the epoch", fontsize=11)
+    axes.legend(loc="upper left", fontsize=9)
+    messages = advice.get("messages") if isinstance(advice, Mapping) else None
+    if messages:
+        axes.annotate(
+            "\n".join(messages),
+            xy=(0.0, -0.3),
+            xycoords="axes fraction",
+            va="top",
+            fontsize=8,
+            color="tab:red",
+            wrap=True,
+        )

@@ -5,6 +5,11 @@ records the cheap way (tar headers walked and checked, TFRecord length CRCs chec
 seeked past). With ``verify=True`` it reads every record with the full readers instead, so
 every tar header and every TFRecord data CRC is checked too; TFRecord payloads are read as
 framed records (not decoded as ``tf.train.Example``): a checksum says nothing about meaning.
+A flipped byte inside a tar member's data has no checksum of its own, so ``verify`` also
+hashes each local shard and checks it against the ``sha256`` that ``shardmix convert`` wrote
+in the manifest beside it (``*.manifest.json`` in the shard's folder), when one names the
+shard: ``"verified"``, ``"mismatch"`` (a damaged shard, both digests in its error) or
+``"no manifest entry"`` (no manifest names it, or the shard is remote).
 
 Damage does not stop the walk: each damaged shard is reported with the error's message (which
 names the URL, the record index and the byte offset) and the position as fields, and the other
@@ -19,7 +24,11 @@ JSON (``StatReport.to_dict()``, ``schema_version`` 1)::
      "shards": [{"url": str, "format": "tar" | "tfrecord", "records": int,
                  "bytes": int | null,          # file size; null when the storage won't say
                  "error": str | null,          # the damage, with file, record and byte offset
-                 "error_record": int | null, "error_offset": int | null}],
+                 "error_record": int | null, "error_offset": int | null,
+                 "sha256": str | null,         # with verify: the file's digest (local shards)
+                 "manifest_sha256": str | null,  # what the manifest beside it says, if any
+                 "checksum": "verified" | "mismatch" | "no manifest entry" | null}],
+                                               # null without verify
      "totals": {"shards": int, "records": int, "bytes": int, "damaged": int}}
 
 ``records`` of a damaged shard counts the records before the damage (the damaged record's
@@ -28,13 +37,19 @@ index when the error names one).
 
 from __future__ import annotations
 
+import dataclasses
+import glob
+import hashlib
 import io
+import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from shardmix.counts import count_records
+from shardmix.counts import MANIFEST_VERSION, count_records
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, reader_for
 from shardmix.sources import is_local, local_path, open_shard
@@ -43,6 +58,16 @@ from shardmix.urls import expand_urls
 STAT_SCHEMA_VERSION = 1
 # TFRecord payloads are verified by their CRC, not decoded: a checksum says nothing of meaning.
 _VERIFY_OPTIONS = ReadOptions(tfrecord_payload=TFRecordPayload.RAW)
+_HASH_BLOCK = 1 << 20
+log = logging.getLogger(__name__)
+
+
+class Checksum(Enum):
+    """What ``verify`` found comparing a shard's sha256 with the manifest beside it."""
+
+    VERIFIED = "verified"
+    MISMATCH = "mismatch"
+    NO_ENTRY = "no manifest entry"
 
 
 @dataclass(frozen=True)
@@ -56,6 +81,9 @@ class ShardStat:
     error: str | None = None
     error_record: int | None = None
     error_offset: int | None = None
+    sha256: str | None = None
+    manifest_sha256: str | None = None
+    checksum: Checksum | None = None
 
     @property
     def damaged(self) -> bool:
@@ -70,6 +98,9 @@ class ShardStat:
             "error": self.error,
             "error_record": self.error_record,
             "error_offset": self.error_offset,
+            "sha256": self.sha256,
+            "manifest_sha256": self.manifest_sha256,
+            "checksum": None if self.checksum is None else self.checksum.value,
         }
 
 
@@ -119,20 +150,48 @@ def stat_shards(
     Args:
         urls: a URL pattern or a list of them, as :class:`~shardmix.ShardDataset` takes.
         verify: read every record with the full readers (every tar header and TFRecord CRC
-            checked) instead of only counting.
+            checked) instead of only counting, and check each local shard's sha256 against
+            the manifest beside it when one names the shard.
         format: force a format instead of inferring it from each URL's extension.
         progress: show a progress bar on stderr.
     """
     expanded = expand_urls(urls)
     forced = Format(format) if format is not None else None
+    digests = ManifestDigests()
     shards = [
-        _stat_one(url, forced or infer_format(url), verify)
+        _stat_one(url, forced or infer_format(url), verify, digests)
         for url in _progress(expanded, progress, "stat")
     ]
     return StatReport(shards=shards, verify=verify)
 
 
-def _stat_one(url: str, fmt: Format, verify: bool) -> ShardStat:
+def _stat_one(url: str, fmt: Format, verify: bool, digests: ManifestDigests) -> ShardStat:
+    found = _stat_records(url, fmt, verify)
+    if not verify:
+        return found
+    expected = digests.expected(url)
+    if expected is None:
+        return dataclasses.replace(found, checksum=Checksum.NO_ENTRY)
+    path, manifest_path, want = expected
+    have = file_sha256(path)
+    if have == want:
+        return dataclasses.replace(
+            found, sha256=have, manifest_sha256=want, checksum=Checksum.VERIFIED
+        )
+    mismatch = dataclasses.replace(
+        found, sha256=have, manifest_sha256=want, checksum=Checksum.MISMATCH
+    )
+    if found.damaged:
+        return mismatch
+    error = (
+        f"{url}: sha256 mismatch: the manifest {manifest_path} expects {want}, the file has "
+        f"{have}; the shard changed after it was written (a flipped byte inside a tar member "
+        "has no checksum of its own): write it again or restore it from a good copy"
+    )
+    return dataclasses.replace(mismatch, error=error)
+
+
+def _stat_records(url: str, fmt: Format, verify: bool) -> ShardStat:
     read = [0]
 
     def advance() -> None:
@@ -159,6 +218,49 @@ def _verify_shard(url: str, fmt: Format, advance: Callable[[], None]) -> int:
             count += 1
             advance()
     return count
+
+
+class ManifestDigests:
+    """The sha256 per shard that the manifests in each local shard's folder give."""
+
+    def __init__(self) -> None:
+        self._folders: dict[str, dict[str, tuple[str, str]]] = {}
+
+    def expected(self, url: str) -> tuple[str, str, str] | None:
+        """``(shard path, manifest path, sha256)`` for local shard ``url``, else None."""
+        if not is_local(url):
+            return None
+        path = os.path.abspath(local_path(url))
+        folder, name = os.path.split(path)
+        if folder not in self._folders:
+            self._folders[folder] = manifest_digests(folder)
+        entry = self._folders[folder].get(name)
+        return None if entry is None else (path, *entry)
+
+
+def manifest_digests(folder: str) -> dict[str, tuple[str, str]]:
+    """``{shard name: (manifest path, sha256)}`` from the manifests in ``folder``."""
+    found: dict[str, tuple[str, str]] = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.manifest.json"))):
+        try:
+            with open(path, encoding="utf-8") as file:
+                manifest = json.load(file)
+            if manifest.get("shardmix_manifest") != MANIFEST_VERSION:
+                continue
+            for shard in manifest["shards"]:
+                found[str(shard["name"])] = (path, str(shard["sha256"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("ignoring manifest %s (%s): its shards are not checked", path, error)
+    return found
+
+
+def file_sha256(path: str) -> str:
+    """The hex sha256 of the file at ``path``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(_HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _local_size(url: str) -> int | None:

@@ -8,9 +8,10 @@ with the same batch size and number of DataLoader workers and reports:
   batch drawn uniformly at random, without replacement, from all samples;
 - whether the epoch delivered every written key exactly once (the multiset of keys).
 
-Sections (one per format now; resume or convert timing later) register themselves in
-``SECTIONS`` and return :class:`Row` values; the table printer and ``--json`` know nothing of
-what a section measures. Run from the repository root::
+Sections (one per format, the transform, resume, convert, ranks, and ``scale``: thousands of
+shards, big samples and 100,000 URLs, each case in a fresh process, :mod:`bench_scale`)
+register themselves in ``SECTIONS`` and return :class:`Row` values; the table printer and
+``--json`` know nothing of what a section measures. Run from the repository root::
 
     python tools/bench.py [--only tar] [--epochs 3] [--json]
 """
@@ -236,7 +237,7 @@ def _shardmix_row(config: Config, fmt: str, urls: list[str]) -> Row:
         make,
         keys_of=lambda batch: batch["__key__"],
         sources_of=lambda batch: batch["__source__"],
-        note="defaults (32 lanes, shuffle buffer 8192)",
+        note="defaults (lanes and shuffle buffer from the batch size)",
     )
 
 
@@ -788,6 +789,94 @@ def _resident_bytes(paths: list[str], urls: list[str], refs: list[tuple[int, int
     return sum(sizes[shard, record] for shard, record, _ in refs)
 
 
+# ----------------------------------------------------------------------------- scale section
+
+
+def _scale_case(config: Config, case: str) -> dict[str, Any]:
+    """One case of :mod:`bench_scale`, in a fresh process (peak RSS only grows)."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "bench_scale.py"
+    command = [sys.executable, str(script), case, str(config.data_dir), str(config.num_workers)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_scale.py {case} failed:\n{done.stderr}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _scale_row(case: str, name: str, found: dict[str, Any]) -> Row:
+    worker = found["worker_peak_rss_mb"]
+    return Row(
+        section="scale",
+        system="shardmix",
+        name=name,
+        samples=found["samples"],
+        seconds=found["seconds"],
+        samples_per_s=found["samples_per_s"],
+        mean_samples_per_s=found["samples_per_s"],
+        distinct_per_batch=found["mean_distinct"],
+        ideal_distinct=found["ideal_distinct"],
+        exactly_once=found["exactly_once"],
+        note=(
+            f"{name:<40} share {found['share']:.3f} (first tenth {found['first_tenth']:.3f}, "
+            f"last {found['last_tenth']:.3f}), {found['samples_per_s']:,.0f} samples/s, "
+            f"{found['num_lanes']} lanes, buffer {found['shuffle_buffer']:,}; main peak RSS "
+            f"{found['main_peak_rss_mb']:,.0f} MB"
+            + (f", largest worker {worker:,.0f} MB" if worker is not None else "")
+        ),
+        extra={"case": case, **found},
+    )
+
+
+@section("scale", "shardmix at scale: 64 to 4,096 uneven shards, big samples, 100,000 URLs")
+def scale_section(config: Config) -> list[Row]:
+    """Default settings on the sets of :mod:`bench_scale`, each case in a fresh process."""
+    from bench_scale import SETS
+
+    rows = []
+    for name, scale in SETS.items():
+        for fmt in ("tar", "tfrecord"):
+            label = f"{name} shards ({scale.record_bytes} B), batch {scale.batch_size}, {fmt}"
+            case = f"mix-{name}-{fmt}"
+            rows.append(_scale_row(case, label, _scale_case(config, case)))
+    for case, label in (
+        ("decoded-64", "64 shards, transform to 150 KB arrays"),
+        ("mib", "32 shards of 1 MiB records, batch 32"),
+    ):
+        rows.append(_scale_row(case, label, _scale_case(config, case)))
+    plan = _scale_case(config, "plan")
+    rows.append(
+        Row(
+            section="scale",
+            system="shardmix",
+            name=f"{plan['shards']:,} URLs: dataset and first batch",
+            samples=plan["first_batch_samples"],
+            seconds=plan["first_batch_seconds"],
+            samples_per_s=float("nan"),
+            mean_samples_per_s=float("nan"),
+            distinct_per_batch=float(plan["first_batch_shards"]),
+            ideal_distinct=float("nan"),
+            # Only what the first batch needs: each lane's first shard and the shards that fill
+            # the shuffle buffer, plus the chunks the workers read ahead; not the whole list.
+            exactly_once=plan["records_in_opened"]
+            <= plan["shuffle_buffer"] + plan["batch_size"] + 4 * plan["num_lanes"],
+            note=(
+                f"{plan['shards']:,} URLs, batch {plan['batch_size']}, {plan['num_lanes']} "
+                f"lanes: ShardDataset built in {plan['build_seconds']:.2f} s (peak RSS "
+                f"{plan['build_peak_rss_mb']:,.0f} MB), first batch at "
+                f"{plan['first_batch_seconds']:.2f} s (peak RSS "
+                f"{plan['first_batch_peak_rss_mb']:,.0f} MB); {plan['shards_opened']:,} shards "
+                f"opened by then ({plan['opens']:,} opens, {plan['records_in_opened']:,} "
+                f"records: the lanes' first and the {plan['shuffle_buffer']:,}-sample shuffle "
+                f"buffer's), the first batch drew on {plan['first_batch_shards']}"
+            ),
+            extra={"case": "plan", **plan},
+        )
+    )
+    return rows
+
+
 # ------------------------------------------------------------------------------ reporting
 
 
@@ -893,7 +982,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{ratio['speed']:.2f}x samples/s, {ratio['distinct']:.2f}x files/batch"
             )
         for row in rows:
-            if row.section in ("resume", "ranks", "remote"):
+            if row.section in ("resume", "ranks", "remote", "scale"):
                 print(row.note)
         print(f"\ntotal {elapsed:.1f} s")
     return 0 if all(r.exactly_once for r in rows) else 1

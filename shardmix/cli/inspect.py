@@ -1,8 +1,10 @@
 """``shardmix inspect``: which shards each batch came from, with the loader settings given.
 
 Calls :func:`shardmix.inspect.inspect_batches` and prints a table per batch (the first and
-last few when there are many) and a summary against the uniformly random ideal; ``--json``
-prints the report's JSON instead (schema: docs/inspect-schema.md), ``--plot`` draws it.
+last few when there are many), a summary against the uniformly random ideal with the share per
+tenth of the epoch, and the advice (settings that would mix better, each with the figure an
+inspection with it gave); ``--json`` prints the report's JSON instead (schema:
+docs/inspect-schema.md), ``--plot`` draws it.
 """
 
 from __future__ import annotations
@@ -19,9 +21,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("urls", nargs="+", metavar="URLS", help="shard URL patterns")
     parser.add_argument("--batch-size", type=int, default=64, help="samples per batch (64)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
-    parser.add_argument("--num-lanes", type=int, default=None, help="shards open at once (32)")
     parser.add_argument(
-        "--shuffle-buffer", type=int, default=None, help="shuffle buffer samples (8192)"
+        "--num-lanes",
+        type=int,
+        default=None,
+        help="shards open at once (min(shards per rank, 3 x batch size))",
+    )
+    parser.add_argument(
+        "--shuffle-buffer",
+        type=int,
+        default=None,
+        help="shuffle buffer samples (max(8192, 64 x batch size))",
+    )
+    parser.add_argument(
+        "--shuffle-buffer-bytes",
+        type=int,
+        default=None,
+        help="shuffle buffer byte budget (64 MiB)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of shard order and buffer (0)")
     parser.add_argument("--epoch", type=int, default=0, help="epoch to read (0)")
@@ -37,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare", action="store_true", help="also read a plain DataLoader over the shards"
     )
+    parser.add_argument(
+        "--no-advice",
+        action="store_true",
+        help="do not try other settings when the mixing is low (nor the defaults)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", metavar="FILE", help="draw the report to FILE (.png or .svg)")
 
@@ -50,7 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     options = {
         name: value
-        for name, value in (("num_lanes", args.num_lanes), ("shuffle_buffer", args.shuffle_buffer))
+        for name, value in (
+            ("num_lanes", args.num_lanes),
+            ("shuffle_buffer", args.shuffle_buffer),
+            ("shuffle_buffer_bytes", args.shuffle_buffer_bytes),
+        )
         if value is not None
     }
     try:
@@ -65,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             world_size=args.world_size,
             even_ranks=args.even_ranks,
             compare=args.compare,
+            advise=not args.no_advice,
             progress=sys.stderr.isatty(),
             **options,
         )
@@ -90,6 +116,9 @@ def format_report(data: dict) -> str:
     for run in runs:
         lines += [f"{_name(run)}:", *_table(run["batches"]), ""]
     lines += _summary(runs)
+    advice = data.get("advice")
+    if advice and advice["messages"]:
+        lines += ["", "advice:", *(f"  {message}" for message in advice["messages"])]
     return "\n".join(lines)
 
 
@@ -106,7 +135,7 @@ def _settings_line(data: dict) -> str:
         f"{len(data['shards'])}, {sum(data['shards'].values())} records); "
         f"batch_size {s['batch_size']}, num_workers {s['num_workers']}, "
         f"num_lanes {s['num_lanes']}, shuffle_buffer {s['shuffle_buffer']}, "
-        f"seed {s['seed']}, epoch {s['epoch']}"
+        f"shuffle_buffer_bytes {s['shuffle_buffer_bytes']}, seed {s['seed']}, epoch {s['epoch']}"
     )
 
 
@@ -149,8 +178,12 @@ def _summary(runs: list) -> list[str]:
         ),
         row("mean largest share", [f"{s['mean_largest_share']:.1%}" for s in summaries]),
         row("uniformly random ideal", [f"{ideal:.2f}"]),
+        row("share of the ideal", [f"{s['share_of_ideal']:.2f}" for s in summaries]),
         "",
     ]
+    for label, summary in zip(labels, summaries, strict=True):
+        tenths = " ".join(f"{tenth['share_of_ideal']:.2f}" for tenth in summary["tenths"])
+        lines.append(f"share of the ideal per tenth of the epoch, {label}: {tenths}")
     for label, summary in zip(labels, summaries, strict=True):
         histogram = " ".join(
             f"{entry['distinct_sources']}:{entry['batches']}" for entry in summary["histogram"]

@@ -1,7 +1,8 @@
 """``shardmix stat``: per shard its format, records and bytes, and totals.
 
 Calls :func:`shardmix.stat.stat_shards`; ``--verify`` reads every record and checks every
-tar header and TFRecord CRC. The exit status is 1 when a shard is damaged (every damaged
+tar header and TFRecord CRC, and each shard's sha256 against the manifest beside it (a
+mismatch is damage). The exit status is 1 when a shard is damaged (every damaged
 shard is listed, with the record and byte offset of its damage), else 0.
 """
 
@@ -15,7 +16,10 @@ HELP = "list shards with their format, records and bytes; --verify checks every 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("urls", nargs="+", metavar="URLS", help="shard URL patterns")
     parser.add_argument(
-        "--verify", action="store_true", help="read every record, checking headers and CRCs"
+        "--verify",
+        action="store_true",
+        help="read every record, checking headers and CRCs, and each shard's sha256 against "
+        "the manifest beside it",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -47,6 +51,8 @@ def format_report(data: dict) -> str:
     for shard in data["shards"]:
         size = "?" if shard["bytes"] is None else f"{shard['bytes']:,}"
         status = "ok" if shard["error"] is None else _damage(shard)
+        if shard.get("checksum") is not None:
+            status += f", {_CHECKSUM[shard['checksum']]}"
         lines.append(
             f"{shard['url']:<{width}}  {shard['format']:<8} {shard['records']:>10,} "
             f"{size:>14}  {status}"
@@ -62,6 +68,13 @@ def format_report(data: dict) -> str:
         lines += ["", f"{len(damaged)} damaged shard(s):"]
         lines += [f"- {shard['error']}" for shard in damaged]
     return "\n".join(lines)
+
+
+_CHECKSUM = {
+    "verified": "sha256 verified",
+    "mismatch": "sha256 MISMATCH",
+    "no manifest entry": "no manifest entry",
+}
 
 
 def _damage(shard: dict) -> str:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import shutil
 from collections import Counter
 from itertools import combinations
+from pathlib import Path
 
 import pytest
 from torch.utils.data import get_worker_info
 
 from shardmix import MixingLoader, ShardDataset
 from shardmix.cli.main import main
-from shardmix.inspect import ideal_distinct_sources, inspect_batches
+from shardmix.inspect import INSPECT_SCHEMA_VERSION, ideal_distinct_sources, inspect_batches
+from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES
+from shardmix.urls import expand_urls
 
 
 def inspect_json(capsys, *args: str) -> dict:
@@ -67,7 +72,7 @@ def test_json_counts_equal_the_loaders_batches(
         assert batch["distinct_sources"] == len(batch["sources"])
         assert batch["largest_share"] == max(counts) / batch["size"]
     assert report["summary"]["samples"] == sum(report["shards"].values())
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == INSPECT_SCHEMA_VERSION == 2
     assert report["baseline"] is None
 
 
@@ -94,6 +99,7 @@ def test_json_on_64_shards_with_a_batch_limit(capsys, shards64):
         "num_workers": 0,
         "num_lanes": 64,  # the default for batch 48: one lane per shard, at most 3 x 48
         "shuffle_buffer": 8192,
+        "shuffle_buffer_bytes": DEFAULT_SHUFFLE_BUFFER_BYTES,
         "seed": 5,
         "epoch": 0,
         "batches": 7,
@@ -184,3 +190,87 @@ def test_library_report_matches_its_json(shards64):
     assert report.summary.samples == sum(sizes) == data["summary"]["samples"]
     assert report.baseline is not None and report.baseline.summary.samples == sum(sizes)
     assert set(data["baseline"]) == {"loader", "num_lanes", "num_workers", "batches", "summary"}
+
+
+def test_share_per_tenth_covers_the_batches_in_order(shards64):
+    pattern, sizes = shards64
+    report = inspect_batches(pattern, batch_size=24, shuffle_buffer=50, num_lanes=8)
+    summary = report.summary
+    batches = report.batches
+    assert [t.first_batch for t in summary.tenths] == [i * len(batches) // 10 for i in range(10)]
+    assert sum(t.batches for t in summary.tenths) == len(batches)
+    for tenth in summary.tenths:
+        part = batches[tenth.first_batch : tenth.first_batch + tenth.batches]
+        ideal = sum(ideal_distinct_sources(sizes, b.size) for b in part)
+        assert tenth.share_of_ideal == pytest.approx(sum(b.distinct_sources for b in part) / ideal)
+    ideal = sum(ideal_distinct_sources(sizes, b.size) for b in batches)
+    assert summary.share_of_ideal == pytest.approx(sum(b.distinct_sources for b in batches) / ideal)
+    data = report.to_dict()["summary"]
+    assert [t["share_of_ideal"] for t in data["tenths"]] == [
+        t.share_of_ideal for t in summary.tenths
+    ]
+
+
+def test_advice_names_the_setting_with_the_figure_a_real_run_gives(capsys, shards64):
+    pattern, _ = shards64
+    settings = {"batch_size": 32, "num_lanes": 2, "shuffle_buffer": 32}
+    report = inspect_batches(pattern, **settings)
+    advice = report.advice
+    assert advice is not None and advice.low
+    assert advice.share_of_ideal == report.summary.share_of_ideal < 0.9
+    lanes = [s for s in advice.suggestions if s.setting == "num_lanes"]
+    assert [s.value for s in lanes] == [64]  # the default for batch 32 on 64 shards
+    rerun = inspect_batches(pattern, **{**settings, "num_lanes": 64}, advise=False)
+    assert rerun.advice is None
+    assert lanes[0].share_of_ideal == rerun.summary.share_of_ideal >= 0.9
+    assert lanes[0].min_tenth_share == rerun.summary.min_tenth_share
+    for suggestion in advice.suggestions:  # every figure is a real run's
+        changed = {**settings, suggestion.setting: suggestion.value}
+        again = inspect_batches(pattern, **changed, advise=False).summary
+        assert suggestion.share_of_ideal == again.share_of_ideal
+    defaults = inspect_batches(pattern, batch_size=32, advise=False).summary
+    assert advice.defaults is not None
+    assert advice.defaults.share_of_ideal == defaults.share_of_ideal
+    assert "num_lanes=64 would give" in advice.messages[1]
+    assert any("lower than the defaults would" in m for m in advice.messages)
+
+    args = ["--batch-size=32", "--num-lanes=2", "--shuffle-buffer=32"]
+    assert main(["inspect", pattern, *args]) == 0
+    out = capsys.readouterr().out
+    assert "advice:" in out and "batches mix poorly" in out
+    assert f"num_lanes=64 would give {lanes[0].share_of_ideal:.2f}" in out
+
+
+def test_lanes_not_read_by_size_advise_record_counts(shards64):
+    pattern, sizes = shards64
+    gzipped = []  # gzip shards: no byte sizes to read lanes by, and no counts given
+    for url in expand_urls(pattern):
+        target = Path(url).with_name(Path(url).name + ".gz")
+        if not target.exists():
+            with open(url, "rb") as source, gzip.open(target, "wb") as sink:
+                shutil.copyfileobj(source, sink)
+        gzipped.append(str(target))
+    # Lanes taken in turn, not by size: the short lanes end first and the tail mixes worse.
+    settings = {"batch_size": 16, "num_lanes": 16, "shuffle_buffer": 0}
+    report = inspect_batches(gzipped, **settings)
+    advice = report.advice
+    assert advice is not None and advice.low
+    assert advice.min_tenth_share == report.summary.tenths[-1].share_of_ideal < 0.8
+    counted = [s for s in advice.suggestions if s.setting == "record_counts"]
+    assert counted and counted[0].min_tenth_share >= 0.8, advice.messages
+    counts = dict(zip(gzipped, sizes, strict=True))
+    again = inspect_batches(gzipped, **settings, record_counts=counts, advise=False)
+    assert counted[0].share_of_ideal == again.summary.share_of_ideal
+    assert "shardmix convert" in counted[0].how
+
+
+def test_no_advice_at_the_defaults_on_a_well_mixed_set(capsys, shards64):
+    pattern, _ = shards64
+    report = inspect_batches(pattern, batch_size=32, num_workers=2)
+    assert report.advice is not None
+    assert not report.advice.low and report.advice.suggestions == []
+    assert report.advice.defaults is None and report.advice.messages == []
+    assert report.summary.share_of_ideal >= 0.9
+    assert min(t.share_of_ideal for t in report.summary.tenths) >= 0.8
+    assert main(["inspect", pattern, "--batch-size=32"]) == 0
+    assert "advice" not in capsys.readouterr().out

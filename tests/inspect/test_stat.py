@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,56 @@ def test_verify_keeps_going_past_damaged_tar_shards(tmp_path):
     assert [s.url for s in report.damaged] == [urls[1], urls[3]]
     assert all(s.error and s.url in s.error for s in report.damaged)
     assert [s.records for s in report.shards if not s.damaged] == [4, 6]
+
+
+def test_verify_checks_each_shard_against_the_manifest_sha256(capsys, tmp_path):
+    import shardmix
+    from shardmix.stat import Checksum, file_sha256
+
+    samples = ({"__key__": f"k{n:03d}", "txt": f"payload-{n:03d}-xyz"} for n in range(30))
+    shardmix.write_shards(samples, str(tmp_path / "train-%06d.tar"), max_records=10)
+    pattern = str(tmp_path / "train-*.tar")
+    urls = [s.url for s in stat_shards(pattern).shards]
+    assert len(urls) == 3
+    report = stat_shards(pattern, verify=True)
+    assert [s.checksum for s in report.shards] == [Checksum.VERIFIED] * 3
+    assert not report.damaged
+
+    # One byte inside the second shard's member data: tar's header checksums cannot see it.
+    before = file_sha256(urls[1])
+    path = Path(urls[1])
+    data = bytearray(path.read_bytes())
+    data[data.index(b"payload-015-xyz") + 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    after = file_sha256(urls[1])
+
+    report = stat_shards(pattern, verify=True)
+    assert [s.checksum for s in report.shards] == [
+        Checksum.VERIFIED,
+        Checksum.MISMATCH,
+        Checksum.VERIFIED,
+    ]
+    assert [s.url for s in report.damaged] == [urls[1]]
+    bad = report.damaged[0]
+    assert bad.records == 10  # every record still reads: only the digest sees the flip
+    assert (bad.manifest_sha256, bad.sha256) == (before, after)
+    assert before in bad.error and after in bad.error and "sha256 mismatch" in bad.error
+
+    code, data_json = stat_json(capsys, pattern, "--verify")
+    assert code == 1
+    assert [s["checksum"] for s in data_json["shards"]] == ["verified", "mismatch", "verified"]
+    assert main(["stat", pattern, "--verify"]) == 1
+    text = capsys.readouterr().out
+    assert "sha256 MISMATCH" in text and "sha256 verified" in text
+    assert f"expects {before}, the file has {after}" in text
+
+    code, counted = stat_json(capsys, pattern)  # counting alone reads no digests
+    assert code == 0 and [s["checksum"] for s in counted["shards"]] == [None] * 3
+
+
+def test_verify_says_when_no_manifest_names_a_shard(capsys, tmp_path):
+    pattern = write_shards(tmp_path, "tar", [3, 4])
+    code, report = stat_json(capsys, pattern, "--verify")
+    assert code == 0
+    assert [s["checksum"] for s in report["shards"]] == ["no manifest entry"] * 2
+    assert [s["sha256"] for s in report["shards"]] == [None, None]
