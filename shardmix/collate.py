@@ -21,7 +21,7 @@ from torch.utils.data import default_collate
 
 from shardmix.errors import DecodeError
 
-_LIST_KEYS = ("__key__", "__source__")
+_LIST_KEYS = ("__key__", "__source__", "__dataset__")
 _INT_KEYS = ("__index__", "__offset__")
 
 

@@ -151,7 +151,7 @@ class ShardDataset(IterableDataset[Sample]):
             self.source_options,
             cache_path=None if counts_cache is None else os.fspath(counts_cache),
         )
-        self._plan: tuple[tuple[int, int], list[list[Piece]]] | None = None  # the last plan
+        self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
         self.epoch = 0
         self._weights: tuple[str, dict[str, float]] | None | bool = False  # False: not yet known
 
@@ -172,17 +172,21 @@ class ShardDataset(IterableDataset[Sample]):
         shards_per_rank = max(1, len(self.urls) // max(1, world_size))
         return default_num_lanes(batch_size=batch_size, shards_per_rank=shards_per_rank)
 
-    def rank_pieces(self, epoch: int, world_size: int) -> list[list[Piece]]:
+    def rank_pieces(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[list[Piece]]:
         """Each rank's pieces in ``epoch``: the epoch's plan (:mod:`shardmix.sharding`).
 
         One rank reads every shard whole, in the epoch's order. Several ranks get a balanced
         plan, made from every shard's record count (:meth:`shard_counts`).
         """
-        key = (epoch, world_size)
+        key = (epoch, world_size, epoch_pass)
         if self._plan is not None and self._plan[0] == key:
             return self._plan[1]
         order = epoch_shard_order(
-            len(self.urls), seed=self.seed, epoch=epoch, shuffle=self.shuffle_shards
+            len(self.urls),
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle_shards,
+            epoch_pass=epoch_pass,
         )
         if world_size == 1:
             plan = [whole_shards(order)]
@@ -206,14 +210,20 @@ class ShardDataset(IterableDataset[Sample]):
         return self.record_counts.resolve_all(rank=rank, world_size=world_size, exchange=exchange)
 
     def lane_pieces(
-        self, epoch: int, *, rank: int = 0, world_size: int = 1, num_lanes: int | None = None
+        self,
+        epoch: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        num_lanes: int | None = None,
+        epoch_pass: int = 0,
     ) -> list[list[Piece]]:
         """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order.
 
         With sizes known (:meth:`piece_weights`), pieces are dealt so that lanes hold about
         the same size; else like cards.
         """
-        pieces = self.rank_pieces(epoch, world_size)[rank]
+        pieces = self.rank_pieces(epoch, world_size, epoch_pass)[rank]
         lanes = num_lanes or self.lanes_for(None, world_size)
         weights = self.piece_weights(pieces, world_size)
         if weights is None:
@@ -249,9 +259,9 @@ class ShardDataset(IterableDataset[Sample]):
         unit, by_url = known
         return unit, [by_url[self.urls[piece.shard]] for piece in pieces]
 
-    def rank_totals(self, epoch: int, world_size: int) -> list[int]:
+    def rank_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int]:
         """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
-        plan = self.rank_pieces(epoch, world_size)
+        plan = self.rank_pieces(epoch, world_size, epoch_pass)
         if world_size == 1:
             return [self.record_counts.total(range(len(self.urls)))]
         counts = self.shard_counts(world_size)
@@ -271,10 +281,15 @@ class ShardDataset(IterableDataset[Sample]):
         return self.read_lane_pieces(pieces, epoch, start)
 
     def read_lane_pieces(
-        self, pieces: Sequence[Piece], epoch: int, start: LanePosition = LanePosition()
+        self,
+        pieces: Sequence[Piece],
+        epoch: int,
+        start: LanePosition = LanePosition(),
+        epoch_pass: int = 0,
     ) -> Iterator[Sample]:
         """The samples of a lane that reads ``pieces`` in ``epoch``, from ``start`` on."""
-        return read_lane(pieces, partial(self.read_piece, epoch=epoch), start)
+        read = partial(self.read_piece, epoch=epoch, epoch_pass=epoch_pass)
+        return read_lane(pieces, read, start)
 
     def __iter__(self) -> Iterator[Sample]:
         world = detect_world()
@@ -310,11 +325,18 @@ class ShardDataset(IterableDataset[Sample]):
         self.dropped[kind] += 1
 
     def read_piece(
-        self, piece: Piece, record: int, before_offset: int = -1, *, epoch: int = 0
+        self,
+        piece: Piece,
+        record: int,
+        before_offset: int = -1,
+        *,
+        epoch: int = 0,
+        epoch_pass: int = 0,
     ) -> Iterator[Sample]:
         """The samples of ``piece`` in ``epoch`` from record ``record`` (in its shard) on."""
+        url = self.urls[piece.shard]
         return self.read_shard(
-            self.urls[piece.shard], record, before_offset, stop=piece.stop, epoch=epoch
+            url, record, before_offset, stop=piece.stop, epoch=epoch, epoch_pass=epoch_pass
         )
 
     def read_shard(
@@ -325,6 +347,7 @@ class ShardDataset(IterableDataset[Sample]):
         *,
         stop: int | None = None,
         epoch: int = 0,
+        epoch_pass: int = 0,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[Sample]:
         """The samples of records ``[start, stop)`` of shard ``url`` in ``epoch``, transformed.
@@ -351,7 +374,7 @@ class ShardDataset(IterableDataset[Sample]):
             on_damage=on_damage if self.policy.skips else None,
             before_offset=before_offset,
         )
-        return self._transformed(samples, url, epoch, on_damage)
+        return self._transformed(samples, url, epoch, on_damage, epoch_pass)
 
     def read_records(
         self,
@@ -359,6 +382,7 @@ class ShardDataset(IterableDataset[Sample]):
         positions: Sequence[tuple[int, int]],
         *,
         epoch: int = 0,
+        epoch_pass: int = 0,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[Sample]:
         """The samples at the ``(record, byte offset)`` pairs of shard ``url``, transformed.
@@ -374,16 +398,22 @@ class ShardDataset(IterableDataset[Sample]):
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
         )
-        return self._transformed(samples, url, epoch, on_damage)
+        return self._transformed(samples, url, epoch, on_damage, epoch_pass)
 
     def _transformed(
-        self, samples: Iterator[Sample], url: str, epoch: int, on_damage: DamageHandler | None
+        self,
+        samples: Iterator[Sample],
+        url: str,
+        epoch: int,
+        on_damage: DamageHandler | None,
+        epoch_pass: int = 0,
     ) -> Iterator[Sample]:
         if not self.sample_transform.active:
             return samples
         return self.sample_transform.apply(
             samples,
             epoch=epoch,
+            epoch_pass=epoch_pass,
             shard_index=self.shard_index[url],
             on_damage=on_damage if self.policy.skips else None,
         )

@@ -50,7 +50,14 @@ class EpochIterator:
     reference, so the state stays references only.
     """
 
-    def __init__(self, loader: MixingLoader, epoch: int, resume: Mapping[str, Any] | None):
+    def __init__(
+        self,
+        loader: MixingLoader,
+        epoch: int,
+        resume: Mapping[str, Any] | None,
+        *,
+        epoch_pass: int = 0,
+    ):
         # Settings only, not the loader: no reference cycle, so dropping the loader stops the
         # workers at once instead of at the next garbage collection.
         self.dataset = loader.dataset
@@ -59,6 +66,7 @@ class EpochIterator:
         self.collate_fn = loader.collate_fn
         self.pin_memory = loader.pin_memory
         self.epoch = epoch
+        self.epoch_pass = epoch_pass  # the pass over the dataset within the epoch (mixtures)
         self.batches = 0
         self.emitted = 0
         self.finished = False  # every batch of the epoch was handed out
@@ -78,7 +86,7 @@ class EpochIterator:
         if isinstance(dataset, ShardDataset):
             num_lanes = loader.num_lanes_for(dataset, world_size)
             self.plan = dataset.lane_pieces(
-                epoch, rank=rank, world_size=world_size, num_lanes=num_lanes
+                epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
             )
             lane_pieces = [
                 [(dataset.urls[piece.shard], piece.start, piece.stop) for piece in lane]
@@ -90,7 +98,7 @@ class EpochIterator:
                 clocks = LaneClocks(lane_pieces, [weight[1] for weight in weights if weight], unit)
             if world_size > 1:
                 self.quota, self.own = _plan_quota(
-                    dataset, epoch, rank, world_size, loader.even_ranks
+                    dataset, epoch, rank, world_size, loader.even_ranks, epoch_pass
                 )
         self.buffer: ShuffleBuffer[Sample] = ShuffleBuffer(
             loader.shuffle_buffer_size(),
@@ -127,6 +135,7 @@ class EpochIterator:
                 rank=rank,
                 world_size=world_size,
                 starts=starts,
+                epoch_pass=epoch_pass,
                 lane_pieces=self.plan,
                 shares=clocks.shares() if clocks is not None else None,
                 num_workers=loader.num_workers,
@@ -137,7 +146,8 @@ class EpochIterator:
         if resume is not None:
             # After the workers start: they read ahead while the buffer is re-read here.
             assert isinstance(dataset, ShardDataset)
-            self.buffer.restore(_reread(dataset, unpack_refs(resume["buffer"]["items"]), epoch))
+            residents = unpack_refs(resume["buffer"]["items"])
+            self.buffer.restore(_reread(dataset, residents, epoch, epoch_pass))
         self.mixer = LaneMixer(
             counted(sent, self.skipped),
             num_lanes,
@@ -167,6 +177,26 @@ class EpochIterator:
         except BaseException:
             self.close()
             raise
+
+    def next_sample(self) -> Sample | None:
+        """The epoch's next sample, or None at its end (how a mixture takes samples)."""
+        if self.closed:
+            return None
+        try:
+            return self._next_sample()
+        except RuntimeError as error:
+            self.close()
+            if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                raise
+            raise WorkerError(f"epoch {self.epoch}: {error}") from error
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def filtered(self) -> dict[str, int]:
+        """``{"dropped": n, "padded": n}``: what the transform dropped, and the padding."""
+        return {"dropped": self.mixer.dropped[FILTERED], "padded": self.padded}
 
     def close(self) -> None:
         """Stop this epoch's workers now.
@@ -231,7 +261,7 @@ class EpochIterator:
     def _next_pad(self, position: int) -> Sample:
         if self._pad is None:
             assert isinstance(self.dataset, ShardDataset)
-            self._pad = _reread(self.dataset, self.pad_refs, self.epoch)
+            self._pad = _reread(self.dataset, self.pad_refs, self.epoch, self.epoch_pass)
         if not self._pad:
             raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
         return dict(self._pad[position % len(self._pad)])
@@ -295,10 +325,15 @@ def _lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) ->
 
 
 def _plan_quota(
-    dataset: ShardDataset, epoch: int, rank: int, world_size: int, even_ranks: EvenRanks
+    dataset: ShardDataset,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    even_ranks: EvenRanks,
+    epoch_pass: int = 0,
 ) -> tuple[int, int]:
     """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
-    totals = dataset.rank_totals(epoch, world_size)
+    totals = dataset.rank_totals(epoch, world_size, epoch_pass)
     quota = rank_quota(totals, even_ranks)
     if quota == 0:
         empty = [r for r, total in enumerate(totals) if total == 0]
@@ -340,7 +375,9 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
     }
 
 
-def _reread(dataset: ShardDataset, refs: list[Ref], epoch: int) -> list[Sample]:
+def _reread(
+    dataset: ShardDataset, refs: list[Ref], epoch: int, epoch_pass: int = 0
+) -> list[Sample]:
     """The samples that ``refs`` name, in order, each shard opened once.
 
     Each record is read at its byte offset where the shard allows it (seekable, not gzip),
@@ -357,7 +394,11 @@ def _reread(dataset: ShardDataset, refs: list[Ref], epoch: int) -> list[Sample]:
     # Every shard's reads are asked for first (remote ranges go out together), then read.
     reads = {
         shard_index: dataset.read_records(
-            dataset.urls[shard_index], sorted(records.items()), epoch=epoch, on_damage=quiet
+            dataset.urls[shard_index],
+            sorted(records.items()),
+            epoch=epoch,
+            epoch_pass=epoch_pass,
+            on_damage=quiet,
         )
         for shard_index, records in wanted.items()
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -34,9 +35,16 @@ from shardmix.errors import (
     ConfigError,
     ShardmixWarning,
 )
+from shardmix.mixture import (
+    MixtureEpoch,
+    Stopping,
+    member_seed,
+    mixture_batches,
+    mixture_start,
+    normalized_weights,
+)
 from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
-from shardmix.transforms import FILTERED
 from shardmix.world import detect_rank
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
@@ -80,9 +88,11 @@ class MixingLoader:
 
     def __init__(
         self,
-        dataset: IterableDataset[Any],
+        dataset: IterableDataset[Any] | Mapping[str, ShardDataset],
         *,
         batch_size: int,
+        weights: Mapping[str, float] | None = None,
+        stopping: str | Stopping = Stopping.FIRST_EXHAUSTED,
         num_workers: int = 0,
         shuffle_buffer: int | None = None,
         shuffle_buffer_bytes: int | None = DEFAULT_SHUFFLE_BUFFER_BYTES,
@@ -105,15 +115,26 @@ class MixingLoader:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {shuffle_buffer}")
         if shuffle_buffer_bytes is not None and shuffle_buffer_bytes < 1:
             raise ConfigError(f"shuffle_buffer_bytes must be >= 1, got {shuffle_buffer_bytes}")
-        if (
-            isinstance(dataset, ShardDataset)
-            and dataset.num_lanes is not None
-            and num_workers > dataset.num_lanes
-        ):
-            raise ConfigError(
-                f"num_workers={num_workers} exceeds the dataset's num_lanes={dataset.num_lanes}: "
-                "the extra workers would read nothing; raise num_lanes"
-            )
+        self.datasets: dict[str, ShardDataset] | None = None
+        if isinstance(dataset, Mapping):
+            self.datasets = _mixture_datasets(dataset)
+            names = list(self.datasets)
+            self._weights = normalized_weights(names, weights or dict.fromkeys(names, 1.0))
+            dataset = next(iter(self.datasets.values()))
+        elif weights is not None:
+            raise ConfigError("weights= mixes several datasets: pass them as a dict of names")
+        self.stopping = Stopping(stopping)
+        for member in self.datasets.values() if self.datasets else [dataset]:
+            if (
+                isinstance(member, ShardDataset)
+                and member.num_lanes is not None
+                and num_workers > member.num_lanes
+            ):
+                raise ConfigError(
+                    f"num_workers={num_workers} exceeds the dataset's num_lanes="
+                    f"{member.num_lanes}: the extra workers would read nothing; raise num_lanes"
+                )
+        # A mixture's first dataset, for what only needs a dataset's type (see ``datasets``).
         self.dataset = dataset
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -131,7 +152,7 @@ class MixingLoader:
             raise ConfigError("give both rank and world_size, or neither")
         self._world = None if rank is None or world_size is None else (rank, world_size)
         self.epoch = 0
-        self._current: EpochIterator | None = None
+        self._current: EpochIterator | MixtureEpoch | None = None
         self._resume: dict[str, Any] | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -144,8 +165,29 @@ class MixingLoader:
         epoch = self.epoch
         self.epoch += 1
         resume, self._resume = self._resume, None
-        self._current = EpochIterator(self, epoch, resume)
+        if self.datasets is not None:
+            self._current = MixtureEpoch(self, epoch, resume)
+        else:
+            self._current = EpochIterator(self, epoch, resume)
         return self._current
+
+    def mixture_weights(self) -> dict[str, Fraction]:
+        """A mixture's weights (exact, summing to 1)."""
+        if self.datasets is None:
+            raise ConfigError("weights belong to a mixture: pass the datasets as a dict of names")
+        return dict(self._weights)
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        """Take a mixture's next batches by ``weights`` (a curriculum); the state keeps them.
+
+        Applied from the next batch of the current epoch, or from the next epoch's start.
+        """
+        self._weights = normalized_weights(list(self.datasets or {}), weights)
+        if isinstance(self._current, MixtureEpoch) and not self._current.finished:
+            self._current.set_weights(self._weights)
+        if self._resume is not None and "mixture" in self._resume:
+            self._resume["mixture"]["weights"] = {k: str(w) for k, w in self._weights.items()}
+            self._resume["mixture"]["credits"] = dict.fromkeys(self._weights, "0")
 
     def num_lanes_for(self, dataset: ShardDataset, world_size: int) -> int:
         """The lanes an epoch reads: the dataset's ``num_lanes``, or from the batch size."""
@@ -168,6 +210,12 @@ class MixingLoader:
         if self._resume is not None:
             return copy.deepcopy(self._resume)
         current = self._current
+        if self.datasets is not None:
+            if current is not None and not current.finished:
+                position = current.position()
+            else:
+                position = mixture_start(self, self.epoch)
+            return {"version": STATE_VERSION, "config": self._mixture_config(), **position}
         if current is not None and not current.finished:
             position = current.position()
         else:
@@ -179,7 +227,10 @@ class MixingLoader:
         """Continue from ``state``: the next ``iter()`` yields what would have followed it."""
         shard_dataset = self._shard_dataset("load_state_dict")
         check_version(state)
-        check_config(state["config"], self._config(shard_dataset))
+        if self.datasets is not None:
+            check_config(state["config"], self._mixture_config())
+        else:
+            check_config(state["config"], self._config(shard_dataset))
         self.epoch = int(state["epoch"])
         self._resume = copy.deepcopy(dict(state))
         self._current = None
@@ -206,6 +257,14 @@ class MixingLoader:
             "even_ranks": self.even_ranks.value,
         }
 
+    def _mixture_config(self) -> dict[str, Any]:
+        datasets = self.datasets or {}
+        members = {
+            name: self._config(dataset) | {"seed": member_seed(self.seed, index)}
+            for index, (name, dataset) in enumerate(datasets.items())
+        }
+        return {"datasets": members, "stopping": self.stopping.value}
+
     def _shard_dataset(self, what: str) -> ShardDataset:
         if not isinstance(self.dataset, ShardDataset):
             raise ConfigError(
@@ -225,7 +284,13 @@ class MixingLoader:
         current = self._current
         if current is None:
             return {"dropped": 0, "padded": 0}
-        return {"dropped": current.mixer.dropped[FILTERED], "padded": current.padded}
+        if isinstance(current, MixtureEpoch):
+            per_dataset = current.filtered
+            return {
+                kind: sum(counts[kind] for counts in per_dataset.values())
+                for kind in ("dropped", "padded")
+            }
+        return current.filtered
 
     def __len__(self) -> int:
         """Batches per epoch on this rank, from the record counts (manifest or counting pass).
@@ -240,13 +305,29 @@ class MixingLoader:
                 f"len() needs a ShardDataset, whose record counts are known; got "
                 f"{type(dataset).__name__}"
             )
-        rank, world_size = self.rank_and_world_size()
         current = self._current
         epoch = current.epoch if current is not None and not current.finished else self.epoch
-        totals = dataset.rank_totals(epoch, world_size)
-        samples = totals[rank] if world_size == 1 else rank_quota(totals, self.even_ranks)
-        batches, rest = divmod(samples, self.batch_size)
+        if self.datasets is not None:
+            return self._mixture_len(epoch)
+        batches, rest = divmod(self._samples(dataset, epoch), self.batch_size)
         return batches + (1 if rest and not self.drop_last else 0)
+
+    def _samples(self, dataset: ShardDataset, epoch: int, epoch_pass: int = 0) -> int:
+        """The samples this rank yields from ``dataset`` in one pass of ``epoch``."""
+        rank, world_size = self.rank_and_world_size()
+        totals = dataset.rank_totals(epoch, world_size, epoch_pass)
+        return totals[rank] if world_size == 1 else rank_quota(totals, self.even_ranks)
+
+    def _mixture_len(self, epoch: int) -> int:
+        datasets = self.datasets or {}
+        passes = 1 if self.stopping is Stopping.FIRST_EXHAUSTED else _PLANNED_PASSES
+        totals = {
+            name: [self._samples(dataset, epoch, p) for p in range(passes)]
+            for name, dataset in datasets.items()
+        }
+        return mixture_batches(
+            totals, self._weights, self.batch_size, self.stopping, self.drop_last
+        )
 
     @property
     def skipped(self) -> dict[str, Any] | None:
@@ -258,7 +339,25 @@ class MixingLoader:
         current = self._current
         if current is None or current.skipped is None:
             return None
+        if isinstance(current, MixtureEpoch):
+            return current.skipped
         return current.skipped.summary()
+
+
+# len() of an all_exhausted mixture counts each dataset's passes from the plans of up to
+# this many passes (the last one's count repeats); exact while sizes do not change per pass.
+_PLANNED_PASSES = 4
+
+
+def _mixture_datasets(datasets: Mapping[str, Any]) -> dict[str, ShardDataset]:
+    if not datasets:
+        raise ConfigError("a mixture needs at least one dataset")
+    for name, member in datasets.items():
+        if not isinstance(name, str) or not isinstance(member, ShardDataset):
+            raise ConfigError(
+                f"a mixture maps names to ShardDatasets; got {name!r}: {type(member).__name__}"
+            )
+    return dict(datasets)
 
 
 def _cuda_available() -> bool:

@@ -79,11 +79,18 @@ def rank_quota(totals: Sequence[int], policy: EvenRanks) -> int:
     return min(totals) if policy is EvenRanks.DROP else max(totals)
 
 
-def epoch_shard_order(num_shards: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:
-    """Shard indices in the order this epoch reads them: a function of (seed, epoch) only."""
+def epoch_shard_order(
+    num_shards: int, *, seed: int, epoch: int, shuffle: bool, epoch_pass: int = 0
+) -> list[int]:
+    """Shard indices in the order this epoch reads them: a function of (seed, epoch) only.
+
+    ``epoch_pass`` numbers the passes over the shards within one epoch (a mixture reads a
+    small dataset several times); each pass after the first has its own order.
+    """
     if not shuffle:
         return list(range(num_shards))
-    rng = np.random.default_rng([_SHARD_ORDER_STREAM, seed, epoch])
+    key = [_SHARD_ORDER_STREAM, seed, epoch] + ([epoch_pass] if epoch_pass else [])
+    rng = np.random.default_rng(key)
     return [int(i) for i in rng.permutation(num_shards)]
 
 

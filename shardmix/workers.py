@@ -48,6 +48,7 @@ def start_workers(
     rank: int,
     world_size: int,
     starts: list[LanePosition] | None,
+    epoch_pass: int = 0,
     lane_pieces: list[list[Piece]] | None,
     shares: list[float] | None,
     num_workers: int,
@@ -70,7 +71,9 @@ def start_workers(
     else:
         num_lanes = max(1, num_workers)
         per_lane = CHUNK_SAMPLES
-    source = _LaneChunks(dataset, epoch, rank, world_size, lane_pieces, shares, per_lane, starts)
+    source = _LaneChunks(
+        dataset, epoch, rank, world_size, lane_pieces, shares, per_lane, starts, epoch_pass
+    )
     if num_workers == 0:
         return iter(source), num_lanes, None
     loader = DataLoader(
@@ -159,6 +162,7 @@ class _LaneChunks(IterableDataset[Sent]):
         shares: list[float] | None,
         per_lane: int,
         starts: list[LanePosition] | None,
+        epoch_pass: int = 0,
     ) -> None:
         self.dataset = dataset
         self.epoch = epoch
@@ -168,6 +172,7 @@ class _LaneChunks(IterableDataset[Sent]):
         self.shares = shares
         self.per_lane = per_lane
         self.starts = starts
+        self.epoch_pass = epoch_pass
 
     def __iter__(self) -> Iterator[Sent]:
         world = detect_world(self.rank, self.world_size)
@@ -182,7 +187,7 @@ class _LaneChunks(IterableDataset[Sent]):
             starts = self.starts or [LanePosition()] * num_lanes
             iterators = {
                 lane: self.dataset.read_lane_pieces(
-                    self.lane_pieces[lane], self.epoch, starts[lane]
+                    self.lane_pieces[lane], self.epoch, starts[lane], self.epoch_pass
                 )
                 for lane in lanes
             }
