@@ -52,11 +52,15 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
         return values
     if field in _INT_KEYS:
         return torch.tensor(values, dtype=torch.int64)
-    kinds = {_kind(value) for value in values}
+    # A value's kind follows from its type: look at one value per type (almost always one).
+    by_type = {type(value): value for value in values}
+    kinds = {_kind(value) for value in by_type.values()}
     if len(kinds) > 1:
         raise DecodeError(_mixed_kinds_message(field, values, samples))
     if kinds == {"other"}:
         return values  # JSON objects, images and the like: a list, as given
+    if set(by_type) in ({bytes}, {str}):
+        return values  # what default_collate would do, without its per-element checks
     try:
         return default_collate(values)
     except RuntimeError:

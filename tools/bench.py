@@ -877,6 +877,53 @@ def scale_section(config: Config) -> list[Row]:
     return rows
 
 
+# ------------------------------------------------------------------------------ cost section
+
+
+@section("cost", "CPU time per sample, main process and all: 1,024 shards of 256 B, batch 256")
+def cost_section(config: Config) -> list[Row]:
+    """Each system in its own process (:mod:`bench_cost`): a warm epoch, then a measured one."""
+    import subprocess
+
+    from bench_cost import CASES, sizes
+
+    rows = []
+    for case in CASES:
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("bench_cost.py")),
+                case,
+                str(config.data_dir / "cost"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append(
+            Row(
+                section="cost",
+                system="shardmix" if case.startswith("shardmix") else case,
+                name=case,
+                samples=found["samples"],
+                seconds=float("nan"),
+                samples_per_s=found["ceiling_samples_per_s"],
+                mean_samples_per_s=float("nan"),
+                distinct_per_batch=float("nan"),
+                ideal_distinct=ideal_distinct_sources(sizes(), 256),
+                exactly_once=found["exactly_once"],
+                note=(
+                    f"{case}: main process {found['main_us_per_sample']:.1f} us/sample "
+                    f"(ceiling {found['ceiling_samples_per_s']:,.0f} samples/s), all processes "
+                    f"{found['total_us_per_sample']:.1f} us/sample"
+                ),
+                extra=found,
+            )
+        )
+    return rows
+
+
 # ------------------------------------------------------------------------------ reporting
 
 
@@ -982,7 +1029,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{ratio['speed']:.2f}x samples/s, {ratio['distinct']:.2f}x files/batch"
             )
         for row in rows:
-            if row.section in ("resume", "ranks", "remote", "scale"):
+            if row.section in ("resume", "ranks", "remote", "scale", "cost"):
                 print(row.note)
         print(f"\ntotal {elapsed:.1f} s")
     return 0 if all(r.exactly_once for r in rows) else 1
