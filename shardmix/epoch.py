@@ -28,7 +28,7 @@ from shardmix.errors import (
 )
 from shardmix.mixing import LaneClocks, LaneMixer
 from shardmix.policy import SkipLedger
-from shardmix.reader import LanePosition, Sample, sample_bytes
+from shardmix.reader import LanePosition, Sample, sample_bytes, take_sample_bytes
 from shardmix.sharding import EvenRanks, Piece, rank_quota
 from shardmix.shuffle import ShuffleBuffer
 from shardmix.transforms import DROPPED, FILTERED, SKIPPED
@@ -253,7 +253,7 @@ class EpochIterator:
     def _next_own(self) -> Sample | None:
         push = self.buffer.push
         for sample in self.mixer:
-            evicted = push(sample)
+            evicted = push(sample, take_sample_bytes(sample))
             if evicted is not None:
                 return evicted
         return self.buffer.pop()

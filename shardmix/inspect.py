@@ -59,7 +59,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.formats import TFRecordPayload
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES, MixingLoader
-from shardmix.reader import Sample, sample_bytes
+from shardmix.reader import SIZE_KEY, Sample, sample_bytes
 from shardmix.sharding import EvenRanks, default_num_lanes, default_shuffle_buffer
 from shardmix.world import detect_world
 
@@ -580,13 +580,15 @@ def _dataset(
 
 def _provenance_only(sample: Sample) -> Sample:
     """Drop the payload in the worker (the dataset puts the provenance keys back), keeping its
-    size, so that the shuffle buffer's byte budget binds as it would with the payload."""
-    return {"__bytes__": sample_bytes(sample)}
+    size, stated so that the shuffle buffer's byte budget binds as it would with the payload
+    (the main process takes that key out) and again for the report."""
+    size = sample_bytes(sample)
+    return {SIZE_KEY: size, "payload_bytes": size}
 
 
 def _provenance_of(samples: list[Sample]) -> list[tuple[str, int]]:
     """The collate function: a batch is its samples' shard URLs and payload sizes."""
-    return [(sample["__source__"], sample["__bytes__"]) for sample in samples]
+    return [(sample["__source__"], sample["payload_bytes"]) for sample in samples]
 
 
 class _Ideal:

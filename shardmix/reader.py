@@ -292,7 +292,10 @@ def round_robin_chunks(
             for sample in iterator:
                 samples.append(sample)
                 if max_bytes is not None:
-                    size += sample_bytes(sample)
+                    # Measured here, in the worker, and carried: the main process's shuffle
+                    # buffer needs it too (:func:`take_sample_bytes`).
+                    sample[SIZE_KEY] = measured = sample_bytes(sample)
+                    size += measured
                 if len(samples) == wanted:
                     break
             ended = len(samples) < wanted
@@ -307,13 +310,22 @@ def round_robin_chunks(
             chunk, size = [], 0
 
 
+# Where a worker leaves a sample's size for the main process, which takes it out again.
+SIZE_KEY = "__bytes__"
+
+
+def take_sample_bytes(sample: Sample) -> int | None:
+    """The size a worker measured for ``sample``, removed from it (None when not measured)."""
+    return sample.pop(SIZE_KEY, None)
+
+
 def sample_bytes(sample: Sample) -> int:
     """About how much memory a sample's values hold: bytes, strings, arrays and tensors.
 
     A sample may state its size under ``__bytes__`` (``shardmix inspect`` drops payloads but
     keeps their size, so that byte budgets bind as in training).
     """
-    stated = sample.get("__bytes__")
+    stated = sample.get(SIZE_KEY)
     if stated is not None:
         return int(stated)
     total = 0

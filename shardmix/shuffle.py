@@ -78,8 +78,11 @@ class ShuffleBuffer(Generic[T]):
             self._sizes = [self._size_of(item) for item in self.items]
             self.bytes = sum(self._sizes)
 
-    def push(self, item: T) -> T | None:
-        """Add ``item``; once full, return the resident it displaced (else ``None``)."""
+    def push(self, item: T, size: int | None = None) -> T | None:
+        """Add ``item``; once full, return the resident it displaced (else ``None``).
+
+        ``size`` is the item's size when the caller knows it (else ``size_of`` tells).
+        """
         items = self.items
         if self._size_of is None:
             if len(items) < self.capacity:
@@ -90,7 +93,8 @@ class ShuffleBuffer(Generic[T]):
             evicted = items.pop(self.draws.below(self.capacity))
             items.append(item)
             return evicted
-        size = self._size_of(item)
+        if size is None:
+            size = self._size_of(item)
         if len(items) < self.capacity and (not items or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
             items.append(item)
             self._sizes.append(size)
