@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -273,17 +273,33 @@ def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str
     return merged
 
 
-def manifest_counts(folder: str) -> dict[str, tuple[int, int]]:
-    """``{shard name: (records, bytes)}`` from the manifests in ``folder`` (none: empty)."""
-    found: dict[str, tuple[int, int]] = {}
+def manifest_shards(folder: str, ignored: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``(manifest path, shard entry)`` for each shard the manifests in ``folder`` list.
+
+    A manifest that cannot be read, or is of another version, is skipped with a warning that
+    ends in ``ignored`` (what its absence costs).
+    """
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.manifest.json"))):
         try:
             with open(path, encoding="utf-8") as file:
                 manifest = json.load(file)
             if manifest.get("shardmix_manifest") != MANIFEST_VERSION:
                 continue
-            for shard in manifest["shards"]:
-                found[str(shard["name"])] = (int(shard["records"]), int(shard["bytes"]))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            log.warning("ignoring manifest %s (%s); counting its shards instead", path, error)
+            shards = list(manifest["shards"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("ignoring manifest %s (%s); %s", path, error, ignored)
+            continue
+        for shard in shards:
+            if isinstance(shard, Mapping) and "name" in shard:
+                yield path, shard
+
+
+def manifest_counts(folder: str) -> dict[str, tuple[int, int]]:
+    """``{shard name: (records, bytes)}`` from the manifests in ``folder`` (none: empty)."""
+    found: dict[str, tuple[int, int]] = {}
+    for path, shard in manifest_shards(folder, "counting its shards instead"):
+        try:
+            found[str(shard["name"])] = (int(shard["records"]), int(shard["bytes"]))
+        except (KeyError, TypeError, ValueError) as error:
+            log.warning("ignoring an entry of manifest %s (%s)", path, error)
     return found

@@ -11,8 +11,8 @@ at their offsets while the workers start.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.utils.data import IterableDataset
 
@@ -33,6 +33,8 @@ from shardmix.sharding import EvenRanks, Piece, rank_quota
 from shardmix.shuffle import ShuffleBuffer
 from shardmix.transforms import DROPPED, FILTERED, SKIPPED
 from shardmix.workers import Sent, counted, is_worker_failure, start_workers, stop_workers
+
+T = TypeVar("T")
 
 # Under several ranks, at least this many of the epoch's first samples are kept by reference
 # to pad with, should the transform drop so many samples that this rank falls short.
@@ -165,25 +167,20 @@ class EpochIterator:
     def __next__(self) -> Any:
         if self.finished or self.closed:
             raise StopIteration
-        try:
-            return self._next_batch()
-        except StopIteration:
-            raise
-        except RuntimeError as error:
-            self.close()
-            if isinstance(error, ShardmixError) or not is_worker_failure(error):
-                raise
-            raise WorkerError(f"epoch {self.epoch}: {error}") from error
-        except BaseException:
-            self.close()
-            raise
+        return self._guarded(self._next_batch)
 
     def next_sample(self) -> Sample | None:
         """The epoch's next sample, or None at its end (how a mixture takes samples)."""
         if self.closed:
             return None
+        return self._guarded(self._next_sample)
+
+    def _guarded(self, step: Callable[[], T]) -> T:
+        """``step()``; on an error the workers stop at once, and a dead one is named."""
         try:
-            return self._next_sample()
+            return step()
+        except StopIteration:
+            raise
         except RuntimeError as error:
             self.close()
             if isinstance(error, ShardmixError) or not is_worker_failure(error):

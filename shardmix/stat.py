@@ -38,10 +38,8 @@ index when the error names one).
 from __future__ import annotations
 
 import dataclasses
-import glob
 import hashlib
 import io
-import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -49,7 +47,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from shardmix.counts import MANIFEST_VERSION, count_records
+from shardmix.counts import count_records, manifest_shards
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, reader_for
 from shardmix.sources import is_local, local_path, open_shard
@@ -241,16 +239,9 @@ class ManifestDigests:
 def manifest_digests(folder: str) -> dict[str, tuple[str, str]]:
     """``{shard name: (manifest path, sha256)}`` from the manifests in ``folder``."""
     found: dict[str, tuple[str, str]] = {}
-    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.manifest.json"))):
-        try:
-            with open(path, encoding="utf-8") as file:
-                manifest = json.load(file)
-            if manifest.get("shardmix_manifest") != MANIFEST_VERSION:
-                continue
-            for shard in manifest["shards"]:
-                found[str(shard["name"])] = (path, str(shard["sha256"]))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            log.warning("ignoring manifest %s (%s): its shards are not checked", path, error)
+    for path, shard in manifest_shards(folder, "its shards are not checked"):
+        if "sha256" in shard:
+            found[str(shard["name"])] = (path, str(shard["sha256"]))
     return found
 
 
