@@ -11,8 +11,9 @@ known (a transform dropped ``__offset__``), and such a resident is found by its 
 
 Version 2 added the offsets; version 3 the samples the transform dropped and the padding
 (``"dropped"``); version 4 the piece each lane is reading (lanes read pieces of shards:
-``[slot, record, shard, start, stop]``). A state of an older version is refused, naming
-both versions (:func:`check_version`).
+``[slot, record, shard, start, stop]``); version 5 every rank's position
+(:mod:`shardmix.rankstate`: ``"rank"`` and ``"ranks"``), and ``"rank"`` left the config. A
+state of an older version is refused, naming both versions (:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
