@@ -83,4 +83,5 @@ def test_workers_exit_when_the_trainer_dies_mid_epoch(tmp_path, persistent):
     deadline = time.monotonic() + LIVENESS_SECONDS
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
+    print(f"workers gone {LIVENESS_SECONDS - (deadline - time.monotonic()):.2f} s after")
     assert [pid for pid in workers if alive(pid)] == []
