@@ -20,6 +20,7 @@ from shardmix.errors import (
     TooManySkipsError,
     TransformError,
     TruncatedShardError,
+    UnknownLengthError,
     UnsupportedURLError,
     WorkerError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "TooManySkipsError",
     "TransformError",
     "TruncatedShardError",
+    "UnknownLengthError",
     "UnsupportedURLError",
     "WorkerError",
     "expand_urls",

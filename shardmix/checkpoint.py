@@ -10,11 +10,12 @@ straight to each resident instead of walking the shard to it; -1 stands for an o
 known (a transform dropped ``__offset__``), and such a resident is found by its index.
 
 Version 2 added the offsets; version 3 the samples the transform dropped and the padding
-(``"dropped"``); version 5 each lane's byte offset and the piece it is reading
+(``"dropped"``); version 4 the piece each lane is reading (lanes read pieces of shards); version
+5 each lane's byte offset too, so that a lane resumes with one seek or one range request
 (``mixer.lanes`` entries are ``[slot, record, offset, shard, start, stop]``: the offset is
-where the lane's last record began, -1 if unknown, so that a lane resumes with one seek or
-one range request; lanes read pieces of shards). A state of an older version is refused,
-naming both versions (:func:`check_version`).
+where the lane's last record began, -1 if unknown); version 6 every rank's position
+(:mod:`shardmix.rankstate`: ``"rank"`` and ``"ranks"``), and ``"rank"`` left the config. A
+state of an older version is refused, naming both versions (:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 5
+STATE_VERSION = 6
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]

@@ -74,6 +74,7 @@ class EpochIterator:
         self.finished = False  # every batch of the epoch was handed out
         self.closed = False  # the workers were stopped; the position stays valid
         self._workers: Any = None
+        self._pool = loader.pool  # persistent workers, stopped only when an epoch fails
         rank, world_size = loader.rank_and_world_size()
         dataset = loader.dataset
         lane_pieces = None
@@ -144,6 +145,8 @@ class EpochIterator:
                 timeout=loader.timeout,
                 prefetch_factor=loader.prefetch_factor,
                 multiprocessing_context=loader.multiprocessing_context,
+                worker_init_fn=loader.worker_init_fn,
+                pool=self._pool,
             )
         if resume is not None:
             # After the workers start: they read ahead while the buffer is re-read here.
@@ -182,18 +185,24 @@ class EpochIterator:
         except StopIteration:
             raise
         except RuntimeError as error:
-            self.close()
+            self._fail()
             if isinstance(error, ShardmixError) or not is_worker_failure(error):
                 raise
             raise WorkerError(f"epoch {self.epoch}: {error}") from error
         except BaseException:
-            self.close()
+            self._fail()
             raise
 
     @property
     def filtered(self) -> dict[str, int]:
         """``{"dropped": n, "padded": n}``: what the transform dropped, and the padding."""
         return {"dropped": self.mixer.dropped[FILTERED], "padded": self.padded}
+
+    def _fail(self) -> None:
+        """Stop this epoch and the workers it ran on, persistent or not."""
+        self.close()
+        if self._pool is not None:
+            self._pool.close()
 
     def close(self) -> None:
         """Stop this epoch's workers now.

@@ -78,6 +78,10 @@ class TooManySkipsError(ShardmixError, RuntimeError):
     """More damaged data was skipped than the error policy's ``max_skips`` allows."""
 
 
+class UnknownLengthError(ShardmixError, TypeError):
+    """``len()`` of a loader whose record counts cannot be known (a TypeError, as ``len()``)."""
+
+
 class ShardmixWarning(UserWarning):
     """A deliberate degradation that the user should know about."""
 

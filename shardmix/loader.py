@@ -7,8 +7,12 @@ merged in a fixed order (:mod:`shardmix.mixing`), passed through a seeded shuffl
 draws on all the shards open in all workers, and the batches are a function of the data, the
 seeds and the epoch alone.
 
-This module holds the settings, starts an epoch per ``iter()``, and turns the current epoch's
-position into a checked, versioned ``state_dict()`` (:mod:`shardmix.checkpoint`) and back.
+This module holds the settings, starts an epoch at the first ``next()`` of each ``iter()``
+(like a DataLoader: an iterator dropped before its first batch starts nothing and uses up no
+epoch), keeps the worker processes across epochs (:mod:`shardmix.pool`), and turns the
+current epoch's position into a checked, versioned ``state_dict()``
+(:mod:`shardmix.checkpoint`) and back. Under torch.distributed the state holds every rank's
+position (:mod:`shardmix.rankstate`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from shardmix.epoch import EpochIterator, epoch_start
 from shardmix.errors import (
     ConfigError,
     ShardmixWarning,
+    UnknownLengthError,
 )
 from shardmix.mixture import (
     MixtureEpoch,
@@ -43,6 +48,8 @@ from shardmix.mixture import (
     mixture_start,
     normalized_weights,
 )
+from shardmix.pool import WorkerPool
+from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.world import detect_rank
@@ -72,6 +79,12 @@ class MixingLoader:
         timeout: seconds to wait for a worker's next chunk before raising (0 waits forever).
         prefetch_factor: chunks each worker prepares ahead.
         multiprocessing_context: passed to the DataLoader.
+        persistent_workers: keep the worker processes from one epoch to the next (default
+            True, unlike torch's DataLoader, whose default is False): a new epoch neither forks
+            nor re-imports, and the epoch's plan reaches the workers through a queue.
+            ``False`` starts new workers at every epoch; :meth:`close` stops them either way.
+        worker_init_fn: called in each worker process with its worker id, as in torch, after
+            shardmix's own set-up (which ends the worker should this process die).
         even_ranks: under torch.distributed, every rank yields the same number of samples
             (so the same number of batches) each epoch: ``"drop"`` stops every rank at the
             smallest rank's count, ``"pad"`` brings every rank to the largest by repeating its
@@ -106,7 +119,11 @@ class MixingLoader:
         rank: int | None = None,
         world_size: int | None = None,
         pin_memory: bool = False,
+        persistent_workers: bool = True,
+        worker_init_fn: Callable[[int], None] | None = None,
+        **torch_arguments: Any,
     ) -> None:
+        refuse_torch_arguments(torch_arguments)
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         if num_workers < 0:
@@ -151,9 +168,27 @@ class MixingLoader:
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
         self._world = None if rank is None or world_size is None else (rank, world_size)
+        self.persistent_workers = persistent_workers
+        self.worker_init_fn = worker_init_fn
+        # Persistent workers: one pool per dataset (a mixture's datasets each have their own).
+        self.pools: dict[str, WorkerPool] = {}
+        if persistent_workers and num_workers > 0:
+            members: Mapping[str, IterableDataset[Any]] = self.datasets or {"": dataset}
+            for name, member in members.items():
+                self.pools[name] = WorkerPool(
+                    member,
+                    num_workers=num_workers,
+                    timeout=timeout,
+                    prefetch_factor=prefetch_factor,
+                    multiprocessing_context=multiprocessing_context,
+                    worker_init_fn=worker_init_fn,
+                )
+        self.pool: WorkerPool | None = self.pools.get("")
         self.epoch = 0
         self._current: EpochIterator | MixtureEpoch | None = None
-        self._resume: dict[str, Any] | None = None
+        self._resume: dict[str, Any] | None = None  # this rank's position to resume from
+        self._iterations = 0  # iter() calls so far; the current epoch's is _current_iteration
+        self._current_iteration = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` read epoch ``epoch`` from its start."""
@@ -161,10 +196,17 @@ class MixingLoader:
         self._resume = None
 
     def __iter__(self) -> Iterator[Any]:
-        self.close()  # an epoch left unfinished (a ``break``) stops its workers now
+        """An iterator over the next epoch's batches; the epoch starts at its first ``next()``."""
+        self._iterations += 1
+        return _Epoch(self, self._iterations)
+
+    def _start_epoch(self, iteration: int) -> EpochIterator | MixtureEpoch:
+        """Start the epoch of ``iter()`` call ``iteration``, at its first ``next()``."""
+        self._stop_current()  # an epoch left unfinished (a ``break``) ends here
         epoch = self.epoch
         self.epoch += 1
         resume, self._resume = self._resume, None
+        self._current_iteration = iteration
         if self.datasets is not None:
             self._current = MixtureEpoch(self, epoch, resume)
         else:
@@ -189,6 +231,10 @@ class MixingLoader:
             self._resume["mixture"]["weights"] = {k: str(w) for k, w in self._weights.items()}
             self._resume["mixture"]["credits"] = dict.fromkeys(self._weights, "0")
 
+    def _stop_current(self) -> None:
+        if self._current is not None:
+            self._current.close()
+
     def num_lanes_for(self, dataset: ShardDataset, world_size: int) -> int:
         """The lanes an epoch reads: the dataset's ``num_lanes``, or from the batch size."""
         return dataset.lanes_for(self.batch_size, world_size)
@@ -200,39 +246,59 @@ class MixingLoader:
         return default_shuffle_buffer(self.batch_size)
 
     def close(self) -> None:
-        """Stop the current epoch's worker processes (a new ``iter()`` does it too)."""
-        if self._current is not None:
-            self._current.close()
+        """Stop the worker processes now: the current epoch's, and the persistent ones.
+
+        The position stays valid, and a later ``iter()`` starts new workers.
+        """
+        self._stop_current()
+        for pool in self.pools.values():
+            pool.close()
 
     def state_dict(self) -> dict[str, Any]:
-        """The loader's position as plain JSON types: restore it with ``load_state_dict``."""
+        """The position after the last batch handed out, as plain JSON types.
+
+        After an epoch's last batch (counted by ``len()``), or once a newer ``iter()`` was
+        made, that is the next epoch's start. Under torch.distributed the state holds every
+        rank's position, gathered with ``all_gather_object``: call it on every rank at the
+        same step (Lightning does), and save any one rank's copy.
+        """
         shard_dataset = self._shard_dataset("state_dict")
+        rank, world_size = self.rank_and_world_size()
+        position = self._position(shard_dataset, world_size)
+        config = self._mixture_config() if self.datasets else self._config(shard_dataset)
+        gathered = gather_positions(position, rank, world_size)
+        return {"version": STATE_VERSION, "config": config, **gathered}
+
+    def _position(self, dataset: ShardDataset, world_size: int) -> dict[str, Any]:
         if self._resume is not None:
             return copy.deepcopy(self._resume)
         current = self._current
+        if (
+            current is not None
+            and not current.finished
+            and self._current_iteration == self._iterations
+            and (current.batches == 0 or current.batches < self._batches_in(current.epoch))
+        ):
+            return current.position()
         if self.datasets is not None:
-            if current is not None and not current.finished:
-                position = current.position()
-            else:
-                position = mixture_start(self, self.epoch)
-            return {"version": STATE_VERSION, "config": self._mixture_config(), **position}
-        if current is not None and not current.finished:
-            position = current.position()
-        else:
-            rank, world_size = self.rank_and_world_size()
-            position = epoch_start(self.epoch, self.num_lanes_for(shard_dataset, world_size))
-        return {"version": STATE_VERSION, "config": self._config(shard_dataset), **position}
+            return mixture_start(self, self.epoch)
+        return epoch_start(self.epoch, self.num_lanes_for(dataset, world_size))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``: the next ``iter()`` yields what would have followed it."""
+        """Continue from ``state``: the next ``iter()`` yields what would have followed it.
+
+        Under several ranks each rank takes its own position from the state, whichever rank
+        saved it.
+        """
         shard_dataset = self._shard_dataset("load_state_dict")
         check_version(state)
-        if self.datasets is not None:
-            check_config(state["config"], self._mixture_config())
-        else:
-            check_config(state["config"], self._config(shard_dataset))
-        self.epoch = int(state["epoch"])
-        self._resume = copy.deepcopy(dict(state))
+        config = self._mixture_config() if self.datasets else self._config(shard_dataset)
+        check_config(state["config"], config)
+        rank, _ = self.rank_and_world_size()
+        position = own_position(state, rank)
+        self._stop_current()
+        self.epoch = int(position["epoch"])
+        self._resume = copy.deepcopy(position)
         self._current = None
 
     def rank_and_world_size(self) -> tuple[int, int]:
@@ -240,7 +306,7 @@ class MixingLoader:
         return self._world if self._world is not None else detect_rank()
 
     def _config(self, dataset: ShardDataset) -> dict[str, Any]:
-        rank, world_size = self.rank_and_world_size()
+        _, world_size = self.rank_and_world_size()
         return {
             "num_shards": len(dataset.urls),
             "shards": shards_digest(dataset.urls),
@@ -252,7 +318,6 @@ class MixingLoader:
             "shuffle_buffer": self.shuffle_buffer_size(),
             "shuffle_buffer_bytes": self.shuffle_buffer_bytes,
             "drop_last": self.drop_last,
-            "rank": rank,
             "world_size": world_size,
             "even_ranks": self.even_ranks.value,
         }
@@ -264,6 +329,10 @@ class MixingLoader:
             for index, (name, dataset) in enumerate(datasets.items())
         }
         return {"datasets": members, "stopping": self.stopping.value}
+
+    def pool_for(self, name: str) -> WorkerPool | None:
+        """The persistent workers of a mixture's dataset ``name`` (None: per-epoch workers)."""
+        return self.pools.get(name)
 
     def _shard_dataset(self, what: str) -> ShardDataset:
         if not isinstance(self.dataset, ShardDataset):
@@ -301,12 +370,19 @@ class MixingLoader:
         """
         dataset = self.dataset
         if not isinstance(dataset, ShardDataset):
-            raise TypeError(
-                f"len() needs a ShardDataset, whose record counts are known; got "
-                f"{type(dataset).__name__}"
+            raise UnknownLengthError(
+                f"len() of a MixingLoader over a {type(dataset).__name__} is unknown: only a "
+                "ShardDataset knows its record counts; wrap the shards in "
+                "ShardDataset(urls, record_counts=...) or write them with a manifest "
+                "(shardmix convert), or do without len()"
             )
         current = self._current
         epoch = current.epoch if current is not None and not current.finished else self.epoch
+        return self._batches_in(epoch)
+
+    def _batches_in(self, epoch: int) -> int:
+        """Batches in ``epoch`` on this rank (see ``__len__``)."""
+        dataset = self._shard_dataset("len()")
         if self.datasets is not None:
             return self._mixture_len(epoch)
         batches, rest = divmod(self._samples(dataset, epoch), self.batch_size)
@@ -342,6 +418,59 @@ class MixingLoader:
         if isinstance(current, MixtureEpoch):
             return current.skipped
         return current.skipped.summary()
+
+
+class _Epoch(Iterator[Any]):
+    """What ``iter(loader)`` returns: the epoch starts at the first ``next()``.
+
+    It holds the loader until then, and only the epoch afterwards (which holds settings, not
+    the loader), so that dropping the loader still stops its workers at once.
+    """
+
+    def __init__(self, loader: MixingLoader, iteration: int) -> None:
+        self._loader: MixingLoader | None = loader
+        self._iteration = iteration
+        self._epoch: EpochIterator | MixtureEpoch | None = None
+
+    def __next__(self) -> Any:
+        if self._epoch is None:
+            if self._loader is None:
+                raise StopIteration
+            loader, self._loader = self._loader, None
+            self._epoch = loader._start_epoch(self._iteration)
+        return next(self._epoch)
+
+    def close(self) -> None:
+        """Stop this epoch's reading (the loader's persistent workers keep running)."""
+        if self._epoch is not None:
+            self._epoch.close()
+
+
+# DataLoader arguments that shardmix does otherwise: what to use instead.
+_INSTEAD = {
+    "shuffle": "ShardDataset(shuffle_shards=...) for the shard order and "
+    "MixingLoader(shuffle_buffer=...) for the samples",
+    "sampler": "ShardDataset(shuffle_shards=..., seed=...) for the shard order (the ranks' and "
+    "workers' shares are planned by shardmix)",
+    "batch_sampler": "MixingLoader(batch_size=..., drop_last=...)",
+    "generator": "MixingLoader(seed=...) and ShardDataset(seed=...)",
+    "in_order": "nothing: batches always come in one fixed order, whatever the workers' timing",
+    "pin_memory_device": "MixingLoader(pin_memory=True) and batch.to(device, non_blocking=True)",
+    "snapshot_every_n_steps": "MixingLoader.state_dict(), which is exact at every batch",
+}
+
+
+def refuse_torch_arguments(arguments: Mapping[str, Any]) -> None:
+    """Refuse DataLoader arguments MixingLoader does not take, naming shardmix's equivalent."""
+    for name in arguments:
+        if name in _INSTEAD:
+            raise ConfigError(
+                f"MixingLoader does not take DataLoader's {name}= argument; use {_INSTEAD[name]}"
+            )
+        raise ConfigError(
+            f"MixingLoader got an unexpected keyword argument {name!r}; see "
+            "help(shardmix.MixingLoader) for the arguments it takes"
+        )
 
 
 # len() of an all_exhausted mixture counts each dataset's passes from the plans of up to

@@ -310,9 +310,7 @@ class _Members:
     def member(self, name: str) -> Any:
         loader = self._loader
         names = list(loader.datasets or {})
-        return _Member(
-            loader, (loader.datasets or {})[name], member_seed(loader.seed, names.index(name))
-        )
+        return _Member(loader, name, member_seed(loader.seed, names.index(name)))
 
 
 def member_seed(seed: int, index: int) -> int:
@@ -325,12 +323,13 @@ def member_seed(seed: int, index: int) -> int:
 
 
 class _Member:
-    """A loader's settings with one dataset of its mixture and that dataset's seed."""
+    """A loader's settings with one dataset of its mixture, that dataset's seed and workers."""
 
-    def __init__(self, loader: MixingLoader, dataset: ShardDataset, seed: int) -> None:
+    def __init__(self, loader: MixingLoader, name: str, seed: int) -> None:
         self._loader = loader
-        self.dataset = dataset
+        self.dataset = (loader.datasets or {})[name]
         self.seed = seed
+        self.pool = loader.pool_for(name)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)

@@ -12,19 +12,24 @@ from __future__ import annotations
 import math
 import os
 import resource
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
+from shardmix.lifeline import WorkerInit
 from shardmix.policy import SkipLedger
 from shardmix.reader import LaneChunk, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.world import detect_world
+
+if TYPE_CHECKING:
+    from shardmix.pool import WorkerPool
 
 # Remote shards open at once per process, at most: one connection each.
 MAX_CONNECTIONS = 512
@@ -41,6 +46,25 @@ CHUNK_BYTES = 8 << 20
 Sent = tuple[LaneChunk, dict[str, Any] | None, bool]
 
 
+@dataclass(frozen=True)
+class EpochPlan:
+    """What a worker needs to read one epoch, beside the dataset it already holds.
+
+    ``generation`` tells the chunks of one ``iter()`` from those of the one before it (a pool's
+    workers serve many).
+    """
+
+    epoch: int
+    rank: int
+    world_size: int
+    lane_pieces: list[list[Piece]] | None
+    shares: list[float] | None
+    per_lane: int
+    starts: list[LanePosition] | None
+    epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
+    generation: int = 0
+
+
 def start_workers(
     dataset: IterableDataset[Any],
     *,
@@ -48,20 +72,23 @@ def start_workers(
     rank: int,
     world_size: int,
     starts: list[LanePosition] | None,
-    epoch_pass: int = 0,
     lane_pieces: list[list[Piece]] | None,
     shares: list[float] | None,
     num_workers: int,
+    epoch_pass: int = 0,
     timeout: float,
     prefetch_factor: int,
     multiprocessing_context: Any,
+    worker_init_fn: Callable[[int], None] | None = None,
+    pool: WorkerPool | None = None,
 ) -> tuple[Iterator[Sent], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
 
     ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``shares`` the rate at which
     the mixer takes each lane, when it takes them by size. The workers are torch's
     DataLoader iterator (``None`` when ``num_workers`` is 0 and the lanes are read in this
-    process); stop them with :func:`stop_workers`.
+    process, or when ``pool``'s persistent workers read them); stop them with
+    :func:`stop_workers`.
     """
     if isinstance(dataset, ShardDataset) and lane_pieces is not None:
         lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
@@ -71,19 +98,21 @@ def start_workers(
     else:
         num_lanes = max(1, num_workers)
         per_lane = CHUNK_SAMPLES
-    source = _LaneChunks(
-        dataset, epoch, rank, world_size, lane_pieces, shares, per_lane, starts, epoch_pass
-    )
+    plan = EpochPlan(epoch, rank, world_size, lane_pieces, shares, per_lane, starts, epoch_pass)
+    if pool is not None and num_workers > 0:
+        return pool.start_epoch(plan), num_lanes, None
+    source = _LaneChunks(dataset, plan)
     if num_workers == 0:
         return iter(source), num_lanes, None
     loader = DataLoader(
         source,
         batch_size=None,
-        collate_fn=_as_sent,
+        collate_fn=as_sent,
         num_workers=num_workers,
         timeout=timeout,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
+        worker_init_fn=WorkerInit(worker_init_fn),
     )
     workers = iter(loader)
     return workers, num_lanes, workers
@@ -144,64 +173,50 @@ def is_worker_failure(error: RuntimeError) -> bool:
     return "DataLoader worker" in message or "DataLoader timed out" in message
 
 
-def _as_sent(chunk: Any) -> Any:
+def as_sent(chunk: Any) -> Any:
     """Pass chunks through untouched (the DataLoader would turn arrays into tensors)."""
     return chunk
 
 
 class _LaneChunks(IterableDataset[Sent]):
-    """Runs in each worker: reads the worker's lanes and yields them in chunks."""
+    """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
 
-    def __init__(
-        self,
-        dataset: IterableDataset[Any],
-        epoch: int,
-        rank: int,
-        world_size: int,
-        lane_pieces: list[list[Piece]] | None,
-        shares: list[float] | None,
-        per_lane: int,
-        starts: list[LanePosition] | None,
-        epoch_pass: int = 0,
-    ) -> None:
+    def __init__(self, dataset: IterableDataset[Any], plan: EpochPlan) -> None:
         self.dataset = dataset
-        self.epoch = epoch
-        self.rank = rank
-        self.world_size = world_size
-        self.lane_pieces = lane_pieces
-        self.shares = shares
-        self.per_lane = per_lane
-        self.starts = starts
-        self.epoch_pass = epoch_pass
+        self.plan = plan
 
     def __iter__(self) -> Iterator[Sent]:
-        world = detect_world(self.rank, self.world_size)
-        ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
-        shares = None
-        if isinstance(self.dataset, ShardDataset) and self.lane_pieces is not None:
-            self.dataset.ledger = ledger  # this process's copy of the dataset
-            num_lanes = len(self.lane_pieces)
-            lanes = worker_lanes(
-                num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
+        return lane_chunks(self.dataset, self.plan)
+
+
+def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Sent]:
+    """This process's lanes of ``plan``, in chunks, with what was skipped since the last."""
+    world = detect_world(plan.rank, plan.world_size)
+    ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
+    shares = None
+    if isinstance(dataset, ShardDataset) and plan.lane_pieces is not None:
+        dataset.ledger = ledger  # this process's copy of the dataset
+        num_lanes = len(plan.lane_pieces)
+        worker, num_workers = world.worker, world.num_workers
+        lanes = worker_lanes(num_lanes=num_lanes, worker=worker, num_workers=num_workers)
+        starts = plan.starts or [LanePosition()] * num_lanes
+        iterators = {
+            lane: dataset.read_lane_pieces(
+                plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
             )
-            starts = self.starts or [LanePosition()] * num_lanes
-            iterators = {
-                lane: self.dataset.read_lane_pieces(
-                    self.lane_pieces[lane], self.epoch, starts[lane], self.epoch_pass
-                )
-                for lane in lanes
-            }
-            if self.shares is not None:
-                shares = {lane: self.shares[lane] for lane in lanes}
-        else:
-            set_epoch = getattr(self.dataset, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(self.epoch)
-            iterators = {world.worker: iter(self.dataset)}
-        return (
-            (chunk, ledger.take(), _box_tensors(chunk))
-            for chunk in round_robin_chunks(iterators, self.per_lane, CHUNK_BYTES, shares)
-        )
+            for lane in lanes
+        }
+        if plan.shares is not None:
+            shares = {lane: plan.shares[lane] for lane in lanes}
+    else:
+        set_epoch = getattr(dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(plan.epoch)
+        iterators = {world.worker: iter(dataset)}
+    return (
+        (chunk, ledger.take(), _box_tensors(chunk))
+        for chunk in round_robin_chunks(iterators, plan.per_lane, CHUNK_BYTES, shares)
+    )
 
 
 class _Tensor:

@@ -105,9 +105,10 @@ def test_rewritten_shards_fail_with_an_error_naming_the_shard(tmp_path, fmt):
     assert caught.value.url is not None and caught.value.url.endswith(f".{fmt}")
 
 
-def test_an_older_version_state_is_refused(uneven_shards):
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_an_older_version_state_is_refused(uneven_shards, version):
     make = loader_factory(uneven_shards)
     state = state_after(make, 3)
-    state["version"] = 4
-    with pytest.raises(ConfigError, match="has version 4, this shardmix reads version 5"):
+    state["version"] = version
+    with pytest.raises(ConfigError, match=f"has version {version}, this shardmix reads version 6"):
         make().load_state_dict(state)

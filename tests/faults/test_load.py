@@ -37,8 +37,9 @@ def open_files():
     return len(os.listdir("/proc/self/fd"))
 
 
-try:  # the default lanes for batch 64 (192) cannot be open under this limit
-    iter(MixingLoader(ShardDataset(pattern), batch_size=64, num_workers=2))
+try:  # the default lanes for batch 64 (192) cannot be open under this limit: refused at the
+    # epoch's start
+    next(iter(MixingLoader(ShardDataset(pattern), batch_size=64, num_workers=2)))
 except ValueError as error:
     refused = str(error)
 loader = MixingLoader(
@@ -124,7 +125,10 @@ def test_thousand_shards_under_a_64_file_limit(tmp_path: Path) -> None:
     assert "RLIMIT_NOFILE" in report["refused"] and "num_lanes" in report["refused"]
     assert report["exact"] == [True, True, True]  # no "too many open files", nothing lost
     assert report["after"] <= report["before"]
-    assert max(report["after_epoch"]) - report["before"] < 8  # no descriptor per shard kept
+    # No descriptor per shard kept: between epochs the main process holds only the persistent
+    # workers' pipes and queues (about 7 per worker), the same after every epoch.
+    assert len(set(report["after_epoch"])) == 1
+    assert max(report["after_epoch"]) - report["before"] < 8 + 8 * 2
 
 
 @pytest.mark.slow

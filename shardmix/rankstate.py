@@ -1,0 +1,52 @@
+"""Rank state: one loader state for every rank, so that one rank's checkpoint resumes them all.
+
+Trainers such as Lightning save the loader state from rank 0 only, then hand that one state to
+every rank on resume. So under torch.distributed :func:`gather_positions` collects every rank's
+position (``all_gather_object``, through :func:`~shardmix.world.count_exchange`) into the state:
+the saving rank's position at the top level, as with a single rank, beside ``"rank"`` (which
+rank that is) and ``"ranks"`` (every other rank's position, keyed by the rank as a string).
+:func:`own_position` picks the loading rank's. With ranks simulated in one process
+(``MixingLoader(rank=, world_size=)``) there is nothing to gather: ``"ranks"`` is empty and the
+state resumes its own rank only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shardmix.errors import ConfigError
+from shardmix.world import count_exchange
+
+# The top-level keys of a state that are not its saving rank's position.
+_NOT_POSITION = ("version", "config", "rank", "ranks")
+
+
+def gather_positions(position: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+    """``position`` with every other rank's, gathered when torch.distributed runs the ranks.
+
+    A collective under torch.distributed: every rank must call it at the same point.
+    """
+    shared = count_exchange(world_size)
+    others: dict[str, Any] = {}
+    if shared is not None:
+        _, exchange = shared
+        for other, theirs in enumerate(exchange(position)):
+            if other != rank:
+                others[str(other)] = theirs
+    return {**position, "rank": rank, "ranks": others}
+
+
+def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """The position of ``rank`` in ``state``, refusing a state that does not hold it."""
+    saved_by = state.get("rank")
+    if saved_by == rank:
+        return {key: value for key, value in state.items() if key not in _NOT_POSITION}
+    ranks = state.get("ranks") or {}
+    if str(rank) not in ranks:
+        raise ConfigError(
+            f"cannot resume rank {rank}: the loader state holds the position of rank "
+            f"{saved_by} only (and of ranks {sorted(ranks, key=int)}); save the state with "
+            "state_dict() called on every rank under torch.distributed, which gathers them all"
+        )
+    return dict(ranks[str(rank)])
