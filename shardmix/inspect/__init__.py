@@ -6,6 +6,8 @@ The package, in the order an inspection runs:
   dataset and loader from the settings and wires the stages below together;
 - :mod:`~shardmix.inspect.reading`: reads the batches, payloads dropped in the workers, and
   counts each batch's samples per shard, lane and worker (and the plain DataLoader baseline);
+- :mod:`~shardmix.inspect.mixture`: the same for a weighted mixture of named patterns, each
+  dataset's part of every batch beside its weight;
 - :mod:`~shardmix.inspect.summary`: the ideal, and a run's statistics per batch and per tenth;
 - :mod:`~shardmix.inspect.advice`: the settings that would mix better, each tried by a run;
 - :mod:`~shardmix.inspect.report`: the report's dataclasses and their JSON
@@ -21,8 +23,11 @@ from shardmix.inspect.report import (
     LOW_TENTH_SHARE,
     Advice,
     BatchStats,
+    DatasetShare,
+    DatasetStats,
     InspectReport,
     InspectSettings,
+    MixtureStats,
     RunStats,
     RunSummary,
     Suggestion,
@@ -36,8 +41,11 @@ __all__ = [
     "LOW_TENTH_SHARE",
     "Advice",
     "BatchStats",
+    "DatasetShare",
+    "DatasetStats",
     "InspectReport",
     "InspectSettings",
+    "MixtureStats",
     "RunStats",
     "RunSummary",
     "Suggestion",

@@ -50,24 +50,30 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from shardmix.errors import ConfigError
 from shardmix.inspect.advice import Context
 from shardmix.inspect.advice import advise as advise_run
+from shardmix.inspect.mixture import inspect_mixture
 from shardmix.inspect.reading import baseline as read_baseline
 from shardmix.inspect.reading import (
     inspect_dataset,
     lane_of,
     provenance_of,
+    rank_shards,
     record_run,
 )
 from shardmix.inspect.report import InspectReport, InspectSettings
 from shardmix.inspect.summary import Ideal
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES, MixingLoader
+from shardmix.mixture import Stopping
 from shardmix.sharding import EvenRanks
 
 
 def inspect_batches(
-    urls: str | Sequence[str],
+    urls: str | Sequence[str] | Mapping[str, str | Sequence[str]],
     *,
+    weights: Mapping[str, float] | None = None,
+    stopping: str | Stopping = Stopping.FIRST_EXHAUSTED,
     batch_size: int = 64,
     num_workers: int = 0,
     num_lanes: int | None = None,
@@ -92,6 +98,11 @@ def inspect_batches(
     ``compare`` also reads a plain DataLoader over the same shards (see the module docstring).
     ``advise`` tries the settings that could raise a low share of the ideal, and the defaults
     when settings are given (each an inspection of its own).
+
+    A mixture: ``urls`` maps names to patterns, with ``weights`` (a weight per name; default
+    equal) and ``stopping`` as :class:`~shardmix.MixingLoader` takes them; the report then
+    has each dataset's part of every batch (:mod:`~shardmix.inspect.mixture`). ``compare``
+    is for one dataset, and a mixture is not advised on.
     """
     settings = InspectSettings(
         batch_size=batch_size,
@@ -106,20 +117,22 @@ def inspect_batches(
         world_size=world_size,
         even_ranks=EvenRanks(even_ranks),
     )
+    if isinstance(urls, Mapping):
+        if compare:
+            raise ConfigError(
+                "compare reads one dataset with a plain DataLoader; inspect the datasets of a "
+                "mixture one at a time to compare them"
+            )
+        return inspect_mixture(
+            urls, weights, stopping, settings, record_counts=record_counts, progress=progress
+        )
+    if weights is not None:
+        raise ConfigError("weights= mixes several datasets: pass the patterns as a dict of names")
     given = settings
     dataset = inspect_dataset(urls, settings, num_lanes, record_counts)
     lanes = dataset.lanes_for(batch_size, world_size)
     plan = dataset.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=lanes)
-    # Counted once: the loader's planning for even ranks reuses the dataset's counts.
-    counts = dataset.record_counts
-    shards = {
-        dataset.urls[piece.shard]: (
-            counts.of(dataset.urls[piece.shard]) if piece.stop is None else piece.stop
-        )
-        - piece.start
-        for lane in plan
-        for piece in lane
-    }
+    shards = rank_shards(dataset, plan)
     ideal = Ideal(list(shards.values()), batch_size)
     total = math.ceil(sum(shards.values()) / batch_size)  # for the progress bar only
     total = min(total, batches) if batches is not None else total

@@ -21,6 +21,7 @@ from shardmix.formats import TFRecordPayload
 from shardmix.inspect.report import BatchStats, InspectSettings, RunStats
 from shardmix.inspect.summary import Ideal, summarize
 from shardmix.reader import Sample, sample_bytes
+from shardmix.sharding import Piece
 from shardmix.world import detect_world
 
 T = TypeVar("T")
@@ -52,6 +53,20 @@ def provenance_only(sample: Sample) -> Sample:
 def provenance_of(samples: list[Sample]) -> list[tuple[str, int]]:
     """The collate function: a batch is its samples' shard URLs and payload sizes."""
     return [(sample["__source__"], sample["__bytes__"]) for sample in samples]
+
+
+def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int]:
+    """The shards of a rank's lane plan and the records it reads of each."""
+    # Counted once: the loader's planning for even ranks reuses the dataset's counts.
+    counts = dataset.record_counts
+    return {
+        dataset.urls[piece.shard]: (
+            counts.of(dataset.urls[piece.shard]) if piece.stop is None else piece.stop
+        )
+        - piece.start
+        for lane in plan
+        for piece in lane
+    }
 
 
 def lane_of(plan: list[list[int]], urls: Sequence[str]) -> dict[str, int]:

@@ -16,7 +16,7 @@ from shardmix.errors import ConfigError
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES
 from shardmix.sharding import EvenRanks
 
-INSPECT_SCHEMA_VERSION = 2
+INSPECT_SCHEMA_VERSION = 3
 # Under this share of the uniformly random ideal (or a tenth of the epoch under the second),
 # inspect advises a setting.
 LOW_SHARE = 0.9
@@ -57,13 +57,43 @@ class InspectSettings:
 
 
 @dataclass(frozen=True)
+class DatasetShare:
+    """One dataset's part of one batch of a mixture, beside its weight."""
+
+    size: int  # its samples in the batch
+    weight: float  # its weight (the weights sum to 1)
+    expected: float  # weight x batch_size
+    share: float  # size over the batch's size
+    sources: dict[str, int]
+    ideal_distinct_sources: float  # the uniformly random ideal for ``size`` of its samples
+    workers: list[int]  # its samples per worker id (each dataset has its own workers)
+
+    @property
+    def distinct_sources(self) -> int:
+        return len(self.sources)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "weight": self.weight,
+            "expected": self.expected,
+            "share": self.share,
+            "sources": dict(self.sources),
+            "distinct_sources": self.distinct_sources,
+            "ideal_distinct_sources": self.ideal_distinct_sources,
+            "workers": list(self.workers),
+        }
+
+
+@dataclass(frozen=True)
 class BatchStats:
-    """Where one batch's samples came from."""
+    """Where one batch's samples came from (and, in a mixture, each dataset's part)."""
 
     index: int
     sources: dict[str, int]
     workers: list[int]
     lanes: list[int]
+    datasets: dict[str, DatasetShare] | None = None
 
     @property
     def size(self) -> int:
@@ -86,6 +116,9 @@ class BatchStats:
             "largest_share": self.largest_share,
             "workers": list(self.workers),
             "lanes": list(self.lanes),
+            "datasets": None
+            if self.datasets is None
+            else {name: part.to_dict() for name, part in self.datasets.items()},
         }
 
 
@@ -185,6 +218,38 @@ class RunStats:
 
 
 @dataclass(frozen=True)
+class DatasetStats:
+    """One dataset of a mixture over the run."""
+
+    urls: str | list[str]  # as given
+    weight: float
+    num_shards: int
+    num_lanes: int
+    shards: dict[str, int]  # the rank's shards of its first pass, and their records
+    min_size: int  # its fewest and most samples in a full batch
+    max_size: int
+    max_deviation: float  # the largest |size - weight x batch_size| over the full batches
+    summary: RunSummary  # over the batches holding it, each held to the ideal of its count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "summary": self.summary.to_dict()}
+
+
+@dataclass(frozen=True)
+class MixtureStats:
+    """A mixture's stopping rule and each dataset's part over the run."""
+
+    stopping: str
+    datasets: dict[str, DatasetStats]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stopping": self.stopping,
+            "datasets": {name: stats.to_dict() for name, stats in self.datasets.items()},
+        }
+
+
+@dataclass(frozen=True)
 class InspectReport:
     """What :func:`inspect_batches` found; ``to_dict()`` gives the documented JSON."""
 
@@ -194,6 +259,7 @@ class InspectReport:
     run: RunStats
     baseline: RunStats | None = None
     advice: Advice | None = None
+    mixture: MixtureStats | None = None
 
     @property
     def batches(self) -> list[BatchStats]:
@@ -215,4 +281,5 @@ class InspectReport:
             **self.run.to_dict(),
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
             "advice": None if self.advice is None else self.advice.to_dict(),
+            "mixture": None if self.mixture is None else self.mixture.to_dict(),
         }
