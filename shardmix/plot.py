@@ -11,6 +11,10 @@
 - the share of the ideal per tenth of the epoch, a bar per tenth and run, with the line under
   which ``inspect`` advises (0.9), and the advice, when there is any, beneath.
 
+For a mixture (a report with ``mixture``), a fourth panel stacks each dataset's samples in
+every batch, with a dashed line at each dataset's cumulative ``weight x batch_size``, so a
+batch off its weights shows as a bar edge away from its line.
+
 The figure is titled with the settings. matplotlib is an optional dependency (the ``plot``
 extra), imported on first use with the Agg backend, so no display is needed. The format
 follows the file extension: ``.png`` or ``.svg``.
@@ -44,12 +48,16 @@ def plot_report(report: InspectReport | Mapping[str, Any], path: str | os.PathLi
     data = report if isinstance(report, Mapping) else report.to_dict()
     plt = _pyplot()
     runs = [data] + ([data["baseline"]] if data.get("baseline") else [])
-    figure = plt.figure(figsize=(7.5 * len(runs) + 3.5, 14), layout="constrained")
-    grid = figure.add_gridspec(3, len(runs), height_ratios=[2.2, 1, 1])
+    mixture = data.get("mixture")
+    rows = 4 if mixture else 3
+    figure = plt.figure(figsize=(7.5 * len(runs) + 3.5, 14 + 4 * (rows - 3)), layout="constrained")
+    grid = figure.add_gridspec(rows, len(runs), height_ratios=[2.2, 1, 1, 1][:rows])
     for column, run in enumerate(runs):
         _heatmap(figure, figure.add_subplot(grid[0, column]), run)
     _histogram(figure.add_subplot(grid[1, :]), runs)
     _tenths(figure.add_subplot(grid[2, :]), runs, data.get("advice"))
+    if mixture:
+        _shares(figure.add_subplot(grid[3, :]), data["batches"], mixture)
     figure.suptitle(_title(data), fontsize=13)
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -75,7 +83,8 @@ def _title(data: Mapping[str, Any]) -> str:
         f"shardmix inspect: {s['num_shards']} shards, rank {s['rank']} of {s['world_size']}, "
         f"epoch {s['epoch']} ({limit})\n"
         f"batch_size {s['batch_size']}, num_workers {s['num_workers']}, "
-        f"num_lanes {s['num_lanes']}, shuffle_buffer {s['shuffle_buffer']}, seed {s['seed']}"
+        f"num_lanes {'default' if s['num_lanes'] is None else s['num_lanes']}, "
+        f"shuffle_buffer {s['shuffle_buffer']}, seed {s['seed']}"
     )
 
 
@@ -205,3 +214,40 @@ def _tenths(axes: Any, runs: Sequence[Mapping[str, Any]], advice: Any) -> None:
             color="tab:red",
             wrap=True,
         )
+
+
+def _shares(axes: Any, batches: Sequence[Mapping[str, Any]], mixture: Mapping[str, Any]) -> None:
+    """Each dataset's samples per batch, stacked, with its cumulative weight x batch size."""
+    import numpy as np
+
+    names = list(mixture["datasets"])
+    shown = batches[:MAX_HEATMAP_BATCHES]
+    index = np.arange(len(shown))
+    bottom = np.zeros(len(shown))
+    expected = 0.0
+    colors = [f"C{i % 10}" for i in range(len(names))]
+    for name, color in zip(names, colors, strict=True):
+        counts = np.array([batch["datasets"][name]["size"] for batch in shown], dtype=float)
+        weight = mixture["datasets"][name]["weight"]
+        axes.bar(
+            index,
+            counts,
+            bottom=bottom,
+            width=1.0,
+            color=color,
+            alpha=0.75,
+            label=f"{name} (weight {weight:.2f})",
+        )
+        bottom += counts
+        expected += shown[0]["datasets"][name]["expected"] if shown else 0.0
+        axes.axhline(expected, color=color, linestyle="--", linewidth=1.5)
+    more = f" (first {len(shown)} of {len(batches)} batches)" if len(shown) < len(batches) else ""
+    axes.set_xlim(-0.5, max(1, len(shown)) - 0.5)
+    axes.set_ylim(0, max([1.0, *bottom]) * 1.25)
+    axes.set_xlabel("batch")
+    axes.set_ylabel("samples")
+    axes.set_title(
+        f"each dataset's samples per batch, stacked; dashed: cumulative weight x batch size{more}",
+        fontsize=11,
+    )
+    axes.legend(loc="upper left", fontsize=9, ncols=min(4, len(names)))

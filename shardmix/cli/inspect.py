@@ -10,15 +10,66 @@ docs/inspect-schema.md), ``--plot`` draws it.
 from __future__ import annotations
 
 import argparse
+import math
+import re
+from typing import Any
 
 HELP = "show which shards each batch came from, against the uniformly random ideal"
 # With more batches than this, the table shows the first and the last EDGE_ROWS.
 MAX_ROWS = 12
 EDGE_ROWS = 5
+DATASET_SYNTAX = "NAME=WEIGHT:PATTERN"
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def dataset_spec(text: str) -> tuple[str, float, str]:
+    """``NAME=WEIGHT:PATTERN`` as ``(name, weight, pattern)``; the pattern may hold ``:``."""
+    name, equals, rest = text.partition("=")
+    weight_text, colon, pattern = rest.partition(":")
+    if not equals or not colon:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not {DATASET_SYNTAX}; e.g. --dataset web=0.7:'web/train-{{0..63}}.tar'"
+        )
+    if not _NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the name {name!r} must be letters, digits, '_', '.' or '-'"
+        )
+    try:
+        weight = float(weight_text)
+    except ValueError:
+        weight = math.nan
+    if not math.isfinite(weight) or weight < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the weight {weight_text!r} must be a number >= 0 (e.g. 0.7)"
+        )
+    if not pattern:
+        raise argparse.ArgumentTypeError(f"{text!r}: no shard pattern after {name}={weight_text}:")
+    return name, weight, pattern
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("urls", nargs="+", metavar="URLS", help="shard URL patterns")
+    parser.add_argument(
+        "urls", nargs="*", metavar="URLS", help="shard URL patterns (or --dataset, for a mixture)"
+    )
+    parser.add_argument(
+        "--dataset",
+        action="append",
+        type=dataset_spec,
+        default=[],
+        metavar=DATASET_SYNTAX,
+        dest="datasets",
+        help="a dataset of a mixture: its name, its weight, a colon and its shard pattern "
+        "(the first '=' and the first ':' after it split them, so a pattern may hold ':'); "
+        "repeat for each dataset, e.g. --dataset web=0.7:'web/train-{0..63}.tar' "
+        "--dataset code=0.3:'code/*.tfrecord'; weights are normalized to sum to 1",
+    )
+    parser.add_argument(
+        "--stopping",
+        choices=("first_exhausted", "all_exhausted"),
+        default="first_exhausted",
+        help="a mixture's epoch ends when one dataset is read whole, or when every dataset "
+        "has been (the others starting new passes) (first_exhausted)",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="samples per batch (64)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
     parser.add_argument(
@@ -69,7 +120,21 @@ def run(args: argparse.Namespace) -> int:
     from shardmix.errors import ShardmixError
     from shardmix.inspect import inspect_batches
 
-    options = {
+    if bool(args.urls) == bool(args.datasets):
+        print(
+            "shardmix inspect: give shard URL patterns, or a mixture as --dataset "
+            f"{DATASET_SYNTAX} (repeated), not both",
+            file=sys.stderr,
+        )
+        return 2
+    names = [name for name, _, _ in args.datasets]
+    if len(set(names)) != len(names):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        print(f"shardmix inspect: --dataset names {twice} more than once", file=sys.stderr)
+        return 2
+    urls = {name: pattern for name, _, pattern in args.datasets} if args.datasets else args.urls
+
+    options: dict[str, Any] = {
         name: value
         for name, value in (
             ("num_lanes", args.num_lanes),
@@ -78,9 +143,12 @@ def run(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
+    if args.datasets:
+        options["weights"] = {name: weight for name, weight, _ in args.datasets}
+        options["stopping"] = args.stopping
     try:
         report = inspect_batches(
-            args.urls,
+            urls,
             batch_size=args.batch_size,
             num_workers=args.num_workers,
             seed=args.seed,
@@ -113,8 +181,13 @@ def format_report(data: dict) -> str:
     """The report as text: a table per batch and the summary."""
     lines = [_settings_line(data), ""]
     runs = [data] + ([data["baseline"]] if data["baseline"] else [])
-    for run in runs:
-        lines += [f"{_name(run)}:", *_table(run["batches"]), ""]
+    mixture = data.get("mixture")
+    if mixture:
+        lines += [f"{_name(data)}:", *_mixture_table(data["batches"], mixture), ""]
+        lines += [*_mixture_summary(mixture), ""]
+    else:
+        for run in runs:
+            lines += [f"{_name(run)}:", *_table(run["batches"]), ""]
     lines += _summary(runs)
     advice = data.get("advice")
     if advice and advice["messages"]:
@@ -134,7 +207,8 @@ def _settings_line(data: dict) -> str:
         f"{s['num_shards']} shards (rank {s['rank']} of {s['world_size']} reads "
         f"{len(data['shards'])}, {sum(data['shards'].values())} records); "
         f"batch_size {s['batch_size']}, num_workers {s['num_workers']}, "
-        f"num_lanes {s['num_lanes']}, shuffle_buffer {s['shuffle_buffer']}, "
+        f"num_lanes {'default' if s['num_lanes'] is None else s['num_lanes']}, "
+        f"shuffle_buffer {s['shuffle_buffer']}, "
         f"shuffle_buffer_bytes {s['shuffle_buffer_bytes']}, seed {s['seed']}, epoch {s['epoch']}"
     )
 
@@ -190,3 +264,58 @@ def _summary(runs: list) -> list[str]:
         )
         lines.append(f"histogram {label} (distinct shards:batches): {histogram}")
     return lines
+
+
+def _mixture_table(batches: list, mixture: dict) -> list[str]:
+    """Per batch: each dataset's samples beside weight x batch size, and files beside ideal."""
+    names = list(mixture["datasets"])
+    head = f"{'':>24}" + "".join(
+        f"  {name[:12]:<12} {mixture['datasets'][name]['weight']:>5.2f} weight" for name in names
+    )
+    columns = f"{'batch':>6} {'samples':>7} {'distinct':>8} " + "".join(
+        f"  {'samples':>7}/{'want':<5} {'files':>5}/{'ideal':<5}" for _ in names
+    )
+    rows = [head, columns]
+    shown = list(batches)
+    if len(batches) > MAX_ROWS:
+        shown = shown[:EDGE_ROWS] + [None] + shown[-EDGE_ROWS:]
+    for batch in shown:
+        if batch is None:
+            rows.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
+            continue
+        parts = "".join(
+            f"  {part['size']:>7}/{part['expected']:<5.1f} "
+            f"{part['distinct_sources']:>5}/{part['ideal_distinct_sources']:<5.1f}"
+            for part in (batch["datasets"][name] for name in names)
+        )
+        row = f"{batch['index']:>6} {batch['size']:>7} {batch['distinct_sources']:>8} {parts}"
+        rows.append(row.rstrip())
+    return rows
+
+
+def _mixture_summary(mixture: dict) -> list[str]:
+    """Per dataset over the run: its share beside its weight, its files beside the ideal."""
+    datasets = mixture["datasets"]
+    names = list(datasets)
+
+    def row(label: str, values: list[str]) -> str:
+        return f"{label:<34}" + "".join(f"{value:>14}" for value in values)
+
+    summaries = [datasets[name]["summary"] for name in names]
+    total = sum(s["samples"] for s in summaries) or 1
+    return [
+        row(f"per dataset ({mixture['stopping']})", [name[:13] for name in names]),
+        row("weight", [f"{datasets[name]['weight']:.3f}" for name in names]),
+        row("share of the samples", [f"{s['samples'] / total:.3f}" for s in summaries]),
+        row(
+            "samples in a full batch, min / max",
+            [f"{datasets[n]['min_size']} / {datasets[n]['max_size']}" for n in names],
+        ),
+        row(
+            "largest |samples - weight x batch|",
+            [f"{datasets[n]['max_deviation']:.2f}" for n in names],
+        ),
+        row("shards (this rank)", [str(len(datasets[n]["shards"])) for n in names]),
+        row("mean distinct shards", [f"{s['mean_distinct_sources']:.2f}" for s in summaries]),
+        row("share of the ideal", [f"{s['share_of_ideal']:.2f}" for s in summaries]),
+    ]

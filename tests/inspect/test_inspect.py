@@ -72,7 +72,7 @@ def test_json_counts_equal_the_loaders_batches(
         assert batch["distinct_sources"] == len(batch["sources"])
         assert batch["largest_share"] == max(counts) / batch["size"]
     assert report["summary"]["samples"] == sum(report["shards"].values())
-    assert report["schema_version"] == INSPECT_SCHEMA_VERSION == 2
+    assert report["schema_version"] == INSPECT_SCHEMA_VERSION == 3
     assert report["baseline"] is None
 
 

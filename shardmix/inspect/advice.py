@@ -1,0 +1,200 @@
+"""Advice: the settings that would raise a low share of the ideal, each tried by a real run.
+
+When a run's share of the ideal is under :data:`~shardmix.inspect.report.LOW_SHARE` (or a
+tenth's under :data:`~shardmix.inspect.report.LOW_TENTH_SHARE`), :func:`advise` inspects again
+with each setting that could raise it (``num_lanes``, ``shuffle_buffer``,
+``shuffle_buffer_bytes``, ``record_counts``) and keeps those that help, with the figures they
+gave; with explicit settings it also inspects the defaults. The inspection itself is passed
+in (:attr:`Context.inspect`), so this module depends on the report only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardmix.inspect.report import (
+    LOW_SHARE,
+    LOW_TENTH_SHARE,
+    Advice,
+    InspectReport,
+    InspectSettings,
+    RunSummary,
+    Suggestion,
+)
+from shardmix.sharding import default_num_lanes, default_shuffle_buffer
+
+# The defaults are reported as better than explicit settings only by more than this.
+_MARGIN = 0.01
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an inspection was asked for and ran with, to try other settings on."""
+
+    urls: str | Sequence[str]
+    given: InspectSettings  # as asked (None: the default)
+    ran: InspectSettings  # as run (defaults resolved)
+    record_counts: Mapping[str, int] | None
+    num_shards: int
+    shards: dict[str, int]  # the rank's shards and their records
+    inspect: Callable[..., InspectReport]  # inspect_batches, to run again with a change
+
+    def rerun(self, progress: bool, **changes: Any) -> RunSummary:
+        """The summary of the same inspection with ``changes`` (no advice, no baseline)."""
+        options = {
+            name: getattr(self.given, name)
+            for name in (
+                "batch_size",
+                "num_workers",
+                "num_lanes",
+                "shuffle_buffer",
+                "shuffle_buffer_bytes",
+                "seed",
+                "epoch",
+                "batches",
+                "rank",
+                "world_size",
+                "even_ranks",
+            )
+        }
+        options["record_counts"] = self.record_counts
+        options.update(changes)
+        return self.inspect(self.urls, **options, advise=False, progress=progress).summary
+
+
+def advise(context: Context, summary: RunSummary, *, by_size: bool, progress: bool) -> Advice:
+    """Try the settings that could raise a low share, and the defaults when settings differ."""
+    share, lowest = summary.share_of_ideal, summary.min_tenth_share
+    low = share < LOW_SHARE or lowest < LOW_TENTH_SHARE
+    suggestions = []
+    if low:
+        for setting, value, how, changes in _candidates(context, summary, by_size):
+            tried = context.rerun(progress, **changes)
+            if tried.share_of_ideal > share + _MARGIN or tried.min_tenth_share > lowest + _MARGIN:
+                suggestions.append(
+                    Suggestion(setting, value, how, tried.share_of_ideal, tried.min_tenth_share)
+                )
+        suggestions.sort(key=lambda s: (-s.share_of_ideal, -s.min_tenth_share))
+    defaults = None
+    given = context.given
+    explicit = {
+        name: value
+        for name, value in (
+            ("num_lanes", given.num_lanes),
+            ("shuffle_buffer", given.shuffle_buffer),
+            ("shuffle_buffer_bytes", given.shuffle_buffer_bytes),
+        )
+        if value != InspectSettings.__dataclass_fields__[name].default
+    }
+    if explicit:
+        reset = {name: InspectSettings.__dataclass_fields__[name].default for name in explicit}
+        tried = context.rerun(progress, **reset)
+        if tried.share_of_ideal > share + _MARGIN:
+            how = ", ".join(f"{name}={value}" for name, value in explicit.items())
+            defaults = Suggestion(
+                "defaults", None, f"leave out {how}", tried.share_of_ideal, tried.min_tenth_share
+            )
+    messages = _messages(summary, low, suggestions, defaults, context)
+    return Advice(low, share, lowest, suggestions, defaults, messages)
+
+
+def _candidates(
+    context: Context, summary: RunSummary, by_size: bool
+) -> list[tuple[str, Any, str, dict[str, Any]]]:
+    """``(setting, value, how to set it, inspect_batches changes)`` worth trying."""
+    ran = context.ran
+    ran_lanes, ran_buffer = ran.num_lanes or 1, ran.shuffle_buffer or 0  # resolved by the run
+    found: list[tuple[str, Any, str, dict[str, Any]]] = []
+    per_rank = max(1, context.num_shards // ran.world_size)
+    lanes = max(
+        default_num_lanes(batch_size=ran.batch_size, shards_per_rank=per_rank),
+        min(per_rank, 2 * ran_lanes),
+    )
+    if lanes > ran_lanes:
+        found.append(("num_lanes", lanes, f"ShardDataset(num_lanes={lanes})", {"num_lanes": lanes}))
+    samples = sum(context.shards.values())
+    buffer = min(samples, max(default_shuffle_buffer(ran.batch_size), 4 * ran_buffer))
+    if buffer > ran_buffer:
+        found.append(
+            (
+                "shuffle_buffer",
+                buffer,
+                f"MixingLoader(shuffle_buffer={buffer})",
+                {"shuffle_buffer": buffer},
+            )
+        )
+    budget = ran.shuffle_buffer_bytes
+    held = min(samples, ran_buffer) * summary.mean_sample_bytes
+    if budget is not None and held > budget:
+        wanted = math.ceil(held / (1 << 20)) << 20
+        found.append(
+            (
+                "shuffle_buffer_bytes",
+                wanted,
+                f"MixingLoader(shuffle_buffer_bytes={wanted})",
+                {"shuffle_buffer_bytes": wanted},
+            )
+        )
+    if not by_size:
+        counts = {url: records for url, records in context.shards.items()}
+        if context.record_counts:
+            counts = {**context.record_counts, **counts}
+        found.append(
+            (
+                "record_counts",
+                "manifest",
+                "write the shards with `shardmix convert` (a manifest beside them), or pass "
+                "ShardDataset(record_counts=...), so that lanes are read by size",
+                {"record_counts": counts},
+            )
+        )
+    return found
+
+
+def _messages(
+    summary: RunSummary,
+    low: bool,
+    suggestions: Sequence[Suggestion],
+    defaults: Suggestion | None,
+    context: Context,
+) -> list[str]:
+    lines = []
+    figures = (
+        f"{summary.share_of_ideal:.2f} of the uniformly random ideal (lowest tenth of the "
+        f"epoch {summary.min_tenth_share:.2f})"
+    )
+    if low:
+        lines.append(
+            f"batches mix poorly: {figures}, under {LOW_SHARE} (or a tenth under {LOW_TENTH_SHARE})"
+        )
+        for suggestion in suggestions:
+            lines.append(f"- {_tried(suggestion)}")
+        if not suggestions:
+            lines.append(
+                f"- no setting tried raises it; with {context.ran.num_lanes} lanes over "
+                f"{len(context.shards)} shards, more (smaller) shards would: rewrite them with "
+                "`shardmix convert --max-records N`"
+            )
+    if defaults is not None:
+        lines.append(
+            f"explicit settings keep the mixing lower than the defaults would: {figures} now; "
+            f"{_tried(defaults)}"
+        )
+    return lines
+
+
+def _tried(suggestion: Suggestion) -> str:
+    name = suggestion.setting
+    if name == "record_counts":
+        what = "lanes read by size (record counts known)"
+    elif name == "defaults":
+        what = "the defaults"
+    else:
+        what = f"{name}={suggestion.value}"
+    return (
+        f"{what} would give {suggestion.share_of_ideal:.2f} (lowest tenth "
+        f"{suggestion.min_tenth_share:.2f}): {suggestion.how}"
+    )

@@ -1,0 +1,159 @@
+"""Reading an inspection's batches: each sample cut down to where it came from, and counted.
+
+The dataset drops each payload in the worker (:func:`provenance_only`, keeping its size for
+the shuffle buffer's byte budget), the collate function keeps the shard URL and size
+(:func:`provenance_of`), and :func:`record_run` counts each batch's samples per shard, lane
+and worker. :func:`baseline` reads the same shards with a plain DataLoader. Statistics are
+left to :mod:`~shardmix.inspect.summary`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from shardmix.dataset import ShardDataset
+from shardmix.formats import TFRecordPayload
+from shardmix.inspect.report import BatchStats, InspectSettings, RunStats
+from shardmix.inspect.summary import Ideal, summarize
+from shardmix.reader import SIZE_KEY, Sample, sample_bytes
+from shardmix.sharding import Piece
+from shardmix.world import detect_world
+
+T = TypeVar("T")
+
+
+def inspect_dataset(
+    urls: str | Sequence[str],
+    settings: InspectSettings,
+    num_lanes: int | None,
+    record_counts: Mapping[str, int] | None = None,
+) -> ShardDataset:
+    """The dataset an inspection reads: TFRecords raw, payloads dropped in the workers."""
+    return ShardDataset(
+        urls,
+        seed=settings.seed,
+        num_lanes=num_lanes,
+        transform=provenance_only,
+        tfrecord_payload=TFRecordPayload.RAW,
+        record_counts=record_counts,
+    )
+
+
+def provenance_only(sample: Sample) -> Sample:
+    """Drop the payload in the worker (the dataset puts the provenance keys back), keeping its
+    size, stated so that the shuffle buffer's byte budget binds as it would with the payload
+    (the main process takes that key out) and again for the report."""
+    size = sample_bytes(sample)
+    return {SIZE_KEY: size, "payload_bytes": size}
+
+
+def provenance_of(samples: list[Sample]) -> list[tuple[str, int]]:
+    """The collate function: a batch is its samples' shard URLs and payload sizes."""
+    return [(sample["__source__"], sample["payload_bytes"]) for sample in samples]
+
+
+def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int]:
+    """The shards of a rank's lane plan and the records it reads of each."""
+    # Counted once: the loader's planning for even ranks reuses the dataset's counts.
+    counts = dataset.record_counts
+    return {
+        dataset.urls[piece.shard]: (
+            counts.of(dataset.urls[piece.shard]) if piece.stop is None else piece.stop
+        )
+        - piece.start
+        for lane in plan
+        for piece in lane
+    }
+
+
+def lane_of(plan: list[list[int]], urls: Sequence[str]) -> dict[str, int]:
+    """Each shard URL's lane in ``plan`` (lanes of shard indices into ``urls``)."""
+    return {urls[i]: lane for lane, shards in enumerate(plan) for i in shards}
+
+
+def baseline(
+    urls: str | Sequence[str],
+    settings: InspectSettings,
+    ideal: Ideal,
+    total: int,
+    progress: bool,
+) -> RunStats:
+    """The same shards read by a plain DataLoader, one shard open per worker."""
+    num_lanes = max(1, settings.num_workers)
+    dataset = inspect_dataset(urls, settings, num_lanes)
+    loader = DataLoader(
+        RankStream(dataset, settings.epoch, settings.rank, settings.world_size),
+        batch_size=settings.batch_size,
+        num_workers=settings.num_workers,
+        collate_fn=provenance_of,
+    )
+    plan = dataset.lane_shards(
+        settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes
+    )
+    lanes_by_url = lane_of(plan, dataset.urls)
+    return record_run(
+        "DataLoader",
+        loader,
+        lanes_by_url,
+        num_lanes,
+        settings,
+        ideal=ideal,
+        total=total,
+        progress=progress,
+    )
+
+
+class RankStream(IterableDataset[Sample]):
+    """What ``iter(dataset)`` gives in each worker, for a given rank instead of a detected one."""
+
+    def __init__(self, dataset: ShardDataset, epoch: int, rank: int, world_size: int) -> None:
+        self.dataset = dataset
+        self.epoch = epoch
+        self.rank = rank
+        self.world_size = world_size
+
+    def __iter__(self) -> Iterator[Sample]:
+        return self.dataset.iter_world(detect_world(self.rank, self.world_size), self.epoch)
+
+
+def record_run(
+    name: str,
+    loader: Iterable[list[tuple[str, int]]],
+    lanes_by_url: dict[str, int],
+    num_lanes: int,
+    settings: InspectSettings,
+    *,
+    ideal: Ideal,
+    total: int,
+    progress: bool,
+) -> RunStats:
+    """Read the loader's batches (up to ``settings.batches``) and count their sources."""
+    num_workers = settings.num_workers
+    workers = max(1, num_workers)
+    found = []
+    payload = 0
+    batches = progress_bar(itertools.islice(loader, settings.batches), progress, name, total)
+    for index, provenance in enumerate(batches):
+        counts = dict(Counter(url for url, _ in provenance))
+        payload += sum(size for _, size in provenance)
+        lanes = [0] * num_lanes
+        for url, count in counts.items():
+            lanes[lanes_by_url[url]] += count
+        per_worker = [sum(lanes[worker::workers]) for worker in range(workers)]
+        found.append(BatchStats(index, counts, per_worker, lanes))
+    summary = summarize(found, lambda batch: ideal.of(batch.size), ideal.full, payload)
+    return RunStats(name, num_lanes, num_workers, found, summary)
+
+
+def progress_bar(batches: Iterator[T], show: bool, name: str, total: int) -> Iterator[T]:
+    """``batches``, with a progress bar on stderr when ``show``."""
+    if not show:
+        return batches
+    from tqdm import tqdm
+
+    return iter(tqdm(batches, desc=name, unit="batch", total=total, leave=False))

@@ -1,0 +1,119 @@
+"""The uniformly random ideal, and a run's summary against it: per batch, per tenth.
+
+:func:`ideal_distinct_sources` is the expected number of distinct shards in a batch drawn
+uniformly without replacement (computed exactly, with log-gamma); :class:`Ideal` caches it per
+batch size. :func:`summarize` turns a run's :class:`~shardmix.inspect.report.BatchStats` into a
+:class:`~shardmix.inspect.report.RunSummary`: distinct shards, largest shares, the histogram,
+and the share of the ideal overall and per tenth of the run. Reading batches is left to
+:mod:`~shardmix.inspect.reading`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from shardmix.inspect.report import BatchStats, RunSummary, TenthStats
+
+
+def ideal_distinct_sources(records: Sequence[int], batch_size: int) -> float:
+    """Expected distinct shards in ``batch_size`` samples drawn uniformly without replacement.
+
+    >>> round(ideal_distinct_sources([10, 10], 1), 6)
+    1.0
+    >>> round(ideal_distinct_sources([1, 1, 1], 2), 6)
+    2.0
+    >>> round(ideal_distinct_sources([2, 2], 2), 6)  # 1 + 1 - 2 * C(2, 2) / C(4, 2)
+    1.666667
+    """
+    total = sum(records)
+    draw = min(batch_size, total)
+    if draw == 0:
+        return 0.0
+    log_all = _log_comb(total, draw)
+    expected = 0.0
+    for size in records:
+        if size == 0:
+            continue
+        rest = total - size
+        missed = math.exp(_log_comb(rest, draw) - log_all) if rest >= draw else 0.0
+        expected += 1.0 - missed
+    return expected
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+class Ideal:
+    """The uniformly random ideal for a batch of each size (a short last batch has its own)."""
+
+    def __init__(self, records: list[int], batch_size: int) -> None:
+        self.records = records
+        self.batch_size = batch_size
+        self._of: dict[int, float] = {}
+
+    @property
+    def full(self) -> float:
+        return self.of(self.batch_size)
+
+    def of(self, size: int) -> float:
+        if size not in self._of:
+            self._of[size] = ideal_distinct_sources(self.records, size)
+        return self._of[size]
+
+
+def summarize(
+    batches: list[BatchStats],
+    ideal_of: Callable[[BatchStats], float],
+    full_ideal: float,
+    payload: int,
+) -> RunSummary:
+    """The run's statistics; ``ideal_of(batch)`` is the ideal that batch is held to, and
+    ``full_ideal`` a full batch's (reported as ``ideal_distinct_sources``)."""
+    distinct = [batch.distinct_sources for batch in batches]
+    shares = [batch.largest_share for batch in batches]
+    if not batches:
+        return RunSummary(0, 0, 0.0, 0, 0, full_ideal, 0.0, 0.0, {})
+    samples = sum(batch.size for batch in batches)
+    return RunSummary(
+        batches=len(batches),
+        samples=samples,
+        mean_distinct_sources=sum(distinct) / len(distinct),
+        min_distinct_sources=min(distinct),
+        max_distinct_sources=max(distinct),
+        ideal_distinct_sources=full_ideal,
+        mean_largest_share=sum(shares) / len(shares),
+        max_largest_share=max(shares),
+        histogram=dict(sorted(Counter(distinct).items())),
+        share_of_ideal=_share(batches, ideal_of),
+        tenths=_tenths(batches, ideal_of),
+        mean_sample_bytes=payload / samples,
+    )
+
+
+def _share(batches: Sequence[BatchStats], ideal_of: Callable[[BatchStats], float]) -> float:
+    """Distinct shards over the ideal for the batches' sizes."""
+    wanted = sum(ideal_of(batch) for batch in batches)
+    return sum(batch.distinct_sources for batch in batches) / wanted if wanted else 0.0
+
+
+def _tenths(
+    batches: Sequence[BatchStats], ideal_of: Callable[[BatchStats], float]
+) -> list[TenthStats]:
+    """The share per tenth of the batches, in loader order (fewer with under ten batches)."""
+    count = len(batches)
+    found = []
+    for tenth in range(10):
+        part = batches[tenth * count // 10 : (tenth + 1) * count // 10]
+        if part:
+            found.append(
+                TenthStats(
+                    first_batch=part[0].index,
+                    batches=len(part),
+                    mean_distinct_sources=sum(b.distinct_sources for b in part) / len(part),
+                    share_of_ideal=_share(part, ideal_of),
+                )
+            )
+    return found
