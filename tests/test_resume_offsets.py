@@ -109,5 +109,5 @@ def test_an_older_version_state_is_refused(uneven_shards):
     make = loader_factory(uneven_shards)
     state = state_after(make, 3)
     state["version"] = 4
-    with pytest.raises(ConfigError, match="has version 4, this shardmix reads version 5"):
+    with pytest.raises(ConfigError, match="has version 4, this shardmix reads version 6"):
         make().load_state_dict(state)
