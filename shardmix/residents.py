@@ -26,14 +26,17 @@ re-reads). What a reference is, and how it is packed: :mod:`shardmix.checkpoint`
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from shardmix.checkpoint import Ref
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, CorruptShardError, describe_position
+from shardmix.formats import is_gzipped
 from shardmix.policy import SkipLedger
 from shardmix.reader import Sample, record_ranges
+from shardmix.sources import SourceOptions
+from shardmix.sources.ranges import reads_ranges
 from shardmix.transforms import DROPPED
 
 __all__ = ["Resident", "ResidentReads", "read_refs"]
@@ -148,7 +151,14 @@ class ResidentReads:
                 f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
                 f"but gives {len(sizes)} sizes; the state was edited or damaged"
             )
-        wave_of = _waves(refs, order, first_wave)
+        options = dataset.source_options or SourceOptions()
+        ranged = {
+            shard_index
+            for shard_index in {ref[0] for ref in refs}
+            if reads_ranges(dataset.urls[shard_index], options)
+            and not is_gzipped(dataset.urls[shard_index])
+        }
+        wave_of = _waves(refs, order, first_wave, ranged)
         waves: list[list[Ref]] = [[] for _ in range(max(wave_of, default=-1) + 1)]
         for ref, wave in zip(refs, wave_of, strict=True):
             waves[wave].append(ref)
@@ -191,18 +201,22 @@ class ResidentReads:
         self._read.clear()
 
 
-def _waves(refs: Sequence[Ref], order: Sequence[int], first_wave: int) -> list[int]:
+def _waves(
+    refs: Sequence[Ref], order: Sequence[int], first_wave: int, ranged: Collection[int]
+) -> list[int]:
     """The wave of each reference: by need, then whole ranges of a shard in their first's.
 
     In ``order`` (then the references it does not list, in arrival order), the first
     ``first_wave`` references are wave 0, the next twice as many wave 1, and so on. Then the
-    references of one shard that one range request would fetch together
+    references of one ``ranged`` shard (read by range requests) that one request would fetch
+    together
     (:func:`~shardmix.reader.record_ranges`: nearby records) all go in the earliest wave of
     any of them: nearby residents cost one request, as when the buffer is read all at once,
     and the later ones are read early at no cost in requests.
 
-    >>> _waves([(0, 0, 0), (0, 1, 4608), (1, 5, 900000), (0, 99, 900000)], [3, 2], 1)
-    [1, 1, 1, 0]
+    >>> refs = [(0, 0, 0), (0, 1, 4608), (1, 5, 900000), (0, 99, 900000)]
+    >>> _waves(refs, [3, 2], 1, ranged={0, 1}), _waves(refs, [3, 2], 1, ranged=())
+    ([1, 1, 1, 0], [1, 2, 1, 0])
     """
     listed = set(order)
     need = [*order, *(position for position in range(len(refs)) if position not in listed)]
@@ -215,7 +229,7 @@ def _waves(refs: Sequence[Ref], order: Sequence[int], first_wave: int) -> list[i
         taken += 1
     by_shard: dict[int, list[int]] = {}
     for position, (shard_index, _, offset) in enumerate(refs):
-        if offset >= 0:
+        if offset >= 0 and shard_index in ranged:
             by_shard.setdefault(shard_index, []).append(position)
     for positions in by_shard.values():
         ranges = record_ranges([refs[position][1:] for position in positions])
