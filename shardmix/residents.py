@@ -26,7 +26,7 @@ re-reads). What a reference is, and how it is packed: :mod:`shardmix.checkpoint`
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardmix.checkpoint import Ref
@@ -34,7 +34,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, CorruptShardError, describe_position
 from shardmix.formats import is_gzipped
 from shardmix.policy import SkipLedger
-from shardmix.reader import Sample, record_ranges
+from shardmix.reader import Sample, longest_record_of, record_ranges
 from shardmix.sources import SourceOptions
 from shardmix.sources.ranges import reads_ranges
 from shardmix.transforms import DROPPED
@@ -57,7 +57,12 @@ class _Wave:
     """Reads of some references, asked for at construction, read by :meth:`samples`."""
 
     def __init__(
-        self, dataset: ShardDataset, refs: Sequence[Ref], epoch: int, epoch_pass: int
+        self,
+        dataset: ShardDataset,
+        refs: Sequence[Ref],
+        epoch: int,
+        epoch_pass: int,
+        longest: Mapping[int, int | None] | None = None,
     ) -> None:
         self.dataset = dataset
         self.refs = refs
@@ -74,6 +79,7 @@ class _Wave:
                 epoch=epoch,
                 epoch_pass=epoch_pass,
                 on_damage=quiet,
+                longest_record=(longest or {}).get(shard_index),
             )
             for shard_index, records in wanted.items()
         }
@@ -165,8 +171,14 @@ class ResidentReads:
         self.residents = [
             Resident(ref, sizes[position], wave_of[position]) for position, ref in enumerate(refs)
         ]
+        # A wave's ranges guess a record's length as the whole buffer shows it, not the wave.
+        by_shard: dict[int, list[tuple[int, int]]] = {}
+        for shard_index, record, offset in refs:
+            if offset >= 0:
+                by_shard.setdefault(shard_index, []).append((record, offset))
+        longest = {shard: longest_record_of(positions) for shard, positions in by_shard.items()}
         self._pending: list[_Wave | None] = [
-            _Wave(dataset, wave, epoch, epoch_pass) for wave in waves
+            _Wave(dataset, wave, epoch, epoch_pass, longest) for wave in waves
         ]
         self._read: dict[int, dict[Key, Sample]] = {}
         self._left = [len(wave) for wave in waves]  # residents of each wave not yet handed out
