@@ -14,8 +14,11 @@ Version 2 added the offsets; version 3 the samples the transform dropped and the
 5 each lane's byte offset too, so that a lane resumes with one seek or one range request
 (``mixer.lanes`` entries are ``[slot, record, offset, shard, start, stop]``: the offset is
 where the lane's last record began, -1 if unknown); version 6 every rank's position
-(:mod:`shardmix.rankstate`: ``"rank"`` and ``"ranks"``), and ``"rank"`` left the config. A
-state of an older version is refused, naming both versions (:func:`check_version`).
+(:mod:`shardmix.rankstate`: ``"rank"`` and ``"ranks"``), and ``"rank"`` left the config;
+version 7 each resident's size (``buffer.sizes``: what the buffer's byte budget counts for its
+sample, packed by :func:`pack_sizes`), so that a restore can hold residents it has not read
+yet (:mod:`shardmix.residents`). A state of an older version is refused, naming both versions
+(:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 6
+STATE_VERSION = 7
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
@@ -95,6 +98,23 @@ def unpack_refs(packed: str) -> list[Ref]:
         last[shard] = record, stored
         refs.append((shard, record, stored - 1))
     return refs
+
+
+def pack_sizes(sizes: Sequence[int]) -> str:
+    """Pack sizes (non-negative integers, in order) into an ASCII string: varints, deflated.
+
+    >>> unpack_sizes(pack_sizes([4608, 0, 1 << 40]))
+    [4608, 0, 1099511627776]
+    """
+    out = bytearray()
+    for size in sizes:
+        _put_varint(out, size)
+    return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
+
+
+def unpack_sizes(packed: str) -> list[int]:
+    """The sizes :func:`pack_sizes` packed."""
+    return _varints(zlib.decompress(base64.b64decode(packed)))
 
 
 def _zigzag(value: int) -> int:

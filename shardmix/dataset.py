@@ -384,11 +384,13 @@ class ShardDataset(IterableDataset[Sample]):
         epoch: int = 0,
         epoch_pass: int = 0,
         on_damage: DamageHandler | None = None,
+        longest_record: int | None = None,
     ) -> Iterator[Sample]:
         """The samples at the ``(record, byte offset)`` pairs of shard ``url``, transformed.
 
         Each is read by seeking to its offset (by walking the framing on gzip shards and
         streams that cannot seek): how a checkpoint's shuffle buffer is restored.
+        ``longest_record``: see :func:`~shardmix.reader.record_ranges`.
         """
         samples = reader.read_shard_at(
             url,
@@ -397,6 +399,7 @@ class ShardDataset(IterableDataset[Sample]):
             options=self.options,
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
+            longest_record=longest_record,
         )
         return self._transformed(samples, url, epoch, on_damage, epoch_pass)
 

@@ -5,8 +5,9 @@ An :class:`EpochIterator` starts the workers (:mod:`shardmix.workers`), merges t
 (:mod:`shardmix.shuffle`) and cuts batches; under several ranks it cuts or pads the epoch to
 the same number of samples on every rank. Between two batches its :meth:`EpochIterator.position`
 is the loader's state: each lane's position, the mixer's turn, the buffer's residents as
-``(shard, record, byte offset)`` references and its draw count. Resuming re-reads the residents
-at their offsets while the workers start.
+``(shard, record, byte offset)`` references with their sizes, and its draw count. Resuming puts
+the residents back as references and reads each when the buffer evicts it, in waves asked for
+in order of need while the workers start (:mod:`shardmix.residents`).
 """
 
 from __future__ import annotations
@@ -16,22 +17,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.utils.data import IterableDataset
 
-from shardmix.checkpoint import Ref, pack_refs, unpack_refs
+from shardmix.checkpoint import Ref, pack_refs, pack_sizes, unpack_refs, unpack_sizes
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.errors import (
-    ConfigError,
-    CorruptShardError,
-    ShardmixError,
-    WorkerError,
-    describe_position,
-)
+from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.mixing import LaneClocks, LaneMixer
 from shardmix.policy import SkipLedger
 from shardmix.reader import LanePosition, Sample, sample_bytes, take_sample_bytes
+from shardmix.residents import Resident, ResidentReads, read_refs
 from shardmix.sharding import EvenRanks, Piece, rank_quota
-from shardmix.shuffle import ShuffleBuffer
-from shardmix.transforms import DROPPED, FILTERED, SKIPPED
+from shardmix.shuffle import ShuffleBuffer, eviction_order
+from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.workers import Sent, counted, is_worker_failure, start_workers, stop_workers
 
 T = TypeVar("T")
@@ -103,13 +99,15 @@ class EpochIterator:
                 self.quota, self.own = _plan_quota(
                     dataset, epoch, rank, world_size, loader.even_ranks, epoch_pass
                 )
-        self.buffer: ShuffleBuffer[Sample] = ShuffleBuffer(
+        # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`).
+        self.buffer: ShuffleBuffer[Sample | Resident] = ShuffleBuffer(
             loader.shuffle_buffer_size(),
             seed=loader.seed,
             epoch=epoch,
             max_bytes=loader.shuffle_buffer_bytes,
-            size_of=sample_bytes,
+            size_of=_size_of,
         )
+        self._residents: ResidentReads | None = None
         starts = None
         live = None
         cursor = 0
@@ -149,10 +147,23 @@ class EpochIterator:
                 pool=self._pool,
             )
         if resume is not None:
-            # After the workers start: they read ahead while the buffer is re-read here.
+            # After the workers start: they read ahead while the residents are fetched.
             assert isinstance(dataset, ShardDataset)
-            residents = unpack_refs(resume["buffer"]["items"])
-            self.buffer.restore(_reread(dataset, residents, epoch, epoch_pass))
+            refs = unpack_refs(resume["buffer"]["items"])
+            # Lanes left: pushes displace residents; none: the epoch ends popping them.
+            pushing = bool(live)
+            order = eviction_order(self.buffer.draws, len(refs), 2 * len(refs), pushing=pushing)
+            self._residents = ResidentReads(
+                dataset,
+                refs,
+                unpack_sizes(resume["buffer"]["sizes"]),
+                order,
+                first_wave=self.batch_size,
+                epoch=epoch,
+                epoch_pass=epoch_pass,
+            )
+            self.buffer.restore(list(self._residents.residents))
+        self._first_wave_due = self._residents is not None
         self.mixer = LaneMixer(
             counted(sent, self.skipped),
             num_lanes,
@@ -213,6 +224,8 @@ class EpochIterator:
         self.closed = True
         workers, self._workers = self._workers, None
         stop_workers(workers)
+        if self._residents is not None:
+            self._residents.close()
 
     def __del__(self) -> None:
         self.close()
@@ -233,6 +246,11 @@ class EpochIterator:
         return pin_batch(collated) if self.pin_memory else collated
 
     def _next_sample(self) -> Sample | None:
+        if self._first_wave_due:
+            # Before any sample: errors re-reading the first wave's residents come first.
+            self._first_wave_due = False
+            assert self._residents is not None
+            self._residents.read_wave(0)
         if self.quota is None or self.own is None:
             return self._next_own()
         if self.emitted >= self.quota:
@@ -261,13 +279,21 @@ class EpochIterator:
         for sample in self.mixer:
             evicted = push(sample, take_sample_bytes(sample))
             if evicted is not None:
-                return evicted
-        return self.buffer.pop()
+                return self._resolved(evicted)
+        last = self.buffer.pop()
+        return None if last is None else self._resolved(last)
+
+    def _resolved(self, item: Sample | Resident) -> Sample:
+        """A restored resident's sample, read now (or its wave was); a sample as it is."""
+        if isinstance(item, Resident):
+            assert self._residents is not None  # only a restore puts residents in the buffer
+            return self._residents.sample(item)
+        return item
 
     def _next_pad(self, position: int) -> Sample:
         if self._pad is None:
             assert isinstance(self.dataset, ShardDataset)
-            self._pad = _reread(self.dataset, self.pad_refs, self.epoch, self.epoch_pass)
+            self._pad = read_refs(self.dataset, self.pad_refs, self.epoch, self.epoch_pass)
         if not self._pad:
             raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
         return dict(self._pad[position % len(self._pad)])
@@ -275,7 +301,10 @@ class EpochIterator:
     def position(self) -> dict[str, Any]:
         dataset = self.dataset
         assert isinstance(dataset, ShardDataset)
-        refs = [_ref_of(dataset, sample) for sample in self.buffer.items]
+        refs = [
+            item.ref if isinstance(item, Resident) else _ref_of(dataset, item)
+            for item in self.buffer.items
+        ]
         return {
             "epoch": self.epoch,
             "batches": self.batches,
@@ -294,7 +323,11 @@ class EpochIterator:
                     for lane, p in enumerate(self.mixer.lane_positions())
                 ],
             },
-            "buffer": {"draws": self.buffer.draws.count, "items": pack_refs(refs)},
+            "buffer": {
+                "draws": self.buffer.draws.count,
+                "items": pack_refs(refs),
+                "sizes": pack_sizes(self.buffer.sizes()),
+            },
         }
 
 
@@ -377,63 +410,10 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
             "cursor": 0,
             "lanes": [[0, 0, -1, *_NO_PIECE] for _ in range(num_lanes)],
         },
-        "buffer": {"draws": 0, "items": pack_refs([])},
+        "buffer": {"draws": 0, "items": pack_refs([]), "sizes": pack_sizes([])},
     }
 
 
-def _reread(
-    dataset: ShardDataset, refs: list[Ref], epoch: int, epoch_pass: int = 0
-) -> list[Sample]:
-    """The samples that ``refs`` name, in order, each shard opened once.
-
-    Each record is read at its byte offset where the shard allows it (seekable, not gzip),
-    so the cost follows the number of residents, not where they lie in their shards (remote
-    shards: bounded range requests, all shards' at once); else the shard is walked by its
-    framing up to its last wanted record.
-    """
-    wanted: dict[int, dict[int, int]] = {}
-    for shard_index, record, offset in refs:
-        wanted.setdefault(shard_index, {})[record] = offset
-    found: dict[tuple[int, int], Sample] = {}
-    # Damage met again here was counted when it was first skipped.
-    quiet = SkipLedger(max_skips=None, warn=False)
-    # Every shard's reads are asked for first (remote ranges go out together), then read.
-    reads = {
-        shard_index: dataset.read_records(
-            dataset.urls[shard_index],
-            sorted(records.items()),
-            epoch=epoch,
-            epoch_pass=epoch_pass,
-            on_damage=quiet,
-        )
-        for shard_index, records in wanted.items()
-    }
-    for shard_index, samples in reads.items():
-        url = dataset.urls[shard_index]
-        try:
-            for sample in samples:
-                if DROPPED not in sample:
-                    found[shard_index, sample["__index__"]] = sample
-        except CorruptShardError as error:
-            where = describe_position(url, offset=error.offset, record=error.record)
-            raise ConfigError(
-                f"cannot resume: re-reading the checkpoint's shuffle buffer found no valid "
-                f"record at {where}; the data changed (or was damaged) since the checkpoint "
-                "was written",
-                url=url,
-                offset=error.offset,
-                record=error.record,
-            ) from error
-    missing = [
-        (shard_index, record)
-        for shard_index, record, _ in refs
-        if (shard_index, record) not in found
-    ]
-    if missing:
-        shard_index, record = missing[0]
-        raise ConfigError(
-            f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
-            f"{dataset.urls[shard_index]}, which no longer has it or which the transform now "
-            "drops; the data changed, or the transform is not deterministic"
-        )
-    return [dict(found[shard_index, record]) for shard_index, record, _ in refs]
+def _size_of(item: Sample | Resident) -> int:
+    """What the buffer's byte budget counts: a sample's bytes, or a resident's from the state."""
+    return item.size if isinstance(item, Resident) else sample_bytes(item)

@@ -134,6 +134,7 @@ def read_shard_at(
     options: ReadOptions = ReadOptions(),
     source_options: SourceOptions | None = None,
     on_damage: DamageHandler | None = None,
+    longest_record: int | None = None,
 ) -> Iterator[Sample]:
     """The samples of the ``(record, offset)`` pairs of one shard, with their provenance.
 
@@ -146,13 +147,14 @@ def read_shard_at(
     ``on_damage`` when given); a record not found there is left out.
 
     The ranges of a remote shard are asked for here, at the call, several at once; the
-    records are read as the result is iterated.
+    records are read as the result is iterated. ``longest_record``: see :func:`record_ranges`.
     """
     if not positions:
         return iter(())
     ranged = None
     if not is_gzipped(url) and min(offset for _, offset in positions) >= 0:
-        ranged = open_ranges(url, record_ranges(positions), source_options or SourceOptions())
+        ranges = record_ranges(positions, longest_record)
+        ranged = open_ranges(url, ranges, source_options or SourceOptions())
     return _read_at(url, fmt, positions, ranged, options, source_options, on_damage)
 
 
@@ -182,22 +184,26 @@ def _read_at(
             yield sample
 
 
-def record_ranges(positions: Sequence[RecordPosition]) -> list[tuple[int, int]]:
+def record_ranges(
+    positions: Sequence[RecordPosition], longest_record: int | None = None
+) -> list[tuple[int, int]]:
     """Byte ranges ``(start, stop)`` that hold the records at ``positions``, nearby ones merged.
 
     A record followed by the next record's position ends where that one starts; any other
-    is given the longest such length (``RANGE_GUESS`` when none is known) plus ``RANGE_TAIL``.
+    is given the longest such length, or ``longest_record`` when longer (the longest known
+    in the shard from other positions: :func:`longest_record`), or ``RANGE_GUESS`` when none
+    is known, plus ``RANGE_TAIL``.
 
     >>> record_ranges([(0, 0), (1, 4608), (2, 9216), (9, 80000)])
     [(0, 14848), (80000, 85632)]
+    >>> record_ranges([(9, 80000)]), record_ranges([(9, 80000)], 4608)
+    ([(80000, 89216)], [(80000, 85632)])
     """
     ordered = sorted(positions, key=lambda position: position[1])
-    known = [
-        following[1] - offset
-        for (record, offset), following in zip(ordered, ordered[1:], strict=False)
-        if following[0] == record + 1
-    ]
-    guess = max(known, default=RANGE_GUESS)
+    known = longest_record_of(ordered)
+    if longest_record is not None:
+        known = max(known or 0, longest_record)
+    guess = RANGE_GUESS if known is None else known
     ranges: list[tuple[int, int]] = []
     for (record, offset), following in zip(ordered, [*ordered[1:], None], strict=True):
         exact = following is not None and following[0] == record + 1
@@ -207,6 +213,21 @@ def record_ranges(positions: Sequence[RecordPosition]) -> list[tuple[int, int]]:
         else:
             ranges.append((offset, stop))
     return ranges
+
+
+def longest_record_of(positions: Sequence[RecordPosition]) -> int | None:
+    """The longest record length that ``positions`` show (a record and the next), if any.
+
+    >>> longest_record_of([(0, 0), (1, 4608), (7, 9000)]), longest_record_of([(3, 99)])
+    (4608, None)
+    """
+    ordered = sorted(positions, key=lambda position: position[1])
+    known = [
+        following[1] - offset
+        for (record, offset), following in zip(ordered, ordered[1:], strict=False)
+        if following[0] == record + 1
+    ]
+    return max(known, default=None)
 
 
 # Reading one record after a seek: a larger buffer would be refilled, mostly in vain, per seek.

@@ -5,7 +5,8 @@ the end the residents leave in random order. Residents are kept in arrival order
 one is removed, the newcomer appended), so the buffer's state is the list of what it holds, in
 the order it arrived, plus the number of random draws made. The draws come from a counter-based
 stream, drawn in blocks from ``(seed, epoch, block)``: nothing to pickle, nothing that depends
-on time or process.
+on time or process, and which residents the next evictions take can be worked out ahead
+(:func:`eviction_order`), which is how a restore reads first the residents it needs first.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ class Draws:
             self._block_index = block_index
         self.count += 1
         return self._block[offset] % bound
+
+    def fork(self) -> Draws:
+        """An independent stream at this one's count: drawing from it leaves this one as is."""
+        other = Draws.__new__(Draws)
+        other._key, other._block_index, other._block = self._key, self._block_index, self._block
+        other.count = self.count
+        return other
 
 
 class ShuffleBuffer(Generic[T]):
@@ -77,6 +85,10 @@ class ShuffleBuffer(Generic[T]):
         if self._size_of is not None:
             self._sizes = [self._size_of(item) for item in self.items]
             self.bytes = sum(self._sizes)
+
+    def sizes(self) -> list[int]:
+        """Each resident's size, in arrival order, as the byte budget counts it (0 without)."""
+        return list(self._sizes) if self._size_of is not None else [0] * len(self.items)
 
     def push(self, item: T, size: int | None = None) -> T | None:
         """Add ``item``; once full, return the resident it displaced (else ``None``).
@@ -122,6 +134,35 @@ class ShuffleBuffer(Generic[T]):
         """Emit the residents in random order, emptying the buffer."""
         while self.items:
             yield self.pop()  # type: ignore[misc]
+
+
+def eviction_order(draws: Draws, residents: int, steps: int, *, pushing: bool) -> list[int]:
+    """Which of ``residents`` (positions in arrival order) the next ``steps`` evictions take.
+
+    In the order they leave, each once; those not taken within ``steps`` are left out. With
+    ``pushing``, every step is a push that displaces a resident (the buffer stays full, as it
+    is from when it first fills until the epoch's end); else every step is a pop, as at the
+    epoch's end. ``draws`` is not advanced. The prediction is exact while the buffer behaves
+    so; a push that finds room (under the byte budget) takes no draw and shifts it.
+
+    >>> buffer = ShuffleBuffer(4, seed=0, epoch=0)
+    >>> buffer.restore(["a", "b", "c", "d"])
+    >>> order = eviction_order(buffer.draws, 4, 4, pushing=False)
+    >>> [buffer.items[position] for position in order] == list(buffer.drain())
+    True
+    """
+    ahead = draws.fork()
+    alive = list(range(residents))  # -1: a sample pushed since, not a resident
+    order = []
+    for _ in range(steps):
+        if not alive:
+            break
+        evicted = alive.pop(ahead.below(len(alive)))
+        if pushing:
+            alive.append(-1)
+        if evicted >= 0:
+            order.append(evicted)
+    return order
 
 
 def shuffled(items: Iterator[T], capacity: int, *, seed: int, epoch: int) -> Iterator[T]:

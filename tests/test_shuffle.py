@@ -1,6 +1,6 @@
 from collections import Counter
 
-from shardmix.shuffle import Draws, ShuffleBuffer, shuffled
+from shardmix.shuffle import Draws, ShuffleBuffer, eviction_order, shuffled
 
 
 def test_shuffled_is_a_permutation_fixed_by_seed_and_epoch():
@@ -38,3 +38,42 @@ def test_buffer_spreads_early_items_late():
     assert Counter(out) == Counter(range(100))
     # The first ten items are not all emitted first.
     assert set(out[:10]) != set(range(10))
+
+
+def test_eviction_order_names_the_residents_the_next_pushes_and_pops_take():
+    buffer: ShuffleBuffer[int] = ShuffleBuffer(50, seed=4, epoch=2)
+    for item in range(120):  # full, then 70 draws made
+        buffer.push(item)
+    residents = list(buffer.items)
+    count = buffer.draws.count
+    pushed = eviction_order(buffer.draws, len(residents), 100, pushing=True)
+    popped = eviction_order(buffer.draws, len(residents), 50, pushing=False)
+    assert buffer.draws.count == count  # the buffer's draws were not used
+
+    taken = [buffer.push(item) for item in range(1000, 1100)]
+    assert [residents[position] for position in pushed] == [x for x in taken if x < 1000]
+    assert len(set(pushed)) == len(pushed) < 100
+
+    fresh: ShuffleBuffer[int] = ShuffleBuffer(50, seed=4, epoch=2)
+    fresh.restore(residents)
+    fresh.draws.count = count
+    assert [residents[position] for position in popped] == list(fresh.drain())
+    assert sorted(popped) == list(range(50))
+
+
+def test_a_byte_budget_counts_the_sizes_it_is_given_back():
+    def size_of(item: int) -> int:
+        return item % 7 + 1
+
+    buffer: ShuffleBuffer[int] = ShuffleBuffer(100, seed=0, epoch=0, max_bytes=40, size_of=size_of)
+    out = [x for i in range(60) if (x := buffer.push(i)) is not None]
+    assert buffer.sizes() == [size_of(item) for item in buffer.items]
+    restored: ShuffleBuffer[int] = ShuffleBuffer(
+        100, seed=0, epoch=0, max_bytes=40, size_of=size_of
+    )
+    restored.restore(list(buffer.items))
+    restored.draws.count = buffer.draws.count
+    for i in range(60, 200):
+        assert buffer.push(i) == restored.push(i)
+    assert list(buffer.drain()) == list(restored.drain()) and out
+    assert ShuffleBuffer(3, seed=0, epoch=0).sizes() == []
