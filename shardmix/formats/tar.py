@@ -385,28 +385,14 @@ def read_located_tar_samples(
     return reader.records(stream, url, start=start, on_damage=on_damage)
 
 
-def read_tar_samples(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-    on_damage: DamageHandler | None = None,
-) -> Iterator[dict[str, Any]]:
+def read_tar_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
     """The samples ``{"__key__": key, field: bytes, ...}`` of :func:`read_located_tar_samples`."""
-    reader = TarReader(max_member_bytes, max_inflated_bytes, gzipped)
-    return samples_only(reader.records(stream, url, start=start, on_damage=on_damage))
+    return samples_only(read_located_tar_samples(stream, url, **options))
 
 
-def count_tar_records(
-    stream: BinaryIO,
-    url: str,
-    *,
-    gzipped: bool = False,
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-) -> int:
-    """The number of records (samples) in a tar shard, found by walking its headers."""
-    return TarReader(max_member_bytes, max_inflated_bytes, gzipped).count(stream, url)
+def count_tar_records(stream: BinaryIO, url: str, *, gzipped: bool = False, **limits: int) -> int:
+    """The number of records (samples) in a tar shard, found by walking its headers.
+
+    ``limits``: ``max_member_bytes``, ``max_inflated_bytes`` (see :class:`TarReader`).
+    """
+    return TarReader(gzipped=gzipped, **limits).count(stream, url)

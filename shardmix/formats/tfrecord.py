@@ -84,7 +84,6 @@ __all__ = [
     "read_tfrecord_samples",
 ]
 
-
 _NO_RECORD = "expected a record here, found the end"
 
 
@@ -208,10 +207,7 @@ def read_tfrecord_records(
 def count_tfrecord_records(
     stream: BinaryIO, url: str, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 ) -> int:
-    """The number of records in a TFRecord stream, walking the framing only.
-
-    Length CRCs are checked; data is seeked past (or read and dropped) unchecked.
-    """
+    """The records in a TFRecord stream, by its framing (length CRCs checked, data skipped)."""
     return TFRecordReader(max_record_bytes=max_record_bytes, gzipped=False).count(stream, url)
 
 
@@ -384,32 +380,19 @@ def read_located_tfrecord_samples(
     *,
     start: int = 0,
     gzipped: bool = False,
-    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     on_damage: DamageHandler | None = None,
+    **options: Any,
 ) -> Iterator[LocatedSample]:
-    """:meth:`TFRecordReader.records` from ``start`` on, gzip said rather than told by the URL."""
-    reader = TFRecordReader(payload, max_record_bytes, max_inflated_bytes, gzipped)
+    """:meth:`TFRecordReader.records` from ``start`` on, gzip said rather than told by the URL.
+
+    ``options``: ``payload``, ``max_record_bytes``, ``max_inflated_bytes`` (the reader's).
+    """
+    reader = TFRecordReader(gzipped=gzipped, **options)
     return reader.records(stream, url, start=start, on_damage=on_damage)
 
 
-def read_tfrecord_samples(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    payload: TFRecordPayload = TFRecordPayload.EXAMPLE,
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-    on_damage: DamageHandler | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Yield one sample per record of a TFRecord shard, from record ``start`` on.
-
-    With ``payload=EXAMPLE`` a sample is the Example's decoded features plus ``"__key__"``:
-    the Example's own ``__key__`` bytes feature when it has one, else ``"<stem>/<record:08d>"``.
-    With ``payload=RAW`` it is ``{"__key__": ..., "record": payload bytes}``.
-    """
-    reader = TFRecordReader(payload, max_record_bytes, max_inflated_bytes, gzipped)
-    return samples_only(reader.records(stream, url, start=start, on_damage=on_damage))
+def read_tfrecord_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
+    """One sample per record (see :func:`read_located_tfrecord_samples`): with ``payload=EXAMPLE``
+    the Example's features and ``"__key__"`` (its own ``__key__`` feature, else
+    ``"<stem>/<record:08d>"``); with ``payload=RAW``, ``{"__key__": ..., "record": bytes}``."""
+    return samples_only(read_located_tfrecord_samples(stream, url, **options))
