@@ -14,7 +14,11 @@ from shardmix.testing import check_resume, run_steps
 
 from shards import record_key, write_shards
 
-SIZES = {"a": ("tar", [30, 50, 20, 45]), "b": ("tfrecord", [40, 60, 35]), "c": ("tar", [8, 12])}
+SIZES = {
+    "a": ("tar", [300, 500, 200, 450]),
+    "b": ("tfrecord", [400, 600, 350]),
+    "c": ("tar", [80, 120]),  # the small one
+}
 
 
 @pytest.fixture
@@ -65,7 +69,7 @@ def check_shares(batches, weights, batch_size):
             assert abs(taken[name] - share * k) < 1, (k, name, taken)
 
 
-CASES = [({"a": 0.5, "b": 0.3, "c": 0.2}, 10), ({"a": 0.7, "b": 0.3}, 8)]
+CASES = [({"a": 0.5, "b": 0.3, "c": 0.2}, 100), ({"a": 0.7, "b": 0.3}, 64)]
 
 
 @pytest.mark.parametrize(("weights", "batch_size"), CASES)
@@ -104,7 +108,7 @@ def test_a_mixture_resumes_exactly_after_any_batch(patterns, weights, batch_size
 
 
 def test_all_exhausted_reads_every_dataset_whole_at_least_once(patterns):
-    weights, batch_size = {"a": 0.5, "b": 0.3, "c": 0.2}, 10
+    weights, batch_size = {"a": 0.5, "b": 0.3, "c": 0.2}, 100
     loader = make_loader(patterns, weights, batch_size, stopping="all_exhausted")
     batches = list(loader)
     check_shares(batches, weights, batch_size)
@@ -124,7 +128,7 @@ def test_all_exhausted_reads_every_dataset_whole_at_least_once(patterns):
 
 def test_set_weights_between_epochs_and_mid_epoch_resumes_exactly(patterns):
     def run(stop_at=None, state=None):
-        loader = make_loader(patterns, {"a": 0.5, "b": 0.5}, 8, num_workers=2)
+        loader = make_loader(patterns, {"a": 0.5, "b": 0.5}, 64, num_workers=2)
         if state is not None:
             loader.load_state_dict(state)
         out = []
@@ -139,7 +143,7 @@ def test_set_weights_between_epochs_and_mid_epoch_resumes_exactly(patterns):
 
     reference, _ = run()
     second_epoch = reference[len(reference) // 2 + 2 :]
-    assert any(Counter(d for d, _ in batch)["a"] == 6 for batch in second_epoch)
+    assert any(Counter(d for d, _ in batch)["a"] == 48 for batch in second_epoch)
     for step in (3, len(reference) - 3):
         head, state = run(stop_at=step)
         rest, _ = run(state=state)
@@ -160,10 +164,10 @@ def test_ranks_take_equal_steps_and_split_each_dataset(patterns, even_ranks):
     weights = {"a": 0.5, "b": 0.3, "c": 0.2}
     per_rank = []
     for rank in range(2):
-        loader = make_loader(patterns, weights, 10, rank=rank, world_size=2, even_ranks=even_ranks)
+        loader = make_loader(patterns, weights, 100, rank=rank, world_size=2, even_ranks=even_ranks)
         batches = list(loader)
         assert len(batches) == len(loader)
-        check_shares(batches, weights, 10)
+        check_shares(batches, weights, 100)
         per_rank.append(Counter(pair for batch in batches for pair in keyed(batch)))
     assert sum(per_rank[0].values()) == sum(per_rank[1].values())  # equal steps
     if even_ranks == "drop":  # the ranks read disjoint records
