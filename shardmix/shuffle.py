@@ -111,18 +111,20 @@ class ShuffleBuffer(Generic[T]):
             return evicted
         if size is None:
             size = self._size_of(item)
-        if len(items) < self.capacity and (not items or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
+        held = len(items)
+        if held < self.capacity and (not held or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
             items.append(item)
             self._sizes.append(size)
             self.bytes += size
             return None
-        if not items:
+        if not held:
             return item
-        index = self.draws.below(len(items))
+        index = self.draws.below(held)
+        sizes = self._sizes
         evicted = items[index]
-        self.bytes += size - self._sizes[index]
+        self.bytes += size - sizes[index]
         items[index] = item
-        self._sizes[index] = size
+        sizes[index] = size
         return evicted
 
     def pop(self) -> T | None:
