@@ -111,20 +111,18 @@ class ShuffleBuffer(Generic[T]):
             return evicted
         if size is None:
             size = self._size_of(item)
-        held = len(items)
-        if held < self.capacity and (not held or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
+        if len(items) < self.capacity and (not items or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
             items.append(item)
             self._sizes.append(size)
             self.bytes += size
             return None
-        if not held:
+        if not items:
             return item
-        index = self.draws.below(held)
-        sizes = self._sizes
+        index = self.draws.below(len(items))
         evicted = items[index]
-        self.bytes += size - sizes[index]
+        self.bytes += size - self._sizes[index]
         items[index] = item
-        sizes[index] = size
+        self._sizes[index] = size
         return evicted
 
     def pop(self) -> T | None:
