@@ -23,7 +23,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.mixing import LaneClocks, LaneMixer
 from shardmix.policy import SkipLedger
-from shardmix.reader import SIZE_KEY, LanePosition, Sample, sample_bytes, take_sample_bytes
+from shardmix.reader import LanePosition, Sample, sample_bytes, take_sample_bytes
 from shardmix.residents import Resident, ResidentReads, read_refs
 from shardmix.sharding import EvenRanks, Piece, rank_quota
 from shardmix.shuffle import ShuffleBuffer, eviction_order
@@ -233,9 +233,6 @@ class EpochIterator:
     def _next_batch(self) -> Any:
         batch_size = self.batch_size
         batch: list[Sample] = []
-        if self.quota is None or self.own is None:
-            self._read_first_wave()
-            batch = self._take_own(batch_size)
         while len(batch) < batch_size:
             sample = self._next_sample()
             if sample is None:
@@ -248,15 +245,12 @@ class EpochIterator:
         collated = self.collate_fn(batch)
         return pin_batch(collated) if self.pin_memory else collated
 
-    def _read_first_wave(self) -> None:
+    def _next_sample(self) -> Sample | None:
         if self._first_wave_due:
             # Before any sample: errors re-reading the first wave's residents come first.
             self._first_wave_due = False
             assert self._residents is not None
             self._residents.read_wave(0)
-
-    def _next_sample(self) -> Sample | None:
-        self._read_first_wave()
         if self.quota is None or self.own is None:
             return self._next_own()
         if self.emitted >= self.quota:
@@ -279,29 +273,6 @@ class EpochIterator:
     def _dropped_any(self) -> bool:
         """Whether this rank's epoch lost records: filtered, or skipped as damage."""
         return sum(self.mixer.dropped.values()) > 0 or bool(self.skipped)
-
-    def _take_own(self, count: int) -> list[Sample]:
-        """Up to ``count`` of this rank's samples (fewer only at the epoch's end), in one loop:
-        what ``count`` calls of :meth:`_next_own` would give."""
-        taken: list[Sample] = []
-        if count <= 0:
-            return taken
-        append = taken.append
-        push = self.buffer.push
-        resolve = self._residents is not None
-        for sample in self.mixer:
-            evicted = push(sample, sample.pop(SIZE_KEY, None))
-            if evicted is not None:
-                append(self._resolved(evicted) if resolve else evicted)  # type: ignore[arg-type]
-                if len(taken) == count:
-                    return taken
-        pop = self.buffer.pop
-        while len(taken) < count:
-            last = pop()
-            if last is None:
-                break
-            append(self._resolved(last))
-        return taken
 
     def _next_own(self) -> Sample | None:
         push = self.buffer.push
