@@ -4,7 +4,7 @@ The state holds positions and references, never sample bytes. The shuffle buffer
 are written as ``(shard, record, offset)`` references packed into one base64 string: per
 resident the shard's index in the dataset's URL list, then the record's index and its byte
 offset in the shard, each as its distance from the previous resident of the same shard
-(residents of one shard arrive in record order, so distances are small), as varints,
+(a shard's residents are mostly near each other, so distances are small), as varints,
 deflated. A 10,000-sample buffer packs into a few tens of KiB. The offset lets a restore seek
 straight to each resident instead of walking the shard to it; -1 stands for an offset not
 known (a transform dropped ``__offset__``), and such a resident is found by its index.
@@ -17,7 +17,9 @@ where the lane's last record began, -1 if unknown); version 6 every rank's posit
 (:mod:`shardmix.rankstate`: ``"rank"`` and ``"ranks"``), and ``"rank"`` left the config;
 version 7 each resident's size (``buffer.sizes``: what the buffer's byte budget counts for its
 sample, packed by :func:`pack_sizes`), so that a restore can hold residents it has not read
-yet (:mod:`shardmix.residents`). A state of an older version is refused, naming both versions
+yet (:mod:`shardmix.residents`); version 8 the buffer's residents in slot order, with
+eviction by swapping (:mod:`shardmix.shuffle`: the same seeds give other batches than
+version 7's). A state of an older version is refused, naming both versions
 (:func:`check_version`).
 """
 
@@ -31,7 +33,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 7
+STATE_VERSION = 8
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]

@@ -8,11 +8,16 @@ and ``__index__`` (the record's position in its shard) and ``__offset__`` (its b
 int64 tensors, so every batch says where its samples came from; and a field whose
 arrays differ in shape (variable-length TFRecord features) becomes a list instead of failing,
 since losing the batch over a ragged field helps nobody.
+
+The main process collates every batch, so the work is per column, not per sample: the columns
+are cut from the samples in one pass, and a field of numpy arrays of one dtype and shape is
+stacked by numpy in one call (the tensor ``default_collate`` would build from a tensor per array).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -30,21 +35,33 @@ def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not samples:
         raise ValueError("cannot collate an empty batch")
     fields = samples[0].keys()
-    batch: dict[str, Any] = {}
-    for field in fields:
+    names = tuple(fields)
+    if not names:
+        rows: list[Any] = []
+    else:
         try:
-            values = [sample[field] for sample in samples]
+            # One pass builds every column: each sample's values, then the columns, all in C.
+            rows = list(map(itemgetter(*names), samples))
         except KeyError:
+            field = next(name for name in names if any(name not in sample for sample in samples))
             raise DecodeError(_missing_field_message(samples, field)) from None
-        batch[field] = _collate_field(field, values, samples)
-    if any(len(sample) != len(fields) for sample in samples):
+    columns = zip(*rows, strict=True) if len(names) > 1 else [rows]
+    batch = {
+        field: _collate_field(field, list(values), samples)
+        for field, values in zip(names, columns, strict=False)
+    }
+    if len(set(map(len, samples))) != 1:
         odd = next(sample for sample in samples if sample.keys() != fields)
-        raise DecodeError(
-            f"sample {odd.get('__key__')!r} from {odd.get('__source__')} has fields "
-            f"{sorted(odd)} but the batch's first sample has {sorted(fields)}; "
-            "make the fields uniform with a transform or pass collate_fn"
-        )
+        raise _odd_fields(odd, fields)
     return batch
+
+
+def _odd_fields(odd: dict[str, Any], fields: Any) -> DecodeError:
+    return DecodeError(
+        f"sample {odd.get('__key__')!r} from {odd.get('__source__')} has fields "
+        f"{sorted(odd)} but the batch's first sample has {sorted(fields)}; "
+        "make the fields uniform with a transform or pass collate_fn"
+    )
 
 
 def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, Any]]) -> Any:
@@ -61,6 +78,10 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
         return values  # JSON objects, images and the like: a list, as given
     if set(by_type) in ({bytes}, {str}):
         return values  # what default_collate would do, without its per-element checks
+    if set(by_type) == {np.ndarray}:
+        stacked = _stack_arrays(values)
+        if stacked is not None:
+            return stacked
     try:
         return default_collate(values)
     except RuntimeError:
@@ -73,6 +94,20 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
             f"{example.get('__key__')!r} from {example.get('__source__')}): {error}; "
             "convert it in the transform or pass collate_fn"
         ) from error
+
+
+def _stack_arrays(values: list[Any]) -> torch.Tensor | None:
+    """Arrays of one dtype and shape as one tensor, stacked by numpy in one call (what
+    ``default_collate`` gives, without a tensor per array); None where it would not apply."""
+    dtype = values[0].dtype
+    if dtype.kind in "OSUVaMm" or not dtype.isnative:
+        return None
+    if any(value.dtype != dtype for value in values):
+        return None
+    try:
+        return torch.from_numpy(np.stack(values))
+    except (TypeError, ValueError):
+        return None  # shapes differ, or a dtype torch lacks: default_collate decides
 
 
 def _kind(value: Any) -> str:

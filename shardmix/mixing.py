@@ -23,6 +23,10 @@ from shardmix.errors import WorkerError
 from shardmix.reader import LaneChunk, LanePosition, Sample
 from shardmix.transforms import DROPPED
 
+_NO_STOP = float("inf")
+_PieceClock = tuple[str, int, float, bool, float, int, float]
+_NO_PIECE: _PieceClock = ("", 0, -1.0, False, 0.0, 0, 1.0)  # matches no sample
+
 
 class LaneClocks:
     """How far through its lane a sample is, from the sizes of the lane's pieces.
@@ -61,6 +65,13 @@ class LaneClocks:
         else:
             within = sample["__index__"] - self.lane_pieces[lane][slot][1] + 0.5
         return (self._starts[lane][slot] + within) / (self._totals[lane] or 1.0)
+
+    def piece_clock(self, lane: int, slot: int) -> tuple[bool, float, int, float]:
+        """What :meth:`clock` needs for the samples of one piece, looked up once per piece:
+        ``(by_offset, share read before the piece, the piece's first record, lane total)``.
+        """
+        start = self.lane_pieces[lane][slot][1]
+        return self._by_offset, self._starts[lane][slot], start, self._totals[lane] or 1.0
 
     def shares(self) -> list[float]:
         """Each lane's size over the mean lane's: the rate at which the mixer takes it."""
@@ -112,13 +123,19 @@ class LaneMixer:
         self._heads: list[tuple[float, int]] = []
         self._waiting: set[int] = set(self.live) if clocks is not None else set()
         self._head_slot = [position.slot for position in self.positions]
+        # Per lane, the piece its head is in and what its clock needs: (url, first record,
+        # stop, by offset, share before, piece start, lane total); none found yet.
+        self._piece: list[_PieceClock] = [_NO_PIECE] * num_lanes
+        self._samples = self._by_clock(clocks) if clocks is not None else self._in_turn()
 
     def __iter__(self) -> Iterator[Sample]:
-        return self
+        return self._samples
 
     def __next__(self) -> Sample:
-        if self._clocks is not None:
-            return self._next_by_clock(self._clocks)
+        return next(self._samples)
+
+    def _in_turn(self) -> Iterator[Sample]:
+        """One sample from each live lane in turn."""
         live = self.live
         while live:
             if self.cursor >= len(live):
@@ -135,52 +152,91 @@ class LaneMixer:
                     self.dropped[sample[DROPPED]] += 1
                     continue
                 self.cursor += 1
-                return sample
-            del live[self.cursor]
+                yield sample
+                break
+            else:
+                del live[self.cursor]
         self._finish()
-        raise StopIteration
 
-    def _next_by_clock(self, clocks: LaneClocks) -> Sample:
-        """The sample whose lane is furthest behind, in proportion to the lane's size."""
+    def _by_clock(self, clocks: LaneClocks) -> Iterator[Sample]:
+        """The sample whose lane is furthest behind, in proportion to the lane's size.
+
+        The lowest ``(clock, lane)`` goes next. A lane whose next sample stays lowest keeps
+        its turn without a trip through the heap (a run); the order is the heap's all the same.
+        """
         heads = self._heads
+        pending, last, ended, waiting = self._pending, self._last, self._ended, self._waiting
+        heappop, heappush = heapq.heappop, heapq.heappush
         while True:
-            while self._waiting:
+            while waiting:
                 self._pull()
-                for lane in [
-                    lane for lane in self._waiting if self._pending[lane] or self._ended[lane]
-                ]:
-                    self._waiting.discard(lane)
+                for lane in [lane for lane in waiting if pending[lane] or ended[lane]]:
+                    waiting.discard(lane)
                     self._push_head(clocks, lane)
             if not heads:
                 self.live = []
                 self._finish()
-                raise StopIteration
-            _, lane = heapq.heappop(heads)
-            sample = self._pending[lane].popleft()
-            self._last[lane] = sample
-            self._push_head(clocks, lane)
-            if DROPPED in sample:
-                self.dropped[sample[DROPPED]] += 1
-                continue
-            return sample
+                return
+            _, lane = heappop(heads)
+            queue = pending[lane]
+            piece = self._piece[lane]
+            url, lo, hi, by_offset, before, first, total = piece
+            while True:
+                sample = queue.popleft()
+                last[lane] = sample
+                # Where the lane goes next: on in this run, back on the heap, waiting, or done.
+                run = False
+                if queue:
+                    head = queue[0]
+                    index = head["__index__"]
+                    if head["__source__"] == url and lo <= index < hi:
+                        if by_offset:
+                            clock = (before + head["__offset__"]) / total
+                        else:
+                            clock = (before + (index - first + 0.5)) / total
+                    else:
+                        clock = self._head_clock(clocks, lane, head)
+                        url, lo, hi, by_offset, before, first, total = self._piece[lane]
+                    if heads and (clock, lane) > heads[0]:
+                        heappush(heads, (clock, lane))
+                    else:
+                        run = True
+                elif ended[lane]:
+                    if lane in self.live:
+                        self.live.remove(lane)
+                else:
+                    waiting.add(lane)
+                if DROPPED in sample:
+                    self.dropped[sample[DROPPED]] += 1
+                else:
+                    yield sample
+                if not run:
+                    break
 
     def _push_head(self, clocks: LaneClocks, lane: int) -> None:
         """Put ``lane``'s next sample on the heap, or wait for it, or let the lane end."""
         queue = self._pending[lane]
         if queue:
-            head = queue[0]
-            slot = self._head_slot[lane] = _slot_of(
-                clocks.lane_pieces[lane],
-                head["__source__"],
-                head["__index__"],
-                self._head_slot[lane],
-            )
-            heapq.heappush(self._heads, (clocks.clock(lane, slot, head), lane))
+            heapq.heappush(self._heads, (self._head_clock(clocks, lane, queue[0]), lane))
         elif self._ended[lane]:
             if lane in self.live:
                 self.live.remove(lane)
         else:
             self._waiting.add(lane)
+
+    def _head_clock(self, clocks: LaneClocks, lane: int, head: Sample) -> float:
+        """``head``'s clock, finding its piece (from the lane's current one on) first."""
+        slot = self._head_slot[lane] = _slot_of(
+            clocks.lane_pieces[lane], head["__source__"], head["__index__"], self._head_slot[lane]
+        )
+        url, start, stop = clocks.lane_pieces[lane][slot]
+        self._piece[lane] = (
+            url,
+            start,
+            _NO_STOP if stop is None else stop,
+            *clocks.piece_clock(lane, slot),
+        )
+        return clocks.clock(lane, slot, head)
 
     def _finish(self) -> None:
         """Read the chunk stream to its end, so the DataLoader shuts its workers down."""

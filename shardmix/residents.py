@@ -218,7 +218,7 @@ def _waves(
 ) -> list[int]:
     """The wave of each reference: by need, then whole ranges of a shard in their first's.
 
-    In ``order`` (then the references it does not list, in arrival order), the first
+    In ``order`` (then the references it does not list, in slot order), the first
     ``first_wave`` references are wave 0, the next twice as many wave 1, and so on. Then the
     references of one ``ranged`` shard (read by range requests) that one request would fetch
     together

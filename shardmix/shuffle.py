@@ -1,9 +1,11 @@
 """Shuffle buffer: a seeded reservoir that turns a stream into a locally shuffled stream.
 
 Once full, every incoming sample displaces a uniformly chosen resident, which is emitted; at
-the end the residents leave in random order. Residents are kept in arrival order (the displaced
-one is removed, the newcomer appended), so the buffer's state is the list of what it holds, in
-the order it arrived, plus the number of random draws made. The draws come from a counter-based
+the end the residents leave in random order. Residents sit in slots and eviction swaps, so each
+step costs O(1) whatever the capacity: a newcomer takes the slot of the resident it displaces,
+and a pop (at the end) takes a uniformly chosen slot's resident and moves the last slot's
+resident into it. The buffer's state is the list of what it holds, in slot order, plus the
+number of random draws made. The draws come from a counter-based
 stream, drawn in blocks from ``(seed, epoch, block)``: nothing to pickle, nothing that depends
 on time or process, and which residents the next evictions take can be worked out ahead
 (:func:`eviction_order`), which is how a restore reads first the residents it needs first.
@@ -27,24 +29,25 @@ class Draws:
 
     def __init__(self, seed: int, epoch: int) -> None:
         self._key = (_SHUFFLE_STREAM, seed, epoch)
-        self._block_index = -1
+        self._base = -2 * _BLOCK  # the count of the block's first draw: none held yet
         self._block: list[int] = []
         self.count = 0
 
     def below(self, bound: int) -> int:
         """The next draw reduced to ``[0, bound)``."""
-        block_index, offset = divmod(self.count, _BLOCK)
-        if block_index != self._block_index:
+        offset = self.count - self._base
+        if not 0 <= offset < _BLOCK:
+            block_index, offset = divmod(self.count, _BLOCK)
             rng = np.random.default_rng([*self._key, block_index])
             self._block = rng.integers(0, 1 << 62, size=_BLOCK, dtype=np.int64).tolist()
-            self._block_index = block_index
+            self._base = block_index * _BLOCK
         self.count += 1
         return self._block[offset] % bound
 
     def fork(self) -> Draws:
         """An independent stream at this one's count: drawing from it leaves this one as is."""
         other = Draws.__new__(Draws)
-        other._key, other._block_index, other._block = self._key, self._block_index, self._block
+        other._key, other._base, other._block = self._key, self._base, self._block
         other.count = self.count
         return other
 
@@ -80,14 +83,14 @@ class ShuffleBuffer(Generic[T]):
         self.bytes = 0
 
     def restore(self, items: list[T]) -> None:
-        """Hold ``items`` (a checkpoint's residents, in arrival order)."""
+        """Hold ``items`` (a checkpoint's residents, in slot order)."""
         self.items = list(items)
         if self._size_of is not None:
             self._sizes = [self._size_of(item) for item in self.items]
             self.bytes = sum(self._sizes)
 
     def sizes(self) -> list[int]:
-        """Each resident's size, in arrival order, as the byte budget counts it (0 without)."""
+        """Each resident's size, in slot order, as the byte budget counts it (0 without)."""
         return list(self._sizes) if self._size_of is not None else [0] * len(self.items)
 
     def push(self, item: T, size: int | None = None) -> T | None:
@@ -102,8 +105,9 @@ class ShuffleBuffer(Generic[T]):
                 return None
             if self.capacity == 0:
                 return item
-            evicted = items.pop(self.draws.below(self.capacity))
-            items.append(item)
+            index = self.draws.below(self.capacity)
+            evicted = items[index]
+            items[index] = item  # the newcomer takes the evicted resident's slot
             return evicted
         if size is None:
             size = self._size_of(item)
@@ -115,20 +119,33 @@ class ShuffleBuffer(Generic[T]):
         if not items:
             return item
         index = self.draws.below(len(items))
-        evicted = items.pop(index)
-        self.bytes += size - self._sizes.pop(index)
-        items.append(item)
-        self._sizes.append(size)
+        evicted = items[index]
+        self.bytes += size - self._sizes[index]
+        items[index] = item
+        self._sizes[index] = size
         return evicted
 
     def pop(self) -> T | None:
-        """Remove and return a uniformly chosen resident; ``None`` when empty."""
-        if not self.items:
+        """Remove and return a uniformly chosen resident; ``None`` when empty.
+
+        The last slot's resident moves into the emptied slot.
+        """
+        items = self.items
+        if not items:
             return None
-        index = self.draws.below(len(self.items))
+        index = self.draws.below(len(items))
+        last = items.pop()
         if self._sizes:
-            self.bytes -= self._sizes.pop(index)
-        return self.items.pop(index)
+            last_size = self._sizes.pop()
+            if index < len(items):
+                self.bytes -= self._sizes[index]
+                self._sizes[index] = last_size
+            else:
+                self.bytes -= last_size
+        if index < len(items):
+            evicted, items[index] = items[index], last
+            return evicted
+        return last
 
     def drain(self) -> Iterator[T]:
         """Emit the residents in random order, emptying the buffer."""
@@ -137,7 +154,7 @@ class ShuffleBuffer(Generic[T]):
 
 
 def eviction_order(draws: Draws, residents: int, steps: int, *, pushing: bool) -> list[int]:
-    """Which of ``residents`` (positions in arrival order) the next ``steps`` evictions take.
+    """Which of ``residents`` (slots) the next ``steps`` evictions take.
 
     In the order they leave, each once; those not taken within ``steps`` are left out. With
     ``pushing``, every step is a push that displaces a resident (the buffer stays full, as it
@@ -152,14 +169,19 @@ def eviction_order(draws: Draws, residents: int, steps: int, *, pushing: bool) -
     True
     """
     ahead = draws.fork()
-    alive = list(range(residents))  # -1: a sample pushed since, not a resident
+    slots = list(range(residents))  # -1: a sample pushed since, not a resident
     order = []
     for _ in range(steps):
-        if not alive:
+        if not slots:
             break
-        evicted = alive.pop(ahead.below(len(alive)))
+        index = ahead.below(len(slots))
+        evicted = slots[index]
         if pushing:
-            alive.append(-1)
+            slots[index] = -1
+        else:
+            last = slots.pop()
+            if index < len(slots):
+                slots[index] = last
         if evicted >= 0:
             order.append(evicted)
     return order
