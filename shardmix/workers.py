@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -43,7 +44,7 @@ CHUNK_BYTES = 8 << 20
 
 # What a worker sends: a chunk, what it skipped since its last chunk (or None), and whether
 # the chunk holds tensors boxed as arrays.
-Sent = tuple[LaneChunk, dict[str, Any] | None, bool]
+Sent = tuple[LaneChunk, dict[str, Any] | None, "Boxed | None"]
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def counted(sent: Iterator[Sent], ledger: SkipLedger | None) -> Iterator[LaneChu
     for chunk, skipped, boxed in sent:
         if skipped is not None and ledger is not None:
             ledger.merge(skipped)
-        yield _unboxed_tensors(chunk) if boxed else chunk
+        yield _unboxed_tensors(chunk, boxed) if boxed else chunk
 
 
 def is_worker_failure(error: RuntimeError) -> bool:
@@ -242,6 +243,10 @@ class _Tensor:
 
 
 def _box(tensor: torch.Tensor) -> _Tensor | torch.Tensor:
+    try:  # the common case first: a CPU tensor without grad, of a dtype numpy has
+        return _Tensor(tensor.numpy(), None)
+    except (TypeError, RuntimeError):
+        pass
     tensor = tensor.detach()
     if tensor.device.type != "cpu":
         return tensor
@@ -255,25 +260,52 @@ def _box(tensor: torch.Tensor) -> _Tensor | torch.Tensor:
         return _Tensor(tensor.view(same_size).numpy(), tensor.dtype)
 
 
-def _box_tensors(chunk: LaneChunk) -> bool:
-    """Box every tensor field of the chunk's samples for the trip (see ``_Tensor``).
+# What the main process needs to make tensors again: per field, whether its values travel as
+# plain arrays (and the dtype they stand for, where numpy has none) or as ``_Tensor`` boxes.
+Boxed = dict[str, tuple[bool, "torch.dtype | None"]]
 
-    Returns whether there were any, so that the main process looks for boxes only then.
+
+def _box_tensors(chunk: LaneChunk) -> Boxed | None:
+    """Turn the chunk's tensors into numpy arrays for the trip (see ``_Tensor``).
+
+    A field whose values are tensors in every sample that has it travels as plain arrays, which
+    pickle fastest; any other tensor travels in a ``_Tensor`` box. None: no tensors at all.
     """
-    boxed = False
+    tensor_fields: set[str] = set()
+    other_fields: set[str] = set()
     for _, samples, _ in chunk:
         for sample in samples:
             for field, value in sample.items():
-                if isinstance(value, torch.Tensor):
-                    sample[field] = _box(value)
-                    boxed = True
+                (tensor_fields if isinstance(value, torch.Tensor) else other_fields).add(field)
+    if not tensor_fields:
+        return None
+    boxed: Boxed = {field: (field not in other_fields, None) for field in tensor_fields}
+    dtypes: dict[str, torch.dtype | None] = {}
+    for _, samples, _ in chunk:
+        for sample in samples:
+            for field in tensor_fields:
+                value = sample.get(field)
+                if not isinstance(value, torch.Tensor):
+                    continue
+                box = _box(value)
+                plain = boxed[field][0] and type(box) is _Tensor
+                if plain and dtypes.setdefault(field, box.dtype) == box.dtype:  # type: ignore[union-attr]
+                    sample[field] = box.array  # type: ignore[union-attr]
+                else:
+                    sample[field] = box
+    for field, dtype in dtypes.items():
+        boxed[field] = (True, dtype)
     return boxed
 
 
-def _unboxed_tensors(chunk: LaneChunk) -> LaneChunk:
+def _unboxed_tensors(chunk: LaneChunk, boxed: Boxed) -> LaneChunk:
     for _, samples, _ in chunk:
         for sample in samples:
-            for field, value in sample.items():
+            for field, (plain, dtype) in boxed.items():
+                value = sample.get(field)
                 if type(value) is _Tensor:
                     sample[field] = value.tensor()
+                elif plain and type(value) is np.ndarray:
+                    tensor = torch.from_numpy(value)
+                    sample[field] = tensor if dtype is None else tensor.view(dtype)
     return chunk
