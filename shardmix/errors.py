@@ -82,6 +82,10 @@ class UnknownLengthError(ShardmixError, TypeError):
     """``len()`` of a loader whose record counts cannot be known (a TypeError, as ``len()``)."""
 
 
+class BadInputError(ShardmixError, OSError):
+    """An input (file, row, record) that cannot be read or must not be written."""
+
+
 class ShardmixWarning(UserWarning):
     """A deliberate degradation that the user should know about."""
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from shardmix.errors import ShardmixError
+from shardmix.errors import BadInputError, ShardmixError
 from shardmix.formats import Format, infer_format, reader_for
 from shardmix.formats._common import samples_only
 from shardmix.sources import open_shard
@@ -28,10 +28,6 @@ from shardmix.urls import expand_urls
 Sample = dict[str, Any]
 KEY = "__key__"
 LABEL_FIELD = "cls"
-
-
-class BadInputError(ShardmixError, OSError):
-    """An input (file, row, record) that cannot be read or must not be written."""
 
 
 class Problems:

@@ -21,12 +21,7 @@ from dataclasses import dataclass
 
 from shardmix.convert.inputs import Item
 from shardmix.convert.options import OutputPattern, Part
-from shardmix.formats import Format
-
-_BLOCK = 512
-_END_OF_TAR = 2 * _BLOCK
-_TFRECORD_FRAMING = 16
-_EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
+from shardmix.formats import Format, writer_for
 
 
 @dataclass(frozen=True)
@@ -50,26 +45,9 @@ def shuffled(items: Sequence[Item], seed: int, part: Part) -> list[Item]:
     return order
 
 
-def _padded(size: int) -> int:
-    return (size + _BLOCK - 1) // _BLOCK * _BLOCK
-
-
 def record_size(item: Item, fmt: Format) -> int:
     """The uncompressed bytes the item takes in a shard (exact for tar, at most for TFRecord)."""
-    if fmt is Format.TAR:
-        total = 0
-        for name, size in zip(item.fields, item.sizes, strict=True):
-            member = len(f"{item.key}.{name}".encode("utf-8", "surrogateescape"))
-            if member > 100:  # a pax header block and its record
-                total += _BLOCK + _padded(member + 20)
-            total += _BLOCK + _padded(size)
-        return total
-    features = sum(
-        len(name) + size + _EXAMPLE_SLACK
-        for name, size in zip(item.fields, item.sizes, strict=True)
-    )
-    key = len(item.key.encode("utf-8", "surrogateescape")) + 7 + _EXAMPLE_SLACK
-    return _TFRECORD_FRAMING + 12 + features + key
+    return writer_for(fmt).record_size(item.key, item.fields, item.sizes)
 
 
 class Roller:
@@ -79,13 +57,18 @@ class Roller:
         self.fmt = fmt
         self.max_records = max_records
         self.max_bytes = max_bytes
-        self._base = _END_OF_TAR if fmt is Format.TAR else 0
+        self._writer = writer_for(fmt)
+        self._base = self._writer.end_size  # a finished shard's bytes before any record
         self.records = 0  # in the current shard
         self._size = self._base
 
     def add(self, item: Item) -> bool:
         """Count ``item`` in; True when it must open a new shard (the current one is full)."""
-        item_size = record_size(item, self.fmt) if self.max_bytes is not None else 0
+        item_size = (
+            self._writer.record_size(item.key, item.fields, item.sizes)
+            if self.max_bytes is not None
+            else 0
+        )
         full = self.max_records is not None and self.records >= self.max_records
         too_big = self.max_bytes is not None and self._size + item_size > self.max_bytes
         new = self.records > 0 and (full or too_big)

@@ -8,24 +8,22 @@ gets an index ``<name>.idx`` (text lines ``offset length``, one per record, the 
 ``tfrecord`` package's ``tfrecord2idx``), renamed into place before its shard.
 
 The rolling itself (which items go where) is :mod:`shardmix.convert.plan`'s; this module
-writes exactly the items it is given, with the format writers of :mod:`shardmix.formats`.
+writes exactly the items it is given, with the format's writer from
+:func:`shardmix.formats.writer_for`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from shardmix.convert.inputs import KEY, BadInputError, Problems, Sample, ShardCursor
+from shardmix.convert.inputs import BadInputError, Problems, Sample, ShardCursor
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.plan import ShardPlan
-from shardmix.formats import Format
-from shardmix.formats.tar_writer import TarWriter
-from shardmix.formats.tfrecord_writer import TFRecordWriter
+from shardmix.formats import Format, ShardSampleWriter, writer_for
 
 TEMP_SUFFIX = ".partial"
 
@@ -42,7 +40,7 @@ class WriteSpec:
 
     @property
     def indexed(self) -> bool:
-        return self.write_index and self.format is Format.TFRECORD and not self.gzip
+        return self.write_index and writer_for(self.format).can_index(gzip=self.gzip)
 
 
 @dataclass(frozen=True)
@@ -84,28 +82,6 @@ def _create(path: str) -> BinaryIO:
     return os.fdopen(os.open(path, flags, 0o644), "wb")
 
 
-def tar_value(key: str, field: str, value: Any) -> Any:
-    """A field value as tar member data: bytes, str, int or float (arrays and lists as JSON)."""
-    if isinstance(value, (bytes, str, int, float)):
-        return value
-    if hasattr(value, "tolist"):  # numpy arrays and scalars
-        value = value.tolist()
-        if not isinstance(value, list):
-            return value
-        if len(value) == 1 and not isinstance(value[0], list):
-            return value[0]
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return b""
-        if all(isinstance(item, (str, int, float)) for item in value):
-            return json.dumps(list(value))
-    raise BadInputError(
-        f"sample {key!r} field {field!r}: a {type(value).__name__} of several byte strings "
-        "has no tar form; write it to TFRecord instead",
-        url=key,
-    )
-
-
 def _loaded(plan: ShardPlan, cursor: ShardCursor, problems: Problems) -> Iterator[Sample]:
     for item in plan.items:
         try:
@@ -129,11 +105,10 @@ class ShardFile:
         self._raw = _create(self._temp)
         self._out = _HashingFile(self._raw)
         self._lines: list[str] = []
-        self._writer: TarWriter | TFRecordWriter
-        if spec.format is Format.TAR:
-            self._writer = TarWriter(self._out, gzip=spec.gzip)  # type: ignore[arg-type]
-        else:
-            self._writer = TFRecordWriter(self._out, gzip=spec.gzip)  # type: ignore[arg-type]
+        self._writer: ShardSampleWriter = writer_for(spec.format).open(
+            self._out,  # type: ignore[arg-type]
+            gzip=spec.gzip,
+        )
 
     @property
     def records(self) -> int:
@@ -141,21 +116,11 @@ class ShardFile:
 
     def write(self, sample: Sample) -> None:
         """Append one sample; a sample the format cannot hold is reported to ``problems``."""
-        key = sample[KEY]
-        if isinstance(self._writer, TarWriter):
-            try:
-                fields = {name: tar_value(key, name, value) for name, value in sample.items()}
-                self._writer.write(fields)
-            except BadInputError as error:
-                self.problems.report(error)
-            except (ValueError, TypeError) as error:
-                self.problems.report(BadInputError(f"sample {key!r}: {error}", url=key))
-            return
         start = self._writer.bytes_written
         try:
-            self._writer.write_example(sample)
-        except ValueError as error:
-            self.problems.report(BadInputError(f"sample {key!r}: {error}", url=None))
+            self._writer.write_sample(sample)
+        except BadInputError as error:
+            self.problems.report(error)
             return
         self._lines.append(f"{start} {self._writer.bytes_written - start}\n")
 

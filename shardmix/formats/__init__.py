@@ -6,7 +6,9 @@ The read API is :class:`~shardmix.formats.registry.ShardReader` and the registry
 URL (for error messages). Readers know nothing of workers, ranks or torch. One module per
 format implements a reader and registers it (:mod:`~shardmix.formats.tar`,
 :mod:`~shardmix.formats.tfrecord`); :mod:`~shardmix.formats.registry` says what every read
-promises.
+promises. The write side that ``shardmix convert`` uses is registered the same way:
+``writer_for(fmt)`` gives a :class:`~shardmix.formats.registry.ShardWriterFormat`
+(:mod:`~shardmix.formats.tar_writer`, :mod:`~shardmix.formats.tfrecord_writer`).
 
 The functions below are that API for one call each, for callers holding a format rather than a
 reader:
@@ -53,10 +55,14 @@ from shardmix.formats.registry import (
     LocatedSample,
     RecordPosition,
     ShardReader,
+    ShardSampleWriter,
+    ShardWriterFormat,
     infer_format,
     is_gzipped,
     reader_for,
     register_reader,
+    register_writer,
+    writer_for,
 )
 from shardmix.policy import DamageHandler
 
@@ -66,6 +72,8 @@ __all__ = [
     "ReadOptions",
     "RecordPosition",
     "ShardReader",
+    "ShardSampleWriter",
+    "ShardWriterFormat",
     "TFRecordPayload",
     "can_seek_records",
     "infer_format",
@@ -78,6 +86,8 @@ __all__ = [
     "read_samples_at_offsets",
     "reader_for",
     "register_reader",
+    "register_writer",
+    "writer_for",
 ]
 
 

@@ -1,14 +1,17 @@
-"""The reader registry: one :class:`ShardReader` per :class:`Format`, looked up by format.
+"""The format registry: one :class:`ShardReader` and one :class:`ShardWriterFormat` per
+:class:`Format`, looked up by format.
 
 This module owns what names a format (the :class:`Format` enum, the URL extensions that imply
-one, whether a URL is gzip) and the map from a format to the reader that reads it, and nothing
-that reads bytes. The format modules register their reader when imported; :func:`reader_for`
-imports a known format's module on first use, so protobuf is loaded only when a TFRecord shard
-is read. As in fsspec's registry, registering a second reader for a format is refused unless
-``clobber=True`` says so: a reader never changes silently.
+one, whether a URL is gzip) and the maps from a format to the reader that reads it and to the
+writer side that ``shardmix convert`` writes it with, and nothing that reads or writes bytes.
+The format modules register their reader (and writer) when imported; :func:`reader_for` and
+:func:`writer_for` import a known format's module on first use, so protobuf is loaded only when
+a TFRecord shard is read or written. As in fsspec's registry, registering a second reader or
+writer for a format is refused unless ``clobber=True`` says so: neither changes silently.
 
-Adding a format touches its own module, which implements :class:`ShardReader` and calls
-:func:`register_reader`, and this one (a :class:`Format` member, its extensions, its module).
+Adding a format touches its own modules, which implement :class:`ShardReader` and
+:class:`ShardWriterFormat` and call :func:`register_reader` and :func:`register_writer`, and
+this one (a :class:`Format` member, its extensions, its modules).
 
 Words: a *located sample* is ``(record index, byte offset, sample)``, what every read yields;
 a *record position* is ``(record index, byte offset)``, what :meth:`ShardReader.records_at`
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from shardmix.errors import UnsupportedURLError
@@ -52,6 +55,12 @@ _SUFFIXES: tuple[tuple[str, Format], ...] = (
 _MODULES: dict[Format, str] = {
     Format.TAR: "shardmix.formats.tar",
     Format.TFRECORD: "shardmix.formats.tfrecord",
+}
+
+# The module that registers each built-in format's writer when imported.
+_WRITER_MODULES: dict[Format, str] = {
+    Format.TAR: "shardmix.formats.tar_writer",
+    Format.TFRECORD: "shardmix.formats.tfrecord_writer",
 }
 
 
@@ -183,3 +192,79 @@ def reader_for(fmt: Format, options: ReadOptions | None = None) -> ShardReader:
     if factory is None:
         raise ValueError(f"no reader is registered for format {fmt!r}")
     return factory(ReadOptions() if options is None else options)
+
+
+class ShardSampleWriter(Protocol):
+    """One shard being written by ``shardmix convert``: samples in, the format's records out.
+
+    ``records`` counts the records written, ``bytes_written`` the bytes of the format before
+    any compression (so a record's offset and length, for an index, are the difference around
+    one :meth:`write_sample`).
+    """
+
+    @property
+    def records(self) -> int: ...
+
+    @property
+    def bytes_written(self) -> int: ...
+
+    def write_sample(self, sample: Mapping[str, Any]) -> None:
+        """Append one sample (``"__key__"`` and its fields, as convert loads them).
+
+        A sample the format cannot hold raises :class:`~shardmix.errors.BadInputError`, and
+        nothing of it is written.
+        """
+        ...
+
+    def close(self) -> None:
+        """Complete the shard (end-of-archive, gzip trailer); the stream is left open."""
+        ...
+
+
+class ShardWriterFormat(Protocol):
+    """What ``shardmix convert`` needs of a format to write it and to plan its shards."""
+
+    @property
+    def end_size(self) -> int:
+        """The bytes a finished shard with no records takes (before compression)."""
+        ...
+
+    def can_index(self, *, gzip: bool) -> bool:
+        """Whether a shard written with ``gzip`` gets an index of record offsets."""
+        ...
+
+    def record_size(self, key: str, fields: Sequence[str], sizes: Sequence[int]) -> int:
+        """The bytes (before compression) a sample with these fields and value sizes takes.
+
+        Exact where the format allows, else an upper bound; what ``--max-bytes`` rolls on.
+        """
+        ...
+
+    def open(self, stream: BinaryIO, *, gzip: bool) -> ShardSampleWriter:
+        """A writer of one shard onto ``stream`` (gzip-compressed when ``gzip``)."""
+        ...
+
+
+_WRITERS: dict[Format, ShardWriterFormat] = {}
+
+
+def register_writer(fmt: Format, writer: ShardWriterFormat, *, clobber: bool = False) -> None:
+    """Make ``writer`` the writer side of ``fmt``; refuse a silent override."""
+    known = _WRITERS.get(fmt)
+    if known is not None and known != writer and not clobber:
+        raise ValueError(
+            f"a writer for format {fmt.value!r} is already registered ({known!r}); "
+            "pass clobber=True to replace it"
+        )
+    _WRITERS[fmt] = writer
+
+
+def writer_for(fmt: Format) -> ShardWriterFormat:
+    """The writer side of ``fmt``; imports a built-in format's writer module."""
+    writer = _WRITERS.get(fmt)
+    if writer is None and fmt in _WRITER_MODULES:
+        importlib.import_module(_WRITER_MODULES[fmt])
+        writer = _WRITERS.get(fmt)
+    if writer is None:
+        raise ValueError(f"no writer is registered for format {fmt!r}")
+    return writer

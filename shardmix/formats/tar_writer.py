@@ -4,16 +4,22 @@ Members are named ``<key>.<field>`` and written in sorted field order with fixed
 (mtime 0, uid/gid 0, no user names, mode 0644), in ustar format with a pax header only when a
 name does not fit; GNU tar and webdataset read the result. Reading lives in
 :mod:`shardmix.formats.tar`; this module shares only the block size and the naming rule.
+:class:`TarShardFormat` is the format's writer side for ``shardmix convert``, registered
+with :func:`~shardmix.formats.registry.register_writer`.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, BinaryIO
 
+from shardmix.errors import BadInputError
 from shardmix.formats._common import deterministic_gzip
+from shardmix.formats.registry import Format, register_writer
 from shardmix.formats.tar import split_member_name
 from shardmix.formats.tar_members import BLOCK as _BLOCK
 from shardmix.formats.tar_members import POSIX_MAGIC as _POSIX_MAGIC
@@ -170,3 +176,71 @@ class TarWriter:
         traceback: TracebackType | None,
     ) -> None:
         self._close(complete=exc_type is None)
+
+
+def tar_value(key: str, field: str, value: Any) -> Any:
+    """A field value as tar member data: bytes, str, int or float (arrays and lists as JSON)."""
+    if isinstance(value, (bytes, str, int, float)):
+        return value
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        value = value.tolist()
+        if not isinstance(value, list):
+            return value
+        if len(value) == 1 and not isinstance(value[0], list):
+            return value[0]
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return b""
+        if all(isinstance(item, (str, int, float)) for item in value):
+            return json.dumps(list(value))
+    raise BadInputError(
+        f"sample {key!r} field {field!r}: a {type(value).__name__} of several byte strings "
+        "has no tar form; write it to TFRecord instead",
+        url=key,
+    )
+
+
+def _padded(size: int) -> int:
+    return (size + _BLOCK - 1) // _BLOCK * _BLOCK
+
+
+class TarSampleWriter(TarWriter):
+    """A :class:`TarWriter` that takes convert's samples: values made tar data first."""
+
+    def write_sample(self, sample: Mapping[str, Any]) -> None:
+        """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
+        key = sample["__key__"]
+        try:
+            self.write({name: tar_value(key, name, value) for name, value in sample.items()})
+        except BadInputError:
+            raise
+        except (ValueError, TypeError) as error:
+            raise BadInputError(f"sample {key!r}: {error}", url=key) from error
+
+
+@dataclass(frozen=True)
+class TarShardFormat:
+    """The tar writer side of ``shardmix convert`` (see :class:`ShardWriterFormat`)."""
+
+    @property
+    def end_size(self) -> int:
+        return 2 * _BLOCK  # the end-of-archive blocks
+
+    def can_index(self, *, gzip: bool) -> bool:
+        return False
+
+    def record_size(self, key: str, fields: Sequence[str], sizes: Sequence[int]) -> int:
+        """Exact: each member's header and padded data, and a pax header for a long name."""
+        total = 0
+        for name, size in zip(fields, sizes, strict=True):
+            member = len(f"{key}.{name}".encode("utf-8", "surrogateescape"))
+            if member > 100:  # a pax header block and its record
+                total += _BLOCK + _padded(member + 20)
+            total += _BLOCK + _padded(size)
+        return total
+
+    def open(self, stream: BinaryIO, *, gzip: bool) -> TarSampleWriter:
+        return TarSampleWriter(stream, gzip=gzip)
+
+
+register_writer(Format.TAR, TarShardFormat())

@@ -2,18 +2,23 @@
 
 Framing as TensorFlow writes it (length, masked CRC-32C of the length, data, masked CRC-32C of
 the data); gzip output is deterministic. Reading lives in :mod:`shardmix.formats.tfrecord`.
+:class:`TFRecordShardFormat` is the format's writer side for ``shardmix convert``, registered
+with :func:`~shardmix.formats.registry.register_writer`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from gzip import GzipFile
 from types import TracebackType
 from typing import Any, BinaryIO
 
+from shardmix.errors import BadInputError
 from shardmix.formats._common import deterministic_gzip
 from shardmix.formats.example import encode_example
+from shardmix.formats.registry import Format, register_writer
 from shardmix.formats.tfrecord import _KEY
 from shardmix.formats.tfrecord_framing import CRC, FOOTER_SIZE, HEADER_SIZE, LENGTH, masked_crc
 
@@ -80,3 +85,44 @@ class TFRecordWriter:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
+
+
+class TFRecordSampleWriter(TFRecordWriter):
+    """A :class:`TFRecordWriter` that takes convert's samples, one Example record each."""
+
+    def write_sample(self, sample: Mapping[str, Any]) -> None:
+        """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
+        try:
+            self.write_example(sample)
+        except ValueError as error:
+            raise BadInputError(f"sample {sample['__key__']!r}: {error}", url=None) from error
+
+
+@dataclass(frozen=True)
+class TFRecordShardFormat:
+    """The TFRecord writer side of ``shardmix convert`` (see :class:`ShardWriterFormat`)."""
+
+    @property
+    def end_size(self) -> int:
+        return 0
+
+    def can_index(self, *, gzip: bool) -> bool:
+        """Uncompressed shards only: an index's offsets are where a reader seeks."""
+        return not gzip
+
+    def record_size(self, key: str, fields: Sequence[str], sizes: Sequence[int]) -> int:
+        """An upper bound: the framing, the Example's features and its ``__key__`` feature."""
+        features = sum(
+            len(name) + size + _EXAMPLE_SLACK for name, size in zip(fields, sizes, strict=True)
+        )
+        key_feature = len(key.encode("utf-8", "surrogateescape")) + 7 + _EXAMPLE_SLACK
+        return HEADER_SIZE + FOOTER_SIZE + 12 + features + key_feature
+
+    def open(self, stream: BinaryIO, *, gzip: bool) -> TFRecordSampleWriter:
+        return TFRecordSampleWriter(stream, gzip=gzip)
+
+
+register_writer(Format.TFRECORD, TFRecordShardFormat())
