@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 from shardmix.errors import UnsupportedURLError
 from shardmix.formats.options import ReadOptions
@@ -168,19 +168,25 @@ class ShardReader(Protocol):
 
 
 ReaderFactory = Callable[[ReadOptions], ShardReader]
+T = TypeVar("T")
 
 _FACTORIES: dict[Format, ReaderFactory] = {}
 
 
 def register_reader(fmt: Format, factory: ReaderFactory, *, clobber: bool = False) -> None:
     """Make ``factory`` (options to reader) the reader of ``fmt``; refuse a silent override."""
-    known = _FACTORIES.get(fmt)
-    if known is not None and known != factory and not clobber:
+    _register(_FACTORIES, "reader", fmt, factory, clobber)
+
+
+def _register(table: dict[Format, T], what: str, fmt: Format, entry: T, clobber: bool) -> None:
+    """Put ``entry`` in ``table`` under ``fmt``, unless another is there and not ``clobber``."""
+    known = table.get(fmt)
+    if known is not None and known != entry and not clobber:
         raise ValueError(
-            f"a reader for format {fmt.value!r} is already registered ({known!r}); "
+            f"a {what} for format {fmt.value!r} is already registered ({known!r}); "
             "pass clobber=True to replace it"
         )
-    _FACTORIES[fmt] = factory
+    table[fmt] = entry
 
 
 def reader_for(fmt: Format, options: ReadOptions | None = None) -> ShardReader:
@@ -250,13 +256,7 @@ _WRITERS: dict[Format, ShardWriterFormat] = {}
 
 def register_writer(fmt: Format, writer: ShardWriterFormat, *, clobber: bool = False) -> None:
     """Make ``writer`` the writer side of ``fmt``; refuse a silent override."""
-    known = _WRITERS.get(fmt)
-    if known is not None and known != writer and not clobber:
-        raise ValueError(
-            f"a writer for format {fmt.value!r} is already registered ({known!r}); "
-            "pass clobber=True to replace it"
-        )
-    _WRITERS[fmt] = writer
+    _register(_WRITERS, "writer", fmt, writer, clobber)
 
 
 def writer_for(fmt: Format) -> ShardWriterFormat:
