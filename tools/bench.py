@@ -516,17 +516,13 @@ def resume_section(config: Config) -> list[Row]:
         del batches
         gc.collect()
         rows.append(
-            Row(
-                section="resume",
-                system="shardmix",
-                name=f"shardmix {fmt}, resume at batch {stop} of {total}",
-                samples=remaining,
-                seconds=resume_seconds,
-                samples_per_s=float("nan"),
-                mean_samples_per_s=float("nan"),
-                distinct_per_batch=float("nan"),
-                ideal_distinct=ideal_distinct_sources(config.sizes, config.batch_size),
-                exactly_once=remaining == sum(config.sizes) - stop * config.batch_size,
+            _restore_row(
+                config,
+                "resume",
+                f"shardmix {fmt}, resume at batch {stop} of {total}",
+                stop,
+                remaining,
+                resume_seconds,
                 note=(
                     f"{fmt}: restore to first batch {resume_seconds:.3f} s = "
                     f"{resume_seconds / epoch_seconds:.1%} of a whole epoch "
@@ -535,6 +531,34 @@ def resume_section(config: Config) -> list[Row]:
             )
         )
     return rows
+
+
+def _restore_row(
+    config: Config,
+    section_name: str,
+    name: str,
+    stop: int,
+    remaining: int,
+    seconds: float,
+    note: str,
+    extra: dict[str, Any] | None = None,
+) -> Row:
+    """A restore's row: its time to the first batch, and whether the rest of the epoch came
+    whole (every sample after the ``stop`` batches read before the checkpoint)."""
+    return Row(
+        section=section_name,
+        system="shardmix",
+        name=name,
+        samples=remaining,
+        seconds=seconds,
+        samples_per_s=float("nan"),
+        mean_samples_per_s=float("nan"),
+        distinct_per_batch=float("nan"),
+        ideal_distinct=ideal_distinct_sources(config.sizes, config.batch_size),
+        exactly_once=remaining == sum(config.sizes) - stop * config.batch_size,
+        note=note,
+        extra=extra or {},
+    )
 
 
 # ----------------------------------------------------------------------------- ranks section
@@ -747,17 +771,13 @@ def remote_section(config: Config) -> list[Row]:
     resident_bytes = _resident_bytes(paths, urls, residents)
     limit = resident_bytes + data_bytes // 10
     return [
-        Row(
-            section="remote",
-            system="shardmix",
-            name=f"shardmix tar over HTTP (30 ms), resume at batch {stop} of {total}",
-            samples=remaining,
-            seconds=resume_seconds,
-            samples_per_s=float("nan"),
-            mean_samples_per_s=float("nan"),
-            distinct_per_batch=float("nan"),
-            ideal_distinct=ideal_distinct_sources(config.sizes, config.batch_size),
-            exactly_once=remaining == sum(config.sizes) - stop * config.batch_size,
+        _restore_row(
+            config,
+            "remote",
+            f"shardmix tar over HTTP (30 ms), resume at batch {stop} of {total}",
+            stop,
+            remaining,
+            resume_seconds,
             note=(
                 f"remote: epoch {epoch_seconds:.2f} s; restore to first batch "
                 f"{resume_seconds:.3f} s = {resume_seconds / epoch_seconds:.1%} of the epoch; "
