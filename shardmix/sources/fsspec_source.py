@@ -16,11 +16,12 @@ filesystem (the one that holds the data), unless their keys name the chain's pro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, BinaryIO, cast
 
-from shardmix.errors import ShardNotFoundError, UnsupportedURLError
+from shardmix.errors import ShardNotFoundError, UnsupportedURLError, describe_position
 from shardmix.sources import RemoteAccessError, RemoteReadError, scheme_of
 
 __all__ = ["filesystem_of", "install_hint", "open_fsspec"]
@@ -54,13 +55,19 @@ def install_hint(scheme: str) -> str:
 
 def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> BinaryIO:
     """Open ``url`` through fsspec, with ``storage_options`` given to its filesystem."""
-    fsspec = _import_fsspec(url)
-    for protocol in chain_protocols(url):
-        _check_backend(fsspec, url, protocol)
-    try:
-        options = _chain_options(url, dict(storage_options or {}))
-        filesystem, path = fsspec.core.url_to_fs(url, **options)
+    with fsspec_errors(url, "could not open the shard"):
+        filesystem, path = filesystem_of(url, storage_options)
         return cast(BinaryIO, filesystem.open(path, "rb"))
+
+
+@contextmanager
+def fsspec_errors(
+    url: str, doing: str, *, offset: int | None = None, remedy: str | None = None
+) -> Iterator[None]:
+    """fsspec's errors as shardmix's, naming the URL (and the offset): a missing shard, access
+    refused, or any other failure to read (``doing`` says what failed, ``remedy`` what to do)."""
+    try:
+        yield
     except FileNotFoundError as error:
         raise ShardNotFoundError(f"{url}: no such shard", url=url) from error
     except PermissionError as error:
@@ -70,7 +77,12 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> B
             url=url,
         ) from error
     except OSError as error:
-        raise RemoteReadError(f"{url}: could not open the shard: {error}", url=url) from error
+        raise RemoteReadError(
+            f"{describe_position(url, offset=offset)}: {doing}: {error}"
+            + (f"; {remedy}" if remedy else ""),
+            url=url,
+            offset=offset,
+        ) from error
 
 
 def filesystem_of(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:

@@ -23,9 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from shardmix.errors import ShardNotFoundError
-from shardmix.errors import describe_position as _where
-from shardmix.sources import _OPENERS, RemoteReadError, SourceOptions, scheme_of
+from shardmix.sources import _OPENERS, SourceOptions, scheme_of
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -111,26 +109,20 @@ def _fetcher(url: str, options: SourceOptions) -> Fetch | None:
 
 
 def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:
-    from shardmix.sources.fsspec_source import filesystem_of
+    from shardmix.sources.fsspec_source import filesystem_of, fsspec_errors
 
     filesystem, path = filesystem_of(url, options.storage_options)
     size: list[int] = []
 
     def fetch(start: int, stop: int) -> tuple[bytes, int | None]:
-        try:
+        doing = f"could not read bytes {start}-{stop}"
+        with fsspec_errors(
+            url, doing, offset=start, remedy="check the storage and the credentials"
+        ):
             if not size:
                 size.append(int(filesystem.size(path)))
             stop = min(stop, size[0])
             data = filesystem.cat_file(path, start=start, end=stop) if start < stop else b""
-        except FileNotFoundError as error:
-            raise ShardNotFoundError(f"{url}: no such shard", url=url) from error
-        except OSError as error:
-            raise RemoteReadError(
-                f"{_where(url, offset=start)}: could not read bytes {start}-{stop}: {error}; "
-                "check the storage and the credentials",
-                url=url,
-                offset=start,
-            ) from error
         return bytes(data), size[0]
 
     return fetch
