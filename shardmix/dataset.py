@@ -153,7 +153,9 @@ class ShardDataset(IterableDataset[Sample]):
         )
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
         self.epoch = 0
-        self._weights: tuple[str, dict[str, float]] | None | bool = False  # False: not yet known
+        # The shards' sizes as the mixer weighs lanes: found once, on first use (see below).
+        self._weights: tuple[str, dict[str, float]] | None = None
+        self._weights_found = False
 
     def set_epoch(self, epoch: int) -> None:
         """Read epoch ``epoch`` next time the dataset is iterated directly."""
@@ -251,10 +253,11 @@ class ShardDataset(IterableDataset[Sample]):
         if world_size > 1:
             counts = self.shard_counts(world_size)
             return "records", [float(piece.size(counts)) for piece in pieces]
-        if self._weights is False:
+        if not self._weights_found:
             self._weights = _known_weights(self.urls, self.record_counts)
+            self._weights_found = True
         known = self._weights
-        if known is None or known is True:
+        if known is None:
             return None
         unit, by_url = known
         return unit, [by_url[self.urls[piece.shard]] for piece in pieces]
