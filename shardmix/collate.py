@@ -26,7 +26,7 @@ from torch.utils.data import default_collate
 
 from shardmix.errors import DecodeError
 
-_LIST_KEYS = ("__key__", "__source__", "__dataset__")
+LIST_KEYS = ("__key__", "__source__", "__dataset__")
 _INT_KEYS = ("__index__", "__offset__")
 
 
@@ -65,7 +65,7 @@ def _odd_fields(odd: dict[str, Any], fields: Any) -> DecodeError:
 
 
 def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, Any]]) -> Any:
-    if field in _LIST_KEYS:
+    if field in LIST_KEYS:
         return values
     if field in _INT_KEYS:
         return torch.tensor(values, dtype=torch.int64)

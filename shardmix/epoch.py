@@ -15,20 +15,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from torch.utils.data import IterableDataset
+import numpy as np
 
 from shardmix.checkpoint import Ref, pack_refs, pack_sizes, unpack_refs, unpack_sizes
+from shardmix.chunks import Chunk, LaneClocks
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
-from shardmix.mixing import LaneClocks, LaneMixer
+from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
-from shardmix.reader import LanePosition, Sample, sample_bytes, take_sample_bytes
-from shardmix.residents import Resident, ResidentReads, read_refs
+from shardmix.reader import LanePosition, Sample
+from shardmix.residents import ResidentReads, read_refs
+from shardmix.rows import RowStore
 from shardmix.sharding import EvenRanks, Piece, rank_quota
-from shardmix.shuffle import ShuffleBuffer, eviction_order
+from shardmix.shuffle import SlotBuffer, eviction_order
 from shardmix.transforms import FILTERED, SKIPPED
-from shardmix.workers import Sent, counted, is_worker_failure, start_workers, stop_workers
+from shardmix.workers import is_worker_failure, start_workers, stop_workers
 
 T = TypeVar("T")
 
@@ -88,8 +90,7 @@ class EpochIterator:
                 epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
             )
             lane_pieces = [
-                [(dataset.urls[piece.shard], piece.start, piece.stop) for piece in lane]
-                for lane in self.plan
+                [(piece.shard, piece.start, piece.stop) for piece in lane] for lane in self.plan
             ]
             weights = [dataset.piece_weights(lane, world_size) for lane in self.plan]
             if all(weight is not None for weight in weights):
@@ -99,14 +100,15 @@ class EpochIterator:
                 self.quota, self.own = _plan_quota(
                     dataset, epoch, rank, world_size, loader.even_ranks, epoch_pass
                 )
-        # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`).
-        self.buffer: ShuffleBuffer[Sample | Resident] = ShuffleBuffer(
+        self.store = RowStore()
+        self.buffer = SlotBuffer(
             loader.shuffle_buffer_size(),
             seed=loader.seed,
             epoch=epoch,
             max_bytes=loader.shuffle_buffer_bytes,
-            size_of=_size_of,
         )
+        # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`),
+        # held in the buffer as id ``-1 - its position``.
         self._residents: ResidentReads | None = None
         starts = None
         live = None
@@ -127,7 +129,7 @@ class EpochIterator:
         if isinstance(dataset, ShardDataset) and dataset.policy.skips:
             self.skipped = SkipLedger.for_policy(dataset.policy)
         if live is not None and not live:
-            sent: Iterator[Sent] = iter(())
+            sent: Iterator[Chunk] = iter(())
             num_lanes = len(starts or ())
         else:
             sent, num_lanes, self._workers = start_workers(
@@ -138,7 +140,7 @@ class EpochIterator:
                 starts=starts,
                 epoch_pass=epoch_pass,
                 lane_pieces=self.plan,
-                shares=clocks.shares() if clocks is not None else None,
+                clocks=clocks,
                 num_workers=loader.num_workers,
                 timeout=loader.timeout,
                 prefetch_factor=loader.prefetch_factor,
@@ -162,17 +164,20 @@ class EpochIterator:
                 epoch=epoch,
                 epoch_pass=epoch_pass,
             )
-            self.buffer.restore(list(self._residents.residents))
+            sizes = [resident.size for resident in self._residents.residents]
+            self.buffer.restore(-1 - np.arange(len(refs), dtype=np.int64), np.asarray(sizes))
         self._first_wave_due = self._residents is not None
-        self.mixer = LaneMixer(
-            counted(sent, self.skipped),
+        self.merge = LaneMerge(
+            sent,
             num_lanes,
+            self.store,
+            clocks=clocks,
+            lane_pieces=lane_pieces,
             live=live,
             cursor=cursor,
-            lane_pieces=lane_pieces,
             start=starts,
             dropped=dropped,
-            clocks=clocks,
+            ledger=self.skipped,
         )
 
     def __iter__(self) -> EpochIterator:
@@ -183,11 +188,12 @@ class EpochIterator:
             raise StopIteration
         return self._guarded(self._next_batch)
 
-    def next_sample(self) -> Sample | None:
-        """The epoch's next sample, or None at its end (how a mixture takes samples)."""
+    def next_samples(self, count: int) -> list[Sample]:
+        """The epoch's next ``count`` samples as dicts; fewer only at its end (how a mixture
+        takes samples)."""
         if self.closed:
-            return None
-        return self._guarded(self._next_sample)
+            return []
+        return self._guarded(lambda: self._as_samples(*self._take(count)))
 
     def _guarded(self, step: Callable[[], T]) -> T:
         """``step()``; on an error the workers stop at once, and a dead one is named."""
@@ -207,7 +213,7 @@ class EpochIterator:
     @property
     def filtered(self) -> dict[str, int]:
         """``{"dropped": n, "padded": n}``: what the transform dropped, and the padding."""
-        return {"dropped": self.mixer.dropped[FILTERED], "padded": self.padded}
+        return {"dropped": self.merge.dropped[FILTERED], "padded": self.padded}
 
     def _fail(self) -> None:
         """Stop this epoch and the workers it ran on, persistent or not."""
@@ -232,63 +238,105 @@ class EpochIterator:
 
     def _next_batch(self) -> Any:
         batch_size = self.batch_size
-        batch: list[Sample] = []
-        while len(batch) < batch_size:
-            sample = self._next_sample()
-            if sample is None:
-                break
-            batch.append(sample)
-        if not batch or (self.drop_last and len(batch) < batch_size):
+        ids, pads = self._take(batch_size)
+        size = len(ids) + len(pads)
+        if not size or (self.drop_last and size < batch_size):
             self.finished = True
             raise StopIteration
         self.batches += 1
-        collated = self.collate_fn(batch)
+        if pads or (len(ids) and ids.min() < 0):
+            collated = self.collate_fn(self._as_samples(ids, pads))
+        else:
+            collated = self.store.batch(ids, self.collate_fn)
+            self._release(ids)
         return pin_batch(collated) if self.pin_memory else collated
 
-    def _next_sample(self) -> Sample | None:
+    def _take(self, count: int) -> tuple[np.ndarray, list[Sample]]:
+        """The ids of the next ``count`` samples of this rank's epoch, and the padding after
+        them (samples re-read by reference) once this rank's own samples ran out."""
         if self._first_wave_due:
             # Before any sample: errors re-reading the first wave's residents come first.
             self._first_wave_due = False
             assert self._residents is not None
             self._residents.read_wave(0)
         if self.quota is None or self.own is None:
-            return self._next_own()
-        if self.emitted >= self.quota:
-            return None
-        sample: Sample | None
-        sample = None if self.emitted >= self.own + self.padded else self._next_own()
-        if sample is None:
+            ids = self._next_ids(count)
+            self.emitted += len(ids)
+            return ids, []
+        room = max(0, min(count, self.quota - self.emitted))
+        own_room = max(0, min(room, self.own + self.padded - self.emitted))
+        ids = self._next_ids(own_room)
+        reserve = max(self.quota - self.own, min(self.quota, PAD_RESERVE)) - len(self.pad_refs)
+        if reserve > 0:
+            self.pad_refs.extend(self._refs(ids[:reserve]))
+        self.emitted += len(ids)
+        short = room - len(ids)
+        pads = []
+        if short > 0:
             if self.emitted - self.padded < self.own and not self._dropped_any():
                 raise ConfigError(
                     f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
                     f"but were counted at {self.own}; the shards changed while being read"
                 )
-            sample = self._next_pad(self.padded)
-            self.padded += 1
-        elif len(self.pad_refs) < max(self.quota - self.own, min(self.quota, PAD_RESERVE)):
-            self.pad_refs.append(_ref_of(self.dataset, sample))
-        self.emitted += 1
-        return sample
+            pads = [self._next_pad(self.padded + extra) for extra in range(short)]
+            self.padded += short
+            self.emitted += short
+        return ids, pads
+
+    def _next_ids(self, count: int) -> np.ndarray:
+        """The ids the buffer gives out next, ``count`` of them unless the epoch ends."""
+        out = []
+        got = 0
+        buffer, merge = self.buffer, self.merge
+        while got < count:
+            wanted = count - got
+            ids, sizes = merge.peek(wanted + max(0, buffer.capacity - len(buffer)))
+            if not len(ids):
+                merge.consume(0)  # the tombstones left after the last sample
+                popped = buffer.pop(wanted)
+                if len(popped):
+                    out.append(popped)
+                break
+            evicted, used = buffer.push(ids, sizes, wanted)
+            merge.consume(used)
+            if len(evicted):
+                out.append(evicted)
+                got += len(evicted)
+        if not out:
+            return np.empty(0, dtype=np.int64)
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def _as_samples(self, ids: np.ndarray, pads: list[Sample]) -> list[Sample]:
+        """``ids`` as sample dicts (a restored resident read now, or its wave was), then
+        ``pads``."""
+        samples = []
+        for row in ids.tolist():
+            if row >= 0:
+                samples.append(self.store.sample(row))
+            else:
+                assert self._residents is not None  # only a restore puts residents in
+                samples.append(self._residents.sample(self._residents.residents[-1 - row]))
+        self._release(ids)
+        return samples + pads
+
+    def _release(self, ids: np.ndarray) -> None:
+        """The samples of ``ids`` left with their batch: free their rows."""
+        self.store.release(ids[ids >= 0])
+
+    def _refs(self, ids: np.ndarray) -> list[Ref]:
+        """``(shard_index, record, offset)`` of each id: a stored sample's or a resident's."""
+        stored = ids >= 0
+        table = np.zeros((len(ids), 3), dtype=np.int64)
+        table[stored] = self.store.refs(ids[stored])
+        refs: list[Ref] = [(shard, record, offset) for shard, record, offset in table.tolist()]
+        for position in np.flatnonzero(~stored).tolist():
+            assert self._residents is not None  # only a restore puts residents in
+            refs[position] = self._residents.residents[-1 - int(ids[position])].ref
+        return refs
 
     def _dropped_any(self) -> bool:
         """Whether this rank's epoch lost records: filtered, or skipped as damage."""
-        return sum(self.mixer.dropped.values()) > 0 or bool(self.skipped)
-
-    def _next_own(self) -> Sample | None:
-        push = self.buffer.push
-        for sample in self.mixer:
-            evicted = push(sample, take_sample_bytes(sample))
-            if evicted is not None:
-                return self._resolved(evicted)
-        last = self.buffer.pop()
-        return None if last is None else self._resolved(last)
-
-    def _resolved(self, item: Sample | Resident) -> Sample:
-        """A restored resident's sample, read now (or its wave was); a sample as it is."""
-        if isinstance(item, Resident):
-            assert self._residents is not None  # only a restore puts residents in the buffer
-            return self._residents.sample(item)
-        return item
+        return sum(self.merge.dropped.values()) > 0 or bool(self.skipped)
 
     def _next_pad(self, position: int) -> Sample:
         if self._pad is None:
@@ -299,34 +347,29 @@ class EpochIterator:
         return dict(self._pad[position % len(self._pad)])
 
     def position(self) -> dict[str, Any]:
-        dataset = self.dataset
-        assert isinstance(dataset, ShardDataset)
-        refs = [
-            item.ref if isinstance(item, Resident) else _ref_of(dataset, item)
-            for item in self.buffer.items
-        ]
+        live = self.merge.live()
         return {
             "epoch": self.epoch,
             "batches": self.batches,
             "emitted": self.emitted,
             "pad": pack_refs(self.pad_refs),
             "dropped": {
-                FILTERED: self.mixer.dropped[FILTERED],
-                SKIPPED: self.mixer.dropped[SKIPPED],
+                FILTERED: self.merge.dropped[FILTERED],
+                SKIPPED: self.merge.dropped[SKIPPED],
                 "padded": self.padded,
             },
             "mixer": {
-                "live": list(self.mixer.live),
-                "cursor": self.mixer.cursor,
+                "live": live,
+                "cursor": self.merge.cursor(live),
                 "lanes": [
                     [p.slot, p.record, p.offset, *_piece_ref(self.plan, lane, p.slot)]
-                    for lane, p in enumerate(self.mixer.lane_positions())
+                    for lane, p in enumerate(self.merge.lane_positions())
                 ],
             },
             "buffer": {
                 "draws": self.buffer.draws.count,
-                "items": pack_refs(refs),
-                "sizes": pack_sizes(self.buffer.sizes()),
+                "items": pack_refs(self._refs(self.buffer.slots)),
+                "sizes": pack_sizes(self.buffer.sizes.tolist()),
             },
         }
 
@@ -383,20 +426,6 @@ def _plan_quota(
     return quota, totals[rank]
 
 
-def _ref_of(dataset: IterableDataset[Any], sample: Sample) -> Ref:
-    """``(shard_index, record, offset)``: the shard as an index into the dataset's URL list.
-
-    The offset is -1 when the sample lost its ``__offset__`` (a transform dropped it); the
-    record is then re-read by index.
-    """
-    assert isinstance(dataset, ShardDataset)
-    return (
-        dataset.shard_index[sample["__source__"]],
-        sample["__index__"],
-        sample.get("__offset__", -1),
-    )
-
-
 def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
     """The position at the start of ``epoch``, before any batch."""
     return {
@@ -412,8 +441,3 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         },
         "buffer": {"draws": 0, "items": pack_refs([]), "sizes": pack_sizes([])},
     }
-
-
-def _size_of(item: Sample | Resident) -> int:
-    """What the buffer's byte budget counts: a sample's bytes, or a resident's from the state."""
-    return item.size if isinstance(item, Resident) else sample_bytes(item)

@@ -1,11 +1,12 @@
 """MixingLoader: what a training loop holds.
 
-DataLoader workers read lanes and send their samples to the main process in chunks (one
-pickle per chunk, not per sample: :mod:`shardmix.workers`). In the main process the lanes are
+DataLoader workers read lanes and send their samples to the main process in columnar chunks
+(one pickle per chunk, one array per column: :mod:`shardmix.workers`, :mod:`shardmix.chunks`).
+In the main process the samples are kept as columns (:mod:`shardmix.rows`), and the lanes are
 merged in a fixed order (:mod:`shardmix.mixing`), passed through a seeded shuffle buffer
-(:mod:`shardmix.shuffle`) and cut into batches (:mod:`shardmix.epoch`). Every batch therefore
-draws on all the shards open in all workers, and the batches are a function of the data, the
-seeds and the epoch alone.
+(:mod:`shardmix.shuffle`) and cut into batches (:mod:`shardmix.epoch`), all on integer ids.
+Every batch therefore draws on all the shards open in all workers, and the batches are a
+function of the data, the seeds and the epoch alone.
 
 This module holds the settings, starts an epoch at the first ``next()`` of each ``iter()``
 (like a DataLoader: an iterator dropped before its first batch starts nothing and uses up no

@@ -168,29 +168,33 @@ class MixtureEpoch:
         counts = self.apportioner.counts(self.batch_size)
         batch: list[Sample] = []
         for name, count in counts.items():
-            for _ in range(count):
-                sample = self._next_sample(name)
-                if sample is None:
-                    return self._last_batch(batch)
+            samples = self._next_samples(name, count)
+            for sample in samples:
                 sample["__dataset__"] = name
-                batch.append(sample)
+            batch.extend(samples)
+            if len(samples) < count:
+                return self._last_batch(batch)
         self.batches += 1
         return self._collated(batch)
 
-    def _next_sample(self, name: str) -> Sample | None:
-        sample = self.streams[name].next_sample()
-        if sample is not None:
-            return sample
-        self.exhausted.add(name)
-        if self.stopping is Stopping.FIRST_EXHAUSTED or self.exhausted >= set(self.datasets):
-            return None
-        self.streams[name].close()
-        self.passes[name] += 1
-        self.streams[name] = self._stream(name, None)
-        sample = self.streams[name].next_sample()
-        if sample is None:
-            raise ConfigError(f"dataset {name!r} has no records to start pass {self.passes[name]}")
-        return sample
+    def _next_samples(self, name: str, count: int) -> list[Sample]:
+        """``count`` samples of dataset ``name``, going on to its next pass where the stopping
+        rule says so; fewer when the mixture ends."""
+        samples = self.streams[name].next_samples(count)
+        while len(samples) < count:
+            self.exhausted.add(name)
+            if self.stopping is Stopping.FIRST_EXHAUSTED or self.exhausted >= set(self.datasets):
+                break
+            self.streams[name].close()
+            self.passes[name] += 1
+            self.streams[name] = self._stream(name, None)
+            more = self.streams[name].next_samples(count - len(samples))
+            if not more:
+                raise ConfigError(
+                    f"dataset {name!r} has no records to start pass {self.passes[name]}"
+                )
+            samples.extend(more)
+        return samples
 
     def _last_batch(self, batch: list[Sample]) -> Any:
         self.finished = True

@@ -22,8 +22,9 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from shardmix.chunks import Chunk
 from shardmix.lifeline import WorkerInit
-from shardmix.workers import EpochPlan, Sent, as_sent, lane_chunks, stop_workers
+from shardmix.workers import EpochPlan, as_sent, lane_chunks, stop_workers
 
 
 class WorkerPool:
@@ -57,7 +58,7 @@ class WorkerPool:
         """Whether worker processes are running (or were started and not stopped)."""
         return self._loader is not None
 
-    def start_epoch(self, plan: EpochPlan) -> Iterator[Sent]:
+    def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
         """The chunks of ``plan``'s epoch, read by the pool's workers (started if need be)."""
         if self._loader is None:
             self._start()
@@ -68,12 +69,12 @@ class WorkerPool:
             queue.put(plan)
         return self._chunks(iter(self._loader), self.generation)
 
-    def _chunks(self, iterator: Iterator[Any], generation: int) -> Iterator[Sent]:
-        for tagged, sent in iterator:
+    def _chunks(self, iterator: Iterator[Any], generation: int) -> Iterator[Chunk]:
+        for tagged, chunk in iterator:
             if generation != self.generation:  # a newer epoch took the workers over
                 return
             if tagged == generation:
-                yield sent
+                yield chunk
 
     def _start(self) -> None:
         context = self.multiprocessing_context
@@ -115,16 +116,16 @@ class WorkerPool:
         self.close()
 
 
-class _PlannedChunks(IterableDataset[tuple[int, Sent]]):
+class _PlannedChunks(IterableDataset[tuple[int, Chunk]]):
     """Runs in each worker: at every ``iter()``, takes the epoch's plan from its own queue."""
 
     def __init__(self, dataset: IterableDataset[Any], queues: list[Any]) -> None:
         self.dataset = dataset
         self.queues = queues
 
-    def __iter__(self) -> Iterator[tuple[int, Sent]]:
+    def __iter__(self) -> Iterator[tuple[int, Chunk]]:
         info = get_worker_info()
         worker = 0 if info is None else info.id
         plan: EpochPlan = self.queues[worker].get()
         generation = plan.generation
-        return ((generation, sent) for sent in lane_chunks(self.dataset, plan))
+        return ((generation, chunk) for chunk in lane_chunks(self.dataset, plan))

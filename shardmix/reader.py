@@ -23,6 +23,7 @@ import io
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, BinaryIO
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
@@ -286,6 +287,7 @@ def round_robin_chunks(
     per_lane: int,
     max_bytes: int | None = None,
     shares: Mapping[int, float] | None = None,
+    sample_size: Callable[[], float | None] | None = None,
 ) -> Iterator[LaneChunk]:
     """Chunks for the trip to the main process: about ``per_lane`` samples from each live lane.
 
@@ -294,8 +296,10 @@ def round_robin_chunks(
     same number from each (it takes lanes in turn), or, with ``shares``, ``per_lane`` times
     each lane's share (it takes lanes in proportion to their sizes), the fractions carried
     from chunk to chunk. A chunk closes early, after the lane that takes it past
-    ``max_bytes`` (:func:`sample_bytes`), and the next chunk goes on from the next lane: what
-    is in flight stays bounded in bytes whatever the record size.
+    ``max_bytes``, and the next chunk goes on from the next lane: what is in flight stays
+    bounded in bytes whatever the record size. The bytes are counted roughly: each sample at
+    ``sample_size()`` (the mean the last chunk measured, say), or where that gives None, at
+    the :func:`sample_bytes` of its lane's first sample in the chunk.
     """
     live = dict(lanes)
     owed = dict.fromkeys(live, 0.0)
@@ -309,35 +313,24 @@ def round_robin_chunks(
                 owed[lane] += per_lane * shares[lane]
                 wanted = max(1, int(owed[lane]))
                 owed[lane] -= wanted
-            samples = []
-            for sample in iterator:
-                samples.append(sample)
-                if max_bytes is not None:
-                    # Measured here, in the worker, and carried: the main process's shuffle
-                    # buffer needs it too (:func:`take_sample_bytes`).
-                    sample[SIZE_KEY] = measured = sample_bytes(sample)
-                    size += measured
-                if len(samples) == wanted:
-                    break
+            samples = list(islice(iterator, wanted))
             ended = len(samples) < wanted
             if ended:
                 del live[lane]
             chunk.append((lane, samples, ended))
-            if max_bytes is not None and size >= max_bytes:
-                yield chunk
-                chunk, size = [], 0
+            if max_bytes is not None and samples:
+                each = sample_size() if sample_size is not None else None
+                size += int((sample_bytes(samples[0]) if each is None else each) * len(samples))
+                if size >= max_bytes:
+                    yield chunk
+                    chunk, size = [], 0
         if chunk:
             yield chunk
             chunk, size = [], 0
 
 
-# Where a worker leaves a sample's size for the main process, which takes it out again.
+# Where a sample states its size, when it does (see :func:`sample_bytes`).
 SIZE_KEY = "__bytes__"
-
-
-def take_sample_bytes(sample: Sample) -> int | None:
-    """The size a worker measured for ``sample``, removed from it (None when not measured)."""
-    return sample.pop(SIZE_KEY, None)
 
 
 def sample_bytes(sample: Sample) -> int:
@@ -346,11 +339,12 @@ def sample_bytes(sample: Sample) -> int:
     A sample may state its size under ``__bytes__`` (``shardmix inspect`` drops payloads but
     keeps their size, so that byte budgets bind as in training).
     """
-    stated = sample.get(SIZE_KEY)
+    values = sample.values() if isinstance(sample, dict) else (sample,)
+    stated = sample.get(SIZE_KEY) if isinstance(sample, dict) else None
     if stated is not None:
         return int(stated)
     total = 0
-    for value in sample.values():
+    for value in values:
         if isinstance(value, (bytes, bytearray, str)):
             total += len(value)
         else:

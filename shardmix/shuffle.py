@@ -31,6 +31,7 @@ class Draws:
         self._key = (_SHUFFLE_STREAM, seed, epoch)
         self._base = -2 * _BLOCK  # the count of the block's first draw: none held yet
         self._block: list[int] = []
+        self._arrays: dict[int, np.ndarray] = {}
         self.count = 0
 
     def below(self, bound: int) -> int:
@@ -38,16 +39,38 @@ class Draws:
         offset = self.count - self._base
         if not 0 <= offset < _BLOCK:
             block_index, offset = divmod(self.count, _BLOCK)
-            rng = np.random.default_rng([*self._key, block_index])
-            self._block = rng.integers(0, 1 << 62, size=_BLOCK, dtype=np.int64).tolist()
+            self._block = self._block_array(block_index).tolist()
             self._base = block_index * _BLOCK
         self.count += 1
         return self._block[offset] % bound
+
+    def take(self, count: int) -> np.ndarray:
+        """The next ``count`` draws, unreduced, as int64 (the same as ``count`` calls would
+        reduce); the count advances only by what :meth:`advance` says was used."""
+        if not count:
+            return np.empty(0, dtype=np.int64)
+        first = self.count
+        blocks = range(first // _BLOCK, (first + count - 1) // _BLOCK + 1)
+        parts = [self._block_array(block) for block in blocks]
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        start = first - blocks.start * _BLOCK
+        return joined[start : start + count]
+
+    def _block_array(self, block_index: int) -> np.ndarray:
+        cached = self._arrays.get(block_index)
+        if cached is None:
+            rng = np.random.default_rng([*self._key, block_index])
+            cached = rng.integers(0, 1 << 62, size=_BLOCK, dtype=np.int64)
+            if len(self._arrays) > 2:
+                self._arrays.clear()
+            self._arrays[block_index] = cached
+        return cached
 
     def fork(self) -> Draws:
         """An independent stream at this one's count: drawing from it leaves this one as is."""
         other = Draws.__new__(Draws)
         other._key, other._base, other._block = self._key, self._base, self._block
+        other._arrays = {}
         other.count = self.count
         return other
 
@@ -151,6 +174,143 @@ class ShuffleBuffer(Generic[T]):
         """Emit the residents in random order, emptying the buffer."""
         while self.items:
             yield self.pop()  # type: ignore[misc]
+
+
+class SlotBuffer:
+    """A :class:`ShuffleBuffer` of integer ids that takes and gives them in arrays.
+
+    It makes exactly the choices a ShuffleBuffer makes for the same pushes and pops (the same
+    draws, slots and byte budget), but a run of pushes that each displace a resident costs a
+    few numpy calls, not a step per item: a push lands in the slot its draw names, and the id
+    it displaces is the slot's resident or, if an earlier push of the run landed there, that
+    push's id. Ids below 0 are the caller's to interpret (a restore's residents).
+    """
+
+    def __init__(self, capacity: int, *, seed: int, epoch: int, max_bytes: int | None) -> None:
+        if capacity < 0:
+            raise ValueError(f"shuffle buffer capacity must be >= 0, got {capacity}")
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.draws = Draws(seed, epoch)
+        self.slots = np.empty(0, dtype=np.int64)
+        self.sizes = np.empty(0, dtype=np.int64)
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def restore(self, ids: np.ndarray, sizes: np.ndarray) -> None:
+        """Hold ``ids`` (in slot order) of ``sizes`` bytes."""
+        self.slots = np.asarray(ids, dtype=np.int64).copy()
+        self.sizes = np.asarray(sizes, dtype=np.int64).copy()
+        self.bytes = int(self.sizes.sum())
+
+    def push(self, ids: np.ndarray, sizes: np.ndarray, evictions: int) -> tuple[np.ndarray, int]:
+        """Push ``ids`` in order until ``evictions`` residents were displaced, or all are in.
+
+        Returns the displaced ids, in order, and how many of ``ids`` went in.
+        """
+        out: list[np.ndarray] = []
+        done = evicted = 0
+        total = len(ids)
+        while done < total and evicted < evictions:
+            room = self._room(sizes[done:])
+            if room:
+                self._append(ids[done : done + room], sizes[done : done + room])
+                done += room
+                continue
+            if not len(self.slots):  # capacity 0: the item passes straight through
+                out.append(ids[done : done + 1])
+                done += 1
+                evicted += 1
+                continue
+            run = self._displace(ids[done:], sizes[done:], evictions - evicted)
+            out.append(run)
+            done += len(run)
+            evicted += len(run)
+        if not out:
+            return np.empty(0, dtype=np.int64), done
+        return (out[0] if len(out) == 1 else np.concatenate(out)), done
+
+    def _room(self, sizes: np.ndarray) -> int:
+        """How many of the next pushes would find room (each as ShuffleBuffer.push decides)."""
+        free = self.capacity - len(self.slots)
+        if free <= 0:
+            return 0
+        ahead = sizes[:free]
+        if self.max_bytes is None:
+            return len(ahead)
+        fits = self.bytes + np.cumsum(ahead) <= self.max_bytes
+        if not len(self.slots):
+            fits[0] = True  # an empty buffer takes one item, whatever its size
+        return len(ahead) if fits.all() else int(np.argmin(fits))
+
+    def _append(self, ids: np.ndarray, sizes: np.ndarray) -> None:
+        self.slots = np.concatenate((self.slots, ids))
+        self.sizes = np.concatenate((self.sizes, sizes))
+        self.bytes += int(sizes.sum())
+
+    def _displace(self, ids: np.ndarray, sizes: np.ndarray, most: int) -> np.ndarray:
+        """Push a run of ids that each displace a resident; the displaced ids.
+
+        The run stops after ``most`` pushes, or before the first push that would find room
+        again (under the byte budget, once displaced residents were larger than newcomers).
+        """
+        held = len(self.slots)
+        count = min(len(ids), most)
+        ids, sizes = ids[:count], sizes[:count]
+        slots = self.draws.take(count) % held
+        # The push before each one that landed in the same slot, or -1.
+        order = np.argsort(slots, kind="stable")
+        ordered = slots[order]
+        same = ordered[1:] == ordered[:-1]
+        before = np.full(count, -1, dtype=np.int64)
+        before[order[1:][same]] = order[:-1][same]
+        chained = before >= 0
+        out_ids = self.slots[slots]
+        out_sizes = self.sizes[slots]
+        out_ids[chained] = ids[before[chained]]
+        out_sizes[chained] = sizes[before[chained]]
+        if self.max_bytes is not None and held < self.capacity:
+            # Bytes held before each push; the first that finds room ends the run before it.
+            change = np.cumsum(sizes - out_sizes)
+            held_before = self.bytes + np.concatenate(([0], change[:-1]))
+            roomy = held_before + sizes <= self.max_bytes
+            roomy[0] = False  # the caller found no room for the first
+            if roomy.any():
+                count = int(np.argmax(roomy))
+                return self._displace(ids[:count], sizes[:count], count)
+        self.draws.count += count
+        # Each slot keeps the last push of the run that landed in it.
+        last = np.ones(count, dtype=bool)
+        last[order[:-1][same]] = False
+        self.slots[slots[last]] = ids[last]
+        self.sizes[slots[last]] = sizes[last]
+        self.bytes += int(sizes.sum() - out_sizes.sum())
+        return out_ids
+
+    def pop(self, count: int) -> np.ndarray:
+        """Remove up to ``count`` residents, each uniformly chosen; the last slot's resident
+        moves into the emptied slot (as :meth:`ShuffleBuffer.pop`)."""
+        slots = self.slots.tolist()
+        sizes = self.sizes.tolist()
+        count = min(count, len(slots))
+        draws = self.draws.take(count).tolist()
+        out = []
+        for draw in draws:
+            index = draw % len(slots)
+            last, last_size = slots.pop(), sizes.pop()
+            if index < len(slots):
+                out.append(slots[index])
+                self.bytes -= sizes[index]
+                slots[index], sizes[index] = last, last_size
+            else:
+                out.append(last)
+                self.bytes -= last_size
+        self.draws.count += count
+        self.slots = np.asarray(slots, dtype=np.int64)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        return np.asarray(out, dtype=np.int64)
 
 
 def eviction_order(draws: Draws, residents: int, steps: int, *, pushing: bool) -> list[int]:

@@ -1,10 +1,9 @@
 """Workers: what runs in each DataLoader worker, and the trip of its chunks to the main process.
 
-Each worker reads the lanes it hosts and sends them in chunks of ``(lane, samples, ended)``,
-together with what it skipped since its last chunk (``on_error="skip"``); the main process
-merges those counts (:func:`counted`). Tensors in samples travel as numpy arrays and become
-tensors again on arrival (``_Tensor``). Starting and stopping the workers is here too, so the
-rest of the loader never touches torch's DataLoader.
+Each worker reads the lanes it hosts in turn and sends them as columnar
+:class:`~shardmix.chunks.Chunk` objects, each with what the worker skipped since its last
+chunk (``on_error="skip"``). Starting and stopping the workers is here too, so the rest of the
+loader never touches torch's DataLoader.
 """
 
 from __future__ import annotations
@@ -16,15 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from shardmix.chunks import Chunk, ChunkBuilder, LaneClocks
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.lifeline import WorkerInit
 from shardmix.policy import SkipLedger
-from shardmix.reader import LaneChunk, LanePosition, round_robin_chunks
+from shardmix.reader import LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.world import detect_world
@@ -37,14 +35,10 @@ MAX_CONNECTIONS = 512
 # Descriptors kept free beside the shards (pipes, sockets, imports).
 _SPARE_DESCRIPTORS = 8
 # Samples per chunk a worker sends: enough to amortise one pickle and one queue trip...
-CHUNK_SAMPLES = 128
+CHUNK_SAMPLES = 512
 # ... and at most about this many bytes of samples, so that the chunks in flight (two per
 # worker, prefetch_factor) stay small whatever the record size.
 CHUNK_BYTES = 8 << 20
-
-# What a worker sends: a chunk, what it skipped since its last chunk (or None), and whether
-# the chunk holds tensors boxed as arrays.
-Sent = tuple[LaneChunk, dict[str, Any] | None, "Boxed | None"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +53,7 @@ class EpochPlan:
     rank: int
     world_size: int
     lane_pieces: list[list[Piece]] | None
-    shares: list[float] | None
+    clocks: LaneClocks | None  # the lanes' sizes, when known: chunks are keyed by clock
     per_lane: int
     starts: list[LanePosition] | None
     epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
@@ -74,7 +68,7 @@ def start_workers(
     world_size: int,
     starts: list[LanePosition] | None,
     lane_pieces: list[list[Piece]] | None,
-    shares: list[float] | None,
+    clocks: LaneClocks | None,
     num_workers: int,
     epoch_pass: int = 0,
     timeout: float,
@@ -82,11 +76,11 @@ def start_workers(
     multiprocessing_context: Any,
     worker_init_fn: Callable[[int], None] | None = None,
     pool: WorkerPool | None = None,
-) -> tuple[Iterator[Sent], int, Any]:
+) -> tuple[Iterator[Chunk], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
 
-    ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``shares`` the rate at which
-    the mixer takes each lane, when it takes them by size. The workers are torch's
+    ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``clocks`` their sizes, when
+    the mixer takes lanes in proportion to them. The workers are torch's
     DataLoader iterator (``None`` when ``num_workers`` is 0 and the lanes are read in this
     process, or when ``pool``'s persistent workers read them); stop them with
     :func:`stop_workers`.
@@ -99,7 +93,7 @@ def start_workers(
     else:
         num_lanes = max(1, num_workers)
         per_lane = CHUNK_SAMPLES
-    plan = EpochPlan(epoch, rank, world_size, lane_pieces, shares, per_lane, starts, epoch_pass)
+    plan = EpochPlan(epoch, rank, world_size, lane_pieces, clocks, per_lane, starts, epoch_pass)
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
     source = _LaneChunks(dataset, plan)
@@ -160,14 +154,6 @@ def stop_workers(workers: Any) -> None:
         shutdown()
 
 
-def counted(sent: Iterator[Sent], ledger: SkipLedger | None) -> Iterator[LaneChunk]:
-    """The chunks, with the workers' skip counts merged into ``ledger`` on the way."""
-    for chunk, skipped, boxed in sent:
-        if skipped is not None and ledger is not None:
-            ledger.merge(skipped)
-        yield _unboxed_tensors(chunk, boxed) if boxed else chunk
-
-
 def is_worker_failure(error: RuntimeError) -> bool:
     """Whether torch's DataLoader raised ``error`` for a worker that died or stalled."""
     message = str(error)
@@ -179,23 +165,25 @@ def as_sent(chunk: Any) -> Any:
     return chunk
 
 
-class _LaneChunks(IterableDataset[Sent]):
+class _LaneChunks(IterableDataset[Chunk]):
     """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
 
     def __init__(self, dataset: IterableDataset[Any], plan: EpochPlan) -> None:
         self.dataset = dataset
         self.plan = plan
 
-    def __iter__(self) -> Iterator[Sent]:
+    def __iter__(self) -> Iterator[Chunk]:
         return lane_chunks(self.dataset, self.plan)
 
 
-def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Sent]:
+def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Chunk]:
     """This process's lanes of ``plan``, in chunks, with what was skipped since the last."""
     world = detect_world(plan.rank, plan.world_size)
     ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
     shares = None
+    shard_index = None
     if isinstance(dataset, ShardDataset) and plan.lane_pieces is not None:
+        shard_index = dataset.shard_index
         dataset.ledger = ledger  # this process's copy of the dataset
         num_lanes = len(plan.lane_pieces)
         worker, num_workers = world.worker, world.num_workers
@@ -207,105 +195,16 @@ def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Sent
             )
             for lane in lanes
         }
-        if plan.shares is not None:
-            shares = {lane: plan.shares[lane] for lane in lanes}
+        if plan.clocks is not None:
+            every = plan.clocks.shares()
+            shares = {lane: every[lane] for lane in lanes}
     else:
         set_epoch = getattr(dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(plan.epoch)
         iterators = {world.worker: iter(dataset)}
-    return (
-        (chunk, ledger.take(), _box_tensors(chunk))
-        for chunk in round_robin_chunks(iterators, plan.per_lane, CHUNK_BYTES, shares)
+    builder = ChunkBuilder(shard_index, plan.clocks if shard_index is not None else None)
+    groups = round_robin_chunks(
+        iterators, plan.per_lane, CHUNK_BYTES, shares, lambda: builder.mean_size
     )
-
-
-class _Tensor:
-    """A tensor on its way from a worker, as a numpy array.
-
-    torch pickles a tensor between processes by moving its storage to shared memory, a few
-    system calls per tensor: per sample, that makes a transform returning tensors several
-    times slower than one returning arrays. An array is pickled by value, with the chunk.
-    """
-
-    __slots__ = ("array", "dtype")
-
-    def __init__(self, array: Any, dtype: torch.dtype | None) -> None:
-        self.array = array
-        self.dtype = dtype  # the tensor's dtype when the array holds its bits under another
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Tensor, (self.array, self.dtype))
-
-    def tensor(self) -> torch.Tensor:
-        tensor = torch.from_numpy(self.array)
-        return tensor if self.dtype is None else tensor.view(self.dtype)
-
-
-def _box(tensor: torch.Tensor) -> _Tensor | torch.Tensor:
-    try:  # the common case first: a CPU tensor without grad, of a dtype numpy has
-        return _Tensor(tensor.numpy(), None)
-    except (TypeError, RuntimeError):
-        pass
-    tensor = tensor.detach()
-    if tensor.device.type != "cpu":
-        return tensor
-    try:
-        return _Tensor(tensor.numpy(), None)
-    except TypeError:  # no numpy dtype (bfloat16, ...): carry the same bits as integers
-        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-        same_size = bits.get(tensor.element_size())
-        if same_size is None or tensor.dim() == 0:
-            return tensor
-        return _Tensor(tensor.view(same_size).numpy(), tensor.dtype)
-
-
-# What the main process needs to make tensors again: per field, whether its values travel as
-# plain arrays (and the dtype they stand for, where numpy has none) or as ``_Tensor`` boxes.
-Boxed = dict[str, tuple[bool, "torch.dtype | None"]]
-
-
-def _box_tensors(chunk: LaneChunk) -> Boxed | None:
-    """Turn the chunk's tensors into numpy arrays for the trip (see ``_Tensor``).
-
-    A field whose values are tensors in every sample that has it travels as plain arrays, which
-    pickle fastest; any other tensor travels in a ``_Tensor`` box. None: no tensors at all.
-    """
-    tensor_fields: set[str] = set()
-    other_fields: set[str] = set()
-    for _, samples, _ in chunk:
-        for sample in samples:
-            for field, value in sample.items():
-                (tensor_fields if isinstance(value, torch.Tensor) else other_fields).add(field)
-    if not tensor_fields:
-        return None
-    boxed: Boxed = {field: (field not in other_fields, None) for field in tensor_fields}
-    dtypes: dict[str, torch.dtype | None] = {}
-    for _, samples, _ in chunk:
-        for sample in samples:
-            for field in tensor_fields:
-                value = sample.get(field)
-                if not isinstance(value, torch.Tensor):
-                    continue
-                box = _box(value)
-                plain = boxed[field][0] and type(box) is _Tensor
-                if plain and dtypes.setdefault(field, box.dtype) == box.dtype:  # type: ignore[union-attr]
-                    sample[field] = box.array  # type: ignore[union-attr]
-                else:
-                    sample[field] = box
-    for field, dtype in dtypes.items():
-        boxed[field] = (True, dtype)
-    return boxed
-
-
-def _unboxed_tensors(chunk: LaneChunk, boxed: Boxed) -> LaneChunk:
-    for _, samples, _ in chunk:
-        for sample in samples:
-            for field, (plain, dtype) in boxed.items():
-                value = sample.get(field)
-                if type(value) is _Tensor:
-                    sample[field] = value.tensor()
-                elif plain and type(value) is np.ndarray:
-                    tensor = torch.from_numpy(value)
-                    sample[field] = tensor if dtype is None else tensor.view(dtype)
-    return chunk
+    return (builder.build(group, ledger.take()) for group in groups)

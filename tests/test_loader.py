@@ -175,3 +175,16 @@ def test_workers_deliver_arrays_exactly_as_read_in_process(tmp_path):
         assert torch.equal(ours["vec"], theirs["vec"]) and theirs["vec"].dtype == torch.float32
         assert torch.equal(ours["big"], theirs["big"]) and theirs["big"].dtype == torch.int64
         assert [t.tolist() for t in ours["ids"]] == [t.tolist() for t in theirs["ids"]]
+
+
+def test_an_iterable_dataset_of_tuples_reaches_a_custom_collate_whole():
+    class Pairs(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            worker, workers = (info.id, info.num_workers) if info else (0, 1)
+            return iter([(i, f"v{i}") for i in range(worker, 50, workers)])
+
+    loader = MixingLoader(Pairs(), batch_size=8, num_workers=2, collate_fn=list)
+    seen = [pair for batch in loader for pair in batch]
+    loader.close()
+    assert sorted(seen) == [(i, f"v{i}") for i in range(50)]

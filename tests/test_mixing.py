@@ -1,39 +1,111 @@
 import pytest
 
+from shardmix.chunks import ChunkBuilder, LaneClocks
 from shardmix.errors import WorkerError
-from shardmix.mixing import LaneMixer
-from shardmix.reader import round_robin, round_robin_chunks
+from shardmix.mixing import LaneMerge
+from shardmix.reader import LanePosition, round_robin, round_robin_chunks
+from shardmix.rows import RowStore
+from shardmix.transforms import DROPPED, FILTERED
 
 
 def lanes_of(sizes):
-    return {lane: [f"l{lane}-{i}" for i in range(size)] for lane, size in enumerate(sizes)}
+    """Lane ``l`` reads shard ``l`` (URL ``s{l}``) from record 0 on."""
+    return {
+        lane: [
+            {"__key__": f"l{lane}-{i}", "__source__": f"s{lane}", "__index__": i}
+            for i in range(size)
+        ]
+        for lane, size in enumerate(sizes)
+    }
 
 
-@pytest.mark.parametrize("per_lane", [1, 3, 7])
-@pytest.mark.parametrize("num_workers", [1, 2, 3])
-def test_mixed_order_does_not_depend_on_how_lanes_are_hosted(per_lane, num_workers):
-    contents = lanes_of([5, 0, 9, 2, 7])
-    expected = list(round_robin([iter(samples) for samples in contents.values()]))
-    # Chunks from several "workers", arriving interleaved worker by worker.
-    per_worker = [
-        round_robin_chunks(
-            {lane: iter(contents[lane]) for lane in contents if lane % num_workers == w}, per_lane
-        )
-        for w in range(num_workers)
-    ]
-    arrivals = []
+def arrivals(contents, num_workers, per_lane, clocks=None):
+    """Chunks from several "workers", arriving interleaved worker by worker."""
+    shard_index = {f"s{lane}": lane for lane in contents}
+    per_worker = []
+    for worker in range(num_workers):
+        hosted = {lane: iter(contents[lane]) for lane in contents if lane % num_workers == worker}
+        builder = ChunkBuilder(shard_index, clocks)
+        per_worker.append(builder.build(chunk) for chunk in round_robin_chunks(hosted, per_lane))
+    arrived = []
     while per_worker:
         for stream in list(per_worker):
             chunk = next(stream, None)
             if chunk is None:
                 per_worker.remove(stream)
             else:
-                arrivals.append(chunk)
-    assert list(LaneMixer(iter(arrivals), len(contents))) == expected
+                arrived.append(chunk)
+    return arrived
+
+
+def merged_keys(merge, store, step=5):
+    """Every sample the merge hands out, taken ``step`` at a time, by key."""
+    keys = []
+    while True:
+        ids, _ = merge.peek(step)
+        if not len(ids):
+            merge.consume(0)
+            return keys
+        keys.extend(store.sample(row)["__key__"] for row in ids.tolist())
+        merge.consume(len(ids))
+
+
+@pytest.mark.parametrize("per_lane", [1, 3, 7])
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_lanes_take_turns_whatever_the_workers_that_host_them(per_lane, num_workers):
+    contents = lanes_of([5, 0, 9, 2, 7])
+    expected = [s["__key__"] for s in round_robin([iter(samples) for samples in contents.values()])]
+    store = RowStore()
+    merge = LaneMerge(iter(arrivals(contents, num_workers, per_lane)), len(contents), store)
+    assert merged_keys(merge, store) == expected
     assert expected[:5] == ["l0-0", "l2-0", "l3-0", "l4-0", "l0-1"]
 
 
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_lanes_with_clocks_are_read_in_proportion_to_their_sizes(num_workers):
+    sizes = [4, 8, 2, 6]
+    contents = lanes_of(sizes)
+    pieces = [[(lane, 0, None)] for lane in range(len(sizes))]
+    clocks = LaneClocks(pieces, [[float(size)] for size in sizes], "records")
+    # The lowest (share read before the sample, lane) goes first.
+    ranked = sorted(
+        ((i + 0.5) / size, lane, f"l{lane}-{i}")
+        for lane, size in enumerate(sizes)
+        for i in range(size)
+    )
+    store = RowStore()
+    chunks = arrivals(contents, num_workers, 2, clocks)
+    merge = LaneMerge(iter(chunks), len(sizes), store, clocks=clocks)
+    assert merged_keys(merge, store, step=3) == [key for _, _, key in ranked]
+
+
+def test_tombstones_are_counted_and_move_their_lane_on():
+    contents = lanes_of([4, 4])
+    contents[1][1] = {**contents[1][1], DROPPED: FILTERED}
+    contents[1][2] = {"__key__": "l1-2", "__source__": "s1", "__index__": 2, DROPPED: FILTERED}
+    store = RowStore()
+    pieces = [[(lane, 0, None)] for lane in range(2)]
+    merge = LaneMerge(iter(arrivals(contents, 1, 2)), 2, store, lane_pieces=pieces)
+    assert merged_keys(merge, store) == ["l0-0", "l1-0", "l0-1", "l1-3", "l0-2", "l0-3"]
+    assert merge.dropped[FILTERED] == 2
+    assert merge.lane_positions() == [LanePosition(0, 4, -1), LanePosition(0, 4, -1)]
+
+
+def test_a_lane_resumes_its_turn_where_the_state_left_it():
+    contents = lanes_of([3, 3, 3])
+    full = [s["__key__"] for s in round_robin([iter(samples) for samples in contents.values()])]
+    # After l0-0 and l1-0: lane 2's turn is next (cursor 2), each lane resumes after them.
+    rest = {0: contents[0][1:], 1: contents[1][1:], 2: contents[2]}
+    store = RowStore()
+    merge = LaneMerge(iter(arrivals(rest, 2, 1)), 3, store, live=[0, 1, 2], cursor=2)
+    assert merged_keys(merge, store) == full[2:]
+
+
 def test_workers_stopping_early_is_an_error():
-    chunks = iter([[(0, ["a"], False), (1, ["b"], True)]])
+    contents = lanes_of([1, 1])
+    chunk = ChunkBuilder({"s0": 0, "s1": 1}, None).build(
+        [(0, contents[0], False), (1, contents[1], True)]
+    )
+    store = RowStore()
     with pytest.raises(WorkerError, match=r"lanes \[0\]"):
-        list(LaneMixer(chunks, 2))
+        merged_keys(LaneMerge(iter([chunk]), 2, store), store)

@@ -1,6 +1,10 @@
 from collections import Counter
 
-from shardmix.shuffle import Draws, ShuffleBuffer, eviction_order, shuffled
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardmix.shuffle import Draws, ShuffleBuffer, SlotBuffer, eviction_order, shuffled
 
 
 def test_shuffled_is_a_permutation_fixed_by_seed_and_epoch():
@@ -77,3 +81,47 @@ def test_a_byte_budget_counts_the_sizes_it_is_given_back():
         assert buffer.push(i) == restored.push(i)
     assert list(buffer.drain()) == list(restored.drain()) and out
     assert ShuffleBuffer(3, seed=0, epoch=0).sizes() == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(0, 40),
+    max_bytes=st.one_of(st.none(), st.integers(1, 400)),
+    sizes=st.lists(st.integers(0, 60), min_size=0, max_size=300),
+    steps=st.lists(st.integers(1, 50), min_size=1, max_size=20),
+)
+def test_a_slot_buffer_makes_the_choices_a_shuffle_buffer_makes(capacity, max_bytes, sizes, steps):
+    """Pushing in runs of any length, each asking for some evictions, then popping, gives
+    exactly the ids one-at-a-time pushes and pops give."""
+    sizes_of = dict(enumerate(sizes))
+    one: ShuffleBuffer[int] = ShuffleBuffer(
+        capacity, seed=3, epoch=1, max_bytes=max_bytes, size_of=sizes_of.__getitem__
+    )
+    expected = [out for item in range(len(sizes)) if (out := one.push(item)) is not None]
+    expected += list(one.drain())
+    slots = SlotBuffer(capacity, seed=3, epoch=1, max_bytes=max_bytes)
+    ids = np.arange(len(sizes), dtype=np.int64)
+    weights = np.asarray(sizes, dtype=np.int64)
+    got: list[int] = []
+    done = 0
+    for wanted in steps * 20:
+        if done == len(sizes):
+            break
+        evicted, used = slots.push(ids[done:], weights[done:], wanted)
+        assert len(evicted) <= wanted and used > 0
+        got.extend(evicted.tolist())
+        done += used
+    if done < len(sizes):
+        evicted, used = slots.push(ids[done:], weights[done:], len(sizes))
+        got.extend(evicted.tolist())
+        done += used
+    assert done == len(sizes)
+    assert slots.bytes == one_bytes(sizes, slots.slots)
+    got.extend(slots.pop(len(slots) // 2).tolist())
+    got.extend(slots.pop(len(slots) + 5).tolist())
+    assert got == expected
+    assert slots.draws.count == one.draws.count and len(slots) == 0 and slots.bytes == 0
+
+
+def one_bytes(sizes, slots):
+    return sum(sizes[slot] for slot in slots.tolist())

@@ -1,0 +1,476 @@
+"""Chunks: what a worker sends the main process, as columns rather than sample dicts.
+
+A worker reads its lanes in turn (:func:`~shardmix.reader.round_robin_chunks`) and turns each
+group of samples into one :class:`Chunk`: per *item* (a sample, or a tombstone the transform
+left, :mod:`shardmix.transforms`) its lane, its merge key, its provenance as integer arrays
+and its size; per *field*, one column holding the kept samples' values. A column of numbers,
+of equal-shaped arrays or of equal-shaped tensors is one numpy array, so it pickles as one
+buffer and the main process gathers a batch's rows with one indexing call; anything else stays
+a list (bytes, strings, decoded JSON, images). The main process never rebuilds the dicts on
+its hot path (:mod:`shardmix.rows`).
+
+The merge key is what orders the lanes in the main process (:mod:`shardmix.mixing`): with the
+lanes' sizes known, a sample's *clock*, the share of its lane read before it
+(:class:`LaneClocks`); else its *turn*, how many samples its lane gave before it, so that the
+lanes take turns. It is worked out here, in the workers, where it costs the main process
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardmix.reader import SIZE_KEY, LaneChunk, Sample, sample_bytes
+from shardmix.transforms import DROPPED as DROPPED_KEY
+from shardmix.transforms import FILTERED, SKIPPED
+
+# Why an item carries no sample: kept (0), or what the transform did with it.
+KEPT, FILTERED_ITEM, SKIPPED_ITEM = 0, 1, 2
+DROP_KINDS = {FILTERED: FILTERED_ITEM, SKIPPED: SKIPPED_ITEM}
+KIND_NAMES = {FILTERED_ITEM: FILTERED, SKIPPED_ITEM: SKIPPED}
+
+# Column kinds: a list of values, or a numpy array of them (first axis: rows). Bytes of one
+# length travel as a numpy void array and strings as a unicode array: one buffer each, which
+# the main process turns back into a list of bytes or str with one ``tolist()``.
+OBJECTS, INTS, FLOATS, BOOLS, ARRAYS, TENSORS = (
+    "objects",
+    "ints",
+    "floats",
+    "bools",
+    "arrays",
+    "tensors",
+)
+BYTES, STRINGS = "bytes", "strings"
+_SCALAR_KINDS = {int: (INTS, np.int64), float: (FLOATS, np.float64), bool: (BOOLS, np.bool_)}
+# Tensors of a dtype numpy lacks travel as integers of the same width.
+_TENSOR_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+class Missing:
+    """Stands in a column for a field a sample does not have."""
+
+    _instance: Missing | None = None
+
+    def __new__(cls) -> Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Missing, ())
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = Missing()
+# The one column of samples that are not dicts: each sample whole.
+WHOLE = "\x00whole"
+
+
+@dataclass
+class Column:
+    """One field's values for a chunk's kept samples, in item order.
+
+    ``kind`` says how ``values`` holds them: :data:`OBJECTS` is a list (with :data:`MISSING`
+    where a sample lacks the field); the others are numpy arrays whose first axis is the
+    rows. ``dtype`` is the tensor dtype of a :data:`TENSORS` column whose array holds the bits
+    under another dtype (bfloat16 as int16), else None.
+    """
+
+    kind: str
+    values: Any
+    dtype: torch.dtype | None = None
+    missing: bool = False  # whether some value is MISSING
+
+
+# One row per item, in one int64 array so that the main process moves items with one
+# indexing call per step (a structured array copies its rows far more slowly). The columns:
+ID = 0  # the sample's id in the main process's store (-1: a tombstone)
+LANE = 1
+KEY = 2  # the merge key, clock or turn: a float64's bits (see :func:`keys_of`)
+SHARD = 3  # the shard, as an index into the dataset's URLs (-1: none)
+RECORD = 4  # the record's index in its shard
+OFFSET = 5  # the record's byte offset in its shard, -1 if unknown
+SIZE = 6  # a kept sample's bytes, as the shuffle buffer's byte budget counts them
+DROPPED = 7  # KEPT, FILTERED_ITEM or SKIPPED_ITEM
+ITEM_COLUMNS = 8
+NO_ITEMS = np.empty((0, ITEM_COLUMNS), dtype=np.int64)
+
+
+def keys_of(items: np.ndarray) -> np.ndarray:
+    """The items' merge keys, as float64 (a view: writing to it writes the items)."""
+    return items[:, KEY].view(np.float64)
+
+
+@dataclass
+class Chunk:
+    """A worker's samples of several lanes: one row of ``items`` per item (columns :data:`ID`
+    to :data:`DROPPED`), one column per field of the kept ones."""
+
+    items: np.ndarray
+    columns: dict[str, Column]
+    ended: list[int] = field(default_factory=list)  # lanes whose last item is in this chunk
+    skipped: dict[str, Any] | None = None  # what the worker skipped since its last chunk
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class LaneClocks:
+    """How far through its lane a sample is, from the sizes of the lane's pieces.
+
+    ``lane_pieces[lane]`` is the lane's pieces as ``(shard index, start, stop)`` and
+    ``weights[lane][slot]`` the size of its piece ``slot``, in records (``unit="records"``: a
+    sample is placed by its record index) or bytes (``"bytes"``, whole shards only: by its
+    byte offset). A sample's clock is the share of its lane read before it, from 0 to 1.
+    Taking the sample with the lowest clock next makes every lane progress at the same
+    relative pace, so all lanes end together and the last batches of an epoch mix as many
+    files as the first.
+    """
+
+    def __init__(
+        self,
+        lane_pieces: Sequence[Sequence[tuple[int, int, int | None]]],
+        weights: Sequence[Sequence[float]],
+        unit: str,
+    ) -> None:
+        if unit not in ("records", "bytes"):
+            raise ValueError(f"unit must be 'records' or 'bytes', got {unit!r}")
+        self.lane_pieces = lane_pieces
+        self.by_offset = unit == "bytes"
+        self.starts: list[list[float]] = []
+        self.totals: list[float] = []
+        for lane_weights in weights:
+            starts, total = [], 0.0
+            for weight in lane_weights:
+                starts.append(total)
+                total += weight
+            self.starts.append(starts)
+            self.totals.append(total)
+
+    def shares(self) -> list[float]:
+        """Each lane's size over the mean lane's: the rate at which the mixer takes it."""
+        mean = sum(self.totals) / len(self.totals) if self.totals else 1.0
+        return [total / (mean or 1.0) for total in self.totals]
+
+
+def slot_of(
+    pieces: Sequence[tuple[int, int, int | None]],
+    shard: int,
+    record: int,
+    from_slot: int,
+    lane: int,
+) -> int:
+    """The first slot at or after ``from_slot`` of ``lane``'s ``pieces`` that holds ``record``
+    of ``shard``."""
+    for slot in range(from_slot, len(pieces)):
+        piece_shard, start, stop = pieces[slot]
+        if piece_shard == shard and start <= record and (stop is None or record < stop):
+            return slot
+    raise ValueError(
+        f"shard {shard} record {record} is not in lane {lane}'s remaining pieces; "
+        "the lane was read past its plan"
+    )
+
+
+class ChunkBuilder:
+    """Turns a worker's lane groups into :class:`Chunk` objects, one per group.
+
+    Args:
+        shard_index: each URL's index in the dataset's URL list (``None``: any iterable
+            dataset, whose samples may carry no provenance).
+        clocks: the lanes' sizes, to key samples by clock; ``None`` keys them by turn.
+        turns: per lane, the turns it had before this reading began (a resume).
+    """
+
+    def __init__(
+        self,
+        shard_index: dict[str, int] | None,
+        clocks: LaneClocks | None,
+        turns: dict[int, int] | None = None,
+    ) -> None:
+        self._shard_index = shard_index
+        self._clocks = clocks
+        self._turns = dict(turns or {})
+        self._slots: dict[int, int] = {}
+        self.mean_size: float | None = None  # the last chunk's bytes per sample
+        # Per lane, the piece its last item was in: (shard, start, stop, share before, total).
+        lanes = len(clocks.lane_pieces) if clocks is not None else 0
+        self._piece = {
+            "shard": np.full(lanes, -2, dtype=np.int64),
+            "start": np.zeros(lanes, dtype=np.int64),
+            "stop": np.zeros(lanes, dtype=np.float64),
+            "before": np.zeros(lanes, dtype=np.float64),
+            "total": np.ones(lanes, dtype=np.float64),
+        }
+
+    def build(self, lane_chunk: LaneChunk, skipped: dict[str, Any] | None = None) -> Chunk:
+        items: list[Sample] = []
+        lanes: list[int] = []
+        ended: list[int] = []
+        for lane, samples, last in lane_chunk:
+            items.extend(samples)
+            lanes.extend([lane] * len(samples))
+            if last:
+                ended.append(lane)
+        count = len(items)
+        dropped = np.zeros(count, dtype=np.int8)
+        kept = items
+        if not all(type(item) is dict for item in items):
+            return self._whole(items, lanes, ended, skipped)
+        if any(DROPPED_KEY in item for item in items):
+            dropped[:] = [DROP_KINDS.get(item.get(DROPPED_KEY, ""), KEPT) for item in items]
+            kept = [item for item in items if DROPPED_KEY not in item]
+        records, offsets, shards = self._provenance(items)
+        rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
+        rows[:, ID] = -1
+        rows[:, LANE] = lane_array = np.asarray(lanes, dtype=np.int64)
+        rows[:, SHARD] = shards
+        rows[:, RECORD] = records
+        rows[:, OFFSET] = offsets
+        rows[:, DROPPED] = dropped
+        rows[:, SIZE] = 0
+        columns = columns_of(kept)
+        sizes = sizes_of(columns, len(kept))
+        if len(kept):
+            self.mean_size = float(sizes.mean())
+        if len(kept) == count:
+            rows[:, SIZE] = sizes
+        else:
+            rows[dropped == KEPT, SIZE] = sizes
+        keys_of(rows)[:] = self._keys(lane_array, records, offsets, shards, dropped)
+        return Chunk(rows, columns, ended, skipped)
+
+    def _whole(
+        self, items: list[Any], lanes: list[int], ended: list[int], skipped: dict[str, Any] | None
+    ) -> Chunk:
+        """Samples that are not dicts (any iterable dataset's), each kept whole in one column."""
+        count = len(items)
+        rows = np.zeros((count, ITEM_COLUMNS), dtype=np.int64)
+        rows[:, ID] = rows[:, SHARD] = rows[:, OFFSET] = -1
+        rows[:, LANE] = lane_array = np.asarray(lanes, dtype=np.int64)
+        rows[:, SIZE] = [sample_bytes(item) for item in items]
+        keys_of(rows)[:] = self._keys(
+            lane_array, rows[:, RECORD], rows[:, OFFSET], rows[:, SHARD], rows[:, DROPPED]
+        )
+        return Chunk(rows, {WHOLE: Column(OBJECTS, items)}, ended, skipped)
+
+    def _provenance(self, items: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        count = len(items)
+        if self._shard_index is None:
+            indexes = [item.get("__index__", 0) for item in items]
+            unknown = np.full(count, -1, dtype=np.int64)
+            return np.asarray(indexes, dtype=np.int64), unknown, unknown.copy()
+        records = np.fromiter(map(itemgetter("__index__"), items), np.int64, count)
+        offsets = np.fromiter((item.get("__offset__", -1) for item in items), np.int64, count)
+        index = self._shard_index
+        shards = np.fromiter(
+            (index[source] for source in map(itemgetter("__source__"), items)), np.int64, count
+        )
+        return records, offsets, shards
+
+    def _keys(
+        self,
+        lanes: np.ndarray,
+        records: np.ndarray,
+        offsets: np.ndarray,
+        shards: np.ndarray,
+        dropped: np.ndarray,
+    ) -> np.ndarray:
+        count = len(lanes)
+        keys = np.empty(count, dtype=np.float64)
+        clocks = self._clocks
+        if clocks is None:
+            turns = self._turns
+            for position, (lane, kind) in enumerate(
+                zip(lanes.tolist(), dropped.tolist(), strict=True)
+            ):
+                turn = turns.get(lane, 0)
+                keys[position] = turn  # a tombstone goes just before its lane's next sample
+                if kind == KEPT:
+                    turns[lane] = turn + 1
+            return keys
+        return self._clock_keys(
+            clocks, lanes, shards, records, offsets if clocks.by_offset else records
+        )
+
+    def _clock_keys(
+        self,
+        clocks: LaneClocks,
+        lanes: np.ndarray,
+        shards: np.ndarray,
+        records: np.ndarray,
+        placed: np.ndarray,
+    ) -> np.ndarray:
+        """Each item's clock: where its piece starts in its lane, plus where it is in the
+        piece, over the lane's size. The piece of each lane's last item is kept (as arrays
+        by lane), so that only an item that enters a new piece looks it up."""
+        piece = self._piece
+        inside = (piece["shard"][lanes] == shards) & (piece["start"][lanes] <= records)
+        inside &= records < piece["stop"][lanes]
+        keys = np.empty(len(lanes), dtype=np.float64)
+        fast = inside
+        if not inside.all():
+            slow = np.isin(lanes, lanes[~inside])
+            fast = ~slow
+            rows = zip(
+                lanes[slow].tolist(),
+                shards[slow].tolist(),
+                records[slow].tolist(),
+                placed[slow].tolist(),
+                strict=True,
+            )
+            slow_keys = []
+            for lane, shard, record, at in rows:
+                if not (
+                    piece["shard"][lane] == shard
+                    and piece["start"][lane] <= record < piece["stop"][lane]
+                ):
+                    self._enter_piece(clocks, lane, shard, record)
+                within = at if clocks.by_offset else at - int(piece["start"][lane]) + 0.5
+                slow_keys.append(
+                    (float(piece["before"][lane]) + within) / float(piece["total"][lane])
+                )
+            keys[slow] = slow_keys
+        lanes = lanes[fast]
+        within = placed[fast] if clocks.by_offset else (records[fast] - piece["start"][lanes]) + 0.5
+        # As a float sum in this order, so that equal clocks tie the same way everywhere.
+        keys[fast] = (piece["before"][lanes] + within) / piece["total"][lanes]
+        return keys
+
+    def _enter_piece(self, clocks: LaneClocks, lane: int, shard: int, record: int) -> None:
+        pieces = clocks.lane_pieces[lane]
+        slot = self._slots[lane] = slot_of(pieces, shard, record, self._slots.get(lane, 0), lane)
+        _, start, stop = pieces[slot]
+        piece = self._piece
+        piece["shard"][lane] = shard
+        piece["start"][lane] = start
+        piece["stop"][lane] = np.inf if stop is None else stop
+        piece["before"][lane] = clocks.starts[lane][slot]
+        piece["total"][lane] = clocks.totals[lane] or 1.0
+
+
+def sizes_of(columns: dict[str, Column], count: int) -> np.ndarray:
+    """Each sample's size as :func:`~shardmix.reader.sample_bytes` counts it, per column: the
+    size a sample states (and that column leaves), else its bytes, strings and arrays."""
+    stated = columns.pop(SIZE_KEY, None)
+    if stated is not None and stated.kind == INTS:
+        return np.asarray(stated.values, dtype=np.int64)
+    if stated is not None:
+        columns[SIZE_KEY] = stated  # not a size: a field like any other
+    sizes = np.zeros(count, dtype=np.int64)
+    for column in columns.values():
+        values = column.values
+        if column.kind == BYTES:
+            sizes += values.dtype.itemsize
+        elif column.kind == STRINGS:
+            sizes += np.char.str_len(values)
+        elif column.kind in (ARRAYS, TENSORS):
+            sizes += values.itemsize * int(np.prod(values.shape[1:]))
+        elif column.kind == OBJECTS:
+            sizes += np.fromiter(map(_value_bytes, values), dtype=np.int64, count=count)
+    return sizes
+
+
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    return int(getattr(value, "nbytes", 0) or 0)
+
+
+def columns_of(samples: list[Sample]) -> dict[str, Column]:
+    """The samples' fields as columns; a sample lacking a field has :data:`MISSING` there."""
+    if not samples:
+        return {}
+    names = tuple(samples[0])
+    uniform = all(len(sample) == len(names) for sample in samples)
+    if uniform and names:
+        try:
+            rows = list(map(itemgetter(*names), samples))
+        except KeyError:
+            uniform = False
+    if not uniform or not names:
+        every: dict[str, None] = {}
+        for sample in samples:
+            every.update(dict.fromkeys(sample))
+        names = tuple(every)
+        rows = [tuple(sample.get(name, MISSING) for name in names) for sample in samples]
+    if uniform and len(names) == 1:  # itemgetter of one name gives the value, not a tuple
+        values: list[Any] = [rows]
+    else:
+        values = [list(column) for column in zip(*rows, strict=True)]
+    columns = {name: column_of(column) for name, column in zip(names, values, strict=True)}
+    if not uniform:
+        for column in columns.values():
+            column.missing = column.kind == OBJECTS and any(v is MISSING for v in column.values)
+    return columns
+
+
+def column_of(values: list[Any]) -> Column:
+    """``values`` as one array where they are numbers, or equal-shaped arrays or tensors."""
+    types = set(map(type, values))
+    if len(types) != 1:
+        return Column(OBJECTS, values)
+    kind = types.pop()
+    scalar = _SCALAR_KINDS.get(kind)
+    if scalar is not None:
+        try:
+            return Column(scalar[0], np.asarray(values, dtype=scalar[1]))
+        except OverflowError:
+            return Column(OBJECTS, values)
+    if kind is bytes:
+        return _bytes_column(values)
+    if kind is str:
+        return _strings_column(values)
+    if kind is np.ndarray:
+        first = values[0]
+        dtype = first.dtype
+        if dtype.kind in "OSUVaMm" or not dtype.isnative:
+            return Column(OBJECTS, values)
+        if any(value.dtype != dtype or value.shape != first.shape for value in values):
+            return Column(OBJECTS, values)
+        return Column(ARRAYS, np.stack(values))
+    if kind is torch.Tensor:
+        return _tensor_column(values)
+    return Column(OBJECTS, values)
+
+
+def _bytes_column(values: list[bytes]) -> Column:
+    lengths = set(map(len, values))
+    width = lengths.pop()
+    if lengths or not width:
+        return Column(OBJECTS, values)
+    return Column(BYTES, np.frombuffer(b"".join(values), dtype=f"V{width}"))
+
+
+def _strings_column(values: list[str]) -> Column:
+    packed = np.array(values, dtype=str)
+    # A unicode array drops trailing NULs: keep such strings as they are.
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    if packed.dtype.itemsize == 0 or not np.array_equal(np.char.str_len(packed), lengths):
+        return Column(OBJECTS, values)
+    return Column(STRINGS, packed)
+
+
+def _tensor_column(values: list[torch.Tensor]) -> Column:
+    first = values[0]
+    if first.device.type != "cpu" or any(
+        value.dtype != first.dtype or value.shape != first.shape or value.device != first.device
+        for value in values
+    ):
+        return Column(OBJECTS, values)
+    stacked = torch.stack([value.detach() for value in values])
+    try:
+        return Column(TENSORS, stacked.numpy())
+    except TypeError:  # no numpy dtype (bfloat16, ...): carry the same bits as integers
+        bits = _TENSOR_BITS.get(stacked.element_size())
+        if bits is None:
+            return Column(OBJECTS, values)
+        return Column(TENSORS, stacked.view(bits).numpy(), stacked.dtype)

@@ -1,0 +1,107 @@
+"""The main process's sample store: batches gathered per column equal collate_samples's."""
+
+import numpy as np
+import pytest
+import torch
+
+from shardmix.chunks import ChunkBuilder
+from shardmix.collate import collate_samples
+from shardmix.errors import DecodeError
+from shardmix.rows import RowStore
+
+
+def stored(*groups):
+    """A store holding each group of samples as one chunk; the ids, in order."""
+    store = RowStore()
+    ids = []
+    builder = ChunkBuilder(None, None)
+    for samples in groups:
+        chunk = builder.build([(0, [dict(sample) for sample in samples], False)])
+        store.add(chunk)
+        ids.extend(chunk.items[:, 0].tolist())
+    return store, np.asarray(ids, dtype=np.int64)
+
+
+def assert_same_batch(got, expected):
+    assert list(got) == list(expected)
+    for field, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert isinstance(got[field], torch.Tensor), field
+            assert got[field].dtype == value.dtype and torch.equal(got[field], value), field
+        elif isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
+            assert all(torch.equal(a, b) for a, b in zip(got[field], value, strict=True)), field
+        elif isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+            assert all(np.array_equal(a, b) for a, b in zip(got[field], value, strict=True)), field
+        else:
+            assert got[field] == value, field
+
+
+def sample(i):
+    return {
+        "__key__": f"k{i}",
+        "__index__": i,
+        "data": bytes([i]) * 3,
+        "txt": f"t{i}",
+        "cls": i % 7,
+        "score": i / 4,
+        "flag": i % 2 == 0,
+        "pixels": np.full((2, 3), i, dtype=np.uint8),
+        "emb": torch.full((4,), float(i)),
+        "half": torch.full((2,), float(i), dtype=torch.bfloat16),
+    }
+
+
+def test_a_batch_gathered_per_column_equals_collate_samples():
+    samples = [sample(i) for i in range(40)]
+    store, ids = stored(samples[:15], samples[15:])
+    order = np.array([31, 2, 17, 17 - 1, 39, 0, 22])
+    got = store.batch(ids[order], collate_samples)
+    expected = collate_samples([samples[i] for i in order])
+    assert_same_batch(got, expected)
+    assert got["half"].dtype == torch.bfloat16
+    assert [store.sample(i)["__key__"] for i in ids[order].tolist()] == [f"k{i}" for i in order]
+
+
+def test_fields_whose_kind_changes_between_chunks_keep_their_values():
+    first = [{"__key__": f"a{i}", "x": i, "v": np.zeros(2)} for i in range(5)]
+    second = [{"__key__": f"b{i}", "x": float(i), "v": np.zeros(3)} for i in range(5)]
+    store, ids = stored(first, second)
+    order = np.array([0, 7, 3, 9])
+    both = first + second
+    expected = collate_samples([both[i] for i in order])
+    assert_same_batch(store.batch(ids[order], collate_samples), expected)
+    assert type(store.sample(int(ids[0]))["x"]) is int
+    assert type(store.sample(int(ids[7]))["x"]) is float
+
+
+def test_a_missing_field_fails_as_collate_samples_fails():
+    samples = [{"__key__": "a", "x": b"1"}, {"__key__": "b"}, {"__key__": "c", "x": b"3"}]
+    store, ids = stored(samples[:1], samples[1:])
+    with pytest.raises(DecodeError, match="has no field"):
+        store.batch(ids, collate_samples)
+    with pytest.raises(DecodeError) as expected:
+        collate_samples(samples)
+    with pytest.raises(DecodeError) as got:
+        store.batch(ids, collate_samples)
+    assert str(got.value) == str(expected.value)
+
+
+def test_other_values_and_a_custom_collate_get_the_samples_as_dicts():
+    samples = [{"__key__": f"k{i}", "meta": {"i": i}} for i in range(6)]
+    store, ids = stored(samples)
+    assert store.batch(ids[::-1], collate_samples)["meta"] == [{"i": i} for i in range(5, -1, -1)]
+    assert store.batch(ids[:2], list) == samples[:2]
+
+
+def test_released_rows_are_reused_without_touching_the_live_ones():
+    samples = [sample(i) for i in range(30)]
+    store, ids = stored(samples[:10], samples[10:20])
+    store.release(ids[::2])
+    chunk = ChunkBuilder(None, None).build([(0, [dict(s) for s in samples[20:]], False)])
+    store.add(chunk)
+    new_ids = chunk.items[:, 0]
+    assert set(new_ids.tolist()) == set(ids[::2].tolist())  # the freed rows, and no more
+    assert store.count == 20 and store.live == 20
+    live = np.concatenate((ids[1::2], new_ids))
+    expected = collate_samples([samples[i] for i in [*range(1, 20, 2), *range(20, 30)]])
+    assert_same_batch(store.batch(live, collate_samples), expected)
