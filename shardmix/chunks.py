@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,9 @@ class Missing:
 MISSING = Missing()
 # The one column of samples that are not dicts: each sample whole.
 WHOLE = "\x00whole"
+# Provenance the items carry instead of columns (see ChunkBuilder._derived).
+SOURCE_KEY, INDEX_KEY, OFFSET_KEY = "__source__", "__index__", "__offset__"
+PROVENANCE = (SOURCE_KEY, INDEX_KEY, OFFSET_KEY)
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Chunk:
     columns: dict[str, Column]
     ended: list[int] = field(default_factory=list)  # lanes whose last item is in this chunk
     skipped: dict[str, Any] | None = None  # what the worker skipped since its last chunk
+    derived: tuple[str, ...] = ()  # fields of PROVENANCE the items carry (not columns)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -201,6 +205,8 @@ class ChunkBuilder:
         self._turns = dict(turns or {})
         self._slots: dict[int, int] = {}
         self.mean_size: float | None = None  # the last chunk's bytes per sample
+        urls = sorted(shard_index, key=shard_index.__getitem__) if shard_index else []
+        self._url_lengths = np.fromiter(map(len, urls), dtype=np.int64, count=len(urls))
         # Per lane, the piece its last item was in: (shard, start, stop, share before, total).
         lanes = len(clocks.lane_pieces) if clocks is not None else 0
         self._piece = {
@@ -229,6 +235,7 @@ class ChunkBuilder:
             dropped[:] = [DROP_KINDS.get(item.get(DROPPED_KEY, ""), KEPT) for item in items]
             kept = [item for item in items if DROPPED_KEY not in item]
         records, offsets, shards = self._provenance(items)
+        derived = self._derived(kept, dropped, offsets)
         rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
         rows[:, ID] = -1
         rows[:, LANE] = lane_array = np.asarray(lanes, dtype=np.int64)
@@ -237,8 +244,10 @@ class ChunkBuilder:
         rows[:, OFFSET] = offsets
         rows[:, DROPPED] = dropped
         rows[:, SIZE] = 0
-        columns = columns_of(kept)
+        columns = columns_of(kept, skip=derived)
         sizes = sizes_of(columns, len(kept))
+        if SOURCE_KEY in derived:  # the URL counts as the sample's __source__ string would
+            sizes += self._url_lengths[shards if len(kept) == count else shards[dropped == KEPT]]
         if len(kept):
             self.mean_size = float(sizes.mean())
         if len(kept) == count:
@@ -246,7 +255,19 @@ class ChunkBuilder:
         else:
             rows[dropped == KEPT, SIZE] = sizes
         keys_of(rows)[:] = self._keys(lane_array, records, offsets, shards, dropped)
-        return Chunk(rows, columns, ended, skipped)
+        return Chunk(rows, columns, ended, skipped, derived)
+
+    def _derived(
+        self, kept: list[Sample], dropped: np.ndarray, offsets: np.ndarray
+    ) -> tuple[str, ...]:
+        """The provenance fields the items carry for the kept samples, so that no column
+        repeats them: the shard's URL and the record index always (they are how the shard
+        and record were found), the offset where every kept sample has one."""
+        if self._shard_index is None or not kept:
+            return ()
+        kept_offsets = offsets if len(kept) == len(offsets) else offsets[dropped == KEPT]
+        has_offsets = (kept_offsets >= 0).all() and all(OFFSET_KEY in sample for sample in kept)
+        return PROVENANCE if has_offsets else PROVENANCE[:2]
 
     def _whole(
         self, items: list[Any], lanes: list[int], ended: list[int], skipped: dict[str, Any] | None
@@ -268,12 +289,10 @@ class ChunkBuilder:
             indexes = [item.get("__index__", 0) for item in items]
             unknown = np.full(count, -1, dtype=np.int64)
             return np.asarray(indexes, dtype=np.int64), unknown, unknown.copy()
-        records = np.fromiter(map(itemgetter("__index__"), items), np.int64, count)
-        offsets = np.fromiter((item.get("__offset__", -1) for item in items), np.int64, count)
-        index = self._shard_index
-        shards = np.fromiter(
-            (index[source] for source in map(itemgetter("__source__"), items)), np.int64, count
-        )
+        records = np.fromiter(map(itemgetter(INDEX_KEY), items), np.int64, count)
+        offsets = np.fromiter(map(methodcaller("get", OFFSET_KEY, -1), items), np.int64, count)
+        sources = map(itemgetter(SOURCE_KEY), items)
+        shards = np.fromiter(map(self._shard_index.__getitem__, sources), np.int64, count)
         return records, offsets, shards
 
     def _keys(
@@ -385,12 +404,15 @@ def _value_bytes(value: Any) -> int:
     return int(getattr(value, "nbytes", 0) or 0)
 
 
-def columns_of(samples: list[Sample]) -> dict[str, Column]:
-    """The samples' fields as columns; a sample lacking a field has :data:`MISSING` there."""
+def columns_of(samples: list[Sample], skip: tuple[str, ...] = ()) -> dict[str, Column]:
+    """The samples' fields but ``skip`` as columns; a sample lacking a field has
+    :data:`MISSING` there."""
     if not samples:
         return {}
     names = tuple(samples[0])
-    uniform = all(len(sample) == len(names) for sample in samples)
+    uniform = set(map(len, samples)) == {len(names)}
+    if skip:
+        names = tuple(name for name in names if name not in skip)
     if uniform and names:
         try:
             rows = list(map(itemgetter(*names), samples))
@@ -400,7 +422,7 @@ def columns_of(samples: list[Sample]) -> dict[str, Column]:
         every: dict[str, None] = {}
         for sample in samples:
             every.update(dict.fromkeys(sample))
-        names = tuple(every)
+        names = tuple(name for name in every if name not in skip)
         rows = [tuple(sample.get(name, MISSING) for name in names) for sample in samples]
     if uniform and len(names) == 1:  # itemgetter of one name gives the value, not a tuple
         values: list[Any] = [rows]

@@ -100,7 +100,7 @@ class EpochIterator:
                 self.quota, self.own = _plan_quota(
                     dataset, epoch, rank, world_size, loader.even_ranks, epoch_pass
                 )
-        self.store = RowStore()
+        self.store = RowStore(dataset.urls if isinstance(dataset, ShardDataset) else None)
         self.buffer = SlotBuffer(
             loader.shuffle_buffer_size(),
             seed=loader.seed,

@@ -18,7 +18,7 @@ as many rows as the shuffle buffer and the merge hold samples, and ids never cha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,12 +31,15 @@ from shardmix.chunks import (
     DROPPED,
     FLOATS,
     ID,
+    INDEX_KEY,
     INTS,
     KEPT,
     MISSING,
     OBJECTS,
     OFFSET,
+    OFFSET_KEY,
     SHARD,
+    SOURCE_KEY,
     STRINGS,
     TENSORS,
     WHOLE,
@@ -101,7 +104,9 @@ class _Field:
 class RowStore:
     """Kept samples by id, per field; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, urls: Sequence[str] | None = None) -> None:
+        # The dataset's shard URLs, by index: a sample's __source__ where the items carry it.
+        self._urls = _objects(list(urls or ()))
         self.count = 0  # rows ever used (ids 0 .. count - 1)
         self.live = 0  # rows not released
         self._free = np.empty(0, dtype=np.int64)  # released rows, reused first
@@ -125,11 +130,24 @@ class RowStore:
             rows = fresh
         if added == len(items):
             items[:, ID] = rows
-            self._place(rows, chunk.columns, items[:, SHARD : OFFSET + 1])
+            refs = items[:, SHARD : OFFSET + 1]
         else:
             items[kept, ID] = rows
-            self._place(rows, chunk.columns, items[kept, SHARD : OFFSET + 1])
+            refs = items[kept, SHARD : OFFSET + 1]
+        columns = chunk.columns
+        if chunk.derived:
+            columns = {**columns, **self._provenance_columns(chunk.derived, refs)}
+        self._place(rows, columns, refs)
         self.live += added
+
+    def _provenance_columns(self, names: tuple[str, ...], refs: np.ndarray) -> dict[str, Column]:
+        """The provenance fields the chunk's items carry, as the columns they stand for."""
+        made = {
+            SOURCE_KEY: lambda: Column(OBJECTS, self._urls[refs[:, 0]]),
+            INDEX_KEY: lambda: Column(INTS, refs[:, 1].copy()),
+            OFFSET_KEY: lambda: Column(INTS, refs[:, 2].copy()),
+        }
+        return {name: made[name]() for name in names}
 
     def _place(self, rows: np.ndarray, columns: dict[str, Column], refs: np.ndarray) -> None:
         before = self.count
@@ -155,7 +173,8 @@ class RowStore:
             if found.kind == OBJECTS and column.kind != OBJECTS:
                 found.rows[rows] = _values_of(column.kind, column.values, column.dtype)
             elif found.kind == OBJECTS:
-                found.rows[rows] = _objects(column.values)
+                values = column.values
+                found.rows[rows] = values if isinstance(values, np.ndarray) else _objects(values)
                 found.missing = found.missing or column.missing
             else:
                 found.rows[rows] = column.values

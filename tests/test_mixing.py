@@ -8,6 +8,9 @@ from shardmix.rows import RowStore
 from shardmix.transforms import DROPPED, FILTERED
 
 
+URLS = [f"s{lane}" for lane in range(10)]
+
+
 def lanes_of(sizes):
     """Lane ``l`` reads shard ``l`` (URL ``s{l}``) from record 0 on."""
     return {
@@ -55,7 +58,7 @@ def merged_keys(merge, store, step=5):
 def test_lanes_take_turns_whatever_the_workers_that_host_them(per_lane, num_workers):
     contents = lanes_of([5, 0, 9, 2, 7])
     expected = [s["__key__"] for s in round_robin([iter(samples) for samples in contents.values()])]
-    store = RowStore()
+    store = RowStore(URLS)
     merge = LaneMerge(iter(arrivals(contents, num_workers, per_lane)), len(contents), store)
     assert merged_keys(merge, store) == expected
     assert expected[:5] == ["l0-0", "l2-0", "l3-0", "l4-0", "l0-1"]
@@ -73,7 +76,7 @@ def test_lanes_with_clocks_are_read_in_proportion_to_their_sizes(num_workers):
         for lane, size in enumerate(sizes)
         for i in range(size)
     )
-    store = RowStore()
+    store = RowStore(URLS)
     chunks = arrivals(contents, num_workers, 2, clocks)
     merge = LaneMerge(iter(chunks), len(sizes), store, clocks=clocks)
     assert merged_keys(merge, store, step=3) == [key for _, _, key in ranked]
@@ -83,7 +86,7 @@ def test_tombstones_are_counted_and_move_their_lane_on():
     contents = lanes_of([4, 4])
     contents[1][1] = {**contents[1][1], DROPPED: FILTERED}
     contents[1][2] = {"__key__": "l1-2", "__source__": "s1", "__index__": 2, DROPPED: FILTERED}
-    store = RowStore()
+    store = RowStore(URLS)
     pieces = [[(lane, 0, None)] for lane in range(2)]
     merge = LaneMerge(iter(arrivals(contents, 1, 2)), 2, store, lane_pieces=pieces)
     assert merged_keys(merge, store) == ["l0-0", "l1-0", "l0-1", "l1-3", "l0-2", "l0-3"]
@@ -96,7 +99,7 @@ def test_a_lane_resumes_its_turn_where_the_state_left_it():
     full = [s["__key__"] for s in round_robin([iter(samples) for samples in contents.values()])]
     # After l0-0 and l1-0: lane 2's turn is next (cursor 2), each lane resumes after them.
     rest = {0: contents[0][1:], 1: contents[1][1:], 2: contents[2]}
-    store = RowStore()
+    store = RowStore(URLS)
     merge = LaneMerge(iter(arrivals(rest, 2, 1)), 3, store, live=[0, 1, 2], cursor=2)
     assert merged_keys(merge, store) == full[2:]
 
@@ -106,6 +109,6 @@ def test_workers_stopping_early_is_an_error():
     chunk = ChunkBuilder({"s0": 0, "s1": 1}, None).build(
         [(0, contents[0], False), (1, contents[1], True)]
     )
-    store = RowStore()
+    store = RowStore(URLS)
     with pytest.raises(WorkerError, match=r"lanes \[0\]"):
         merged_keys(LaneMerge(iter([chunk]), 2, store), store)
