@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter, methodcaller
+from itertools import repeat
+from operator import contains, itemgetter, methodcaller
 from typing import Any
 
 import numpy as np
@@ -219,26 +220,26 @@ class ChunkBuilder:
 
     def build(self, lane_chunk: LaneChunk, skipped: dict[str, Any] | None = None) -> Chunk:
         items: list[Sample] = []
-        lanes: list[int] = []
-        ended: list[int] = []
-        for lane, samples, last in lane_chunk:
+        for _, samples, _ in lane_chunk:
             items.extend(samples)
-            lanes.extend([lane] * len(samples))
-            if last:
-                ended.append(lane)
+        lanes = np.repeat(
+            np.fromiter((lane for lane, _, _ in lane_chunk), np.int64, len(lane_chunk)),
+            np.fromiter((len(samples) for _, samples, _ in lane_chunk), np.int64, len(lane_chunk)),
+        )
+        ended = [lane for lane, _, last in lane_chunk if last]
         count = len(items)
         dropped = np.zeros(count, dtype=np.int8)
         kept = items
-        if not all(type(item) is dict for item in items):
+        if items and set(map(type, items)) != {dict}:
             return self._whole(items, lanes, ended, skipped)
-        if any(DROPPED_KEY in item for item in items):
+        if any(map(contains, items, repeat(DROPPED_KEY))):
             dropped[:] = [DROP_KINDS.get(item.get(DROPPED_KEY, ""), KEPT) for item in items]
             kept = [item for item in items if DROPPED_KEY not in item]
         records, offsets, shards = self._provenance(items)
         derived = self._derived(kept, dropped, offsets)
         rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
         rows[:, ID] = -1
-        rows[:, LANE] = lane_array = np.asarray(lanes, dtype=np.int64)
+        rows[:, LANE] = lane_array = lanes
         rows[:, SHARD] = shards
         rows[:, RECORD] = records
         rows[:, OFFSET] = offsets
@@ -266,17 +267,17 @@ class ChunkBuilder:
         if self._shard_index is None or not kept:
             return ()
         kept_offsets = offsets if len(kept) == len(offsets) else offsets[dropped == KEPT]
-        has_offsets = (kept_offsets >= 0).all() and all(OFFSET_KEY in sample for sample in kept)
-        return PROVENANCE if has_offsets else PROVENANCE[:2]
+        # A sample without __offset__ reads as -1 (as it stands in a checkpoint).
+        return PROVENANCE if (kept_offsets >= 0).all() else PROVENANCE[:2]
 
     def _whole(
-        self, items: list[Any], lanes: list[int], ended: list[int], skipped: dict[str, Any] | None
+        self, items: list[Any], lanes: np.ndarray, ended: list[int], skipped: dict[str, Any] | None
     ) -> Chunk:
         """Samples that are not dicts (any iterable dataset's), each kept whole in one column."""
         count = len(items)
         rows = np.zeros((count, ITEM_COLUMNS), dtype=np.int64)
         rows[:, ID] = rows[:, SHARD] = rows[:, OFFSET] = -1
-        rows[:, LANE] = lane_array = np.asarray(lanes, dtype=np.int64)
+        rows[:, LANE] = lane_array = lanes
         rows[:, SIZE] = [sample_bytes(item) for item in items]
         keys_of(rows)[:] = self._keys(
             lane_array, rows[:, RECORD], rows[:, OFFSET], rows[:, SHARD], rows[:, DROPPED]

@@ -35,7 +35,7 @@ MAX_CONNECTIONS = 512
 # Descriptors kept free beside the shards (pipes, sockets, imports).
 _SPARE_DESCRIPTORS = 8
 # Samples per chunk a worker sends: enough to amortise one pickle and one queue trip...
-CHUNK_SAMPLES = 512
+CHUNK_SAMPLES = 2048
 # ... and at most about this many bytes of samples, so that the chunks in flight (two per
 # worker, prefetch_factor) stay small whatever the record size.
 CHUNK_BYTES = 8 << 20
