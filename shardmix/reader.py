@@ -289,29 +289,34 @@ def round_robin_chunks(
     shares: Mapping[int, float] | None = None,
     sample_size: Callable[[], float | None] | None = None,
 ) -> Iterator[LaneChunk]:
-    """Chunks for the trip to the main process: about ``per_lane`` samples from each live lane.
+    """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane.
 
     Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. Lanes are
     sent at the rate the main process consumes them, so that little waits in its stash: the
     same number from each (it takes lanes in turn), or, with ``shares``, ``per_lane`` times
     each lane's share (it takes lanes in proportion to their sizes), the fractions carried
-    from chunk to chunk. A chunk closes early, after the lane that takes it past
-    ``max_bytes``, and the next chunk goes on from the next lane: what is in flight stays
-    bounded in bytes whatever the record size. The bytes are counted roughly: each sample at
-    ``sample_size()`` (the mean the last chunk measured, say), or where that gives None, at
-    the :func:`sample_bytes` of its lane's first sample in the chunk.
+    from chunk to chunk, so that a small lane may send nothing in a turn. A chunk closes
+    early, after the lane that takes it past ``max_bytes``, and the next chunk goes on from
+    the next lane: what is in flight stays bounded in bytes whatever the record size, and
+    fewer than ``per_lane`` are taken from each
+    lane where a turn of all of them would pass ``max_bytes``. The bytes are counted roughly:
+    each sample at ``sample_size()`` (the mean the last chunk measured, say), or where that
+    gives None, at the :func:`sample_bytes` of its lane's first sample in the chunk.
     """
     live = dict(lanes)
-    owed = dict.fromkeys(live, 0.0)
+    owed = dict.fromkeys(live, 1.0)  # every lane's first sample goes in the first chunk
     chunk: LaneChunk = []
     size = 0
+    each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
     while live:
         for lane, iterator in list(live.items()):
             if shares is None:
-                wanted = per_lane
+                wanted = rate
             else:
-                owed[lane] += per_lane * shares[lane]
-                wanted = max(1, int(owed[lane]))
+                owed[lane] += rate * shares[lane]
+                wanted = int(owed[lane])
+                if not wanted:
+                    continue  # a small lane's turn: it owes less than one sample yet
                 owed[lane] -= wanted
             samples = list(islice(iterator, wanted))
             ended = len(samples) < wanted
@@ -319,14 +324,30 @@ def round_robin_chunks(
                 del live[lane]
             chunk.append((lane, samples, ended))
             if max_bytes is not None and samples:
-                each = sample_size() if sample_size is not None else None
                 size += int((sample_bytes(samples[0]) if each is None else each) * len(samples))
                 if size >= max_bytes:
                     yield chunk
                     chunk, size = [], 0
+                    each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
         if chunk:
             yield chunk
             chunk, size = [], 0
+            each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
+
+
+def _chunk_rate(
+    per_lane: int,
+    max_bytes: int | None,
+    lanes: int,
+    sample_size: Callable[[], float | None] | None,
+) -> tuple[float | None, int]:
+    """``(bytes per sample, samples per lane and turn)`` for the next chunk: one turn of every
+    lane stays within a chunk's bytes, since the main process holds about a turn of every
+    lane before it can merge them."""
+    each = sample_size() if sample_size is not None else None
+    if max_bytes is None or not each or not lanes:
+        return each, per_lane
+    return each, max(1, min(per_lane, int(max_bytes / (lanes * each))))
 
 
 # Where a sample states its size, when it does (see :func:`sample_bytes`).
