@@ -7,7 +7,6 @@ from shardmix.reader import LanePosition, round_robin, round_robin_chunks
 from shardmix.rows import RowStore
 from shardmix.transforms import DROPPED, FILTERED
 
-
 URLS = [f"s{lane}" for lane in range(10)]
 
 
