@@ -25,28 +25,31 @@ import numpy as np
 import torch
 
 from shardmix.chunks import (
-    ARRAYS,
-    BOOLS,
-    BYTES,
     DROPPED,
-    FLOATS,
     ID,
     INDEX_KEY,
-    INTS,
     KEPT,
-    MISSING,
-    OBJECTS,
     OFFSET,
     OFFSET_KEY,
     SHARD,
     SOURCE_KEY,
-    STRINGS,
-    TENSORS,
     WHOLE,
     Chunk,
-    Column,
 )
 from shardmix.collate import LIST_KEYS, collate_samples
+from shardmix.columns import (
+    ARRAYS,
+    BOOLS,
+    BYTES,
+    FLOATS,
+    INTS,
+    MISSING,
+    OBJECTS,
+    STRINGS,
+    TENSORS,
+    Column,
+    Kind,
+)
 from shardmix.reader import Sample
 
 _FAST_TYPES = ({bytes}, {str})
@@ -56,7 +59,7 @@ _LISTED = (BYTES, STRINGS)  # kinds a batch holds as a list (of bytes, of str)
 class _Field:
     """One field's rows: a growing array, of the column's dtype or of objects."""
 
-    def __init__(self, kind: str, template: np.ndarray | None, dtype: torch.dtype | None) -> None:
+    def __init__(self, kind: Kind, template: np.ndarray | None, dtype: torch.dtype | None) -> None:
         self.kind = kind
         self.missing = False  # whether some row lacks the field (holds MISSING)
         self.dtype = dtype  # a TENSORS column's torch dtype where the array holds its bits
@@ -257,7 +260,7 @@ def _objects(values: list[Any]) -> np.ndarray:
     return np.fromiter(values, dtype=object, count=len(values))
 
 
-def _values_of(kind: str, rows: np.ndarray, dtype: torch.dtype | None) -> np.ndarray:
+def _values_of(kind: Kind, rows: np.ndarray, dtype: torch.dtype | None) -> np.ndarray:
     """Rows of a typed column as the objects the transform gave: numbers, arrays, tensors."""
     if kind in (INTS, FLOATS, BOOLS, BYTES, STRINGS):
         return _objects(rows.tolist())
