@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,8 @@ class Kind(Enum):
 OBJECTS, INTS, FLOATS, BOOLS = Kind.OBJECTS, Kind.INTS, Kind.FLOATS, Kind.BOOLS
 ARRAYS, TENSORS, BYTES, STRINGS = Kind.ARRAYS, Kind.TENSORS, Kind.BYTES, Kind.STRINGS
 _SCALAR_KINDS = {int: (INTS, np.int64), float: (FLOATS, np.float64), bool: (BOOLS, np.bool_)}
+# What must be equal for arrays or tensors to stack into one column.
+_LAYOUT = attrgetter("dtype", "shape")
 # Tensors of a dtype numpy lacks travel as integers of the same width.
 _TENSOR_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -155,11 +157,9 @@ def column_of(values: list[Any]) -> Column:
     if kind is str:
         return _strings_column(values)
     if kind is np.ndarray:
-        first = values[0]
-        dtype = first.dtype
-        if dtype.kind in "OSUVaMm" or not dtype.isnative:
-            return Column(OBJECTS, values)
-        if any(value.dtype != dtype or value.shape != first.shape for value in values):
+        layouts = set(map(_LAYOUT, values))
+        dtype = values[0].dtype
+        if len(layouts) != 1 or dtype.kind in "OSUVaMm" or not dtype.isnative:
             return Column(OBJECTS, values)
         return Column(ARRAYS, np.stack(values))
     if kind is torch.Tensor:
@@ -185,13 +185,17 @@ def _strings_column(values: list[str]) -> Column:
 
 
 def _tensor_column(values: list[torch.Tensor]) -> Column:
-    first = values[0]
-    if first.device.type != "cpu" or any(
-        value.dtype != first.dtype or value.shape != first.shape or value.device != first.device
-        for value in values
-    ):
+    if len(set(map(_LAYOUT, values))) != 1 or values[0].device.type != "cpu":
         return Column(OBJECTS, values)
-    stacked = torch.stack([value.detach() for value in values])
+    try:  # the common case: tensors without grad of a dtype numpy has, stacked by numpy
+        return Column(TENSORS, np.stack([value.numpy() for value in values]))
+    except (RuntimeError, TypeError):
+        pass
+    try:
+        with torch.no_grad():
+            stacked = torch.stack(values)
+    except RuntimeError:  # on several devices
+        return Column(OBJECTS, values)
     try:
         return Column(TENSORS, stacked.numpy())
     except TypeError:  # no numpy dtype (bfloat16, ...): carry the same bits as integers
