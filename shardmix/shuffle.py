@@ -292,24 +292,42 @@ class SlotBuffer:
     def pop(self, count: int) -> np.ndarray:
         """Remove up to ``count`` residents, each uniformly chosen; the last slot's resident
         moves into the emptied slot (as :meth:`ShuffleBuffer.pop`)."""
-        slots = self.slots.tolist()
-        sizes = self.sizes.tolist()
-        count = min(count, len(slots))
-        draws = self.draws.take(count).tolist()
+        held = len(self.slots)
+        count = min(count, held)
+        # Only the popped slots and the last ``count`` (which move into them) change, so the
+        # loop runs on those: the tail as lists, the rest of the slots through ``moved``.
+        kept = held - count
+        tail = self.slots[kept:].tolist()
+        tail_sizes = self.sizes[kept:].tolist()
+        moved: dict[int, tuple[int, int]] = {}  # slot below ``kept`` -> (id, size) now in it
         out = []
-        for draw in draws:
-            index = draw % len(slots)
-            last, last_size = slots.pop(), sizes.pop()
-            if index < len(slots):
-                out.append(slots[index])
-                self.bytes -= sizes[index]
-                slots[index], sizes[index] = last, last_size
-            else:
+        for draw in self.draws.take(count).tolist():
+            index = draw % (kept + len(tail))
+            last, last_size = tail.pop(), tail_sizes.pop()
+            if index >= kept + len(tail):
                 out.append(last)
                 self.bytes -= last_size
+                continue
+            if index >= kept:
+                out.append(tail[index - kept])
+                self.bytes -= tail_sizes[index - kept]
+                tail[index - kept], tail_sizes[index - kept] = last, last_size
+                continue
+            held_id, held_size = moved.get(index) or (
+                int(self.slots[index]),
+                int(self.sizes[index]),
+            )
+            out.append(held_id)
+            self.bytes -= held_size
+            moved[index] = (last, last_size)
         self.draws.count += count
-        self.slots = np.asarray(slots, dtype=np.int64)
-        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.slots = self.slots[:kept].copy()
+        self.sizes = self.sizes[:kept].copy()
+        if moved:
+            where = np.fromiter(moved, dtype=np.int64, count=len(moved))
+            values = np.array(list(moved.values()), dtype=np.int64)
+            self.slots[where] = values[:, 0]
+            self.sizes[where] = values[:, 1]
         return np.asarray(out, dtype=np.int64)
 
 
