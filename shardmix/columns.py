@@ -23,8 +23,9 @@ from shardmix.reader import SIZE_KEY, Sample
 
 class Kind(Enum):
     """How a column holds its values: a list (``OBJECTS``), or a numpy array whose first
-    axis is the rows. Bytes of one length travel as a void array and strings as a unicode
-    array, which ``tolist()`` turns back into a list of bytes or str."""
+    axis is the rows. Bytes of one length travel as a void array, short bytes of mixed
+    lengths as a NUL-padded bytes array, and strings as a unicode array, which ``tolist()``
+    turns back into a list of bytes or str."""
 
     OBJECTS = "objects"
     INTS = "ints"
@@ -43,6 +44,8 @@ _SCALAR_KINDS = {int: (INTS, np.int64), float: (FLOATS, np.float64), bool: (BOOL
 _LAYOUT = attrgetter("dtype", "shape")
 # Tensors of a dtype numpy lacks travel as integers of the same width.
 _TENSOR_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# Bytes per value that padding bytes of mixed lengths to the longest may add beyond doubling.
+_PADDING_SLACK = 16
 
 
 class Missing:
@@ -92,7 +95,9 @@ def sizes_of(columns: dict[str, Column], count: int) -> np.ndarray:
     sizes = np.zeros(count, dtype=np.int64)
     for column in columns.values():
         values = column.values
-        if column.kind == BYTES:
+        if column.kind == BYTES and values.dtype.kind == "S":
+            sizes += np.char.str_len(values)
+        elif column.kind == BYTES:
             sizes += values.dtype.itemsize
         elif column.kind == STRINGS:
             sizes += np.char.str_len(values)
@@ -168,11 +173,21 @@ def column_of(values: list[Any]) -> Column:
 
 
 def _bytes_column(values: list[bytes]) -> Column:
-    lengths = set(map(len, values))
-    width = lengths.pop()
-    if lengths or not width:
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    width = int(lengths.max())
+    if not width:
         return Column(OBJECTS, values)
-    return Column(BYTES, np.frombuffer(b"".join(values), dtype=f"V{width}"))
+    if int(lengths.min()) == width:
+        return Column(BYTES, np.frombuffer(b"".join(values), dtype=f"V{width}"))
+    # Short bytes of mixed lengths (labels, ids) as NUL-padded bytes, which ``tolist()`` gives
+    # back stripped: exact unless a value ends in NUL, and kept so only while the padding
+    # stays small.
+    if width * len(values) > 2 * int(lengths.sum()) + _PADDING_SLACK * len(values):
+        return Column(OBJECTS, values)
+    packed = np.array(values, dtype=bytes)
+    if not np.array_equal(np.char.str_len(packed), lengths):
+        return Column(OBJECTS, values)
+    return Column(BYTES, packed)
 
 
 def _strings_column(values: list[str]) -> Column:

@@ -22,6 +22,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from shardmix.arena import Arena, InArena
 from shardmix.chunks import Chunk
 from shardmix.lifeline import WorkerInit
 from shardmix.workers import EpochPlan, as_sent, lane_chunks, stop_workers
@@ -52,6 +53,7 @@ class WorkerPool:
         self.generation = 0
         self._loader: DataLoader[Any] | None = None
         self._queues: list[Any] = []
+        self._arena: Arena | None = None
 
     @property
     def started(self) -> bool:
@@ -81,8 +83,9 @@ class WorkerPool:
         if context is None or isinstance(context, str):
             context = multiprocessing.get_context(context)
         self._queues = [context.Queue() for _ in range(self.num_workers)]
+        self._arena = Arena.create(self.num_workers)
         self._loader = DataLoader(
-            _PlannedChunks(self.dataset, self._queues),
+            _PlannedChunks(self.dataset, self._queues, self._arena),
             batch_size=None,
             collate_fn=as_sent,
             num_workers=self.num_workers,
@@ -106,6 +109,9 @@ class WorkerPool:
             stop_workers(getattr(loader, "_iterator", None))
             loader._iterator = None
         queues, self._queues = self._queues, []
+        arena, self._arena = self._arena, None
+        if arena is not None:
+            arena.close()
         for queue in queues:
             queue.close()
             # The workers are gone, so a plan none of them took cannot block its feeder thread
@@ -116,16 +122,23 @@ class WorkerPool:
         self.close()
 
 
-class _PlannedChunks(IterableDataset[tuple[int, Chunk]]):
+class _PlannedChunks(IterableDataset[tuple[int, Chunk | InArena]]):
     """Runs in each worker: at every ``iter()``, takes the epoch's plan from its own queue."""
 
-    def __init__(self, dataset: IterableDataset[Any], queues: list[Any]) -> None:
+    def __init__(
+        self, dataset: IterableDataset[Any], queues: list[Any], arena: Arena | None
+    ) -> None:
         self.dataset = dataset
         self.queues = queues
+        self.arena = arena
 
-    def __iter__(self) -> Iterator[tuple[int, Chunk]]:
+    def __iter__(self) -> Iterator[tuple[int, Chunk | InArena]]:
         info = get_worker_info()
         worker = 0 if info is None else info.id
         plan: EpochPlan = self.queues[worker].get()
         generation = plan.generation
-        return ((generation, chunk) for chunk in lane_chunks(self.dataset, plan))
+        chunks = lane_chunks(self.dataset, plan)
+        arena = self.arena
+        if arena is None:
+            return ((generation, chunk) for chunk in chunks)
+        return ((generation, arena.send(worker, chunk)) for chunk in chunks)

@@ -74,7 +74,7 @@ class _Field:
         if self.kind == OBJECTS:
             return True
         values = column.values
-        if self.kind == STRINGS:  # a wider string widens the field (see widen)
+        if self._padded(values):  # a wider value widens the field (see widen)
             return True
         return bool(
             values.dtype == self.rows.dtype
@@ -82,10 +82,36 @@ class _Field:
             and column.dtype == self.dtype
         )
 
+    def padded_alike(self, column: Column, used: int) -> Column:
+        """Bytes of one length (a void array) and short bytes of mixed lengths (NUL-padded)
+        meet as NUL-padded bytes where that holds each value exactly: ``column`` so, and the
+        field's first ``used`` rows too."""
+        if self.kind != BYTES or column.kind != BYTES:
+            return column
+        mine, theirs = self.rows.dtype.kind, column.values.dtype.kind
+        if mine == "S" and theirs == "V":
+            padded = _as_padded(column.values)
+            return column if padded is None else Column(BYTES, padded)
+        if mine == "V" and theirs == "S":
+            padded = _as_padded(self.rows[:used])
+            if padded is not None:
+                self.rows = self.rows.view(padded.dtype)
+        return column
+
+    def _padded(self, values: np.ndarray) -> bool:
+        """Whether the field and ``values`` are strings, or NUL-padded bytes: arrays that take
+        values up to their width."""
+        return self.rows.dtype.kind in "SU" and values.dtype.kind == self.rows.dtype.kind
+
     def widen(self, column: Column) -> None:
-        """Make room for ``column``'s longest string."""
-        if self.kind == STRINGS and column.values.dtype.itemsize > self.rows.dtype.itemsize:
-            self.rows = self.rows.astype(column.values.dtype)
+        """Make room for ``column``'s longest string or padded bytes."""
+        values = column.values
+        if (
+            self.kind != OBJECTS
+            and self._padded(values)
+            and values.dtype.itemsize > self.rows.dtype.itemsize
+        ):
+            self.rows = self.rows.astype(values.dtype)
 
     def reserve(self, rows: int) -> None:
         """Room for ``rows`` rows in all, grown by doubling."""
@@ -169,7 +195,7 @@ class RowStore:
                     found.reserve(capacity)
                     found.rows[:before] = MISSING
                     found.missing = True
-            elif not found.matches(column):
+            elif not found.matches(column := found.padded_alike(column, before)):
                 found.as_objects(before)
             found.widen(column)
             found.reserve(capacity)
@@ -241,6 +267,12 @@ class RowStore:
                 found.rows[ids] = None
         self._free = np.concatenate((self._free, ids))
         self.live -= len(ids)
+
+
+def _as_padded(values: np.ndarray) -> np.ndarray | None:
+    """A void array as NUL-padded bytes of its width, when no value ends in NUL."""
+    padded = values.view(f"S{values.dtype.itemsize}")
+    return padded if bool((np.char.str_len(padded) == values.dtype.itemsize).all()) else None
 
 
 def _capacity(rows: int, current: int) -> int:

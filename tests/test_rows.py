@@ -105,3 +105,38 @@ def test_released_rows_are_reused_without_touching_the_live_ones():
     live = np.concatenate((ids[1::2], new_ids))
     expected = collate_samples([samples[i] for i in [*range(1, 20, 2), *range(20, 30)]])
     assert_same_batch(store.batch(live, collate_samples), expected)
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        # Mixed lengths, then one length (void), then longer still: one padded field.
+        [[b"7", b"12", b"3"], [b"4", b"5"], [b"1000", b"99"]],
+        # One length first (void), then mixed lengths.
+        [[b"4", b"5"], [b"7", b"12", b""]],
+        # Values ending in NUL cannot be padded: kept as they are.
+        [[b"a\x00", b"b"], [b"cc", b"d\x00\x00"]],
+        [[b"ab", b"c\x00"], [b"d", b"eee"]],
+    ],
+)
+def test_bytes_of_mixed_lengths_come_back_exactly(chunks):
+    groups = [
+        [{"__key__": f"k{n}-{i}", "cls": v} for i, v in enumerate(c)] for n, c in enumerate(chunks)
+    ]
+    store, ids = stored(*groups)
+    every = [s for group in groups for s in group]
+    order = np.arange(len(every))[::-1].copy()
+    got = store.batch(ids[order], collate_samples)
+    assert got["cls"] == [every[i]["cls"] for i in order]
+    assert all(type(v) is bytes for v in got["cls"])
+    assert [store.sample(int(i))["cls"] for i in ids] == [s["cls"] for s in every]
+
+
+def test_short_bytes_of_mixed_lengths_travel_as_one_array():
+    from shardmix.columns import BYTES, OBJECTS, column_of, sizes_of
+
+    labels = column_of([b"7", b"12", b"3"])
+    assert labels.kind == BYTES and labels.values.dtype == np.dtype("S2")
+    assert sizes_of({"cls": labels}, 3).tolist() == [1, 2, 1]
+    assert column_of([b"x\x00", b"y"]).kind == OBJECTS  # NUL padding would eat the NUL
+    assert column_of([b"a", b"c", b"d", b"b" * 100]).kind == OBJECTS  # mostly padding
