@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -834,6 +835,18 @@ def _scale_case(config: Config, case: str) -> dict[str, Any]:
     return result
 
 
+def _read_ahead(plan: dict[str, Any], config: Config) -> int:
+    """The most samples a loader's workers read past what the main process took: each worker's
+    chunk in the making and ``prefetch_factor`` (2) chunks per worker in flight, a chunk being
+    a turn of the worker's lanes."""
+    from shardmix.workers import CHUNK_SAMPLES
+
+    workers = max(1, config.num_workers)
+    lanes_per_worker = math.ceil(plan["num_lanes"] / workers)
+    per_lane = math.ceil(CHUNK_SAMPLES * workers / plan["num_lanes"])
+    return (2 + 1) * workers * lanes_per_worker * per_lane
+
+
 def _scale_row(case: str, name: str, found: dict[str, Any]) -> Row:
     worker = found["worker_peak_rss_mb"]
     return Row(
@@ -889,7 +902,7 @@ def scale_section(config: Config) -> list[Row]:
             # Only what the first batch needs: each lane's first shard and the shards that fill
             # the shuffle buffer, plus the chunks the workers read ahead; not the whole list.
             exactly_once=plan["records_in_opened"]
-            <= plan["shuffle_buffer"] + plan["batch_size"] + 4 * plan["num_lanes"],
+            <= plan["shuffle_buffer"] + plan["batch_size"] + _read_ahead(plan, config),
             note=(
                 f"{plan['shards']:,} URLs, batch {plan['batch_size']}, {plan['num_lanes']} "
                 f"lanes: ShardDataset built in {plan['build_seconds']:.2f} s (peak RSS "
@@ -986,9 +999,10 @@ COST_ROUNDS = 3
 
 
 def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """shardmix over every other row of the same section."""
+    """shardmix over every other row of the same section (the cost section's notes carry its
+    own ratios, of CPU time)."""
     out = []
-    for ours in (r for r in rows if r.system == "shardmix"):
+    for ours in (r for r in rows if r.system == "shardmix" and r.section != "cost"):
         for other in (r for r in rows if r.section == ours.section and r.system != "shardmix"):
             out.append(
                 {
