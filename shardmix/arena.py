@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -117,26 +117,30 @@ class Arena:
                 for name, column in chunk.columns.items()
             },
         )
-        return InArena(self.token, worker, start, end, layout, shell)
+        return InArena(Placement(self.token, worker, start, end, layout), shell)
+
+
+class Placement(NamedTuple):
+    """Where a chunk's arrays lie: worker ``worker``'s ring of arena ``token``, from byte
+    ``start`` (counted in bytes ever written) to ``end``, each array at its offset."""
+
+    token: int
+    worker: int
+    start: int
+    end: int
+    layout: list[tuple[int, str, tuple[int, ...]]]  # (offset, dtype, shape) per array
 
 
 class InArena:
     """A chunk whose arrays lie in a worker's ring: unpickled in the main process, it is the
     :class:`Chunk` again, and the ring is free up to its end."""
 
-    def __init__(
-        self,
-        token: int,
-        worker: int,
-        start: int,
-        end: int,
-        layout: list[tuple[int, str, tuple[int, ...]]],
-        shell: Chunk,
-    ) -> None:
-        self.args = (token, worker, start, end, layout, shell)
+    def __init__(self, placement: Placement, shell: Chunk) -> None:
+        self.placement = placement
+        self.shell = shell  # the chunk without its arrays
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_received, self.args)
+        return (_received, (self.placement, self.shell))
 
 
 def _arrays_of(chunk: Chunk) -> list[np.ndarray]:
@@ -144,14 +148,8 @@ def _arrays_of(chunk: Chunk) -> list[np.ndarray]:
     return [chunk.items] + [c.values for c in chunk.columns.values() if c.kind != OBJECTS]
 
 
-def _received(
-    token: int,
-    worker: int,
-    start: int,
-    end: int,
-    layout: list[tuple[int, str, tuple[int, ...]]],
-    shell: Chunk,
-) -> Chunk:
+def _received(placement: Placement, shell: Chunk) -> Chunk:
+    token, worker, start, end, layout = placement
     arena = _OPEN.get(token)
     if arena is None:
         raise RuntimeError(f"a chunk arrived in shared memory of a closed worker pool ({token})")
