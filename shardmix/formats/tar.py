@@ -57,7 +57,7 @@ from shardmix.formats.registry import (
     is_gzipped,
     register_reader,
 )
-from shardmix.formats.tar_members import BLOCK, DEFAULT_MAX_MEMBER_BYTES, TarMembers
+from shardmix.formats.tar_members import BLOCK, DEFAULT_MAX_MEMBER_BYTES, Member, TarMembers
 from shardmix.policy import Damage, DamageHandler
 
 __all__ = ["TarReader", "count_tar_records", "read_located_tar_samples", "read_tar_samples"]
@@ -127,6 +127,7 @@ class _TarRecords:
         (a record) or :meth:`_lost` (the framing).
         """
         members = self.members
+        max_size = self._max_member_bytes
         last = max(wanted) if wanted else sys.maxsize
         if stop is not None:
             last = min(last, stop - 1)
@@ -136,36 +137,44 @@ class _TarRecords:
         key: str | None = None
         record = -1
         try:
-            for name in members.members():
-                parts = split_member_name(name)
-                if parts is None:
-                    continue
-                member_key, field = parts
-                if member_key != key:
-                    if sample is not None:
-                        yield record, self._record_offset, sample
-                    self._end_record(record)
-                    key = member_key
-                    record = self.records
-                    if record > last:
-                        return
-                    read = record >= start if wanted is None else record in wanted
-                    sample = {"__key__": key} if read else None
-                    fields = set()
-                    reappeared = self._begin_record(key, first_seen)
-                    if reappeared is not None:
-                        self._damaged(reappeared, record, start)
+            for buffer, run in members.runs(max_size):
+                for member in run:
+                    parts = split_member_name(member[3])
+                    if parts is None:
+                        continue
+                    member_key, field = parts
+                    if member_key != key:
+                        if sample is not None:
+                            yield record, self._record_offset, sample
+                        self._end_record(record, member[0])
+                        key = member_key
+                        record = self.records
+                        if record > last:
+                            return
+                        read = record >= start if wanted is None else record in wanted
+                        sample = {"__key__": key} if read else None
+                        fields = set()
+                        reappeared = self._begin_record(key, member, first_seen)
+                        if reappeared is not None:
+                            self._damaged(reappeared, record, start)
+                            sample = None
+                    if field in fields:
+                        members.recall(member)
+                        self._damaged(self._duplicate(field, record), record, start)
                         sample = None
-                if field in fields:
-                    self._damaged(self._duplicate(field, record), record, start)
-                    sample = None
-                fields.add(field)
-                if members.size > self._max_member_bytes:
-                    self._damaged(self._too_large(record), record, start)
-                    sample = None
-                if sample is not None:
-                    sample[field] = members.read_data()
-            self._end_record(record)
+                    fields.add(field)
+                    size = member[4]
+                    if size > max_size:
+                        members.recall(member)
+                        self._damaged(self._too_large(record), record, start)
+                        sample = None
+                    if sample is not None:
+                        if buffer is None:
+                            sample[field] = members.read_data()
+                        else:
+                            at = member[5]
+                            sample[field] = buffer[at : at + size]
+            self._end_record(record, members.entry_offset)
         except ShardmixError as error:
             if self._lost(error, record, start):
                 raise
@@ -215,20 +224,22 @@ class _TarRecords:
         )
 
     def _begin_record(
-        self, key: str, first_seen: dict[str, tuple[int, int]]
+        self, key: str, member: Member, first_seen: dict[str, tuple[int, int]]
     ) -> CorruptShardError | None:
-        """Count a new record; the error if its key was seen before (its sample ended)."""
-        members = self.members
+        """Count a new record, begun by ``member``; the error if its key was seen before (its
+        sample ended)."""
+        entry_offset, offset, number = member[:3]
         earlier = first_seen.get(key)
         self.records += 1
-        self._record_offset = members.entry_offset
+        self._record_offset = entry_offset
         if self.index_every and (self.records - 1) % self.index_every == 0:
-            self.index.append(members.entry_offset)
-        first_seen[key] = (self.records - 1, members.offset)
+            self.index.append(entry_offset)
+        first_seen[key] = (self.records - 1, offset)
         if earlier is None:
             return None
-        return members.error(
-            f"key {key!r} appears again at member {members.member} after its record "
+        self.members.recall(member)
+        return self.members.error(
+            f"key {key!r} appears again at member {number} after its record "
             f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
             "one sample must be consecutive",
             record=self.records - 1,
@@ -260,11 +271,12 @@ class _TarRecords:
         if record >= start and self._damage is None:
             self._damage = error
 
-    def _end_record(self, record: int) -> None:
-        """Report the damage of the record that just ended, with the bytes it spanned."""
+    def _end_record(self, record: int, end: int) -> None:
+        """Report the damage of the record that just ended at byte ``end``, with the bytes it
+        spanned."""
         error, self._damage = self._damage, None
         if error is not None and self._on_damage is not None:
-            size = self.members.entry_offset - self._record_offset
+            size = end - self._record_offset
             self._on_damage(Damage(error, record, self._record_offset, size))
 
     def _lost(self, error: ShardmixError, record: int, start: int) -> bool:
@@ -272,7 +284,7 @@ class _TarRecords:
         if self._on_damage is None or not isinstance(error, CorruptShardError):
             return True
         if self.members.ended:  # junk after the end: every record is whole, the last one too
-            self._end_record(record)
+            self._end_record(record, self.members.entry_offset)
             record += 1
             offset = error.offset
         else:

@@ -24,6 +24,13 @@ from typing import Any, BinaryIO
 
 from shardmix.errors import ConfigError, ShardmixError, UnsupportedURLError
 
+# The read buffer of a shard's stream. Large enough that a 4 KiB record costs one system call
+# per ~16 records; small enough that a worker with a hundred shards open holds a few MiB of
+# buffers, and that a format reader's look at the whole buffer (``peek``, one copy of it) is
+# served from malloc's heap: copies of 128 KiB and more get fresh pages, a page fault per
+# 4 KiB, which cost more than the read itself.
+READ_BUFFER_BYTES = 64 * 1024
+
 
 class RemoteReadError(ShardmixError, OSError):
     """A remote shard could not be read: retries spent, or the server broke the protocol."""

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
+from shardmix.sources import READ_BUFFER_BYTES
+
 __all__ = ["cache_path", "download", "open_cached"]
 
-READ_BUFFER_BYTES = 256 * 1024
 COPY_BUFFER_BYTES = 1024 * 1024
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_BASENAME_CHARS = 100

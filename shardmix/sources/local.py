@@ -5,11 +5,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from shardmix.errors import ShardNotFoundError
-from shardmix.sources import local_path
-
-# Large enough that a 4 KiB record costs one system call per ~64 records, small enough that
-# a worker with dozens of shards open stays well under a few MiB of buffers.
-READ_BUFFER_BYTES = 256 * 1024
+from shardmix.sources import READ_BUFFER_BYTES, local_path
 
 
 def open_local(url: str) -> BinaryIO:

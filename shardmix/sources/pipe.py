@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 from shardmix.errors import ShardmixError, UnsupportedURLError
 from shardmix.errors import describe_position as _where
-from shardmix.sources import SourceOptions
+from shardmix.sources import READ_BUFFER_BYTES, SourceOptions
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["PipeCommandError", "PipeStream", "open_pipe"]
 
 PREFIX = "pipe:"
-READ_BUFFER_BYTES = 256 * 1024
 _STDERR_TAIL_BYTES = 2000
 _STOP_WAIT_SECONDS = 5.0
 
