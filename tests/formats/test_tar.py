@@ -520,3 +520,141 @@ def test_mutated_headers_raise_only_shardmix_errors(block: int, value: int) -> N
     data[header + 148 : header + 156] = b"%06o\x00 " % sum(data[header : header + BLOCK])
     read_or_shardmix_error(bytes(data))
     read_or_shardmix_error(bytes(data), start=2)
+
+
+# -- runs: the fast path reads exactly what the member-by-member path reads -----------------
+
+
+def _stdlib_archive(tar_format: int) -> bytes:
+    """Members the fast path must hand over: directories, links, pax and long names, a ustar
+    prefix, an old-style directory, beside plain members."""
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tar_format) as archive:
+
+        def add(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.type = len(data), kind
+            if kind == tarfile.SYMTYPE:
+                info.linkname = "a/one.txt"
+            archive.addfile(
+                info, io.BytesIO(data) if kind in (tarfile.REGTYPE, tarfile.AREGTYPE) else None
+            )
+
+        for record in range(3):
+            add(f"a/r{record}.txt", b"%d" % record * 300)
+            add(f"a/r{record}.cls", b"%d" % record)
+        add("a", kind=tarfile.DIRTYPE)
+        add("a/old/", kind=tarfile.AREGTYPE)  # type NUL and a trailing slash: a directory
+        add("a/one.link", kind=tarfile.SYMTYPE)
+        add("/".join(["d" * 40] * 3) + "/two.txt", b"2" * 700)  # prefix (ustar) or long name
+        add("a/r9.txt", b"nine", kind=tarfile.AREGTYPE)
+        for record in range(3, 6):
+            add(f"a/r{record}.txt", b"%d" % record * 1100)
+    return out.getvalue()
+
+
+def _reading(stream: Any, **kwargs: Any) -> tuple[list[Any], list[Any], Any]:
+    """What a reader gives: located samples, damage reports, and the error it ended with."""
+    reports: list[Any] = []
+    if kwargs.pop("report", False):
+        kwargs["on_damage"] = reports.append
+    located: list[Any] = []
+    ended: Any = None
+    try:
+        for record, offset, sample in read_located_tar_samples(stream, "x.tar", **kwargs):
+            located.append((record, offset, sample))
+    except ShardmixError as error:
+        ended = (type(error), str(error))
+    reported = [
+        (type(r.error), str(r.error), r.record, r.offset, r.size, r.rest_of_shard) for r in reports
+    ]
+    return located, reported, ended
+
+
+def assert_runs_read_as_members_do(data: bytes, **kwargs: Any) -> None:
+    """Buffered streams (runs) of several buffer sizes, seekable or not, read ``data`` as a
+    stream without a buffer to look into (member by member) does, errors included."""
+    expected = _reading(io.BytesIO(data), **kwargs)
+    for size in (1024, 1536, 4096, 1 << 16):
+        assert _reading(io.BufferedReader(io.BytesIO(data), size), **kwargs) == expected
+        one_way = io.BufferedReader(NonSeekable(data), size)
+        assert _reading(one_way, **kwargs) == expected
+
+
+@pytest.mark.parametrize("tar_format", ["ustar", "gnu", "pax"])
+def test_runs_hand_other_members_to_the_member_by_member_path(tar_format: str) -> None:
+    import tarfile
+
+    formats = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
+    data = _stdlib_archive(formats[tar_format])
+    located, reported, ended = _reading(io.BufferedReader(io.BytesIO(data), 4096))
+    keys = [sample["__key__"] for _, _, sample in located]
+    assert keys == ["a/r0", "a/r1", "a/r2", "/".join(["d" * 40] * 3) + "/two", "a/r9"] + [
+        f"a/r{record}" for record in range(3, 6)
+    ]
+    assert located[5][2]["txt"] == b"3" * 1100 and ended is None and not reported
+    for start in (0, 2, 5):
+        assert_runs_read_as_members_do(data, start=start)
+
+
+_RUNS = write_tar(make_samples(12, big=300) + make_samples(4, shard=1, big=2000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, len(_RUNS) - 1), st.integers(0, 255)), max_size=4),
+    st.integers(0, len(_RUNS)),
+    st.integers(0, 6),
+    st.booleans(),
+)
+def test_runs_read_damaged_archives_as_members_do(
+    changes: list[tuple[int, int]], length: int, start: int, report: bool
+) -> None:
+    data = bytearray(_RUNS)
+    for position, value in changes:
+        data[position] = value
+    assert_runs_read_as_members_do(bytes(data[:length]), start=start, report=report)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(_RUNS) - 1), st.integers(0, 255), st.booleans())
+def test_runs_read_damaged_header_fields_as_members_do(
+    position: int, value: int, report: bool
+) -> None:
+    """A header field changed and its checksum made to match, so that the fast path's own
+    checks (type, layout, size, name) see the change."""
+    data = bytearray(_RUNS)
+    header = (position // BLOCK) * BLOCK
+    within = position % 500
+    data[header + (156 if 148 <= within < 156 else within)] = value
+    data[header + 148 : header + 156] = b" " * 8
+    data[header + 148 : header + 156] = b"%06o\x00 " % sum(data[header : header + BLOCK])
+    assert_runs_read_as_members_do(bytes(data), report=report)
+    assert_runs_read_as_members_do(bytes(data), start=3, max_member_bytes=1000, report=report)
+
+
+@pytest.mark.parametrize("report", [False, True])
+def test_runs_report_a_reappearing_key_and_a_repeated_field_as_members_do(report: bool) -> None:
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for name in ["a/r0.txt", "a/r1.txt", "a/r1.txt", "a/r2.txt", "a/r0.cls", "a/r3.txt"]:
+            info = tarfile.TarInfo(name)
+            info.size = 100
+            archive.addfile(info, io.BytesIO(bytes(100)))
+    located, reported, ended = _reading(
+        io.BufferedReader(io.BytesIO(out.getvalue()), 8192), report=report
+    )
+    if report:
+        assert [sample["__key__"] for _, _, sample in located] == ["a/r0", "a/r2", "a/r3"]
+        assert ["repeats field" in r[1] for r in reported] == [True, False]
+        assert (
+            "appears again at member 4 after its record 0 (which began at byte offset 0)"
+            in reported[1][1]
+        )
+    else:
+        assert ended[0] is CorruptShardError and "repeats field 'txt'" in ended[1]
+    assert_runs_read_as_members_do(out.getvalue(), report=report)
