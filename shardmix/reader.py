@@ -288,6 +288,7 @@ def round_robin_chunks(
     max_bytes: int | None = None,
     shares: Mapping[int, float] | None = None,
     sample_size: Callable[[], float | None] | None = None,
+    steady: int | None = None,
 ) -> Iterator[LaneChunk]:
     """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane.
 
@@ -301,7 +302,8 @@ def round_robin_chunks(
     fewer than ``per_lane`` are taken from each
     lane where a turn of all of them would pass ``max_bytes``. The bytes are counted roughly:
     each sample at ``sample_size()`` (the mean the last chunk measured, say), or where that
-    gives None, at the :func:`sample_bytes` of its lane's first sample in the chunk.
+    gives None, at the :func:`sample_bytes` of its lane's first sample in the chunk. With
+    ``steady``, chunks after the first take ``steady`` per lane instead of ``per_lane``.
     """
     live = dict(lanes)
     owed = dict.fromkeys(live, 1.0)  # every lane's first sample goes in the first chunk
@@ -328,10 +330,12 @@ def round_robin_chunks(
                 if size >= max_bytes:
                     yield chunk
                     chunk, size = [], 0
+                    per_lane = steady or per_lane
                     each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
         if chunk:
             yield chunk
             chunk, size = [], 0
+            per_lane = steady or per_lane
             each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
 
 

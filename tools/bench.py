@@ -839,11 +839,11 @@ def _read_ahead(plan: dict[str, Any], config: Config) -> int:
     """The most samples a loader's workers read past what the main process took: each worker's
     chunk in the making and ``prefetch_factor`` (2) chunks per worker in flight, a chunk being
     a turn of the worker's lanes."""
-    from shardmix.workers import lane_turn
+    from shardmix.workers import lane_turn, steady_turn
 
     workers = max(1, config.num_workers)
     lanes_per_worker = math.ceil(plan["num_lanes"] / workers)
-    per_lane = lane_turn(plan["num_lanes"], workers)
+    per_lane = steady_turn(lane_turn(plan["num_lanes"], workers))
     return (2 + 1) * workers * lanes_per_worker * per_lane
 
 
