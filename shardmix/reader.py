@@ -303,7 +303,7 @@ def round_robin_chunks(
     lane where a turn of all of them would pass ``max_bytes``. The bytes are counted roughly:
     each sample at ``sample_size()`` (the mean the last chunk measured, say), or where that
     gives None, at the :func:`sample_bytes` of its lane's first sample in the chunk. With
-    ``steady``, chunks after the first take ``steady`` per lane instead of ``per_lane``.
+    ``steady``, the turns double from chunk to chunk, from ``per_lane`` up to ``steady``.
     """
     live = dict(lanes)
     owed = dict.fromkeys(live, 1.0)  # every lane's first sample goes in the first chunk
@@ -330,13 +330,18 @@ def round_robin_chunks(
                 if size >= max_bytes:
                     yield chunk
                     chunk, size = [], 0
-                    per_lane = steady or per_lane
+                    per_lane = _grown(per_lane, steady)
                     each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
         if chunk:
             yield chunk
             chunk, size = [], 0
-            per_lane = steady or per_lane
+            per_lane = _grown(per_lane, steady)
             each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
+
+
+def _grown(per_lane: int, steady: int | None) -> int:
+    """The next chunk's turn: twice ``per_lane``, up to ``steady`` (None: unchanged)."""
+    return per_lane if steady is None or per_lane >= steady else min(steady, 2 * per_lane)
 
 
 def _chunk_rate(

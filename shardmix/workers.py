@@ -37,11 +37,12 @@ MAX_CONNECTIONS = 512
 _SPARE_DESCRIPTORS = 8
 # Samples per chunk a worker sends, at least: enough to amortise one pickle and one queue trip...
 CHUNK_SAMPLES = 2048
-# ... and after the first, per lane at least this many, in one stretch (as CHUNK_BYTES allows):
-# a shard read in long stretches keeps its reader's buffer and state in the CPU's caches, where
-# hundreds of open shards taken a few samples at a time cost a worker a third more CPU per
-# small record. The first chunk stays small, so that the first batch comes as soon as before.
-# The main process holds about one such turn of every lane (CHUNK_BYTES bounds it).
+# ... and per lane, at least this many in one stretch once a worker's turns have grown to it (as
+# CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
+# CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
+# third more CPU per small record. The turns start at the lanes' share of CHUNK_SAMPLES and
+# double from chunk to chunk, so that the first batch comes as soon as before. The main
+# process holds about one turn of every lane (CHUNK_BYTES bounds it).
 MIN_TURN = 64
 # ... and at most about this many bytes of samples, so that the chunks in flight (two per
 # worker, prefetch_factor) stay small whatever the record size.
@@ -69,12 +70,12 @@ class EpochPlan:
 
 def lane_turn(num_lanes: int, num_workers: int) -> int:
     """How many samples each of ``num_lanes`` lanes gives per turn in a worker's first chunk
-    (CHUNK_BYTES may cut it); :func:`steady_turn` in the later ones."""
+    (CHUNK_BYTES may cut it); the turns then double up to :func:`steady_turn`."""
     return max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
 
 
 def steady_turn(per_lane: int) -> int:
-    """A lane's turn after a worker's first chunk, whose turn was ``per_lane``."""
+    """A lane's turn once a worker's turns, ``per_lane`` at first, have grown."""
     return max(MIN_TURN, per_lane)
 
 

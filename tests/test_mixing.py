@@ -113,7 +113,7 @@ def test_workers_stopping_early_is_an_error():
         merged_keys(LaneMerge(iter([chunk]), 2, store), store)
 
 
-def test_a_workers_first_chunk_takes_short_turns_and_the_later_ones_steady_turns():
+def test_a_workers_turns_double_from_chunk_to_chunk_up_to_the_steady_turn():
     contents = lanes_of([20, 3, 12])
     lanes = {lane: iter(samples) for lane, samples in contents.items()}
     chunks = list(round_robin_chunks(lanes, 2, steady=5))
@@ -121,12 +121,12 @@ def test_a_workers_first_chunk_takes_short_turns_and_the_later_ones_steady_turns
         [(lane, [s["__key__"] for s in samples], ended) for lane, samples, ended in chunk]
         for chunk in chunks
     ]
-    # The first chunk takes 2 from each lane, the later ones 5; a lane that gives fewer than
-    # its turn has ended (lane 2's last turn gives none).
+    # Turns of 2, 4, then 5 (not 8) from each lane; a lane that gives fewer than its turn has
+    # ended (lane 2's last turn gives none).
     sizes = [[len(keys) for _, keys, _ in chunk] for chunk in turns]
-    assert sizes == [[2, 2, 2], [5, 1, 5], [5, 5], [5, 0], [3]]
+    assert sizes == [[2, 2, 2], [4, 1, 4], [5, 5], [5, 1], [4]]
     ended = [[lane for lane, _, ended in chunk if ended] for chunk in turns]
     assert ended == [[], [1], [], [2], [0]]
     taken = [key for chunk in turns for _, keys, _ in chunk for key in keys]
     assert sorted(taken) == sorted(s["__key__"] for samples in contents.values() for s in samples)
-    assert turns[1][0][1] == ["l0-2", "l0-3", "l0-4", "l0-5", "l0-6"]
+    assert turns[2][0][1] == ["l0-6", "l0-7", "l0-8", "l0-9", "l0-10"]
