@@ -159,14 +159,12 @@ class _TarRecords:
                             self._damaged(reappeared, record, start)
                             sample = None
                     if field in fields:
-                        members.recall(member)
-                        self._damaged(self._duplicate(field, record), record, start)
+                        self._damaged(self._duplicate(field, record, member), record, start)
                         sample = None
                     fields.add(field)
                     size = member[4]
                     if size > max_size:
-                        members.recall(member)
-                        self._damaged(self._too_large(record), record, start)
+                        self._damaged(self._too_large(record, member), record, start)
                         sample = None
                     if sample is not None:
                         if buffer is None:
@@ -237,28 +235,30 @@ class _TarRecords:
         first_seen[key] = (self.records - 1, offset)
         if earlier is None:
             return None
-        self.members.recall(member)
         return self.members.error(
             f"key {key!r} appears again at member {number} after its record "
             f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
             "one sample must be consecutive",
             record=self.records - 1,
+            offset=offset,
         )
 
-    def _duplicate(self, field: str, record: int) -> CorruptShardError:
-        members = self.members
-        return members.error(
-            f"tar member {members.member} {members.name!r} repeats field {field!r} of its sample",
+    def _duplicate(self, field: str, record: int, member: Member) -> CorruptShardError:
+        _, offset, number, name, _, _ = member
+        return self.members.error(
+            f"tar member {number} {name!r} repeats field {field!r} of its sample",
             record=record,
+            offset=offset,
         )
 
-    def _too_large(self, record: int) -> CorruptShardError:
-        members = self.members
-        return members.error(
-            f"tar member {members.member} {members.name!r} declares {members.size} bytes of "
-            f"data, more than max_member_bytes={self._max_member_bytes} (raise max_member_bytes "
-            "if the shard really holds members this large)",
+    def _too_large(self, record: int, member: Member) -> CorruptShardError:
+        _, offset, number, name, size, _ = member
+        return self.members.error(
+            f"tar member {number} {name!r} declares {size} bytes of data, more than "
+            f"max_member_bytes={self._max_member_bytes} (raise max_member_bytes if the shard "
+            "really holds members this large)",
             record=record,
+            offset=offset,
         )
 
     def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:

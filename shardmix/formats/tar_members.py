@@ -93,8 +93,15 @@ def _read_pax(data: bytes) -> dict[str, bytes] | None:
     return records
 
 
-# The octal digits of a six-digit checksum field, by place.
-_CHECKSUM_PLACES = 8 ** np.arange(5, -1, -1)
+# Per header byte, its weight in the checksum (the checksum field counts as spaces, added
+# apart), and per place of a six-digit checksum field, its octal weight; as float32 so that
+# one matrix product sums each header, exactly (at most 504 x 255 < 2**24).
+_CHECKSUM_WEIGHTS = np.ones(BLOCK, np.float32)
+_CHECKSUM_WEIGHTS[148:156] = 0
+_CHECKSUM_PLACES = (8 ** np.arange(5, -1, -1)).astype(np.float32)
+# The typeflags of a plain member: regular files.
+_PLAIN_TYPE = np.zeros(256, bool)
+_PLAIN_TYPE[list(_REGULAR)] = True
 
 
 def _plain_headers(buffer: bytes, first: int, headers: list[int]) -> list[int]:
@@ -108,22 +115,19 @@ def _plain_headers(buffer: bytes, first: int, headers: list[int]) -> list[int]:
     """
     blocks = (len(buffer) - first) // BLOCK
     grid = np.frombuffer(buffer, np.uint8, blocks * BLOCK, first).reshape(blocks, BLOCK)
-    rows = grid[(np.asarray(headers) - first) // BLOCK]
-    digits = rows[:, 148:154].astype(np.int64) - ord("0")
-    stored = digits @ _CHECKSUM_PLACES
-    computed = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64)
-    typeflag = rows[:, 156]
-    plain = (computed + 8 * ord(" ") == stored) & ((digits >= 0) & (digits <= 7)).all(axis=1)
-    plain &= (typeflag == ord("0")) | (typeflag == 0) | (typeflag == ord("7"))
-    plain &= (rows[:, 154] == 0) & (rows[:, 135] == 0)
+    at = np.asarray(headers)
+    rows = grid[(at - first) // BLOCK]
+    field = rows[:, 148:154]
+    computed = rows @ _CHECKSUM_WEIGHTS + 8 * ord(" ")
+    plain = (field - ord("0")) @ _CHECKSUM_PLACES == computed
+    plain &= ((field & 0xF8) == ord("0")).all(axis=1)  # digits 0 to 7
+    plain &= _PLAIN_TYPE[rows[:, 156]] & (rows[:, 154] == 0) & (rows[:, 135] == 0)
     count = len(headers) if plain.all() else int(np.argmin(plain))
     names = rows[:count, :100]
-    ends = np.where(names.all(axis=1), 100, np.argmin(names, axis=1))
+    ends = np.where(names.all(axis=1), 100, np.argmin(names, axis=1)) + at[:count]
     # Names of a ustar prefix, or of type NUL (an old-style directory when they end in "/").
-    closer = (rows[:count, 345] != 0) | (typeflag[:count] == 0)
-    ends = ends + np.asarray(headers[:count])
-    ends[closer] = -1
-    return ends.tolist()
+    ends[(rows[:count, 345] != 0) | (rows[:count, 156] == 0)] = -1
+    return ends.tolist()  # type: ignore[no-any-return]
 
 
 def _high_bytes(header: bytes) -> int:
@@ -440,10 +444,6 @@ class TarMembers:
         if header[156] == 0 and name.endswith(b"/"):
             return None
         return name
-
-    def recall(self, member: Member) -> None:
-        """Stand at ``member`` again, for an error message that names it."""
-        self.entry_offset, self.offset, self.member, self.name, self.size, _ = member
 
     def members(self) -> Iterator[str]:
         """Yield the name of each regular member; read its data with :meth:`read_data`.
