@@ -512,14 +512,21 @@ def test_mutated_archives_with_a_damage_handler_never_raise(
 @given(st.integers(0, len(_VALID) - 1), st.integers(0, 255))
 def test_mutated_headers_raise_only_shardmix_errors(block: int, value: int) -> None:
     """Mutations aimed at header fields, with the checksum fixed so the field is parsed."""
-    data = bytearray(_VALID)
-    header = (block // BLOCK) * BLOCK
-    within = block % 500
+    data = with_header_field(_VALID, block, value)
+    read_or_shardmix_error(data)
+    read_or_shardmix_error(data, start=2)
+
+
+def with_header_field(valid: bytes, position: int, value: int) -> bytes:
+    """``valid`` with the byte at ``position`` set to ``value`` (the typeflag instead, where
+    that is in a checksum field) and its header's checksum made to match."""
+    data = bytearray(valid)
+    header = (position // BLOCK) * BLOCK
+    within = position % 500
     data[header + (156 if 148 <= within < 156 else within)] = value
     data[header + 148 : header + 156] = b" " * 8
     data[header + 148 : header + 156] = b"%06o\x00 " % sum(data[header : header + BLOCK])
-    read_or_shardmix_error(bytes(data))
-    read_or_shardmix_error(bytes(data), start=2)
+    return bytes(data)
 
 
 # -- runs: the fast path reads exactly what the member-by-member path reads -----------------
@@ -625,14 +632,9 @@ def test_runs_read_damaged_header_fields_as_members_do(
 ) -> None:
     """A header field changed and its checksum made to match, so that the fast path's own
     checks (type, layout, size, name) see the change."""
-    data = bytearray(_RUNS)
-    header = (position // BLOCK) * BLOCK
-    within = position % 500
-    data[header + (156 if 148 <= within < 156 else within)] = value
-    data[header + 148 : header + 156] = b" " * 8
-    data[header + 148 : header + 156] = b"%06o\x00 " % sum(data[header : header + BLOCK])
-    assert_runs_read_as_members_do(bytes(data), report=report)
-    assert_runs_read_as_members_do(bytes(data), start=3, max_member_bytes=1000, report=report)
+    data = with_header_field(_RUNS, position, value)
+    assert_runs_read_as_members_do(data, report=report)
+    assert_runs_read_as_members_do(data, start=3, max_member_bytes=1000, report=report)
 
 
 @pytest.mark.parametrize("report", [False, True])
