@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 MAX_CONNECTIONS = 512
 # Descriptors kept free beside the shards (pipes, sockets, imports).
 _SPARE_DESCRIPTORS = 8
-# Samples per chunk a worker sends, at least: enough to amortise one pickle and one queue trip...
+# Samples in a worker's first chunk: enough to amortise one pickle and one queue trip...
 CHUNK_SAMPLES = 2048
 # ... and per lane, at least this many in one stretch once a worker's turns have grown to it (as
 # CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the

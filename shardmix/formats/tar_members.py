@@ -7,14 +7,14 @@ reports and the reader interface are :mod:`shardmix.formats.tar`'s (see its docs
 this is not ``tarfile``).
 
 Two paths walk the headers. :meth:`TarMembers.members` handles every case one member at a
-time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes, in one loop over the
-stream's read buffer (``peek``), the members that follow as long as each is *plain*: a regular
-file whose header has the field layout GNU tar, ``tarfile`` and TarWriter write, a checksum
-that matches, and data that lies whole in the buffer. It stops at anything else (a pax or
-long-name header, a link, a checksum to look at closer, the end-of-archive blocks, a member
-cut by the buffer's end), which the first path then reads, errors included. On shards of
-small records this is most of a reader's time: one loop per buffer instead of several calls
-and two reads per member.
+time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes from the stream's read
+buffer (``peek``) the members that follow as long as each is *plain*: a regular file whose
+header has the field layout GNU tar, ``tarfile`` and TarWriter write, a checksum that matches,
+and data that lies whole in the buffer. Their headers are found by their size fields, then
+checked all at once with numpy. It stops at anything else (a pax or long-name header, a link,
+a checksum to look at closer, the end-of-archive blocks, a member cut by the buffer's end),
+which the first path then reads, errors included. On shards of small records this is most of
+a reader's time: a few calls per buffer instead of several calls and two reads per member.
 """
 
 from __future__ import annotations
@@ -412,14 +412,13 @@ class TarMembers:
         offset = self._next_offset - first
         number = self.member
         for header, size, name_end in zip(headers, sizes, name_ends, strict=False):
-            if name_end < 0:  # a ustar prefix, or an old-style directory: look closer
-                name_bytes = self._plain_name(buffer[header : header + BLOCK])
-                if name_bytes is None:
+            if name_end >= 0:
+                name = buffer[header:name_end].decode("utf-8", "surrogateescape")
+            else:  # a ustar prefix, or type NUL: not plain when an old-style directory
+                name = self._header_name(buffer[header : header + BLOCK])
+                if buffer[header + 156] == 0 and name.endswith("/"):
                     break
-            else:
-                name_bytes = buffer[header:name_end]
             number += 1
-            name = name_bytes.decode("utf-8", "surrogateescape")
             append((offset + header, offset + header, number, name, size, header + BLOCK))
         if not found:
             return None
@@ -433,17 +432,6 @@ class TarMembers:
         self._next_offset = offset + after
         self._pending = 0
         return Run(buffer, found)
-
-    @staticmethod
-    def _plain_name(header: bytes) -> bytes | None:
-        """The name of a plain header with a ustar prefix, or None for an old-style directory
-        (type ``\\0``, a name ending with ``/``), which is not plain."""
-        name = header[:100].split(b"\x00", 1)[0]
-        if header[345] and header[257:263] == POSIX_MAGIC:
-            return header[345:500].split(b"\x00", 1)[0] + b"/" + name
-        if header[156] == 0 and name.endswith(b"/"):
-            return None
-        return name
 
     def members(self) -> Iterator[str]:
         """Yield the name of each regular member; read its data with :meth:`read_data`.
