@@ -49,6 +49,7 @@ import urllib3.exceptions
 from shardmix.errors import ConfigError, ShardmixError, ShardNotFoundError, UnsupportedURLError
 from shardmix.errors import describe_position as _where
 from shardmix.sources import (
+    READ_BUFFER_BYTES,
     RemoteAccessError,
     RemoteReadError,
     RetryPolicy,
@@ -62,7 +63,6 @@ __all__ = ["HttpShardStream", "RetryPolicy", "connection_pool", "fetch_range", "
 
 logger = logging.getLogger(__name__)
 
-READ_BUFFER_BYTES = 256 * 1024
 # Forward seeks up to this many bytes read and drop them; a longer one asks for a new range,
 # which costs a round trip but no transfer.
 SKIP_BY_READING = 1 << 20
