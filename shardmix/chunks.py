@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
 from operator import contains, itemgetter, methodcaller
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from shardmix.columns import OBJECTS, Column, columns_of, sizes_of
+from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
+from shardmix.formats import RecordBlock
 from shardmix.reader import LaneChunk, Sample, sample_bytes
 from shardmix.transforms import DROPPED as DROPPED_KEY
 from shardmix.transforms import FILTERED, SKIPPED
@@ -38,6 +39,7 @@ KIND_NAMES = {FILTERED_ITEM: FILTERED, SKIPPED_ITEM: SKIPPED}
 WHOLE = "\x00whole"
 # Provenance the items carry instead of columns (see ChunkBuilder._derived).
 SOURCE_KEY, INDEX_KEY, OFFSET_KEY = "__source__", "__index__", "__offset__"
+KEY_FIELD = "__key__"
 PROVENANCE = (SOURCE_KEY, INDEX_KEY, OFFSET_KEY)
 
 
@@ -113,6 +115,18 @@ class LaneClocks:
         return [total / (mean or 1.0) for total in self.totals]
 
 
+def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
+    """The samples of record blocks, with their provenance, as a lane reads them one by one."""
+    samples = []
+    for block in blocks:
+        for record, offset, sample in block.located():
+            sample[SOURCE_KEY] = block.source
+            sample[INDEX_KEY] = record
+            sample[OFFSET_KEY] = offset
+            samples.append(sample)
+    return samples
+
+
 def slot_of(
     pieces: Sequence[tuple[int, int, int | None]],
     shard: int,
@@ -166,14 +180,20 @@ class ChunkBuilder:
         }
 
     def build(self, lane_chunk: LaneChunk, skipped: dict[str, Any] | None = None) -> Chunk:
+        ended = [lane for lane, _, last in lane_chunk if last]
+        if any(taken and isinstance(taken[0], RecordBlock) for _, taken, _ in lane_chunk):
+            blocks = cast("list[tuple[int, list[RecordBlock], bool]]", lane_chunk)
+            chunk = self._from_blocks(blocks, ended, skipped)
+            if chunk is not None:
+                return chunk
+            lane_chunk = [(lane, _samples_of(taken), last) for lane, taken, last in blocks]
         items: list[Sample] = []
         for _, samples, _ in lane_chunk:
-            items.extend(samples)
+            items.extend(cast("list[Sample]", samples))
         lanes = np.repeat(
             np.fromiter((lane for lane, _, _ in lane_chunk), np.int64, len(lane_chunk)),
             np.fromiter((len(samples) for _, samples, _ in lane_chunk), np.int64, len(lane_chunk)),
         )
-        ended = [lane for lane, _, last in lane_chunk if last]
         count = len(items)
         dropped = np.zeros(count, dtype=np.int8)
         kept = items
@@ -184,25 +204,80 @@ class ChunkBuilder:
             kept = [item for item in items if DROPPED_KEY not in item]
         records, offsets, shards = self._provenance(items)
         derived = self._derived(kept, dropped, offsets)
+        columns = columns_of(kept, skip=derived)
+        return self._chunk(
+            lanes, records, offsets, shards, dropped, columns, len(kept), derived, ended, skipped
+        )
+
+    def _from_blocks(
+        self,
+        lane_chunk: list[tuple[int, list[RecordBlock], bool]],
+        ended: list[int],
+        skipped: dict[str, Any] | None,
+    ) -> Chunk | None:
+        """The chunk of lanes read in record blocks, their columns joined block by block; None
+        when the blocks' fields differ (the samples then make it as dicts)."""
+        blocks = [block for _, taken, _ in lane_chunk for block in taken]
+        fields = blocks[0].fields
+        if self._shard_index is None or any(block.fields != fields for block in blocks):
+            return None
+        sizes = [len(block.records) for block in blocks]
+        count = sum(sizes)
+        lanes = np.repeat(
+            np.fromiter((lane for lane, _, _ in lane_chunk), np.int64, len(lane_chunk)),
+            [sum(len(block.records) for block in taken) for _, taken, _ in lane_chunk],
+        )
+        records = np.fromiter(chain.from_iterable(b.records for b in blocks), np.int64, count)
+        offsets = np.fromiter(chain.from_iterable(b.offsets for b in blocks), np.int64, count)
+        shard_of = self._shard_index
+        sources = (shard_of[cast(str, block.source)] for block in blocks)
+        shards = np.repeat(np.fromiter(sources, np.int64, len(blocks)), sizes)
+        # As columns_of makes them from the samples: the key, the fields, then any provenance
+        # the items do not carry.
+        columns = {KEY_FIELD: column_of(list(chain.from_iterable(b.keys for b in blocks)))}
+        for at, name in enumerate(fields):
+            columns[name] = column_of(list(chain.from_iterable(b.values[at] for b in blocks)))
+        derived = PROVENANCE if (offsets >= 0).all() else PROVENANCE[:2]
+        if OFFSET_KEY not in derived:
+            columns[OFFSET_KEY] = column_of(offsets.tolist())
+        dropped = np.zeros(count, dtype=np.int8)
+        return self._chunk(
+            lanes, records, offsets, shards, dropped, columns, count, derived, ended, skipped
+        )
+
+    def _chunk(
+        self,
+        lanes: np.ndarray,
+        records: np.ndarray,
+        offsets: np.ndarray,
+        shards: np.ndarray,
+        dropped: np.ndarray,
+        columns: dict[str, Column],
+        kept: int,
+        derived: tuple[str, ...],
+        ended: list[int],
+        skipped: dict[str, Any] | None,
+    ) -> Chunk:
+        """The chunk of these items (``kept`` of them samples, in ``columns``)."""
+        count = len(lanes)
         rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
         rows[:, ID] = -1
-        rows[:, LANE] = lane_array = lanes
+        rows[:, LANE] = lanes
         rows[:, SHARD] = shards
         rows[:, RECORD] = records
         rows[:, OFFSET] = offsets
         rows[:, DROPPED] = dropped
         rows[:, SIZE] = 0
-        columns = columns_of(kept, skip=derived)
-        sizes = sizes_of(columns, len(kept))
+        sizes = sizes_of(columns, kept)
         if SOURCE_KEY in derived:  # the URL counts as the sample's __source__ string would
-            sizes += self._url_lengths[shards if len(kept) == count else shards[dropped == KEPT]]
-        if len(kept):
+            sizes += self._url_lengths[shards if kept == count else shards[dropped == KEPT]]
+        if kept:
             self.mean_size = float(sizes.mean())
-        if len(kept) == count:
+        if kept == count:
             rows[:, SIZE] = sizes
         else:
             rows[dropped == KEPT, SIZE] = sizes
-        keys_of(rows)[:] = self._keys(lane_array, records, offsets, shards, dropped)
+        keys_of(rows)[:] = self._keys(lanes, records, offsets, shards, dropped)
         return Chunk(rows, columns, ended, skipped, derived)
 
     def _derived(

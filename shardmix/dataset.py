@@ -21,7 +21,16 @@ from shardmix import reader
 from shardmix.counts import COUNTS_CACHE_NAME, RecordCounts
 from shardmix.decode import Decoder, as_decoder
 from shardmix.errors import ConfigError
-from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, is_gzipped
+from shardmix.formats import (
+    BlockReader,
+    Format,
+    ReadOptions,
+    RecordBlock,
+    TFRecordPayload,
+    infer_format,
+    is_gzipped,
+    reader_for,
+)
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
 from shardmix.reader import LanePosition, Sample, read_lane, round_robin
 from shardmix.sharding import (
@@ -294,6 +303,49 @@ class ShardDataset(IterableDataset[Sample]):
         read = partial(self.read_piece, epoch=epoch, epoch_pass=epoch_pass)
         return read_lane(pieces, read, start)
 
+    @property
+    def reads_blocks(self) -> bool:
+        """Whether lanes can be read in record blocks (:meth:`read_lane_blocks`): no decoder
+        or transform needs a dict per sample, and every shard's reader gives blocks."""
+        if self.sample_transform.active:
+            return False
+        formats = set(self._format_of.values())
+        return all(isinstance(reader_for(fmt, self.options), BlockReader) for fmt in formats)
+
+    def read_lane_blocks(
+        self, pieces: Sequence[Piece], start: LanePosition = LanePosition()
+    ) -> Iterator[RecordBlock]:
+        """The records :meth:`read_lane_pieces` gives, in record blocks (see
+        :attr:`reads_blocks`; with no transform, the epoch changes nothing in them)."""
+        return read_lane(pieces, self.read_piece_blocks, start)
+
+    def read_piece_blocks(
+        self, piece: Piece, record: int, before_offset: int = -1
+    ) -> Iterator[RecordBlock]:
+        """The records :meth:`read_piece` gives, in record blocks."""
+        url = self.urls[piece.shard]
+        arguments = self._read_arguments(url, record, before_offset, piece.stop, self.ledger)
+        return reader.read_shard_blocks(url, self._format_of[url], **arguments)
+
+    def _read_arguments(
+        self,
+        url: str,
+        start: int,
+        before_offset: int,
+        stop: int | None,
+        on_damage: DamageHandler | None,
+    ) -> dict[str, Any]:
+        """What a read of records ``[start, stop)`` of ``url`` passes the reader module."""
+        return {
+            "start": start,
+            "stop": stop,
+            "seek_from": self.record_counts.seek_from(url, start),
+            "options": self.options,
+            "source_options": self.source_options,
+            "on_damage": on_damage if self.policy.skips else None,
+            "before_offset": before_offset,
+        }
+
     def __iter__(self) -> Iterator[Sample]:
         world = detect_world()
         return self.iter_world(world, self.epoch)
@@ -366,17 +418,8 @@ class ShardDataset(IterableDataset[Sample]):
         """
         if self.policy.skips and on_damage is None:
             on_damage = self.ledger
-        samples = reader.read_shard(
-            url,
-            self._format_of[url],
-            start=start,
-            stop=stop,
-            seek_from=self.record_counts.seek_from(url, start),
-            options=self.options,
-            source_options=self.source_options,
-            on_damage=on_damage if self.policy.skips else None,
-            before_offset=before_offset,
-        )
+        arguments = self._read_arguments(url, start, before_offset, stop, on_damage)
+        samples = reader.read_shard(url, self._format_of[url], **arguments)
         return self._transformed(samples, url, epoch, on_damage, epoch_pass)
 
     def read_records(

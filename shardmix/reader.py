@@ -22,9 +22,10 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
 # on first use: workers started by fork (every epoch) inherit them instead of each importing
@@ -32,8 +33,10 @@ from typing import Any, BinaryIO
 import shardmix.formats.tar
 import shardmix.formats.tfrecord  # noqa: F401
 from shardmix.formats import (
+    BlockReader,
     Format,
     ReadOptions,
+    RecordBlock,
     RecordPosition,
     can_seek_records,
     is_gzipped,
@@ -49,6 +52,7 @@ from shardmix.sources.ranges import open_ranges
 logger = logging.getLogger(__name__)
 
 Sample = dict[str, Any]
+T = TypeVar("T")  # what a lane yields: samples, or record blocks
 
 # Re-reading records by range: a record whose length is not known from its neighbour's offset
 # is fetched with this many bytes at least (grown to the longest record seen in the shard),
@@ -96,35 +100,77 @@ def read_shard(
     ``seek_from``, a sparse index entry at or before ``start``, is where a seekable,
     uncompressed shard is entered; else the framing is walked from byte 0.
     """
-    resume = start > 0 and before_offset >= 0
-    with open_shard(url, options=source_options, offset=before_offset if resume else 0) as stream:
+    entry = _Entry(start, stop, seek_from, on_damage, before_offset)
+    with entry.opened(url, source_options) as stream:
         reader = reader_for(fmt, options)
-        if resume and can_seek_records(stream, url):
-            samples = reader.records(
-                stream,
-                url,
-                start=start - 1,
-                stop=stop,
-                start_offset=before_offset,
-                on_damage=on_damage,
-            )
-        else:
-            if resume:
-                logger.debug(
-                    "%s: gzip or not seekable; walking the framing from the start to record %d",
-                    url,
-                    start,
-                )
-            samples = reader.records(
-                stream, url, start=start, stop=stop, seek_from=seek_from, on_damage=on_damage
-            )
-        for index, offset, sample in samples:
+        for index, offset, sample in reader.records(stream, url, **entry.arguments):
             if index < start:
                 continue  # the record before ``start``, read to find where ``start`` begins
             sample["__source__"] = url
             sample["__index__"] = index
             sample["__offset__"] = offset
             yield sample
+
+
+def read_shard_blocks(
+    url: str,
+    fmt: Format,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    seek_from: RecordPosition | None = None,
+    options: ReadOptions = ReadOptions(),
+    source_options: SourceOptions | None = None,
+    on_damage: DamageHandler | None = None,
+    before_offset: int = -1,
+) -> Iterator[RecordBlock]:
+    """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
+    whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`."""
+    reader = reader_for(fmt, options)
+    if not isinstance(reader, BlockReader):
+        raise TypeError(f"the {fmt.value} reader does not read records in blocks")
+    entry = _Entry(start, stop, seek_from, on_damage, before_offset)
+    with entry.opened(url, source_options) as stream:
+        for block in reader.blocks(stream, url, **entry.arguments):
+            if block.records[0] < start:  # the record before ``start`` (see read_shard)
+                block = block.after(start - 1)
+                if not block.records:
+                    continue
+            block.source = url
+            yield block
+
+
+@dataclass
+class _Entry:
+    """Where a read of records ``[start, stop)`` enters its shard (see :func:`read_shard`)."""
+
+    start: int
+    stop: int | None
+    seek_from: RecordPosition | None
+    on_damage: DamageHandler | None
+    before_offset: int
+    arguments: dict[str, Any] = field(default_factory=dict)  # the reader's, once opened
+
+    @contextmanager
+    def opened(self, url: str, source_options: SourceOptions | None) -> Iterator[BinaryIO]:
+        """The shard, open where the read begins; sets :attr:`arguments`."""
+        start, before_offset = self.start, self.before_offset
+        resume = start > 0 and before_offset >= 0
+        with open_shard(
+            url, options=source_options, offset=before_offset if resume else 0
+        ) as stream:
+            if resume and can_seek_records(stream, url):
+                self.arguments = {"start": start - 1, "start_offset": before_offset}
+            else:
+                if resume:
+                    logger.debug(
+                        "%s: gzip or not seekable; walking the framing from the start to record %d",
+                        url,
+                        start,
+                    )
+                self.arguments = {"start": start, "seek_from": self.seek_from}
+            self.arguments.update(stop=self.stop, on_damage=self.on_damage)
+            yield stream
 
 
 def read_shard_at(
@@ -246,9 +292,9 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
 
 def read_lane(
     pieces: Sequence[Piece],
-    read_one: Callable[[Piece, int, int], Iterator[Sample]],
+    read_one: Callable[[Piece, int, int], Iterator[T]],
     start: LanePosition = LanePosition(),
-) -> Iterator[Sample]:
+) -> Iterator[T]:
     """The samples of a lane's pieces, one after another, from ``start`` on.
 
     ``read_one(piece, record, before_offset)`` reads ``piece`` from record ``record`` (in the
@@ -279,11 +325,41 @@ def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:
 _ENDED: Any = object()  # a lane's end: ``None`` or any other value could be a sample
 
 
-LaneChunk = list[tuple[int, list[Sample], bool]]
+# A chunk's lanes: ``(lane, what it gave, whether it ended)``, what it gave being samples or,
+# from a :class:`BlockTurns` lane, record blocks.
+LaneChunk = list[tuple[int, list[Sample] | list[RecordBlock], bool]]
+
+
+class BlockTurns:
+    """A lane read in record blocks, taken a turn at a time: a block is split where a turn
+    ends, and its rest begins the next turn."""
+
+    def __init__(self, blocks: Iterator[RecordBlock]) -> None:
+        self._blocks = blocks
+        self._rest: RecordBlock | None = None
+
+    def take(self, count: int) -> tuple[list[RecordBlock], int]:
+        """Blocks of the next ``count`` records (fewer at the lane's end), and how many."""
+        taken: list[RecordBlock] = []
+        have = 0
+        block, self._rest = self._rest, None
+        while have < count:
+            if block is None:
+                block = next(self._blocks, None)
+                if block is None:
+                    break
+            size = len(block.records)
+            if have + size > count:
+                block, self._rest = block.split(count - have)
+                size = count - have
+            taken.append(block)
+            have += size
+            block = None
+        return taken, have
 
 
 def round_robin_chunks(
-    lanes: dict[int, Iterator[Sample]],
+    lanes: Mapping[int, Iterator[Sample] | BlockTurns],
     per_lane: int,
     max_bytes: int | None = None,
     shares: Mapping[int, float] | None = None,
@@ -292,7 +368,8 @@ def round_robin_chunks(
 ) -> Iterator[LaneChunk]:
     """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane.
 
-    Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. Lanes are
+    Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. A lane is an
+    iterator of samples, or :class:`BlockTurns`, whose entries hold record blocks. Lanes are
     sent at the rate the main process consumes them, so that little waits in its stash: the
     same number from each (it takes lanes in turn), or, with ``shares``, ``per_lane`` times
     each lane's share (it takes lanes in proportion to their sizes), the fractions carried
@@ -320,13 +397,28 @@ def round_robin_chunks(
                 if not wanted:
                     continue  # a small lane's turn: it owes less than one sample yet
                 owed[lane] -= wanted
-            samples = list(islice(iterator, wanted))
-            ended = len(samples) < wanted
+            taken: list[Sample] | list[RecordBlock]
+            if isinstance(iterator, BlockTurns):
+                taken, count = iterator.take(wanted)
+            else:
+                taken = list(islice(iterator, wanted))
+                count = len(taken)
+            ended = count < wanted
             if ended:
                 del live[lane]
-            chunk.append((lane, samples, ended))
-            if max_bytes is not None and samples:
-                size += int((sample_bytes(samples[0]) if each is None else each) * len(samples))
+            chunk.append((lane, taken, ended))
+            if max_bytes is not None and count:
+                one: float
+                if each is None:
+                    first = taken[0]
+                    one = (
+                        first.sample_bytes()
+                        if isinstance(first, RecordBlock)
+                        else sample_bytes(first)
+                    )
+                else:
+                    one = each
+                size += int(one * count)
                 if size >= max_bytes:
                     yield chunk
                     chunk, size = [], 0

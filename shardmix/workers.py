@@ -23,7 +23,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.lifeline import WorkerInit
 from shardmix.policy import SkipLedger
-from shardmix.reader import LanePosition, round_robin_chunks
+from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.world import detect_world
@@ -208,12 +208,19 @@ def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Chun
         worker, num_workers = world.worker, world.num_workers
         lanes = worker_lanes(num_lanes=num_lanes, worker=worker, num_workers=num_workers)
         starts = plan.starts or [LanePosition()] * num_lanes
-        iterators = {
-            lane: dataset.read_lane_pieces(
-                plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
-            )
-            for lane in lanes
-        }
+        iterators: dict[int, Iterator[Any] | BlockTurns]
+        if dataset.reads_blocks:  # no transform: records go to the chunks' columns in blocks
+            iterators = {
+                lane: BlockTurns(dataset.read_lane_blocks(plan.lane_pieces[lane], starts[lane]))
+                for lane in lanes
+            }
+        else:
+            iterators = {
+                lane: dataset.read_lane_pieces(
+                    plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
+                )
+                for lane in lanes
+            }
         if plan.clocks is not None:
             every = plan.clocks.shares()
             shares = {lane: every[lane] for lane in lanes}

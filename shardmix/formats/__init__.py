@@ -6,7 +6,10 @@ The read API is :class:`~shardmix.formats.registry.ShardReader` and the registry
 URL (for error messages). Readers know nothing of workers, ranks or torch. One module per
 format implements a reader and registers it (:mod:`~shardmix.formats.tar`,
 :mod:`~shardmix.formats.tfrecord`); :mod:`~shardmix.formats.registry` says what every read
-promises. The write side that ``shardmix convert`` uses is registered the same way:
+promises. A reader that is also a :class:`~shardmix.formats.registry.BlockReader` (tar's) gives
+its records in :class:`~shardmix.formats.blocks.RecordBlock` objects too, fields as columns,
+which is what the workers read when no transform needs a dict per sample. The write side
+that ``shardmix convert`` uses is registered the same way:
 ``writer_for(fmt)`` gives a :class:`~shardmix.formats.registry.ShardWriterFormat`
 (:mod:`~shardmix.formats.tar_writer`, :mod:`~shardmix.formats.tfrecord_writer`).
 
@@ -49,8 +52,10 @@ from typing import Any, BinaryIO
 
 from shardmix.errors import CorruptShardError
 from shardmix.formats._common import is_seekable, samples_only, wanted_records, without_offsets
+from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.options import ReadOptions, TFRecordPayload
 from shardmix.formats.registry import (
+    BlockReader,
     Format,
     LocatedSample,
     RecordPosition,
@@ -67,9 +72,11 @@ from shardmix.formats.registry import (
 from shardmix.policy import DamageHandler
 
 __all__ = [
+    "BlockReader",
     "Format",
     "LocatedSample",
     "ReadOptions",
+    "RecordBlock",
     "RecordPosition",
     "ShardReader",
     "ShardSampleWriter",

@@ -24,11 +24,14 @@ from __future__ import annotations
 import enum
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from shardmix.errors import UnsupportedURLError
 from shardmix.formats.options import ReadOptions
 from shardmix.policy import DamageHandler
+
+if TYPE_CHECKING:
+    from shardmix.formats.blocks import RecordBlock
 
 LocatedSample = tuple[int, int, dict[str, Any]]  # (record index, byte offset, sample)
 RecordPosition = tuple[int, int]  # (record index, byte offset)
@@ -164,6 +167,28 @@ class ShardReader(Protocol):
         The offsets are a sparse index for ``records(seek_from=...)`` (in the inflated stream
         for a gzip shard, where they cannot be seeked to).
         """
+        ...
+
+
+@runtime_checkable
+class BlockReader(ShardReader, Protocol):
+    """A :class:`ShardReader` that can also give its records in blocks, fields as columns
+    (:mod:`shardmix.formats.blocks`): what the workers read when no transform needs a dict
+    per sample."""
+
+    def blocks(
+        self,
+        stream: BinaryIO,
+        url: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        start_offset: int | None = None,
+        seek_from: RecordPosition | None = None,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[RecordBlock]:
+        """The records :meth:`~ShardReader.records` gives, with the same arguments, in
+        :class:`~shardmix.formats.blocks.RecordBlock` objects."""
         ...
 
 

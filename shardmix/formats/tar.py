@@ -33,9 +33,13 @@ from it, one seek and the record's members (plus the next header, which says whe
 ends).
 
 This module owns grouping members into records, damage reports, and :class:`TarReader`, the
-tar :class:`~shardmix.formats.registry.ShardReader`: every read (from a record, wanted records,
-at offsets, counting) is the one loop of :meth:`_TarRecords.samples`. Headers are
-:mod:`~shardmix.formats.tar_members`'s, writing :mod:`~shardmix.formats.tar_writer`'s.
+tar :class:`~shardmix.formats.registry.ShardReader` (and
+:class:`~shardmix.formats.registry.BlockReader`): every read (from a record, in record blocks,
+wanted records, at offsets, counting) is the one loop of :meth:`_TarRecords._read`. Its first
+part takes plain members into the columns of record blocks
+(:mod:`~shardmix.formats.blocks`), a few list operations per member; a read of samples gives
+the blocks' records back as dicts. Headers are :mod:`~shardmix.formats.tar_members`'s, writing
+:mod:`~shardmix.formats.tar_writer`'s.
 """
 
 from __future__ import annotations
@@ -44,10 +48,11 @@ import itertools
 import sys
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from shardmix.errors import CorruptShardError, ShardmixError
 from shardmix.formats._common import check_range, inflated, samples_only, wanted_records
+from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.formats.options import ReadOptions
 from shardmix.formats.registry import (
@@ -57,7 +62,13 @@ from shardmix.formats.registry import (
     is_gzipped,
     register_reader,
 )
-from shardmix.formats.tar_members import BLOCK, DEFAULT_MAX_MEMBER_BYTES, Member, TarMembers
+from shardmix.formats.tar_members import (
+    BLOCK,
+    DEFAULT_MAX_MEMBER_BYTES,
+    Member,
+    Run,
+    TarMembers,
+)
 from shardmix.policy import Damage, DamageHandler
 
 __all__ = ["TarReader", "count_tar_records", "read_located_tar_samples", "read_tar_samples"]
@@ -90,6 +101,73 @@ def _is_meta(name: str) -> bool:
     """Whether a name is webdataset metadata: a first path part ``__like_this__``."""
     first, slash, _ = name.partition("/")
     return first.endswith("__") and (len(first) >= 4 or not slash)
+
+
+def _one(
+    record: int, offset: int, sample: dict[str, Any], blocks: bool
+) -> LocatedSample | RecordBlock:
+    """A record read as a sample dict, as :meth:`_TarRecords._read` gives it."""
+    return RecordBlock.of(record, offset, sample) if blocks else (record, offset, sample)
+
+
+class _Block:
+    """The columns of the records that :meth:`_TarRecords._read`'s first loop reads, until they
+    are handed on."""
+
+    def __init__(self) -> None:
+        self._new()
+
+    def _new(self) -> None:
+        self.keys: list[str] = []
+        self.records: list[int] = []
+        self.offsets: list[int] = []
+        self.layout: list[str] = []
+        self.values: list[list[Any]] = []
+
+    def columns(self) -> tuple[list[str], list[int], list[int], list[str], list[list[Any]]]:
+        return self.keys, self.records, self.offsets, self.layout, self.values
+
+    def take_last(self, filled: int) -> tuple[dict[str, Any], set[str]]:
+        """Take the last record out of the block: its sample dict, with the first ``filled``
+        fields of the block, and their names."""
+        sample = {"__key__": self.keys.pop()}
+        self.records.pop()
+        self.offsets.pop()
+        for name, column in zip(self.layout[:filled], self.values, strict=False):
+            sample[name] = column.pop()
+        return sample, set(self.layout[:filled])
+
+    def flushed(
+        self, blocks: bool, keep_last: int | None = None
+    ) -> list[LocatedSample] | list[RecordBlock]:
+        """Hand on the block's records (all but the last, with its first ``keep_last`` fields,
+        when that is not None): as one :class:`RecordBlock`, or with ``blocks`` False as
+        located samples. The block then holds only the last record, if kept."""
+        count = len(self.keys) - (keep_last is not None)
+        if count <= 0:
+            if keep_last is None:
+                self._new()
+            return []
+        values = self.values
+        done = RecordBlock(
+            self.records[:count],
+            self.offsets[:count],
+            self.keys[:count],
+            tuple(self.layout),
+            [column[:count] for column in values],
+        )
+        if keep_last is None:
+            self._new()
+        else:
+            layout = self.layout
+            self.keys, self.records, self.offsets = (
+                self.keys[count:],
+                self.records[count:],
+                self.offsets[count:],
+            )
+            self.layout = list(layout)
+            self.values = [column[count:] for column in values]
+        return [done] if blocks else done.located()
 
 
 class _TarRecords:
@@ -126,6 +204,24 @@ class _TarRecords:
         stops at the first header past the last of them. Damage goes through :meth:`_damaged`
         (a record) or :meth:`_lost` (the framing).
         """
+        return cast("Iterator[LocatedSample]", self._read(start, stop, wanted, blocks=False))
+
+    def blocks(self, start: int, stop: int | None = None) -> Iterator[RecordBlock]:
+        """The records :meth:`samples` gives, in :class:`RecordBlock` objects."""
+        return cast("Iterator[RecordBlock]", self._read(start, stop, None, blocks=True))
+
+    def _read(
+        self, start: int, stop: int | None, wanted: Collection[int] | None, *, blocks: bool
+    ) -> Iterator[LocatedSample | RecordBlock]:
+        """The one loop of every read: located samples, or with ``blocks`` record blocks.
+
+        Two loops take the members of each run. The first handles the common case in as few
+        steps as can be: plain members whose names split at a dot, grouped into records that
+        are read, with no damage pending, each record's fields in the columns of a block (the
+        first record of a block sets its fields). Anything else stops it before the member
+        changes any state; the record in progress then becomes a sample dict, and the second
+        loop, which handles every case, goes on from that member to the end of the run.
+        """
         members = self.members
         max_size = self._max_member_bytes
         last = max(wanted) if wanted else sys.maxsize
@@ -136,50 +232,144 @@ class _TarRecords:
         fields: set[str] = set()
         key: str | None = None
         record = -1
+        block = _Block()
+        # The first loop's records: the block's columns. ``columnar``: the current record is
+        # the block's last, its first ``filled`` fields read so far.
+        keys, records, offsets, layout, values = block.columns()
+        columnar = False
+        filled = width = 0
+        fast = wanted is None and not self.index_every  # counting passes note offsets below
         try:
-            for buffer, run in members.runs(max_size):
-                for member in run:
-                    parts = split_member_name(member[3])
-                    if parts is None:
-                        continue
-                    member_key, field = parts
-                    if member_key != key:
-                        if sample is not None:
-                            yield record, self._record_offset, sample
-                        self._end_record(record, member[0])
-                        key = member_key
-                        record = self.records
-                        if record > last:
-                            return
-                        read = record >= start if wanted is None else record in wanted
-                        sample = {"__key__": key} if read else None
-                        fields = set()
-                        reappeared = self._begin_record(key, member, first_seen)
-                        if reappeared is not None:
-                            self._damaged(reappeared, record, start)
-                            sample = None
-                    if field in fields:
-                        self._damaged(self._duplicate(field, record, member), record, start)
-                        sample = None
-                    fields.add(field)
-                    size = member[4]
-                    if size > max_size:
-                        self._damaged(self._too_large(record, member), record, start)
-                        sample = None
-                    if sample is not None:
+            for run in members.runs(max_size):
+                buffer, base, headers, sizes, names, _, _ = run
+                count = len(names)
+                done = 0  # members of the run taken so far
+                while done < count:
+                    ahead = (
+                        (headers, sizes, names)
+                        if not done
+                        else (headers[done:], sizes[done:], names[done:])
+                    )
+                    for header, size, name in zip(*ahead, strict=True) if fast else ():
+                        slash = name.rfind("/")
+                        dot = name.find(".", slash + 1)
+                        if dot <= slash + 1 or size > max_size or name.startswith("__"):
+                            break
+                        member_key, field = name[:dot], name[dot + 1 :].lower()
+                        if member_key != key:
+                            following = self.records
+                            if (
+                                following > last
+                                or following < start
+                                or member_key in first_seen
+                                or self._damage is not None
+                            ):
+                                break
+                            if columnar and filled != width:  # it lacks fields of the block
+                                sample, fields = block.take_last(filled)
+                                columnar = False
+                                yield from block.flushed(blocks)
+                                keys, records, offsets, layout, values = block.columns()
+                                width = 0
+                            if sample is not None:
+                                yield _one(record, self._record_offset, sample, blocks)
+                                sample = None
+                            key, record = member_key, following
+                            self.records = following + 1
+                            self._record_offset = offset = base + header
+                            first_seen[key] = (record, offset)
+                            keys.append(key)
+                            records.append(record)
+                            offsets.append(offset)
+                            columnar, filled = True, 0
+                        elif not columnar:
+                            break
+                        if filled < width and layout[filled] == field:
+                            column = values[filled]
+                        elif (
+                            filled == width
+                            and len(keys) == 1
+                            and field not in layout
+                            and field != "__key__"
+                        ):
+                            column = []
+                            layout.append(field)
+                            values.append(column)
+                            width += 1
+                        else:  # a field out of the block's order, or repeated: for the loop below
+                            break
                         if buffer is None:
-                            sample[field] = members.read_data()
+                            column.append(members.read_data())
                         else:
-                            at = member[5]
-                            sample[field] = buffer[at : at + size]
+                            at = header + BLOCK
+                            column.append(buffer[at : at + size])
+                        filled += 1
+                        done += 1
+                    if done == count:
+                        break
+                    if columnar:
+                        sample, fields = block.take_last(filled)
+                        columnar = False
+                    yield from block.flushed(blocks)
+                    keys, records, offsets, layout, values = block.columns()
+                    width = filled = 0
+                    handed, done = done, count  # the second loop hands back past ``handed``
+                    for index in range(handed, count):
+                        parts = split_member_name(names[index])
+                        if parts is None:
+                            continue
+                        member_key, field = parts
+                        if member_key != key:
+                            if fast and index > handed:  # a record begins: the first loop's
+                                done = index
+                                break
+                            if sample is not None:
+                                yield _one(record, self._record_offset, sample, blocks)
+                            entry = run.entry if index == 0 else base + headers[index]
+                            self._end_record(record, entry)
+                            key = member_key
+                            record = self.records
+                            if record > last:
+                                return
+                            read = record >= start if wanted is None else record in wanted
+                            sample = {"__key__": key} if read else None
+                            fields = set()
+                            reappeared = self._begin_record(key, entry, run, index, first_seen)
+                            if reappeared is not None:
+                                self._damaged(reappeared, record, start)
+                                sample = None
+                        if field in fields:
+                            self._damaged(
+                                self._duplicate(field, record, run.member(index)), record, start
+                            )
+                            sample = None
+                        fields.add(field)
+                        size = sizes[index]
+                        if size > max_size:
+                            self._damaged(self._too_large(record, run.member(index)), record, start)
+                            sample = None
+                        if sample is not None:
+                            if buffer is None:
+                                sample[field] = members.read_data()
+                            else:
+                                at = headers[index] + BLOCK
+                                sample[field] = buffer[at : at + size]
+                if len(keys) > 1:  # the records of the run before the last, which may go on
+                    yield from block.flushed(blocks, keep_last=filled if columnar else None)
+                    keys, records, offsets, layout, values = block.columns()
+                    width = len(layout)
             self._end_record(record, members.entry_offset)
         except ShardmixError as error:
-            if self._lost(error, record, start):
-                raise
-            if not members.ended:
+            lost = self._lost(error, record, start)
+            if lost or not members.ended:
+                # What was read before the record in progress, as a read that stops here gives.
+                yield from block.flushed(blocks, keep_last=filled if columnar else None)
+                if lost:
+                    raise
                 return
+        yield from block.flushed(blocks)
         if sample is not None:
-            yield record, self._record_offset, sample
+            yield _one(record, self._record_offset, sample, blocks)
 
     def sample_at(self, offset: int, record: int, end: int) -> dict[str, Any]:
         """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``.
@@ -222,11 +412,16 @@ class _TarRecords:
         )
 
     def _begin_record(
-        self, key: str, member: Member, first_seen: dict[str, tuple[int, int]]
+        self,
+        key: str,
+        entry_offset: int,
+        run: Run,
+        index: int,
+        first_seen: dict[str, tuple[int, int]],
     ) -> CorruptShardError | None:
-        """Count a new record, begun by ``member``; the error if its key was seen before (its
-        sample ended)."""
-        entry_offset, offset, number = member[:3]
+        """Count a new record, begun by member ``index`` of ``run`` (whose entry begins at
+        ``entry_offset``); the error if its key was seen before (its sample ended)."""
+        offset = run.base + run.headers[index]
         earlier = first_seen.get(key)
         self.records += 1
         self._record_offset = entry_offset
@@ -236,7 +431,7 @@ class _TarRecords:
         if earlier is None:
             return None
         return self.members.error(
-            f"key {key!r} appears again at member {number} after its record "
+            f"key {key!r} appears again at member {run.first + index} after its record "
             f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
             "one sample must be consecutive",
             record=self.records - 1,
@@ -337,6 +532,34 @@ class TarReader:
         seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
+        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
+        return reader.samples(start, stop)
+
+    def blocks(
+        self,
+        stream: BinaryIO,
+        url: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        start_offset: int | None = None,
+        seek_from: RecordPosition | None = None,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[RecordBlock]:
+        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
+        return reader.blocks(start, stop)
+
+    def _entered(
+        self,
+        stream: BinaryIO,
+        url: str,
+        start: int,
+        stop: int | None,
+        start_offset: int | None,
+        seek_from: RecordPosition | None,
+        on_damage: DamageHandler | None,
+    ) -> _TarRecords:
+        """The shard's records, entered where ``records`` says (see the protocol)."""
         check_range(start, stop)
         reader = self._open(stream, url, on_damage)
         if start_offset is not None:
@@ -345,7 +568,7 @@ class TarReader:
             if not 0 <= seek_from[0] <= start:
                 raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
             reader.seek(seek_from[1], seek_from[0])
-        return reader.samples(start, stop)
+        return reader
 
     def records_wanted(
         self,

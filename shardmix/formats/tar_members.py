@@ -45,16 +45,35 @@ POSIX_MAGIC = b"ustar\x00"
 # A regular member: ``(entry offset, offset, number, name, size, data_at)``: where its entry
 # starts (its first header: a pax or long-name one, if any) and its own header, its number
 # (every entry counts), name and data size, and where its data starts in its run's buffer (-1:
-# read it with :meth:`TarMembers.read_data`). A plain tuple: a run makes one per member.
+# read it with :meth:`TarMembers.read_data`). Made only where a message needs one.
 Member = tuple[int, int, int, str, int, int]
 
 
 class Run(NamedTuple):
-    """Members that follow one another; ``buffer`` holds their data (None: the one member of a
-    run read the slow way, its data still in the stream)."""
+    """Members that follow one another, as parallel lists, so that a run of plain members costs
+    no object per member beside its name.
+
+    A plain run's members have their headers at ``headers`` in ``buffer``, which begins at the
+    stream's byte offset ``base``, and are numbered from ``first`` on. The run of one member
+    read the slow way has ``buffer`` None (its data is still in the stream), ``base`` 0 and its
+    header's offset in ``headers``; ``entry`` is where its entry begins (at a pax or long-name
+    header, if any). A plain member's entry is its header.
+    """
 
     buffer: bytes | None
-    members: list[Member]
+    base: int
+    headers: list[int]
+    sizes: list[int]
+    names: list[str]
+    first: int
+    entry: int
+
+    def member(self, index: int) -> Member:
+        offset = self.base + self.headers[index]
+        entry = self.entry if index == 0 else offset
+        data_at = -1 if self.buffer is None else self.headers[index] + BLOCK
+        name, size = self.names[index], self.sizes[index]
+        return entry, offset, self.first + index, name, size, data_at
 
 
 def _parse_octal(field: bytes) -> int | None:
@@ -93,41 +112,39 @@ def _read_pax(data: bytes) -> dict[str, bytes] | None:
     return records
 
 
-# Per header byte, its weight in the checksum (the checksum field counts as spaces, added
-# apart), and per place of a six-digit checksum field, its octal weight; as float32 so that
-# one matrix product sums each header, exactly (at most 504 x 255 < 2**24).
-_CHECKSUM_WEIGHTS = np.ones(BLOCK, np.float32)
+# The checksum of a plain header, in one product of its bytes with these weights: each byte's
+# weight in the sum (the checksum field counts as spaces, added apart), less the stored
+# checksum's six octal digits at their place values. A plain header's product is -(8 spaces +
+# the digits' "0"s at their places). In integers, through einsum rather than a matrix product:
+# a float product goes to BLAS, whose threads would spin in every worker after each run.
+_PLACES = 8 ** np.arange(5, -1, -1)
+_CHECKSUM_WEIGHTS = np.ones(BLOCK, np.int32)
 _CHECKSUM_WEIGHTS[148:156] = 0
-_CHECKSUM_PLACES = (8 ** np.arange(5, -1, -1)).astype(np.float32)
-# The typeflags of a plain member: regular files.
-_PLAIN_TYPE = np.zeros(256, bool)
-_PLAIN_TYPE[list(_REGULAR)] = True
+_CHECKSUM_WEIGHTS[148:154] = -_PLACES
+_CHECKSUM_MATCH = -(8 * ord(" ") + ord("0") * int(_PLACES.sum()))
+# The bytes of a header that make it plain, and the values each may hold: the size field's NUL,
+# six octal digits and a NUL in the checksum field, a regular file's typeflag ("0" or "7"; an
+# old-style NUL may be a directory, which the slow path tells), and no ustar name prefix.
+_LAYOUT_BYTES = np.array([135, *range(148, 154), 154, 156, 345])
+_LAYOUT = np.zeros((len(_LAYOUT_BYTES), 256), bool)
+_LAYOUT[[0, 7, 9], 0] = True
+_LAYOUT[1:7, ord("0") : ord("8")] = True
+_LAYOUT[8, [ord("0"), ord("7")]] = True
+_LAYOUT_ROWS = np.arange(len(_LAYOUT_BYTES))
 
 
-def _plain_headers(buffer: bytes, first: int, headers: list[int]) -> list[int]:
-    """Where each name ends (-1: look at the header closer) for the plain ones of the headers
-    at ``headers`` in ``buffer``, up to the first that is not plain.
-
-    Plain: a regular file's type, the size field's NUL, a checksum field of six octal digits
-    and a NUL, and a checksum that matches (the header's bytes, the checksum field counted as
-    spaces). ``buffer[first:]`` holds whole 512-byte blocks from ``first`` on, and every header
-    lies on that grid.
+def _plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
+    """How many of the headers at ``headers`` in ``buffer`` are plain, up to the first that is
+    not: the field layout :data:`_LAYOUT` allows and a checksum that matches (the header's
+    bytes, the checksum field counted as spaces). ``buffer[first:]`` holds whole 512-byte
+    blocks from ``first`` on, and every header lies on that grid.
     """
     blocks = (len(buffer) - first) // BLOCK
     grid = np.frombuffer(buffer, np.uint8, blocks * BLOCK, first).reshape(blocks, BLOCK)
-    at = np.asarray(headers)
-    rows = grid[(at - first) // BLOCK]
-    field = rows[:, 148:154]
-    computed = rows @ _CHECKSUM_WEIGHTS + 8 * ord(" ")
-    plain = (field - ord("0")) @ _CHECKSUM_PLACES == computed
-    plain &= ((field & 0xF8) == ord("0")).all(axis=1)  # digits 0 to 7
-    plain &= _PLAIN_TYPE[rows[:, 156]] & (rows[:, 154] == 0) & (rows[:, 135] == 0)
-    count = len(headers) if plain.all() else int(np.argmin(plain))
-    names = rows[:count, :100]
-    ends = np.where(names.all(axis=1), 100, np.argmin(names, axis=1)) + at[:count]
-    # Names of a ustar prefix, or of type NUL (an old-style directory when they end in "/").
-    ends[(rows[:count, 345] != 0) | (rows[:count, 156] == 0)] = -1
-    return ends.tolist()  # type: ignore[no-any-return]
+    rows = grid[(np.array(headers) - first) >> 9]
+    plain = np.einsum("ij,j->i", rows, _CHECKSUM_WEIGHTS) == _CHECKSUM_MATCH
+    plain &= _LAYOUT[_LAYOUT_ROWS, rows[:, _LAYOUT_BYTES]].all(axis=1)
+    return len(headers) if plain.all() else int(plain.argmin())
 
 
 def _high_bytes(header: bytes) -> int:
@@ -371,17 +388,17 @@ class TarMembers:
                 name = next(slow, None)
                 if name is None:
                     return
-                member = (self.entry_offset, self.offset, self.member, name, self.size, -1)
-                run = Run(None, [member])
+                offset = self.offset
+                run = Run(None, 0, [offset], [self.size], [name], self.member, self.entry_offset)
             yield run
 
     def plain_run(self, max_size: int) -> Run | None:
         """The plain members (see the module docstring) that follow, as far as the stream's
         buffer holds them whole, or None when the next one is not plain. Moves past them.
 
-        The headers are found by their size fields alone, then checked all at once (type,
-        field layout, checksum: :func:`_plain_headers`); the run ends before the first that
-        fails, which the slow path reads again.
+        The headers are found by their size fields alone, then checked all at once (field
+        layout, checksum: :func:`_plain_count`); the run ends before the first that fails,
+        which the slow path reads again.
         """
         if self._peek is None:
             return None
@@ -406,32 +423,31 @@ class TarMembers:
             sizes.append(size)
         if not headers:
             return None
-        name_ends = _plain_headers(buffer, first, headers)
-        found: list[Member] = []
-        append = found.append
-        offset = self._next_offset - first
-        number = self.member
-        for header, size, name_end in zip(headers, sizes, name_ends, strict=False):
-            if name_end >= 0:
-                name = buffer[header:name_end].decode("utf-8", "surrogateescape")
-            else:  # a ustar prefix, or type NUL: not plain when an old-style directory
-                name = self._header_name(buffer[header : header + BLOCK])
-                if buffer[header + 156] == 0 and name.endswith("/"):
-                    break
-            number += 1
-            append((offset + header, offset + header, number, name, size, header + BLOCK))
-        if not found:
+        count = _plain_count(buffer, first, headers)
+        if not count:
             return None
-        last = found[-1]
-        after = last[5] + ((last[4] + BLOCK - 1) & ~(BLOCK - 1))  # past the last member's data
+        del headers[count:], sizes[count:]
+        find = buffer.find
+        names: list[str] = []
+        append = names.append
+        for header in headers:
+            name_end = find(0, header, header + 100)  # -1: the name fills its 100 bytes
+            name = buffer[header : name_end if name_end >= 0 else header + 100]
+            append(name.decode("utf-8", "surrogateescape"))
+        last, size = headers[-1], sizes[-1]
+        after = last + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))  # past the last member's data
         if self.seekable:
             self._stream.seek(after, io.SEEK_CUR)
         else:
             self._read(after)
-        self.entry_offset, self.offset, self.member, self.name, self.size, _ = last
-        self._next_offset = offset + after
+        base = self._next_offset - first
+        self.entry_offset = self.offset = base + last
+        self.member += count
+        self.name, self.size = names[-1], size
+        self._next_offset = base + after
         self._pending = 0
-        return Run(buffer, found)
+        first_number = self.member - count + 1
+        return Run(buffer, base, headers, sizes, names, first_number, base + headers[0])
 
     def members(self) -> Iterator[str]:
         """Yield the name of each regular member; read its data with :meth:`read_data`.

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from shardmix.errors import CorruptShardError, ShardmixError, TruncatedShardError
 from shardmix.formats.tar import (
+    TarReader,
     count_tar_records,
     read_located_tar_samples,
     read_tar_samples,
@@ -580,14 +581,43 @@ def _reading(stream: Any, **kwargs: Any) -> tuple[list[Any], list[Any], Any]:
     return located, reported, ended
 
 
+def _reading_blocks(stream: Any, **kwargs: Any) -> tuple[list[Any], list[Any], Any]:
+    """As :func:`_reading`, through record blocks (each checked whole), expanded again."""
+    reports: list[Any] = []
+    if kwargs.pop("report", False):
+        kwargs["on_damage"] = reports.append
+    limits = {name: kwargs.pop(name) for name in ("max_member_bytes",) if name in kwargs}
+    located: list[Any] = []
+    ended: Any = None
+    try:
+        for block in TarReader(**limits).blocks(stream, "x.tar", **kwargs):
+            width = len(block.fields)
+            assert block.records and len(set(block.fields)) == width == len(block.values)
+            assert {len(block.offsets), len(block.keys)} | set(map(len, block.values)) == {
+                len(block.records)
+            }
+            located.extend(block.located())
+    except ShardmixError as error:
+        ended = (type(error), str(error))
+    reported = [
+        (type(r.error), str(r.error), r.record, r.offset, r.size, r.rest_of_shard) for r in reports
+    ]
+    return located, reported, ended
+
+
 def assert_runs_read_as_members_do(data: bytes, **kwargs: Any) -> None:
     """Buffered streams (runs) of several buffer sizes, seekable or not, read ``data`` as a
-    stream without a buffer to look into (member by member) does, errors included."""
+    stream without a buffer to look into (member by member) does, errors included, in samples
+    and in record blocks."""
     expected = _reading(io.BytesIO(data), **kwargs)
+    assert _reading_blocks(io.BytesIO(data), **kwargs) == expected
     for size in (1024, 1536, 4096, 1 << 16):
         assert _reading(io.BufferedReader(io.BytesIO(data), size), **kwargs) == expected
         one_way = io.BufferedReader(NonSeekable(data), size)
         assert _reading(one_way, **kwargs) == expected
+        buffered = io.BufferedReader(io.BytesIO(data), size)
+        assert _reading_blocks(buffered, **kwargs) == expected
+        assert _reading_blocks(io.BufferedReader(NonSeekable(data), size), **kwargs) == expected
 
 
 @pytest.mark.parametrize("tar_format", ["ustar", "gnu", "pax"])
@@ -660,3 +690,60 @@ def test_runs_report_a_reappearing_key_and_a_repeated_field_as_members_do(report
     else:
         assert ended[0] is CorruptShardError and "repeats field 'txt'" in ended[1]
     assert_runs_read_as_members_do(out.getvalue(), report=report)
+
+
+# Member names that group in every way a shard can: records of two or three fields, fields out
+# of a block's order or repeated, keys that come back, a field named like the key, names that
+# are not samples (no dot, metadata), directories.
+_MEMBER_NAMES = st.sampled_from(
+    ["a/r0.txt", "a/r0.cls", "a/r1.txt", "a/r1.cls", "a/r1.seg.png", "a/r2.cls", "a/r2.txt"]
+    + ["a/r3.TXT", "a/r3.__key__", "README", "__meta__/x.json", "a/.json", "b/r0.txt"]
+)
+
+
+def _archive_of(names: list[str], sizes: list[int]) -> bytes:
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for number, (name, size) in enumerate(zip(names, sizes, strict=True)):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            archive.addfile(info, io.BytesIO(bytes([number % 251]) * size))
+    return out.getvalue()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_MEMBER_NAMES, st.integers(0, 1500)), max_size=24),
+    st.integers(0, 4),
+    st.booleans(),
+)
+def test_records_of_any_grouping_read_the_same_in_runs_and_blocks(
+    members: list[tuple[str, int]], start: int, report: bool
+) -> None:
+    """The fast loop's records and blocks, on names that end its blocks and hand members to
+    the loop that handles every case, are what the member-by-member path reads."""
+    data = _archive_of([name for name, _ in members], [size for _, size in members])
+    assert_runs_read_as_members_do(data, start=start, report=report)
+    assert_runs_read_as_members_do(data, start=start, max_member_bytes=1000, report=report)
+
+
+def test_blocks_hold_records_of_one_layout() -> None:
+    """A record whose fields differ from its block's comes in a block of its own; the others
+    share blocks, which end only where a run of the stream's buffer does (a few here)."""
+    names, sizes = [], []
+    for record in range(40):
+        fields = ["cls", "txt", "seg.png"] if record == 20 else ["cls", "txt"]
+        for field in fields:
+            names.append(f"a/r{record:02d}.{field}")
+            sizes.append(10)
+    data = _archive_of(names, sizes)
+    blocks = list(TarReader().blocks(io.BufferedReader(io.BytesIO(data), 1 << 16), "x.tar"))
+    odd = [block for block in blocks if 20 in block.records]
+    assert len(odd) == 1 and odd[0].records == [20] and odd[0].keys == ["a/r20"]
+    assert odd[0].fields == ("cls", "txt", "seg.png")
+    assert odd[0].values[2] == [bytes([42]) * 10]  # member 42 of the archive
+    assert all(block.fields == ("cls", "txt") for block in blocks if block is not odd[0])
+    assert [record for block in blocks for record in block.records] == list(range(40))
+    assert len(blocks) <= 6 and len(blocks[0]) >= 16
