@@ -220,7 +220,8 @@ class _TarRecords:
         are read, with no damage pending, each record's fields in the columns of a block (the
         first record of a block sets its fields). Anything else stops it before the member
         changes any state; the record in progress then becomes a sample dict, and the second
-        loop, which handles every case, goes on from that member to the end of the run.
+        loop, which handles every case, goes on from that member until a record to read begins
+        further on in the run, which it hands back to the first.
         """
         members = self.members
         max_size = self._max_member_bytes
@@ -320,8 +321,8 @@ class _TarRecords:
                             continue
                         member_key, field = parts
                         if member_key != key:
-                            if fast and index > handed:  # a record begins: the first loop's
-                                done = index
+                            if fast and index > handed and start <= self.records <= last:
+                                done = index  # a record to read begins: the first loop's
                                 break
                             if sample is not None:
                                 yield _one(record, self._record_offset, sample, blocks)
