@@ -1,7 +1,7 @@
 """Record blocks: consecutive records of one shard, their fields as columns.
 
-A reader asked for blocks (``ShardReader.records(..., blocks=True)``) gives the records it
-reads as :class:`RecordBlock` objects rather than one sample dict each: per record its index,
+A :class:`~shardmix.formats.registry.BlockReader` (tar's) gives, from ``blocks()``, the records
+it reads as :class:`RecordBlock` objects rather than one sample dict each: per record its index,
 byte offset and key, per field one list of values. On shards of small records, a dict per
 sample (built by the reader, given its provenance by the lane, taken apart again into columns
 by the worker's :class:`~shardmix.chunks.ChunkBuilder`) costs a worker more than reading the
