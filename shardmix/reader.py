@@ -23,7 +23,7 @@ import io
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, BinaryIO, TypeVar
 
@@ -100,10 +100,10 @@ def read_shard(
     ``seek_from``, a sparse index entry at or before ``start``, is where a seekable,
     uncompressed shard is entered; else the framing is walked from byte 0.
     """
-    entry = _Entry(start, stop, seek_from, on_damage, before_offset)
-    with entry.opened(url, source_options) as stream:
+    entered = _entered(url, start, stop, seek_from, on_damage, before_offset, source_options)
+    with entered as (stream, arguments):
         reader = reader_for(fmt, options)
-        for index, offset, sample in reader.records(stream, url, **entry.arguments):
+        for index, offset, sample in reader.records(stream, url, **arguments):
             if index < start:
                 continue  # the record before ``start``, read to find where ``start`` begins
             sample["__source__"] = url
@@ -129,9 +129,9 @@ def read_shard_blocks(
     reader = reader_for(fmt, options)
     if not isinstance(reader, BlockReader):
         raise TypeError(f"the {fmt.value} reader does not read records in blocks")
-    entry = _Entry(start, stop, seek_from, on_damage, before_offset)
-    with entry.opened(url, source_options) as stream:
-        for block in reader.blocks(stream, url, **entry.arguments):
+    entered = _entered(url, start, stop, seek_from, on_damage, before_offset, source_options)
+    with entered as (stream, arguments):
+        for block in reader.blocks(stream, url, **arguments):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
                 block = block.after(start - 1)
                 if not block.records:
@@ -140,37 +140,32 @@ def read_shard_blocks(
             yield block
 
 
-@dataclass
-class _Entry:
-    """Where a read of records ``[start, stop)`` enters its shard (see :func:`read_shard`)."""
-
-    start: int
-    stop: int | None
-    seek_from: RecordPosition | None
-    on_damage: DamageHandler | None
-    before_offset: int
-    arguments: dict[str, Any] = field(default_factory=dict)  # the reader's, once opened
-
-    @contextmanager
-    def opened(self, url: str, source_options: SourceOptions | None) -> Iterator[BinaryIO]:
-        """The shard, open where the read begins; sets :attr:`arguments`."""
-        start, before_offset = self.start, self.before_offset
-        resume = start > 0 and before_offset >= 0
-        with open_shard(
-            url, options=source_options, offset=before_offset if resume else 0
-        ) as stream:
-            if resume and can_seek_records(stream, url):
-                self.arguments = {"start": start - 1, "start_offset": before_offset}
-            else:
-                if resume:
-                    logger.debug(
-                        "%s: gzip or not seekable; walking the framing from the start to record %d",
-                        url,
-                        start,
-                    )
-                self.arguments = {"start": start, "seek_from": self.seek_from}
-            self.arguments.update(stop=self.stop, on_damage=self.on_damage)
-            yield stream
+@contextmanager
+def _entered(
+    url: str,
+    start: int,
+    stop: int | None,
+    seek_from: RecordPosition | None,
+    on_damage: DamageHandler | None,
+    before_offset: int,
+    source_options: SourceOptions | None,
+) -> Iterator[tuple[BinaryIO, dict[str, Any]]]:
+    """The shard, open where a read of records ``[start, stop)`` begins (see
+    :func:`read_shard`), and the arguments its reader's ``records`` or ``blocks`` takes."""
+    resume = start > 0 and before_offset >= 0
+    with open_shard(url, options=source_options, offset=before_offset if resume else 0) as stream:
+        arguments: dict[str, Any] = {"stop": stop, "on_damage": on_damage}
+        if resume and can_seek_records(stream, url):
+            arguments.update(start=start - 1, start_offset=before_offset)
+        else:
+            if resume:
+                logger.debug(
+                    "%s: gzip or not seekable; walking the framing from the start to record %d",
+                    url,
+                    start,
+                )
+            arguments.update(start=start, seek_from=seek_from)
+        yield stream, arguments
 
 
 def read_shard_at(

@@ -7,7 +7,8 @@ sample (built by the reader, given its provenance by the lane, taken apart again
 by the worker's :class:`~shardmix.chunks.ChunkBuilder`) costs a worker more than reading the
 record; a block goes from the reader to the chunk's columns with a few list operations per
 record. Every record of a block has the same fields, in the same order; a record that has
-others comes in a block of its own.
+others comes in a block of its own. :class:`BlockColumns` holds the records a reader has read
+until it hands them on.
 
 :meth:`RecordBlock.located` gives the records back as located samples, equal to those a
 plain read gives.
@@ -93,3 +94,63 @@ class RecordBlock:
             else:
                 total += int(getattr(value, "nbytes", 0) or 0)
         return total
+
+
+class BlockColumns:
+    """A reader's records as it reads them, in columns, until they are handed on as a
+    :class:`RecordBlock`: per record its key, index and offset, per field (``layout``) one list.
+    The reader appends to the lists that :meth:`columns` gives; the last record may still be
+    in progress, its first fields filled."""
+
+    def __init__(self) -> None:
+        self._new()
+
+    def _new(self) -> None:
+        self.keys: list[str] = []
+        self.records: list[int] = []
+        self.offsets: list[int] = []
+        self.layout: list[str] = []
+        self.values: list[list[Any]] = []
+
+    def columns(self) -> tuple[list[str], list[int], list[int], list[str], list[list[Any]]]:
+        return self.keys, self.records, self.offsets, self.layout, self.values
+
+    def take_last(self, filled: int) -> tuple[dict[str, Any], set[str]]:
+        """Take the last record out of the block: its sample dict, with the first ``filled``
+        fields of the block, and their names."""
+        sample = {"__key__": self.keys.pop()}
+        self.records.pop()
+        self.offsets.pop()
+        for name, column in zip(self.layout[:filled], self.values, strict=False):
+            sample[name] = column.pop()
+        return sample, set(self.layout[:filled])
+
+    def flushed(
+        self, blocks: bool, keep_last: bool = False
+    ) -> list[LocatedSample] | list[RecordBlock]:
+        """Hand on the records (all but the last, which may go on, with ``keep_last``): as one
+        :class:`RecordBlock`, or with ``blocks`` False as located samples. What is kept stays
+        in the lists, the block's layout with it."""
+        count = len(self.keys) - keep_last
+        if count <= 0:
+            if not keep_last:
+                self._new()
+            return []
+        values = self.values
+        done = RecordBlock(
+            self.records[:count],
+            self.offsets[:count],
+            self.keys[:count],
+            tuple(self.layout),
+            [column[:count] for column in values],
+        )
+        if keep_last:
+            self.keys, self.records, self.offsets = (
+                self.keys[count:],
+                self.records[count:],
+                self.offsets[count:],
+            )
+            self.values = [column[count:] for column in values]
+        else:
+            self._new()
+        return [done] if blocks else done.located()

@@ -52,7 +52,7 @@ from typing import Any, BinaryIO, cast
 
 from shardmix.errors import CorruptShardError, ShardmixError
 from shardmix.formats._common import check_range, inflated, samples_only, wanted_records
-from shardmix.formats.blocks import RecordBlock
+from shardmix.formats.blocks import BlockColumns, RecordBlock
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.formats.options import ReadOptions
 from shardmix.formats.registry import (
@@ -108,66 +108,6 @@ def _one(
 ) -> LocatedSample | RecordBlock:
     """A record read as a sample dict, as :meth:`_TarRecords._read` gives it."""
     return RecordBlock.of(record, offset, sample) if blocks else (record, offset, sample)
-
-
-class _Block:
-    """The columns of the records that :meth:`_TarRecords._read`'s first loop reads, until they
-    are handed on."""
-
-    def __init__(self) -> None:
-        self._new()
-
-    def _new(self) -> None:
-        self.keys: list[str] = []
-        self.records: list[int] = []
-        self.offsets: list[int] = []
-        self.layout: list[str] = []
-        self.values: list[list[Any]] = []
-
-    def columns(self) -> tuple[list[str], list[int], list[int], list[str], list[list[Any]]]:
-        return self.keys, self.records, self.offsets, self.layout, self.values
-
-    def take_last(self, filled: int) -> tuple[dict[str, Any], set[str]]:
-        """Take the last record out of the block: its sample dict, with the first ``filled``
-        fields of the block, and their names."""
-        sample = {"__key__": self.keys.pop()}
-        self.records.pop()
-        self.offsets.pop()
-        for name, column in zip(self.layout[:filled], self.values, strict=False):
-            sample[name] = column.pop()
-        return sample, set(self.layout[:filled])
-
-    def flushed(
-        self, blocks: bool, keep_last: int | None = None
-    ) -> list[LocatedSample] | list[RecordBlock]:
-        """Hand on the block's records (all but the last, with its first ``keep_last`` fields,
-        when that is not None): as one :class:`RecordBlock`, or with ``blocks`` False as
-        located samples. The block then holds only the last record, if kept."""
-        count = len(self.keys) - (keep_last is not None)
-        if count <= 0:
-            if keep_last is None:
-                self._new()
-            return []
-        values = self.values
-        done = RecordBlock(
-            self.records[:count],
-            self.offsets[:count],
-            self.keys[:count],
-            tuple(self.layout),
-            [column[:count] for column in values],
-        )
-        if keep_last is None:
-            self._new()
-        else:
-            layout = self.layout
-            self.keys, self.records, self.offsets = (
-                self.keys[count:],
-                self.records[count:],
-                self.offsets[count:],
-            )
-            self.layout = list(layout)
-            self.values = [column[count:] for column in values]
-        return [done] if blocks else done.located()
 
 
 class _TarRecords:
@@ -233,7 +173,7 @@ class _TarRecords:
         fields: set[str] = set()
         key: str | None = None
         record = -1
-        block = _Block()
+        block = BlockColumns()
         # The first loop's records: the block's columns. ``columnar``: the current record is
         # the block's last, its first ``filled`` fields read so far.
         keys, records, offsets, layout, values = block.columns()
@@ -356,7 +296,7 @@ class _TarRecords:
                                 at = headers[index] + BLOCK
                                 sample[field] = buffer[at : at + size]
                 if len(keys) > 1:  # the records of the run before the last, which may go on
-                    yield from block.flushed(blocks, keep_last=filled if columnar else None)
+                    yield from block.flushed(blocks, keep_last=columnar)
                     keys, records, offsets, layout, values = block.columns()
                     width = len(layout)
             self._end_record(record, members.entry_offset)
@@ -364,7 +304,7 @@ class _TarRecords:
             lost = self._lost(error, record, start)
             if lost or not members.ended:
                 # What was read before the record in progress, as a read that stops here gives.
-                yield from block.flushed(blocks, keep_last=filled if columnar else None)
+                yield from block.flushed(blocks, keep_last=columnar)
                 if lost:
                     raise
                 return
