@@ -58,6 +58,10 @@ class TransformError(DecodeError):
     """A dataset's decode or transform raised on a sample; the original error is its cause."""
 
 
+class ShardChangedError(ShardmixError, RuntimeError):
+    """A shard's bytes are another version than the one a position, count or cache refers to."""
+
+
 class ShardNotFoundError(ShardmixError, FileNotFoundError):
     """A URL or pattern names no shard."""
 

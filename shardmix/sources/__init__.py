@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from shardmix.errors import ConfigError, ShardmixError, UnsupportedURLError
+from shardmix.sources.identity import ShardIdentity, check_identity, stream_identity
 
 # The read buffer of a shard's stream. Large enough that a 4 KiB record costs one system call
 # per ~16 records; small enough that a worker with a hundred shards open holds a few MiB of
@@ -155,21 +156,38 @@ def register_opener(scheme: str, opener: Opener, *, override: bool = False) -> N
     _OPENERS_AT.pop(scheme, None)
 
 
-def open_shard(url: str, *, options: SourceOptions | None = None, offset: int = 0) -> BinaryIO:
+def open_shard(
+    url: str,
+    *,
+    options: SourceOptions | None = None,
+    offset: int = 0,
+    expect: ShardIdentity | None = None,
+) -> BinaryIO:
     """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
 
     The stream stands at byte 0. ``offset`` says where the first read will be (after a seek):
     an ``http(s)://`` stream makes its first request there, so a resume costs one request.
+    The stream carries the shard's identity (:func:`~shardmix.sources.identity.stream_identity`)
+    when its source gives one. With ``expect``, a shard whose identity conflicts with it is
+    refused with a :class:`~shardmix.errors.ShardChangedError` before a byte is read.
     """
     options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)
     if offset and options.cache_dir is None and scheme in _OPENERS_AT:
-        return _OPENERS_AT[scheme](url, options, offset)
-    if options.cache_dir is None or scheme in _NOT_CACHED:
-        return _open_direct(url, scheme, options)
-    from shardmix.sources.cache import open_cached
+        stream = _OPENERS_AT[scheme](url, options, offset)
+    elif options.cache_dir is None or scheme in _NOT_CACHED:
+        stream = _open_direct(url, scheme, options)
+    else:
+        from shardmix.sources.cache import open_cached
 
-    return open_cached(url, options.cache_dir, lambda: _open_direct(url, scheme, options))
+        stream = open_cached(url, options.cache_dir, lambda: _open_direct(url, scheme, options))
+    if expect is not None:
+        try:
+            check_identity(url, expect, stream_identity(stream))
+        except BaseException:
+            stream.close()
+            raise
+    return stream
 
 
 def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:

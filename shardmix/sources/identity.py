@@ -1,0 +1,113 @@
+"""A shard's identity: what tells one version of a shard's bytes from another.
+
+An identity is a shard's size and the strongest validator its source gives: an ``ETag`` or
+object version id, else a ``Last-Modified`` date or a local file's modification time. It is
+taken from what opening the shard returns anyway (a local ``fstat``, a response's headers),
+never from an extra request. An opener puts it on the stream it returns
+(:func:`attach_identity`); :func:`stream_identity` reads it back; ``None`` means the source
+says nothing that could tell two versions apart (a ``pipe:`` command).
+
+Two identities *conflict* when their sizes differ, or when both carry a validator of the same
+kind and those differ. A validator of another kind, or a missing one, decides nothing: the
+size still does. :func:`check_identity` turns a conflict into a :class:`ShardChangedError`
+that names the shard, what was expected and what was found.
+
+The identity travels as plain JSON (:meth:`ShardIdentity.to_json`): ``[size, validator]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from shardmix.errors import ShardChangedError
+
+__all__ = ["ShardIdentity", "attach_identity", "check_identity", "stream_identity"]
+
+_ATTRIBUTE = "shardmix_identity"
+
+
+@dataclass(frozen=True)
+class ShardIdentity:
+    """One version of a shard: its size in bytes (None if unknown) and its validator.
+
+    A validator is ``"<kind>:<value>"``: ``etag:"5d8c72a5"``, ``version:3HL4kqtJ``,
+    ``last-modified:Wed, 02 Dec 2026 10:00:00 GMT``, ``mtime_ns:1764669600000000000``.
+
+    >>> a = ShardIdentity(4096, 'etag:"v1"')
+    >>> a.conflicts(ShardIdentity(4096, 'etag:"v2"')), a.conflicts(ShardIdentity(4096, None))
+    (True, False)
+    >>> a.conflicts(ShardIdentity(4095, None)), ShardIdentity.from_json(a.to_json()) == a
+    (True, True)
+    """
+
+    size: int | None
+    validator: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.size is not None and (not isinstance(self.size, int) or self.size < 0):
+            raise ValueError(f"a shard's size is a non-negative int, not {self.size!r}")
+        if self.validator is not None and ":" not in self.validator:
+            raise ValueError(f"a validator is 'kind:value', not {self.validator!r}")
+
+    @property
+    def kind(self) -> str | None:
+        """The validator's kind (``etag``, ``version``, ``last-modified``, ``mtime_ns``)."""
+        return None if self.validator is None else self.validator.split(":", 1)[0]
+
+    def conflicts(self, other: ShardIdentity) -> bool:
+        """True when ``other`` is surely another version of the shard than this one."""
+        if self.size is not None and other.size is not None and self.size != other.size:
+            return True
+        return (
+            self.validator is not None
+            and other.validator is not None
+            and self.kind == other.kind
+            and self.validator != other.validator
+        )
+
+    def describe(self) -> str:
+        size = "size unknown" if self.size is None else f"{self.size:,} bytes"
+        return size if self.validator is None else f"{size}, {self.validator}"
+
+    def to_json(self) -> list[Any]:
+        return [self.size, self.validator]
+
+    @classmethod
+    def from_json(cls, value: Any) -> ShardIdentity:
+        """Rebuild an identity from :meth:`to_json`'s form; anything else is a ValueError."""
+        if (
+            not isinstance(value, (list, tuple))
+            or len(value) != 2
+            or not (value[0] is None or (isinstance(value[0], int) and value[0] >= 0))
+            or not (value[1] is None or isinstance(value[1], str))
+        ):
+            raise ValueError(f"a shard identity is [size, validator], not {value!r}")
+        return cls(value[0], value[1])
+
+
+def attach_identity(stream: Any, identity: ShardIdentity | None) -> Any:
+    """Record ``identity`` on an opened ``stream`` (for openers); returns the stream."""
+    # A stream type without a __dict__ cannot carry one: its shard then has no identity.
+    with contextlib.suppress(AttributeError):
+        setattr(stream, _ATTRIBUTE, identity)
+    return stream
+
+
+def stream_identity(stream: Any) -> ShardIdentity | None:
+    """The identity an opener recorded on ``stream``, or None when its source gave none."""
+    identity = getattr(stream, _ATTRIBUTE, None)
+    return identity if isinstance(identity, ShardIdentity) else None
+
+
+def check_identity(url: str, expected: ShardIdentity, found: ShardIdentity | None) -> None:
+    """Raise :class:`ShardChangedError` when ``found`` is another version than ``expected``."""
+    if found is None or not expected.conflicts(found):
+        return
+    raise ShardChangedError(
+        f"{url}: the shard changed since it was first read: expected {expected.describe()}, "
+        f"found {found.describe()}; a position in it no longer names the same record. Restore "
+        "the original shard, or start the epoch afresh (a new epoch plans the shard anew)",
+        url=url,
+    )
