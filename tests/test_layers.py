@@ -17,7 +17,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 
-# Bottom to top. A module is matched by its longest listed prefix.
+# Bottom to top. A module is matched by its longest listed prefix; "" is the package itself.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "policy", "checkpoint", "lifeline")),
     ("bytes", ("sources", "formats", "urls")),
@@ -102,7 +102,7 @@ def layer_of(module: str) -> int:
     best, best_len = None, -1
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            matches = module == prefix or module.startswith(prefix + ".") or prefix == ""
+            matches = module == prefix or (prefix != "" and module.startswith(prefix + "."))
             if matches and len(prefix) > best_len:
                 best, best_len = index, len(prefix)
     assert best is not None, f"{module} is in no layer: add it to LAYERS"
