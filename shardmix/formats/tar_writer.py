@@ -20,9 +20,9 @@ from typing import Any, BinaryIO
 from shardmix.errors import BadInputError
 from shardmix.formats._common import deterministic_gzip
 from shardmix.formats.registry import Format, register_writer
-from shardmix.formats.tar import split_member_name
-from shardmix.formats.tar_members import BLOCK as _BLOCK
-from shardmix.formats.tar_members import POSIX_MAGIC as _POSIX_MAGIC
+from shardmix.formats.tar.headers import BLOCK as _BLOCK
+from shardmix.formats.tar.headers import POSIX_MAGIC as _POSIX_MAGIC
+from shardmix.formats.tar.names import split_member_name
 
 
 def _template() -> bytes:

@@ -1,20 +1,16 @@
-"""Tar framing: headers (ustar, GNU long names, pax) walked member by member.
+"""Tar framing: a stream's headers (ustar, GNU long names, pax) walked member by member.
 
 This module owns the byte level of a tar shard: reading and checking each 512-byte header
 (checksum, size, name, type), skipping or reading member data, the end-of-archive blocks, and
 the errors that name a byte offset and member index. Grouping members into records, damage
-reports and the reader interface are :mod:`shardmix.formats.tar`'s (see its docstring for why
-this is not ``tarfile``).
+reports and the reader interface are :mod:`shardmix.formats.tar.records`' and
+:mod:`shardmix.formats.tar.reader`'s (see :mod:`shardmix.formats.tar` for why this is not
+``tarfile``); what one header says is :mod:`shardmix.formats.tar.headers`'.
 
 Two paths walk the headers. :meth:`TarMembers.members` handles every case one member at a
 time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes from the stream's read
-buffer (``peek``) the members that follow as long as each is *plain*: a regular file whose
-header has the field layout GNU tar, ``tarfile`` and TarWriter write, a checksum that matches,
-and data that lies whole in the buffer. Their headers are found by their size fields, then
-checked all at once with numpy. It stops at anything else (a pax or long-name header, a link,
-a checksum to look at closer, the end-of-archive blocks, a member cut by the buffer's end),
-which the first path then reads, errors included. On shards of small records this is most of
-a reader's time: a few calls per buffer instead of several calls and two reads per member.
+buffer (``peek``) the *plain* members that follow (:mod:`shardmix.formats.tar.runs` says which),
+and stops at anything else, which the first path then reads, errors included.
 """
 
 from __future__ import annotations
@@ -22,134 +18,26 @@ from __future__ import annotations
 import io
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO, NamedTuple, NoReturn
-
-import numpy as np
+from typing import BinaryIO, NoReturn
 
 from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
 from shardmix.formats._common import is_seekable
-
-DEFAULT_MAX_MEMBER_BYTES = 1 << 30
-
-BLOCK = 512
-_ZERO_BLOCK = bytes(BLOCK)
-_REGULAR = frozenset(b"0\x007")  # typeflags of regular files (as ints)
-_NO_DATA = frozenset(b"123456")  # links, devices, directories, FIFOs: no data blocks follow
-_SKIP_BY_READING = 1 << 16  # skips up to this size read the bytes; longer ones seek
-_READ_CHUNK = 1 << 24  # longer reads go in chunks, so a damaged size cannot allocate much
-_MAX_META_BYTES = 1 << 20  # the largest GNU long name or pax header we read
-_MAX_SIZE = 1 << 62  # larger member sizes are damage, not data
-POSIX_MAGIC = b"ustar\x00"
-
-
-# A regular member: ``(entry offset, offset, number, name, size, data_at)``: where its entry
-# starts (its first header: a pax or long-name one, if any) and its own header, its number
-# (every entry counts), name and data size, and where its data starts in its run's buffer (-1:
-# read it with :meth:`TarMembers.read_data`). Made only where a message needs one.
-Member = tuple[int, int, int, str, int, int]
-
-
-class Run(NamedTuple):
-    """Members that follow one another, as parallel lists, so that a run of plain members costs
-    no object per member beside its name.
-
-    A plain run's members have their headers at ``headers`` in ``buffer``, which begins at the
-    stream's byte offset ``base``, and are numbered from ``first`` on. The run of one member
-    read the slow way has ``buffer`` None (its data is still in the stream), ``base`` 0 and its
-    header's offset in ``headers``; ``entry`` is where its entry begins (at a pax or long-name
-    header, if any). A plain member's entry is its header.
-    """
-
-    buffer: bytes | None
-    base: int
-    headers: list[int]
-    sizes: list[int]
-    names: list[str]
-    first: int
-    entry: int
-
-    def member(self, index: int) -> Member:
-        offset = self.base + self.headers[index]
-        entry = self.entry if index == 0 else offset
-        data_at = -1 if self.buffer is None else self.headers[index] + BLOCK
-        name, size = self.names[index], self.sizes[index]
-        return entry, offset, self.first + index, name, size, data_at
-
-
-def _parse_octal(field: bytes) -> int | None:
-    """A tar numeric field (octal text or GNU base-256), or None when it is neither."""
-    if field[0] & 0x80:
-        if field[0] & 0x40:
-            return None  # negative
-        return int.from_bytes(bytes([field[0] & 0x3F]) + field[1:], "big")
-    text = field.split(b"\x00", 1)[0].strip(b" ")
-    if not text:
-        return 0
-    if not text.isdigit():
-        return None
-    try:
-        return int(text, 8)
-    except ValueError:  # digits 8 or 9
-        return None
-
-
-def _read_pax(data: bytes) -> dict[str, bytes] | None:
-    """The records of a pax extended header, or None when they are malformed."""
-    records: dict[str, bytes] = {}
-    position = 0
-    while position < len(data) and data[position] != 0:
-        space = data.find(b" ", position)
-        length_text = data[position:space]
-        if space < 0 or not length_text.isdigit():
-            return None
-        end = position + int(length_text)
-        record = data[space + 1 : end]
-        keyword, equals, value = record[:-1].partition(b"=")
-        if end > len(data) or not record.endswith(b"\n") or not equals:
-            return None
-        records[keyword.decode("utf-8", "surrogateescape")] = value
-        position = end
-    return records
-
-
-# The checksum of a plain header, in one product of its bytes with these weights: each byte's
-# weight in the sum (the checksum field counts as spaces, added apart), less the stored
-# checksum's six octal digits at their place values. A plain header's product is -(8 spaces +
-# the digits' "0"s at their places). In integers, through einsum rather than a matrix product:
-# a float product goes to BLAS, whose threads would spin in every worker after each run.
-_PLACES = 8 ** np.arange(5, -1, -1)
-_CHECKSUM_WEIGHTS = np.ones(BLOCK, np.int32)
-_CHECKSUM_WEIGHTS[148:156] = 0
-_CHECKSUM_WEIGHTS[148:154] = -_PLACES
-_CHECKSUM_MATCH = -(8 * ord(" ") + ord("0") * int(_PLACES.sum()))
-# The bytes of a header that make it plain, and the values each may hold: the size field's NUL,
-# six octal digits and a NUL in the checksum field, a regular file's typeflag ("0" or "7"; an
-# old-style NUL may be a directory, which the slow path tells), and no ustar name prefix.
-_LAYOUT_BYTES = np.array([135, *range(148, 154), 154, 156, 345])
-_LAYOUT = np.zeros((len(_LAYOUT_BYTES), 256), bool)
-_LAYOUT[[0, 7, 9], 0] = True
-_LAYOUT[1:7, ord("0") : ord("8")] = True
-_LAYOUT[8, [ord("0"), ord("7")]] = True
-_LAYOUT_ROWS = np.arange(len(_LAYOUT_BYTES))
-
-
-def _plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
-    """How many of the headers at ``headers`` in ``buffer`` are plain, up to the first that is
-    not: the field layout :data:`_LAYOUT` allows and a checksum that matches (the header's
-    bytes, the checksum field counted as spaces). ``buffer[first:]`` holds whole 512-byte
-    blocks from ``first`` on, and every header lies on that grid.
-    """
-    blocks = (len(buffer) - first) // BLOCK
-    grid = np.frombuffer(buffer, np.uint8, blocks * BLOCK, first).reshape(blocks, BLOCK)
-    rows = grid[(np.array(headers) - first) >> 9]
-    plain = np.einsum("ij,j->i", rows, _CHECKSUM_WEIGHTS) == _CHECKSUM_MATCH
-    plain &= _LAYOUT[_LAYOUT_ROWS, rows[:, _LAYOUT_BYTES]].all(axis=1)
-    return len(headers) if plain.all() else int(plain.argmin())
-
-
-def _high_bytes(header: bytes) -> int:
-    """How many bytes of a header (checksum field excluded) are 128 or more."""
-    return sum(1 for byte in header[:148] + header[156:] if byte >= 128)
+from shardmix.formats.tar.headers import (
+    BLOCK,
+    MAX_META_BYTES,
+    MAX_SIZE,
+    NO_DATA,
+    POSIX_MAGIC,
+    READ_CHUNK,
+    REGULAR,
+    SKIP_BY_READING,
+    ZERO_BLOCK,
+    Run,
+    high_bytes,
+    parse_octal,
+    read_pax,
+)
+from shardmix.formats.tar.runs import plain_members
 
 
 class TarMembers:
@@ -222,13 +110,13 @@ class TarMembers:
 
     def _read_exact(self, count: int) -> bytes:
         """Up to ``count`` bytes; fewer only at the end of the stream."""
-        data = self._read(min(count, _READ_CHUNK))
+        data = self._read(min(count, READ_CHUNK))
         if len(data) == count or not data:
             return data
         parts = [data]
         missing = count - len(data)
         while missing:
-            part = self._read(min(missing, _READ_CHUNK))
+            part = self._read(min(missing, READ_CHUNK))
             if not part:
                 break
             parts.append(part)
@@ -242,7 +130,7 @@ class TarMembers:
             self._stream.seek(pending, io.SEEK_CUR)
         else:
             while pending:
-                part = self._read(min(pending, _READ_CHUNK))
+                part = self._read(min(pending, READ_CHUNK))
                 if not part:
                     self._member_cut(self._padded(self.size) - pending)
                 pending -= len(part)
@@ -250,7 +138,7 @@ class TarMembers:
     def _next_block(self) -> bytes:
         """The next header block, after whatever is left of the current member."""
         pending = self._pending
-        if pending > _SKIP_BY_READING:
+        if pending > SKIP_BY_READING:
             self._skip_pending()
             block = self._read_exact(BLOCK)
             if len(block) < BLOCK and self.seekable:
@@ -341,14 +229,14 @@ class TarMembers:
         return self._parse_size(header)
 
     def _parse_size(self, header: bytes) -> int:
-        size = _parse_octal(header[124:136])
-        if size is None or size >= _MAX_SIZE:
+        size = parse_octal(header[124:136])
+        if size is None or size >= MAX_SIZE:
             self.corrupt(f"tar member {self.member} has an invalid size field {header[124:136]!r}")
         return size
 
     def _check_checksum(self, header: bytes, computed: int) -> None:
-        stored = _parse_octal(header[148:156])
-        if stored == computed or stored == computed - 256 * _high_bytes(header):
+        stored = parse_octal(header[148:156])
+        if stored == computed or stored == computed - 256 * high_bytes(header):
             return
         self.corrupt(
             f"tar header of member {self.member} has a bad checksum "
@@ -363,12 +251,12 @@ class TarMembers:
         return name.decode("utf-8", "surrogateescape")
 
     def _read_meta(self, kind: str) -> bytes:
-        if self.size > _MAX_META_BYTES:
+        if self.size > MAX_META_BYTES:
             self.corrupt(f"tar {kind} of member {self.member} is {self.size} bytes long")
         return self.read_data()
 
     def _pax_overrides(self) -> dict[str, bytes]:
-        records = _read_pax(self._read_meta("pax header"))
+        records = read_pax(self._read_meta("pax header"))
         if records is None:
             self.corrupt(f"pax header of member {self.member} is malformed")
         if any(keyword.startswith("GNU.sparse.") for keyword in records):
@@ -397,43 +285,18 @@ class TarMembers:
         buffer holds them whole, or None when the next one is not plain. Moves past them.
 
         The headers are found by their size fields alone, then checked all at once (field
-        layout, checksum: :func:`_plain_count`); the run ends before the first that fails,
+        layout, checksum: :func:`plain_count`); the run ends before the first that fails,
         which the slow path reads again.
         """
         if self._peek is None:
             return None
         buffer = self._peek(BLOCK)
-        first = at = self._pending  # the rest of the member before, where its data was not read
-        end = len(buffer)
-        headers: list[int] = []
-        sizes: list[int] = []
-        while at + BLOCK <= end:
-            size_text = buffer[at + 124 : at + 135]
-            if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
-                break
-            try:
-                size = int(size_text, 8)
-            except ValueError:  # digits 8 or 9
-                break
-            data = at + BLOCK
-            at = data + ((size + BLOCK - 1) & ~(BLOCK - 1))
-            if size > max_size or at > end:
-                break
-            headers.append(data - BLOCK)
-            sizes.append(size)
-        if not headers:
+        first = self._pending  # the rest of the member before, where its data was not read
+        found = plain_members(buffer, first, max_size)
+        if found is None:
             return None
-        count = _plain_count(buffer, first, headers)
-        if not count:
-            return None
-        del headers[count:], sizes[count:]
-        find = buffer.find
-        names: list[str] = []
-        append = names.append
-        for header in headers:
-            name_end = find(0, header, header + 100)  # -1: the name fills its 100 bytes
-            name = buffer[header : name_end if name_end >= 0 else header + 100]
-            append(name.decode("utf-8", "surrogateescape"))
+        headers, sizes, names = found
+        count = len(headers)
         last, size = headers[-1], sizes[-1]
         after = last + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))  # past the last member's data
         if self.seekable:
@@ -460,7 +323,7 @@ class TarMembers:
             header = self._next_block()
             if long_name is None and not pax:
                 self.entry_offset = self.offset
-            if header == _ZERO_BLOCK:
+            if header == ZERO_BLOCK:
                 if long_name is not None or pax:
                     self.corrupt("the archive ends right after a long-name or pax header")
                 self.ended = True
@@ -470,12 +333,12 @@ class TarMembers:
             size = self._parse_header(header)
             typeflag = header[156]
             self._set_size(size)
-            if typeflag in _REGULAR or typeflag in _NO_DATA:
+            if typeflag in REGULAR or typeflag in NO_DATA:
                 name = long_name if long_name is not None else self._header_name(header)
                 if pax:
                     name, size = self._apply_pax(pax, name, size)
                 long_name, pax = None, {}
-                if typeflag in _NO_DATA or (typeflag == 0 and name.endswith("/")):
+                if typeflag in NO_DATA or (typeflag == 0 and name.endswith("/")):
                     self._set_size(0)  # no data blocks follow
                     continue
                 self.name = name
@@ -497,7 +360,7 @@ class TarMembers:
             name = pax["path"].decode("utf-8", "surrogateescape")
         if "size" in pax:
             text = pax["size"]
-            if not text.isdigit() or int(text) >= _MAX_SIZE:
+            if not text.isdigit() or int(text) >= MAX_SIZE:
                 self.corrupt(f"pax header of member {self.member} has a bad size {text!r}")
             size = int(text)
             self._set_size(size)
@@ -510,7 +373,7 @@ class TarMembers:
             self.corrupt("a lone zero block is followed by data (a damaged header?)")
         offset = self.offset + BLOCK + len(block)
         while True:
-            chunk = self._read(_SKIP_BY_READING)
+            chunk = self._read(SKIP_BY_READING)
             if not chunk:
                 return
             if chunk.count(0) != len(chunk):

@@ -1,116 +1,37 @@
-"""Tar shards: a streaming tar reader that groups members into samples.
+"""Tar records: the members of one stream grouped into records, and their damage reported.
 
-A tar shard holds samples the webdataset way: members ``a/b/x.jpg`` and ``a/b/x.seg.png``
-that follow each other form one record, the sample ``{"__key__": "a/b/x", "jpg": ...,
-"seg.png": ...}``. This module owns reading the tar framing (ustar, GNU and pax headers) and
-the grouping of members into records; :mod:`shardmix.formats.tar_writer` writes shards that
-GNU tar and webdataset read back.
-
-Why not Python's ``tarfile``: it stops without an error at a damaged header in the middle
-of an archive (the shard silently looks shorter), it accepts an archive cut between two
-members as complete, its errors carry no byte offsets, and it costs tens of microseconds per
-member. This reader checks every header, names the URL, byte offset and member index in each
-error, refuses a shard that lacks its end-of-archive blocks, and skips payloads it does not
-need by seeking (or by one read when the stream cannot seek). A member whose size field is
-above ``max_member_bytes`` is refused before anything is allocated.
-
-With an ``on_damage`` callback (see :mod:`shardmix.policy`) a damaged record whose framing is
-intact (a field repeated, a key that reappears, a member over ``max_member_bytes``) is
-reported when it ends, with its size, and dropped; damage to the framing (a bad header, a cut)
-is reported and ends the shard. A flipped byte inside a member's data cannot be detected: tar
-has no data checksum.
-
-Name conventions follow webdataset so that both group a shard identically: the key is the
-member path up to the first dot of its file name (a file name that starts with a dot takes
-the directory as its key, when the directory's last part has no dot), the field is the rest,
-lower-cased; names without such a dot and ``__name__`` metadata members are not samples.
-Members other than regular files (directories, links, devices) are skipped. Names containing
-newlines may group differently from webdataset. Sparse members are refused.
-
-Each record's offset is that of its first header (a pax or long-name header included);
-:meth:`TarReader.records` yields it and :meth:`TarReader.records_at` reads a record again
-from it, one seek and the record's members (plus the next header, which says where the record
-ends).
-
-This module owns grouping members into records, damage reports, and :class:`TarReader`, the
-tar :class:`~shardmix.formats.registry.ShardReader` (and
-:class:`~shardmix.formats.registry.BlockReader`): every read (from a record, in record blocks,
-wanted records, at offsets, counting) is the one loop of :meth:`_TarRecords._read`. Its first
-part takes plain members into the columns of record blocks
-(:mod:`~shardmix.formats.blocks`), a few list operations per member; a read of samples gives
-the blocks' records back as dicts. Headers are :mod:`~shardmix.formats.tar_members`'s, writing
-:mod:`~shardmix.formats.tar_writer`'s.
+This module owns :class:`TarRecords`, whose :meth:`~TarRecords._read` is the one loop of
+every read (from a record, in record blocks, wanted records, at offsets, counting). Its first
+part takes plain members into the columns of record blocks (:mod:`~shardmix.formats.blocks`),
+a few list operations per member; a read of samples gives the blocks' records back as dicts.
+The members come from :mod:`shardmix.formats.tar.members`; the reader interface is
+:mod:`shardmix.formats.tar.reader`'s.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, BinaryIO, cast
+from collections.abc import Collection, Iterator
+from typing import Any, cast
 
 from shardmix.errors import CorruptShardError, ShardmixError
-from shardmix.formats._common import check_range, inflated, samples_only, wanted_records
 from shardmix.formats.blocks import BlockColumns, RecordBlock
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
-from shardmix.formats.options import ReadOptions
-from shardmix.formats.registry import (
-    Format,
-    LocatedSample,
-    RecordPosition,
-    is_gzipped,
-    register_reader,
-)
-from shardmix.formats.tar_members import (
-    BLOCK,
-    DEFAULT_MAX_MEMBER_BYTES,
-    Member,
-    Run,
-    TarMembers,
-)
+from shardmix.formats.registry import LocatedSample
+from shardmix.formats.tar.headers import BLOCK, Member, Run
+from shardmix.formats.tar.members import TarMembers
+from shardmix.formats.tar.names import split_member_name
 from shardmix.policy import Damage, DamageHandler
-
-__all__ = ["TarReader", "count_tar_records", "read_located_tar_samples", "read_tar_samples"]
-
-
-def split_member_name(name: str) -> tuple[str, str] | None:
-    """The ``(key, field)`` a member name stands for, or None when it is not part of a sample.
-
-    >>> split_member_name("a/b/x.seg.PNG")
-    ('a/b/x', 'seg.png')
-    >>> split_member_name("a/b/.json")
-    ('a/b/', 'json')
-    >>> split_member_name("README") is None, split_member_name("__meta__/x.json") is None
-    (True, True)
-    """
-    if name.startswith("__") and _is_meta(name):
-        return None
-    slash = name.rfind("/")
-    dot = name.find(".", slash + 1)
-    if dot > slash + 1:
-        return name[:dot], name[dot + 1 :].lower()
-    if dot == slash + 1 and slash >= 0:
-        parent_start = name.rfind("/", 0, slash) + 1
-        if "." not in name[parent_start:slash]:
-            return name[: slash + 1], name[dot + 1 :].lower()
-    return None
-
-
-def _is_meta(name: str) -> bool:
-    """Whether a name is webdataset metadata: a first path part ``__like_this__``."""
-    first, slash, _ = name.partition("/")
-    return first.endswith("__") and (len(first) >= 4 or not slash)
 
 
 def _one(
     record: int, offset: int, sample: dict[str, Any], blocks: bool
 ) -> LocatedSample | RecordBlock:
-    """A record read as a sample dict, as :meth:`_TarRecords._read` gives it."""
+    """A record read as a sample dict, as :meth:`TarRecords._read` gives it."""
     return RecordBlock.of(record, offset, sample) if blocks else (record, offset, sample)
 
 
-class _TarRecords:
+class TarRecords:
     """Groups the members of one tar stream into records, and reports their damage."""
 
     def __init__(
@@ -431,144 +352,3 @@ class _TarRecords:
             offset = self._record_offset if record >= 0 else error.offset
         self._on_damage(Damage(error, max(record, start, 0), offset, rest_of_shard=True))
         return False
-
-
-@dataclass(frozen=True)
-class TarReader:
-    """The tar :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL tells).
-
-    ``max_member_bytes`` bounds a member (larger is damage), ``max_inflated_bytes`` a gzip shard.
-    """
-
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
-    gzipped: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_member_bytes <= 0:
-            raise ValueError(f"max_member_bytes must be positive, got {self.max_member_bytes}")
-
-    @classmethod
-    def from_options(cls, options: ReadOptions) -> TarReader:
-        return cls(options.max_member_bytes, options.max_inflated_bytes)
-
-    def _gzipped(self, url: str) -> bool:
-        return is_gzipped(url) if self.gzipped is None else self.gzipped
-
-    def _open(self, stream: BinaryIO, url: str, on_damage: DamageHandler | None) -> _TarRecords:
-        """The records of the shard's bytes, inflated first when gzip."""
-        gzipped = self._gzipped(url)
-        stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=self.max_inflated_bytes)
-        members = TarMembers(stream, url, gzipped=gzipped)
-        return _TarRecords(members, self.max_member_bytes, on_damage)
-
-    def records(
-        self,
-        stream: BinaryIO,
-        url: str,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
-        on_damage: DamageHandler | None = None,
-    ) -> Iterator[LocatedSample]:
-        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
-        return reader.samples(start, stop)
-
-    def blocks(
-        self,
-        stream: BinaryIO,
-        url: str,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
-        on_damage: DamageHandler | None = None,
-    ) -> Iterator[RecordBlock]:
-        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
-        return reader.blocks(start, stop)
-
-    def _entered(
-        self,
-        stream: BinaryIO,
-        url: str,
-        start: int,
-        stop: int | None,
-        start_offset: int | None,
-        seek_from: RecordPosition | None,
-        on_damage: DamageHandler | None,
-    ) -> _TarRecords:
-        """The shard's records, entered where ``records`` says (see the protocol)."""
-        check_range(start, stop)
-        reader = self._open(stream, url, on_damage)
-        if start_offset is not None:
-            seek_from = (start, start_offset)
-        if seek_from is not None and not self._gzipped(url) and reader.members.seekable:
-            if not 0 <= seek_from[0] <= start:
-                raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
-            reader.seek(seek_from[1], seek_from[0])
-        return reader
-
-    def records_wanted(
-        self,
-        stream: BinaryIO,
-        url: str,
-        wanted: Sequence[int],
-        *,
-        on_damage: DamageHandler | None = None,
-    ) -> Iterator[LocatedSample]:
-        records = frozenset(wanted_records(wanted))
-        if not records:
-            return iter(())
-        return self._open(stream, url, on_damage).samples(0, wanted=records)
-
-    def records_at(
-        self, stream: BinaryIO, url: str, positions: Sequence[RecordPosition]
-    ) -> Iterator[LocatedSample]:
-        reader = _TarRecords(TarMembers(stream, url, gzipped=False), self.max_member_bytes, None)
-        end = reader.members.stream_size()
-        for record, offset in positions:
-            yield record, offset, reader.sample_at(offset, record, end)
-
-    def count(self, stream: BinaryIO, url: str) -> int:
-        return self.index(stream, url, 0)[0]
-
-    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
-        reader = self._open(stream, url, None)
-        reader.index_every = every
-        for _ in reader.samples(sys.maxsize):
-            pass
-        return reader.records, reader.index
-
-
-register_reader(Format.TAR, TarReader.from_options)
-
-
-def read_located_tar_samples(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-    on_damage: DamageHandler | None = None,
-) -> Iterator[LocatedSample]:
-    """:meth:`TarReader.records` from ``start`` on, with gzip said rather than told by the URL."""
-    reader = TarReader(max_member_bytes, max_inflated_bytes, gzipped)
-    return reader.records(stream, url, start=start, on_damage=on_damage)
-
-
-def read_tar_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
-    """The samples ``{"__key__": key, field: bytes, ...}`` of :func:`read_located_tar_samples`."""
-    return samples_only(read_located_tar_samples(stream, url, **options))
-
-
-def count_tar_records(stream: BinaryIO, url: str, *, gzipped: bool = False, **limits: int) -> int:
-    """The number of records (samples) in a tar shard, found by walking its headers.
-
-    ``limits``: ``max_member_bytes``, ``max_inflated_bytes`` (see :class:`TarReader`).
-    """
-    return TarReader(gzipped=gzipped, **limits).count(stream, url)

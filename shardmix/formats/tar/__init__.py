@@ -1,0 +1,61 @@
+"""Tar shards: a streaming tar reader that groups members into samples.
+
+A tar shard holds samples the webdataset way: members ``a/b/x.jpg`` and ``a/b/x.seg.png``
+that follow each other form one record, the sample ``{"__key__": "a/b/x", "jpg": ...,
+"seg.png": ...}``. This module owns reading the tar framing (ustar, GNU and pax headers) and
+the grouping of members into records; :mod:`shardmix.formats.tar_writer` writes shards that
+GNU tar and webdataset read back.
+
+Why not Python's ``tarfile``: it stops without an error at a damaged header in the middle
+of an archive (the shard silently looks shorter), it accepts an archive cut between two
+members as complete, its errors carry no byte offsets, and it costs tens of microseconds per
+member. This reader checks every header, names the URL, byte offset and member index in each
+error, refuses a shard that lacks its end-of-archive blocks, and skips payloads it does not
+need by seeking (or by one read when the stream cannot seek). A member whose size field is
+above ``max_member_bytes`` is refused before anything is allocated.
+
+With an ``on_damage`` callback (see :mod:`shardmix.policy`) a damaged record whose framing is
+intact (a field repeated, a key that reappears, a member over ``max_member_bytes``) is
+reported when it ends, with its size, and dropped; damage to the framing (a bad header, a cut)
+is reported and ends the shard. A flipped byte inside a member's data cannot be detected: tar
+has no data checksum.
+
+Name conventions follow webdataset so that both group a shard identically: the key is the
+member path up to the first dot of its file name (a file name that starts with a dot takes
+the directory as its key, when the directory's last part has no dot), the field is the rest,
+lower-cased; names without such a dot and ``__name__`` metadata members are not samples.
+Members other than regular files (directories, links, devices) are skipped. Names containing
+newlines may group differently from webdataset. Sparse members are refused.
+
+Each record's offset is that of its first header (a pax or long-name header included);
+:meth:`TarReader.records` yields it and :meth:`TarReader.records_at` reads a record again
+from it, one seek and the record's members (plus the next header, which says where the record
+ends).
+
+The package's modules, by stage: :mod:`~shardmix.formats.tar.headers` (what one header says),
+:mod:`~shardmix.formats.tar.members` (walking a stream's headers),
+:mod:`~shardmix.formats.tar.names` (a member name's key and field),
+:mod:`~shardmix.formats.tar.records` (grouping members into records, damage reports) and
+:mod:`~shardmix.formats.tar.reader` (:class:`TarReader`, the
+:class:`~shardmix.formats.registry.ShardReader` and
+:class:`~shardmix.formats.registry.BlockReader`). Writing is
+:mod:`~shardmix.formats.tar_writer`'s.
+"""
+
+from __future__ import annotations
+
+from shardmix.formats.tar.names import split_member_name
+from shardmix.formats.tar.reader import (
+    TarReader,
+    count_tar_records,
+    read_located_tar_samples,
+    read_tar_samples,
+)
+
+__all__ = [
+    "TarReader",
+    "count_tar_records",
+    "read_located_tar_samples",
+    "read_tar_samples",
+    "split_member_name",
+]

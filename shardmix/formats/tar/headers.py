@@ -1,0 +1,135 @@
+"""Tar headers: the numbers, names and pax records a header holds, and the plain-header check.
+
+This module owns what one 512-byte header (or a pax or long-name header's data) says: numeric
+fields (octal or GNU base-256), pax records, the table that checks many plain headers at once,
+and the shapes (:class:`Run`, ``Member``) in which members reach the grouping of
+:mod:`shardmix.formats.tar.records`. Walking a stream is :mod:`shardmix.formats.tar.members`'s.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+DEFAULT_MAX_MEMBER_BYTES = 1 << 30
+
+BLOCK = 512
+ZERO_BLOCK = bytes(BLOCK)
+REGULAR = frozenset(b"0\x007")  # typeflags of regular files (as ints)
+NO_DATA = frozenset(b"123456")  # links, devices, directories, FIFOs: no data blocks follow
+SKIP_BY_READING = 1 << 16  # skips up to this size read the bytes; longer ones seek
+READ_CHUNK = 1 << 24  # longer reads go in chunks, so a damaged size cannot allocate much
+MAX_META_BYTES = 1 << 20  # the largest GNU long name or pax header we read
+MAX_SIZE = 1 << 62  # larger member sizes are damage, not data
+POSIX_MAGIC = b"ustar\x00"
+
+
+# A regular member: ``(entry offset, offset, number, name, size, data_at)``: where its entry
+# starts (its first header: a pax or long-name one, if any) and its own header, its number
+# (every entry counts), name and data size, and where its data starts in its run's buffer (-1:
+# read it with :meth:`TarMembers.read_data`). Made only where a message needs one.
+Member = tuple[int, int, int, str, int, int]
+
+
+class Run(NamedTuple):
+    """Members that follow one another, as parallel lists, so that a run of plain members costs
+    no object per member beside its name.
+
+    A plain run's members have their headers at ``headers`` in ``buffer``, which begins at the
+    stream's byte offset ``base``, and are numbered from ``first`` on. The run of one member
+    read the slow way has ``buffer`` None (its data is still in the stream), ``base`` 0 and its
+    header's offset in ``headers``; ``entry`` is where its entry begins (at a pax or long-name
+    header, if any). A plain member's entry is its header.
+    """
+
+    buffer: bytes | None
+    base: int
+    headers: list[int]
+    sizes: list[int]
+    names: list[str]
+    first: int
+    entry: int
+
+    def member(self, index: int) -> Member:
+        offset = self.base + self.headers[index]
+        entry = self.entry if index == 0 else offset
+        data_at = -1 if self.buffer is None else self.headers[index] + BLOCK
+        name, size = self.names[index], self.sizes[index]
+        return entry, offset, self.first + index, name, size, data_at
+
+
+def parse_octal(field: bytes) -> int | None:
+    """A tar numeric field (octal text or GNU base-256), or None when it is neither."""
+    if field[0] & 0x80:
+        if field[0] & 0x40:
+            return None  # negative
+        return int.from_bytes(bytes([field[0] & 0x3F]) + field[1:], "big")
+    text = field.split(b"\x00", 1)[0].strip(b" ")
+    if not text:
+        return 0
+    if not text.isdigit():
+        return None
+    try:
+        return int(text, 8)
+    except ValueError:  # digits 8 or 9
+        return None
+
+
+def read_pax(data: bytes) -> dict[str, bytes] | None:
+    """The records of a pax extended header, or None when they are malformed."""
+    records: dict[str, bytes] = {}
+    position = 0
+    while position < len(data) and data[position] != 0:
+        space = data.find(b" ", position)
+        length_text = data[position:space]
+        if space < 0 or not length_text.isdigit():
+            return None
+        end = position + int(length_text)
+        record = data[space + 1 : end]
+        keyword, equals, value = record[:-1].partition(b"=")
+        if end > len(data) or not record.endswith(b"\n") or not equals:
+            return None
+        records[keyword.decode("utf-8", "surrogateescape")] = value
+        position = end
+    return records
+
+
+# The checksum of a plain header, in one product of its bytes with these weights: each byte's
+# weight in the sum (the checksum field counts as spaces, added apart), less the stored
+# checksum's six octal digits at their place values. A plain header's product is -(8 spaces +
+# the digits' "0"s at their places). In integers, through einsum rather than a matrix product:
+# a float product goes to BLAS, whose threads would spin in every worker after each run.
+_PLACES = 8 ** np.arange(5, -1, -1)
+_CHECKSUM_WEIGHTS = np.ones(BLOCK, np.int32)
+_CHECKSUM_WEIGHTS[148:156] = 0
+_CHECKSUM_WEIGHTS[148:154] = -_PLACES
+_CHECKSUM_MATCH = -(8 * ord(" ") + ord("0") * int(_PLACES.sum()))
+# The bytes of a header that make it plain, and the values each may hold: the size field's NUL,
+# six octal digits and a NUL in the checksum field, a regular file's typeflag ("0" or "7"; an
+# old-style NUL may be a directory, which the slow path tells), and no ustar name prefix.
+_LAYOUT_BYTES = np.array([135, *range(148, 154), 154, 156, 345])
+_LAYOUT = np.zeros((len(_LAYOUT_BYTES), 256), bool)
+_LAYOUT[[0, 7, 9], 0] = True
+_LAYOUT[1:7, ord("0") : ord("8")] = True
+_LAYOUT[8, [ord("0"), ord("7")]] = True
+_LAYOUT_ROWS = np.arange(len(_LAYOUT_BYTES))
+
+
+def plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
+    """How many of the headers at ``headers`` in ``buffer`` are plain, up to the first that is
+    not: the field layout :data:`_LAYOUT` allows and a checksum that matches (the header's
+    bytes, the checksum field counted as spaces). ``buffer[first:]`` holds whole 512-byte
+    blocks from ``first`` on, and every header lies on that grid.
+    """
+    blocks = (len(buffer) - first) // BLOCK
+    grid = np.frombuffer(buffer, np.uint8, blocks * BLOCK, first).reshape(blocks, BLOCK)
+    rows = grid[(np.array(headers) - first) >> 9]
+    plain = np.einsum("ij,j->i", rows, _CHECKSUM_WEIGHTS) == _CHECKSUM_MATCH
+    plain &= _LAYOUT[_LAYOUT_ROWS, rows[:, _LAYOUT_BYTES]].all(axis=1)
+    return len(headers) if plain.all() else int(plain.argmin())
+
+
+def high_bytes(header: bytes) -> int:
+    """How many bytes of a header (checksum field excluded) are 128 or more."""
+    return sum(1 for byte in header[:148] + header[156:] if byte >= 128)

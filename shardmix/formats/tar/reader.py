@@ -1,0 +1,170 @@
+"""The tar :class:`~shardmix.formats.registry.ShardReader`: :class:`TarReader` and functions.
+
+This module owns the reader interface (entering a shard at a record or an offset, wanted
+records, records at offsets, counting and indexing) and the reader's registration; the reading
+itself is :mod:`shardmix.formats.tar.records`'.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from shardmix.formats._common import check_range, inflated, samples_only, wanted_records
+from shardmix.formats.blocks import RecordBlock
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.options import ReadOptions
+from shardmix.formats.registry import (
+    Format,
+    LocatedSample,
+    RecordPosition,
+    is_gzipped,
+    register_reader,
+)
+from shardmix.formats.tar.headers import DEFAULT_MAX_MEMBER_BYTES
+from shardmix.formats.tar.members import TarMembers
+from shardmix.formats.tar.records import TarRecords
+from shardmix.policy import DamageHandler
+
+
+@dataclass(frozen=True)
+class TarReader:
+    """The tar :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL tells).
+
+    ``max_member_bytes`` bounds a member (larger is damage), ``max_inflated_bytes`` a gzip shard.
+    """
+
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+    gzipped: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_member_bytes <= 0:
+            raise ValueError(f"max_member_bytes must be positive, got {self.max_member_bytes}")
+
+    @classmethod
+    def from_options(cls, options: ReadOptions) -> TarReader:
+        return cls(options.max_member_bytes, options.max_inflated_bytes)
+
+    def _gzipped(self, url: str) -> bool:
+        return is_gzipped(url) if self.gzipped is None else self.gzipped
+
+    def _open(self, stream: BinaryIO, url: str, on_damage: DamageHandler | None) -> TarRecords:
+        """The records of the shard's bytes, inflated first when gzip."""
+        gzipped = self._gzipped(url)
+        stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=self.max_inflated_bytes)
+        members = TarMembers(stream, url, gzipped=gzipped)
+        return TarRecords(members, self.max_member_bytes, on_damage)
+
+    def records(
+        self,
+        stream: BinaryIO,
+        url: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        start_offset: int | None = None,
+        seek_from: RecordPosition | None = None,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[LocatedSample]:
+        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
+        return reader.samples(start, stop)
+
+    def blocks(
+        self,
+        stream: BinaryIO,
+        url: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        start_offset: int | None = None,
+        seek_from: RecordPosition | None = None,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[RecordBlock]:
+        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
+        return reader.blocks(start, stop)
+
+    def _entered(
+        self,
+        stream: BinaryIO,
+        url: str,
+        start: int,
+        stop: int | None,
+        start_offset: int | None,
+        seek_from: RecordPosition | None,
+        on_damage: DamageHandler | None,
+    ) -> TarRecords:
+        """The shard's records, entered where ``records`` says (see the protocol)."""
+        check_range(start, stop)
+        reader = self._open(stream, url, on_damage)
+        if start_offset is not None:
+            seek_from = (start, start_offset)
+        if seek_from is not None and not self._gzipped(url) and reader.members.seekable:
+            if not 0 <= seek_from[0] <= start:
+                raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
+            reader.seek(seek_from[1], seek_from[0])
+        return reader
+
+    def records_wanted(
+        self,
+        stream: BinaryIO,
+        url: str,
+        wanted: Sequence[int],
+        *,
+        on_damage: DamageHandler | None = None,
+    ) -> Iterator[LocatedSample]:
+        records = frozenset(wanted_records(wanted))
+        if not records:
+            return iter(())
+        return self._open(stream, url, on_damage).samples(0, wanted=records)
+
+    def records_at(
+        self, stream: BinaryIO, url: str, positions: Sequence[RecordPosition]
+    ) -> Iterator[LocatedSample]:
+        reader = TarRecords(TarMembers(stream, url, gzipped=False), self.max_member_bytes, None)
+        end = reader.members.stream_size()
+        for record, offset in positions:
+            yield record, offset, reader.sample_at(offset, record, end)
+
+    def count(self, stream: BinaryIO, url: str) -> int:
+        return self.index(stream, url, 0)[0]
+
+    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
+        reader = self._open(stream, url, None)
+        reader.index_every = every
+        for _ in reader.samples(sys.maxsize):
+            pass
+        return reader.records, reader.index
+
+
+register_reader(Format.TAR, TarReader.from_options)
+
+
+def read_located_tar_samples(
+    stream: BinaryIO,
+    url: str,
+    *,
+    start: int = 0,
+    gzipped: bool = False,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    on_damage: DamageHandler | None = None,
+) -> Iterator[LocatedSample]:
+    """:meth:`TarReader.records` from ``start`` on, with gzip said rather than told by the URL."""
+    reader = TarReader(max_member_bytes, max_inflated_bytes, gzipped)
+    return reader.records(stream, url, start=start, on_damage=on_damage)
+
+
+def read_tar_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
+    """The samples ``{"__key__": key, field: bytes, ...}`` of :func:`read_located_tar_samples`."""
+    return samples_only(read_located_tar_samples(stream, url, **options))
+
+
+def count_tar_records(stream: BinaryIO, url: str, *, gzipped: bool = False, **limits: int) -> int:
+    """The number of records (samples) in a tar shard, found by walking its headers.
+
+    ``limits``: ``max_member_bytes``, ``max_inflated_bytes`` (see :class:`TarReader`).
+    """
+    return TarReader(gzipped=gzipped, **limits).count(stream, url)
