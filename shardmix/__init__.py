@@ -11,6 +11,7 @@ from shardmix.decode import Decoder
 from shardmix.errors import (
     ConfigError,
     CorruptShardError,
+    DecodedSizeError,
     DecodeError,
     EmptyShardWarning,
     ShardChangedError,
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "CorruptShardError",
+    "DecodedSizeError",
     "DecodeError",
     "Decoder",
     "EmptyShardWarning",

@@ -96,6 +96,8 @@ class ShardDataset(IterableDataset[Sample]):
             :class:`TooManySkipsError` listing them all (``None``: no limit).
         max_member_bytes, max_inflated_bytes: a tar member, or a gzip shard's inflated
             stream, larger than this is refused as damage (no decompression bombs).
+        max_decoded_bytes: a ``tf.train.Example`` that would decode to more than this (its
+            size read from the wire first) is damage, a :class:`DecodedSizeError`.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class ShardDataset(IterableDataset[Sample]):
         max_skips: int | None = 100,
         max_member_bytes: int = 1 << 30,
         max_inflated_bytes: int = 64 << 30,
+        max_decoded_bytes: int = 256 << 20,
     ) -> None:
         super().__init__()
         if num_lanes is not None and num_lanes < 1:
@@ -144,6 +147,7 @@ class ShardDataset(IterableDataset[Sample]):
             max_record_bytes=max_record_bytes,
             max_member_bytes=max_member_bytes,
             max_inflated_bytes=max_inflated_bytes,
+            max_decoded_bytes=max_decoded_bytes,
         )
         self.policy = ErrorPolicy(OnError(on_error), max_skips)
         # Counts what this copy of the dataset skipped (set per iteration; see ``skipped``).

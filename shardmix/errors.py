@@ -54,6 +54,10 @@ class DecodeError(ShardmixError, ValueError):
     """A record is well framed but its payload cannot be decoded as asked."""
 
 
+class DecodedSizeError(DecodeError):
+    """A record would decode to more than its format's limit (``max_decoded_bytes``)."""
+
+
 class TransformError(DecodeError):
     """A dataset's decode or transform raised on a sample; the original error is its cause."""
 

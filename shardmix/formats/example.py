@@ -22,7 +22,8 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _FieldProto
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
 
-from shardmix.errors import DecodeError
+from shardmix.errors import DecodedSizeError, DecodeError
+from shardmix.formats.example_size import DEFAULT_MAX_DECODED_BYTES, decoded_size_over
 
 __all__ = ["decode_example", "encode_example"]
 
@@ -141,16 +142,29 @@ _DECODERS: dict[str | None, Callable[[Any], Any]] = {
 }
 
 
-def decode_example(payload: bytes) -> dict[str, Any]:
+def decode_example(
+    payload: bytes, *, max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
+) -> dict[str, Any]:
     """The features of a serialized ``tf.train.Example``, as numpy arrays and bytes.
 
     >>> sample = decode_example(encode_example({"label": 3, "text": "hi", "tags": ["a", "b"]}))
     >>> sample["label"], sample["text"], sample["tags"]
     (array([3]), b'hi', [b'a', b'b'])
 
-    Raises :class:`~shardmix.errors.DecodeError` when ``payload`` is not an Example.
+    Raises :class:`~shardmix.errors.DecodeError` when ``payload`` is not an Example, and
+    :class:`~shardmix.errors.DecodedSizeError` when it would decode to more than
+    ``max_decoded_bytes`` (checked on the wire, before anything is allocated).
     """
     example: Any = Example()
+    try:
+        over = decoded_size_over(payload, max_decoded_bytes)
+    except DecodeError as error:
+        raise DecodeError(f"payload is not a tf.train.Example: {error}") from error
+    if over is not None:
+        raise DecodedSizeError(
+            f"the Example of {len(payload)} bytes decodes to at least {over} bytes, "
+            f"over max_decoded_bytes={max_decoded_bytes}"
+        )
     try:
         example.ParseFromString(payload)  # measured a little faster than FromString
     except ProtobufDecodeError as error:

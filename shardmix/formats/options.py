@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.example_size import DEFAULT_MAX_DECODED_BYTES
 
 
 class TFRecordPayload(enum.Enum):
@@ -20,22 +21,28 @@ class TFRecordPayload(enum.Enum):
     RAW = "raw"  # keep the payload as bytes under the "record" field
 
 
+_LIMITS = ("max_record_bytes", "max_member_bytes", "max_inflated_bytes", "max_decoded_bytes")
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """Per-format reading options (validated here, used by the readers).
 
     ``max_record_bytes`` bounds a TFRecord record, ``max_member_bytes`` a tar member (1 GiB
     each: a larger size field is refused as damage before anything is allocated);
-    ``max_inflated_bytes`` bounds everything a gzip shard inflates to (64 GiB).
+    ``max_inflated_bytes`` bounds everything a gzip shard inflates to (64 GiB);
+    ``max_decoded_bytes`` bounds what one ``tf.train.Example`` decodes to (256 MiB, read from
+    the wire before decoding: a record past it is damage, a ``DecodedSizeError``).
     """
 
     tfrecord_payload: TFRecordPayload = TFRecordPayload.EXAMPLE
     max_record_bytes: int = 1 << 30
     max_member_bytes: int = 1 << 30
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
 
     def __post_init__(self) -> None:
-        for name in ("max_record_bytes", "max_member_bytes", "max_inflated_bytes"):
+        for name in _LIMITS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -42,7 +42,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import crc32c
 
-from shardmix.errors import DecodeError, ShardmixError
+from shardmix.errors import DecodedSizeError, DecodeError, ShardmixError
 from shardmix.formats._common import (
     check_range,
     check_start,
@@ -52,6 +52,7 @@ from shardmix.formats._common import (
 )
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.formats.example import decode_example
+from shardmix.formats.example_size import DEFAULT_MAX_DECODED_BYTES
 from shardmix.formats.options import ReadOptions, TFRecordPayload
 from shardmix.formats.registry import (
     Format,
@@ -85,6 +86,10 @@ __all__ = [
 ]
 
 _NO_RECORD = "expected a record here, found the end"
+_NOT_EXAMPLE = (
+    "the record is not a tf.train.Example ({}); "
+    'if the shard holds other payloads, read it with tfrecord_payload="raw"'
+)
 
 
 class _Span(NamedTuple):
@@ -234,53 +239,47 @@ def shard_stem(url: str) -> str:
     return name
 
 
+def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Exception) -> None:
+    """Report one record whose payload is no sample (its cause a DecodeError or UTF-8's)."""
+    record, offset = located
+    where = framing.where(record, offset)
+    kind: type[DecodeError] = DecodeError
+    if isinstance(cause, DecodedSizeError):
+        kind, message = DecodedSizeError, f"{where}: {cause}"
+    elif isinstance(cause, UnicodeDecodeError):
+        message = f"{where}: the __key__ feature is not UTF-8 text"
+    else:
+        message = f"{where}: {_NOT_EXAMPLE.format(cause)}"
+    error = kind(message, url=framing.url, offset=offset, record=record)
+    error.__cause__ = cause
+    framing.damaged(error, record, offset, HEADER_SIZE + size + FOOTER_SIZE)
+
+
 def _example_sample(
-    payload: bytes, stem: str, framing: Framing, record: int, offset: int
+    payload: bytes, stem: str, framing: Framing, located: tuple[int, int], limit: int
 ) -> dict[str, Any] | None:
     """The sample of one Example record: its features plus ``__key__``; None if dropped."""
     try:
-        sample = decode_example(payload)
-    except DecodeError as cause:
-        error = DecodeError(
-            f"{framing.where(record, offset)}: the record is not a tf.train.Example ({cause}); "
-            'if the shard holds other payloads, read it with tfrecord_payload="raw"',
-            url=framing.url,
-            offset=offset,
-            record=record,
-        )
-        error.__cause__ = cause
-        framing.damaged(error, record, offset, HEADER_SIZE + len(payload) + FOOTER_SIZE)
+        sample = decode_example(payload, max_decoded_bytes=limit)
+        key = sample.pop(_KEY, None)
+        sample[_KEY] = key.decode("utf-8") if type(key) is bytes else f"{stem}/{located[0]:08d}"
+    except (DecodeError, UnicodeDecodeError) as cause:
+        _damaged(framing, located, len(payload), cause)
         return None
-    key = sample.pop(_KEY, None)
-    if type(key) is bytes:
-        try:
-            sample[_KEY] = key.decode("utf-8")
-            return sample
-        except UnicodeDecodeError as cause:
-            error = DecodeError(
-                f"{framing.where(record, offset)}: the __key__ feature is not UTF-8 text",
-                url=framing.url,
-                offset=offset,
-                record=record,
-            )
-            error.__cause__ = cause
-            framing.damaged(error, record, offset, HEADER_SIZE + len(payload) + FOOTER_SIZE)
-            return None
-    sample[_KEY] = f"{stem}/{record:08d}"
     return sample
 
 
 def _samples(
-    framing: Framing, records: Iterator[tuple[int, int, bytes]], payload: TFRecordPayload
+    framing: Framing, records: Iterator[tuple[int, int, bytes]], reader: TFRecordReader
 ) -> Iterator[LocatedSample]:
     """``(record, offset, sample)`` of each framed record; a damaged Example is dropped."""
-    stem = shard_stem(framing.url)
-    if payload is TFRecordPayload.RAW:
+    stem, limit = shard_stem(framing.url), reader.max_decoded_bytes
+    if reader.payload is TFRecordPayload.RAW:
         for record, offset, data in records:
             yield record, offset, {_KEY: f"{stem}/{record:08d}", "record": data}
         return
     for record, offset, data in records:
-        sample = _example_sample(data, stem, framing, record, offset)
+        sample = _example_sample(data, stem, framing, (record, offset), limit)
         if sample is not None:
             yield record, offset, sample
 
@@ -290,13 +289,15 @@ class TFRecordReader:
     """The TFRecord :class:`~shardmix.formats.registry.ShardReader`.
 
     ``payload`` says how a record becomes a sample; ``max_record_bytes`` bounds a record,
-    ``max_inflated_bytes`` a gzip shard's inflated bytes; ``gzipped`` None: the URL tells.
+    ``max_inflated_bytes`` a gzip shard's inflated bytes, ``max_decoded_bytes`` what one
+    Example decodes to (a record past it is damage); ``gzipped`` None: the URL tells.
     """
 
     payload: TFRecordPayload = TFRecordPayload.EXAMPLE
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
     gzipped: bool | None = None
+    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "payload", TFRecordPayload(self.payload))
@@ -305,7 +306,8 @@ class TFRecordReader:
 
     @classmethod
     def from_options(cls, options: ReadOptions) -> TFRecordReader:
-        return cls(options.tfrecord_payload, options.max_record_bytes, options.max_inflated_bytes)
+        limits = options.max_record_bytes, options.max_inflated_bytes
+        return cls(options.tfrecord_payload, *limits, max_decoded_bytes=options.max_decoded_bytes)
 
     def _framing(self, stream: BinaryIO, url: str, on_damage: DamageHandler | None) -> Framing:
         """The framing of the shard's bytes, inflated first when gzip."""
@@ -330,13 +332,13 @@ class TFRecordReader:
         if start_offset is not None:
             seek_from = (start, start_offset)
         if seek_from is None or framing.inflated or not framing.seekable:
-            return _samples(framing, _walk(framing, [span], True), self.payload)
+            return _samples(framing, _walk(framing, [span], True), self)
         record, offset = seek_from
         if not 0 <= record <= start:
             raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
         framing.stream.seek(offset)
         found = _walk(framing, [span], True, record=record, offset=offset)
-        return _samples(framing, found, self.payload)
+        return _samples(framing, found, self)
 
     def records_wanted(
         self,
@@ -351,14 +353,14 @@ class TFRecordReader:
             return iter(())
         framing = self._framing(stream, url, on_damage)
         spans = [_Span(record, record + 1) for record in records]
-        return _samples(framing, _walk(framing, spans, True), self.payload)
+        return _samples(framing, _walk(framing, spans, True), self)
 
     def records_at(
         self, stream: BinaryIO, url: str, positions: Sequence[RecordPosition]
     ) -> Iterator[LocatedSample]:
         framing = Framing(stream, url, self.max_record_bytes, inflated=False)
         spans = [_Span(record, record + 1, offset) for record, offset in positions]
-        return _samples(framing, _walk(framing, spans, True), self.payload)
+        return _samples(framing, _walk(framing, spans, True), self)
 
     def count(self, stream: BinaryIO, url: str) -> int:
         record, _ = _skip_records(self._framing(stream, url, None), sys.maxsize)
