@@ -1,17 +1,17 @@
 """HTTP(S) shards, streamed over one urllib3 connection pool per process; retried, resumed.
 
-:class:`HttpShardStream` reads one URL through :func:`connection_pool`: a urllib3
-``PoolManager`` per process (a ``ProxyManager`` for hosts that ``HTTPS_PROXY``/``HTTP_PROXY``
-name and ``NO_PROXY`` does not exempt), so connections are kept alive from one shard, one
-range, to the next; a forked DataLoader worker starts its own pool. Transient failures (a
-connection refused, reset or timed out; 408, 429 and 5xx answers; a body that ends before its
-``Content-Length``) are retried with exponential backoff and jitter, as :class:`RetryPolicy`
-says. A retry resumes where the stream stands, with ``Range: bytes=N-``: a ``206`` answer must
-start at N, a ``200`` answer (a server that ignores ranges) has its first N bytes dropped, so
-every byte arrives exactly once. A shard whose ``ETag`` or size changes between two requests is
-an error, never a mix of two versions. Permanent answers (404, 410, 401, 403, other 4xx) fail
-at once. Every socket wait is bounded by ``read_timeout``, so a stalled server ends in an error
-naming the URL, the byte offset reached and the attempts made.
+:class:`HttpShardStream` reads one URL through the process's connection pool
+(:func:`shardmix.sources.connections.connection_pool`), following redirects as
+:func:`~shardmix.sources.connections.follow_redirects` says (credentials stay on the shard's
+own scheme, host and port). Transient failures (a connection refused, reset or timed out;
+408, 429 and 5xx answers; a body that ends before its ``Content-Length``) are retried with
+exponential backoff and jitter, as :class:`RetryPolicy` says. A retry resumes where the stream
+stands, with ``Range: bytes=N-``: a ``206`` answer must start at N, a ``200`` answer (a server
+that ignores ranges) has its first N bytes dropped, so every byte arrives exactly once. A shard
+whose ``ETag`` or size changes between two requests is an error, never a mix of two versions.
+Permanent answers (404, 410, 401, 403, other 4xx) fail at once. Every socket wait is bounded by
+``read_timeout``, so a stalled server ends in an error naming the URL, the byte offset reached
+and the attempts made.
 
 A stream may be bounded (``stop``: reading ends there, each request asks for
 ``bytes=N-M``), which is how single records are fetched (:mod:`shardmix.sources.ranges`), and
@@ -30,18 +30,15 @@ import hashlib
 import http.client
 import io
 import logging
-import os
 import random
 import re
 import ssl
-import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import urllib3
 import urllib3.exceptions
@@ -55,6 +52,7 @@ from shardmix.sources import (
     RetryPolicy,
     SourceOptions,
 )
+from shardmix.sources.connections import connection_pool, follow_redirects
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -66,43 +64,10 @@ logger = logging.getLogger(__name__)
 # Forward seeks up to this many bytes read and drop them; a longer one asks for a new range,
 # which costs a round trip but no transfer.
 SKIP_BY_READING = 1 << 20
-_MAX_REDIRECTS = 5
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
 
-# Connections kept alive per host: enough for the range requests a restore has in flight.
-POOL_CONNECTIONS_PER_HOST = 64
 T = TypeVar("T")
-
-_pools: dict[str | None, urllib3.PoolManager] = {}
-_pools_lock = threading.Lock()
-
-
-def connection_pool(url: str) -> urllib3.PoolManager:
-    """This process's pool for ``url``: direct, or through the environment's proxy for it."""
-    host = urlsplit(url).hostname or ""
-    proxy = urllib.request.getproxies_environment().get(urlsplit(url).scheme)
-    if proxy and urllib.request.proxy_bypass_environment(host):  # type: ignore[attr-defined]
-        proxy = None
-    with _pools_lock:
-        pool = _pools.get(proxy)
-        if pool is None:
-            options: dict[str, Any] = {"maxsize": POOL_CONNECTIONS_PER_HOST, "block": False}
-            manager = urllib3.ProxyManager(proxy, **options) if proxy else None
-            pool = manager or urllib3.PoolManager(**options)
-            _pools[proxy] = pool
-        return pool
-
-
-def _forget_pools() -> None:
-    """In a forked child: the parent's sockets are not ours to use."""
-    global _pools_lock
-    _pools.clear()
-    _pools_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pools)
 
 
 def _headers_of(url: str, options: SourceOptions) -> Mapping[str, str]:
@@ -257,37 +222,18 @@ class HttpShardStream(io.RawIOBase):
 
     def _request(self, offset: int) -> urllib3.BaseHTTPResponse | None:
         """A response whose body goes on from ``offset``; None when ``offset`` is the end."""
-        url = self.url
-        for _ in range(_MAX_REDIRECTS + 1):
-            response = self._send(url, offset)
-            if response.status not in _REDIRECTS:
-                try:
-                    return response if self._accept(response, offset) else None
-                except BaseException:
-                    _release(response)
-                    raise
-            location = response.headers.get("Location")
-            _release(response)
-            if not location:
-                raise RemoteReadError(
-                    f"{self.url}: answered {response.status} without a Location header; "
-                    "use the final URL of the shard",
-                    url=self.url,
-                )
-            url = urljoin(url, location)
-        raise RemoteReadError(
-            f"{self.url}: more than {_MAX_REDIRECTS} redirects; use the final URL of the shard",
-            url=self.url,
+        response = follow_redirects(
+            self.url, self._headers, lambda url, headers: self._send(url, headers, offset)
         )
+        try:
+            return response if self._accept(response, offset) else None
+        except BaseException:
+            _release(response)
+            raise
 
-    def _send(self, url: str, offset: int) -> urllib3.BaseHTTPResponse:
+    def _send(self, url: str, headers: Mapping[str, str], offset: int) -> urllib3.BaseHTTPResponse:
         self._drop_response()
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RemoteReadError(f"{self.url}: redirected to {url}, not http(s)", url=self.url)
-        # The caller's headers (credentials, often) go only to the shard's own host.
-        same_host = parts.netloc == urlsplit(self.url).netloc
-        headers = {**(self._headers if same_host else {}), "Accept-Encoding": "identity"}
+        headers = {**headers, "Accept-Encoding": "identity"}
         if self._stop is not None:
             headers["Range"] = f"bytes={offset}-{max(offset, self._stop - 1)}"
         elif offset:

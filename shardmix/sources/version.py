@@ -1,8 +1,9 @@
 """A shard's version: what tells a cached record count from a stale one.
 
 A local file's version is its size and modification time, an ``http(s)://`` shard's its
-``ETag`` (else its size and ``Last-Modified``), asked with one ``HEAD`` request, and an fsspec
-shard's the size and ETag (or modification time) its backend reports. None means the version
+``ETag`` (else its size and ``Last-Modified``), asked with one ``HEAD`` request
+(redirects followed as :func:`~shardmix.sources.connections.follow_redirects` says), and an
+fsspec shard's the size and ETag (or modification time) its backend reports. None means the version
 cannot be told (a ``pipe:`` command, a server that says nothing): such a shard's count is never
 cached, so a count is never trusted beyond what can be checked.
 """
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import http.client
 import os
-from urllib.parse import urljoin, urlsplit
+from collections.abc import Mapping
 
+import urllib3
+import urllib3.exceptions
+
+from shardmix.errors import ShardmixError
 from shardmix.sources import SourceOptions, local_path, scheme_of
-
-_MAX_REDIRECTS = 5
+from shardmix.sources.connections import connection_pool, follow_redirects
 
 
 def shard_version(url: str, options: SourceOptions) -> str | None:
@@ -30,44 +34,34 @@ def shard_version(url: str, options: SourceOptions) -> str | None:
         if scheme == "pipe":
             return None
         return _fsspec_version(url, options)
-    except (OSError, http.client.HTTPException, ValueError, ImportError):
+    except (
+        OSError,
+        http.client.HTTPException,
+        urllib3.exceptions.HTTPError,
+        ValueError,
+        ShardmixError,
+        ImportError,
+    ):
         return None  # cannot tell: the shard is counted, and the counting pass says what failed
 
 
 def _http_version(url: str, options: SourceOptions) -> str | None:
-    headers = dict(options.storage_options.get("headers", {}))
-    target = url
-    for _ in range(_MAX_REDIRECTS + 1):
-        parts = urlsplit(target)
-        connection_class: type[http.client.HTTPConnection] = (
-            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    retry = options.retry
+    timeout = urllib3.Timeout(connect=retry.connect_timeout, read=retry.read_timeout)
+
+    def head(target: str, headers: Mapping[str, str]) -> urllib3.BaseHTTPResponse:
+        return connection_pool(target).request(
+            "HEAD", target, headers=headers, redirect=False, retries=False, timeout=timeout
         )
-        connection = connection_class(
-            parts.hostname or "", parts.port, timeout=options.retry.read_timeout
-        )
-        try:
-            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            same_host = parts.netloc == urlsplit(url).netloc
-            connection.request("HEAD", path, headers=headers if same_host else {})
-            response = connection.getresponse()
-            response.read()
-            location = response.getheader("Location")
-            if response.status in (301, 302, 303, 307, 308) and location:
-                target = urljoin(target, location)
-                continue
-            if response.status != 200:
-                return None
-            etag = response.getheader("ETag")
-            if etag:
-                return f"etag={etag}"
-            size, modified = (
-                response.getheader("Content-Length"),
-                response.getheader("Last-Modified"),
-            )
-            return f"size={size};modified={modified}" if size and modified else None
-        finally:
-            connection.close()
-    return None
+
+    response = follow_redirects(url, options.storage_options.get("headers", {}), head)
+    if response.status != 200:
+        return None
+    etag = response.headers.get("ETag")
+    if etag:
+        return f"etag={etag}"
+    size, modified = response.headers.get("Content-Length"), response.headers.get("Last-Modified")
+    return f"size={size};modified={modified}" if size and modified else None
 
 
 def _fsspec_version(url: str, options: SourceOptions) -> str | None:

@@ -1,0 +1,130 @@
+"""HTTP(S) connections of one process and the one redirect policy every request follows.
+
+:func:`connection_pool` gives this process's urllib3 ``PoolManager`` for a URL (a
+``ProxyManager`` for hosts that ``HTTPS_PROXY``/``HTTP_PROXY`` name and ``NO_PROXY`` does not
+exempt), so connections stay alive from one shard, one range, to the next; a forked DataLoader
+worker starts its own pools.
+
+:func:`follow_redirects` is the redirect policy of the whole-shard GET, the range reads and the
+version check (``HEAD``) alike: at most :data:`MAX_REDIRECTS` hops, to ``http(s)`` URLs only,
+and the caller's headers (credentials, often) go only to the shard's own origin, the same
+scheme, host and port: an ``https`` to ``http`` redirect on the same host drops them, as one to
+another host or port does. A redirect's body is read to its end (an empty one included) before
+its connection goes back to the pool, so the next request on it finds the connection ready.
+
+Left to the callers: what a final answer means (:mod:`shardmix.sources.http`,
+:mod:`shardmix.sources.version`), retries and timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import urllib3
+import urllib3.exceptions
+
+from shardmix.sources import RemoteReadError
+
+__all__ = ["MAX_REDIRECTS", "connection_pool", "follow_redirects", "headers_for"]
+
+MAX_REDIRECTS = 5
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# A redirect body up to this size is read so that its connection is kept; a larger one is cut.
+_DRAIN_LIMIT = 1 << 16
+
+# Connections kept alive per host: enough for the range requests a restore has in flight.
+POOL_CONNECTIONS_PER_HOST = 64
+
+_pools: dict[str | None, urllib3.PoolManager] = {}
+_pools_lock = threading.Lock()
+
+Send = Callable[[str, Mapping[str, str]], urllib3.BaseHTTPResponse]
+
+
+def connection_pool(url: str) -> urllib3.PoolManager:
+    """This process's pool for ``url``: direct, or through the environment's proxy for it."""
+    host = urlsplit(url).hostname or ""
+    proxy = urllib.request.getproxies_environment().get(urlsplit(url).scheme)
+    if proxy and urllib.request.proxy_bypass_environment(host):  # type: ignore[attr-defined]
+        proxy = None
+    with _pools_lock:
+        pool = _pools.get(proxy)
+        if pool is None:
+            options: dict[str, Any] = {"maxsize": POOL_CONNECTIONS_PER_HOST, "block": False}
+            manager = urllib3.ProxyManager(proxy, **options) if proxy else None
+            pool = manager or urllib3.PoolManager(**options)
+            _pools[proxy] = pool
+        return pool
+
+
+def forget_pools() -> None:
+    """Drop this process's pools (in a forked child: the parent's sockets are not ours)."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=forget_pools)
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+
+
+def headers_for(shard_url: str, target: str, headers: Mapping[str, str]) -> dict[str, str]:
+    """The caller's ``headers`` if ``target`` has ``shard_url``'s scheme, host and port, else none.
+
+    >>> headers_for("https://h/a", "https://h:443/b", {"Authorization": "t"})
+    {'Authorization': 't'}
+    >>> headers_for("https://h/a", "http://h/b", {"Authorization": "t"})
+    {}
+    """
+    return dict(headers) if _origin(target) == _origin(shard_url) else {}
+
+
+def follow_redirects(url: str, headers: Mapping[str, str], send: Send) -> urllib3.BaseHTTPResponse:
+    """The first answer to ``send(target, headers)`` that is not a redirect, ``url`` first.
+
+    ``send`` makes one request with ``redirect=False``; the headers it is given are the
+    caller's only while the target is ``url``'s origin.
+    """
+    target = url
+    for _ in range(MAX_REDIRECTS + 1):
+        response = send(target, headers_for(url, target, headers))
+        if response.status not in REDIRECT_STATUSES:
+            return response
+        location = response.headers.get("Location")
+        release_redirect(response)
+        if not location:
+            raise RemoteReadError(
+                f"{url}: answered {response.status} without a Location header; "
+                "use the final URL of the shard",
+                url=url,
+            )
+        target = urljoin(target, location)
+        if urlsplit(target).scheme not in ("http", "https") or not urlsplit(target).hostname:
+            raise RemoteReadError(f"{url}: redirected to {target}, not http(s)", url=url)
+    raise RemoteReadError(
+        f"{url}: more than {MAX_REDIRECTS} redirects; use the final URL of the shard", url=url
+    )
+
+
+def release_redirect(response: urllib3.BaseHTTPResponse) -> None:
+    """Read a small redirect body to its end, so its connection can carry the next request."""
+    length = response.headers.get("Content-Length")
+    if length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT:
+        try:
+            response.drain_conn()
+        except (OSError, urllib3.exceptions.HTTPError):
+            response.close()
+    else:
+        response.close()
+    response.release_conn()
