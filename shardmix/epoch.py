@@ -228,10 +228,12 @@ class EpochIterator:
         full pipe; stopping them explicitly takes milliseconds.
         """
         self.closed = True
-        workers, self._workers = self._workers, None
+        # getattr: an __init__ that raised (a refused plan) leaves some attributes unset.
+        workers, self._workers = getattr(self, "_workers", None), None
         stop_workers(workers)
-        if self._residents is not None:
-            self._residents.close()
+        residents = getattr(self, "_residents", None)
+        if residents is not None:
+            residents.close()
 
     def __del__(self) -> None:
         self.close()

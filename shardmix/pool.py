@@ -15,7 +15,10 @@ stops the processes; the next epoch starts new ones.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
+import sys
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -26,6 +29,16 @@ from shardmix.arena import Arena, InArena
 from shardmix.chunks import Chunk
 from shardmix.lifeline import WorkerInit
 from shardmix.workers import EpochPlan, as_sent, lane_chunks, stop_workers
+
+# Pools with running workers: closed at interpreter exit, before module teardown, so that a
+# script that never calls ``close()`` stops its workers cleanly and prints nothing.
+_LIVE: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    for pool in list(_LIVE):
+        pool.close()
 
 
 class WorkerPool:
@@ -95,6 +108,7 @@ class WorkerPool:
             worker_init_fn=WorkerInit(self.worker_init_fn),
             persistent_workers=True,
         )
+        _LIVE.add(self)
 
     def worker_pids(self) -> list[int]:
         """The pids of the running workers (empty before the first epoch and after close)."""
@@ -104,6 +118,7 @@ class WorkerPool:
     def close(self) -> None:
         """Stop the workers now; a later :meth:`start_epoch` starts new ones."""
         loader, self._loader = self._loader, None
+        _LIVE.discard(self)
         self.generation += 1  # chunks still in flight belong to no epoch
         if loader is not None:
             stop_workers(getattr(loader, "_iterator", None))
@@ -119,6 +134,8 @@ class WorkerPool:
             queue.join_thread()
 
     def __del__(self) -> None:
+        if sys.is_finalizing():  # modules torn down; the atexit hook closed live pools
+            return
         self.close()
 
 

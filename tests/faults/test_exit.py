@@ -1,0 +1,59 @@
+"""Exit: a script that never calls ``loader.close()`` ends without a word on stderr.
+
+The README's training loop is taken from the page as written and run as a script, with its
+2 workers and no ``close()``, in a fresh interpreter over 64 real image shards.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOP = re.compile(r"^## Training loop\n.*?^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def readme_loop() -> str:
+    found = LOOP.search((ROOT / "README.md").read_text())
+    assert found is not None, "README.md has no Training loop block"
+    code = found.group(1)
+    assert "num_workers=2" in code and "close()" not in code
+    return code
+
+
+def jpeg(seed: int) -> bytes:
+    from PIL import Image
+
+    pixels = bytes((seed * 7 + i) % 256 for i in range(32 * 32 * 3))
+    out = io.BytesIO()
+    Image.frombytes("RGB", (32, 32), pixels).save(out, format="JPEG", quality=60)
+    return out.getvalue()
+
+
+@pytest.mark.slow
+def test_readme_loop_without_close_exits_with_empty_stderr(tmp_path: Path) -> None:
+    from shardmix import write_shards
+
+    write_shards(
+        ({"__key__": f"{n:06d}", "jpg": jpeg(n), "cls": str(n % 10)} for n in range(128)),
+        str(tmp_path / "data" / "train-%06d.tar"),
+        max_records=2,
+    )
+    assert len(list((tmp_path / "data").glob("train-*.tar"))) == 64
+    script = readme_loop() + '\nprint("done", epoch, len(keys))\n'
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout == "done 2 64\n"
