@@ -271,8 +271,10 @@ def test_stdlib_tarfile_archives_group_as_webdataset_does(tmp_path: Path, tar_fo
         def add(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE) -> None:
             info = tarfile.TarInfo(name)
             info.size, info.type = len(data), kind
-            if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+            if kind == tarfile.SYMTYPE:
                 info.linkname = "k/one.txt" if tar_format == "ustar" else "k/" + "t" * 120
+            if kind == tarfile.LNKTYPE:
+                info.linkname = "k/one.txt"
             archive.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
         add("k", kind=tarfile.DIRTYPE)
@@ -284,7 +286,9 @@ def test_stdlib_tarfile_archives_group_as_webdataset_does(tmp_path: Path, tar_fo
         add("three.cls", b"3")
     ours = read_all(path.read_bytes(), str(path))
     assert [s["__key__"] for s in ours] == ["k/one", f"{long_dir}/two", "three"]
-    assert field_multiset(ours) == field_multiset(webdataset_samples(path))
+    # As webdataset groups them, and the hard link with its target's data (webdataset drops it).
+    hard_link = Counter([(f"{long_dir}/two", "hard", b"1")])
+    assert field_multiset(ours) == field_multiset(webdataset_samples(path)) + hard_link
 
 
 _NAMES = st.text(alphabet="ab._/", max_size=12)

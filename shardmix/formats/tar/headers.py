@@ -8,7 +8,8 @@ and the shapes (:class:`Run`, ``Member``) in which members reach the grouping of
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -16,8 +17,9 @@ DEFAULT_MAX_MEMBER_BYTES = 1 << 30
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
-REGULAR = frozenset(b"0\x007")  # typeflags of regular files (as ints)
 NO_DATA = frozenset(b"123456")  # links, devices, directories, FIFOs: no data blocks follow
+METADATA = frozenset(b"g")  # pax global headers: about no member of ours
+NOT_FILES = frozenset(b"DMV")  # GNU dumpdirs, multi-volume parts, volume labels: data, no file
 SKIP_BY_READING = 1 << 16  # skips up to this size read the bytes; longer ones seek
 READ_CHUNK = 1 << 24  # longer reads go in chunks, so a damaged size cannot allocate much
 MAX_META_BYTES = 1 << 20  # the largest GNU long name or pax header we read
@@ -39,8 +41,8 @@ class Run(NamedTuple):
     A plain run's members have their headers at ``headers`` in ``buffer``, which begins at the
     stream's byte offset ``base``, and are numbered from ``first`` on. The run of one member
     read the slow way has ``buffer`` None (its data is still in the stream), ``base`` 0 and its
-    header's offset in ``headers``; ``entry`` is where its entry begins (at a pax or long-name
-    header, if any). A plain member's entry is its header.
+    header's offset in ``headers``. ``entries`` are where the members' entries begin (at a pax
+    or long-name header, if any; else the member's header), on the grid of ``headers``.
     """
 
     buffer: bytes | None
@@ -49,11 +51,11 @@ class Run(NamedTuple):
     sizes: list[int]
     names: list[str]
     first: int
-    entry: int
+    entries: list[int]
 
     def member(self, index: int) -> Member:
         offset = self.base + self.headers[index]
-        entry = self.entry if index == 0 else offset
+        entry = self.base + self.entries[index]
         data_at = -1 if self.buffer is None else self.headers[index] + BLOCK
         name, size = self.names[index], self.sizes[index]
         return entry, offset, self.first + index, name, size, data_at
@@ -77,11 +79,12 @@ def parse_octal(field: bytes) -> int | None:
 
 
 def read_pax(data: bytes) -> dict[str, bytes] | None:
-    """The records of a pax extended header, or None when they are malformed."""
+    """The records of a pax extended header, or None when they are malformed (a length
+    that is not digits, longer than 11 of them, or not ending where a record does)."""
     records: dict[str, bytes] = {}
     position = 0
     while position < len(data) and data[position] != 0:
-        space = data.find(b" ", position)
+        space = data.find(b" ", position, position + 12)  # a length of at most 11 digits
         length_text = data[position:space]
         if space < 0 or not length_text.isdigit():
             return None
@@ -106,14 +109,64 @@ _CHECKSUM_WEIGHTS[148:156] = 0
 _CHECKSUM_WEIGHTS[148:154] = -_PLACES
 _CHECKSUM_MATCH = -(8 * ord(" ") + ord("0") * int(_PLACES.sum()))
 # The bytes of a header that make it plain, and the values each may hold: the size field's NUL,
-# six octal digits and a NUL in the checksum field, a regular file's typeflag ("0" or "7"; an
-# old-style NUL may be a directory, which the slow path tells), and no ustar name prefix.
-_LAYOUT_BYTES = np.array([135, *range(148, 154), 154, 156, 345])
+# six octal digits and a NUL in the checksum field, and the typeflag of a regular file ("0" or
+# "7"; an old-style NUL may be a directory, which the slow path tells), a pax header ("x") or a
+# GNU long name ("L").
+_LAYOUT_BYTES = np.array([135, *range(148, 154), 154, 156])
 _LAYOUT = np.zeros((len(_LAYOUT_BYTES), 256), bool)
-_LAYOUT[[0, 7, 9], 0] = True
+_LAYOUT[[0, 7], 0] = True
 _LAYOUT[1:7, ord("0") : ord("8")] = True
-_LAYOUT[8, [ord("0"), ord("7")]] = True
+_LAYOUT[8, list(b"07xL")] = True
 _LAYOUT_ROWS = np.arange(len(_LAYOUT_BYTES))
+
+
+def pax_size(text: bytes) -> int | None:
+    """A pax ``size`` record's value, or None when it is not a size (not digits, too long)."""
+    if not text.isdigit() or len(text) > 18:  # up to 10**18 bytes; longer would be damage
+        return None
+    return int(text)
+
+
+def entry_name(header_name: str, long_name: str | None, pax: dict[str, bytes]) -> str:
+    """A member's name: a pax ``path``, else a GNU long name, else its header's."""
+    if "path" in pax:
+        return pax["path"].decode("utf-8", "surrogateescape")
+    return header_name if long_name is None else long_name
+
+
+def link_name(header: bytes, long_link: str | None, pax: dict[str, bytes]) -> str:
+    """A link's target: a pax ``linkpath``, else a GNU long link name, else its header's."""
+    if "linkpath" in pax:
+        return pax["linkpath"].decode("utf-8", "surrogateescape")
+    if long_link is not None:
+        return long_link
+    return header[157:257].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
+
+
+class Walker(Protocol):
+    """What :func:`linked_data` needs of a member walker."""
+
+    offset: int
+
+    def members(self) -> Iterator[str]: ...
+
+    def read_data(self) -> bytes: ...
+
+
+def linked_data(walker: Walker, target: str, before: int) -> bytes | None:
+    """The data of the last member named ``target`` whose header is before byte ``before``."""
+    data = None
+    for name in walker.members():
+        if walker.offset >= before:
+            break
+        if name == target:
+            data = walker.read_data()
+    return data
+
+
+def long_name_of(data: bytes) -> str:
+    """The name a GNU long-name header's data holds."""
+    return data.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
 
 
 def plain_count(buffer: bytes, first: int, headers: list[int]) -> int:

@@ -18,29 +18,35 @@ from __future__ import annotations
 import io
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO, NoReturn
+from typing import BinaryIO
 
-from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
 from shardmix.formats._common import is_seekable
+from shardmix.formats.tar.framing import FramingErrors
 from shardmix.formats.tar.headers import (
     BLOCK,
     MAX_META_BYTES,
     MAX_SIZE,
+    METADATA,
     NO_DATA,
+    NOT_FILES,
     POSIX_MAGIC,
     READ_CHUNK,
-    REGULAR,
     SKIP_BY_READING,
     ZERO_BLOCK,
     Run,
+    entry_name,
     high_bytes,
+    link_name,
+    linked_data,
+    long_name_of,
     parse_octal,
+    pax_size,
     read_pax,
 )
 from shardmix.formats.tar.runs import plain_members
 
 
-class TarMembers:
+class TarMembers(FramingErrors):
     """Walks one tar stream header by header, yielding the name of each regular member."""
 
     def __init__(self, stream: BinaryIO, url: str, *, gzipped: bool) -> None:
@@ -62,6 +68,7 @@ class TarMembers:
         self._pending = 0  # bytes of data and padding of the current member not yet read
         self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
+        self.link: str | None = None  # the current member's target, when it is a hard link
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
@@ -69,38 +76,6 @@ class TarMembers:
         self._next_offset = offset
         self._pending = 0
         self.ended = False
-
-    # -- errors ---------------------------------------------------------------------------
-
-    def _where(self, offset: int, record: int | None = None) -> str:
-        where = describe_position(self._url, record=record, offset=offset)
-        return where + (" (in the decompressed stream)" if self._gzipped else "")
-
-    def corrupt(self, what: str, offset: int | None = None, record: int | None = None) -> NoReturn:
-        offset = self.offset if offset is None else offset
-        raise CorruptShardError(
-            f"{self._where(offset, record)}: {what}; the shard is damaged, "
-            "re-create or re-download it",
-            url=self._url,
-            offset=offset,
-            record=record,
-        )
-
-    def _truncated(self, what: str, offset: int) -> NoReturn:
-        raise TruncatedShardError(
-            f"{self._where(offset)}: {what}; the shard is truncated, re-create or re-download it",
-            url=self._url,
-            offset=offset,
-        )
-
-    def _member_cut(self, found: int) -> NoReturn:
-        padded = self._padded(self.size)
-        self._truncated(
-            f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
-            f"declares {self.size} bytes of data ({padded} with padding) but the file ends "
-            f"after {found}",
-            self.offset + BLOCK + found,
-        )
 
     # -- reading --------------------------------------------------------------------------
 
@@ -177,24 +152,10 @@ class TarMembers:
         if end < data_start + self._padded(self.size):
             self._member_cut(max(end - data_start, 0))
 
-    def _block_cut(self, found: int) -> NoReturn:
-        offset = self.offset
-        if found == 0 and offset == 0:
-            self._truncated(
-                "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
-                "archive with no members holds two 512-byte zero blocks)",
-                offset,
-            )
-        if found == 0:
-            self._truncated(
-                f"the tar archive ends after {self.member + 1} members without its "
-                "end-of-archive blocks (expected two 512-byte zero blocks)",
-                offset,
-            )
-        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset)
-
     def read_data(self) -> bytes:
-        """The data of the current regular member."""
+        """The data of the current regular member (a hard link's: its target's)."""
+        if self.link is not None:
+            return self._linked_data(self.link)
         size = self.size
         data = self._read_exact(size)
         if len(data) < size:
@@ -260,7 +221,7 @@ class TarMembers:
         if records is None:
             self.corrupt(f"pax header of member {self.member} is malformed")
         if any(keyword.startswith("GNU.sparse.") for keyword in records):
-            self.corrupt(f"tar member {self.member + 1} is sparse, which shardmix cannot read")
+            self.corrupt(f"tar member {self.member} is sparse, which shardmix cannot read")
         return records
 
     def runs(self, max_size: int) -> Iterator[Run]:
@@ -277,7 +238,8 @@ class TarMembers:
                 if name is None:
                     return
                 offset = self.offset
-                run = Run(None, 0, [offset], [self.size], [name], self.member, self.entry_offset)
+                entries = [self.entry_offset]
+                run = Run(None, 0, [offset], [self.size], [name], self.member, entries)
             yield run
 
     def plain_run(self, max_size: int) -> Run | None:
@@ -295,7 +257,7 @@ class TarMembers:
         found = plain_members(buffer, first, max_size)
         if found is None:
             return None
-        headers, sizes, names = found
+        headers, sizes, names, entries = found
         count = len(headers)
         last, size = headers[-1], sizes[-1]
         after = last + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))  # past the last member's data
@@ -304,13 +266,14 @@ class TarMembers:
         else:
             self._read(after)
         base = self._next_offset - first
-        self.entry_offset = self.offset = base + last
+        self.offset = base + last
+        self.entry_offset = base + entries[-1]
         self.member += count
         self.name, self.size = names[-1], size
         self._next_offset = base + after
         self._pending = 0
         first_number = self.member - count + 1
-        return Run(buffer, base, headers, sizes, names, first_number, base + headers[0])
+        return Run(buffer, base, headers, sizes, names, first_number, entries)
 
     def members(self) -> Iterator[str]:
         """Yield the name of each regular member; read its data with :meth:`read_data`.
@@ -318,53 +281,80 @@ class TarMembers:
         Data not read before the next step is skipped. Ends after the end-of-archive blocks.
         """
         long_name: str | None = None
+        long_link: str | None = None
         pax: dict[str, bytes] = {}
         while True:
             header = self._next_block()
-            if long_name is None and not pax:
+            self.link = None
+            entry_begins = long_name is None and long_link is None and not pax
+            if entry_begins:
                 self.entry_offset = self.offset
             if header == ZERO_BLOCK:
-                if long_name is not None or pax:
+                if not entry_begins:
                     self.corrupt("the archive ends right after a long-name or pax header")
                 self.ended = True
                 self._check_end()
                 return
-            self.member += 1
+            if entry_begins:  # a member's pax and long-name headers share its number
+                self.member += 1
             size = self._parse_header(header)
             typeflag = header[156]
             self._set_size(size)
-            if typeflag in REGULAR or typeflag in NO_DATA:
-                name = long_name if long_name is not None else self._header_name(header)
-                if pax:
-                    name, size = self._apply_pax(pax, name, size)
-                long_name, pax = None, {}
-                if typeflag in NO_DATA or (typeflag == 0 and name.endswith("/")):
-                    self._set_size(0)  # no data blocks follow
-                    continue
-                self.name = name
-                yield name
-            elif typeflag == ord("L"):
-                long_name = (
-                    self._read_meta("long name")
-                    .split(b"\x00", 1)[0]
-                    .decode("utf-8", "surrogateescape")
-                )
+            if typeflag == ord("L"):
+                long_name = long_name_of(self._read_meta("long name"))
+            elif typeflag == ord("K"):
+                long_link = long_name_of(self._read_meta("long link name"))
             elif typeflag == ord("x"):
                 pax.update(self._pax_overrides())
-            elif typeflag == ord("S"):
-                self.corrupt(f"tar member {self.member} is sparse, which shardmix cannot read")
-            # anything else ('K' long link names, 'g' global headers, vendor types) is skipped
+            elif typeflag in METADATA:  # 'g' global headers: about no member of ours
+                continue
+            else:
+                name = entry_name(self._header_name(header), long_name, pax)
+                if typeflag == ord("1"):  # a hard link: read as its target's data
+                    self.link = link_name(header, long_link, pax)
+                if "size" in pax:
+                    self._set_size(self._pax_size(pax["size"]))
+                long_name, long_link, pax = None, None, {}
+                if typeflag == ord("S"):
+                    self.corrupt(f"tar member {self.member} is sparse, which shardmix cannot read")
+                if typeflag in NO_DATA or (typeflag == 0 and name.endswith("/")):
+                    self._set_size(0)  # no data blocks follow
+                    if self.link is None:
+                        continue
+                if typeflag in NOT_FILES:  # data that is no file's (GNU dumpdirs, volume labels)
+                    continue
+                # Regular files, and as POSIX says, types this reader does not know.
+                self.name = name
+                yield name
 
-    def _apply_pax(self, pax: dict[str, bytes], name: str, size: int) -> tuple[str, int]:
-        if "path" in pax:
-            name = pax["path"].decode("utf-8", "surrogateescape")
-        if "size" in pax:
-            text = pax["size"]
-            if not text.isdigit() or int(text) >= MAX_SIZE:
-                self.corrupt(f"pax header of member {self.member} has a bad size {text!r}")
-            size = int(text)
-            self._set_size(size)
-        return name, size
+    def _linked_data(self, target: str) -> bytes:
+        """The data of the last member named ``target`` before the current one (a hard link)."""
+        if not self.seekable:
+            self.corrupt(
+                f"tar member {self.member} {self.name!r} is a hard link to {target!r}, which a "
+                "stream that cannot seek cannot read back (write the shard with tar "
+                "--hard-dereference, or read it from a file)"
+            )
+        here = self._stream.tell()
+        self._stream.seek(self._base)
+        data = linked_data(TarMembers(self._stream, self._url, gzipped=False), target, self.offset)
+        self._stream.seek(here)
+        if data is None:
+            self.corrupt(
+                f"tar member {self.member} {self.name!r} is a hard link to {target!r}, which "
+                "no member before it is named"
+            )
+        return data
+
+    def _pax_size(self, text: bytes) -> int:
+        size = pax_size(text)
+        if size is None:
+            shown = text if len(text) <= 40 else text[:40] + b"..."
+            self.corrupt(
+                f"pax header of member {self.member} has a bad size record: expected up to "
+                f"18 decimal digits, found {shown!r} ({len(text)} bytes)"
+            )
+        return size
 
     def _check_end(self) -> None:
         """After a zero block: accept a second one or EOF, then only zero padding."""
@@ -387,13 +377,3 @@ class TarMembers:
         end = self._stream.seek(0, io.SEEK_END)
         self._stream.seek(here)
         return end - self._base
-
-    def error(self, what: str, *, record: int, offset: int | None = None) -> CorruptShardError:
-        offset = self.offset if offset is None else offset
-        return CorruptShardError(
-            f"{self._where(offset, record)}: {what}; the shard is damaged, "
-            "re-create or re-download it",
-            url=self._url,
-            offset=offset,
-            record=record,
-        )

@@ -103,16 +103,16 @@ class TarRecords:
         fast = wanted is None and not self.index_every  # counting passes note offsets below
         try:
             for run in members.runs(max_size):
-                buffer, base, headers, sizes, names, _, _ = run
+                buffer, base, headers, sizes, names, _, entries = run
                 count = len(names)
                 done = 0  # members of the run taken so far
                 while done < count:
                     ahead = (
-                        (headers, sizes, names)
+                        (headers, sizes, names, entries)
                         if not done
-                        else (headers[done:], sizes[done:], names[done:])
+                        else (headers[done:], sizes[done:], names[done:], entries[done:])
                     )
-                    for header, size, name in zip(*ahead, strict=True) if fast else ():
+                    for header, size, name, entry in zip(*ahead, strict=True) if fast else ():
                         slash = name.rfind("/")
                         dot = name.find(".", slash + 1)
                         if dot <= slash + 1 or size > max_size or name.startswith("__"):
@@ -138,8 +138,8 @@ class TarRecords:
                                 sample = None
                             key, record = member_key, following
                             self.records = following + 1
-                            self._record_offset = offset = base + header
-                            first_seen[key] = (record, offset)
+                            self._record_offset = offset = base + entry
+                            first_seen[key] = (record, base + header)
                             keys.append(key)
                             records.append(record)
                             offsets.append(offset)
@@ -187,7 +187,7 @@ class TarRecords:
                                 break
                             if sample is not None:
                                 yield _one(record, self._record_offset, sample, blocks)
-                            entry = run.entry if index == 0 else base + headers[index]
+                            entry = base + entries[index]
                             self._end_record(record, entry)
                             key = member_key
                             record = self.records
@@ -229,6 +229,8 @@ class TarRecords:
                 if lost:
                     raise
                 return
+        if columnar and filled != width:  # the last record lacks fields of its block
+            sample, fields = block.take_last(filled)
         yield from block.flushed(blocks)
         if sample is not None:
             yield _one(record, self._record_offset, sample, blocks)

@@ -1,0 +1,80 @@
+"""Tar framing errors: the messages that name a shard's URL, byte offset and member.
+
+This module owns :class:`FramingErrors`, the part of :class:`~shardmix.formats.tar.members.
+TarMembers` that words damage and truncation where the walk stands (the header at ``offset``,
+member ``member`` named ``name`` of ``size`` bytes).
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
+from shardmix.formats.tar.headers import BLOCK
+
+
+class FramingErrors:
+    """Errors at the position of a member walk."""
+
+    _url: str
+    _gzipped: bool
+    offset: int  # byte offset of the current header
+    member: int  # number of the current member (its pax and long-name headers share it)
+    name: str
+    size: int
+
+    def _where(self, offset: int, record: int | None = None) -> str:
+        where = describe_position(self._url, record=record, offset=offset)
+        return where + (" (in the decompressed stream)" if self._gzipped else "")
+
+    def corrupt(self, what: str, offset: int | None = None, record: int | None = None) -> NoReturn:
+        offset = self.offset if offset is None else offset
+        raise CorruptShardError(
+            f"{self._where(offset, record)}: {what}; the shard is damaged, "
+            "re-create or re-download it",
+            url=self._url,
+            offset=offset,
+            record=record,
+        )
+
+    def _truncated(self, what: str, offset: int) -> NoReturn:
+        raise TruncatedShardError(
+            f"{self._where(offset)}: {what}; the shard is truncated, re-create or re-download it",
+            url=self._url,
+            offset=offset,
+        )
+
+    def _member_cut(self, found: int) -> NoReturn:
+        padded = (self.size + BLOCK - 1) & ~(BLOCK - 1)
+        self._truncated(
+            f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
+            f"declares {self.size} bytes of data ({padded} with padding) but the file ends "
+            f"after {found}",
+            self.offset + BLOCK + found,
+        )
+
+    def _block_cut(self, found: int) -> NoReturn:
+        offset = self.offset
+        if found == 0 and offset == 0:
+            self._truncated(
+                "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
+                "archive with no members holds two 512-byte zero blocks)",
+                offset,
+            )
+        if found == 0:
+            self._truncated(
+                f"the tar archive ends after {self.member + 1} members without its "
+                "end-of-archive blocks (expected two 512-byte zero blocks)",
+                offset,
+            )
+        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset)
+
+    def error(self, what: str, *, record: int, offset: int | None = None) -> CorruptShardError:
+        offset = self.offset if offset is None else offset
+        return CorruptShardError(
+            f"{self._where(offset, record)}: {what}; the shard is damaged, "
+            "re-create or re-download it",
+            url=self._url,
+            offset=offset,
+            record=record,
+        )
