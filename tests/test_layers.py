@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("batching", ("rows", "mixing", "shuffle", "residents", "epoch", "collate")),
     ("api", ("dataset", "loader", "mixture", "lightning", "testing")),
-    ("tools", ("convert", "inspect", "stat", "plot", "cli", "__main__", "")),
+    ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "__main__", "")),
 ]
 
 NO_TORCH = ("bytes", "plan", "base")

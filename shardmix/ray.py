@@ -1,0 +1,215 @@
+"""Ray Data in and out: write a Dataset as shards (:class:`ShardSink`), read shards as one.
+
+``pip install 'shardmix[ray]'``. Ray is imported here only, when this module is.
+
+Writing: ``dataset.write_datasink(ShardSink("out/train-%06d.tar", max_records=10_000))``.
+Each write task rolls its own shards with the writer ``shardmix convert`` uses, under a staging
+folder of its own attempt (``out/.train.staging-<run>/task-000003-<attempt>/``), so a task that
+Ray retries or kills never mixes with another attempt's files. When every task has finished,
+the driver (``on_write_complete``) renames the shards into their final names in task order,
+``train-000000.tar`` onwards, writes the manifest last and atomically, and deletes the staging
+folder with whatever failed attempts left in it. **The manifest is the commit**: until it is
+written the output holds no manifest, :func:`read_shards` refuses the folder, and readers of
+shardmix's manifest-driven paths see nothing; a failed write (``on_write_failed``) deletes the
+staging folder and leaves no manifest. A folder that already holds shards or a manifest for
+the pattern is refused unless ``overwrite=True``.
+
+Keys: a row's ``__key__`` column, else ``t<task>-<row>`` (the task's index and the row's place
+in it). The shards' bytes depend only on the rows and on which task gets which rows, so two
+runs with ``DataContext.execution_options.preserve_order = True`` over the same input blocks
+write identical shards.
+
+Reading: :func:`read_shards` makes one read task per shard, each telling Ray its record count
+from the manifest, and yields a row per sample (``__key__``, ``__source__`` and the fields as
+bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+import ray.data
+from ray.data.block import Block, BlockAccessor, BlockMetadata
+from ray.data.datasource import Datasink, Datasource, ReadTask
+
+from shardmix.convert.api import OutputExistsError
+from shardmix.convert.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from shardmix.convert.options import ConvertOptions, OutputPattern, Part
+from shardmix.convert.stream import ShardWriter
+from shardmix.errors import ConfigError
+from shardmix.formats import Format, read_samples
+from shardmix.sources import open_shard
+
+__all__ = ["ShardSink", "read_shards"]
+
+ROWS_PER_BLOCK = 1024
+
+
+class ShardSink(Datasink[dict[str, Any]]):
+    """A Ray Data sink that writes tar or TFRecord shards and their manifest.
+
+    ``pattern`` names the shards as ``shardmix convert``'s output does (``out/train-%06d.tar``,
+    ``.tfrecord``, ``.gz``); ``max_records`` and ``max_bytes`` roll each task's shards.
+    """
+
+    def __init__(
+        self,
+        pattern: str,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        self.pattern = OutputPattern.parse(pattern)
+        self.format = self.pattern.format()
+        self.options = ConvertOptions(
+            format=self.format, max_records=max_records, max_bytes=max_bytes
+        )
+        self.overwrite = overwrite
+        self.manifest_path = os.path.join(self.pattern.folder, self.pattern.manifest_name(None))
+        stem = self.pattern.manifest_name(None).removesuffix(".manifest.json")
+        self.staging = os.path.join(self.pattern.folder, f".{stem}.staging-{uuid.uuid4().hex[:12]}")
+
+    def on_write_start(self, schema: Any = None) -> None:
+        os.makedirs(self.pattern.folder, exist_ok=True)
+        ours = self._existing()
+        if ours and not self.overwrite:
+            raise OutputExistsError(
+                f"{self.pattern.folder}: already holds {ours[0]} (and {len(ours) - 1} more) for "
+                "this pattern; pass overwrite=True to replace them, or choose another pattern",
+                url=self.pattern.folder,
+            )
+        for name in ours:
+            os.unlink(os.path.join(self.pattern.folder, name))
+        os.makedirs(self.staging)
+
+    def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
+        task = int(ctx.task_idx)
+        attempt = os.path.join(self.staging, f"task-{task:06d}-{uuid.uuid4().hex[:8]}")
+        suffix = self.pattern.suffix
+        with ShardWriter(os.path.join(attempt, f"s-%06d{suffix}"), self.options) as writer:
+            position = 0
+            for block in blocks:
+                accessor = BlockAccessor.for_block(block)
+                row: Any
+                for row in accessor.iter_rows(public_row_format=True):
+                    sample = dict(row)
+                    key = sample.pop("__key__", None) or f"t{task:06d}-{position:08d}"
+                    writer.write({"__key__": key, **sample})
+                    position += 1
+        return {"task": task, "attempt": attempt, "manifest": "s.manifest.json"}
+
+    def on_write_complete(self, write_result: Any) -> None:
+        returns = sorted(write_result.write_returns, key=lambda result: result["task"])
+        tasks = [result["task"] for result in returns]
+        if len(set(tasks)) != len(tasks):
+            raise ConfigError(f"{self.staging}: two results for one write task: {tasks}")
+        entries: list[ShardEntry] = []
+        index = False
+        for result in returns:
+            part = read_manifest(os.path.join(result["attempt"], result["manifest"]))
+            index = part.index
+            for shard in part.shards:
+                name = self.pattern.shard_name(len(entries), Part())
+                self._move(result["attempt"], shard.name, name, part.index)
+                entries.append(ShardEntry(name, shard.records, shard.bytes, shard.sha256))
+        digest = hashlib.sha256(json.dumps([e.sha256 for e in entries]).encode()).hexdigest()
+        gzip = self.pattern.gzipped()
+        manifest = Manifest(self.format.value, gzip, index, None, 1, digest, (), tuple(entries))
+        write_manifest(self.manifest_path, manifest)
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def on_write_failed(self, error: Exception) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _move(self, attempt: str, staged: str, name: str, index: bool) -> None:
+        folder = self.pattern.folder
+        os.replace(os.path.join(attempt, staged), os.path.join(folder, name))
+        if index and os.path.exists(os.path.join(attempt, staged + ".idx")):
+            os.replace(os.path.join(attempt, staged + ".idx"), os.path.join(folder, name + ".idx"))
+
+    def _existing(self) -> list[str]:
+        regex = self.pattern.shard_regex(Part())
+        names = sorted(
+            name
+            for name in os.listdir(self.pattern.folder)
+            if regex.fullmatch(name.removesuffix(".idx"))
+        )
+        if os.path.exists(self.manifest_path):
+            names.append(os.path.basename(self.manifest_path))
+        return names
+
+    @property
+    def supports_distributed_writes(self) -> bool:
+        return False  # the shards go to a local folder, which the driver renames
+
+
+def committed_shards(pattern: str) -> tuple[Manifest, list[str]]:
+    """The manifest of an output pattern (or a manifest's path), and its shards' paths."""
+    if pattern.endswith(".manifest.json"):
+        path = pattern
+    else:
+        parsed = OutputPattern.parse(pattern)
+        path = os.path.join(parsed.folder, parsed.manifest_name(None))
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"{path}: no manifest, so no committed shards: the write has not finished, or "
+            "failed (a ShardSink writes the manifest last)"
+        )
+    manifest = read_manifest(path)
+    folder = os.path.dirname(path)
+    return manifest, [os.path.join(folder, shard.name) for shard in manifest.shards]
+
+
+def _read_shard(url: str, fmt: Format) -> Iterator[pa.Table]:
+    rows: list[dict[str, Any]] = []
+    with open_shard(url) as stream:
+        for sample in read_samples(stream, url, fmt):
+            rows.append({**sample, "__source__": url})
+            if len(rows) == ROWS_PER_BLOCK:
+                yield pa.Table.from_pylist(rows)
+                rows = []
+    if rows:
+        yield pa.Table.from_pylist(rows)
+
+
+class _ShardsDatasource(Datasource):
+    def __init__(self, manifest: Manifest, urls: list[str]) -> None:
+        self.manifest = manifest
+        self.urls = urls
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return self.manifest.bytes
+
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+    ) -> list[ReadTask]:
+        fmt = Format(self.manifest.format)
+        return [
+            ReadTask(
+                partial(_read_shard, url, fmt),
+                BlockMetadata(
+                    num_rows=shard.records,
+                    size_bytes=shard.bytes,
+                    exec_stats=None,
+                    input_files=(url,),
+                ),
+            )
+            for url, shard in zip(self.urls, self.manifest.shards, strict=True)
+        ]
+
+
+def read_shards(pattern: str) -> ray.data.Dataset:
+    """The committed shards of ``pattern`` (as written: ``out/train-%06d.tar``) as a Dataset."""
+    manifest, urls = committed_shards(pattern)
+    return ray.data.read_datasource(
+        _ShardsDatasource(manifest, urls), override_num_blocks=max(1, len(urls))
+    )
