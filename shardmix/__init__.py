@@ -24,6 +24,7 @@ from shardmix.errors import (
     TruncatedShardError,
     UnknownLengthError,
     UnsupportedURLError,
+    UnvalidatedShardWarning,
     WorkerError,
 )
 from shardmix.formats import Format, TFRecordPayload
@@ -42,6 +43,7 @@ __all__ = [
     "DecodeError",
     "Decoder",
     "EmptyShardWarning",
+    "UnvalidatedShardWarning",
     "EvenRanks",
     "Format",
     "MixingLoader",

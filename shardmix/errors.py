@@ -106,6 +106,11 @@ class EmptyShardWarning(ShardmixWarning):
     """A shard holds no records (an empty TFRecord file is valid but usually a mistake)."""
 
 
+class UnvalidatedShardWarning(ShardmixWarning):
+    """A server gives no ETag or Last-Modified: a shard replaced there by one of the same size
+    cannot be detected (warned once per host)."""
+
+
 def describe_position(url: str, *, offset: int | None = None, record: int | None = None) -> str:
     """The ``where`` part of an error message: ``'x.tar' record 7 at byte offset 5120'``.
 

@@ -8,7 +8,9 @@ own scheme, host and port). Transient failures (a connection refused, reset or t
 exponential backoff and jitter, as :class:`RetryPolicy` says. A retry resumes where the stream
 stands, with ``Range: bytes=N-``: a ``206`` answer must start at N, a ``200`` answer (a server
 that ignores ranges) has its first N bytes dropped, so every byte arrives exactly once. A shard
-whose ``ETag`` or size changes between two requests is an error, never a mix of two versions.
+whose ``ETag`` (else ``Last-Modified``) or size changes between two requests is a
+:class:`~shardmix.errors.ShardChangedError`, never a mix of two versions: resumes ask for the
+version read (:mod:`shardmix.sources.validators`), and the stream's identity is that version.
 Permanent answers (404, 410, 401, 403, other 4xx) fail at once. Every socket wait is bounded by
 ``read_timeout``, so a stalled server ends in an error naming the URL, the byte offset reached
 and the attempts made.
@@ -53,6 +55,8 @@ from shardmix.sources import (
     SourceOptions,
 )
 from shardmix.sources.connections import connection_pool, follow_redirects
+from shardmix.sources.identity import ShardIdentity, attach_identity
+from shardmix.sources.validators import changed, precondition, validator_of, warn_unvalidated
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -86,7 +90,8 @@ def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     ``offset`` is where the first read will be: the first request asks for it.
     """
     stream = HttpShardStream(url, options.retry, headers=_headers_of(url, options), first_at=offset)
-    return io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
+    buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
+    return attach_identity(buffered, stream.identity)
 
 
 def fetch_range(
@@ -143,7 +148,7 @@ class HttpShardStream(io.RawIOBase):
         self._position = first_at  # bytes delivered so far (or the seek target)
         self._stop = stop
         self._size: int | None = None  # the whole shard's size, once a server told it
-        self._etag: str | None = None
+        self._validator: str | None = None  # the version read: etag:..., last-modified:...
         self._honours_ranges = True
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end: int | None = None  # the offset where the current response's body ends
@@ -160,6 +165,11 @@ class HttpShardStream(io.RawIOBase):
     def size(self) -> int | None:
         """The shard's size in bytes, when the server said it."""
         return self._size
+
+    @property
+    def identity(self) -> ShardIdentity:
+        """The version being read: its size and validator, as the first answer said them."""
+        return ShardIdentity(self._size, self._validator)
 
     def readable(self) -> bool:
         return True
@@ -238,6 +248,8 @@ class HttpShardStream(io.RawIOBase):
             headers["Range"] = f"bytes={offset}-{max(offset, self._stop - 1)}"
         elif offset:
             headers["Range"] = f"bytes={offset}-"
+        if "Range" in headers:  # answer only from the version being read
+            headers.update(precondition(self._validator))
         retry = self._retry
         timeout = urllib3.Timeout(connect=retry.connect_timeout, read=retry.read_timeout)
         with self._transient_io("requesting"):
@@ -263,6 +275,8 @@ class HttpShardStream(io.RawIOBase):
                 self._accept_whole(response, offset)
             return True
         _release(response)
+        if status == 412 and self._validator is not None:
+            raise changed(self.url, offset, self._validator, "another version (412 answered)")
         if status == 416 and self._range_is_past_end(response, offset):
             return False
         if status in (408, 429) or 500 <= status < 600:
@@ -300,26 +314,19 @@ class HttpShardStream(io.RawIOBase):
         return True
 
     def _check_same_shard(self, response: urllib3.BaseHTTPResponse) -> None:
-        etag = response.headers.get("ETag")
-        if etag and self._etag and etag != self._etag:
-            raise RemoteReadError(
-                f"{_where(self.url, offset=self._position)}: the shard changed while it was "
-                f"being read (ETag {self._etag} became {etag}); read it again from the start",
-                url=self.url,
-                offset=self._position,
-            )
-        self._etag = self._etag or etag
+        found = validator_of(response.headers)
+        if self._validator is None:
+            self._validator = found
+            if found is None and self._size is None:  # the first answer: warn once per host
+                warn_unvalidated(self.url)
+        elif found != self._validator:
+            raise changed(self.url, self._position, self._validator, found or "no validator")
 
     def _note_size(self, size: int | None) -> None:
         if size is None:
             return
         if self._size is not None and size != self._size:
-            raise RemoteReadError(
-                f"{_where(self.url, offset=self._position)}: the shard changed while it was "
-                f"being read (size {self._size} became {size}); read it again from the start",
-                url=self.url,
-                offset=self._position,
-            )
+            raise changed(self.url, self._position, f"{self._size} bytes", f"{size} bytes")
         self._size = size
 
     def _permanent(self, status: int, reason: str) -> ShardmixError:
