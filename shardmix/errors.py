@@ -94,6 +94,22 @@ class BadInputError(ShardmixError, OSError):
     """An input (file, row, record) that cannot be read or must not be written."""
 
 
+class InputChangedError(ShardmixError, RuntimeError):
+    """A convert input changed since the shards in the output folder were written from it."""
+
+
+class OutputLinkError(ShardmixError, OSError):
+    """A file convert writes in its output folder is a symbolic link (it is never followed)."""
+
+
+class OutputFullError(ShardmixError, OSError):
+    """The output folder's disk is full (or over quota); the partial file was deleted."""
+
+
+class OutputBusyError(ShardmixError, BlockingIOError):
+    """Another convert is writing the same output prefix and part."""
+
+
 class ShardmixWarning(UserWarning):
     """A deliberate degradation that the user should know about."""
 

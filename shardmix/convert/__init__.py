@@ -22,6 +22,7 @@ from shardmix.convert.manifest import (
 )
 from shardmix.convert.options import ConvertOptions, LabelMode, OutputPattern, Part, parse_size
 from shardmix.convert.stream import ShardWriter, write_shards
+from shardmix.errors import InputChangedError, OutputBusyError, OutputFullError, OutputLinkError
 from shardmix.formats import Format
 
 __all__ = [
@@ -29,9 +30,13 @@ __all__ = [
     "ConvertOptions",
     "ConvertSummary",
     "Format",
+    "InputChangedError",
     "LabelMode",
     "Manifest",
+    "OutputBusyError",
     "OutputExistsError",
+    "OutputFullError",
+    "OutputLinkError",
     "OutputPattern",
     "Part",
     "ShardEntry",

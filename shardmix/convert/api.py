@@ -26,6 +26,7 @@ from typing import Any, Union
 
 from shardmix.convert.folder import list_folder
 from shardmix.convert.hf import is_hf_dataset, is_saved_dataset, list_dataset, load_saved
+from shardmix.convert.identity import check_unchanged, fingerprints, inputs_path, write_inputs
 from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
 from shardmix.convert.manifest import (
     Journal,
@@ -37,6 +38,7 @@ from shardmix.convert.manifest import (
     write_manifest,
 )
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
+from shardmix.convert.outfiles import OutputLock, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest
 from shardmix.convert.tables import is_table, list_table
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
@@ -78,13 +80,17 @@ def list_inputs(
         raise ShardmixError("convert needs at least one input")
     items: list[Item] = []
     groups = []
+    datasets: dict[str, str] = {}
     for position, given in enumerate(inputs):
         if is_hf_dataset(given):
-            items.extend(list_dataset(given, f"dataset input {position}", options, problems))
+            name = f"dataset input {position}"
+            rows, datasets[name] = list_dataset(given, name, options, problems)
+            items.extend(rows)
             continue
         source = os.fspath(given)  # type: ignore[arg-type]
         if is_saved_dataset(source):
-            items.extend(list_dataset(load_saved(source), source, options, problems))
+            rows, datasets[source] = list_dataset(load_saved(source), source, options, problems)
+            items.extend(rows)
         elif os.path.isdir(source):
             found, classes = list_folder(source, options.labels, options.follow_links, problems)
             groups.append((position, found, classes))
@@ -104,7 +110,7 @@ def list_inputs(
             if index is not None:
                 fields, sizes = fields + ("cls",), sizes + (len(str(index)),)
             items.append(FileItem(group.key, group.paths[0], fields, sizes, group.paths, index))
-    return Listing(unique_keys(items, problems), names, problems.skipped)
+    return Listing(unique_keys(items, problems), names, problems.skipped, datasets)
 
 
 def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
@@ -117,15 +123,23 @@ def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
 
 def _complete(folder: str, entry: ShardEntry) -> bool:
     path = os.path.join(folder, entry.name)
-    return os.path.isfile(path) and os.path.getsize(path) == entry.bytes
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    return os.path.getsize(path) == entry.bytes
 
 
 def prepare_output(
-    pattern: OutputPattern, options: ConvertOptions, digest: str | None, manifest_path: str
+    pattern: OutputPattern,
+    options: ConvertOptions,
+    digest: str | None,
+    manifest_path: str,
+    inputs: dict[str, str] | None = None,
 ) -> dict[str, ShardEntry]:
     """Clean up after an interrupted run; the shards already complete for this plan.
 
     ``digest`` None (a stream, whose plan is known only at its end) trusts no earlier shard.
+    Earlier shards of the same plan are trusted only when ``inputs`` (the fingerprints of
+    :mod:`~shardmix.convert.identity`) match the record kept beside the manifest.
     """
     folder = pattern.folder
     regex = pattern.shard_regex(options.part)
@@ -139,8 +153,11 @@ def prepare_output(
     existing = sorted(
         name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
     )
+    record = inputs_path(manifest_path)
+    for path in (manifest_path, record, journal.path):
+        refuse_link(path)
     if options.overwrite:
-        for name in existing + [manifest_name]:
+        for name in existing + [manifest_name, os.path.basename(record)]:
             if os.path.lexists(os.path.join(folder, name)):
                 os.unlink(os.path.join(folder, name))
         journal.remove()
@@ -148,10 +165,12 @@ def prepare_output(
     if digest is not None and os.path.exists(manifest_path):
         manifest = read_manifest(manifest_path)
         if manifest.plan == digest and all(_complete(folder, s) for s in manifest.shards):
+            check_unchanged(record, inputs or {}, folder)
             return {shard.name: shard for shard in manifest.shards}
     elif digest is not None:
         done = journal.read(digest)
         if done is not None:
+            check_unchanged(record, inputs or {}, folder)
             return {name: entry for name, entry in done.items() if _complete(folder, entry)}
     if existing or os.path.exists(manifest_path):
         raise OutputExistsError(
@@ -221,7 +240,25 @@ def convert(
     digest = plan_digest(plans, settings)
     os.makedirs(pattern.folder, exist_ok=True)
     manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
-    done = prepare_output(pattern, options, digest, manifest_path)
+    with OutputLock(manifest_path):
+        summary = _run(plans, pattern, options, spec, digest, listing, progress)
+    return dataclasses.replace(summary, seconds=time.perf_counter() - started)
+
+
+def _run(
+    plans: list[ShardPlan],
+    pattern: OutputPattern,
+    options: ConvertOptions,
+    spec: WriteSpec,
+    digest: str,
+    listing: Listing,
+    progress: Progress | None,
+) -> ConvertSummary:
+    """Check the output folder, write the missing shards and the manifest (under the lock)."""
+    manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
+    inputs = fingerprints(plans, listing.datasets)
+    done = prepare_output(pattern, options, digest, manifest_path, inputs)
+    write_inputs(inputs_path(manifest_path), inputs)
     journal = Journal(journal_path(manifest_path))
     journal.start(digest, list(done.values()))
     entries = dict(done)
@@ -242,12 +279,7 @@ def convert(
     shards = [entries[plan.name] for plan in plans]
     summary = finish_output(pattern, options.part, spec, digest, listing.classes, shards)
     journal.remove()
-    return dataclasses.replace(
-        summary,
-        shards_written=len(todo),
-        seconds=time.perf_counter() - started,
-        skipped=tuple(skipped),
-    )
+    return dataclasses.replace(summary, shards_written=len(todo), skipped=tuple(skipped))
 
 
 def finish_output(

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from shardmix.convert.identity import ArrowDigest
 from shardmix.convert.inputs import BadInputError, Item, Problems
 from shardmix.convert.options import ConvertOptions
 from shardmix.convert.tables import Row, RowMaker, row_items
@@ -59,10 +60,13 @@ def load_saved(path: str) -> Any:
         ) from error
 
 
-def dataset_rows(dataset: Any) -> Iterator[tuple[int, Row]]:
-    """``(row number, row)`` of a dataset, undecoded (Image/Audio as ``{bytes, path}``)."""
+def dataset_rows(dataset: Any, digest: ArrowDigest | None = None) -> Iterator[tuple[int, Row]]:
+    """``(row number, row)`` of a dataset, undecoded (Image/Audio as ``{bytes, path}``); each
+    Arrow batch goes through ``digest`` (when given) as it is read."""
     index = 0
     for batch in dataset.with_format("arrow").iter(batch_size=_BATCH_ROWS):
+        if digest is not None:
+            digest.update(batch)
         for row in batch.to_pylist():
             yield index, row
             index += 1
@@ -70,8 +74,9 @@ def dataset_rows(dataset: Any) -> Iterator[tuple[int, Row]]:
 
 def list_dataset(
     dataset: Any, source: str, options: ConvertOptions, problems: Problems
-) -> list[Item]:
-    """The rows of a dataset as items; ``source`` names it in keys (a folder) and messages."""
+) -> tuple[list[Item], str]:
+    """The rows of a dataset as items, and its fingerprint; ``source`` names it in keys (a
+    folder) and messages."""
     saved = os.path.isdir(source)
     stem = os.path.basename(os.path.normpath(source)) if saved else "dataset"
     maker = RowMaker(
@@ -83,4 +88,6 @@ def list_dataset(
         folder=source if saved else os.getcwd(),
         stem=stem,
     )
-    return list(row_items(maker, dataset_rows(dataset)))
+    digest = ArrowDigest()
+    items = list(row_items(maker, dataset_rows(dataset, digest)))
+    return items, digest.fingerprint()

@@ -183,6 +183,7 @@ class Listing:
     items: list[Item]
     classes: list[str]
     skipped: list[str]
+    datasets: dict[str, str] = field(default_factory=dict)  # source: Arrow fingerprint
 
 
 def sample_fields(sample: Sample) -> tuple[tuple[str, ...], tuple[int, ...]]:

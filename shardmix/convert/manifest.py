@@ -35,6 +35,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardmix.convert.options import OutputPattern, Part
+from shardmix.convert.outfiles import (
+    append,
+    full_error,
+    is_full,
+    refuse_link,
+    write_atomic,
+    write_json_atomic,
+)
 from shardmix.errors import ConfigError, CorruptShardError
 
 VERSION = 1
@@ -103,16 +111,6 @@ class Manifest:
             raise CorruptShardError(f"{where}: damaged manifest: {error!r}", url=where) from error
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    folder, name = os.path.split(path)
-    temp = os.path.join(folder, f".{name}.{os.getpid()}.partial")
-    with open(temp, "w", encoding="utf-8") as file:
-        json.dump(data, file, indent=1, sort_keys=True)
-        file.write("\n")
-    os.replace(temp, path)
-
-
 def write_manifest(path: str, manifest: Manifest) -> None:
     write_json_atomic(path, manifest.to_json())
 
@@ -134,6 +132,7 @@ class Journal:
 
     def read(self, plan: str) -> dict[str, ShardEntry] | None:
         """The shards a previous run of the same plan completed; None if there was none."""
+        refuse_link(self.path)
         try:
             with open(self.path, encoding="utf-8") as file:
                 lines = file.read().splitlines()
@@ -154,15 +153,19 @@ class Journal:
 
     def start(self, plan: str, done: Sequence[ShardEntry]) -> None:
         lines = [json.dumps({"plan": plan})] + [json.dumps(asdict(entry)) for entry in done]
-        with open(self.path, "w", encoding="utf-8") as file:
-            file.write("\n".join(lines) + "\n")
+        write_atomic(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def append(self, entry: ShardEntry) -> None:
-        with open(self.path, "a", encoding="utf-8") as file:
-            file.write(json.dumps(asdict(entry)) + "\n")
+        try:
+            with append(self.path) as file:
+                file.write((json.dumps(asdict(entry)) + "\n").encode("utf-8"))
+        except OSError as error:
+            if is_full(error):
+                raise full_error(self.path, error) from error
+            raise
 
     def remove(self) -> None:
-        if os.path.exists(self.path):
+        if os.path.lexists(self.path):
             os.unlink(self.path)
 
 

@@ -14,6 +14,7 @@ writes exactly the items it is given, with the format's writer from
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from typing import BinaryIO
 
 from shardmix.convert.inputs import BadInputError, Problems, Sample, ShardCursor
 from shardmix.convert.manifest import ShardEntry
+from shardmix.convert.outfiles import create, full_error, is_full, refuse_link
 from shardmix.convert.plan import ShardPlan
 from shardmix.formats import Format, ShardSampleWriter, writer_for
 
@@ -74,14 +76,6 @@ class _HashingFile:
         self.raw.flush()
 
 
-def _create(path: str) -> BinaryIO:
-    """A new file at ``path``, replacing a leftover temporary file but never following a link."""
-    if os.path.lexists(path):
-        os.unlink(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    return os.fdopen(os.open(path, flags, 0o644), "wb")
-
-
 def _loaded(plan: ShardPlan, cursor: ShardCursor, problems: Problems) -> Iterator[Sample]:
     for item in plan.items:
         try:
@@ -102,7 +96,8 @@ class ShardFile:
         self.spec = spec
         self.problems = problems
         self._temp = os.path.join(spec.folder, temp_name(name))
-        self._raw = _create(self._temp)
+        self._index_temp: str | None = None
+        self._raw = create(self._temp)
         self._out = _HashingFile(self._raw)
         self._lines: list[str] = []
         self._writer: ShardSampleWriter = writer_for(spec.format).open(
@@ -132,10 +127,12 @@ class ShardFile:
         self._raw.close()
         folder = self.spec.folder
         if self.spec.indexed:
-            index_temp = os.path.join(folder, temp_name(index_name(self.name)))
-            with _create(index_temp) as raw:
+            self._index_temp = os.path.join(folder, temp_name(index_name(self.name)))
+            with create(self._index_temp) as raw:
                 raw.write("".join(self._lines).encode("ascii"))
-            os.replace(index_temp, os.path.join(folder, index_name(self.name)))
+            refuse_link(os.path.join(folder, index_name(self.name)))
+            os.replace(self._index_temp, os.path.join(folder, index_name(self.name)))
+        refuse_link(os.path.join(folder, self.name))
         os.replace(self._temp, os.path.join(folder, self.name))
         return ShardEntry(
             self.name, self._writer.records, self._out.size, self._out.sha256.hexdigest()
@@ -143,9 +140,11 @@ class ShardFile:
 
     def discard(self) -> None:
         """Close and delete the temporary file (after a failure)."""
-        self._raw.close()
-        if os.path.lexists(self._temp):
-            os.unlink(self._temp)
+        with contextlib.suppress(OSError):  # a full disk at the last flush: the file goes anyway
+            self._raw.close()
+        for temp in (self._temp, self._index_temp):
+            if temp is not None and os.path.lexists(temp):
+                os.unlink(temp)
 
     def __enter__(self) -> ShardFile:
         return self
@@ -158,10 +157,15 @@ class ShardFile:
 def write_shard(plan: ShardPlan, spec: WriteSpec, cursor: ShardCursor) -> ShardResult:
     """Write one shard under its temporary name, then rename it (and its index) into place."""
     problems = Problems(spec.skip_bad)
-    with ShardFile(plan.name, spec, problems) as shard:
-        for sample in _loaded(plan, cursor, problems):
-            shard.write(sample)
-        entry = shard.finish()
+    try:
+        with ShardFile(plan.name, spec, problems) as shard:
+            for sample in _loaded(plan, cursor, problems):
+                shard.write(sample)
+            entry = shard.finish()
+    except OSError as error:
+        if is_full(error):
+            raise full_error(os.path.join(spec.folder, plan.name), error) from error
+        raise
     return ShardResult(entry, tuple(problems.skipped))
 
 

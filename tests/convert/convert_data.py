@@ -100,5 +100,7 @@ def read_with_shardmix(urls: list[str]) -> Samples:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Temporary files and journals a finished run must not leave."""
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+    """Temporary files, journals and locks a finished run must not leave (the input record
+    ``.<manifest>.inputs`` stays beside its manifest)."""
+    hidden = (p.name for p in folder.iterdir() if p.name.startswith("."))
+    return sorted(name for name in hidden if not name.endswith(".manifest.json.inputs"))

@@ -64,4 +64,4 @@ def test_a_planted_link_at_a_temporary_name_is_not_followed(tmp_path):
     (out / ".x-0.tar.partial").symlink_to(target)
     convert([str(tmp_path / "t.jsonl")], f"{out}/x-%d.tar")
     assert target.read_text() == "keep"
-    assert sorted(os.listdir(out)) == ["x-0.tar", "x.manifest.json"]
+    assert sorted(os.listdir(out)) == [".x.manifest.json.inputs", "x-0.tar", "x.manifest.json"]

@@ -1,0 +1,158 @@
+"""What the shards of a conversion were written from: a fingerprint of every input.
+
+The plan digest (:func:`shardmix.convert.plan.plan_digest`) names which samples go where; it
+says nothing of their content. So beside the manifest a run keeps ``.<manifest>.inputs``
+(JSON: ``{input: fingerprint}``), written before the first shard: for a local file its size,
+mtime (ns) and the sha256 of its bytes; for a Hugging Face dataset the sha256 of its Arrow
+record batches as convert reads them. A re-run of the same plan trusts its earlier shards only
+when every fingerprint is the same; otherwise :class:`~shardmix.errors.InputChangedError`
+names the inputs that changed (``--overwrite`` rewrites the set). Hashing raw bytes and Arrow
+buffers, never values one by one, keeps this cheap next to the conversion itself.
+
+:func:`stale_inputs` is the quick check ``stat --verify`` makes (sizes and mtimes only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from shardmix.convert.inputs import FileItem, RecordItem, RowItem
+from shardmix.convert.outfiles import write_json_atomic
+from shardmix.convert.plan import ShardPlan
+from shardmix.errors import InputChangedError
+
+VERSION = 1
+_SHOWN = 5  # changed inputs named in a message
+
+
+def inputs_path(manifest_path: str) -> str:
+    folder, name = os.path.split(manifest_path)
+    return os.path.join(folder, f".{name}.inputs")
+
+
+def file_fingerprint(path: str) -> str:
+    """``"<size> <mtime_ns> <sha256>"`` of a local file."""
+    with open(path, "rb") as file:
+        status = os.fstat(file.fileno())
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
+    return f"{status.st_size} {status.st_mtime_ns} {digest}"
+
+
+class ArrowDigest:
+    """The sha256 of Arrow record batches, through the IPC stream format (a slice hashes only
+    its own rows)."""
+
+    def __init__(self) -> None:
+        self.sha256 = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        return len(data)
+
+    def update(self, table: Any) -> None:
+        import pyarrow as pa
+
+        with pa.ipc.new_stream(pa.PythonFile(self, mode="w"), table.schema) as writer:
+            writer.write(table)
+
+    def fingerprint(self) -> str:
+        return f"arrow {self.sha256.hexdigest()}"
+
+    # pa.PythonFile asks these of a sink
+    closed = False
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def input_files(plans: Sequence[ShardPlan], datasets: Mapping[str, str]) -> list[str]:
+    """The local files this part's samples are read from (datasets aside), sorted."""
+    files: set[str] = set()
+    for plan in plans:
+        for item in plan.items:
+            if isinstance(item, FileItem):
+                files.update(os.path.abspath(path) for path in item.paths)
+            elif isinstance(item, RowItem):
+                if item.source not in datasets:
+                    files.add(os.path.abspath(item.source))
+                values = dict(zip(item.fields, item.values, strict=True))
+                files.update(
+                    os.path.abspath(values[name]) for name in item.inline if name in values
+                )
+            elif isinstance(item, RecordItem) and os.path.isfile(item.source):
+                files.add(os.path.abspath(item.source))
+    return sorted(files)
+
+
+def fingerprints(plans: Sequence[ShardPlan], datasets: Mapping[str, str]) -> dict[str, str]:
+    found = {path: file_fingerprint(path) for path in input_files(plans, datasets)}
+    used = {plan_item.source for plan in plans for plan_item in plan.items}
+    found.update({name: value for name, value in datasets.items() if name in used})
+    return found
+
+
+def read_inputs(path: str) -> dict[str, str] | None:
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+        return {str(name): str(value) for name, value in data["inputs"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_inputs(path: str, found: Mapping[str, str]) -> None:
+    write_json_atomic(path, {"shardmix_inputs": VERSION, "inputs": dict(found)})
+
+
+def changes(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """One phrase per input that differs: changed, new or gone."""
+    found = [
+        f"{name} changed" for name in sorted(now) if name in before and before[name] != now[name]
+    ]
+    found += [f"{name} is new" for name in sorted(now) if name not in before]
+    found += [f"{name} is gone" for name in sorted(before) if name not in now]
+    return found
+
+
+def check_unchanged(path: str, now: Mapping[str, str], folder: str) -> None:
+    """:class:`InputChangedError` unless the record at ``path`` holds exactly ``now``."""
+    before = read_inputs(path)
+    differ = ["no record of the inputs is kept"] if before is None else changes(before, now)
+    if not differ:
+        return
+    shown = "; ".join(differ[:_SHOWN]) + ("; ..." if len(differ) > _SHOWN else "")
+    raise InputChangedError(
+        f"{folder}: the shards there were written from other input ({len(differ)} "
+        f"difference(s): {shown}); pass --overwrite to write them again from the input as "
+        "it is now",
+        url=folder,
+    )
+
+
+def stale_inputs(manifest_path: str) -> list[str] | None:
+    """Recorded local inputs whose size or mtime differ now; None without a record."""
+    recorded = read_inputs(inputs_path(manifest_path))
+    if recorded is None:
+        return None
+    return list(_stale(recorded.items()))
+
+
+def _stale(recorded: Iterable[tuple[str, str]]) -> Iterable[str]:
+    for name, value in recorded:
+        if value.startswith("arrow "):
+            continue
+        size, mtime, _ = value.split(" ", 2)
+        try:
+            status = os.stat(name)
+        except OSError:
+            yield f"{name} is gone"
+            continue
+        if (str(status.st_size), str(status.st_mtime_ns)) != (size, mtime):
+            yield f"{name} changed"
