@@ -62,6 +62,8 @@ def check_config(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
 
 def check_version(state: Mapping[str, Any]) -> None:
     """Refuse a state of another format version."""
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"cannot resume: a loader state is a dict, not {type(state).__name__}")
     version = state.get("version")
     if version != STATE_VERSION:
         raise ConfigError(
@@ -87,9 +89,15 @@ def pack_refs(refs: Sequence[Ref]) -> str:
     return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
 
 
-def unpack_refs(packed: str) -> list[Ref]:
-    """The references :func:`pack_refs` packed."""
-    values = _varints(zlib.decompress(base64.b64decode(packed)))
+def unpack_refs(packed: str, field: str = "buffer.items") -> list[Ref]:
+    """The references :func:`pack_refs` packed; a damaged string is a ConfigError naming
+    ``field``."""
+    values = _unpacked(packed, field)
+    if len(values) % 3:
+        raise ConfigError(
+            f"cannot resume: the loader state's {field!r} holds {len(values)} numbers, not "
+            "three per reference; the state was edited or damaged since it was saved"
+        )
     refs = []
     last: dict[int, tuple[int, int]] = {}
     for position in range(0, len(values) - 2, 3):
@@ -100,6 +108,18 @@ def unpack_refs(packed: str) -> list[Ref]:
         last[shard] = record, stored
         refs.append((shard, record, stored - 1))
     return refs
+
+
+def check_refs(refs: Sequence[Ref], num_shards: int, field: str) -> None:
+    """Refuse references that name no shard of ``num_shards`` or a negative record."""
+    for at, (shard, record, offset) in enumerate(refs):
+        if not 0 <= shard < num_shards or record < 0 or offset < -1:
+            raise ConfigError(
+                f"cannot resume: the loader state's {field!r} reference {at} is (shard, "
+                f"record, offset) {(shard, record, offset)}, but the dataset has shards 0 to "
+                f"{num_shards - 1} and records and offsets are not negative; the state was "
+                "edited or damaged since it was saved"
+            )
 
 
 def pack_sizes(sizes: Sequence[int]) -> str:
@@ -114,9 +134,27 @@ def pack_sizes(sizes: Sequence[int]) -> str:
     return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
 
 
-def unpack_sizes(packed: str) -> list[int]:
-    """The sizes :func:`pack_sizes` packed."""
-    return _varints(zlib.decompress(base64.b64decode(packed)))
+def unpack_sizes(packed: str, field: str = "buffer.sizes") -> list[int]:
+    """The sizes :func:`pack_sizes` packed; a damaged string is a ConfigError naming
+    ``field``."""
+    return _unpacked(packed, field)
+
+
+def _unpacked(packed: str, field: str) -> list[int]:
+    """The varints of a packed string, or a ConfigError naming the field it came from."""
+    try:
+        data = zlib.decompress(base64.b64decode(packed, validate=True))
+    except (ValueError, TypeError, zlib.error) as error:
+        raise ConfigError(
+            f"cannot resume: the loader state's {field!r} is not a packed string this shardmix "
+            f"wrote ({error}); the state was edited or damaged since it was saved"
+        ) from error
+    if data and data[-1] >= 0x80:
+        raise ConfigError(
+            f"cannot resume: the loader state's {field!r} ends inside a number; the state was "
+            "edited or damaged since it was saved"
+        )
+    return _varints(data)
 
 
 def _zigzag(value: int) -> int:
@@ -146,3 +184,105 @@ def _varints(data: bytes) -> list[int]:
             value |= (byte & 0x7F) << shift
             shift += 7
     return values
+
+
+# The fields of one dataset's position and what each holds: a non-negative int ("count"),
+# a packed string ("packed"), ints ("ints"), lists of six ints ("lanes"), or nested fields.
+_POSITION: dict[str, Any] = {
+    "epoch": "count",
+    "batches": "count",
+    "emitted": "count",
+    "pad": "packed",
+    "dropped": {"filtered": "count", "skipped": "count", "padded": "count"},
+    "mixer": {"live": "ints", "cursor": "count", "lanes": "lanes"},
+    "buffer": {"draws": "count", "items": "packed", "sizes": "packed"},
+}
+_MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
+
+
+def check_state(state: Any) -> None:
+    """Refuse a state whose fields are missing or of the wrong type, naming the field.
+
+    A mixture's state is checked down to each dataset's position."""
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"cannot resume: a loader state is a dict, not {type(state).__name__}")
+    _check_fields(state, {"config": "mapping", "ranks": "mapping"}, "")
+    positions = [state, *state["ranks"].values()]
+    for at, position in enumerate(positions):
+        where = "" if at == 0 else f"ranks.{list(state['ranks'])[at - 1]}."
+        _check_position(position, where)
+
+
+def _check_position(position: Any, where: str) -> None:
+    if not isinstance(position, Mapping):
+        _refuse(where.rstrip("."), "a dict of fields", position)
+    if "mixture" not in position:
+        _check_fields(position, _POSITION, where)
+        return
+    _check_fields(position, _MIXTURE, where)
+    datasets = position["mixture"].get("datasets")
+    if not isinstance(datasets, Mapping):
+        _refuse(f"{where}mixture.datasets", "a dict of positions", datasets)
+    for name, member in datasets.items():
+        _check_position(member, f"{where}mixture.datasets.{name}.")
+
+
+def _check_fields(values: Mapping[str, Any], fields: Mapping[str, Any], where: str) -> None:
+    for name, kind in fields.items():
+        field = f"{where}{name}"
+        if name not in values:
+            raise ConfigError(
+                f"cannot resume: the loader state has no {field!r} field; the state was edited "
+                "or damaged since it was saved, or another program wrote it"
+            )
+        value = values[name]
+        if isinstance(kind, Mapping):
+            if not isinstance(value, Mapping):
+                _refuse(field, "a dict of fields", value)
+            _check_fields(value, kind, f"{field}.")
+        elif not _holds(kind, value):
+            _refuse(field, _KINDS[kind], value)
+
+
+_KINDS = {
+    "count": "a non-negative int",
+    "packed": "a packed string",
+    "ints": "a list of non-negative ints",
+    "lanes": "a list of lane positions, six ints each",
+    "mapping": "a dict",
+}
+
+
+def _holds(kind: str, value: Any) -> bool:
+    if kind == "count":
+        return _is_count(value)
+    if kind == "packed":
+        return isinstance(value, str)
+    if kind == "ints":
+        return isinstance(value, list) and all(map(_is_count, value))
+    if kind == "lanes":
+        return isinstance(value, list) and all(_is_lane(lane) for lane in value)
+    return isinstance(value, Mapping)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_lane(lane: Any) -> bool:
+    return (
+        isinstance(lane, list)
+        and len(lane) == 6
+        and all(isinstance(value, int) and not isinstance(value, bool) for value in lane)
+        and lane[0] >= 0
+        and lane[1] >= 0
+        and lane[2] >= -1
+    )
+
+
+def _refuse(field: str, expected: str, found: Any) -> None:
+    shown = repr(found) if len(repr(found)) <= 60 else f"{type(found).__name__} value"
+    raise ConfigError(
+        f"cannot resume: the loader state's {field!r} should be {expected}, found {shown}; the "
+        "state was edited or damaged since it was saved"
+    )

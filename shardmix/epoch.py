@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from shardmix.checkpoint import Ref, pack_refs, pack_sizes, unpack_refs, unpack_sizes
+from shardmix.checkpoint import (
+    Ref,
+    check_refs,
+    pack_refs,
+    pack_sizes,
+    unpack_refs,
+    unpack_sizes,
+)
 from shardmix.chunks import Chunk, LaneClocks
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
@@ -121,7 +128,8 @@ class EpochIterator:
             live, cursor = mixer_state["live"], mixer_state["cursor"]
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
-            self.pad_refs = unpack_refs(resume["pad"])
+            self.pad_refs = unpack_refs(resume["pad"], "pad")
+            check_refs(self.pad_refs, len(dataset.urls), "pad")
             self.padded = resume["dropped"]["padded"]
             dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
             self.buffer.draws.count = resume["buffer"]["draws"]
@@ -152,6 +160,7 @@ class EpochIterator:
             # After the workers start: they read ahead while the residents are fetched.
             assert isinstance(dataset, ShardDataset)
             refs = unpack_refs(resume["buffer"]["items"])
+            check_refs(refs, len(dataset.urls), "buffer.items")
             # Lanes left: pushes displace residents; none: the epoch ends popping them.
             pushing = bool(live)
             order = eviction_order(self.buffer.draws, len(refs), 2 * len(refs), pushing=pushing)

@@ -30,6 +30,7 @@ from torch.utils.data import IterableDataset
 from shardmix.checkpoint import (
     STATE_VERSION,
     check_config,
+    check_state,
     check_version,
     shards_digest,
 )
@@ -293,6 +294,7 @@ class MixingLoader:
         """
         shard_dataset = self._shard_dataset("load_state_dict")
         check_version(state)
+        check_state(state)
         config = self._mixture_config() if self.datasets else self._config(shard_dataset)
         check_config(state["config"], config)
         rank, _ = self.rank_and_world_size()
