@@ -37,6 +37,10 @@ class RemoteReadError(ShardmixError, OSError):
     """A remote shard could not be read: retries spent, or the server broke the protocol."""
 
 
+class RemoteStallError(RemoteReadError):
+    """A server kept sending fewer than ``SourceOptions.min_bytes_per_s``, retries spent."""
+
+
 class RemoteAccessError(RemoteReadError, PermissionError):
     """The storage refused access to a shard (401, 403): credentials or permissions."""
 
@@ -80,18 +84,22 @@ class RetryPolicy:
 class SourceOptions:
     """What every opener may need: storage options, retries, a cache folder, pipe permission.
 
-    ``storage_options`` go to the fsspec backend as keyword arguments (``key``, ``secret``,
-    ``client_kwargs={"endpoint_url": ...}``); ``storage_options["headers"]`` also adds HTTP
-    headers to ``http(s)://`` requests. Left out, backends take credentials the standard way
-    (AWS environment variables, ``AWS_ENDPOINT_URL``, ...). It is left out of ``repr`` because
-    it may hold secrets. ``allow_pipe`` lets ``pipe:`` URLs run shell commands; it is off so
-    that a list of URLs never runs a command unless asked to.
+        ``storage_options`` go to the fsspec backend as keyword arguments (``key``, ``secret``,
+        ``client_kwargs={"endpoint_url": ...}``); ``storage_options["headers"]`` also adds HTTP
+        headers to ``http(s)://`` requests. Left out, backends take credentials the standard way
+        (AWS environment variables, ``AWS_ENDPOINT_URL``, ...). It is left out of ``repr`` because
+        it may hold secrets. ``allow_pipe`` lets ``pipe:`` URLs run shell commands; it is off so
+        that a list of URLs never runs a command unless asked to. ``min_bytes_per_s``: an HTTP read
+    that brings fewer bytes than this rate over ``retry.read_timeout`` is a stall, retried from
+    the byte reached (0 turns the check off); a whole shard in one request stays legal however
+    long it takes, as long as its bytes keep coming at that rate.
     """
 
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     cache_dir: str | None = None
     allow_pipe: bool = False
+    min_bytes_per_s: float = 1024.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage_options, Mapping):
@@ -104,6 +112,9 @@ class SourceOptions:
             raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        rate = self.min_bytes_per_s
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate >= 0:
+            raise ConfigError(f"min_bytes_per_s must be a number >= 0, got {rate!r}")
         if not isinstance(self.allow_pipe, bool):
             raise ConfigError(f"allow_pipe must be a bool, got {self.allow_pipe!r}")
 

@@ -51,6 +51,7 @@ from shardmix.sources import (
     READ_BUFFER_BYTES,
     RemoteAccessError,
     RemoteReadError,
+    RemoteStallError,
     RetryPolicy,
     SourceOptions,
 )
@@ -89,7 +90,13 @@ def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
 
     ``offset`` is where the first read will be: the first request asks for it.
     """
-    stream = HttpShardStream(url, options.retry, headers=_headers_of(url, options), first_at=offset)
+    stream = HttpShardStream(
+        url,
+        options.retry,
+        headers=_headers_of(url, options),
+        first_at=offset,
+        min_bytes_per_s=options.min_bytes_per_s,
+    )
     buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
     return attach_identity(buffered, stream.identity)
 
@@ -100,7 +107,12 @@ def fetch_range(
     """Bytes ``start`` up to ``stop`` of ``url`` (fewer at its end), in one bounded request
     unless it must be retried, and the shard's size when the server said it."""
     stream = HttpShardStream(
-        url, options.retry, headers=_headers_of(url, options), first_at=start, stop=stop
+        url,
+        options.retry,
+        headers=_headers_of(url, options),
+        first_at=start,
+        stop=stop,
+        min_bytes_per_s=options.min_bytes_per_s,
     )
     with stream:
         stream.seek(start)
@@ -113,10 +125,11 @@ def fetch_range(
 class _Transient(Exception):
     """A failure worth another try; ``retry_after`` is the server's wish, in seconds."""
 
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None, stall: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.stall = stall
 
 
 class HttpShardStream(io.RawIOBase):
@@ -135,6 +148,7 @@ class HttpShardStream(io.RawIOBase):
         headers: Mapping[str, str] | None = None,
         first_at: int = 0,
         stop: int | None = None,
+        min_bytes_per_s: float = 0.0,
     ) -> None:
         super().__init__()
         parts = urlsplit(url)
@@ -147,6 +161,9 @@ class HttpShardStream(io.RawIOBase):
         self._random = random.Random(seed)  # jitter only; the same URL waits the same way
         self._position = first_at  # bytes delivered so far (or the seek target)
         self._stop = stop
+        self._min_rate = min_bytes_per_s
+        self._stalls = 0
+        self._window: tuple[float, int] = (0.0, 0)  # since when, from which byte, rate counted
         self._size: int | None = None  # the whole shard's size, once a server told it
         self._validator: str | None = None  # the version read: etag:..., last-modified:...
         self._honours_ranges = True
@@ -229,6 +246,7 @@ class HttpShardStream(io.RawIOBase):
     def _open_response(self) -> None:
         if self._response is None and not self._at_end():
             self._response = self._request(self._position)
+            self._window = (time.monotonic(), self._position)
 
     def _request(self, offset: int) -> urllib3.BaseHTTPResponse | None:
         """A response whose body goes on from ``offset``; None when ``offset`` is the end."""
@@ -350,6 +368,7 @@ class HttpShardStream(io.RawIOBase):
             self._open_response()
             if self._response is None:  # at the end: nothing to ask for
                 return 0
+            self._check_rate()  # before a read: a stall loses no byte already taken
             with self._transient_io("reading"):
                 # read1: what has arrived, so a slow server's bytes count as progress at once.
                 chunk = self._response.read1(len(view))
@@ -365,6 +384,27 @@ class HttpShardStream(io.RawIOBase):
             if self._at_end():
                 return 0
             self._drop_response()  # a range answer that stopped short of the end: ask again
+
+    def _check_rate(self) -> None:
+        """A stall: fewer bytes than ``min_bytes_per_s`` over the last ``read_timeout``."""
+        since, start = self._window
+        elapsed = time.monotonic() - since
+        if not self._min_rate or elapsed < self._retry.read_timeout:
+            return
+        brought = self._position - start
+        if brought >= self._min_rate * elapsed:
+            self._window, self._stalls = (time.monotonic(), self._position), 0
+            return
+        # Stalls count across reads (each brings a little progress) until the rate recovers.
+        self._stalls += 1
+        stall = _Transient(
+            f"stalled: {brought} bytes in {elapsed:.1f} s, below min_bytes_per_s="
+            f"{self._min_rate:g}",
+            stall=True,
+        )
+        if self._stalls >= self._retry.max_attempts:
+            raise self._gave_up(self._stalls, stall)
+        raise stall
 
     def _at_end(self) -> bool:
         if self._stop is not None and self._position >= self._stop:
@@ -437,7 +477,8 @@ class HttpShardStream(io.RawIOBase):
                 raise
 
     def _gave_up(self, attempts: int, transient: _Transient) -> RemoteReadError:
-        return RemoteReadError(
+        error = RemoteStallError if transient.stall else RemoteReadError
+        return error(
             f"{_where(self.url, offset=self._position)}: gave up after {attempts} attempts, "
             f"the last one {transient.reason}; check the server, or allow more with "
             "RetryPolicy(max_attempts=..., read_timeout=...)",
