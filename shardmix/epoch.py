@@ -37,7 +37,13 @@ from shardmix.rows import RowStore
 from shardmix.sharding import EvenRanks, Piece, rank_quota
 from shardmix.shuffle import SlotBuffer, eviction_order
 from shardmix.transforms import FILTERED, SKIPPED
-from shardmix.workers import is_worker_failure, start_workers, stop_workers
+from shardmix.workers import (
+    failure_message,
+    is_worker_failure,
+    start_workers,
+    stop_workers,
+    worker_processes,
+)
 
 T = TypeVar("T")
 
@@ -211,10 +217,18 @@ class EpochIterator:
         except StopIteration:
             raise
         except RuntimeError as error:
-            self._fail()
             if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                self._fail()
                 raise
-            raise WorkerError(f"epoch {self.epoch}: {error}") from error
+            processes = (
+                self._pool.processes()
+                if self._pool is not None
+                else worker_processes(self._workers)
+            )
+            urls = getattr(self.dataset, "urls", None)
+            message = failure_message(self.epoch, error, processes, self.plan, urls)
+            self._fail()
+            raise WorkerError(message) from error
         except BaseException:
             self._fail()
             raise

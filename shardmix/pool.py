@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from shardmix.arena import Arena, InArena
 from shardmix.chunks import Chunk
 from shardmix.lifeline import WorkerInit
-from shardmix.workers import EpochPlan, as_sent, lane_chunks, stop_workers
+from shardmix.workers import EpochPlan, as_sent, lane_chunks, stop_workers, worker_processes
 
 # Pools with running workers: closed at interpreter exit, before module teardown, so that a
 # script that never calls ``close()`` stops its workers cleanly and prints nothing.
@@ -109,6 +109,10 @@ class WorkerPool:
             persistent_workers=True,
         )
         _LIVE.add(self)
+
+    def processes(self) -> list[Any]:
+        """The worker processes, in worker order (empty before the first epoch and after close)."""
+        return worker_processes(getattr(self._loader, "_iterator", None))
 
     def worker_pids(self) -> list[int]:
         """The pids of the running workers (empty before the first epoch and after close)."""

@@ -12,6 +12,7 @@ import gc
 import math
 import os
 import resource
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -177,6 +178,47 @@ def is_worker_failure(error: RuntimeError) -> bool:
     """Whether torch's DataLoader raised ``error`` for a worker that died or stalled."""
     message = str(error)
     return "DataLoader worker" in message or "DataLoader timed out" in message
+
+
+def worker_processes(workers: Any) -> list[Any]:
+    """The processes of a DataLoader iterator (``None``: none), in worker order."""
+    return list(getattr(workers, "_workers", None) or [])
+
+
+def failure_message(
+    epoch: int, error: RuntimeError, processes: list[Any], plan: list[list[Piece]] | None, urls: Any
+) -> str:
+    """What a :class:`~shardmix.errors.WorkerError` says: which worker ended, how, and the
+    lanes and shards it hosted, whose samples the epoch will never have."""
+    dead = []
+    for worker, process in enumerate(processes):
+        code = process.exitcode if not process.is_alive() else None
+        if code is None:
+            continue
+        how = f"exited with status {code}"
+        if code < 0:
+            how = f"was killed by signal {-code} ({_signal_name(-code)})"
+        what = ""
+        if plan is not None:
+            lanes = worker_lanes(num_lanes=len(plan), worker=worker, num_workers=len(processes))
+            shards = sorted({str(urls[piece.shard]) for lane in lanes for piece in plan[lane]})
+            shown = ", ".join(shards[:4]) + (
+                f" and {len(shards) - 4} more" if len(shards) > 4 else ""
+            )
+            what = f", hosting lanes {lanes} (shards {shown or 'none'})"
+        dead.append(f"worker {worker} (pid {process.pid}) {how}{what}")
+    if not dead:
+        return f"epoch {epoch}: {error}"
+    return (
+        f"epoch {epoch}: {'; '.join(dead)}; the epoch cannot complete without its samples ({error})"
+    )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
 
 
 def as_sent(chunk: Any) -> Any:

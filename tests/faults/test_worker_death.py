@@ -1,0 +1,111 @@
+"""A worker killed at any moment of an epoch (in its start, at its first sample, mid-epoch, at
+its last sample) is a WorkerError naming the worker, how it ended, its lanes and their shards;
+the epoch never ends as if complete with that worker's samples missing.
+
+Each case runs the loader in its own Python process (a hang fails the test, never the suite);
+worker 0 kills itself with ``os.kill(SIGKILL)`` from a real DataLoader worker process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shards import record_key, write_shards
+
+REPO = Path(__file__).resolve().parents[2]
+SIZES = [100, 100, 100, 100]
+
+SCRIPT = r"""
+import json, os, signal, sys
+from torch.utils.data import get_worker_info
+from shardmix import MixingLoader, ShardDataset
+
+pattern, moment, persistent = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+AT = {"first": 1, "mid": 150, "last": 200}  # worker 0 hosts 2 lanes of 100 samples
+
+
+class Killer:
+    def __init__(self):
+        self.seen = 0
+
+    def __call__(self, sample):
+        info = get_worker_info()
+        if info is not None and info.id == 0:
+            self.seen += 1
+            if self.seen == AT.get(moment):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return sample
+
+
+def init(worker_id):
+    if moment == "init" and worker_id == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+dataset = ShardDataset(pattern, transform=Killer(), num_lanes=4)
+plan = dataset.lane_pieces(0, rank=0, world_size=1, num_lanes=4)
+lost = sorted({dataset.urls[piece.shard] for lane in (0, 2) for piece in plan[lane]})
+loader = MixingLoader(
+    dataset, batch_size=8, num_workers=2, shuffle_buffer=0,
+    persistent_workers=persistent, worker_init_fn=init,
+)
+report = {"keys": [], "lost": lost}
+try:
+    for batch in loader:
+        report["keys"] += batch["__key__"]
+    report["completed"] = True
+except Exception as error:
+    report["error"] = f"{type(error).__module__}.{type(error).__name__}: {error}"
+print(json.dumps(report))
+"""
+
+
+def run_case(tmp_path: Path, moment: str, persistent: bool) -> dict:
+    pattern = write_shards(tmp_path / "shards", "tar", SIZES)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, pattern, moment, "1" if persistent else "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("moment", "persistent"),
+    [("init", True), ("first", True), ("mid", True), ("last", True), ("mid", False)],
+)
+def test_a_killed_worker_is_a_named_error_never_a_short_epoch(
+    tmp_path: Path, moment: str, persistent: bool
+) -> None:
+    report = run_case(tmp_path, moment, persistent)
+    assert "completed" not in report, "the epoch ended as if complete"
+    lost = report["lost"]
+    assert len(lost) == 2
+    pattern = (
+        r"shardmix\.errors\.WorkerError: epoch 0: worker 0 \(pid \d+\) was killed by signal 9 "
+        r"\(SIGKILL\), hosting lanes \[0, 2\] \(shards "
+        + re.escape(", ".join(lost))
+        + r"\); the epoch cannot complete without its samples \(DataLoader worker \(pid\(s\) \d+\) "
+        r"exited unexpectedly\)"
+    )
+    assert re.fullmatch(pattern, report["error"]), report["error"]
+    every = {
+        record_key(shard, record) for shard, size in enumerate(SIZES) for record in range(size)
+    }
+    delivered = report["keys"]
+    assert len(set(delivered)) == len(delivered) and set(delivered) <= every
+    assert len(delivered) < len(every)
