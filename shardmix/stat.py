@@ -8,8 +8,10 @@ framed records (not decoded as ``tf.train.Example``): a checksum says nothing ab
 A flipped byte inside a tar member's data has no checksum of its own, so ``verify`` also
 hashes each local shard and checks it against the ``sha256`` that ``shardmix convert`` wrote
 in the manifest beside it (``*.manifest.json`` in the shard's folder), when one names the
-shard: ``"verified"``, ``"mismatch"`` (a damaged shard, both digests in its error) or
-``"no manifest entry"`` (no manifest names it, or the shard is remote).
+shard: ``"verified"``, ``"mismatch"`` (a damaged shard, both digests in its error),
+``"stale"`` (the digest matches, but an input recorded beside the manifest changed size or
+mtime since the conversion: the error names it) or ``"no manifest entry"`` (no manifest
+names it, or the shard is remote; the command line says "unverified (no manifest)").
 
 Damage does not stop the walk: each damaged shard is reported with the error's message (which
 names the URL, the record index and the byte offset) and the position as fields, and the other
@@ -47,6 +49,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from shardmix.convert.identity import stale_inputs
 from shardmix.counts import count_records, manifest_shards
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, reader_for
@@ -66,6 +69,7 @@ class Checksum(Enum):
     VERIFIED = "verified"
     MISMATCH = "mismatch"
     NO_ENTRY = "no manifest entry"
+    STALE = "stale"  # the sha256 matches, but an input of the conversion changed since
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,16 @@ def _stat_one(url: str, fmt: Format, verify: bool, digests: ManifestDigests) -> 
     path, manifest_path, want = expected
     have = file_sha256(path)
     if have == want:
+        stale = digests.stale(manifest_path)
+        if stale:
+            error = (
+                f"{url}: the sha256 matches {manifest_path}, but the input it was converted "
+                f"from changed since ({'; '.join(stale[:5])}); run convert again with "
+                "--overwrite"
+            )
+            return dataclasses.replace(
+                found, sha256=have, manifest_sha256=want, checksum=Checksum.STALE, error=error
+            )
         return dataclasses.replace(
             found, sha256=have, manifest_sha256=want, checksum=Checksum.VERIFIED
         )
@@ -223,6 +237,13 @@ class ManifestDigests:
 
     def __init__(self) -> None:
         self._folders: dict[str, dict[str, tuple[str, str]]] = {}
+        self._stale: dict[str, list[str]] = {}
+
+    def stale(self, manifest_path: str) -> list[str]:
+        """The recorded inputs of a conversion that changed since (sizes and mtimes)."""
+        if manifest_path not in self._stale:
+            self._stale[manifest_path] = stale_inputs(manifest_path) or []
+        return self._stale[manifest_path]
 
     def expected(self, url: str) -> tuple[str, str, str] | None:
         """``(shard path, manifest path, sha256)`` for local shard ``url``, else None."""

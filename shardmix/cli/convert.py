@@ -143,6 +143,11 @@ def run(args: argparse.Namespace) -> int:
     )
     if summary.merged_manifest:
         print(f"all parts done: merged manifest {summary.merged_manifest}")
+    if summary.left_out:
+        reasons = ", ".join(
+            f"{count} {reason}" for reason, count in sorted(summary.left_out.items())
+        )
+        print(f"left out by rule: {reasons}")
     if summary.skipped:
         print(f"skipped {len(summary.skipped)} bad inputs, first: {summary.skipped[0]}")
     return 0

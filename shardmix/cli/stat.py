@@ -51,6 +51,8 @@ def format_report(data: dict) -> str:
     for shard in data["shards"]:
         size = "?" if shard["bytes"] is None else f"{shard['bytes']:,}"
         status = "ok" if shard["error"] is None else _damage(shard)
+        if shard.get("checksum") == "stale":
+            status = "STALE"
         if shard.get("checksum") is not None:
             status += f", {_CHECKSUM[shard['checksum']]}"
         lines.append(
@@ -73,7 +75,8 @@ def format_report(data: dict) -> str:
 _CHECKSUM = {
     "verified": "sha256 verified",
     "mismatch": "sha256 MISMATCH",
-    "no manifest entry": "no manifest entry",
+    "no manifest entry": "unverified (no manifest)",
+    "stale": "sha256 matches a stale conversion (its input changed)",
 }
 
 

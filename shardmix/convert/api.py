@@ -66,6 +66,7 @@ class ConvertSummary:
     skipped: tuple[str, ...]  # one message per skipped input, row, record or file
     manifest: str
     merged_manifest: str | None = None
+    left_out: dict[str, int] = dataclasses.field(default_factory=dict)  # reason: inputs
 
     @property
     def records_per_s(self) -> float:
@@ -110,7 +111,8 @@ def list_inputs(
             if index is not None:
                 fields, sizes = fields + ("cls",), sizes + (len(str(index)),)
             items.append(FileItem(group.key, group.paths[0], fields, sizes, group.paths, index))
-    return Listing(unique_keys(items, problems), names, problems.skipped, datasets)
+    kept = unique_keys(items, problems)
+    return Listing(kept, names, problems.skipped, datasets, dict(problems.left_out))
 
 
 def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
@@ -279,7 +281,9 @@ def _run(
     shards = [entries[plan.name] for plan in plans]
     summary = finish_output(pattern, options.part, spec, digest, listing.classes, shards)
     journal.remove()
-    return dataclasses.replace(summary, shards_written=len(todo), skipped=tuple(skipped))
+    return dataclasses.replace(
+        summary, shards_written=len(todo), skipped=tuple(skipped), left_out=listing.left_out
+    )
 
 
 def finish_output(

@@ -4,7 +4,8 @@
 "jpg": ..., "json": ...}``: the key is the path relative to the input folder up to the first
 dot of the file name, the field is the rest, lower-cased (the webdataset naming rule, so tar
 members keep these names). Hidden files (a leading dot) and files without an extension are
-left out. In the class-per-subfolder layout the first subfolder names the class: the sample
+left out, and counted by reason in the summary (``left_out``), as are links not followed.
+In the class-per-subfolder layout the first subfolder names the class: the sample
 gets a ``cls`` field, the index of its class in the sorted class names.
 
 Walking is sorted (files of a folder, then its subfolders), so the listing is the same on
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from shardmix.convert.inputs import BadInputError, Problems, check_key
+from shardmix.convert.inputs import BadInputError, Problems, check_field, check_key
 from shardmix.convert.options import LabelMode
 from shardmix.errors import ConfigError
 
@@ -73,6 +74,7 @@ class _Walker:
         files, folders = [], []
         for entry in entries:
             if entry.name.startswith("."):
+                self.problems.leave_out("hidden name")
                 continue
             if entry.is_symlink() and not self.link_allowed(entry):
                 continue
@@ -80,12 +82,15 @@ class _Walker:
                 folders.append(entry)
             elif entry.is_file():
                 files.append(entry)
+            else:
+                self.problems.leave_out("not a regular file")
         return files, folders
 
     def link_allowed(self, entry: os.DirEntry[str]) -> bool:
         if self.follow_links:
             real = os.path.realpath(entry.path)
             if real in self.visited:
+                self.problems.leave_out("link to a file or folder already listed")
                 return False
             self.visited.add(real)
             return True
@@ -98,7 +103,10 @@ class _Walker:
                 )
             )
             return False
-        return not entry.is_dir()  # a folder link inside the root would be walked twice
+        if entry.is_dir():  # a folder link inside the root would be walked twice
+            self.problems.leave_out("link to a folder inside the input")
+            return False
+        return True
 
     def walk(self, folder: str, class_name: str | None, labels: bool) -> list[FileGroup]:
         files, folders = self.entries(folder)
@@ -113,6 +121,7 @@ class _Walker:
         for entry in files:
             parts = split_name(entry.name)
             if parts is None:
+                self.problems.leave_out("no extension")
                 continue
             try:
                 size = entry.stat().st_size
@@ -135,7 +144,7 @@ class _Walker:
         relative = os.path.relpath(os.path.join(os.path.dirname(first), stem), self.root)
         try:
             key = check_key(relative.replace(os.sep, "/"), first)
-            fields = [field for field, _, _ in members]
+            fields = [check_field(field, path) for field, path, _ in members]
             if len(set(fields)) != len(fields) or (class_name is not None and "cls" in fields):
                 raise BadInputError(
                     f"{first}: the files of sample {key!r} repeat a field (names differing only "

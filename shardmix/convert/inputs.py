@@ -15,6 +15,7 @@ and skipped with ``skip_bad``.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -36,6 +37,11 @@ class Problems:
     def __init__(self, skip_bad: bool) -> None:
         self.skip_bad = skip_bad
         self.skipped: list[str] = []
+        self.left_out: Counter[str] = Counter()  # inputs not written by rule, per reason
+
+    def leave_out(self, reason: str) -> None:
+        """Count an input that is not written by rule (a hidden or extension-less file)."""
+        self.left_out[reason] += 1
 
     def report(self, error: BadInputError) -> None:
         if not self.skip_bad:
@@ -64,6 +70,22 @@ def check_key(key: str, source: str) -> str:
             url=source,
         )
     return key
+
+
+def check_field(name: str, source: str) -> str:
+    """``name`` unless it starts with ``__`` (reserved for shardmix's own fields such as
+    ``__key__`` and ``__url__``): then :class:`BadInputError`.
+
+    >>> check_field("jpg", "x")
+    'jpg'
+    """
+    if name.startswith("__"):
+        raise BadInputError(
+            f"{source}: field {name!r} starts with '__', which shardmix reserves for its own "
+            "fields (__key__, __url__, __index__, ...); rename it or leave it out of the input",
+            url=source,
+        )
+    return name
 
 
 def value_size(value: Any) -> int:
@@ -184,6 +206,7 @@ class Listing:
     classes: list[str]
     skipped: list[str]
     datasets: dict[str, str] = field(default_factory=dict)  # source: Arrow fingerprint
+    left_out: dict[str, int] = field(default_factory=dict)  # reason: inputs not written
 
 
 def sample_fields(sample: Sample) -> tuple[tuple[str, ...], tuple[int, ...]]:

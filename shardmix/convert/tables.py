@@ -1,8 +1,9 @@
 """Table inputs: JSON Lines, CSV and Parquet files, one sample per row, columns as fields.
 
 A row's key is its ``key_column`` value when one is named, else its ``__key__`` column, else
-``<file stem>/<row:08d>``. Other columns starting with ``__`` are left out, and so are empty
-(null) values. Values keep their type where the table has one (JSON, Parquet), as
+``<file stem>/<row:08d>``. Other columns starting with ``__`` are reserved (shardmix's own
+fields): such a row is a bad input, named. Empty (null) values are left out. Values keep
+their type where the table has one (JSON, Parquet), as
 :mod:`shardmix.convert.values` says: a Hugging Face ``Image``/``Audio`` struct (a Parquet
 export of a dataset) becomes a raw ``<column>.<ext>`` member, a value with no faithful form
 an error naming column and row. CSV values stay text.
@@ -27,6 +28,7 @@ from shardmix.convert.inputs import (
     Item,
     Problems,
     RowItem,
+    check_field,
     check_key,
     value_size,
 )
@@ -142,8 +144,9 @@ class RowMaker:
         key = self.key(index, row)
         fields, values, sizes = [], [], []
         for column in sorted(row):
-            if column.startswith("__"):
-                continue
+            if column == KEY or (column == self.key_column and column.startswith("__")):
+                continue  # a key column named like a reserved field is the key, not a field
+            check_field(column, f"{self.path}: row {index}")
             for name, cell in cell_fields(column, row[column], f"{self.path}: row {index}"):
                 value = cell
                 if name in self.inline:

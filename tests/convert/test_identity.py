@@ -12,7 +12,7 @@ import sys
 import pytest
 import webdataset
 
-from shardmix.convert import ConvertOptions, OutputPattern, Part, convert
+from shardmix.convert import BadInputError, ConvertOptions, OutputPattern, Part, convert
 from shardmix.convert import writer as writer_module
 from shardmix.errors import InputChangedError, OutputBusyError, OutputFullError, OutputLinkError
 
@@ -133,3 +133,59 @@ def test_one_convert_at_a_time_per_prefix_and_part(tmp_path):
     assert summary.records == 1 and summary.merged_manifest == str(out / "x.manifest.json")
     assert texts_of(out) == {"r0": "aa", "r1": "bb"}
     assert not any(name.endswith(".lock") for name in os.listdir(out))
+
+
+def test_stat_verify_never_calls_stale_shards_verified(tmp_path, capsys):
+    from shardmix.cli.main import main
+    from shardmix.stat import stat_shards
+
+    table = rows_file(tmp_path / "t.jsonl", ["aa", "bb"])
+    out = tmp_path / "out"
+    convert([table], f"{out}/x-%d.tar")
+    shard = str(out / "x-0.tar")
+    assert [s.checksum.value for s in stat_shards(shard, verify=True).shards] == ["verified"]
+    rows_file(tmp_path / "t.jsonl", ["aa", "bbb"])
+    (found,) = stat_shards(shard, verify=True).shards
+    assert found.checksum.value == "stale"
+    assert found.error == (
+        f"{shard}: the sha256 matches {out}/x.manifest.json, but the input it was converted "
+        f"from changed since ({table} changed); run convert again with --overwrite"
+    )
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.link(shard, loose / "y.tar")
+    main(["stat", "--verify", str(loose / "y.tar")])
+    assert "ok, unverified (no manifest)" in capsys.readouterr().out
+
+
+def test_fields_starting_with_two_underscores_are_reserved(tmp_path):
+    table = tmp_path / "t.jsonl"
+    rows = [{"__key__": "a", "txt": "ok"}, {"__key__": "b", "txt": "x", "__url__": "fake"}]
+    table.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(BadInputError, match=r"t\.jsonl: row 1: field '__url__' starts with '__'"):
+        convert([str(table)], f"{tmp_path}/o/x-%d.tar")
+    summary = convert([str(table)], f"{tmp_path}/o/x-%d.tar", ConvertOptions(skip_bad=True))
+    assert summary.records == 1 and len(summary.skipped) == 1
+    assert texts_of(tmp_path / "o") == {"a": "ok"}
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "k1.txt").write_text("one")
+    (data / "k1.__key__").write_text("evil")
+    with pytest.raises(BadInputError, match=r"k1\.__key__: field '__key__' starts with '__'"):
+        convert([str(data)], f"{tmp_path}/p/x-%d.tar")
+
+
+def test_inputs_left_out_are_counted_by_reason(tmp_path, capsys):
+    from shardmix.cli.main import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    (data / "README").write_text("no extension")
+    (data / "Makefile").write_text("no extension")
+    (data / ".hidden.txt").write_text("hidden")
+    summary = convert([str(data)], f"{tmp_path}/o/x-%d.tar")
+    assert summary.records == 1 and summary.skipped == ()
+    assert summary.left_out == {"no extension": 2, "hidden name": 1}
+    assert main(["convert", str(data), f"{tmp_path}/p/x-%d.tar"]) == 0
+    assert "left out by rule: 1 hidden name, 2 no extension" in capsys.readouterr().out
