@@ -54,7 +54,7 @@ class ImageOutput(enum.Enum):
     """What an image field decodes to (``Decoder(images=...)``; ``None`` keeps the bytes).
 
     - ``NUMPY``: a ``uint8`` array, ``(H, W, 3)`` RGB for colour images (alpha and palettes
-      are converted away), ``(H, W)`` for grayscale in the image's own depth (8-bit as
+      are converted away), ``(H, W, 1)`` for grayscale in the image's own depth (8-bit as
       ``uint8``, 16-bit as ``uint16``, bilevel as ``uint8`` 0/255);
     - ``PIL``: the ``PIL.Image.Image`` as stored (its own mode: palette indices, alpha),
       fully loaded;
@@ -260,12 +260,13 @@ def _decode_image(data: bytes, output: ImageOutput, extension: str) -> Any:
     elif image.mode not in _GRAY_MODES and image.mode != "RGB":
         image = image.convert("RGB")
     array = np.array(image)  # a writable copy; np.asarray would be read-only
+    if array.ndim == 2:
+        array = array[:, :, np.newaxis]  # HWC for every image, as documented: C is 1
     if output is ImageOutput.NUMPY:
         return array
     import torch
 
-    chw = array[np.newaxis] if array.ndim == 2 else array.transpose(2, 0, 1)
-    return torch.from_numpy(np.ascontiguousarray(chw))
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
 
 
 def _is_scalar_array(value: Any) -> bool:
