@@ -75,26 +75,27 @@ class ArrowDigest:
 def input_files(plans: Sequence[ShardPlan], datasets: Mapping[str, str]) -> list[str]:
     """The local files this part's samples are read from (datasets aside), sorted."""
     files: set[str] = set()
+    sources: set[str] = set()  # each distinct source is resolved once, not once per item
     for plan in plans:
         for item in plan.items:
             if isinstance(item, FileItem):
-                files.update(os.path.abspath(path) for path in item.paths)
+                files.update(item.paths)
             elif isinstance(item, RowItem):
-                if item.source not in datasets:
-                    files.add(os.path.abspath(item.source))
-                values = dict(zip(item.fields, item.values, strict=True))
-                files.update(
-                    os.path.abspath(values[name]) for name in item.inline if name in values
-                )
-            elif isinstance(item, RecordItem) and os.path.isfile(item.source):
-                files.add(os.path.abspath(item.source))
-    return sorted(files)
+                sources.add(item.source)
+                if item.inline:
+                    values = dict(zip(item.fields, item.values, strict=True))
+                    files.update(str(values[name]) for name in item.inline if name in values)
+            elif isinstance(item, RecordItem):
+                sources.add(item.source)
+    files.update(source for source in sources if source not in datasets and os.path.isfile(source))
+    return sorted({os.path.abspath(path) for path in files})
 
 
 def fingerprints(plans: Sequence[ShardPlan], datasets: Mapping[str, str]) -> dict[str, str]:
     found = {path: file_fingerprint(path) for path in input_files(plans, datasets)}
-    used = {plan_item.source for plan in plans for plan_item in plan.items}
-    found.update({name: value for name, value in datasets.items() if name in used})
+    if datasets:
+        used = {item.source for plan in plans for item in plan.items}
+        found.update({name: value for name, value in datasets.items() if name in used})
     return found
 
 
