@@ -45,17 +45,31 @@ def shards_digest(urls: Sequence[str]) -> str:
     return f"sha256:{digest[:16]}"
 
 
-def check_config(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """Refuse a checkpoint whose settings differ from the loader's, naming the field."""
-    for field, now in current.items():
-        if field not in saved:
+# Settings whose defaults follow from others (the lanes and the shuffle buffer from the batch
+# size): compared last, so that a changed setting is reported by its own name.
+_DERIVED = ("num_lanes", "shuffle_buffer")
+
+
+def check_config(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> None:
+    """Refuse a checkpoint whose settings differ from the loader's, naming the field.
+
+    A mixture's settings nest per dataset; a field there is named ``datasets.<name>.<field>``.
+    """
+    fields = sorted(current, key=lambda field: field in _DERIVED)  # stable: the rest in order
+    for name in fields:
+        now = current[name]
+        field = prefix + name
+        if isinstance(now, Mapping) and isinstance(saved.get(name), Mapping):
+            check_config(saved[name], now, f"{field}.")
+            continue
+        if name not in saved:
             raise ConfigError(
                 f"the loader state has no {field!r} field; it is not a state "
                 "this version of shardmix wrote"
             )
-        if saved[field] != now:
+        if saved[name] != now:
             raise ConfigError(
-                f"cannot resume: the checkpoint's {field} is {saved[field]!r} but this loader's "
+                f"cannot resume: the checkpoint's {field} is {saved[name]!r} but this loader's "
                 f"is {now!r}; resume with the same data, seeds and settings"
             )
 

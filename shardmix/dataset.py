@@ -20,7 +20,7 @@ from torch.utils.data import IterableDataset
 from shardmix import reader
 from shardmix.counts import COUNTS_CACHE_NAME, RecordCounts
 from shardmix.decode import Decoder, as_decoder
-from shardmix.errors import ConfigError
+from shardmix.errors import ConfigError, TruncatedShardError
 from shardmix.formats import (
     BlockReader,
     Format,
@@ -78,7 +78,8 @@ class ShardDataset(IterableDataset[Sample]):
         tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
             each record's bytes under ``"record"``.
         max_record_bytes: a TFRecord length field above this is refused as damage.
-        record_counts: records per shard URL, when known (a manifest); the others are counted
+        record_counts: records per shard URL, when known (a manifest), or a list of counts in
+            the order of the expanded URLs (one per shard); the others are counted
             when a plan for several ranks needs them (once per job: the ranks split the
             counting and share the counts).
         counts_cache: a JSON file where counted shards are kept for later jobs, each entry
@@ -113,7 +114,7 @@ class ShardDataset(IterableDataset[Sample]):
         decode: bool | str | Decoder | Callable[[Sample], Sample] | None = None,
         tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
         max_record_bytes: int = 1 << 30,
-        record_counts: Mapping[str, int] | None = None,
+        record_counts: Mapping[str, int] | Sequence[int] | None = None,
         counts_cache: str | os.PathLike[str] | None = None,
         source_options: SourceOptions | None = None,
         on_error: str | OnError = OnError.RAISE,
@@ -121,8 +122,10 @@ class ShardDataset(IterableDataset[Sample]):
         max_member_bytes: int = 1 << 30,
         max_inflated_bytes: int = 64 << 30,
         max_decoded_bytes: int = 256 << 20,
+        **unknown: Any,
     ) -> None:
         super().__init__()
+        refuse_arguments(unknown)
         if num_lanes is not None and num_lanes < 1:
             raise ConfigError(f"num_lanes must be at least 1, got {num_lanes}")
         self.urls = expand_urls(urls)
@@ -132,6 +135,7 @@ class ShardDataset(IterableDataset[Sample]):
         self.shard_index = {url: i for i, url in reversed(list(enumerate(self.urls)))}
         forced = Format(format) if format is not None else None
         self._format_of = {url: forced or infer_format(url) for url in self.urls}
+        check_not_empty(self._format_of)
         self.seed = seed
         self.shuffle_shards = shuffle_shards
         self.num_lanes = num_lanes
@@ -160,7 +164,7 @@ class ShardDataset(IterableDataset[Sample]):
             self.urls,
             self._format_of,
             self.options,
-            record_counts,
+            given_counts(record_counts, self.urls),
             self.source_options,
             cache_path=None if counts_cache is None else os.fspath(counts_cache),
         )
@@ -495,3 +499,61 @@ def _known_weights(
     if all(is_local(url) and not is_gzipped(url) for url in urls):
         return "bytes", {url: float(os.path.getsize(local_path(url))) for url in urls}
     return None
+
+
+# ShardDataset arguments users bring from elsewhere: what to use instead.
+_INSTEAD = {
+    "shuffle": "shuffle_shards= for the shard order and MixingLoader(shuffle_buffer=...) for "
+    "the samples",
+    "shardshuffle": "shuffle_shards=",
+    "resampled": "MixingLoader(stopping=...) over several datasets, or more epochs",
+}
+
+
+def refuse_arguments(arguments: Mapping[str, Any]) -> None:
+    """Refuse arguments ShardDataset does not take, naming shardmix's equivalent."""
+    for name in arguments:
+        instead = _INSTEAD.get(name)
+        if instead is not None:
+            raise ConfigError(f"ShardDataset does not take {name}=; use {instead}")
+        raise ConfigError(
+            f"ShardDataset got an unexpected keyword argument {name!r}; see "
+            "help(shardmix.ShardDataset) for the arguments it takes"
+        )
+
+
+def check_not_empty(format_of: Mapping[str, Format]) -> None:
+    """Refuse a local tar shard of zero bytes (not even the end-of-archive blocks)."""
+    for url, fmt in format_of.items():
+        if fmt is Format.TAR and is_local(url) and os.path.getsize(local_path(url)) == 0:
+            raise TruncatedShardError(
+                f"{url}: the tar shard is empty (0 bytes), without its end-of-archive blocks "
+                "(even an archive with no members holds two 512-byte zero blocks); the shard "
+                "is truncated, re-create or re-download it",
+                url=url,
+                offset=0,
+            )
+
+
+def given_counts(
+    counts: Mapping[str, int] | Sequence[int] | None, urls: Sequence[str]
+) -> Mapping[str, int] | None:
+    """``record_counts`` as a mapping by URL: a list gives one count per URL, in order."""
+    if counts is None or isinstance(counts, Mapping):
+        return counts
+    if isinstance(counts, (str, bytes)) or not isinstance(counts, Sequence):
+        raise ConfigError(
+            "record_counts must map shard URLs to record counts, or list one count per "
+            f"shard in URL order; got {type(counts).__name__}"
+        )
+    if len(counts) != len(urls):
+        raise ConfigError(
+            f"record_counts lists {len(counts)} counts but the pattern names {len(urls)} "
+            "shards; give one count per shard, in the order of the expanded URLs"
+        )
+    for url, count in zip(urls, counts, strict=True):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigError(
+                f"record_counts: the count for {url} must be an int >= 0, got {count!r}"
+            )
+    return dict(zip(urls, counts, strict=True))

@@ -346,23 +346,20 @@ class MixingLoader:
         return self.dataset
 
     @property
-    def filtered(self) -> dict[str, int]:
+    def filtered(self) -> dict[str, Any]:
         """What the current epoch's transform dropped, and the padding that made up for it.
 
         ``{"dropped": n, "padded": n}``: samples for which the transform returned ``None``, and
         (under several ranks) samples repeated so that this rank still yields its quota.
+        A mixture gives that per dataset: ``{name: {"dropped": n, "padded": n}}``.
         Samples the transform raised on under ``on_error="skip"`` are in :attr:`skipped`.
         """
         current = self._current
         if current is None:
+            if self.datasets:
+                return {name: {"dropped": 0, "padded": 0} for name in self.datasets}
             return {"dropped": 0, "padded": 0}
-        if isinstance(current, MixtureEpoch):
-            per_dataset = current.filtered
-            return {
-                kind: sum(counts[kind] for counts in per_dataset.values())
-                for kind in ("dropped", "padded")
-            }
-        return current.filtered
+        return dict(current.filtered)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank, from the record counts (manifest or counting pass).

@@ -166,16 +166,16 @@ class MixtureEpoch:
 
     def _next_batch(self) -> Any:
         counts = self.apportioner.counts(self.batch_size)
-        batch: list[Sample] = []
-        for name, count in counts.items():
-            samples = self._next_samples(name, count)
+        taken = {name: self._next_samples(name, count) for name, count in counts.items()}
+        for name, samples in taken.items():
             for sample in samples:
                 sample["__dataset__"] = name
-            batch.extend(samples)
-            if len(samples) < count:
-                return self._last_batch(batch)
+        if any(len(taken[name]) < count for name, count in counts.items()):
+            available = {name: len(samples) for name, samples in taken.items()}
+            last = last_counts(self.apportioner.weights, available, self.batch_size)
+            return self._last_batch([s for name in taken for s in taken[name][: last[name]]])
         self.batches += 1
-        return self._collated(batch)
+        return self._collated([sample for samples in taken.values() for sample in samples])
 
     def _next_samples(self, name: str, count: int) -> list[Sample]:
         """``count`` samples of dataset ``name``, going on to its next pass where the stopping
@@ -290,19 +290,61 @@ def mixture_batches(
     batches = 0
     while True:
         counts = apportioner.counts(batch_size)
-        taken = 0
+        taken = dict.fromkeys(counts, 0)
+        short = False
         for name, count in counts.items():
-            for _ in range(count):
+            while taken[name] < count:
                 if left[name] == 0:
                     exhausted.add(name)
                     if stopping is Stopping.FIRST_EXHAUSTED or exhausted >= set(weights):
-                        return batches + (1 if taken and not drop_last else 0)
+                        short = True
+                        break
                     passes[name] += 1
                     per_pass = totals[name]
                     left[name] = per_pass[min(passes[name], len(per_pass) - 1)]
-                left[name] -= 1
-                taken += 1
+                    if left[name] == 0:
+                        raise ConfigError(
+                            f"dataset {name!r} has no records to start pass {passes[name]}"
+                        )
+                step = min(count - taken[name], left[name])
+                left[name] -= step
+                taken[name] += step
+        if short:
+            last = sum(last_counts(weights, taken, batch_size).values())
+            return batches + (1 if last and not drop_last else 0)
         batches += 1
+
+
+def last_counts(
+    weights: Mapping[str, Fraction], available: Mapping[str, int], batch_size: int
+) -> dict[str, int]:
+    """The counts of a mixture's last batch: the largest batch in which every dataset holds
+    its share to within one sample and none gives more than it has left.
+
+    >>> from fractions import Fraction as F
+    >>> last_counts({"a": F(1, 2), "b": F(1, 2)}, {"a": 5, "b": 2}, 10)
+    {'a': 3, 'b': 2}
+    """
+    for size in range(batch_size, 0, -1):
+        counts = shares(weights, size)
+        if all(counts[name] <= available[name] for name in weights):
+            return counts
+    return dict.fromkeys(weights, 0)
+
+
+def shares(weights: Mapping[str, Fraction], size: int) -> dict[str, int]:
+    """``size`` samples split by ``weights``: each ``floor(w * size)`` or one more (largest
+    remainders first, ties to the first name).
+
+    >>> shares({"a": Fraction(1, 2), "b": Fraction(1, 3), "c": Fraction(1, 6)}, 5)
+    {'a': 2, 'b': 2, 'c': 1}
+    """
+    counts = {name: int(weight * size) for name, weight in weights.items()}
+    extra = size - sum(counts.values())
+    owed = sorted(weights, key=lambda name: -(weights[name] * size - counts[name]))
+    for name in owed[:extra]:
+        counts[name] += 1
+    return counts
 
 
 class _Members:
