@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "policy", "checkpoint", "lifeline")),
     ("bytes", ("sources", "formats", "urls")),
-    ("plan", ("sharding", "counts")),
+    ("plan", ("sharding", "counts", "arguments")),
     ("world", ("world", "rankstate")),
     (
         "reading",
