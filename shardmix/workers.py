@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 MAX_CONNECTIONS = 512
 # Descriptors kept free beside the shards (pipes, sockets, imports).
 _SPARE_DESCRIPTORS = 8
+# How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
+KILL_WAIT_SECONDS = 5.0
 # Samples in a worker's first chunk: enough to amortise one pickle and one queue trip...
 CHUNK_SAMPLES = 2048
 # ... and per lane, at least this many in one stretch once a worker's turns have grown to it (as
@@ -169,9 +171,16 @@ def _open_descriptors() -> int:
 
 def stop_workers(workers: Any) -> None:
     """Stop the DataLoader workers that :func:`start_workers` started (``None``: nothing)."""
+    processes = worker_processes(workers)
     shutdown = getattr(workers, "_shutdown_workers", None)
     if callable(shutdown):
-        shutdown()
+        shutdown()  # asks each worker to end, waits a grace period, then sends SIGTERM
+    for process in processes:
+        # A stopped worker (SIGSTOP) holds SIGTERM pending forever, and Python's exit would
+        # join it forever: what outlived the grace period is killed, which a stop cannot hold.
+        if process.is_alive():
+            process.kill()
+            process.join(KILL_WAIT_SECONDS)
 
 
 def is_worker_failure(error: RuntimeError) -> bool:
