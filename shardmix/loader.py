@@ -54,6 +54,7 @@ from shardmix.pool import WorkerPool
 from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
+from shardmix.trainerstate import adopt_pending_state
 from shardmix.world import detect_rank
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
@@ -204,6 +205,7 @@ class MixingLoader:
 
     def _start_epoch(self, iteration: int) -> EpochIterator | MixtureEpoch:
         """Start the epoch of ``iter()`` call ``iteration``, at its first ``next()``."""
+        adopt_pending_state(self)  # a trainer's restored state it never handed over
         self._stop_current()  # an epoch left unfinished (a ``break``) ends here
         epoch = self.epoch
         self.epoch += 1

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ("reader", "transforms", "decode", "chunks", "columns", "workers", "pool", "arena"),
     ),
     ("batching", ("rows", "mixing", "shuffle", "residents", "epoch", "collate")),
-    ("api", ("dataset", "loader", "mixture", "lightning", "testing")),
+    ("api", ("dataset", "loader", "mixture", "lightning", "testing", "trainerstate")),
     ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "__main__", "")),
 ]
 

@@ -4,7 +4,8 @@ Every rank appends one JSON line per training step to ``steps-<rank>.jsonl`` in 
 folder (``{"epoch", "keys", "total", "len"}``: the keys it trained on, the progress bar's total
 and ``len(loader)``), flushed at once, so that a killed run leaves what it trained on. With
 ``--kill-at-step S`` the job saves ``end.ckpt`` at the end of epoch 0 and ``mid.ckpt`` after
-global step S, then dies there (``os._exit``). ``--resume CKPT`` continues from a checkpoint.
+global step S, then dies there (``os._exit``). ``--resume CKPT`` continues from a checkpoint;
+``--no-callback`` leaves ``ShardmixResume`` out.
 """
 
 import argparse
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--kill-at-step", type=int, default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--no-callback", action="store_true", help="leave ShardmixResume out")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     loader = MixingLoader(
@@ -84,7 +86,7 @@ def main() -> None:
         shuffle_buffer=16,
         seed=7,
     )
-    callbacks: list[pl.Callback] = [ShardmixResume()]
+    callbacks: list[pl.Callback] = [] if args.no_callback else [ShardmixResume()]
     if args.kill_at_step is not None:
         callbacks.append(KillAfter(args.out, args.kill_at_step))
     ddp = {"strategy": "ddp"} if args.devices > 1 else {}

@@ -76,12 +76,21 @@ def test_fit_killed_and_resumed_trains_on_the_uninterrupted_runs_samples(tmp_pat
     mid_step = per_epoch + per_epoch // 2  # mid-epoch 1
     killed = fit(pattern, tmp_path / "killed", "--kill-at-step", str(mid_step), devices=devices)
     assert [len(lines) for lines in killed] == [mid_step] * devices
-    for checkpoint, kept in (("mid.ckpt", mid_step), ("end.ckpt", per_epoch)):
-        out = tmp_path / f"resumed-{checkpoint}"
-        resumed = fit(
-            pattern, out, "--resume", str(tmp_path / "killed" / checkpoint), devices=devices
-        )
+    resumes = [("mid.ckpt", mid_step, ()), ("end.ckpt", per_epoch, ())]
+    # Without the callback too: the loader takes the state Lightning restored by itself.
+    resumes += [
+        ("mid.ckpt", mid_step, ("--no-callback",)),
+        ("end.ckpt", per_epoch, ("--no-callback",)),
+    ]
+    for checkpoint, kept, extra in resumes:
+        out = tmp_path / f"resumed-{checkpoint}-{len(extra)}"
+        resume = ("--resume", str(tmp_path / "killed" / checkpoint), *extra)
+        resumed = fit(pattern, out, *resume, devices=devices)
         for rank in range(devices):
             joined = killed[rank][:kept] + resumed[rank]
-            assert by_epoch(joined) == by_epoch(full[rank]), (checkpoint, rank)
+            assert by_epoch(joined) == by_epoch(full[rank]), (checkpoint, extra, rank)
+            # the same steps in the same order: neither a batch trained twice nor one lost
+            assert [k for line in joined for k in line["keys"]] == [
+                k for line in full[rank] for k in line["keys"]
+            ], (checkpoint, extra, rank)
             assert {line["total"] for line in resumed[rank]} == {per_epoch}

@@ -1,0 +1,64 @@
+"""A loader state that a trainer saved and restored but never handed to the loader.
+
+Lightning (2.6) keeps the loader states of the checkpoint being resumed in its fit loop
+(``_combined_loader_states_to_load``) and hands them to the loaders only while it sets the
+training data up after the restore. When the data was set up before the restore, as
+``trainer.estimated_stepping_batches`` does in ``configure_optimizers``, the states stay there
+and the resumed run would restart its epoch with no word.
+
+:func:`adopt_pending_state` runs at the start of every MixingLoader epoch (its first
+``next()``). When it is called from inside a Lightning fit loop that still holds such states,
+it loads them into the MixingLoaders of the fit loop's training data, as Lightning would have,
+and clears them, so that the resume is exact with or without
+:class:`shardmix.lightning.ShardmixResume`. Lightning is found through the call stack and by
+the attributes it uses, never imported: without Lightning this costs one ``sys.modules``
+look-up.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType
+from typing import Any
+
+# How far up the stack the fit loop may sit (Lightning's own nesting is about 10 frames).
+_DEPTH = 40
+
+
+def adopt_pending_state(loader: Any) -> bool:
+    """Load the state Lightning saved for ``loader`` and never loaded; ``True`` if it did."""
+    if "lightning.pytorch" not in sys.modules and "pytorch_lightning" not in sys.modules:
+        return False
+    fit_loop = _fit_loop(sys._getframe(1))
+    if fit_loop is None:
+        return False
+    states = list(fit_loop._combined_loader_states_to_load)
+    combined = fit_loop._combined_loader
+    flattened = list(getattr(combined, "flattened", []))
+    if not any(candidate is loader for candidate in flattened):
+        return False
+    # Lightning saves one state per loader that has state_dict and load_state_dict, in order.
+    stateful = [candidate for candidate in flattened if _is_stateful(candidate)]
+    for candidate, state in zip(stateful, states, strict=False):
+        if type(candidate) is type(loader):
+            candidate.load_state_dict(state)
+    fit_loop._combined_loader_states_to_load = []
+    return True
+
+
+def _fit_loop(frame: FrameType | None) -> Any:
+    """The nearest caller's Lightning fit loop that still holds states to load, or ``None``."""
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        owner: Any = frame.f_locals.get("self")
+        if hasattr(owner, "_combined_loader_states_to_load") and hasattr(owner, "_combined_loader"):
+            return owner if owner._combined_loader_states_to_load else None
+        frame = frame.f_back
+    return None
+
+
+def _is_stateful(loader: Any) -> bool:
+    return callable(getattr(loader, "state_dict", None)) and callable(
+        getattr(loader, "load_state_dict", None)
+    )
