@@ -16,6 +16,9 @@ expect:
 - ``npy``: ``numpy.load(..., allow_pickle=False)``;
 - ``png``, ``jpg``, ``jpeg``, ``ppm``, ``pgm``, ``pbm``, ``bmp``, ``webp``, ``tif``, ``tiff``,
   ``gif``: an image, with Pillow (``pip install 'shardmix[image]'``), see :class:`ImageOutput`;
+- ``gz``: gunzipped (to at most :data:`MAX_GUNZIP_BYTES`), then decoded by the extension
+  before it, so ``txt.gz`` is ``str`` and ``json.gz`` is JSON; ``x.gz`` of an unknown ``x``
+  gives the decompressed bytes;
 - anything else, and every ``__provenance__`` key, stays as it is.
 
 Nothing is ever unpickled. webdataset decodes ``pyd``/``pickle`` fields with ``pickle.loads``
@@ -38,6 +41,7 @@ import enum
 import io
 import json
 import re
+import zlib
 from collections.abc import Callable, Collection
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -85,6 +89,7 @@ _INTEGER = re.compile(rb"-?[0-9]+")
 _NPY_MAGIC = b"\x93NUMPY"
 _SCALAR_DTYPES = (np.dtype(np.int64), np.dtype(np.float32))
 _INSTALL_HINT = "pip install 'shardmix[image]'"
+MAX_GUNZIP_BYTES = 256 << 20  # a .gz field larger than this decompressed is a DecodeError
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,7 @@ class Decoder:
         if name.startswith("__") or name in self.raw_fields:
             return value
         if isinstance(value, (bytes, bytearray, memoryview)):
-            decode = self._decoder_for(name.rpartition(".")[2].lower())
+            decode = self._decoder_for(name.lower())
             if decode is None:
                 return value
             try:
@@ -149,7 +154,11 @@ class Decoder:
             return value[0]
         return value
 
-    def _decoder_for(self, extension: str) -> Callable[[bytes], Any] | None:
+    def _decoder_for(self, name: str) -> Callable[[bytes], Any] | None:
+        stem, _, extension = name.rpartition(".")
+        if extension == "gz":
+            inner = self._decoder_for(stem) if stem else None
+            return lambda data: (inner or bytes)(_gunzip(data))
         if extension in _IMAGE_EXTENSIONS:
             images = self.images
             if images is None:
@@ -229,6 +238,27 @@ def _decode_npy(data: bytes) -> np.ndarray:
         return np.load(io.BytesIO(data), allow_pickle=False)  # type: ignore[no-any-return]
     except (ValueError, OSError, EOFError) as error:
         raise _Undecodable(expected) from error
+
+
+def _gunzip(data: bytes) -> bytes:
+    expected = f"gzip data of at most {MAX_GUNZIP_BYTES} bytes decompressed"
+    parts: list[bytes] = []
+    room = MAX_GUNZIP_BYTES
+    while True:  # a gzip file may hold several members, one after another
+        inflate = zlib.decompressobj(wbits=31)
+        try:
+            part = inflate.decompress(data, room + 1)
+        except zlib.error as error:
+            raise _Undecodable(expected) from error
+        room -= len(part)
+        if room < 0:
+            raise _Undecodable(expected) from ValueError("decompresses past the bound")
+        if not inflate.eof:
+            raise _Undecodable(expected) from ValueError("the gzip stream is cut short")
+        parts.append(part)
+        data = inflate.unused_data
+        if not data:
+            return b"".join(parts)
 
 
 _DECODERS: dict[str, Callable[[bytes], Any]] = {

@@ -7,6 +7,12 @@ is one URL, ``simplecache::s3://bucket/train-{0..9}.tar``, kept whole and opened
 Each pattern is brace-expanded (``train-{000000..000063}.tar``, ``{a,b}``, via braceexpand) and,
 when it is a local path with glob characters, globbed. Order is kept as written (globs are
 sorted), so the shard list, and with it every epoch's order, is stable across machines.
+
+A glob names shards, not the files written beside them: ``data/*`` leaves out manifests
+(``*.manifest.json``), TFRecord index files (``*.idx``, ``*.index``) and the record count
+cache (``record-counts.json``), which a folder of converted shards holds next to the shards.
+A written pattern expands to at most :data:`MAX_URLS` URLs: ``{0..999999999}`` is a typo
+that would otherwise take the machine's memory, so it is refused, naming the pattern.
 """
 
 from __future__ import annotations
@@ -18,10 +24,14 @@ from collections.abc import Sequence
 
 import braceexpand
 
-from shardmix.errors import ShardNotFoundError, UnsupportedURLError
+from shardmix.errors import ConfigError, ShardNotFoundError, UnsupportedURLError
+from shardmix.formats.registry import NOT_SHARD_SUFFIXES
 from shardmix.sources import SourceOptions, is_local, local_path, scheme_of
 
 _GLOB_CHARS = frozenset("*?[")
+
+_RANGE = re.compile(r"\{(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.(-?\d+))?\}")
+MAX_URLS = 1_000_000  # what one pattern may expand to; far beyond any real shard list
 _PROTOCOL = re.compile(r"[a-z][a-z0-9+.-]*")
 
 
@@ -82,16 +92,47 @@ def split_patterns(pattern: str) -> list[str]:
 def _expand_one(part: str, pattern: str) -> list[str]:
     if not part:
         raise ShardNotFoundError(f"empty shard URL in pattern {pattern!r}")
+    _check_ranges(part, pattern)
     found: list[str] = []
     for url in braceexpand.braceexpand(part):
         if is_local(url) and _GLOB_CHARS.intersection(url):
-            matches = sorted(glob.glob(local_path(url)))
-            if not matches:
-                raise ShardNotFoundError(f"pattern {pattern!r} matches no file ({url!r})", url=url)
-            found.extend(matches)
+            found.extend(_glob_shards(url, pattern))
         else:
             found.append(url)
+        if len(found) > MAX_URLS:
+            raise ConfigError(
+                f"pattern {pattern!r} expands to more than {MAX_URLS:,} shard URLs; "
+                "check its brace ranges (a range is written {first..last})"
+            )
     return found
+
+
+def _check_ranges(part: str, pattern: str) -> None:
+    """Refuse a pattern whose brace ranges multiply past MAX_URLS, before any is expanded."""
+    total = 1
+    for first, last, step in _RANGE.findall(part):
+        span = abs(_range_end(last) - _range_end(first)) // max(abs(int(step or 1)), 1) + 1
+        total *= span
+        if total > MAX_URLS:
+            raise ConfigError(
+                f"pattern {pattern!r} expands to more than {MAX_URLS:,} shard URLs; "
+                "check its brace ranges (a range is written {first..last})"
+            )
+
+
+def _range_end(end: str) -> int:
+    return int(end) if end.lstrip("-").isdigit() else ord(end)
+
+
+def _glob_shards(url: str, pattern: str) -> list[str]:
+    matches = sorted(glob.glob(local_path(url)))
+    shards = [path for path in matches if not path.lower().endswith(NOT_SHARD_SUFFIXES)]
+    if not shards:
+        also = f" (only files kept beside shards: {matches[:3]})" if matches else ""
+        raise ShardNotFoundError(
+            f"pattern {pattern!r} matches no shard file ({url!r}){also}", url=url
+        )
+    return shards
 
 
 def check_sources(urls: Sequence[str], options: SourceOptions) -> None:

@@ -418,3 +418,53 @@ def test_as_decoder() -> None:
 
 def test_decoder_is_exported() -> None:
     assert shardmix.Decoder is Decoder and "Decoder" in shardmix.__all__
+
+
+def test_gzipped_fields_are_gunzipped_then_decoded_by_the_extension_before(tmp_path: Path) -> None:
+    import gzip
+    import tarfile
+
+    fields = {
+        "txt.gz": gzip.compress("héllo".encode()),
+        "json.gz": gzip.compress(b'{"a": 1}') + gzip.compress(b""),  # two gzip members
+        "cls.gz": gzip.compress(b"7"),
+        "bin.gz": gzip.compress(b"raw"),
+    }
+    path = tmp_path / "g.tar"
+    with tarfile.open(path, "w") as archive:
+        for field, data in fields.items():
+            info = tarfile.TarInfo(f"k.{field}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    (sample,) = shardmix.ShardDataset(str(path), decode=True)
+    assert {name: sample[name] for name in fields} == {
+        "txt.gz": "héllo",
+        "json.gz": {"a": 1},
+        "cls.gz": 7,
+        "bin.gz": b"raw",
+    }
+    (raw,) = shardmix.ShardDataset(str(path))
+    assert raw["txt.gz"] == fields["txt.gz"]
+
+
+@pytest.mark.parametrize(
+    ("data", "found"),
+    [
+        (b"not gzip", "incorrect header check"),
+        (b"\x1f\x8b" + b"\x08\x00" + b"\x00" * 6 + b"\x03\x00", "cut short"),
+    ],
+)
+def test_a_bad_gzipped_field_is_a_decode_error(data: bytes, found: str) -> None:
+    with pytest.raises(DecodeError, match=rf"cannot decode field 'txt\.gz' of sample 'k'.*{found}"):
+        Decoder()({"__key__": "k", "txt.gz": data})
+
+
+def test_a_gzipped_field_past_the_bound_is_a_decode_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gzip
+
+    import shardmix.decode
+
+    monkeypatch.setattr(shardmix.decode, "MAX_GUNZIP_BYTES", 1000)
+    assert Decoder()({"__key__": "k", "txt.gz": gzip.compress(b"a" * 1000)})["txt.gz"] == "a" * 1000
+    with pytest.raises(DecodeError, match="at most 1000 bytes decompressed.*past the bound"):
+        Decoder()({"__key__": "k", "txt.gz": gzip.compress(b"a" * 1001)})

@@ -54,6 +54,9 @@ _SUFFIXES: tuple[tuple[str, Format], ...] = (
     (".tfrecords.gz", Format.TFRECORD),
 )
 
+# Files written beside shards, never shards themselves.
+NOT_SHARD_SUFFIXES = (".manifest.json", ".idx", ".index", "record-counts.json")
+
 # The module that registers each built-in format's reader when imported.
 _MODULES: dict[Format, str] = {
     Format.TAR: "shardmix.formats.tar",
@@ -79,6 +82,12 @@ def infer_format(url: str) -> Format:
     for suffix, fmt in sorted(_SUFFIXES, key=lambda item: -len(item[0])):
         if path.endswith(suffix):
             return fmt
+    if path.endswith(NOT_SHARD_SUFFIXES):
+        raise UnsupportedURLError(
+            f"{url}: is a file kept beside shards (a manifest, an index or a count cache), "
+            "not a shard; leave it out of the shard pattern",
+            url=url,
+        )
     known = ", ".join(suffix for suffix, _ in _SUFFIXES)
     raise UnsupportedURLError(
         f"{url}: cannot tell the shard format from the extension (known: {known}); "

@@ -14,7 +14,7 @@ from shards import write_shards
 
 def test_pattern_matching_no_file(tmp_path: Path) -> None:
     pattern = str(tmp_path / "train-*.tar")
-    with pytest.raises(ShardNotFoundError, match="matches no file") as info:
+    with pytest.raises(ShardNotFoundError, match="matches no shard file") as info:
         ShardDataset(pattern)
     assert pattern in str(info.value)
 

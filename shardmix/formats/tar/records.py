@@ -152,7 +152,7 @@ class TarRecords:
                             filled == width
                             and len(keys) == 1
                             and field not in layout
-                            and field != "__key__"
+                            and not field.startswith("__")
                         ):
                             column = []
                             layout.append(field)
@@ -200,9 +200,9 @@ class TarRecords:
                             if reappeared is not None:
                                 self._damaged(reappeared, record, start)
                                 sample = None
-                        if field in fields:
+                        if field in fields or field.startswith("__"):
                             self._damaged(
-                                self._duplicate(field, record, run.member(index)), record, start
+                                self._misnamed(field, record, run.member(index)), record, start
                             )
                             sample = None
                         fields.add(field)
@@ -302,10 +302,26 @@ class TarRecords:
             offset=offset,
         )
 
-    def _duplicate(self, field: str, record: int, member: Member) -> CorruptShardError:
+    def _misnamed(self, field: str, record: int, member: Member) -> CorruptShardError:
         _, offset, number, name, _, _ = member
+        if field.startswith("__"):
+            return self.members.error(
+                f"tar member {number} {name!r} has field {field!r}: field names starting with "
+                "__ are reserved for shardmix's provenance keys (__key__, __source__, "
+                "__index__, __offset__); rename the member",
+                record=record,
+                offset=offset,
+            )
+        hint = ""
+        if "." in field:
+            key = name[: len(name) - len(field) - 1]
+            hint = (
+                f" (a key ends at the first dot of a member's base name, so {name!r} is field "
+                f"{field!r} of key {key!r}: a key holding a dot splits there; write keys "
+                "without dots)"
+            )
         return self.members.error(
-            f"tar member {number} {name!r} repeats field {field!r} of its sample",
+            f"tar member {number} {name!r} repeats field {field!r} of its sample{hint}",
             record=record,
             offset=offset,
         )
