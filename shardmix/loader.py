@@ -79,7 +79,8 @@ class MixingLoader:
         collate_fn: turns a list of samples into a batch; default
             :func:`~shardmix.collate.collate_samples`.
         drop_last: drop the last batch of an epoch when it is short.
-        timeout: seconds to wait for a worker's next chunk before raising (0 waits forever).
+        timeout: seconds the worker the loop waits for may read nothing before a WorkerError
+            (0 waits forever); time without progress, as in docs/workers.md.
         prefetch_factor: chunks each worker prepares ahead.
         multiprocessing_context: passed to the DataLoader.
         persistent_workers: keep the worker processes from one epoch to the next (default

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from shardmix.arena import Arena, InArena
 from shardmix.chunks import Chunk
 from shardmix.lifeline import WorkerInit
+from shardmix.progress import Heartbeat, watch_progress
 from shardmix.workers import EpochPlan, as_sent, lane_chunks, stop_workers, worker_processes
 
 # Pools with running workers: closed at interpreter exit, before module teardown, so that a
@@ -67,6 +68,7 @@ class WorkerPool:
         self._loader: DataLoader[Any] | None = None
         self._queues: list[Any] = []
         self._arena: Arena | None = None
+        self._heartbeat: Heartbeat | None = None
 
     @property
     def started(self) -> bool:
@@ -82,7 +84,10 @@ class WorkerPool:
         plan = replace(plan, generation=self.generation)
         for queue in self._queues:
             queue.put(plan)
-        return self._chunks(iter(self._loader), self.generation)
+        iterator = iter(self._loader)
+        if self._heartbeat is not None:
+            watch_progress(iterator, self._heartbeat, self.timeout)
+        return self._chunks(iterator, self.generation)
 
     def _chunks(self, iterator: Iterator[Any], generation: int) -> Iterator[Chunk]:
         for tagged, chunk in iterator:
@@ -97,8 +102,9 @@ class WorkerPool:
             context = multiprocessing.get_context(context)
         self._queues = [context.Queue() for _ in range(self.num_workers)]
         self._arena = Arena.create(self.num_workers)
+        self._heartbeat = Heartbeat(self.num_workers) if self.timeout > 0 else None
         self._loader = DataLoader(
-            _PlannedChunks(self.dataset, self._queues, self._arena),
+            _PlannedChunks(self.dataset, self._queues, self._arena, self._heartbeat),
             batch_size=None,
             collate_fn=as_sent,
             num_workers=self.num_workers,
@@ -129,6 +135,7 @@ class WorkerPool:
             loader._iterator = None
         queues, self._queues = self._queues, []
         arena, self._arena = self._arena, None
+        self._heartbeat = None
         if arena is not None:
             arena.close()
         for queue in queues:
@@ -147,18 +154,23 @@ class _PlannedChunks(IterableDataset[tuple[int, Chunk | InArena]]):
     """Runs in each worker: at every ``iter()``, takes the epoch's plan from its own queue."""
 
     def __init__(
-        self, dataset: IterableDataset[Any], queues: list[Any], arena: Arena | None
+        self,
+        dataset: IterableDataset[Any],
+        queues: list[Any],
+        arena: Arena | None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.dataset = dataset
         self.queues = queues
         self.arena = arena
+        self.heartbeat = heartbeat
 
     def __iter__(self) -> Iterator[tuple[int, Chunk | InArena]]:
         info = get_worker_info()
         worker = 0 if info is None else info.id
         plan: EpochPlan = self.queues[worker].get()
         generation = plan.generation
-        chunks = lane_chunks(self.dataset, plan)
+        chunks = lane_chunks(self.dataset, plan, self.heartbeat)
         arena = self.arena
         if arena is None:
             return ((generation, chunk) for chunk in chunks)

@@ -15,7 +15,7 @@ import resource
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -24,10 +24,13 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.lifeline import WorkerInit
 from shardmix.policy import SkipLedger
+from shardmix.progress import Heartbeat, watch_progress
 from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.world import detect_world
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from shardmix.pool import WorkerPool
@@ -118,7 +121,8 @@ def start_workers(
     plan = EpochPlan(epoch, rank, world_size, lane_pieces, clocks, per_lane, starts, epoch_pass)
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
-    source = _LaneChunks(dataset, plan)
+    heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
+    source = _LaneChunks(dataset, plan, heartbeat)
     if num_workers == 0:
         return iter(source), num_lanes, None
     loader = DataLoader(
@@ -132,6 +136,8 @@ def start_workers(
         worker_init_fn=WorkerInit(worker_init_fn),
     )
     workers = iter(loader)
+    if heartbeat is not None:
+        watch_progress(workers, heartbeat, timeout)
     return workers, num_lanes, workers
 
 
@@ -238,17 +244,24 @@ def as_sent(chunk: Any) -> Any:
 class _LaneChunks(IterableDataset[Chunk]):
     """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
 
-    def __init__(self, dataset: IterableDataset[Any], plan: EpochPlan) -> None:
+    def __init__(
+        self, dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None
+    ) -> None:
         self.dataset = dataset
         self.plan = plan
+        self.heartbeat = heartbeat
 
     def __iter__(self) -> Iterator[Chunk]:
-        return lane_chunks(self.dataset, self.plan)
+        return lane_chunks(self.dataset, self.plan, self.heartbeat)
 
 
-def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Chunk]:
-    """This process's lanes of ``plan``, in chunks, with what was skipped since the last."""
+def lane_chunks(
+    dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None = None
+) -> Iterator[Chunk]:
+    """This process's lanes of ``plan``, in chunks, with what was skipped since the last;
+    each sample read (each record block) counted into ``heartbeat``, if given."""
     world = detect_world(plan.rank, plan.world_size)
+    beat = _counter(heartbeat, world.worker)
     ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
     shares = None
     shard_index = None
@@ -262,13 +275,17 @@ def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Chun
         iterators: dict[int, Iterator[Any] | BlockTurns]
         if dataset.reads_blocks:  # no transform: records go to the chunks' columns in blocks
             iterators = {
-                lane: BlockTurns(dataset.read_lane_blocks(plan.lane_pieces[lane], starts[lane]))
+                lane: BlockTurns(
+                    beat(dataset.read_lane_blocks(plan.lane_pieces[lane], starts[lane]))
+                )
                 for lane in lanes
             }
         else:
             iterators = {
-                lane: dataset.read_lane_pieces(
-                    plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
+                lane: beat(
+                    dataset.read_lane_pieces(
+                        plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
+                    )
                 )
                 for lane in lanes
             }
@@ -279,7 +296,7 @@ def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Chun
         set_epoch = getattr(dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(plan.epoch)
-        iterators = {world.worker: iter(dataset)}
+        iterators = {world.worker: beat(iter(dataset))}
     builder = ChunkBuilder(shard_index, plan.clocks if shard_index is not None else None)
     groups = round_robin_chunks(
         iterators,
@@ -290,6 +307,13 @@ def lane_chunks(dataset: IterableDataset[Any], plan: EpochPlan) -> Iterator[Chun
         steady=steady_turn(plan.per_lane),
     )
     return collected_between(builder.build(group, ledger.take()) for group in groups)
+
+
+def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:
+    """Wrap a lane's iterator so that what it reads is counted into ``heartbeat`` (if any)."""
+    if heartbeat is None:
+        return lambda items: items
+    return lambda items: heartbeat.counted(items, worker)
 
 
 def collected_between(chunks: Iterator[Chunk]) -> Iterator[Chunk]:

@@ -25,7 +25,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("world", ("world", "rankstate")),
     (
         "reading",
-        ("reader", "transforms", "decode", "chunks", "columns", "workers", "pool", "arena"),
+        (
+            "reader",
+            "transforms",
+            "decode",
+            "chunks",
+            "columns",
+            "workers",
+            "pool",
+            "arena",
+            "progress",
+        ),
     ),
     ("batching", ("rows", "mixing", "shuffle", "residents", "epoch", "collate")),
     ("api", ("dataset", "loader", "mixture", "lightning", "testing", "trainerstate")),

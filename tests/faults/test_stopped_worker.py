@@ -94,9 +94,12 @@ def test_a_stopped_worker_is_killed_and_the_trainer_exits(
     if mode == "finished":
         assert report["ended"] == "epoch finished"
     else:
-        assert report["ended"] == ("WorkerError: epoch 0: DataLoader timed out after 3 seconds"), (
-            report["ended"]
-        )
+        # The stopped worker is named: it owes the next chunk and reads nothing.
+        assert report["ended"] == (
+            "WorkerError: epoch 0: DataLoader timed out after 3 seconds without progress: "
+            f"worker 0 (pid {report['stopped']}), which owes the next chunk, read no sample in "
+            "that time; raise timeout= if one sample can take longer, or pass 0 to wait forever"
+        ), report["ended"]
     deadline = time.time() + 10
     while state(report["stopped"]) not in ("gone", "Z") and time.time() < deadline:
         time.sleep(0.1)
