@@ -1,8 +1,9 @@
 """Record counts per shard: what balanced plans are made from, and where range reads seek.
 
 Counts come, in this order, from what the user gave, from a manifest that ``shardmix convert``
-wrote beside local shards (``*.manifest.json``; an entry is used only while the shard's size
-on disk still matches it), from the count cache (an entry is used only while the shard's
+wrote beside the shards, local or remote (:mod:`shardmix.manifests`; a local shard whose size
+is not the manifest's is warned about, and its count stays a claim the read checks), from the
+count cache (an entry is used only while the shard's
 version, :func:`~shardmix.sources.version.shard_version`, still matches it: a stale entry is
 counted again, never trusted), or from a counting pass that walks the shard's framing only
 (TFRecord length fields, tar headers; payloads are seeked past, not decoded). The counting
@@ -13,25 +14,31 @@ Once per job: :meth:`RecordCounts.resolve_all` splits the shards over the ranks 
 of the distinct URLs is resolved by rank ``i % world_size``) and shares the results through
 the ``exchange`` its caller passes (``all_gather_object`` under torch.distributed; this module
 does not import torch), so that each shard's framing is walked by one process of the job.
-Each process keeps the counts for the life of the :class:`RecordCounts`.
+Each process keeps the counts for the life of the :class:`RecordCounts`. Every count is a claim:
+:meth:`RecordCounts.claim` says what it is and where it came from, and the read of the shard
+checks it (:mod:`shardmix.claims`).
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shardmix.formats import Format, ReadOptions, RecordPosition, reader_for
-from shardmix.sources import SourceOptions, is_local, local_path, open_shard
+from shardmix.manifests import (  # noqa: F401 (manifest_counts, manifest_shards: re-exported)
+    MANIFEST_VERSION,
+    Manifests,
+    manifest_counts,
+    manifest_shards,
+)
+from shardmix.sources import SourceOptions, open_shard
 from shardmix.sources.version import shard_version
 
-MANIFEST_VERSION = 1
 CACHE_VERSION = 1
 COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
 INDEX_EVERY = 64  # the counting pass notes the byte offset of every 64th record
@@ -131,16 +138,29 @@ class RecordCounts:
             url: ShardCount(int(records)) for url, records in (known or {}).items()
         }
         self._given = dict(known or {})
-        self._manifests: dict[str, dict[str, tuple[int, int]]] = {}
+        self._sources = dict.fromkeys(self._given, "record_counts=")
+        self.manifests = Manifests(self._source_options)
         self._cached: dict[str, ShardCount] | None = None
         self._shared = False  # resolve_all ran its exchange: every count is known
 
     def known(self, url: str) -> int | None:
         """The count of ``url`` if given or in a manifest; never counted here (None then)."""
         count = self._given.get(url)
-        if count is None and is_local(url):
-            count = self._from_manifests(local_path(url))
+        if count is None:
+            entry = self.manifests.entry(url)
+            count = None if entry is None else entry.records
         return count
+
+    def claim(self, url: str) -> tuple[int, str] | None:
+        """``(records, where the count comes from)`` for ``url`` when this process knows its
+        count without a request (given, resolved, or in a manifest already read), else None."""
+        found = self._counts.get(url)
+        if found is not None:
+            return found.records, self._sources.get(url, "the plan")
+        entry = self.manifests.entry(url, fetch=False)
+        if entry is None:
+            return None
+        return entry.records, f"the manifest {entry.manifest}"
 
     def of(self, url: str) -> int:
         """The record count of shard ``url``."""
@@ -185,9 +205,10 @@ class RecordCounts:
         """Counts of ``urls``: from a manifest, the cache (when current), or by counting."""
         resolved: dict[str, ShardCount] = {}
         for url in urls:
-            records = self._from_manifests(local_path(url)) if is_local(url) else None
-            if records is not None:
-                resolved[url] = ShardCount(records)
+            listed = self.manifests.entry(url)
+            if listed is not None:
+                resolved[url] = ShardCount(listed.records)
+                self._sources[url] = f"the manifest {listed.manifest}"
                 continue
             version = None
             if self._cache_path is not None:
@@ -195,9 +216,11 @@ class RecordCounts:
                 cached = self._cache().get(url)
                 if version is not None and cached is not None and cached.version == version:
                     resolved[url] = cached
+                    self._sources[url] = f"the count cache {self._cache_path}"
                     continue
             entry = index_records(url, self._formats[url], self._options, self._source_options)
             resolved[url] = ShardCount(entry.records, entry.index, entry.every, version)
+            self._sources[url] = "the counting pass"
         return resolved
 
     def _cache(self) -> dict[str, ShardCount]:
@@ -217,21 +240,6 @@ class RecordCounts:
         }
         if new:
             self._cached = write_counts_cache(self._cache_path, new)
-
-    def _from_manifests(self, path: str) -> int | None:
-        folder = os.path.dirname(os.path.abspath(path))
-        known = self._manifests.get(folder)
-        if known is None:
-            known = self._manifests[folder] = manifest_counts(folder)
-        entry = known.get(os.path.basename(path))
-        if entry is None:
-            return None
-        records, size = entry
-        try:
-            current = os.path.getsize(path)
-        except OSError:
-            return None
-        return records if current == size else None
 
 
 def read_counts_cache(path: str) -> dict[str, ShardCount]:
@@ -271,35 +279,3 @@ def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str
     except OSError as error:
         log.warning("could not write the count cache %s (%s)", path, error)
     return merged
-
-
-def manifest_shards(folder: str, ignored: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """``(manifest path, shard entry)`` for each shard the manifests in ``folder`` list.
-
-    A manifest that cannot be read, or is of another version, is skipped with a warning that
-    ends in ``ignored`` (what its absence costs).
-    """
-    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.manifest.json"))):
-        try:
-            with open(path, encoding="utf-8") as file:
-                manifest = json.load(file)
-            if manifest.get("shardmix_manifest") != MANIFEST_VERSION:
-                continue
-            shards = list(manifest["shards"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            log.warning("ignoring manifest %s (%s); %s", path, error, ignored)
-            continue
-        for shard in shards:
-            if isinstance(shard, Mapping) and "name" in shard:
-                yield path, shard
-
-
-def manifest_counts(folder: str) -> dict[str, tuple[int, int]]:
-    """``{shard name: (records, bytes)}`` from the manifests in ``folder`` (none: empty)."""
-    found: dict[str, tuple[int, int]] = {}
-    for path, shard in manifest_shards(folder, "counting its shards instead"):
-        try:
-            found[str(shard["name"])] = (int(shard["records"]), int(shard["bytes"]))
-        except (KeyError, TypeError, ValueError) as error:
-            log.warning("ignoring an entry of manifest %s (%s)", path, error)
-    return found

@@ -19,6 +19,7 @@ from torch.utils.data import IterableDataset
 
 from shardmix import reader
 from shardmix.arguments import check_not_empty, given_counts, refuse_arguments
+from shardmix.claims import CountCheck
 from shardmix.counts import COUNTS_CACHE_NAME, RecordCounts
 from shardmix.decode import Decoder, as_decoder
 from shardmix.errors import ConfigError
@@ -333,8 +334,20 @@ class ShardDataset(IterableDataset[Sample]):
     ) -> Iterator[RecordBlock]:
         """The records :meth:`read_piece` gives, in record blocks."""
         url = self.urls[piece.shard]
-        arguments = self._read_arguments(url, record, before_offset, piece.stop, self.ledger)
-        return reader.read_shard_blocks(url, self._format_of[url], **arguments)
+        check = self._count_check(url, record, piece.stop, self.ledger)
+        on_damage = self.ledger if check is None else check.on_damage
+        arguments = self._read_arguments(url, record, before_offset, piece.stop, on_damage)
+        blocks = reader.read_shard_blocks(url, self._format_of[url], **arguments)
+        return blocks if check is None else check.blocks(blocks)
+
+    def _count_check(
+        self, url: str, start: int, stop: int | None, on_damage: DamageHandler | None
+    ) -> CountCheck | None:
+        """What checks a read of ``url`` against its record count, when the count is known."""
+        claim = self.record_counts.claim(url)
+        if claim is None:
+            return None
+        return CountCheck(url, claim, start, stop, on_damage if self.policy.skips else None)
 
     def _read_arguments(
         self,
@@ -427,8 +440,12 @@ class ShardDataset(IterableDataset[Sample]):
         """
         if self.policy.skips and on_damage is None:
             on_damage = self.ledger
-        arguments = self._read_arguments(url, start, before_offset, stop, on_damage)
+        check = self._count_check(url, start, stop, on_damage)
+        read_damage = on_damage if check is None else check.on_damage
+        arguments = self._read_arguments(url, start, before_offset, stop, read_damage)
         samples = reader.read_shard(url, self._format_of[url], **arguments)
+        if check is not None:
+            samples = check.samples(samples)
         return self._transformed(samples, url, epoch, on_damage, epoch_pass)
 
     def read_records(

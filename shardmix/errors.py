@@ -50,6 +50,10 @@ class TruncatedShardError(CorruptShardError):
     """A shard ends in the middle of a record, a header or a member."""
 
 
+class RecordCountError(CorruptShardError):
+    """A shard holds more or fewer records than its manifest, the count cache or the plan says."""
+
+
 class DecodeError(ShardmixError, ValueError):
     """A record is well framed but its payload cannot be decoded as asked."""
 
@@ -120,6 +124,11 @@ class SkippedDataWarning(ShardmixWarning):
 
 class EmptyShardWarning(ShardmixWarning):
     """A shard holds no records (an empty TFRecord file is valid but usually a mistake)."""
+
+
+class ManifestMismatchWarning(ShardmixWarning):
+    """A shard's size is not the one the manifest beside it names (its records are checked
+    as it is read)."""
 
 
 class UnvalidatedShardWarning(ShardmixWarning):

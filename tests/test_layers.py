@@ -21,12 +21,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "policy", "checkpoint", "lifeline")),
     ("bytes", ("sources", "formats", "urls")),
-    ("plan", ("sharding", "counts", "arguments")),
+    ("plan", ("sharding", "counts", "manifests", "arguments")),
     ("world", ("world", "rankstate")),
     (
         "reading",
         (
             "reader",
+            "claims",
             "transforms",
             "decode",
             "chunks",
