@@ -131,6 +131,12 @@ class ManifestMismatchWarning(ShardmixWarning):
     as it is read)."""
 
 
+class UnregisteredLoaderWarning(ShardmixWarning):
+    """A MixingLoader iterated under an Accelerate ``Accelerator`` it is not registered with
+    for checkpointing: ``save_state``/``load_state`` would leave its position out, and a
+    resumed run would start its epoch over."""
+
+
 class UnvalidatedShardWarning(ShardmixWarning):
     """A server gives no ETag or Last-Modified: a shard replaced there by one of the same size
     cannot be detected (warned once per host)."""

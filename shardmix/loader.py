@@ -54,7 +54,7 @@ from shardmix.pool import WorkerPool
 from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
-from shardmix.trainerstate import adopt_pending_state
+from shardmix.trainerstate import adopt_pending_state, warn_unregistered
 from shardmix.world import detect_rank
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
@@ -207,6 +207,7 @@ class MixingLoader:
     def _start_epoch(self, iteration: int) -> EpochIterator | MixtureEpoch:
         """Start the epoch of ``iter()`` call ``iteration``, at its first ``next()``."""
         adopt_pending_state(self)  # a trainer's restored state it never handed over
+        warn_unregistered(self)  # an Accelerator that would checkpoint without it
         self._stop_current()  # an epoch left unfinished (a ``break``) ends here
         epoch = self.epoch
         self.epoch += 1
@@ -382,6 +383,17 @@ class MixingLoader:
         current = self._current
         epoch = current.epoch if current is not None and not current.finished else self.epoch
         return self._batches_in(epoch)
+
+    def batches_left(self) -> int:
+        """Batches the epoch being read still yields on this rank; ``0`` after its last.
+
+        Counted as ``len()`` counts (an upper bound with a filtering transform on one rank);
+        before an epoch's first batch, that epoch's whole ``len()``.
+        """
+        current = self._current
+        if current is None or current.finished or self._current_iteration != self._iterations:
+            return len(self)
+        return max(0, self._batches_in(current.epoch) - current.batches)
 
     def _batches_in(self, epoch: int) -> int:
         """Batches in ``epoch`` on this rank (see ``__len__``)."""

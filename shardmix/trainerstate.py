@@ -13,16 +13,33 @@ and clears them, so that the resume is exact with or without
 :class:`shardmix.lightning.ShardmixResume`. Lightning is found through the call stack and by
 the attributes it uses, never imported: without Lightning this costs one ``sys.modules``
 look-up.
+
+Accelerate saves and restores only the objects registered with
+``accelerator.register_for_checkpointing``; ``accelerator.prepare`` hands a MixingLoader back
+unchanged and registers nothing. :func:`warn_unregistered` runs at the start of a
+MixingLoader's first epoch: when an ``Accelerator`` is in reach of the loop (a local or global
+of a caller) and the loader is registered with none of those in reach, it warns with
+:class:`~shardmix.errors.UnregisteredLoaderWarning` naming the fix
+(:func:`shardmix.accelerate.prepare_loader`), since ``load_state`` would leave the position out
+and the resumed run would start its epoch over. Accelerate too is found by the attributes it
+uses, never imported.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
+import weakref
 from types import FrameType
 from typing import Any
 
+from shardmix.errors import UnregisteredLoaderWarning
+
 # How far up the stack the fit loop may sit (Lightning's own nesting is about 10 frames).
 _DEPTH = 40
+
+# The loaders already looked at by warn_unregistered: one look (and one warning) per loader.
+_LOOKED_AT: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def adopt_pending_state(loader: Any) -> bool:
@@ -62,3 +79,48 @@ def _is_stateful(loader: Any) -> bool:
     return callable(getattr(loader, "state_dict", None)) and callable(
         getattr(loader, "load_state_dict", None)
     )
+
+
+def warn_unregistered(loader: Any) -> bool:
+    """Warn if an Accelerator in reach would checkpoint without ``loader``; ``True`` if so."""
+    accelerate = sys.modules.get("accelerate")
+    if accelerate is None or loader in _LOOKED_AT:
+        return False
+    _LOOKED_AT.add(loader)
+    kind = getattr(accelerate, "Accelerator", None)
+    if not isinstance(kind, type):
+        return False
+    accelerators = _instances(sys._getframe(1), kind)
+    if not accelerators or any(registered_with(each, loader) for each in accelerators):
+        return False
+    warnings.warn(
+        UnregisteredLoaderWarning(
+            "this MixingLoader is not registered for checkpointing with the Accelerator in "
+            "use: accelerator.save_state() leaves its position out and load_state() does not "
+            "restore it, so a resumed run starts its epoch over (batches trained twice); use "
+            "loader = shardmix.accelerate.prepare_loader(accelerator, loader), which registers "
+            "it, or call accelerator.register_for_checkpointing(loader) before load_state()"
+        ),
+        stacklevel=4,  # the loop's line: here <- _start_epoch <- the epoch's next() <- loop
+    )
+    return True
+
+
+def _instances(frame: FrameType | None, kind: type) -> list[Any]:
+    """Every ``kind`` among the locals and globals of ``frame`` and its callers."""
+    found: dict[int, Any] = {}
+    for _ in range(_DEPTH):
+        if frame is None:
+            break
+        for scope in (frame.f_locals, frame.f_globals):
+            for value in list(scope.values()):
+                if isinstance(value, kind):
+                    found[id(value)] = value
+        frame = frame.f_back
+    return list(found.values())
+
+
+def registered_with(accelerator: Any, loader: Any) -> bool:
+    """Whether ``loader`` (or a wrapper holding it as ``.loader``) is checkpointed."""
+    objects = getattr(accelerator, "_custom_objects", [])
+    return any(obj is loader or getattr(obj, "loader", None) is loader for obj in objects)

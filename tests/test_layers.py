@@ -39,7 +39,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("batching", ("rows", "mixing", "shuffle", "residents", "epoch", "collate")),
-    ("api", ("dataset", "loader", "mixture", "lightning", "testing", "trainerstate")),
+    (
+        "api",
+        ("dataset", "loader", "mixture", "lightning", "accelerate", "testing", "trainerstate"),
+    ),
     ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "__main__", "")),
 ]
 

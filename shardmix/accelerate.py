@@ -1,0 +1,121 @@
+"""Accelerate: train from a MixingLoader under an ``accelerate.Accelerator``, resuming exactly.
+
+A MixingLoader splits the shards between the ranks itself (each rank reads only its share),
+so it must never go through Accelerate's DataLoader preparation, which would either send rank
+0's batches to every rank or keep 1/N of what each rank reads. ``accelerator.prepare`` hands
+any object that is not a torch DataLoader back unchanged, so a MixingLoader passed there is
+left alone, but then its batches stay on the CPU, ``GradientState.end_of_dataloader`` is never
+set (gradient accumulation syncs on it at an epoch's end) and ``save_state``/``load_state``
+leave its position out.
+
+:func:`prepare_loader` does what ``prepare`` does for a DataLoader and nothing more: it
+registers the MixingLoader for checkpointing (``accelerator.register_for_checkpointing``: the
+loader's ``state_dict()`` runs on every rank and gathers every rank's position, rank 0 writes
+it, and every rank takes its own back in ``load_state``), and it returns an
+:class:`AcceleratedLoader` that moves each batch to ``accelerator.device`` and marks the
+epoch's last batch. The last batch is known from the loader's count
+(:meth:`~shardmix.loader.MixingLoader.batches_left`), not by reading one batch ahead as
+Accelerate's own loaders do, so the state saved after a batch is that batch's position.
+
+A MixingLoader iterated where an Accelerator is in reach, without being registered, warns
+(:func:`shardmix.trainerstate.warn_unregistered`). This module imports Accelerate; shardmix
+itself never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from shardmix.errors import ConfigError
+from shardmix.loader import MixingLoader
+from shardmix.trainerstate import registered_with
+
+try:
+    from accelerate.utils import send_to_device
+except ImportError as error:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "shardmix.accelerate needs Accelerate: pip install 'shardmix[accelerate]'"
+    ) from error
+
+
+class AcceleratedLoader:
+    """A MixingLoader as Accelerate's training loop expects it; see :func:`prepare_loader`.
+
+    It iterates the loader, moves each batch to ``accelerator.device`` and sets
+    ``end_of_dataloader`` (which ``accelerator.gradient_state`` reports while it iterates) on
+    each epoch's last batch. ``len()``, ``state_dict()``, ``load_state_dict()``,
+    ``set_epoch()`` and ``close()`` are the loader's.
+    """
+
+    def __init__(
+        self,
+        loader: MixingLoader,
+        accelerator: Any,
+        *,
+        device_placement: bool = True,
+        non_blocking: bool = False,
+    ) -> None:
+        self.loader = loader
+        self.accelerator = accelerator
+        self.device_placement = device_placement
+        self.non_blocking = non_blocking
+        # Read by Accelerate's GradientState while this is its active loader.
+        self.end_of_dataloader = False
+        self.remainder = -1  # no padding of Accelerate's to take out in gather_for_metrics
+
+    def __iter__(self) -> Iterator[Any]:
+        gradient_state = self.accelerator.gradient_state
+        self.end_of_dataloader = False
+        gradient_state._add_dataloader(self)
+        try:
+            for batch in self.loader:
+                self.end_of_dataloader = self.loader.batches_left() == 0
+                if self.device_placement:
+                    batch = send_to_device(
+                        batch, self.accelerator.device, non_blocking=self.non_blocking
+                    )
+                yield batch
+        finally:
+            gradient_state._remove_dataloader(self)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def close(self) -> None:
+        self.loader.close()
+
+
+def prepare_loader(
+    accelerator: Any,
+    loader: MixingLoader,
+    *,
+    device_placement: bool = True,
+    non_blocking: bool = False,
+) -> AcceleratedLoader:
+    """Register ``loader`` for ``accelerator``'s checkpoints and wrap it for its loop.
+
+    Call it before ``accelerator.load_state()`` (which restores only what is registered by
+    then), once per loader; pass the loader itself to ``accelerator.prepare`` never (it would
+    come back unchanged). ``device_placement=False`` leaves the batches where they are;
+    ``non_blocking`` is passed to each tensor's ``.to()`` (with ``pin_memory=True``).
+    """
+    if not isinstance(loader, MixingLoader):
+        raise ConfigError(
+            f"prepare_loader takes a MixingLoader, got {type(loader).__name__}: pass a torch "
+            "DataLoader to accelerator.prepare instead"
+        )
+    if not registered_with(accelerator, loader):
+        accelerator.register_for_checkpointing(loader)
+    return AcceleratedLoader(
+        loader, accelerator, device_placement=device_placement, non_blocking=non_blocking
+    )
