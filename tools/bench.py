@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_writers  # noqa: E402
 from benchdata import make_bench_shards, record_key, shard_of_key, shard_sizes  # noqa: E402
 
 from shardmix.inspect import ideal_distinct_sources  # noqa: E402
@@ -994,6 +995,7 @@ def cost_section(config: Config) -> list[Row]:
 # Rounds of the cost section: each system runs once per round, the rows give the medians.
 COST_ROUNDS = 3
 
+section("writers", bench_writers.TITLE)(bench_writers.section_run(Row))
 
 # ------------------------------------------------------------------------------ reporting
 
@@ -1101,7 +1103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{ratio['speed']:.2f}x samples/s, {ratio['distinct']:.2f}x files/batch"
             )
         for row in rows:
-            if row.section in ("resume", "ranks", "remote", "scale", "cost"):
+            if row.section in ("resume", "ranks", "remote", "scale", "cost", "writers"):
                 print(row.note)
         print(f"\ntotal {elapsed:.1f} s")
     return 0 if all(r.exactly_once for r in rows) else 1

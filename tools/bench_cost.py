@@ -10,6 +10,8 @@ whatever the number of workers: its ceiling is ``1 / cost``. The measured loop k
 batch's keys (one list append per batch) and checks that every sample came exactly once after
 the clock has stopped, so that the check's cost counts for no system.
 
+Other tools reuse :data:`LOADERS` and :func:`measure_cpu`.
+
 Cases: ``shardmix-tar``, ``shardmix-tfrecord`` (MixingLoader, default settings),
 ``plain-tar`` (shardmix's ShardDataset in a plain DataLoader, no mixing), ``tfrecord-pkg``
 (the ``tfrecord`` package's reader in a DataLoader, shards dealt to workers),
@@ -53,11 +55,13 @@ def _keys(keys: Any) -> list[str]:
     return [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
 
 
-def _shardmix(urls: list[str]) -> Callable[[int], Iterable[Any]]:
+def shardmix_loader(
+    urls: list[str], batch_size: int = BATCH_SIZE, num_workers: int = NUM_WORKERS
+) -> Callable[[int], Iterable[Any]]:
     from shardmix import MixingLoader, ShardDataset
 
     loader = MixingLoader(
-        ShardDataset(urls, seed=0), batch_size=BATCH_SIZE, num_workers=NUM_WORKERS, seed=0
+        ShardDataset(urls, seed=0), batch_size=batch_size, num_workers=num_workers, seed=0
     )
 
     def epoch(number: int) -> Iterable[Any]:
@@ -68,14 +72,16 @@ def _shardmix(urls: list[str]) -> Callable[[int], Iterable[Any]]:
     return epoch
 
 
-def _plain(urls: list[str]) -> Callable[[int], Iterable[Any]]:
+def plain_loader(
+    urls: list[str], batch_size: int = BATCH_SIZE, num_workers: int = NUM_WORKERS
+) -> Callable[[int], Iterable[Any]]:
     from shardmix import ShardDataset
 
-    dataset = ShardDataset(urls, seed=0, num_lanes=NUM_WORKERS)
+    dataset = ShardDataset(urls, seed=0, num_lanes=num_workers)
 
     def epoch(number: int) -> Iterable[Any]:
         dataset.set_epoch(number)
-        return DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=NUM_WORKERS)
+        return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
 
     return epoch
 
@@ -96,14 +102,18 @@ class _TFRecords(IterableDataset[dict[str, Any]]):
             yield from tfrecord_loader(path, None, description)
 
 
-def _tfrecord_pkg(urls: list[str]) -> Callable[[int], Iterable[Any]]:
+def tfrecord_pkg_loader(
+    urls: list[str], batch_size: int = BATCH_SIZE, num_workers: int = NUM_WORKERS
+) -> Callable[[int], Iterable[Any]]:
     def epoch(number: int) -> Iterable[Any]:
-        return DataLoader(_TFRecords(urls), batch_size=BATCH_SIZE, num_workers=NUM_WORKERS)
+        return DataLoader(_TFRecords(urls), batch_size=batch_size, num_workers=num_workers)
 
     return epoch
 
 
-def _webdataset(urls: list[str]) -> Callable[[int], Iterable[Any]]:
+def webdataset_loader(
+    urls: list[str], batch_size: int = BATCH_SIZE, num_workers: int = NUM_WORKERS
+) -> Callable[[int], Iterable[Any]]:
     import webdataset as wds
 
     def epoch(number: int) -> Iterable[Any]:
@@ -115,22 +125,31 @@ def _webdataset(urls: list[str]) -> Callable[[int], Iterable[Any]]:
             workersplitter=wds.split_by_worker,
             empty_check=False,
         )
-        return DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=NUM_WORKERS)
+        return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
 
     return epoch
 
 
-def run(case: str, data_dir: Path) -> dict[str, Any]:
-    fmt = "tfrecord" if case in ("shardmix-tfrecord", "tfrecord-pkg") else "tar"
-    urls = make_bench_shards(data_dir, fmt, sizes(), RECORD_BYTES, seed=1)
-    make = {
-        "shardmix-tar": _shardmix,
-        "shardmix-tfrecord": _shardmix,
-        "plain-tar": _plain,
-        "tfrecord-pkg": _tfrecord_pkg,
-        "webdataset": _webdataset,
-    }[case](urls)
-    expected = Counter(record_key(s, r) for s, n in enumerate(sizes()) for r in range(n))
+LOADERS: dict[str, Callable[..., Callable[[int], Iterable[Any]]]] = {
+    "shardmix": shardmix_loader,
+    "plain": plain_loader,
+    "tfrecord-pkg": tfrecord_pkg_loader,
+    "webdataset": webdataset_loader,
+}
+
+
+def measure_cpu(
+    loader: Callable[..., Callable[[int], Iterable[Any]]],
+    urls: list[str],
+    expected: Counter[str],
+    **settings: int,
+) -> dict[str, Any]:
+    """A warm epoch then a measured one of ``loader(urls, **settings)``: CPU time per sample of
+    the main process over the measured epoch, and of all processes (that plus half of what the
+    workers this call joined spent over both epochs), and whether every epoch delivered
+    exactly ``expected``."""
+    children = _cpu(resource.RUSAGE_CHILDREN)
+    make = loader(urls, **settings)
     exact = []
     main = 0.0
     for number in range(2):
@@ -148,9 +167,8 @@ def run(case: str, data_dir: Path) -> dict[str, Any]:
     gc.collect()
     samples = sum(expected.values())
     # The workers of both epochs, joined by now (an epoch's own, or persistent ones at close).
-    total = main + _cpu(resource.RUSAGE_CHILDREN) / 2
+    total = main + (_cpu(resource.RUSAGE_CHILDREN) - children) / 2
     return {
-        "case": case,
         "samples": samples,
         "main_us_per_sample": main / samples * 1e6,
         "total_us_per_sample": total / samples * 1e6,
@@ -158,6 +176,14 @@ def run(case: str, data_dir: Path) -> dict[str, Any]:
         "exactly_once": all(exact),
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def run(case: str, data_dir: Path) -> dict[str, Any]:
+    fmt = "tfrecord" if case in ("shardmix-tfrecord", "tfrecord-pkg") else "tar"
+    urls = make_bench_shards(data_dir, fmt, sizes(), RECORD_BYTES, seed=1)
+    reader = "shardmix" if case.startswith("shardmix") else case.removesuffix("-tar")
+    expected = Counter(record_key(s, r) for s, n in enumerate(sizes()) for r in range(n))
+    return {"case": case, **measure_cpu(LOADERS[reader], urls, expected)}
 
 
 if __name__ == "__main__":
