@@ -9,6 +9,7 @@ from shardmix.convert import ShardWriter, write_shards
 from shardmix.dataset import ShardDataset
 from shardmix.decode import Decoder
 from shardmix.errors import (
+    CacheFullError,
     ConfigError,
     CorruptShardError,
     DecodedSizeError,
@@ -40,6 +41,7 @@ from shardmix.urls import expand_urls
 __version__ = "0.1.0"
 
 __all__ = [
+    "CacheFullError",
     "ConfigError",
     "CorruptShardError",
     "DecodedSizeError",

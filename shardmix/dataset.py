@@ -366,7 +366,15 @@ class ShardDataset(IterableDataset[Sample]):
             "source_options": self.source_options,
             "on_damage": on_damage if self.policy.skips else None,
             "before_offset": before_offset,
+            "listed": self._listed(url),
         }
+
+    def _listed(self, url: str) -> tuple[int, str | None] | None:
+        """The size and sha256 the manifest gives ``url``, which a cached copy must have."""
+        if self.source_options.cache_dir is None:
+            return None
+        entry = self.record_counts.manifests.entry(url, fetch=False)
+        return None if entry is None else (entry.bytes, entry.sha256)
 
     def __iter__(self) -> Iterator[Sample]:
         world = detect_world()

@@ -70,6 +70,11 @@ class ShardChangedError(ShardmixError, RuntimeError):
     """A shard's bytes are another version than the one a position, count or cache refers to."""
 
 
+class CacheFullError(ShardmixError, OSError):
+    """The disk of ``cache_dir`` is full (or a file size limit was hit); the partial copy was
+    removed."""
+
+
 class ShardNotFoundError(ShardmixError, FileNotFoundError):
     """A URL or pattern names no shard."""
 

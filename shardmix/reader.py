@@ -90,6 +90,7 @@ def read_shard(
     source_options: SourceOptions | None = None,
     on_damage: DamageHandler | None = None,
     before_offset: int = -1,
+    listed: tuple[int, str | None] | None = None,
 ) -> Iterator[Sample]:
     """The samples of records ``[start, stop)`` of one shard, each with its provenance.
 
@@ -98,9 +99,12 @@ def read_shard(
     then have gaps. ``before_offset``, when not -1, is where record ``start - 1`` begins:
     reading starts there (that record is read and dropped) where the shard can seek. Else
     ``seek_from``, a sparse index entry at or before ``start``, is where a seekable,
-    uncompressed shard is entered; else the framing is walked from byte 0.
+    uncompressed shard is entered; else the framing is walked from byte 0. ``listed``: the
+    size and sha256 a manifest gives the shard (a cached copy is checked against them).
     """
-    entered = _entered(url, start, stop, seek_from, on_damage, before_offset, source_options)
+    entered = _entered(
+        url, start, stop, seek_from, on_damage, before_offset, source_options, listed
+    )
     with entered as (stream, arguments):
         reader = reader_for(fmt, options)
         for index, offset, sample in reader.records(stream, url, **arguments):
@@ -123,13 +127,16 @@ def read_shard_blocks(
     source_options: SourceOptions | None = None,
     on_damage: DamageHandler | None = None,
     before_offset: int = -1,
+    listed: tuple[int, str | None] | None = None,
 ) -> Iterator[RecordBlock]:
     """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
     whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`."""
     reader = reader_for(fmt, options)
     if not isinstance(reader, BlockReader):
         raise TypeError(f"the {fmt.value} reader does not read records in blocks")
-    entered = _entered(url, start, stop, seek_from, on_damage, before_offset, source_options)
+    entered = _entered(
+        url, start, stop, seek_from, on_damage, before_offset, source_options, listed
+    )
     with entered as (stream, arguments):
         for block in reader.blocks(stream, url, **arguments):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
@@ -149,11 +156,13 @@ def _entered(
     on_damage: DamageHandler | None,
     before_offset: int,
     source_options: SourceOptions | None,
+    listed: tuple[int, str | None] | None = None,
 ) -> Iterator[tuple[BinaryIO, dict[str, Any]]]:
     """The shard, open where a read of records ``[start, stop)`` begins (see
     :func:`read_shard`), and the arguments its reader's ``records`` or ``blocks`` takes."""
     resume = start > 0 and before_offset >= 0
-    with open_shard(url, options=source_options, offset=before_offset if resume else 0) as stream:
+    offset = before_offset if resume else 0
+    with open_shard(url, options=source_options, offset=offset, listed=listed) as stream:
         arguments: dict[str, Any] = {"stop": stop, "on_damage": on_damage}
         if resume and can_seek_records(stream, url):
             arguments.update(start=start - 1, start_offset=before_offset)

@@ -28,6 +28,7 @@ class ServerState:
     faults: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     requests: list[tuple[str, str | None]] = field(default_factory=list)  # GETs: (name, Range)
     heads: list[str] = field(default_factory=list)  # HEAD requests, by name
+    etags: dict[str, str] = field(default_factory=dict)  # by name; '"v1"' when not set
     ignore_range: bool = False
     latency: float = 0.0  # seconds before each answer, as object storage adds
     sent: int = 0  # body bytes written to clients
@@ -67,7 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault in ("403", "500-forever") or not path.is_file():
             self._empty(403 if fault == "403" else 404)
             return
-        self._serve(path.read_bytes(), fault)
+        self._serve(path.read_bytes(), fault, self.state.etags.get(name, '"v1"'))
 
     def do_HEAD(self) -> None:
         name = self.path.lstrip("/").split("?")[0]
@@ -79,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.send_response(200)
         self.send_header("Content-Length", str(path.stat().st_size))
-        self.send_header("ETag", '"v1"')
+        self.send_header("ETag", self.state.etags.get(name, '"v1"'))
         self.end_headers()
 
     def _write(self, body: bytes) -> None:
@@ -100,7 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _serve(self, data: bytes, fault: str) -> None:
+    def _serve(self, data: bytes, fault: str, etag: str = '"v1"') -> None:
         start, stop, status = 0, len(data), 200
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         if match and not self.state.ignore_range:
@@ -112,7 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = data[start:stop]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("ETag", '"v1"')
+        self.send_header("ETag", etag)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(data)}")
         self.end_headers()

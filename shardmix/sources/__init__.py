@@ -173,6 +173,7 @@ def open_shard(
     options: SourceOptions | None = None,
     offset: int = 0,
     expect: ShardIdentity | None = None,
+    listed: tuple[int, str | None] | None = None,
 ) -> BinaryIO:
     """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
 
@@ -181,6 +182,7 @@ def open_shard(
     The stream carries the shard's identity (:func:`~shardmix.sources.identity.stream_identity`)
     when its source gives one. With ``expect``, a shard whose identity conflicts with it is
     refused with a :class:`~shardmix.errors.ShardChangedError` before a byte is read.
+    ``listed``: the size and sha256 a manifest gives the shard, which a cached copy must have.
     """
     options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)
@@ -190,8 +192,15 @@ def open_shard(
         stream = _open_direct(url, scheme, options)
     else:
         from shardmix.sources.cache import open_cached
+        from shardmix.sources.version import revalidated
 
-        stream = open_cached(url, options.cache_dir, lambda: _open_direct(url, scheme, options))
+        stream = open_cached(
+            url,
+            options.cache_dir,
+            lambda: _open_direct(url, scheme, options),
+            lambda: revalidated(url, options),
+            listed,
+        )
     if expect is not None:
         try:
             check_identity(url, expect, stream_identity(stream))

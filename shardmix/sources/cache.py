@@ -1,27 +1,41 @@
-"""A local cache of remote shards: each downloaded once, then read from disk.
+"""A local cache of remote shards: each downloaded once, then read from disk while it is current.
 
-A shard's cached copy is ``cache_dir/<sha256(url)[:16]>-<basename>``. A download goes to a
-unique temporary file in the same folder (``.<name>.<random>.part``), is flushed and fsynced,
+A shard's cached copy is ``cache_dir/<sha256(url)[:16]>-<basename>``, and beside it a hidden
+record of what was downloaded (``.<name>.json``: the URL, the shard's version at the server,
+the copy's size, modification time and sha256). A download goes to a unique temporary file in
+the same folder (``.<name>.<random>.part``), is hashed as it is written, flushed and fsynced,
 then moved onto its final name with :func:`os.replace`, which is atomic: a reader finds no file
 or a whole one, never a partial one. Workers and processes that download the same shard at
 once each write their own temporary file and the last move wins, with the same bytes. A failed
-download removes its temporary file. Which shards to cache is :func:`shardmix.sources.open_shard`'s
-choice; evicting old shards is left to the user.
+download removes its temporary file; a full disk (or file size limit) is a
+:class:`~shardmix.errors.CacheFullError` naming the copy.
+
+A copy is used only while it is what was downloaded and the server still has that version:
+the server's version (:func:`~shardmix.sources.version.shard_version`, one ``HEAD`` for HTTP)
+is asked once per process and URL, and compared with the recorded one; the copy's size and
+modification time with the record (a copy truncated or replaced on disk); and, when a manifest
+lists the shard (``listed``: its size and sha256), the record with it. A mismatch discards
+the copy and downloads it again; a fresh download that is not the manifest's shard is a
+:class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version (or cannot be
+reached) leaves a whole copy in use. Which shards to cache is
+:func:`shardmix.sources.open_shard`'s choice; evicting old shards is left to the user.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import json
 import os
 import posixpath
 import re
-import shutil
 import tempfile
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
+from shardmix.errors import CacheFullError, ShardChangedError
 from shardmix.sources import READ_BUFFER_BYTES
 
 __all__ = ["cache_path", "download", "open_cached"]
@@ -29,6 +43,9 @@ __all__ = ["cache_path", "download", "open_cached"]
 COPY_BUFFER_BYTES = 1024 * 1024
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_BASENAME_CHARS = 100
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# What a manifest says of a shard: its size and sha256 (None: not listed).
+Listed = tuple[int, str | None]
 
 
 def cache_path(cache_dir: str, url: str) -> str:
@@ -41,33 +58,124 @@ def cache_path(cache_dir: str, url: str) -> str:
     return os.path.join(cache_dir, f"{digest}-{_basename(url)}")
 
 
-def open_cached(url: str, cache_dir: str, fetch: Callable[[], BinaryIO]) -> BinaryIO:
-    """Open the cached copy of ``url``, downloading it with ``fetch()`` first if it is absent."""
+def open_cached(
+    url: str,
+    cache_dir: str,
+    fetch: Callable[[], BinaryIO],
+    version: Callable[[], str | None] = lambda: None,
+    listed: Listed | None = None,
+) -> BinaryIO:
+    """Open the cached copy of ``url``, downloading it with ``fetch()`` first if it is absent
+    or not current (``version()``: the server's version now; ``listed``: the manifest's)."""
     path = cache_path(cache_dir, url)
-    if not os.path.isfile(path):
-        download(fetch, path)
+    current = version()
+    if os.path.isfile(path) and _stale(path, url, current, listed) is None:
+        return open(path, "rb", buffering=READ_BUFFER_BYTES)
+    record = download(fetch, path, url=url, version=current)
+    if listed is not None and _unlike(record, listed):
+        _discard(path)
+        raise ShardChangedError(
+            f"{url}: the server's shard is {record['size']:,} bytes with sha256 "
+            f"{record['sha256']}, but the manifest beside it lists {listed[0]:,} bytes with "
+            f"sha256 {listed[1]}; the shard was replaced since the manifest was written: "
+            "re-create the manifest, or restore the shard",
+            url=url,
+        )
     return open(path, "rb", buffering=READ_BUFFER_BYTES)
 
 
-def download(fetch: Callable[[], BinaryIO], path: str) -> None:
-    """Copy the stream ``fetch()`` opens to ``path``, all of it or nothing."""
+def download(
+    fetch: Callable[[], BinaryIO], path: str, *, url: str = "", version: str | None = None
+) -> dict[str, Any]:
+    """Copy the stream ``fetch()`` opens to ``path``, all of it or nothing; its record."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(
         dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part"
     )
+    written = 0
     try:
         os.fchmod(handle, 0o644)  # mkstemp makes 0600; a shared cache is read by others too
+        digest = hashlib.sha256()
         with os.fdopen(handle, "wb") as out, fetch() as source:
-            shutil.copyfileobj(source, out, COPY_BUFFER_BYTES)
+            while chunk := source.read(COPY_BUFFER_BYTES):
+                digest.update(chunk)
+                out.write(chunk)
+                written += len(chunk)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
+        status = os.stat(path)
+        record = {"url": url, "version": version, "size": status.st_size}
+        record.update(mtime_ns=status.st_mtime_ns, sha256=digest.hexdigest())
+        _write_record(path, record)
+    except BaseException as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        if isinstance(error, OSError) and error.errno in _FULL:
+            raise CacheFullError(
+                f"{url or path}: the cache's disk is full (or over its size limit) after "
+                f"{written:,} bytes of the copy {path} ({error.strerror}); the partial copy "
+                "was removed: free space in cache_dir, or point it at a larger disk",
+                url=url or None,
+                offset=written,
+            ) from error
+        raise
+    _fsync_folder(folder)
+    return record
+
+
+def _stale(path: str, url: str, version: str | None, listed: Listed | None) -> str | None:
+    """Why the copy at ``path`` must not be used (None: it may)."""
+    record = _read_record(path)
+    if record is None or record.get("url") != url:
+        return "no record of the download"
+    if version is not None and record.get("version") != version:
+        return f"the server has version {version}, the copy {record.get('version')}"
+    status = os.stat(path)
+    if (status.st_size, status.st_mtime_ns) != (record.get("size"), record.get("mtime_ns")):
+        return "the copy changed on disk since it was downloaded"
+    if listed is not None and _unlike(record, listed):
+        return "the copy is not the shard its manifest lists"
+    return None
+
+
+def _unlike(record: dict[str, Any], listed: Listed) -> bool:
+    size, sha256 = listed
+    return record.get("size") != size or (sha256 is not None and record.get("sha256") != sha256)
+
+
+def _record_path(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.json")
+
+
+def _read_record(path: str) -> dict[str, Any] | None:
+    try:
+        with open(_record_path(path), encoding="utf-8") as file:
+            record = json.load(file)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _write_record(path: str, record: dict[str, Any]) -> None:
+    folder = os.path.dirname(path) or "."
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".part")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(record, file)
+        os.replace(temporary, _record_path(path))
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
-    _fsync_folder(folder)
+
+
+def _discard(path: str) -> None:
+    for name in (path, _record_path(path)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
 
 
 def _basename(url: str) -> str:

@@ -5,7 +5,8 @@ A local file's version is its size and modification time, an ``http(s)://`` shar
 (redirects followed as :func:`~shardmix.sources.connections.follow_redirects` says), and an
 fsspec shard's the size and ETag (or modification time) its backend reports. None means the version
 cannot be told (a ``pipe:`` command, a server that says nothing): such a shard's count is never
-cached, so a count is never trusted beyond what can be checked.
+cached, so a count is never trusted beyond what can be checked. :func:`revalidated` asks once
+per process and URL (how the shard cache checks its copies).
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ def shard_version(url: str, options: SourceOptions) -> str | None:
         ImportError,
     ):
         return None  # cannot tell: the shard is counted, and the counting pass says what failed
+
+
+_REVALIDATED: dict[tuple[str, str], str | None] = {}  # (cache_dir, url): version, this process
+
+
+def revalidated(url: str, options: SourceOptions) -> str | None:
+    """:func:`shard_version` of ``url``, asked once per process (and cache folder)."""
+    key = (options.cache_dir or "", url)
+    if key not in _REVALIDATED:
+        _REVALIDATED[key] = shard_version(url, options)
+    return _REVALIDATED[key]
 
 
 def _http_version(url: str, options: SourceOptions) -> str | None:
