@@ -33,6 +33,14 @@ def make_loader(pattern: str) -> MixingLoader:
     )
 
 
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Accelerate keeps its state process-wide: each test starts and leaves it empty."""
+    yield
+    accelerate.state.AcceleratorState._reset_state(True)
+    accelerate.state.GradientState._reset_state()
+
+
 @pytest.fixture
 def pattern(tmp_path):
     return write_shards(tmp_path / "shards", "tar", SIZES)
