@@ -50,3 +50,18 @@ def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
             "state_dict() called on every rank under torch.distributed, which gathers them all"
         )
     return dict(ranks[str(rank)])
+
+
+def as_saved_by(state: Mapping[str, Any], rank: int = 0) -> dict[str, Any]:
+    """``state`` as ``rank`` would have saved it: the same on every rank that gathered it.
+
+    A state that does not hold ``rank``'s position (ranks simulated in one process) is
+    returned as it is.
+    """
+    positions = {str(state.get("rank")): own_position(state, state.get("rank", 0))}
+    positions.update(state.get("ranks") or {})
+    if str(rank) not in positions:
+        return dict(state)
+    others = {key: positions[key] for key in sorted(positions, key=int) if key != str(rank)}
+    shared = {key: state[key] for key in ("version", "config") if key in state}
+    return {**shared, **positions[str(rank)], "rank": rank, "ranks": others}

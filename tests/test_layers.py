@@ -41,7 +41,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("batching", ("rows", "mixing", "shuffle", "residents", "epoch", "collate")),
     (
         "api",
-        ("dataset", "loader", "mixture", "lightning", "accelerate", "testing", "trainerstate"),
+        (
+            "dataset",
+            "loader",
+            "mixture",
+            "lightning",
+            "accelerate",
+            "hf",
+            "dcp",
+            "testing",
+            "trainerstate",
+        ),
     ),
     ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "__main__", "")),
 ]

@@ -1,0 +1,63 @@
+"""torch.distributed.checkpoint: a MixingLoader as a ``Stateful`` in ``dcp.save`` / ``dcp.load``.
+
+DCP flattens a nested ``state_dict()`` into one entry per leaf and keeps one copy of each
+non-tensor entry that several ranks save under the same key, taken from any one of them. A
+MixingLoader's own state differs from rank to rank in its top level (each rank saves its own
+position there, beside the others'), so handed to DCP as it is, a rank could resume with one
+rank's ``"rank"`` and another rank's position.
+
+:class:`LoaderState` gives DCP one entry instead: the gathered state of every rank, as rank 0
+would have saved it (:func:`~shardmix.rankstate.as_saved_by`), as one JSON string, which is
+therefore the same on every rank. On load every rank reads that entry whole and takes its own
+position from it, as with any saved state. ``state_dict()`` is a collective under
+torch.distributed, as DCP's own calls are: every rank takes part in ``dcp.save`` and
+``dcp.load``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from shardmix.errors import ConfigError
+from shardmix.loader import MixingLoader
+from shardmix.rankstate import as_saved_by
+
+STATE_KEY = "state"
+
+
+class LoaderState:
+    """``dcp.save({"model": ..., "optimizer": ..., "loader": LoaderState(loader)}, ...)``.
+
+    Implements torch.distributed.checkpoint's ``Stateful`` protocol (``state_dict`` and
+    ``load_state_dict``); ``dcp.load`` with the same dict restores the loader's position.
+    """
+
+    def __init__(self, loader: MixingLoader) -> None:
+        if not isinstance(loader, MixingLoader):
+            raise ConfigError(f"LoaderState holds a MixingLoader, not {type(loader).__name__}")
+        self.loader = loader
+
+    def state_dict(self) -> dict[str, str]:
+        """The loader's gathered state as one JSON string: the same on every rank."""
+        shared = as_saved_by(self.loader.state_dict(), 0)
+        return {STATE_KEY: json.dumps(shared, sort_keys=True, separators=(",", ":"))}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from the state DCP loaded: this rank takes its own position."""
+        text = state_dict.get(STATE_KEY)
+        if not isinstance(text, str):
+            raise ConfigError(
+                f"cannot resume the MixingLoader: the checkpoint's loader entry {STATE_KEY!r} "
+                f"should be a JSON string, found {type(text).__name__}; save it with "
+                "LoaderState(loader)"
+            )
+        try:
+            state = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(
+                f"cannot resume the MixingLoader: its checkpoint entry is not valid JSON at "
+                f"character {error.pos}: {error.msg}"
+            ) from error
+        self.loader.load_state_dict(state)
