@@ -53,7 +53,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "trainerstate",
         ),
     ),
-    ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "__main__", "")),
+    ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "rayconvert", "__main__", "")),
 ]
 
 NO_TORCH = ("bytes", "plan", "base")

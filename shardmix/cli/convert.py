@@ -3,11 +3,13 @@
 It parses the options, shows a progress bar (tqdm) when stderr is a terminal, calls the
 library once and prints a summary. ``--merge-manifests`` instead merges the manifests of all
 parts of ``OUTPUT_PATTERN`` (for parts that ran on machines without a shared folder).
+``--engine ray`` runs the conversion as Ray tasks instead (:mod:`shardmix.rayconvert`).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 HELP = (
     "Convert folders, tables (JSON Lines, CSV, Parquet), saved Hugging Face datasets or shards "
@@ -56,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key-column", metavar="COL", help="table column holding sample keys")
     parser.add_argument("--no-index", action="store_true", help="no TFRecord .idx files")
     parser.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local processes (default) or Ray tasks (pip install 'shardmix[ray]')",
+    )
+    parser.add_argument("--address", help="with --engine ray: the Ray cluster (default: local)")
+    parser.add_argument(
         "--merge-manifests",
         action="store_true",
         help="only merge the part manifests of OUTPUT_PATTERN",
@@ -96,6 +105,26 @@ def _merge(pattern_text: str) -> int:
     return 0
 
 
+def _run_on_ray(args: argparse.Namespace, options: object) -> int:
+    from shardmix.rayconvert import convert_on_ray
+
+    summary = convert_on_ray(args.paths[:-1], args.paths[-1], options, address=args.address)  # type: ignore[arg-type]
+    print(
+        f"{summary.shards} shards written on Ray, {summary.records} records, "
+        f"{summary.bytes:,} bytes in {summary.seconds:.1f} s; manifest {summary.manifest}"
+    )
+    _report_left_out(summary.left_out, summary.skipped)
+    return 0
+
+
+def _report_left_out(left_out: dict[str, int], skipped: Sequence[str]) -> None:
+    if left_out:
+        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(left_out.items()))
+        print(f"left out by rule: {reasons}")
+    if skipped:
+        print(f"skipped {len(skipped)} bad inputs, first: {skipped[0]}")
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -125,6 +154,11 @@ def run(args: argparse.Namespace) -> int:
             key_column=args.key_column,
             write_index=not args.no_index,
         )
+        if args.engine == "ray":
+            return _run_on_ray(args, options)
+        if args.address:
+            print("shardmix convert: --address is for --engine ray", file=sys.stderr)
+            return 2
         bar, update = _progress(sys.stderr)
         try:
             summary = convert(args.paths[:-1], args.paths[-1], options, progress=update)  # type: ignore[arg-type]
@@ -143,11 +177,5 @@ def run(args: argparse.Namespace) -> int:
     )
     if summary.merged_manifest:
         print(f"all parts done: merged manifest {summary.merged_manifest}")
-    if summary.left_out:
-        reasons = ", ".join(
-            f"{count} {reason}" for reason, count in sorted(summary.left_out.items())
-        )
-        print(f"left out by rule: {reasons}")
-    if summary.skipped:
-        print(f"skipped {len(summary.skipped)} bad inputs, first: {summary.skipped[0]}")
+    _report_left_out(summary.left_out, summary.skipped)
     return 0
