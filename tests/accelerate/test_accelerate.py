@@ -96,8 +96,13 @@ def test_save_state_and_load_state_resume_mid_epoch_exactly(pattern, tmp_path):
     resumed_accelerator = accelerate.Accelerator(cpu=True)
     resumed = prepare_loader(resumed_accelerator, make_loader(pattern))
     resumed_accelerator.load_state(str(tmp_path / "checkpoint"))
-    rest = [k for batch in resumed for k in batch["__key__"]]
+    rest, ends = [], []
+    for batch in resumed:
+        rest.extend(batch["__key__"])
+        ends.append(resumed_accelerator.gradient_state.end_of_dataloader)
     assert trained + rest == full and len(trained) == 20
+    assert ends == [False] * (len(ends) - 1) + [True]  # counted from the restored position
+    assert len(ends) == len(resumed) - 5
 
 
 def test_an_unregistered_loader_under_an_accelerator_warns_once_naming_the_fix(pattern):
