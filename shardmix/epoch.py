@@ -31,6 +31,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
+from shardmix.rankend import RankEnd, look_ahead, refuse_simulated_filter, undelivered
 from shardmix.reader import LanePosition, Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
@@ -44,6 +45,7 @@ from shardmix.workers import (
     stop_workers,
     worker_processes,
 )
+from shardmix.world import end_exchange
 
 T = TypeVar("T")
 
@@ -95,6 +97,10 @@ class EpochIterator:
         self.pad_refs: list[Ref] = []
         self._pad: list[Sample] | None = None
         self.padded = 0  # samples repeated to reach the quota
+        self.rank = rank
+        self.even_ranks = loader.even_ranks
+        self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
+        filters = False
         dropped = None
         clocks = None
         if isinstance(dataset, ShardDataset):
@@ -113,6 +119,7 @@ class EpochIterator:
                 self.quota, self.own = _plan_quota(
                     dataset, epoch, rank, world_size, loader.even_ranks, epoch_pass
                 )
+                filters = dataset.transform is not None or dataset.policy.skips
         self.store = RowStore(dataset.urls if isinstance(dataset, ShardDataset) else None)
         self.buffer = SlotBuffer(
             loader.shuffle_buffer_size(),
@@ -139,6 +146,15 @@ class EpochIterator:
             self.padded = resume["dropped"]["padded"]
             dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
             self.buffer.draws.count = resume["buffer"]["draws"]
+        # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
+        exchange = end_exchange(world_size) if filters else None
+        self.rank_end = (
+            None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
+        )
+        self._simulated_filter = (
+            filters and exchange is None and getattr(dataset, "transform", None) is not None
+        )
+        self._world_size = world_size
         self.skipped: SkipLedger | None = None
         if isinstance(dataset, ShardDataset) and dataset.policy.skips:
             self.skipped = SkipLedger.for_policy(dataset.policy)
@@ -235,8 +251,13 @@ class EpochIterator:
 
     @property
     def filtered(self) -> dict[str, int]:
-        """``{"dropped": n, "padded": n}``: what the transform dropped, and the padding."""
-        return {"dropped": self.merge.dropped[FILTERED], "padded": self.padded}
+        """``{"dropped": n, "padded": n, "undelivered": n}``: what the transform dropped,
+        the padding, and (under several ranks) the kept samples past the ranks' common end."""
+        return {
+            "dropped": self.merge.dropped[FILTERED],
+            "padded": self.padded,
+            "undelivered": self.undelivered or 0,
+        }
 
     def _fail(self) -> None:
         """Stop this epoch and the workers it ran on, persistent or not."""
@@ -269,6 +290,8 @@ class EpochIterator:
             self.finished = True
             raise StopIteration
         self.batches += 1
+        if self._end_if_over(batch_size - 1 if self.drop_last else 0):
+            self.finished = True  # the last batch: the state is now the next epoch's start
         if pads or (len(ids) and ids.min() < 0):
             collated = self.collate_fn(self._as_samples(ids, pads))
         else:
@@ -284,10 +307,14 @@ class EpochIterator:
             self._first_wave_due = False
             assert self._residents is not None
             self._residents.read_wave(0)
+        if self.rank_end is not None:
+            return self._take_agreed(self.rank_end, count)
         if self.quota is None or self.own is None:
             ids = self._next_ids(count)
             self.emitted += len(ids)
             return ids, []
+        if self._simulated_filter and self.merge.dropped[FILTERED]:
+            raise refuse_simulated_filter(self.epoch, self.rank, self._world_size, "a sample")
         room = max(0, min(count, self.quota - self.emitted))
         own_room = max(0, min(room, self.own + self.padded - self.emitted))
         ids = self._next_ids(own_room)
@@ -307,6 +334,44 @@ class EpochIterator:
             self.padded += short
             self.emitted += short
         return ids, pads
+
+    def _take_agreed(self, rank_end: RankEnd, count: int) -> tuple[np.ndarray, list[Sample]]:
+        """:meth:`_take` where the ranks agree on the end: this rank's samples up to it, and
+        under ``pad`` the padding once this rank's own ran out."""
+        room = rank_end.room(self.emitted, count, self._lookahead)
+        ids = self._next_ids(room)
+        if self.even_ranks is EvenRanks.PAD:
+            reserve = min(self.quota or 0, PAD_RESERVE) - len(self.pad_refs)
+            if reserve > 0:
+                self.pad_refs.extend(self._refs(ids[:reserve]))
+        self.emitted += len(ids)
+        short = room - len(ids)
+        pads = []
+        if short > 0:
+            if self.even_ranks is EvenRanks.DROP:
+                raise ConfigError(
+                    f"epoch {self.epoch}: this rank's samples ended after {self.emitted}, "
+                    f"short of the {self.emitted + short} it had ready; the shards changed "
+                    "while being read"
+                )
+            pads = [self._next_pad(self.padded + extra) for extra in range(short)]
+            self.padded += short
+            self.emitted += short
+        self._end_if_over(0)
+        return ids, pads
+
+    def _lookahead(self, count: int) -> tuple[int, bool]:
+        """``(certain, ended)`` of this rank (:func:`~shardmix.rankend.look_ahead`)."""
+        return look_ahead(self.emitted, self.buffer, self.merge, count + self.batch_size)
+
+    def _end_if_over(self, slack: int) -> bool:
+        """Whether the agreed end is within ``slack`` samples; the first time, count what
+        this rank read but does not yield (:func:`~shardmix.rankend.undelivered`)."""
+        if self.rank_end is None or not self.rank_end.over(self.emitted + slack):
+            return False
+        if self.undelivered is None:
+            self.undelivered = undelivered(self.buffer, self.merge, self.store)
+        return True
 
     def _next_ids(self, count: int) -> np.ndarray:
         """The ids the buffer gives out next, ``count`` of them unless the epoch ends."""

@@ -353,16 +353,18 @@ class MixingLoader:
     def filtered(self) -> dict[str, Any]:
         """What the current epoch's transform dropped, and the padding that made up for it.
 
-        ``{"dropped": n, "padded": n}``: samples for which the transform returned ``None``, and
-        (under several ranks) samples repeated so that this rank still yields its quota.
-        A mixture gives that per dataset: ``{name: {"dropped": n, "padded": n}}``.
+        ``{"dropped": n, "padded": n, "undelivered": n}``: samples for which the transform
+        returned ``None``; under several ranks, samples repeated so that this rank yields as
+        many as the others (``even_ranks="pad"``), and kept samples this rank read but did not
+        yield because another rank ran out first (``"drop"``; counted at the epoch's end).
+        A mixture gives that per dataset: ``{name: {"dropped": n, ...}}``.
         Samples the transform raised on under ``on_error="skip"`` are in :attr:`skipped`.
         """
         current = self._current
         if current is None:
             if self.datasets:
-                return {name: {"dropped": 0, "padded": 0} for name in self.datasets}
-            return {"dropped": 0, "padded": 0}
+                return {name: dict(_NOTHING_FILTERED) for name in self.datasets}
+            return dict(_NOTHING_FILTERED)
         return dict(current.filtered)
 
     def __len__(self) -> int:
@@ -487,6 +489,8 @@ def refuse_torch_arguments(arguments: Mapping[str, Any]) -> None:
             "help(shardmix.MixingLoader) for the arguments it takes"
         )
 
+
+_NOTHING_FILTERED = {"dropped": 0, "padded": 0, "undelivered": 0}
 
 # len() of an all_exhausted mixture counts each dataset's passes from the plans of up to
 # this many passes (the last one's count repeats); exact while sizes do not change per pass.

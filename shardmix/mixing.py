@@ -129,6 +129,16 @@ class LaneMerge:
         ahead = ahead[:count]
         return ahead[:, ID], ahead[:, SIZE]
 
+    def lookahead(self, count: int) -> int:
+        """The samples released and not yet taken, pulling chunks until there are ``count``
+        of them or the lanes ended (then :attr:`exhausted`, and that is every one left)."""
+        while True:
+            ahead = self._ready[self._head :]
+            ready = int((ahead[:, ID] >= 0).sum()) if self._tombstones else len(ahead)
+            if ready >= count or self.exhausted:
+                return ready
+            self._release()
+
     def consume(self, count: int) -> None:
         """Take the next ``count`` samples (as :meth:`peek` gave them) and the tombstones
         before them; ``count`` 0 at the end takes the tombstones left."""

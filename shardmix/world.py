@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
@@ -54,3 +55,38 @@ def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None
         return gathered
 
     return dist.get_rank(), exchange
+
+
+# The gloo groups made for the epoch-end exchange, by the default group they were made from.
+_GLOO_GROUPS: dict[int, tuple[Any, Any]] = {}
+
+
+def end_exchange(world_size: int) -> Callable[[list[int]], list[list[int]]] | None:
+    """``exchange(values)``: every rank's list of ints (same length on all), or None.
+
+    The ranks agree where an epoch ends over a gloo group made once per process group (never
+    the default group: under NCCL, gathering there would sync the GPU at each exchange). None
+    where :func:`count_exchange` is None: no process group runs these ranks.
+    """
+    if count_exchange(world_size) is None:
+        return None
+    group = _gloo_group()
+
+    def exchange(values: list[int]) -> list[list[int]]:
+        mine = torch.tensor(values, dtype=torch.int64)
+        gathered = [torch.empty_like(mine) for _ in range(world_size)]
+        dist.all_gather(gathered, mine, group=group)
+        return [theirs.tolist() for theirs in gathered]
+
+    return exchange
+
+
+def _gloo_group() -> Any:
+    """The gloo group of every rank, made at the first call (a collective, as is every
+    exchange: all ranks make it at the same step)."""
+    default = dist.group.WORLD
+    made = _GLOO_GROUPS.get(id(default))
+    if made is None or made[0] is not default:
+        made = (default, dist.new_group(backend="gloo"))
+        _GLOO_GROUPS[id(default)] = made
+    return made[1]

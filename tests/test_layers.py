@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "progress",
         ),
     ),
-    ("batching", ("rows", "mixing", "shuffle", "residents", "epoch", "collate")),
+    ("batching", ("rows", "mixing", "shuffle", "residents", "rankend", "epoch", "collate")),
     (
         "api",
         (

@@ -154,7 +154,10 @@ def test_a_mixtures_filtered_counts_are_per_dataset(tmp_path):
         "b": ShardDataset(big, num_lanes=2),
     }
     loader = MixingLoader(datasets, weights={"a": 0.5, "b": 0.5}, batch_size=10, shuffle_buffer=8)
-    assert loader.filtered == {"a": {"dropped": 0, "padded": 0}, "b": {"dropped": 0, "padded": 0}}
+    assert loader.filtered == {
+        "a": {"dropped": 0, "padded": 0, "undelivered": 0},
+        "b": {"dropped": 0, "padded": 0, "undelivered": 0},
+    }
     batches = list(loader)
     kept_a = Counter(
         key
@@ -166,4 +169,7 @@ def test_a_mixtures_filtered_counts_are_per_dataset(tmp_path):
     assert kept_a == Counter(
         record_key(s, r) for s, size in enumerate([40, 60]) for r in range(size) if r % 5
     )
-    assert loader.filtered == {"a": {"dropped": 20, "padded": 0}, "b": {"dropped": 0, "padded": 0}}
+    assert loader.filtered == {
+        "a": {"dropped": 20, "padded": 0, "undelivered": 0},
+        "b": {"dropped": 0, "padded": 0, "undelivered": 0},
+    }

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from shardmix import MixingLoader, ShardDataset, TransformError
+from shardmix import ConfigError, MixingLoader, ShardDataset, TransformError
 from shardmix.testing import batch_fingerprint, check_resume, run_steps
 
 from shards import UNEVEN_SIZES, batch_keys, record_key
@@ -91,7 +91,7 @@ def test_mixing_loader_keeps_exactly_the_kept_samples_and_counts(
         assert all_keys(batches) == kept_keys(dropped)
         assert [len(b["__key__"]) for b in batches[:-1]] == [8] * (len(batches) - 1)
         expected_dropped = sum(UNEVEN_SIZES) - sum(kept_keys(dropped).values())
-        assert loader.filtered == {"dropped": expected_dropped, "padded": 0}
+        assert loader.filtered == {"dropped": expected_dropped, "padded": 0, "undelivered": 0}
 
 
 def test_filtered_batches_do_not_depend_on_workers(uneven_shards):
@@ -131,52 +131,37 @@ def test_a_resumed_filtered_epoch_keeps_each_kept_sample_once_and_counts_once(un
     )
 
 
+def keep_all(sample):
+    return sample
+
+
 @pytest.mark.parametrize("even_ranks", ["drop", "pad"])
-def test_filtering_ranks_stay_in_step_and_pad_with_their_own_samples(tmp_path, even_ranks):
-    from shards import write_shards
+def test_a_filter_under_simulated_ranks_is_refused_naming_the_way_out(tmp_path, even_ranks):
+    from shards import expected_keys, write_shards
 
     sizes = [30, 10, 25, 5, 40, 12]
     pattern = write_shards(tmp_path, "tar", sizes)
-    per_rank = []
-    for rank in range(2):
-        dataset = ShardDataset(pattern, transform=drop_every_other, num_lanes=2)
-        loader = MixingLoader(
-            dataset,
-            batch_size=4,
-            num_workers=2,
-            shuffle_buffer=10,
-            rank=rank,
-            world_size=2,
-            even_ranks=even_ranks,
+
+    def loader(transform, rank):
+        dataset = ShardDataset(pattern, transform=transform, num_lanes=2)
+        return MixingLoader(
+            dataset, batch_size=4, shuffle_buffer=10, rank=rank, world_size=2, even_ranks=even_ranks
         )
-        length = len(loader)
-        batches = list(loader)
-        assert len(batches) == length
-        per_rank.append((batches, loader.filtered, dataset.rank_totals(0, 2)[rank]))
-    assert len(per_rank[0][0]) == len(per_rank[1][0])  # equal steps
-    totals = [own for _, _, own in per_rank]
-    quota = min(totals) if even_ranks == "drop" else max(totals)
-    for rank, (batches, filtered, own) in enumerate(per_rank):
-        keys = all_keys(batches)
-        kept = _kept_on_rank(pattern, rank, sizes)
-        assert sum(keys.values()) == quota
-        assert len(kept) <= quota  # so nothing kept may be lost, under drop as under pad
-        assert set(keys) == kept
-        repeats = sum(count - 1 for count in keys.values())
-        assert repeats == filtered["padded"] == quota - len(kept)
-        assert filtered["dropped"] == own - len(kept)
-        assert repeats <= filtered["dropped"] + (quota - own)
 
-
-def _kept_on_rank(pattern, rank, sizes):
-    dataset = ShardDataset(pattern, transform=drop_every_other, num_lanes=2)
-    pieces = [piece for lane in dataset.lane_pieces(0, rank=rank, world_size=2) for piece in lane]
-    return {
-        record_key(piece.shard, record)
-        for piece in pieces
-        for record in range(piece.start, piece.start + piece.size(sizes))
-        if record % 2 == 0
-    }
+    for rank in range(2):
+        with pytest.raises(ConfigError) as caught:
+            list(loader(drop_every_other, rank))
+        assert str(caught.value) == (
+            f"epoch 0: the transform dropped a sample on rank {rank} of world_size 2, ranks "
+            "given to MixingLoader(rank=, world_size=) with no torch.distributed process group, "
+            "so the ranks cannot agree where the epoch ends and some would repeat or lose "
+            "samples; run the ranks under torch.distributed (torchrun), where they agree over "
+            "gloo, or filter the shards beforehand (shardmix convert) so that their record "
+            "counts are the kept ones"
+        )
+    # A transform that keeps every sample is no filter: the ranks' plan holds as without one.
+    seen = Counter(key for rank in range(2) for key in all_keys(list(loader(keep_all, rank))))
+    assert seen == expected_keys(sizes)
 
 
 def fail_on_one(sample):
