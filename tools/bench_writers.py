@@ -33,7 +33,7 @@ import tarfile
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +353,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--records", type=int, nargs=2, metavar=("LOW", "HIGH"), help="a 256 B set's shards"
+    )
+    parser.add_argument(
+        "--in-process", action="store_true", help="every case in this process, one after another"
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)  # one measurement, for spawn_case
     args = parser.parse_args(argv)
     if args.case:
@@ -360,8 +366,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         case = Case(given["reader"], given["writer"], Shape(**given["shape"]))
         print(json.dumps(run_case(case, Path(given["root"]), given["num_workers"])))
         return 0
-    todo = cases()
-    found = report(measure(args.data_dir / "writers", todo, args.rounds, args.num_workers), todo)
+    low, high = args.records or (TAR.low, TAR.high)
+    todo = cases(replace(TAR, low=low, high=high), replace(TF_SMALL, low=low, high=high))
+    runner = run_case if args.in_process else spawn_case
+    runs = measure(args.data_dir / "writers", todo, args.rounds, args.num_workers, runner)
+    found = report(runs, todo)
     print(json.dumps(found, indent=2) if args.json else "\n".join(format_report(found)))
     return 0 if all(case["exactly_once"] for case in found["cases"].values()) else 1
 
