@@ -370,9 +370,9 @@ class MixingLoader:
     def __len__(self) -> int:
         """Batches per epoch on this rank, from the record counts (manifest or counting pass).
 
-        Exact for a single rank without filtering, and under several ranks whatever the
-        transform drops (a rank that falls short pads); with a filtering transform on a single
-        rank it is an upper bound, since the records kept are known only once read.
+        Exact without filtering; with a filtering transform (or skipped damage) an upper
+        bound, on one rank as under several, since the samples kept are known only once read
+        (the ranks then agree on the epoch's end as they near it: :mod:`shardmix.rankend`).
         """
         dataset = self.dataset
         if not isinstance(dataset, ShardDataset):
