@@ -1,4 +1,4 @@
-"""ShardSink's shards are read by webdataset, GNU tar and the tfrecord package as shardmix reads them."""
+"""ShardSink output read by webdataset, GNU tar and the tfrecord package as shardmix reads it."""
 
 from __future__ import annotations
 
