@@ -19,7 +19,10 @@ version 7 each resident's size (``buffer.sizes``: what the buffer's byte budget 
 sample, packed by :func:`pack_sizes`), so that a restore can hold residents it has not read
 yet (:mod:`shardmix.residents`); version 8 the buffer's residents in slot order, with
 eviction by swapping (:mod:`shardmix.shuffle`: the same seeds give other batches than
-version 7's). A state of an older version is refused, naming both versions
+version 7's); version 9 the identity of every shard the state references (``"shards"``: a list of
+``[shard index, size, validator]`` for the lanes' pieces, the buffer's residents and the
+padding: :class:`~shardmix.sources.identity.ShardIdentity`), so that a restore refuses a shard
+rewritten since. A state of an older version is refused, naming both versions
 (:func:`check_version`).
 """
 
@@ -28,12 +31,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from shardmix.errors import ConfigError
 
-STATE_VERSION = 8
+STATE_VERSION = 9
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
@@ -136,6 +139,39 @@ def check_refs(refs: Sequence[Ref], num_shards: int, field: str) -> None:
             )
 
 
+def pack_identities(identities: Mapping[int, Any], shards: Iterable[int]) -> list[list[Any]]:
+    """``[shard, size, validator]`` of each of ``shards`` that has an identity (plain JSON,
+    ``[size, validator]``), in shard order.
+
+    >>> pack_identities({3: [10, "mtime_ns:7"], 5: [2, None]}, [3, 4, 3])
+    [[3, 10, 'mtime_ns:7']]
+    """
+    return [[shard, *identities[shard]] for shard in sorted(set(shards)) if shard in identities]
+
+
+def unpack_identities(saved: Sequence[Any], num_shards: int, field: str) -> dict[int, Any]:
+    """The identities :func:`pack_identities` packed, by shard index; an entry that names no
+    shard of ``num_shards`` or holds no ``[size, validator]`` is a ConfigError naming it."""
+    identities = {}
+    for at, entry in enumerate(saved):
+        if not (isinstance(entry, list) and len(entry) == 3 and _is_identity(entry[1:])):
+            _refuse(f"{field}[{at}]", "[shard, size, 'kind:value']", entry)
+        shard = entry[0]
+        if not (_is_count(shard) and shard < num_shards):
+            _refuse(f"{field}[{at}]", f"an entry of a shard 0 to {num_shards - 1}", entry)
+        identities[shard] = entry[1:]
+    return identities
+
+
+def _is_identity(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and (value[0] is None or _is_count(value[0]))
+        and (value[1] is None or (isinstance(value[1], str) and ":" in value[1]))
+    )
+
+
 def pack_sizes(sizes: Sequence[int]) -> str:
     """Pack sizes (non-negative integers, in order) into an ASCII string: varints, deflated.
 
@@ -210,6 +246,7 @@ _POSITION: dict[str, Any] = {
     "dropped": {"filtered": "count", "skipped": "count", "padded": "count"},
     "mixer": {"live": "ints", "cursor": "count", "lanes": "lanes"},
     "buffer": {"draws": "count", "items": "packed", "sizes": "packed"},
+    "shards": "list",
 }
 _MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
 
@@ -264,6 +301,7 @@ _KINDS = {
     "ints": "a list of non-negative ints",
     "lanes": "a list of lane positions, six ints each",
     "mapping": "a dict",
+    "list": "a list",
 }
 
 
@@ -276,6 +314,8 @@ def _holds(kind: str, value: Any) -> bool:
         return isinstance(value, list) and all(map(_is_count, value))
     if kind == "lanes":
         return isinstance(value, list) and all(_is_lane(lane) for lane in value)
+    if kind == "list":
+        return isinstance(value, list)
     return isinstance(value, Mapping)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.formats import RecordBlock
 from shardmix.reader import LaneChunk, Sample, sample_bytes
+from shardmix.sources.identity import ShardIdentity
 from shardmix.transforms import DROPPED as DROPPED_KEY
 from shardmix.transforms import FILTERED, SKIPPED
 
@@ -72,6 +73,8 @@ class Chunk:
     ended: list[int] = field(default_factory=list)  # lanes whose last item is in this chunk
     skipped: dict[str, Any] | None = None  # what the worker skipped since its last chunk
     derived: tuple[str, ...] = ()  # fields of PROVENANCE the items carry (not columns)
+    # The identities of the shards opened for this chunk, by shard index.
+    identities: dict[int, ShardIdentity] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.items)

@@ -47,6 +47,7 @@ from shardmix.sharding import (
     worker_lanes,
 )
 from shardmix.sources import SourceOptions, is_local, local_path
+from shardmix.sources.identity import ShardIdentity
 from shardmix.transforms import SampleTransform, without_tombstones
 from shardmix.urls import check_sources, expand_urls
 from shardmix.world import count_exchange, detect_world
@@ -160,6 +161,10 @@ class ShardDataset(IterableDataset[Sample]):
         self.ledger: SkipLedger | None = None
         # What the last direct iteration dropped: {"filtered": n, "skipped": n}.
         self.dropped: Counter[str] = Counter()
+        # By shard index: the identities a read of a shard must find (a checkpoint's, set per
+        # epoch), and those this copy's reads found since :meth:`take_opened`.
+        self.expected: Mapping[int, ShardIdentity] = {}
+        self.opened: dict[int, ShardIdentity] = {}
         if counts_cache is None and self.source_options.cache_dir is not None:
             counts_cache = os.path.join(self.source_options.cache_dir, COUNTS_CACHE_NAME)
         self.record_counts = RecordCounts(
@@ -349,6 +354,15 @@ class ShardDataset(IterableDataset[Sample]):
             return None
         return CountCheck(url, claim, start, stop, on_damage if self.policy.skips else None)
 
+    def take_opened(self) -> dict[int, ShardIdentity]:
+        """The identities of the shards read since the last call, by shard index."""
+        opened, self.opened = self.opened, {}
+        return opened
+
+    def _note_opened(self, shard: int, identity: ShardIdentity | None) -> None:
+        if identity is not None:
+            self.opened[shard] = identity
+
     def _read_arguments(
         self,
         url: str,
@@ -358,7 +372,10 @@ class ShardDataset(IterableDataset[Sample]):
         on_damage: DamageHandler | None,
     ) -> dict[str, Any]:
         """What a read of records ``[start, stop)`` of ``url`` passes the reader module."""
+        shard = self.shard_index[url]
         return {
+            "expect": self.expected.get(shard),
+            "on_open": partial(self._note_opened, shard),
             "start": start,
             "stop": stop,
             "seek_from": self.record_counts.seek_from(url, start),
@@ -480,6 +497,7 @@ class ShardDataset(IterableDataset[Sample]):
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
             longest_record=longest_record,
+            expect=self.expected.get(self.shard_index[url]),
         )
         return self._transformed(samples, url, epoch, on_damage, epoch_pass)
 

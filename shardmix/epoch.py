@@ -13,6 +13,7 @@ in order of need while the workers start (:mod:`shardmix.residents`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -20,8 +21,10 @@ import numpy as np
 from shardmix.checkpoint import (
     Ref,
     check_refs,
+    pack_identities,
     pack_refs,
     pack_sizes,
+    unpack_identities,
     unpack_refs,
     unpack_sizes,
 )
@@ -37,6 +40,7 @@ from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
 from shardmix.sharding import EvenRanks, Piece, rank_quota
 from shardmix.shuffle import SlotBuffer, eviction_order
+from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.workers import (
     failure_message,
@@ -130,6 +134,9 @@ class EpochIterator:
         # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`),
         # held in the buffer as id ``-1 - its position``.
         self._residents: ResidentReads | None = None
+        # By shard index, the identity each shard read this epoch had (or the checkpoint says
+        # it had): a shard found otherwise later in the epoch is refused.
+        self.identities: dict[int, ShardIdentity] = {}
         starts = None
         live = None
         cursor = 0
@@ -146,6 +153,10 @@ class EpochIterator:
             self.padded = resume["dropped"]["padded"]
             dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
             self.buffer.draws.count = resume["buffer"]["draws"]
+            saved = unpack_identities(resume["shards"], len(dataset.urls), "shards")
+            self.identities = {shard: ShardIdentity.from_json(v) for shard, v in saved.items()}
+        if isinstance(dataset, ShardDataset):
+            dataset.expected = self.identities
         # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
         exchange = end_exchange(world_size) if filters else None
         self.rank_end = (
@@ -177,7 +188,9 @@ class EpochIterator:
                 multiprocessing_context=loader.multiprocessing_context,
                 worker_init_fn=loader.worker_init_fn,
                 pool=self._pool,
+                identities=dict(self.identities),
             )
+            sent = self._checked(sent)
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
             assert isinstance(dataset, ShardDataset)
@@ -213,6 +226,19 @@ class EpochIterator:
 
     def __iter__(self) -> EpochIterator:
         return self
+
+    def _checked(self, sent: Iterator[Chunk]) -> Iterator[Chunk]:
+        """``sent``, each chunk's shard identities checked against those seen before."""
+        identities = self.identities
+        for chunk in sent:
+            for shard, identity in chunk.identities.items():
+                known = identities.get(shard)
+                if known is None:
+                    identities[shard] = identity
+                elif known != identity:
+                    assert isinstance(self.dataset, ShardDataset)  # only its chunks say
+                    check_identity(self.dataset.urls[shard], known, identity)
+            yield chunk
 
     def __next__(self) -> Any:
         if self.finished or self.closed:
@@ -438,6 +464,14 @@ class EpochIterator:
 
     def position(self) -> dict[str, Any]:
         live = self.merge.live()
+        lanes = [
+            [p.slot, p.record, p.offset, *_piece_ref(self.plan, lane, p.slot)]
+            for lane, p in enumerate(self.merge.lane_positions())
+        ]
+        residents = self._refs(self.buffer.slots)
+        referenced = chain(
+            (lane[3] for lane in lanes), (ref[0] for ref in chain(residents, self.pad_refs))
+        )
         return {
             "epoch": self.epoch,
             "batches": self.batches,
@@ -451,16 +485,14 @@ class EpochIterator:
             "mixer": {
                 "live": live,
                 "cursor": self.merge.cursor(live),
-                "lanes": [
-                    [p.slot, p.record, p.offset, *_piece_ref(self.plan, lane, p.slot)]
-                    for lane, p in enumerate(self.merge.lane_positions())
-                ],
+                "lanes": lanes,
             },
             "buffer": {
                 "draws": self.buffer.draws.count,
-                "items": pack_refs(self._refs(self.buffer.slots)),
+                "items": pack_refs(residents),
                 "sizes": pack_sizes(self.buffer.sizes.tolist()),
             },
+            "shards": pack_identities(_as_json(self.identities), referenced),
         }
 
 
@@ -469,6 +501,10 @@ class EpochIterator:
 # stop -1 for "to the shard's end"; a position past a lane's last piece (or at the start of
 # an epoch, before the plan is made) names none.
 _NO_PIECE = (-1, 0, -1)
+
+
+def _as_json(identities: Mapping[int, ShardIdentity]) -> dict[int, Any]:
+    return {shard: identity.to_json() for shard, identity in identities.items()}
 
 
 def _piece_ref(plan: list[list[Piece]] | None, lane: int, slot: int) -> tuple[int, int, int]:
@@ -530,4 +566,5 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
             "lanes": [[0, 0, -1, *_NO_PIECE] for _ in range(num_lanes)],
         },
         "buffer": {"draws": 0, "items": pack_refs([]), "sizes": pack_sizes([])},
+        "shards": [],
     }

@@ -47,11 +47,14 @@ from shardmix.formats import (
 from shardmix.policy import DamageHandler
 from shardmix.sharding import Piece
 from shardmix.sources import SourceOptions, open_shard
+from shardmix.sources.identity import ShardIdentity, stream_identity
 from shardmix.sources.ranges import open_ranges
 
 logger = logging.getLogger(__name__)
 
 Sample = dict[str, Any]
+# Told the identity of each shard a read opens (None: its source gives none).
+OnOpen = Callable[[ShardIdentity | None], None]
 T = TypeVar("T")  # what a lane yields: samples, or record blocks
 
 # Re-reading records by range: a record whose length is not known from its neighbour's offset
@@ -91,6 +94,8 @@ def read_shard(
     on_damage: DamageHandler | None = None,
     before_offset: int = -1,
     listed: tuple[int, str | None] | None = None,
+    expect: ShardIdentity | None = None,
+    on_open: OnOpen | None = None,
 ) -> Iterator[Sample]:
     """The samples of records ``[start, stop)`` of one shard, each with its provenance.
 
@@ -101,10 +106,13 @@ def read_shard(
     ``seek_from``, a sparse index entry at or before ``start``, is where a seekable,
     uncompressed shard is entered; else the framing is walked from byte 0. ``listed``: the
     size and sha256 a manifest gives the shard (a cached copy is checked against them).
+
+    ``expect``: the identity the shard had when this position was taken; another version is
+    refused with :class:`~shardmix.errors.ShardChangedError` before a record is read.
+    ``on_open`` is told the identity the opened shard has.
     """
-    entered = _entered(
-        url, start, stop, seek_from, on_damage, before_offset, source_options, listed
-    )
+    where = (before_offset, source_options, listed, (expect, on_open))
+    entered = _entered(url, start, stop, seek_from, on_damage, *where)
     with entered as (stream, arguments):
         reader = reader_for(fmt, options)
         for index, offset, sample in reader.records(stream, url, **arguments):
@@ -128,15 +136,16 @@ def read_shard_blocks(
     on_damage: DamageHandler | None = None,
     before_offset: int = -1,
     listed: tuple[int, str | None] | None = None,
+    expect: ShardIdentity | None = None,
+    on_open: OnOpen | None = None,
 ) -> Iterator[RecordBlock]:
     """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
     whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`."""
     reader = reader_for(fmt, options)
     if not isinstance(reader, BlockReader):
         raise TypeError(f"the {fmt.value} reader does not read records in blocks")
-    entered = _entered(
-        url, start, stop, seek_from, on_damage, before_offset, source_options, listed
-    )
+    where = (before_offset, source_options, listed, (expect, on_open))
+    entered = _entered(url, start, stop, seek_from, on_damage, *where)
     with entered as (stream, arguments):
         for block in reader.blocks(stream, url, **arguments):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
@@ -157,12 +166,18 @@ def _entered(
     before_offset: int,
     source_options: SourceOptions | None,
     listed: tuple[int, str | None] | None = None,
+    opened: tuple[ShardIdentity | None, OnOpen | None] = (None, None),
 ) -> Iterator[tuple[BinaryIO, dict[str, Any]]]:
     """The shard, open where a read of records ``[start, stop)`` begins (see
     :func:`read_shard`), and the arguments its reader's ``records`` or ``blocks`` takes."""
     resume = start > 0 and before_offset >= 0
+    expect, on_open = opened
     offset = before_offset if resume else 0
-    with open_shard(url, options=source_options, offset=offset, listed=listed) as stream:
+    with open_shard(
+        url, options=source_options, offset=offset, listed=listed, expect=expect
+    ) as stream:
+        if on_open is not None:
+            on_open(stream_identity(stream))
         arguments: dict[str, Any] = {"stop": stop, "on_damage": on_damage}
         if resume and can_seek_records(stream, url):
             arguments.update(start=start - 1, start_offset=before_offset)
@@ -186,6 +201,7 @@ def read_shard_at(
     source_options: SourceOptions | None = None,
     on_damage: DamageHandler | None = None,
     longest_record: int | None = None,
+    expect: ShardIdentity | None = None,
 ) -> Iterator[Sample]:
     """The samples of the ``(record, offset)`` pairs of one shard, with their provenance.
 
@@ -199,6 +215,8 @@ def read_shard_at(
 
     The ranges of a remote shard are asked for here, at the call, several at once; the
     records are read as the result is iterated. ``longest_record``: see :func:`record_ranges`.
+    ``expect``: the identity the shard had when the positions were taken (see
+    :func:`read_shard`).
     """
     if not positions:
         return iter(())
@@ -206,7 +224,7 @@ def read_shard_at(
     if not is_gzipped(url) and min(offset for _, offset in positions) >= 0:
         ranges = record_ranges(positions, longest_record)
         ranged = open_ranges(url, ranges, source_options or SourceOptions())
-    return _read_at(url, fmt, positions, ranged, options, source_options, on_damage)
+    return _read_at(url, fmt, positions, ranged, options, source_options, on_damage, expect)
 
 
 def _read_at(
@@ -217,9 +235,12 @@ def _read_at(
     options: ReadOptions,
     source_options: SourceOptions | None,
     on_damage: DamageHandler | None,
+    expect: ShardIdentity | None,
 ) -> Iterator[Sample]:
     offsets = dict(positions)
-    stream = ranged if ranged is not None else open_shard(url, options=source_options)
+    opened = open_shard(url, options=source_options, expect=expect) if ranged is None else None
+    stream = ranged if ranged is not None else opened
+    assert stream is not None
     with stream:
         if can_seek_records(stream, url) and min(offsets.values()) >= 0:
             buffered = stream if ranged is not None else _small_buffer(stream)

@@ -13,8 +13,8 @@ import math
 import os
 import resource
 import signal
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.utils.data import DataLoader, IterableDataset
@@ -28,6 +28,7 @@ from shardmix.progress import Heartbeat, watch_progress
 from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
+from shardmix.sources.identity import ShardIdentity
 from shardmix.world import detect_world
 
 T = TypeVar("T")
@@ -72,6 +73,8 @@ class EpochPlan:
     starts: list[LanePosition] | None
     epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
     generation: int = 0
+    # By shard index, the identity each shard must have (a restored checkpoint's).
+    identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
 
 
 def lane_turn(num_lanes: int, num_workers: int) -> int:
@@ -101,6 +104,7 @@ def start_workers(
     multiprocessing_context: Any,
     worker_init_fn: Callable[[int], None] | None = None,
     pool: WorkerPool | None = None,
+    identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
 
@@ -108,7 +112,8 @@ def start_workers(
     the mixer takes lanes in proportion to them. The workers are torch's
     DataLoader iterator (``None`` when ``num_workers`` is 0 and the lanes are read in this
     process, or when ``pool``'s persistent workers read them); stop them with
-    :func:`stop_workers`.
+    :func:`stop_workers`. ``identities``: what each shard must be, by shard index (a
+    checkpoint's); each chunk says the identities of the shards read for it.
     """
     if isinstance(dataset, ShardDataset) and lane_pieces is not None:
         lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
@@ -118,7 +123,17 @@ def start_workers(
     else:
         num_lanes = max(1, num_workers)
         per_lane = CHUNK_SAMPLES
-    plan = EpochPlan(epoch, rank, world_size, lane_pieces, clocks, per_lane, starts, epoch_pass)
+    plan = EpochPlan(
+        epoch,
+        rank,
+        world_size,
+        lane_pieces,
+        clocks,
+        per_lane,
+        starts,
+        epoch_pass,
+        identities=identities if identities is not None else {},
+    )
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
     heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
@@ -268,6 +283,7 @@ def lane_chunks(
     if isinstance(dataset, ShardDataset) and plan.lane_pieces is not None:
         shard_index = dataset.shard_index
         dataset.ledger = ledger  # this process's copy of the dataset
+        dataset.expected = plan.identities
         num_lanes = len(plan.lane_pieces)
         worker, num_workers = world.worker, world.num_workers
         lanes = worker_lanes(num_lanes=num_lanes, worker=worker, num_workers=num_workers)
@@ -306,7 +322,18 @@ def lane_chunks(
         lambda: builder.mean_size,
         steady=steady_turn(plan.per_lane),
     )
-    return collected_between(builder.build(group, ledger.take()) for group in groups)
+    chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
+    if shard_index is not None:
+        assert isinstance(dataset, ShardDataset)
+        chunks = _with_identities(chunks, dataset)
+    return collected_between(chunks)
+
+
+def _with_identities(chunks: Iterator[Chunk], dataset: ShardDataset) -> Iterator[Chunk]:
+    """``chunks``, each with the identities of the shards opened until it was made."""
+    for chunk in chunks:
+        chunk.identities = dataset.take_opened()
+        yield chunk
 
 
 def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:

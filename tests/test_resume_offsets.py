@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import shardmix.reader
-from shardmix import ConfigError, MixingLoader, ShardDataset
+from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
 from shardmix.checkpoint import pack_refs, unpack_refs
 from shardmix.testing import batch_fingerprint, check_resume, run_steps
 
@@ -92,23 +92,23 @@ def test_rewritten_shards_fail_with_an_error_naming_the_shard(tmp_path, fmt):
     pattern = write_shards(tmp_path / "d", fmt, UNEVEN_SIZES, payload_bytes=16)
     make = loader_factory(pattern)
     state = state_after(make, 5)
-    # Same URLs and record counts, other record sizes: the stored offsets are stale.
+    # Same URLs and record counts, other record sizes: the shards' identities changed.
     write_shards(tmp_path / "d", fmt, UNEVEN_SIZES, payload_bytes=1_100)
     restored = make()
     restored.load_state_dict(state)
     with pytest.raises(
-        ConfigError,
-        match=rf"cannot resume: .* no valid record at .*part-\d{{4}}\.{fmt}: record \d+ at "
-        r"byte offset \d+; the data changed",
+        ShardChangedError,
+        match=rf"^.*part-\d{{4}}\.{fmt}: the shard changed since it was first read: expected "
+        r"[\d,]+ bytes, mtime_ns:\d+, found [\d,]+ bytes, mtime_ns:\d+; ",
     ) as caught:
         next(iter(restored))
     assert caught.value.url is not None and caught.value.url.endswith(f".{fmt}")
 
 
-@pytest.mark.parametrize("version", [3, 4, 5, 6, 7])
+@pytest.mark.parametrize("version", [3, 4, 5, 6, 7, 8])
 def test_an_older_version_state_is_refused(uneven_shards, version):
     make = loader_factory(uneven_shards)
     state = state_after(make, 3)
     state["version"] = version
-    with pytest.raises(ConfigError, match=f"has version {version}, this shardmix reads version 8"):
+    with pytest.raises(ConfigError, match=f"has version {version}, this shardmix reads version 9"):
         make().load_state_dict(state)
