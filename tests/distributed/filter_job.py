@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from shardmix import MixingLoader, ShardDataset
+from shardmix import MixingLoader, ShardDataset, world
 
 
 def drop_10_percent(sample):
@@ -124,6 +124,9 @@ def main() -> None:
             keys.extend(zip(batch["__dataset__"], batch["__key__"], strict=True))
         runs[f"mixture/{even_ranks}"] = {"steps": steps, "keys": keys, "filtered": loader.filtered}
         loader.close()
+    # Every loader above exchanged on one gloo group, made once, never the default group.
+    groups = [group for _, group in world._GLOO_GROUPS.values()]
+    runs["groups"] = {"made": len(groups), "default": groups[0] is dist.group.WORLD}
     dist.barrier()
     (args.out / f"rank-{rank}.json").write_text(json.dumps(runs))
     dist.destroy_process_group()

@@ -116,3 +116,8 @@ def test_each_dataset_of_a_mixture_agrees_on_its_end(job, even_ranks):
                 # The mixture's last batch keeps each dataset's share: padding taken past
                 # it is counted, not delivered.
                 assert sum(keys.values()) - len(keys) <= counts["padded"]
+
+
+@pytest.mark.slow
+def test_the_ranks_exchange_on_one_gloo_group_of_their_own(job):
+    assert [ranks["groups"] for ranks in job] == [{"made": 1, "default": False}] * len(job)
