@@ -140,8 +140,7 @@ class ShardmixTrainerMixin:
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
         if resume_from_checkpoint is not None:
-            checkpoint = resume_from_checkpoint
-            path = os.path.join(checkpoint, LOADER_STATE_NAME)
+            path = os.path.join(resume_from_checkpoint, LOADER_STATE_NAME)
             self._trainer_loader.resume(_read_state(path), path)
         return counters
 

@@ -1,5 +1,6 @@
 """The Hugging Face Trainer over a MixingLoader (shardmix.hf): killed after a checkpoint and
-resumed with ``resume_from_checkpoint`` in new processes, it trains on exactly the batches of
+resumed with ``resume_from_checkpoint`` in new processes (from a checkpoint mid-epoch and
+from one at an epoch's end), it trains on exactly the batches of
 an uninterrupted run, in order, on one process and on 2 DDP ranks (torchrun, gloo), reads no
 batch that it does not train on, and ends with the same weights.
 
@@ -78,7 +79,7 @@ def test_a_killed_run_resumed_from_its_checkpoint_trains_the_uninterrupted_runs_
     expected = [[list(b["__key__"]) for epoch in range(2) for b in loader] for loader in direct]
     steps_per_epoch = -(-len(direct[0]) // ACCUMULATION)
     saved_at = steps_per_epoch + 1  # one optimizer step into epoch 1
-    save = ("--save-steps", str(saved_at))
+    save = ("--save-steps", str(saved_at), "--save-at", str(steps_per_epoch))  # and epoch 0's end
     full = train(pattern, tmp_path / "full", *save, ranks=ranks)
     for rank in range(ranks):
         assert full[rank]["trained"] == full[rank]["delivered"] == expected[rank]
@@ -91,18 +92,24 @@ def test_a_killed_run_resumed_from_its_checkpoint_trains_the_uninterrupted_runs_
             )
             assert ours and not ours & theirs
 
-    killed = train(
-        pattern, tmp_path / "killed", *save, "--kill-at-step", str(saved_at + 1), ranks=ranks
-    )
-    checkpoint = tmp_path / "killed" / f"checkpoint-{saved_at}"
-    assert (checkpoint / "shardmix_loader.json").is_file()
-    resumed = train(pattern, tmp_path / "resumed", *save, "--resume", str(checkpoint), ranks=ranks)
-    kept = len(direct[0]) + ACCUMULATION  # the batches trained up to the checkpoint
+    kill = ("--kill-at-step", str(saved_at + 1))
+    killed = train(pattern, tmp_path / "killed", *save, *kill, ranks=ranks)
     for rank in range(ranks):
         assert killed[rank]["weights"] is None  # it did die
-        assert len(killed[rank]["trained"]) == kept + ACCUMULATION
-        # the same batches in the same order: none trained twice, none lost
-        assert killed[rank]["trained"][:kept] + resumed[rank]["trained"] == full[rank]["trained"]
-        # after the resume the loader made only the batches trained on: none read and skipped
-        assert resumed[rank]["delivered"] == resumed[rank]["trained"]
-        assert resumed[rank]["weights"] == full[rank]["weights"]
+        assert len(killed[rank]["trained"]) == len(direct[0]) + 2 * ACCUMULATION
+    # the batches trained up to each checkpoint: mid-epoch 1, and all of epoch 0
+    for step, kept in (
+        (saved_at, len(direct[0]) + ACCUMULATION),
+        (steps_per_epoch, len(direct[0])),
+    ):
+        checkpoint = tmp_path / "killed" / f"checkpoint-{step}"
+        assert (checkpoint / "shardmix_loader.json").is_file()
+        out = tmp_path / f"resumed-{step}"
+        resumed = train(pattern, out, *save, "--resume", str(checkpoint), ranks=ranks)
+        for rank in range(ranks):
+            # the same batches in the same order: none trained twice, none lost
+            joined = killed[rank]["trained"][:kept] + resumed[rank]["trained"]
+            assert joined == full[rank]["trained"], (step, rank)
+            # after the resume the loader made only the batches trained on: none read and skipped
+            assert resumed[rank]["delivered"] == resumed[rank]["trained"], (step, rank)
+            assert resumed[rank]["weights"] == full[rank]["weights"], (step, rank)

@@ -3,9 +3,10 @@
 The model is a GPT-2 built from a config (one layer, random weights, no dropout; nothing is
 downloaded). Every rank appends to ``trained-<rank>.jsonl`` one JSON line per training batch
 (the keys it trained on) and to ``delivered-<rank>.jsonl`` one line per batch the loader made
-(its collate_fn), flushed at once, so that a killed run leaves what it did. With
-``--kill-at-step S`` the job dies (``os._exit``) once global step S is done; ``--resume CKPT``
-continues from a checkpoint folder. At the end every rank writes ``weights-<rank>.json``.
+(its collate_fn), flushed at once, so that a killed run leaves what it did. ``--save-at S``
+adds a checkpoint after step S to those of ``--save-steps``; with ``--kill-at-step S`` the job
+dies (``os._exit``) once global step S is done; ``--resume CKPT`` continues from a checkpoint
+folder. At the end every rank writes ``weights-<rank>.json``.
 """
 
 import argparse
@@ -54,6 +55,17 @@ class LoggingTrainer(ShardmixTrainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
+class SaveAt(TrainerCallback):
+    """A checkpoint after each of ``steps`` too (besides every ``save_steps``)."""
+
+    def __init__(self, steps: list[int]) -> None:
+        self.steps = steps
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            control.should_save = True
+
+
 class KillAfter(TrainerCallback):
     def __init__(self, step: int) -> None:
         self.step = step
@@ -69,6 +81,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--save-steps", type=int, required=True)
+    parser.add_argument("--save-at", type=int, action="append", default=[])
     parser.add_argument("--kill-at-step", type=int, default=None)
     parser.add_argument("--resume", default=None)
     args = parser.parse_args()
@@ -103,7 +116,9 @@ def main() -> None:
         disable_tqdm=True,
         seed=0,
     )
-    callbacks = [] if args.kill_at_step is None else [KillAfter(args.kill_at_step)]
+    callbacks: list[TrainerCallback] = [SaveAt(args.save_at)]
+    if args.kill_at_step is not None:
+        callbacks.append(KillAfter(args.kill_at_step))
     trainer = LoggingTrainer(
         model=model,
         args=training,
