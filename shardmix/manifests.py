@@ -92,9 +92,6 @@ class Manifests:
                 stacklevel=3,
             )
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_warned": set()}
-
 
 def manifest_name_for(shard_name: str) -> str:
     """The name ``shardmix convert`` gives the manifest of a shard called ``shard_name``.
