@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shardmix import MixingLoader, ShardChangedError, ShardDataset
+from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
 from shardmix.checkpoint import unpack_refs
 from shardmix.formats.tar_writer import TarWriter
 from shardmix.formats.tfrecord_writer import TFRecordWriter
@@ -139,3 +139,25 @@ def test_the_state_carries_the_identity_of_every_shard_it_references(tmp_path):
     assert state["shards"] == [
         [shard, sizes[shard], f"mtime_ns:{MTIME_NS}"] for shard in sorted(referenced)
     ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ([99, 10, "mtime_ns:1"], "an entry of a shard 0 to 3"),
+        ([0, -1, "mtime_ns:1"], "[shard, size, 'kind:value']"),
+        ([0, 10, "no kind"], "[shard, size, 'kind:value']"),
+    ],
+)
+def test_a_damaged_identity_entry_is_refused_naming_it(tmp_path, entry, expected):
+    pattern, state, _ = checkpoint(tmp_path, "tar")
+    state["shards"][0] = entry
+    resumed = make_loader(pattern)
+    with pytest.raises(ConfigError) as caught:
+        resumed.load_state_dict(state)
+        next(iter(resumed))
+    resumed.close()
+    assert str(caught.value) == (
+        f"cannot resume: the loader state's 'shards[0]' should be {expected}, found "
+        f"{entry!r}; the state was edited or damaged since it was saved"
+    )
