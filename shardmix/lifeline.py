@@ -9,7 +9,11 @@ looks at the parent between two fetches. Every shardmix worker therefore runs
   through ctypes; the signal follows the parent *thread* that started the worker, so start
   iteration from a thread that lives as long as the loader, as training loops do), and
 - starts a daemon thread that polls ``os.getppid()`` and ends the worker when the parent
-  changes (the portable fallback, and a check on the race before ``prctl`` took effect),
+  changes (the portable fallback, and a check on the race before ``prctl`` took effect), or
+  when the trainer (the process that made the :class:`WorkerInit`, by pid and start time) is
+  gone. Under ``forkserver`` a worker's parent is the forkserver, which outlives a killed
+  trainer (with its resource tracker): the worker then kills that forkserver before it ends,
+  and the tracker, whose last writers are gone, ends too,
 
 then moves every object the worker inherited from its parent (torch's modules, the dataset)
 out of reach of the worker's cycle collector (``gc.freeze``): a full collection then scans only
@@ -20,6 +24,7 @@ user's ``worker_init_fn``. Nothing here waits on the data pipe.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
@@ -43,22 +48,27 @@ class WorkerInit:
 
     def __init__(self, user: Callable[[int], None] | None) -> None:
         self.user = user
+        self.trainer = (os.getpid(), _start_time(os.getpid()))
 
     def __call__(self, worker_id: int) -> None:
-        die_with_parent()
+        die_with_parent(trainer=self.trainer)
         gc.freeze()  # what the worker inherited: never scanned by its collector again
         if self.user is not None:
             self.user(worker_id)
 
 
-def die_with_parent(poll_seconds: float = POLL_SECONDS) -> None:
-    """End this process (at once, no cleanup) when its parent process ends."""
+def die_with_parent(
+    poll_seconds: float = POLL_SECONDS, trainer: tuple[int, int | None] | None = None
+) -> None:
+    """End this process (at once, no cleanup) when its parent process ends, or ``trainer``
+    (``(pid, start time)``), if given; a parent other than the trainer (a forkserver) is
+    killed with it."""
     parent = os.getppid()
     _set_parent_death_signal()
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
     watchdog = threading.Thread(
-        target=_watch, args=(parent, poll_seconds), name="shardmix-lifeline", daemon=True
+        target=_watch, args=(parent, trainer, poll_seconds), name="shardmix-lifeline", daemon=True
     )
     watchdog.start()
 
@@ -74,7 +84,39 @@ def _set_parent_death_signal() -> bool:
         return False
 
 
-def _watch(parent: int, poll_seconds: float) -> None:
+def _watch(parent: int, trainer: tuple[int, int | None] | None, poll_seconds: float) -> None:
     while os.getppid() == parent:
+        if trainer is not None and not _running(*trainer):
+            if parent != trainer[0]:  # the dead trainer's forkserver: it would stay forever
+                with contextlib.suppress(OSError):
+                    os.kill(parent, signal.SIGKILL)
+            break
         time.sleep(poll_seconds)
     os._exit(1)
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, from /proc), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _running(pid: int, start: int | None) -> bool:
+    """Whether that very process (pid and start time) still runs; a zombie does not."""
+    if start is None:  # no /proc: whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and int(fields[19]) == start

@@ -43,6 +43,7 @@ from shardmix.convert.plan import ShardPlan, make_plan, plan_digest
 from shardmix.convert.tables import is_table, list_table
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
 from shardmix.errors import ShardmixError
+from shardmix.lifeline import die_with_parent
 
 Progress = Callable[[int, int], None]  # (records written so far, records planned)
 # A path (folder, table, shard pattern, saved Hugging Face dataset) or a datasets.Dataset /
@@ -187,7 +188,8 @@ def prepare_output(
 def _pool(workers: int) -> ProcessPoolExecutor:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    # Each writer ends with this process, however it ends (a SIGKILL leaves no writer behind).
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent)
 
 
 def _write_all(

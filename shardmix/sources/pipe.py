@@ -10,13 +10,14 @@ Closing the stream early stops the command. The stream cannot seek; readers skip
 from __future__ import annotations
 
 import io
+import signal
 import subprocess
 import tempfile
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 from shardmix.errors import ShardmixError, UnsupportedURLError
 from shardmix.errors import describe_position as _where
-from shardmix.sources import READ_BUFFER_BYTES, SourceOptions
+from shardmix.sources import READ_BUFFER_BYTES, SourceOptions, commands
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -63,7 +64,9 @@ class PipeStream(io.RawIOBase):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
+            start_new_session=True,  # its own process group, killed with this process
         )
+        commands.watch(self._process.pid)
         # Popen(stdout=PIPE) with the default buffering gives a BufferedReader.
         self._stdout = cast(io.BufferedReader, self._process.stdout)
 
@@ -89,7 +92,7 @@ class PipeStream(io.RawIOBase):
         super().close()
 
     def _check_exit(self) -> None:
-        status = self._process.wait()
+        status = self._wait()
         if status != 0:
             raise PipeCommandError(
                 f"{_where(self.url, offset=self._position)}: the command {self.command!r} "
@@ -105,13 +108,22 @@ class PipeStream(io.RawIOBase):
         self._stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
         return self._stderr.read().decode("utf-8", "replace").strip()
 
+    def _wait(self, timeout: float | None = None) -> int:
+        """Reap the command (``timeout``: raise TimeoutExpired past it) and forget its group."""
+        status = self._process.wait(timeout)
+        commands.forget(self._process.pid)
+        return status
+
     def _stop(self) -> None:
-        """End the command if it still runs (the reader stopped early) and reap it."""
+        """End the command's group if it still runs (the reader stopped early) and reap it."""
         self._stdout.close()
         if self._process.poll() is None:
-            self._process.terminate()
+            group = self._process.pid
+            commands.kill_group(group, signal.SIGTERM)
             try:
-                self._process.wait(_STOP_WAIT_SECONDS)
+                self._wait(_STOP_WAIT_SECONDS)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+                commands.kill_group(group, signal.SIGKILL)
+                self._wait()
+        else:
+            commands.forget(self._process.pid)
