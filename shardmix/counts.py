@@ -36,6 +36,7 @@ from shardmix.manifests import (  # noqa: F401 (manifest_counts, manifest_shards
     manifest_counts,
     manifest_shards,
 )
+from shardmix.policy import Damage, DamageHandler
 from shardmix.sources import SourceOptions, open_shard
 from shardmix.sources.version import shard_version
 
@@ -107,10 +108,27 @@ def index_records(
     options: ReadOptions = ReadOptions(),
     source_options: SourceOptions | None = None,
     every: int = INDEX_EVERY,
+    on_damage: DamageHandler | None = None,
 ) -> ShardCount:
-    """One shard's count and sparse offset index, by walking its framing once."""
+    """One shard's count and sparse offset index, by walking its framing once.
+
+    With ``on_damage`` (``on_error="skip"``), a shard whose framing is lost is reported to it
+    and counted up to the damage: the records a read can reach.
+    """
+    cut: list[int] = []
+
+    def report(damage: Damage) -> None:
+        if damage.rest_of_shard and damage.record is not None:
+            cut.append(damage.record)
+        assert on_damage is not None
+        on_damage(damage)
+
     with open_shard(url, options=source_options) as stream:
-        records, index = reader_for(fmt, options).index(stream, url, every)
+        handler = report if on_damage is not None else None
+        records, index = reader_for(fmt, options).index(stream, url, every, handler)
+    if cut:
+        records = min(records, cut[0])
+        index = [offset for entry, offset in enumerate(index) if entry * every < records]
     return ShardCount(records, tuple(index), every)
 
 
@@ -118,6 +136,9 @@ class RecordCounts:
     """Record counts of a fixed shard list, found on first use and then kept.
 
     ``cache_path``: a JSON file where counted shards are kept for later jobs (None: none).
+    ``on_damage``: under ``on_error="skip"``, the counting pass reports a shard whose framing
+    is lost to it (a :class:`~shardmix.policy.SkipLedger`) and counts the records before the
+    damage; such a shard is counted again by each job, never cached.
     """
 
     def __init__(
@@ -128,8 +149,11 @@ class RecordCounts:
         known: Mapping[str, int] | None = None,
         source_options: SourceOptions | None = None,
         cache_path: str | None = None,
+        on_damage: DamageHandler | None = None,
     ) -> None:
         self._urls = list(urls)
+        self._on_damage = on_damage
+        self.damaged: set[str] = set()  # shards the counting pass found damaged
         self._formats = formats
         self._options = options
         self._source_options = source_options or SourceOptions()
@@ -218,10 +242,25 @@ class RecordCounts:
                     resolved[url] = cached
                     self._sources[url] = f"the count cache {self._cache_path}"
                     continue
-            entry = index_records(url, self._formats[url], self._options, self._source_options)
+            entry = self._index(url)
+            if url in self.damaged:
+                version = None  # counted again next time, so the damage is reported again
             resolved[url] = ShardCount(entry.records, entry.index, entry.every, version)
             self._sources[url] = "the counting pass"
         return resolved
+
+    def _index(self, url: str) -> ShardCount:
+        """Count ``url`` by walking its framing, damage reported to ``on_damage`` if given."""
+        on_damage = self._on_damage
+        handler = None
+        if on_damage is not None:
+
+            def handler(damage: Damage) -> None:
+                self.damaged.add(url)
+                on_damage(damage)
+
+        options, source_options = self._options, self._source_options
+        return index_records(url, self._formats[url], options, source_options, on_damage=handler)
 
     def _cache(self) -> dict[str, ShardCount]:
         if self._cached is None:

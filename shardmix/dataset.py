@@ -159,6 +159,8 @@ class ShardDataset(IterableDataset[Sample]):
         self.policy = ErrorPolicy(OnError(on_error), max_skips)
         # Counts what this copy of the dataset skipped (set per iteration; see ``skipped``).
         self.ledger: SkipLedger | None = None
+        # What the counting pass skipped: shards cut short by damage, warned about there once.
+        self.counting_ledger = SkipLedger.for_policy(self.policy) if self.policy.skips else None
         # What the last direct iteration dropped: {"filtered": n, "skipped": n}.
         self.dropped: Counter[str] = Counter()
         # By shard index: the identities a read of a shard must find (a checkpoint's, set per
@@ -174,6 +176,7 @@ class ShardDataset(IterableDataset[Sample]):
             given_counts(record_counts, self.urls),
             self.source_options,
             cache_path=None if counts_cache is None else os.fspath(counts_cache),
+            on_damage=self.counting_ledger,
         )
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
         self.epoch = 0
@@ -410,7 +413,7 @@ class ShardDataset(IterableDataset[Sample]):
     def iter_world(self, world: World, epoch: int) -> Iterator[Sample]:
         """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
         if self.policy.skips:
-            self.ledger = SkipLedger.for_policy(self.policy)
+            self.ledger = SkipLedger.for_policy(self.policy, reported=self.record_counts.damaged)
         self.dropped = Counter()
         num_lanes = self.lanes_for(None, world.world_size)
         lanes = worker_lanes(

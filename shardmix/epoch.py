@@ -88,7 +88,8 @@ class EpochIterator:
         self.epoch_pass = epoch_pass  # the pass over the dataset within the epoch (mixtures)
         self.batches = 0
         self.emitted = 0
-        self.finished = False  # every batch of the epoch was handed out
+        self.finished = False  # every batch of the epoch was handed out (the last one cut)
+        self._deferred: BaseException | None = None  # met looking past the last batch cut
         self.closed = False  # the workers were stopped; the position stays valid
         self._workers: Any = None
         self._pool = loader.pool  # persistent workers, stopped only when an epoch fails
@@ -168,7 +169,8 @@ class EpochIterator:
         self._world_size = world_size
         self.skipped: SkipLedger | None = None
         if isinstance(dataset, ShardDataset) and dataset.policy.skips:
-            self.skipped = SkipLedger.for_policy(dataset.policy)
+            damaged = dataset.record_counts.damaged  # warned about by the counting pass
+            self.skipped = SkipLedger.for_policy(dataset.policy, reported=damaged)
         if live is not None and not live:
             sent: Iterator[Chunk] = iter(())
             num_lanes = len(starts or ())
@@ -309,6 +311,9 @@ class EpochIterator:
         self.close()
 
     def _next_batch(self) -> Any:
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
         batch_size = self.batch_size
         ids, pads = self._take(batch_size)
         size = len(ids) + len(pads)
@@ -316,14 +321,30 @@ class EpochIterator:
             self.finished = True
             raise StopIteration
         self.batches += 1
-        if self._end_if_over(batch_size - 1 if self.drop_last else 0):
-            self.finished = True  # the last batch: the state is now the next epoch's start
+        try:
+            if self.rank_end is not None:  # the ranks agree on the end
+                self.finished = self._end_if_over(batch_size - 1 if self.drop_last else 0)
+            else:
+                self.finished = self._at_end()
+        except Exception as error:  # raised by the next next(), after this batch
+            self._deferred = error
         if pads or (len(ids) and ids.min() < 0):
             collated = self.collate_fn(self._as_samples(ids, pads))
         else:
             collated = self.store.batch(ids, self.collate_fn)
             self._release(ids)
         return pin_batch(collated) if self.pin_memory else collated
+
+    def _at_end(self) -> bool:
+        """Whether the batch just cut was the epoch's last: no full batch (``drop_last``) or
+        no sample at all follows it. Reads ahead only once the buffer holds too few."""
+        needed = self.batch_size if self.drop_last else 1
+        if self.quota is not None:
+            return self.quota - self.emitted < needed
+        if len(self.buffer) >= needed:
+            return False
+        left = needed - len(self.buffer)
+        return self.merge.lookahead(left) < left
 
     def _take(self, count: int) -> tuple[np.ndarray, list[Sample]]:
         """The ids of the next ``count`` samples of this rank's epoch, and the padding after

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any
@@ -193,6 +194,9 @@ class MixingLoader:
         self._resume: dict[str, Any] | None = None  # this rank's position to resume from
         self._iterations = 0  # iter() calls so far; the current epoch's is _current_iteration
         self._current_iteration = 0
+        # The iterator reading the current epoch, by weak reference: once the user holds none
+        # (a ``for`` loop left by ``break``), that epoch is over.
+        self._holder: weakref.ref[_Epoch] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` read epoch ``epoch`` from its start."""
@@ -204,8 +208,10 @@ class MixingLoader:
         self._iterations += 1
         return _Epoch(self, self._iterations)
 
-    def _start_epoch(self, iteration: int) -> EpochIterator | MixtureEpoch:
-        """Start the epoch of ``iter()`` call ``iteration``, at its first ``next()``."""
+    def _start_epoch(self, holder: _Epoch) -> EpochIterator | MixtureEpoch:
+        """Start the epoch of the iterator ``holder``, at its first ``next()``."""
+        iteration = holder.iteration
+        self._holder = weakref.ref(holder)
         adopt_pending_state(self)  # a trainer's restored state it never handed over
         warn_unregistered(self)  # an Accelerator that would checkpoint without it
         self._stop_current()  # an epoch left unfinished (a ``break``) ends here
@@ -278,17 +284,24 @@ class MixingLoader:
     def _position(self, dataset: ShardDataset, world_size: int) -> dict[str, Any]:
         if self._resume is not None:
             return copy.deepcopy(self._resume)
-        current = self._current
-        if (
-            current is not None
-            and not current.finished
-            and self._current_iteration == self._iterations
-            and (current.batches == 0 or current.batches < self._batches_in(current.epoch))
-        ):
-            return current.position()
+        if self._in_epoch():
+            assert self._current is not None
+            return self._current.position()
         if self.datasets is not None:
             return mixture_start(self, self.epoch)
         return epoch_start(self.epoch, self.num_lanes_for(dataset, world_size))
+
+    def _in_epoch(self) -> bool:
+        """Whether the current epoch goes on: batches are left, the newest ``iter()`` reads
+        it, and the user still holds that iterator (else the next epoch comes next)."""
+        current = self._current
+        if current is None or current.finished or self._current_iteration != self._iterations:
+            return False
+        if self._holder is None or self._holder() is None:
+            return False
+        if isinstance(current, MixtureEpoch):
+            return current.batches == 0 or current.batches < self._batches_in(current.epoch)
+        return True
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next ``iter()`` yields what would have followed it.
@@ -383,7 +396,7 @@ class MixingLoader:
                 "(shardmix convert), or do without len()"
             )
         current = self._current
-        epoch = current.epoch if current is not None and not current.finished else self.epoch
+        epoch = current.epoch if current is not None and self._in_epoch() else self.epoch
         return self._batches_in(epoch)
 
     def batches_left(self) -> int:
@@ -446,7 +459,7 @@ class _Epoch(Iterator[Any]):
 
     def __init__(self, loader: MixingLoader, iteration: int) -> None:
         self._loader: MixingLoader | None = loader
-        self._iteration = iteration
+        self.iteration = iteration
         self._epoch: EpochIterator | MixtureEpoch | None = None
 
     def __next__(self) -> Any:
@@ -454,7 +467,7 @@ class _Epoch(Iterator[Any]):
             if self._loader is None:
                 raise StopIteration
             loader, self._loader = self._loader, None
-            self._epoch = loader._start_epoch(self._iteration)
+            self._epoch = loader._start_epoch(self)
         return next(self._epoch)
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import enum
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,8 @@ class SkipLedger:
         warn: warn once per shard (a :class:`SkippedDataWarning` naming the file and the
             position). Workers pass ``False`` when their ledgers are merged in the main
             process, which then warns for them.
+        reported: shards whose damage was already warned about (by the counting pass): they
+            are counted here, not warned about again.
 
     The summary, plain JSON::
 
@@ -125,18 +127,23 @@ class SkipLedger:
     whose rest was dropped (how many records that lost is not known). ``skips`` is their sum.
     """
 
-    def __init__(self, max_skips: int | None = None, *, warn: bool = True) -> None:
+    def __init__(
+        self, max_skips: int | None = None, *, warn: bool = True, reported: Collection[str] = ()
+    ) -> None:
         if max_skips is not None and max_skips < 0:
             raise ConfigError(f"max_skips must be >= 0 or None, got {max_skips}")
         self.max_skips = max_skips
         self.warn = warn
+        self._reported = reported
         self._shards: dict[str, dict[str, Any]] = {}
         self._fresh: dict[str, dict[str, Any]] = {}  # what take() has not handed out yet
 
     @classmethod
-    def for_policy(cls, policy: ErrorPolicy, *, warn: bool = True) -> SkipLedger:
+    def for_policy(
+        cls, policy: ErrorPolicy, *, warn: bool = True, reported: Collection[str] = ()
+    ) -> SkipLedger:
         """The ledger that enforces ``policy``'s budget."""
-        return cls(policy.max_skips, warn=warn)
+        return cls(policy.max_skips, warn=warn, reported=reported)
 
     # -- counting -------------------------------------------------------------------------
 
@@ -165,7 +172,7 @@ class SkipLedger:
                 entry = table.get(url)
                 if entry is None:
                     entry = table[url] = _empty_shard_entry()
-                    if table is self._shards and self.warn:
+                    if table is self._shards and self.warn and url not in self._reported:
                         _warn_first(url, counts)
                 for name in ("skips", "records", "bytes", "cut"):
                     entry[name] += int(counts.get(name, 0))

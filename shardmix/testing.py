@@ -48,6 +48,20 @@ def run_steps(
     return out
 
 
+def checkpoint_after(
+    loader: MixingLoader, epochs: int, step: int
+) -> tuple[list[Any], dict[str, Any]]:
+    """The first ``step`` batches of a training loop, and the state a checkpoint taken inside
+    the loop after the last of them saves (as plain JSON, read back)."""
+    out: list[Any] = []
+    for _ in range(loader.epoch, epochs):
+        for batch in loader:
+            out.append(batch)
+            if len(out) == step:
+                return out, json.loads(json.dumps(loader.state_dict()))
+    raise ValueError(f"step {step} is outside the run's 1..{len(out)}")
+
+
 def check_resume(
     make_loader: Callable[[], MixingLoader],
     *,
@@ -68,11 +82,9 @@ def check_resume(
         if not 0 < step < len(reference):
             raise ValueError(f"step {step} is outside the run's 1..{len(reference) - 1}")
         interrupted = make_loader()
-        run_steps(interrupted, epochs, stop_at=step)
-        text = json.dumps(interrupted.state_dict())
+        _, state = checkpoint_after(interrupted, epochs, step)
         interrupted.close()
-        largest = max(largest, len(text))
-        state = json.loads(text)
+        largest = max(largest, len(json.dumps(state)))
         if shape is None:
             shape = _shape(state)
         elif _shape(state) != shape:

@@ -7,7 +7,6 @@ request at its offset; residents are read with bounded ranges. gzip shards and `
 streams, which cannot seek, still resume exactly by walking.
 """
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from shardmix import MixingLoader, ShardDataset
 from shardmix.checkpoint import unpack_refs
 from shardmix.formats import Format, read_located_samples
 from shardmix.sources import RetryPolicy, SourceOptions
-from shardmix.testing import batch_fingerprint
+from shardmix.testing import batch_fingerprint, checkpoint_after
 
 from shards import write_shards
 
@@ -49,10 +48,7 @@ def checkpoint_at_90(make: Callable[[], MixingLoader]) -> tuple[dict, list, list
     batches = [batch_fingerprint(batch) for batch in make()]
     stop = int(len(batches) * 0.9)
     loader = make()
-    for step, _ in enumerate(loader, 1):
-        if step == stop:
-            break
-    state = json.loads(json.dumps(loader.state_dict()))
+    _, state = checkpoint_after(loader, 1, stop)
     loader.close()
     return state, batches[:stop], batches[stop:]
 

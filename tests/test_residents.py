@@ -13,7 +13,7 @@ from shardmix import ConfigError, MixingLoader, ShardDataset
 from shardmix.checkpoint import pack_sizes, unpack_refs, unpack_sizes
 from shardmix.reader import sample_bytes
 from shardmix.residents import ResidentReads
-from shardmix.testing import batch_fingerprint, check_resume, run_steps
+from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import UNEVEN_SIZES, write_shards
 
@@ -35,8 +35,7 @@ def loader_factory(pattern, *, num_workers=0, buffer_bytes=None, shuffle_buffer=
 
 def state_after(make, steps):
     loader = make()
-    run_steps(loader, 1, stop_at=steps)
-    state = json.loads(json.dumps(loader.state_dict()))
+    _, state = checkpoint_after(loader, 1, steps)
     loader.close()
     return state
 
@@ -106,7 +105,8 @@ def test_a_state_taken_before_the_residents_are_read_names_them_again(uneven_sha
     state = state_after(make, 4)
     restored = make()
     restored.load_state_dict(state)
-    epoch = restored._start_epoch(0)  # what the first next() does, without taking a batch
+    held = iter(restored)
+    epoch = restored._start_epoch(held)  # what the first next() does, without taking a batch
     assert (epoch.buffer.slots < 0).any()  # residents not read yet: held by reference
     again = json.loads(json.dumps(restored.state_dict()))
     restored.close()

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
-from shardmix.testing import batch_fingerprint, check_resume, run_steps
+from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import write_shards
 
@@ -40,9 +40,9 @@ def test_state_from_two_workers_resumes_with_four(uneven_shards):
     four = loader_factory(uneven_shards, num_workers=4)
     reference = [batch_fingerprint(b) for _, b in run_steps(two(), 2)]
     interrupted = two()
-    run_steps(interrupted, 2, stop_at=9)
+    _, state = checkpoint_after(interrupted, 2, 9)
     restored = four()
-    restored.load_state_dict(json.loads(json.dumps(interrupted.state_dict())))
+    restored.load_state_dict(state)
     assert [batch_fingerprint(b) for _, b in run_steps(restored, 2)] == reference[9:]
 
 
@@ -85,9 +85,9 @@ def test_resume_in_a_fresh_process(tmp_path):
     make = loader_factory(pattern)
     reference = [batch_fingerprint(b) for _, b in run_steps(make(), 2)]
     interrupted = make()
-    run_steps(interrupted, 2, stop_at=5)
+    _, state = checkpoint_after(interrupted, 2, 5)
     state_file = tmp_path / "state.json"
-    state_file.write_text(json.dumps(interrupted.state_dict()))
+    state_file.write_text(json.dumps(state))
     script = f"""
 import json, sys
 from shardmix import MixingLoader, ShardDataset

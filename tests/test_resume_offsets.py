@@ -1,7 +1,6 @@
 """Resume re-reads the shuffle buffer's residents at their byte offsets (state version 2)."""
 
 import gzip
-import json
 import shutil
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 import shardmix.reader
 from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
 from shardmix.checkpoint import pack_refs, unpack_refs
-from shardmix.testing import batch_fingerprint, check_resume, run_steps
+from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import UNEVEN_SIZES, write_shards
 
@@ -27,8 +26,7 @@ def loader_factory(pattern, *, num_workers=0, transform=None):
 
 def state_after(make, steps):
     loader = make()
-    run_steps(loader, 2, stop_at=steps)
-    state = json.loads(json.dumps(loader.state_dict()))
+    _, state = checkpoint_after(loader, 2, steps)
     loader.close()
     return state
 

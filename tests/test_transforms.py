@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from shardmix import ConfigError, MixingLoader, ShardDataset, TransformError
-from shardmix.testing import batch_fingerprint, check_resume, run_steps
+from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import UNEVEN_SIZES, batch_keys, record_key
 
@@ -119,8 +119,7 @@ def test_a_resumed_filtered_epoch_keeps_each_kept_sample_once_and_counts_once(un
         return MixingLoader(dataset, batch_size=7, num_workers=2, shuffle_buffer=15)
 
     first = make()
-    head = [batch for _, batch in run_steps(first, 1, stop_at=step)]
-    state = first.state_dict()
+    head, state = checkpoint_after(first, 1, step)
     first.close()
     second = make()
     second.load_state_dict(state)

@@ -170,8 +170,13 @@ class ShardReader(Protocol):
         """The number of records in the shard, walking the framing only."""
         ...
 
-    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
+    def index(
+        self, stream: BinaryIO, url: str, every: int, on_damage: DamageHandler | None = None
+    ) -> tuple[int, list[int]]:
         """As :meth:`count`, plus the byte offsets of records ``0, every, 2 * every, ...``.
+
+        With ``on_damage``, a shard whose framing is lost is reported to it and counted up to
+        the damage (the records a read under ``on_error="skip"`` can reach), not raised.
 
         The offsets are a sparse index for ``records(seek_from=...)`` (in the inflated stream
         for a gzip shard, where they cannot be seeked to).

@@ -106,21 +106,27 @@ def _skip_records(
     record: int = 0,
     offset: int = 0,
     index: tuple[int, list[int]] | None = None,
+    report: bool = False,
 ) -> tuple[int, int]:
     """Skip from ``record`` (at ``offset``) up to record ``count``; returns (record, offset).
 
-    The record reached is less than ``count`` when the shard ends first. ``index``, as
+    The record reached is less than ``count`` when the shard ends first, or, with ``report``,
+    where its framing is lost (reported to the framing's ``on_damage``). ``index``, as
     ``(every, offsets)``, collects the offset of every ``every``-th record skipped.
     """
-    while record < count:
-        length = framing.next_length(record, offset)
-        if length is None:
-            return record, offset
-        if index is not None and record % index[0] == 0:
-            index[1].append(offset)
-        framing.skip(length + FOOTER_SIZE, record, offset)
-        record += 1
-        offset += HEADER_SIZE + length + FOOTER_SIZE
+    try:
+        while record < count:
+            length = framing.next_length(record, offset)
+            if length is None:
+                return record, offset
+            framing.skip(length + FOOTER_SIZE, record, offset)
+            if index is not None and record % index[0] == 0:
+                index[1].append(offset)
+            record += 1
+            offset += HEADER_SIZE + length + FOOTER_SIZE
+    except ShardmixError as error:
+        if not report or framing.lost(error, record, offset):
+            raise
     return record, offset
 
 
@@ -366,10 +372,14 @@ class TFRecordReader:
         record, _ = _skip_records(self._framing(stream, url, None), sys.maxsize)
         return record
 
-    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
+    def index(
+        self, stream: BinaryIO, url: str, every: int, on_damage: DamageHandler | None = None
+    ) -> tuple[int, list[int]]:
         offsets: list[int] = []
-        framing = self._framing(stream, url, None)
-        record, _ = _skip_records(framing, sys.maxsize, index=(every, offsets) if every else None)
+        framing = self._framing(stream, url, on_damage)
+        found = (every, offsets) if every else None
+        report = on_damage is not None
+        record, _ = _skip_records(framing, sys.maxsize, index=found, report=report)
         return record, offsets
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from shardmix.formats._common import check_range, inflated, samples_only, wanted_records
@@ -26,7 +26,7 @@ from shardmix.formats.registry import (
 from shardmix.formats.tar.headers import DEFAULT_MAX_MEMBER_BYTES
 from shardmix.formats.tar.members import TarMembers
 from shardmix.formats.tar.records import TarRecords
-from shardmix.policy import DamageHandler
+from shardmix.policy import Damage, DamageHandler
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,21 @@ class TarReader:
     def count(self, stream: BinaryIO, url: str) -> int:
         return self.index(stream, url, 0)[0]
 
-    def index(self, stream: BinaryIO, url: str, every: int) -> tuple[int, list[int]]:
-        reader = self._open(stream, url, None)
+    def index(
+        self, stream: BinaryIO, url: str, every: int, on_damage: DamageHandler | None = None
+    ) -> tuple[int, list[int]]:
+        def report(damage: Damage) -> None:
+            # The walk reads no record, so the loss is said from the record it cut (cut_at).
+            cut = reader.cut_at
+            assert on_damage is not None
+            on_damage(replace(damage, record=cut) if cut is not None else damage)
+
+        reader = self._open(stream, url, None if on_damage is None else report)
         reader.index_every = every
         for _ in reader.samples(sys.maxsize):
             pass
+        if reader.cut_at is not None:  # damage reported: the records before it
+            return min(reader.records, reader.cut_at), reader.index
         return reader.records, reader.index
 
 

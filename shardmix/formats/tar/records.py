@@ -41,6 +41,7 @@ class TarRecords:
         self._max_member_bytes = max_member_bytes
         self._on_damage = on_damage
         self.records = 0  # records begun so far
+        self.cut_at: int | None = None  # the first record lost with the framing, if reported
         self._record_offset = 0  # offset of the current record's first entry
         self._damage: CorruptShardError | None = None  # of the current record, not yet reported
         self.index_every = 0  # when > 0: note the offset of every ``index_every``-th record
@@ -368,5 +369,6 @@ class TarRecords:
                 size = self.members.offset - self._record_offset
                 self._on_damage(Damage(pending, record, self._record_offset, size))
             offset = self._record_offset if record >= 0 else error.offset
+        self.cut_at = max(record, 0)
         self._on_damage(Damage(error, max(record, start, 0), offset, rest_of_shard=True))
         return False
