@@ -48,5 +48,7 @@ def test_no_writer_outlives_a_killed_convert(tmp_path: Path) -> None:
         convert.wait()
     print(f"{len(started)} processes: {sorted(started.values())}")
     assert len(started) == 2, started
+    killed = time.monotonic()
     left = survivors(started, LIVENESS_SECONDS)
+    print(f"all gone {time.monotonic() - killed:.2f} s after the kill" if not left else "")
     assert left == {}, f"alive {LIVENESS_SECONDS} s after the kill: {sorted(left.values())}"

@@ -98,5 +98,7 @@ def test_nothing_outlives_a_killed_trainer(tmp_path: Path, context: str) -> None
     # What must have been seen to be killed: both workers and every lane's command.
     assert sum(LINGER in command for command in commands) >= 4, commands
     assert len(started) >= 2 + 4, commands
+    killed = time.monotonic()
     left = survivors(started, LIVENESS_SECONDS)
+    print(f"all gone {time.monotonic() - killed:.2f} s after the kill" if not left else "")
     assert left == {}, f"alive {LIVENESS_SECONDS} s after the kill: {short(left.values())}"
