@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,3 +46,12 @@ def test_demo_runs_on_the_sample_shards():
     means = [float(m) for m in re.findall(r"mean ([\d.]+) distinct files per batch", out)]
     plain, mixed = means
     assert plain < 2 < 6 < mixed
+
+
+def test_test_modules_have_unique_names() -> None:
+    # tests/ has no __init__.py: pytest imports each test module by its base name, so two
+    # modules of one name in different folders stop the whole run at collection
+    names = Counter(
+        path.name for path in (ROOT / "tests").rglob("*.py") if path.name != "conftest.py"
+    )
+    assert [name for name, count in names.items() if count > 1] == []

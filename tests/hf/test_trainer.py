@@ -4,7 +4,7 @@ from one at an epoch's end), it trains on exactly the batches of
 an uninterrupted run, in order, on one process and on 2 DDP ranks (torchrun, gloo), reads no
 batch that it does not train on, and ends with the same weights.
 
-Each run is tests/hf/train_job.py (a config-built one-layer GPT-2, two epochs, gradient
+Each run is tests/hf/hf_job.py (a config-built one-layer GPT-2, two epochs, gradient
 accumulation 2); its logs say which keys each rank trained on and which the loader made.
 """
 
@@ -24,7 +24,7 @@ from shards import write_shards
 
 pytest.importorskip("transformers")
 
-JOB = Path(__file__).with_name("train_job.py")
+JOB = Path(__file__).with_name("hf_job.py")
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [9, 14, 3, 11, 7, 12, 5, 10]
 ACCUMULATION = 2

@@ -3,7 +3,7 @@
 uninterrupted run's keys, rank by rank, in order; each rank reads only its share of the
 shards; and a loader never registered warns on every rank.
 
-Each run is tests/accelerate/train_job.py under ``torch.distributed.run``.
+Each run is tests/accelerate/accelerate_job.py under ``torch.distributed.run``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from shards import expected_keys, write_shards
 
 pytest.importorskip("accelerate")
 
-JOB = Path(__file__).with_name("train_job.py")
+JOB = Path(__file__).with_name("accelerate_job.py")
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [9, 14, 3, 11, 7, 12, 5, 10]  # the job's record_counts
 EPOCHS = 2
