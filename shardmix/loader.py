@@ -406,8 +406,10 @@ class MixingLoader:
         before an epoch's first batch, that epoch's whole ``len()``.
         """
         current = self._current
-        if current is None or current.finished or self._current_iteration != self._iterations:
+        if current is None or self._current_iteration != self._iterations:
             return len(self)
+        if current.finished:  # its last batch is cut: nothing left until the next iter()
+            return 0
         return max(0, self._batches_in(current.epoch) - current.batches)
 
     def _batches_in(self, epoch: int) -> int:
