@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
@@ -52,8 +51,8 @@ from shardmix.sources import open_shard
 __all__ = ["ShardSink", "read_shards"]
 
 ROWS_PER_BLOCK = 1024
-# A column of whole samples, pickled by shardmix's own read tasks (shardmix.rayconvert): the
-# values as loaded, which an Arrow column of each field would retype.
+# A column of whole samples as Python objects, made by shardmix's own read tasks
+# (shardmix.rayconvert): the values as loaded, which an Arrow column of each field would retype.
 SAMPLE_COLUMN = "__shardmix_sample__"
 
 
@@ -107,7 +106,7 @@ class ShardSink(Datasink[dict[str, Any]]):
                 for row in accessor.iter_rows(public_row_format=True):
                     sample = dict(row)
                     if SAMPLE_COLUMN in sample:
-                        sample = pickle.loads(sample[SAMPLE_COLUMN])
+                        sample = dict(sample[SAMPLE_COLUMN])
                     key = sample.pop("__key__", None) or f"t{task:06d}-{position:08d}"
                     writer.write({"__key__": key, **sample})
                     position += 1

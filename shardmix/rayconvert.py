@@ -9,19 +9,18 @@ with ``skip_bad``, skipped and counted) the same way. Ray then loads every sampl
 through :class:`shardmix.ray.ShardSink`, so the manifest is written last, as the commit, and a
 task Ray retries leaves nothing behind.
 
-Samples travel from the read tasks to the write tasks pickled in one column of Ray blocks:
-they are the values shardmix itself just loaded, never bytes from a shard, and Arrow would
-otherwise change their types (a list field would become an array). The order is the
-listing's (``shuffle`` permutes it with the local engine's seeded permutation), each write task
-rolls its own shards within ``max_records`` and ``max_bytes``, and the driver names them in
-task order. ``part`` and ``workers`` are the local engine's way of spreading the work and are
-refused here: Ray spreads it.
+Samples travel from the read tasks to the write tasks as Python objects in one column of Ray
+blocks (Ray serializes them as it does any object): the values shardmix itself just loaded,
+whose types an Arrow column per field would change (a list field would become an array).
+The order is the listing's (``shuffle`` permutes it with the local engine's seeded
+permutation), each write task rolls its own shards within ``max_records`` and ``max_bytes``,
+and the driver names them in task order. ``part`` and ``workers`` are the local engine's way
+of spreading the work and are refused here: Ray spreads it.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,11 +113,13 @@ def convert_on_ray(
 
 
 def _load_items(batch: dict[str, np.ndarray], held: list[Any]) -> dict[str, Any]:
-    """The samples of a read task's items, each pickled into the sample column."""
+    """The samples of a read task's items, as objects in the sample column."""
     items: list[Item] = ray.get(held[0])
     cursor = ShardCursor()
     try:
-        loaded = [pickle.dumps(items[int(i)].load(cursor)) for i in batch["id"]]
+        loaded = [items[int(i)].load(cursor) for i in batch["id"]]
     finally:
         cursor.close()
-    return {SAMPLE_COLUMN: np.array(loaded, dtype=object)}
+    column = np.empty(len(loaded), dtype=object)
+    column[:] = loaded
+    return {SAMPLE_COLUMN: column}

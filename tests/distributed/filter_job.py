@@ -58,14 +58,17 @@ def train_batches(model, optimizer, batches):
         yield batch
 
 
-def train(model, optimizer, batches, stop_at=None):
-    keys, steps = [], 0
-    for batch in train_batches(model, optimizer, batches):
+def train(model, optimizer, loader, stop_at=None):
+    """Steps and keys trained; with ``stop_at``, also the state a checkpoint taken inside the
+    loop after that step saves (left by ``break``, the loop's epoch is over)."""
+    keys, steps, state = [], 0, None
+    for batch in train_batches(model, optimizer, loader):
         steps += 1
         keys.extend(batch["__key__"])
         if steps == stop_at:
+            state = loader.state_dict()
             break
-    return steps, keys
+    return steps, keys, state
 
 
 def main() -> None:
@@ -82,7 +85,7 @@ def main() -> None:
     for name, transform in FILTERS.items():
         for even_ranks in ("drop", "pad"):
             loader = make_loader(args.shards, transform, even_ranks)
-            steps, keys = train(model, optimizer, loader)
+            steps, keys, _ = train(model, optimizer, loader)
             state = loader.state_dict()  # after the last step: the next epoch's start
             runs[f"{name}/{even_ranks}"] = {
                 "steps": steps,
@@ -94,12 +97,11 @@ def main() -> None:
             loader.close()
             if name == "30%":
                 cut = make_loader(args.shards, transform, even_ranks)
-                _, head = train(model, optimizer, cut, stop_at=CUT)
-                saved = cut.state_dict()
+                _, head, saved = train(model, optimizer, cut, stop_at=CUT)
                 cut.close()
                 resumed = make_loader(args.shards, transform, even_ranks)
                 resumed.load_state_dict(saved)
-                steps, tail = train(model, optimizer, resumed)
+                steps, tail, _ = train(model, optimizer, resumed)
                 runs[f"{name}/{even_ranks}/resumed"] = {
                     "steps": CUT + steps,
                     "keys": head + tail,

@@ -109,7 +109,8 @@ def test_resume_is_exact_on_a_rank_that_reads_split_shards(tmp_path, fmt):
     check_resume(make, epochs=2, steps=[3, 9])  # and with a lane inside a split piece
     # A state names the piece each lane reads: resuming against another plan is refused.
     loader = make()
-    next(iter(loader))
+    batches = iter(loader)  # held: the epoch is under way
+    next(batches)
     state = loader.state_dict()
     assert all(len(lane) == 6 for lane in state["mixer"]["lanes"])
     slot, record, offset, shard, start, stop = state["mixer"]["lanes"][0]
