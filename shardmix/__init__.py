@@ -2,7 +2,7 @@
 
 >>> import shardmix
 >>> sorted(name for name in shardmix.__all__ if name[0].isupper())[:3]
-['ConfigError', 'CorruptShardError', 'DecodeError']
+['CacheFullError', 'ConfigError', 'CorruptShardError']
 """
 
 from shardmix.convert import ShardWriter, write_shards
