@@ -10,19 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
 
 from shardmix import ConfigError, ShardDataset
 from shardmix.convert import ConvertOptions, Part, convert
 from shardmix.convert.manifest import read_manifest
 from shardmix.rayconvert import convert_on_ray
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Any:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def make_inputs(root: Path) -> list[str]:

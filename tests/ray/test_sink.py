@@ -24,14 +24,6 @@ BLOCKS = 8
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Any:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    yield ray
-    ray.shutdown()
-
-
 def rows(batch: dict[str, Any], marker: str | None = None) -> dict[str, Any]:
     ids = batch["id"]
     if marker is not None and ids[0] == 3 * (ROWS // BLOCKS) and not os.path.exists(marker):

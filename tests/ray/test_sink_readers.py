@@ -8,7 +8,6 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 import ray
 import ray.cloudpickle
 import ray.data
@@ -23,14 +22,6 @@ from tests.convert.convert_data import (
 
 ROWS = 3000
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Any:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    yield ray
-    ray.shutdown()
 
 
 def rows(batch: dict[str, Any]) -> dict[str, Any]:

@@ -127,13 +127,6 @@ def trained(lines: list[dict[str, Any]]) -> list[tuple[int, int, list[str]]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Any:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_a_worker_killed_mid_epoch_resumes_exactly(local_ray, tmp_path):
     pattern = write_shards(tmp_path / "shards", "tar", SIZES)
     whole = run(tmp_path, "whole", pattern, kill=False)
