@@ -100,10 +100,7 @@ def _expand_one(part: str, pattern: str) -> list[str]:
         else:
             found.append(url)
         if len(found) > MAX_URLS:
-            raise ConfigError(
-                f"pattern {pattern!r} expands to more than {MAX_URLS:,} shard URLs; "
-                "check its brace ranges (a range is written {first..last})"
-            )
+            raise _too_many(pattern)
     return found
 
 
@@ -114,10 +111,14 @@ def _check_ranges(part: str, pattern: str) -> None:
         span = abs(_range_end(last) - _range_end(first)) // max(abs(int(step or 1)), 1) + 1
         total *= span
         if total > MAX_URLS:
-            raise ConfigError(
-                f"pattern {pattern!r} expands to more than {MAX_URLS:,} shard URLs; "
-                "check its brace ranges (a range is written {first..last})"
-            )
+            raise _too_many(pattern)
+
+
+def _too_many(pattern: str) -> ConfigError:
+    return ConfigError(
+        f"pattern {pattern!r} expands to more than {MAX_URLS:,} shard URLs; "
+        "check its brace ranges (a range is written {first..last})"
+    )
 
 
 def _range_end(end: str) -> int:
