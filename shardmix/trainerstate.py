@@ -23,6 +23,11 @@ of a caller) and the loader is registered with none of those in reach, it warns 
 (:func:`shardmix.accelerate.prepare_loader`), since ``load_state`` would leave the position out
 and the resumed run would start its epoch over. Accelerate too is found by the attributes it
 uses, never imported.
+
+Both read callers' locals through :func:`peek_locals`. Before Python 3.13 ``frame.f_locals``
+of a function's frame is a snapshot that the frame keeps until the next look: an iterator the
+caller then deletes (``del it``) would stay alive in it, and the loader would take the epoch for
+still held. The snapshot is copied and emptied, so the look leaves no reference behind.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
+from inspect import CO_OPTIMIZED
 from types import FrameType
 from typing import Any
 
@@ -68,11 +74,22 @@ def _fit_loop(frame: FrameType | None) -> Any:
     for _ in range(_DEPTH):
         if frame is None:
             return None
-        owner: Any = frame.f_locals.get("self")
+        owner: Any = peek_locals(frame).get("self")
         if hasattr(owner, "_combined_loader_states_to_load") and hasattr(owner, "_combined_loader"):
             return owner if owner._combined_loader_states_to_load else None
         frame = frame.f_back
     return None
+
+
+def peek_locals(frame: FrameType) -> dict[str, Any]:
+    """The locals of ``frame`` as a new dict, with no snapshot of them left on the frame."""
+    scope = frame.f_locals
+    found = dict(scope)
+    if sys.version_info < (3, 13) and frame.f_code.co_flags & CO_OPTIMIZED:
+        # A function's snapshot (not a module's or class body's namespace, which is the real
+        # thing): the next look at f_locals, or a tracer's, fills it again from the frame.
+        scope.clear()
+    return found
 
 
 def _is_stateful(loader: Any) -> bool:
@@ -112,7 +129,7 @@ def _instances(frame: FrameType | None, kind: type) -> list[Any]:
     for _ in range(_DEPTH):
         if frame is None:
             break
-        for scope in (frame.f_locals, frame.f_globals):
+        for scope in (peek_locals(frame), frame.f_globals):
             for value in list(scope.values()):
                 if isinstance(value, kind):
                     found[id(value)] = value

@@ -5,12 +5,13 @@ load_state resume it exactly; an unregistered loader under an Accelerator warns.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset, UnregisteredLoaderWarning
 
-from shards import write_shards
+from shards import expected_keys, write_shards
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -126,3 +127,27 @@ def test_without_an_accelerator_in_reach_nothing_warns(pattern):
         warnings.simplefilter("error")
         keys = [k for batch in make_loader(pattern) for k in batch["__key__"]]
     assert len(keys) == sum(SIZES)
+
+
+def test_looking_for_an_accelerator_keeps_no_reference_to_the_callers_iterator(pattern):
+    accelerator = accelerate.Accelerator(cpu=True)  # a local the look finds
+    loader = make_loader(pattern)
+    accelerator.register_for_checkpointing(loader)
+    it = iter(loader)
+    next(it)  # the look at this frame's locals happens here
+    assert loader.state_dict()["batches"] == 1
+    del it  # a caller that lets go of the iterator ends the epoch
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (1, 0)
+    assert Counter(k for batch in loader for k in batch["__key__"]) == expected_keys(SIZES)
+
+
+def test_the_look_leaves_a_modules_namespace_whole():
+    namespace = {"__name__": "job", "accelerate": accelerate}
+    exec(
+        "from shardmix.trainerstate import peek_locals\nimport sys\n"
+        "seen = peek_locals(sys._getframe())",
+        namespace,
+    )
+    assert namespace["seen"]["accelerate"] is accelerate
+    assert namespace["accelerate"] is accelerate and "seen" in namespace
