@@ -116,7 +116,7 @@ def local_entries(folder: str) -> dict[str, ManifestEntry]:
 
 def remote_entries(url: str, options: SourceOptions) -> dict[str, ManifestEntry]:
     """``{shard name: entry}`` from the manifest at ``url`` (one request; absent: empty)."""
-    uncached = dataclasses.replace(options, cache_dir=None)  # a manifest is read fresh
+    uncached = dataclasses.replace(options, cache_dir=None, cache_limit=None)  # read fresh
     try:
         with open_shard(url, options=uncached) as stream:
             data = stream.read(MAX_MANIFEST_BYTES + 1)

@@ -28,7 +28,9 @@ from shardmix.progress import Heartbeat, watch_progress
 from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
+from shardmix.sources.cache import plan_reads
 from shardmix.sources.identity import ShardIdentity
+from shardmix.sources.ledger import this_owner
 from shardmix.world import detect_world
 
 T = TypeVar("T")
@@ -118,6 +120,7 @@ def start_workers(
     if isinstance(dataset, ShardDataset) and lane_pieces is not None:
         lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
         check_open_limits(lane_urls, num_workers)
+        check_cache_limit(dataset, lane_urls)
         num_lanes = len(lane_pieces)
         per_lane = lane_turn(num_lanes, num_workers)
     else:
@@ -134,6 +137,8 @@ def start_workers(
         epoch_pass,
         identities=identities if identities is not None else {},
     )
+    if isinstance(dataset, ShardDataset):
+        _tell_cache(dataset, plan)
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
     heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
@@ -181,6 +186,39 @@ def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
             f"limit of {soft} (RLIMIT_NOFILE); raise it (ulimit -n), raise num_workers, or "
             "pass ShardDataset(num_lanes=...) lower"
         )
+
+
+def check_cache_limit(dataset: ShardDataset, lane_urls: list[list[str]]) -> None:
+    """Refuse a ``cache_limit`` below the largest remote shard of the plan whose size a
+    manifest gives: the cache holds whole shards, so such a limit could hold none of them."""
+    limit = dataset.source_options.cache_limit
+    if limit is None:
+        return
+    largest, name = 0, ""
+    for url in {url for urls in lane_urls for url in urls if not is_local(url)}:
+        entry = dataset.record_counts.manifests.entry(url, fetch=False)
+        if entry is not None and entry.bytes > largest:
+            largest, name = entry.bytes, url
+    if largest > limit:
+        raise ConfigError(
+            f"cache_limit={limit:,} bytes is below the largest shard of the plan, {name} "
+            f"({largest:,} bytes, as its manifest says); the cache holds whole shards: set "
+            f"cache_limit to at least {largest:,} bytes"
+        )
+
+
+def _tell_cache(dataset: ShardDataset, plan: EpochPlan) -> None:
+    """Tell a bounded cache the shards the lanes read this epoch, in order (the workers, this
+    process's children, mark them read as they open them)."""
+    options = dataset.source_options
+    if options.cache_limit is None or options.cache_dir is None or plan.lane_pieces is None:
+        return
+    starts = plan.starts or [LanePosition()] * len(plan.lane_pieces)
+    urls = [
+        [dataset.urls[piece.shard] for piece in plan.lane_pieces[lane][starts[lane].slot :]]
+        for lane in range(len(plan.lane_pieces))
+    ]
+    plan_reads(options.cache_dir, f"{this_owner()}/{id(dataset)}", urls)
 
 
 def _open_descriptors() -> int:

@@ -92,7 +92,9 @@ class SourceOptions:
         that a list of URLs never runs a command unless asked to. ``min_bytes_per_s``: an HTTP read
     that brings fewer bytes than this rate over ``retry.read_timeout`` is a stall, retried from
     the byte reached (0 turns the check off); a whole shard in one request stays legal however
-    long it takes, as long as its bytes keep coming at that rate.
+    long it takes, as long as its bytes keep coming at that rate. ``cache_limit`` (bytes, with
+    ``cache_dir``) bounds the cache, shared by every process that uses the folder
+    (:func:`shardmix.sources.cache.open_bounded`); None keeps every copy.
     """
 
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -100,6 +102,7 @@ class SourceOptions:
     cache_dir: str | None = None
     allow_pipe: bool = False
     min_bytes_per_s: float = 1024.0
+    cache_limit: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage_options, Mapping):
@@ -117,6 +120,15 @@ class SourceOptions:
             raise ConfigError(f"min_bytes_per_s must be a number >= 0, got {rate!r}")
         if not isinstance(self.allow_pipe, bool):
             raise ConfigError(f"allow_pipe must be a bool, got {self.allow_pipe!r}")
+        limit = self.cache_limit
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+                raise ConfigError(f"cache_limit must be a number of bytes > 0, got {limit!r}")
+            if self.cache_dir is None:
+                raise ConfigError(
+                    f"cache_limit={limit} bounds a cache, but cache_dir is not set; "
+                    "pass SourceOptions(cache_dir=..., cache_limit=...)"
+                )
 
 
 Opener = Callable[[str, SourceOptions], BinaryIO]
@@ -190,6 +202,18 @@ def open_shard(
         stream = _OPENERS_AT[scheme](url, options, offset)
     elif options.cache_dir is None or scheme in _NOT_CACHED:
         stream = _open_direct(url, scheme, options)
+    elif options.cache_limit is not None:
+        from shardmix.sources.cache import open_bounded
+        from shardmix.sources.version import revalidated
+
+        stream = open_bounded(
+            url,
+            options.cache_dir,
+            options.cache_limit,
+            lambda: _open_direct(url, scheme, options),
+            lambda: revalidated(url, options),
+            listed,
+        )
     else:
         from shardmix.sources.cache import open_cached
         from shardmix.sources.version import revalidated

@@ -18,27 +18,52 @@ lists the shard (``listed``: its size and sha256), the record with it. A mismatc
 the copy and downloads it again; a fresh download that is not the manifest's shard is a
 :class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version (or cannot be
 reached) leaves a whole copy in use. Which shards to cache is
-:func:`shardmix.sources.open_shard`'s choice; evicting old shards is left to the user.
+:func:`shardmix.sources.open_shard`'s choice.
+
+With ``SourceOptions(cache_limit=...)`` the cache is bounded (:func:`open_bounded`): its
+accounts, leases and eviction are :mod:`shardmix.sources.ledger`'s (SQLite in the folder, shared
+by every process on the node), the copy fills while the lane reads (:mod:`shardmix.sources.tee`),
+and the ledger's rows replace the JSON records as what validates a copy. The unit of the cache
+is the whole shard: a copy is admitted only when its whole size fits under the limit, so "one
+block" is one shard and the files the cache wrote never hold more than the limit. The lanes'
+plans (:func:`plan_reads`) say which copies are needed next. :func:`cache_counters` counts
+this process's hits, misses and evictions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
+import io
 import json
 import os
 import posixpath
 import re
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from shardmix.errors import CacheFullError, ShardChangedError
 from shardmix.sources import READ_BUFFER_BYTES
+from shardmix.sources.identity import ShardIdentity, attach_identity, stream_identity
+from shardmix.sources.ledger import CacheLedger, Entry, ledger_for, this_owner
+from shardmix.sources.tee import TeeStream
 
-__all__ = ["cache_path", "download", "open_cached"]
+__all__ = [
+    "CacheCounters",
+    "cache_counters",
+    "cache_path",
+    "download",
+    "end_plan",
+    "open_bounded",
+    "open_cached",
+    "plan_reads",
+]
 
 COPY_BUFFER_BYTES = 1024 * 1024
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -201,3 +226,164 @@ def _fsync_folder(folder: str) -> None:
         pass
     finally:
         os.close(handle)
+
+
+@dataclass
+class CacheCounters:
+    """What this process's bounded cache did: copies read (``hits``, ``hit_bytes``: their
+    sizes), shards fetched (``misses``), of which streamed without a copy (``uncached``: not
+    admitted under the limit, or filled by another reader at the time), bytes written to new
+    copies (``filled_bytes``) and copies evicted to make room (``evictions``)."""
+
+    hits: int = 0
+    misses: int = 0
+    uncached: int = 0
+    evictions: int = 0
+    hit_bytes: int = 0
+    filled_bytes: int = 0
+
+
+_COUNTERS = CacheCounters()
+_COUNTERS_LOCK = threading.Lock()
+
+
+def cache_counters() -> CacheCounters:
+    """A copy of this process's counters (each DataLoader worker counts its own)."""
+    with _COUNTERS_LOCK:
+        return dataclasses.replace(_COUNTERS)
+
+
+def _count(**amounts: int) -> None:
+    with _COUNTERS_LOCK:
+        for name, amount in amounts.items():
+            setattr(_COUNTERS, name, getattr(_COUNTERS, name) + amount)
+
+
+def open_bounded(
+    url: str,
+    cache_dir: str,
+    limit: int,
+    fetch: Callable[[], BinaryIO],
+    version: Callable[[], str | None] = lambda: None,
+    listed: Listed | None = None,
+) -> BinaryIO:
+    """Open ``url`` through the bounded cache in ``cache_dir``: its copy, leased while open,
+    when one is ready and current; else the remote stream, copied as it is read when the
+    ledger admits the copy under ``limit`` bytes."""
+    ledger = ledger_for(cache_dir)
+    path = cache_path(cache_dir, url)
+    ledger.reached(url)
+    current = version()
+    entry = ledger.lease(path)
+    if entry is not None:
+        stream = _open_leased(ledger, entry, current, listed)
+        if stream is not None:
+            _count(hits=1, hit_bytes=entry.size)
+            return stream
+    _count(misses=1)
+    source = fetch()
+    try:
+        return _tee(ledger, source, url, path, limit, current, listed)
+    except BaseException:
+        source.close()
+        raise
+
+
+def _open_leased(
+    ledger: CacheLedger, entry: Entry, current: str | None, listed: Listed | None
+) -> BinaryIO | None:
+    """The leased copy ``entry``, or None (lease ended, copy dropped) when it is not current."""
+    stale = current is not None and entry.version != current
+    stale = stale or (listed is not None and _unlike(entry.__dict__, listed))
+    raw = None
+    if not stale:
+        try:
+            raw = io.FileIO(entry.path, "rb")
+            status = os.fstat(raw.fileno())
+            stale = (status.st_size, status.st_mtime_ns) != (entry.size, entry.mtime_ns)
+        except FileNotFoundError:
+            stale = True
+    if stale:
+        if raw is not None:
+            raw.close()
+        ledger.release(entry.path)
+        ledger.discard(entry.path)
+        return None
+    assert raw is not None
+    stream = _Leased(raw, lambda: ledger.release(entry.path))
+    return attach_identity(stream, ShardIdentity(entry.size, entry.validator))  # type: ignore[no-any-return]
+
+
+class _Leased(io.BufferedReader):
+    """A cached copy that ends its lease when closed (or collected)."""
+
+    def __init__(self, raw: io.FileIO, release: Callable[[], None]) -> None:
+        super().__init__(raw, READ_BUFFER_BYTES)
+        self._release: Callable[[], None] | None = release
+
+    def close(self) -> None:
+        release, self._release = self._release, None
+        try:
+            super().close()
+        finally:
+            if release is not None:
+                release()
+
+
+def _tee(
+    ledger: CacheLedger,
+    source: BinaryIO,
+    url: str,
+    path: str,
+    limit: int,
+    current: str | None,
+    listed: Listed | None,
+) -> BinaryIO:
+    identity = stream_identity(source)
+    size = identity.size if identity is not None else getattr(source, "size", None)
+    if listed is not None and size is not None and size != listed[0]:
+        raise ShardChangedError(
+            f"{url}: the server's shard is {size:,} bytes, but the manifest beside it lists "
+            f"{listed[0]:,} bytes; the shard was replaced since the manifest was written: "
+            "re-create the manifest, or restore the shard",
+            url=url,
+        )
+    folder, name = os.path.split(path)
+    part = os.path.join(folder, f".{name}.{this_owner().replace(':', '-')}.part")
+    if not isinstance(size, int) or not ledger.reserve(path, url, part, size, limit):
+        _count(uncached=1)
+        return source
+    try:
+        out = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    except BaseException:
+        ledger.abandon(path)
+        raise
+    validator = identity.validator if identity is not None else None
+
+    def whole(sha256: str) -> None:
+        if listed is not None and listed[1] is not None and sha256 != listed[1]:
+            ledger.abandon(path)
+            raise ShardChangedError(
+                f"{url}: the server's shard has sha256 {sha256}, but the manifest beside it "
+                f"lists sha256 {listed[1]}; the shard was replaced since the manifest was "
+                "written: re-create the manifest, or restore the shard (the copy was removed)",
+                url=url,
+            )
+        ledger.publish(path, current, validator, sha256)
+        _count(filled_bytes=size)
+
+    tee = TeeStream(source, out, size, whole, lambda: ledger.abandon(path))
+    _count(evictions=ledger.take_evictions())
+    return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+
+
+def plan_reads(cache_dir: str, plan: str, lanes: Sequence[Sequence[str]]) -> None:
+    """Tell the bounded cache in ``cache_dir`` what ``plan`` reads this epoch: each lane's
+    shard URLs in order, so that eviction keeps what is needed soonest."""
+    wants = [(url, position) for urls in lanes for position, url in enumerate(urls)]
+    ledger_for(cache_dir).plan(plan, wants)
+
+
+def end_plan(cache_dir: str, plan: str) -> None:
+    """``plan`` reads nothing more (its epoch ended or was let go)."""
+    ledger_for(cache_dir).end_plan(plan)

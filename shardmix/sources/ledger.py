@@ -1,0 +1,398 @@
+"""The accounts of a bounded shard cache: what it holds, who reads it, who needs what next.
+
+A cache folder with a ``cache_limit`` keeps one SQLite database, ``.shardmix-cache.sqlite``
+(write-ahead log on), which every worker and process on the node opens, concurrent jobs on the
+same folder included. Its tables:
+
+- ``entries``: one row per file the cache wrote: the copy's path, its URL, the bytes it holds
+  or has reserved, whether it is ``filling`` (a lane is writing it; the row's ``owner`` and
+  ``part`` name the writer and its temporary file) or ``ready``, and what validates it (the
+  server's version, the stream's identity, the copy's modification time and sha256);
+- ``leases``: one row per open reader of a ready copy, by owner;
+- ``plans`` and ``wants``: each reading plan's position, and the shards it reads later in
+  this epoch, with the position at which it reads each.
+
+An *owner* is a process, named by its pid and its start time (``/proc/<pid>/stat``), so that a
+pid reused by another program is not taken for the reader that died. Every change is one
+``BEGIN IMMEDIATE`` transaction, and files are deleted inside the transaction that drops their
+rows: a process killed mid-way leaves its transaction rolled back, never accounts that say
+less than the disk holds. What a dead owner held (its leases, its wants, the copies it was
+filling and their temporary files) is reclaimed by the next process that finds the cache full
+and by every process when it first opens the folder: a SIGKILL leaves no lock or account that
+a later run trips on.
+
+The reservation is made before a byte is written, for the shard's whole size: the files the
+cache wrote never hold more than the limit (beside this database and its log). Which shard to
+evict is chosen here (:meth:`CacheLedger.reserve`): first those no live plan reads again this
+epoch, least recently used first; then those needed furthest ahead; never one that is leased
+or filling. A newcomer that would need a copy evicted that is needed sooner than itself is not
+admitted: its lane streams it without caching. Left to others: what to cache
+(:mod:`shardmix.sources.cache`), writing the copy (:mod:`shardmix.sources.tee`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["LEDGER_NAME", "CacheLedger", "Entry", "alive", "ledger_for", "owner_of", "this_owner"]
+
+LEDGER_NAME = ".shardmix-cache.sqlite"
+_BUSY_TIMEOUT_MS = 60_000
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    path TEXT PRIMARY KEY, url TEXT NOT NULL, size INTEGER NOT NULL, state TEXT NOT NULL,
+    owner TEXT, part TEXT, version TEXT, validator TEXT, mtime_ns INTEGER, sha256 TEXT,
+    used INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, path TEXT NOT NULL, owner TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS plans (plan TEXT PRIMARY KEY, owner TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS wants (plan TEXT NOT NULL, url TEXT NOT NULL, position INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS wants_by_url ON wants (url, position);
+CREATE INDEX IF NOT EXISTS leases_by_path ON leases (path);
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A ready copy as the ledger records it."""
+
+    path: str
+    url: str
+    size: int
+    version: str | None
+    validator: str | None
+    mtime_ns: int | None
+    sha256: str | None
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` in clock ticks since boot (None: no such process,
+    or no ``/proc`` to tell)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
+            fields = file.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+_OWNER: tuple[int, str] | None = None
+
+
+def this_owner() -> str:
+    """This process as an owner of leases and plans: ``"<pid>:<start time>"``."""
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or _OWNER[0] != pid:  # a forked worker is an owner of its own
+        _OWNER = (pid, owner_of(pid))
+    return _OWNER[1]
+
+
+def owner_of(pid: int) -> str:
+    """Process ``pid`` as an owner: ``"<pid>:<start time>"`` (``?`` where it cannot be told)."""
+    return f"{pid}:{_start_time(pid) or '?'}"
+
+
+def alive(owner: str) -> bool:
+    """Whether the process ``owner`` names still runs (the same process, not its pid reused)."""
+    pid_text, _, start = owner.partition(":")
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if start != "?":
+        return _start_time(pid) == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class CacheLedger:
+    """The accounts of one cache folder, for this process (see the module's docstring)."""
+
+    def __init__(self, folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
+        self.folder = folder
+        self.owner = this_owner()
+        self.evictions = 0  # copies this process evicted
+        self._lock = threading.Lock()  # one connection, shared by this process's threads
+        self._db = sqlite3.connect(
+            os.path.join(folder, LEDGER_NAME),
+            timeout=_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            self._db.execute(statement)
+        self.reclaim(check_files=True)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed whole at the end, rolled back on any error."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _rows(self, query: str, *arguments: Any) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._db.execute(query, arguments))
+
+    # Readers of ready copies.
+
+    def lease(self, path: str) -> Entry | None:
+        """The ready copy at ``path``, leased to this process (None: none is ready)."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT path, url, size, version, validator, mtime_ns, sha256 FROM entries "
+                "WHERE path = ? AND state = 'ready'",
+                (path,),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("INSERT INTO leases (path, owner) VALUES (?, ?)", (path, self.owner))
+            db.execute(
+                "UPDATE entries SET used = (SELECT MAX(used) + 1 FROM entries) WHERE path = ?",
+                (path,),
+            )
+        return Entry(*row)
+
+    def release(self, path: str) -> None:
+        """End one of this process's leases on ``path``."""
+        with self._write() as db:
+            db.execute(
+                "DELETE FROM leases WHERE id = "
+                "(SELECT MIN(id) FROM leases WHERE path = ? AND owner = ?)",
+                (path, self.owner),
+            )
+
+    def discard(self, path: str) -> None:
+        """Drop the copy at ``path`` (stale, or not the shard it should be): row and file."""
+        with self._write() as db:
+            db.execute("DELETE FROM entries WHERE path = ?", (path,))
+            db.execute("DELETE FROM leases WHERE path = ?", (path,))
+            _unlink(path)
+
+    # Writers of new copies.
+
+    def reserve(self, path: str, url: str, part: str, size: int, limit: int) -> bool:
+        """Reserve ``size`` bytes for a copy of ``url`` that this process writes to ``part``,
+        evicting what the plans need later than ``url`` (or not at all); False when the copy
+        cannot be admitted (someone else fills it, or the limit is held by what is needed
+        sooner or being read)."""
+        for attempt in range(2):
+            with self._write() as db:
+                if self._try_reserve(db, path, url, part, size, limit):
+                    return True
+            if attempt == 0 and not self.reclaim():
+                return False
+        return False
+
+    def _try_reserve(
+        self, db: sqlite3.Connection, path: str, url: str, part: str, size: int, limit: int
+    ) -> bool:
+        if db.execute("SELECT 1 FROM entries WHERE path = ?", (path,)).fetchone():
+            return False
+        (held,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()
+        if held + size > limit:
+            victims = self._victims(db, url, held + size - limit)
+            if victims is None:
+                return False
+            for victim in victims:
+                db.execute("DELETE FROM entries WHERE path = ?", (victim,))
+                _unlink(victim)
+            self.evictions += len(victims)
+        db.execute(
+            "INSERT INTO entries (path, url, size, state, owner, part, used) "
+            "VALUES (?, ?, ?, 'filling', ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM entries))",
+            (path, url, size, self.owner, part),
+        )
+        return True
+
+    def _victims(self, db: sqlite3.Connection, url: str, needed: int) -> list[str] | None:
+        """The copies to evict to free ``needed`` bytes for ``url``, in order; None if the
+        copies that may go for it are too few."""
+        rows = db.execute(
+            "SELECT e.path, e.size, e.used, "
+            "(SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
+            " WHERE w.url = e.url) "
+            "FROM entries e WHERE e.state = 'ready' "
+            "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.path = e.path)"
+        ).fetchall()
+        own = _next_need(db, url)
+        # Unneeded first (least recently used first), then the furthest ahead first.
+        rows.sort(key=lambda row: (0, row[2]) if row[3] is None else (1, -row[3]))
+        victims: list[str] = []
+        for path, size, _, need in rows:
+            if needed <= 0:
+                break
+            if need is not None and (own is None or need <= own):
+                break  # needed sooner than the newcomer: keep it, and the newcomer stays out
+            victims.append(path)
+            needed -= size
+        return victims if needed <= 0 else None
+
+    def grow(self, path: str, size: int) -> None:
+        """Correct the reservation of a filling copy to the ``size`` it turned out to have."""
+        with self._write() as db:
+            db.execute("UPDATE entries SET size = ? WHERE path = ?", (size, path))
+
+    def publish(self, path: str, version: str | None, validator: str | None, sha256: str) -> None:
+        """Move this process's filled copy into place at ``path`` and mark it ready."""
+        with self._write() as db:
+            (part,) = db.execute(
+                "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
+                (path, self.owner),
+            ).fetchone()
+            os.replace(part, path)  # inside the transaction: a kill here leaves a filling row
+            status = os.stat(path)
+            db.execute(
+                "UPDATE entries SET state = 'ready', owner = NULL, part = NULL, size = ?, "
+                "version = ?, validator = ?, mtime_ns = ?, sha256 = ? WHERE path = ?",
+                (status.st_size, version, validator, status.st_mtime_ns, sha256, path),
+            )
+
+    def take_evictions(self) -> int:
+        """The copies this process evicted since the last call."""
+        count, self.evictions = self.evictions, 0
+        return count
+
+    def abandon(self, path: str) -> None:
+        """Give up this process's copy at ``path`` being filled: its temporary file and row."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
+                (path, self.owner),
+            ).fetchone()
+            if row is not None:
+                db.execute("DELETE FROM entries WHERE path = ?", (path,))
+                _unlink(row[0])
+
+    # Plans.
+
+    def plan(self, plan: str, urls: Sequence[tuple[str, int]]) -> None:
+        """Replace what ``plan`` reads later: ``(url, position)`` pairs (position: how many
+        shards the plan reads before it)."""
+        with self._write() as db:
+            db.execute("DELETE FROM wants WHERE plan = ?", (plan,))
+            db.execute(
+                "INSERT OR REPLACE INTO plans (plan, owner, at) VALUES (?, ?, 0)",
+                (plan, self.owner),
+            )
+            db.executemany(
+                "INSERT INTO wants (plan, url, position) VALUES (?, ?, ?)",
+                [(plan, url, position) for url, position in urls],
+            )
+
+    def reached(self, url: str) -> None:
+        """A plan of this process or of its parent (the main process of a DataLoader worker)
+        opens ``url``: it no longer needs it later."""
+        parent = owner_of(os.getppid())
+        with self._write() as db:
+            row = db.execute(
+                "SELECT w.rowid, w.plan, w.position FROM wants w JOIN plans p ON p.plan = w.plan "
+                "WHERE w.url = ? AND p.owner IN (?, ?) ORDER BY w.position LIMIT 1",
+                (url, self.owner, parent),
+            ).fetchone()
+            if row is None:
+                return
+            db.execute("DELETE FROM wants WHERE rowid = ?", (row[0],))
+            db.execute("UPDATE plans SET at = MAX(at, ?) WHERE plan = ?", (row[2], row[1]))
+
+    def end_plan(self, plan: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM wants WHERE plan = ?", (plan,))
+            db.execute("DELETE FROM plans WHERE plan = ?", (plan,))
+
+    # Reclaiming.
+
+    def reclaim(self, *, check_files: bool = False) -> bool:
+        """Free what dead owners held (and, with ``check_files``, drop rows of copies gone
+        from disk); whether anything was freed."""
+        owners = {
+            owner
+            for (owner,) in self._rows(
+                "SELECT owner FROM entries WHERE state = 'filling' UNION "
+                "SELECT owner FROM leases UNION SELECT owner FROM plans"
+            )
+        }
+        dead = sorted(owner for owner in owners if owner != self.owner and not alive(owner))
+        gone = []
+        if check_files:
+            gone = [
+                path
+                for (path,) in self._rows("SELECT path FROM entries WHERE state = 'ready'")
+                if not os.path.isfile(path)
+            ]
+        if not dead and not gone:
+            return False
+        with self._write() as db:
+            for owner in dead:
+                parts = db.execute(
+                    "SELECT path, part FROM entries WHERE owner = ? AND state = 'filling'",
+                    (owner,),
+                ).fetchall()
+                for path, part in parts:
+                    db.execute("DELETE FROM entries WHERE path = ?", (path,))
+                    _unlink(part)
+                    _unlink(path)  # moved into place, but the owner died before it was marked
+                db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+                db.execute(
+                    "DELETE FROM wants WHERE plan IN (SELECT plan FROM plans WHERE owner = ?)",
+                    (owner,),
+                )
+                db.execute("DELETE FROM plans WHERE owner = ?", (owner,))
+            for path in gone:
+                db.execute("DELETE FROM entries WHERE path = ? AND state = 'ready'", (path,))
+        return True
+
+    def held(self) -> int:
+        """The bytes the cache holds or has reserved."""
+        ((total,),) = self._rows("SELECT COALESCE(SUM(size), 0) FROM entries")
+        return int(total)
+
+
+def _next_need(db: sqlite3.Connection, url: str) -> int | None:
+    """How many shards ahead the soonest live plan reads ``url`` (None: no plan does)."""
+    (need,) = db.execute(
+        "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
+        "WHERE w.url = ?",
+        (url,),
+    ).fetchone()
+    return None if need is None else int(need)
+
+
+def _unlink(path: str | None) -> None:
+    if path:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+_LEDGERS: dict[tuple[int, str], CacheLedger] = {}
+_LEDGERS_LOCK = threading.Lock()
+
+
+def ledger_for(folder: str) -> CacheLedger:
+    """This process's ledger of ``folder`` (a forked worker opens its own connection)."""
+    key = (os.getpid(), os.path.abspath(folder))
+    with _LEDGERS_LOCK:
+        if key not in _LEDGERS:
+            _LEDGERS[key] = CacheLedger(key[1])
+        return _LEDGERS[key]

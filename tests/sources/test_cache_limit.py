@@ -1,0 +1,296 @@
+"""The bounded cache (``cache_limit``) end to end: a 127.0.0.1 server, real DataLoader
+workers, two epochs over a set three times the limit, two jobs on one folder, SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+from test_record_claims import write_manifest_beside
+
+from shardmix import MixingLoader, ShardDataset
+from shardmix.errors import ConfigError
+from shardmix.sources import SourceOptions, open_shard
+from shardmix.sources.cache import cache_counters, cache_path
+from shardmix.sources.ledger import LEDGER_NAME, CacheLedger, alive
+
+from shards import expected_keys, write_shards
+
+SIZES = [40, 55, 30, 62, 47, 35, 58, 44, 51, 38, 60, 42]
+PATTERN = "data/part-{0000..0011}.tar"
+
+
+def cache_bytes(folder: Path) -> int:
+    """What the files in the cache folder hold, beside the ledger itself."""
+    total = 0
+    for entry in os.scandir(folder) if folder.is_dir() else ():
+        if not entry.name.startswith(LEDGER_NAME):
+            with suppress(FileNotFoundError):  # evicted between the listing and the stat
+                total += entry.stat().st_size
+    return total
+
+
+@contextmanager
+def sampled(folder: Path) -> Iterator[list[int]]:
+    """The cache folder's size, sampled every 100 ms while the block runs."""
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.1):
+            samples.append(cache_bytes(folder))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join()
+        samples.append(cache_bytes(folder))
+
+
+@pytest.fixture
+def remote_set(server):
+    base, state = server
+    write_shards(state.root / "data", "tar", SIZES, payload_bytes=2000)
+    write_manifest_beside(state.root / "data", "tar")
+    sizes = [path.stat().st_size for path in sorted((state.root / "data").glob("*.tar"))]
+    return f"{base}/{PATTERN}", state, sizes
+
+
+def keys_of(loader: MixingLoader) -> Counter[str]:
+    return Counter(key for batch in loader for key in batch["__key__"])
+
+
+def check_ledger(folder: Path, limit: int) -> None:
+    """No leftovers: every file the cache holds is a ready copy in the ledger, within the
+    limit, and no dead process holds a lease, a plan or a copy being filled."""
+    ledger = CacheLedger(str(folder))  # opening it reclaims what the dead held
+    rows = dict(ledger._rows("SELECT path, size FROM entries WHERE state = 'ready'"))
+    files = {
+        str(folder / name): (folder / name).stat().st_size
+        for name in os.listdir(folder)
+        if not name.startswith(LEDGER_NAME)
+    }
+    assert files == rows
+    assert sum(files.values()) <= limit
+    assert ledger._rows("SELECT * FROM entries WHERE state != 'ready'") == []
+    assert ledger._rows("SELECT * FROM leases") == []
+    assert [owner for (owner,) in ledger._rows("SELECT owner FROM plans") if not alive(owner)] == []
+
+
+def test_two_epochs_over_a_set_three_times_the_limit(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    limit, block = sum(sizes) // 3, max(sizes)
+    cache = tmp_path / "cache"
+    options = SourceOptions(cache_dir=str(cache), cache_limit=limit)
+    dataset = ShardDataset(url, source_options=options, num_lanes=4)
+    loader = MixingLoader(dataset, batch_size=32, num_workers=2)
+    fetched = []
+    with sampled(cache) as samples:
+        for epoch in range(2):
+            before = state.sent
+            loader.set_epoch(epoch)
+            assert keys_of(loader) == expected_keys(SIZES)
+            fetched.append(state.sent - before)
+    assert max(samples) <= limit + block
+    assert fetched[0] >= sum(sizes)
+    # Epoch 2 fetches what the cache could not hold: the set less the limit, but for the
+    # slack under the limit that a whole shard does not fill.
+    assert fetched[1] <= sum(sizes) - limit + block, (fetched, sum(sizes), limit)
+    check_ledger(cache, limit)
+    print(
+        f"set {sum(sizes):,} limit {limit:,} block {block:,} fetched {fetched} max {max(samples):,}"
+    )
+
+
+JOB = """
+import json, sys
+from collections import Counter
+from shardmix import MixingLoader, ShardDataset
+from shardmix.sources import SourceOptions
+options = SourceOptions(cache_dir={cache!r}, cache_limit={limit})
+dataset = ShardDataset({url!r}, source_options=options, num_lanes=4, seed={seed})
+loader = MixingLoader(dataset, batch_size=16, num_workers=2)
+for epoch in range(2):
+    loader.set_epoch(epoch)
+    keys = Counter()
+    for number, batch in enumerate(loader):
+        keys.update(batch["__key__"])
+        if {stop_after} and number == {stop_after}:
+            print("reading", flush=True)
+            sys.stdin.readline()  # held here, mid-epoch, until killed
+    print(json.dumps(keys), flush=True)
+"""
+
+
+def job(url: str, cache: Path, limit: int, seed: int = 0, stop_after: int = 0) -> subprocess.Popen:
+    script = JOB.format(url=url, cache=str(cache), limit=limit, seed=seed, stop_after=stop_after)
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: a SIGKILL reaches its workers too
+    )
+
+
+def test_two_jobs_on_one_folder_stay_within_the_limit_together(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    limit, block = sum(sizes) // 3, max(sizes)
+    cache = tmp_path / "cache"
+    with sampled(cache) as samples:
+        jobs = [job(url, cache, limit, seed=seed) for seed in (1, 2)]
+        outputs = [process.communicate(timeout=300)[0] for process in jobs]
+    assert [process.returncode for process in jobs] == [0, 0]
+    for output in outputs:
+        epochs = [Counter(json.loads(line)) for line in output.splitlines()]
+        assert epochs == [expected_keys(SIZES)] * 2
+    assert max(samples) <= limit + block
+    check_ledger(cache, limit)
+
+
+def test_a_job_killed_mid_epoch_leaves_nothing_a_rerun_trips_on(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    limit = sum(sizes) // 3
+    cache = tmp_path / "cache"
+    killed = job(url, cache, limit, stop_after=3)
+    assert killed.stdout is not None and killed.stdout.readline() == "reading\n"
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=60)
+    rerun = job(url, cache, limit)
+    output = rerun.communicate(timeout=300)[0]
+    assert rerun.returncode == 0
+    assert [Counter(json.loads(line)) for line in output.splitlines()] == [expected_keys(SIZES)] * 2
+    check_ledger(cache, limit)
+
+
+KILLED_WHILE_FILLING = """
+import os, signal
+from shardmix.sources import SourceOptions, open_shard
+options = SourceOptions(cache_dir={cache!r}, cache_limit={limit})
+leased = open_shard({first!r}, options=options)  # a copy made by the first run, leased
+filling = open_shard({second!r}, options=options)
+filling.read(5000)  # half a copy written, its reservation held
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_kill_while_filling_and_leasing_is_reclaimed(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    base = url.rsplit("/", 1)[0]
+    first, second = f"{base}/part-0000.tar", f"{base}/part-0001.tar"
+    cache = tmp_path / "cache"
+    options = SourceOptions(cache_dir=str(cache), cache_limit=sum(sizes))
+    with open_shard(first, options=options) as stream:
+        assert len(stream.read()) == sizes[0]
+    script = KILLED_WHILE_FILLING.format(
+        cache=str(cache), limit=sum(sizes), first=first, second=second
+    )
+    result = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert result.returncode == -signal.SIGKILL
+    assert any(name.endswith(".part") for name in os.listdir(cache))  # left by the kill
+    check_ledger(cache, sizes[0])
+    assert os.path.isfile(cache_path(str(cache), first))  # the first run's copy stays
+
+
+def test_a_leased_copy_is_never_evicted(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    base = url.rsplit("/", 1)[0]
+    cache = tmp_path / "cache"
+    options = SourceOptions(cache_dir=str(cache), cache_limit=max(sizes[:3]) + 1)
+    shards = [f"{base}/part-{index:04d}.tar" for index in range(3)]
+    with open_shard(shards[0], options=options) as stream:
+        stream.read()
+    before = cache_counters()
+    with open_shard(shards[0], options=options) as held:  # a hit: leased while open
+        for shard, size in zip(shards[1:], sizes[1:3], strict=True):
+            with open_shard(shard, options=options) as other:
+                assert len(other.read()) == size  # streamed, not cached: no room
+        assert held.read() == (state.root / "data" / "part-0000.tar").read_bytes()
+    after = cache_counters()
+    assert (after.hits - before.hits, after.uncached - before.uncached) == (1, 2)
+    copies = sorted(name for name in os.listdir(cache) if not name.startswith(LEDGER_NAME))
+    assert copies == [os.path.basename(cache_path(str(cache), shards[0]))]
+    # Released, it gives way to the next shard read.
+    with open_shard(shards[1], options=options) as stream:
+        stream.read()
+    copies = sorted(name for name in os.listdir(cache) if not name.startswith(LEDGER_NAME))
+    assert copies == [os.path.basename(cache_path(str(cache), shards[1]))]
+
+
+def test_a_limit_below_the_largest_shard_is_refused_at_iter(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    options = SourceOptions(cache_dir=str(tmp_path / "cache"), cache_limit=max(sizes) - 1)
+    dataset = ShardDataset(url, source_options=options)
+    loader = MixingLoader(dataset, batch_size=8, num_workers=0)
+    with pytest.raises(ConfigError, match=f"set cache_limit to at least {max(sizes):,} bytes"):
+        next(iter(loader))
+
+
+def test_a_limit_needs_a_folder():
+    with pytest.raises(ConfigError, match="cache_dir is not set"):
+        SourceOptions(cache_limit=1 << 30)
+    with pytest.raises(ConfigError, match="cache_limit must be a number of bytes > 0"):
+        SourceOptions(cache_dir="/tmp/c", cache_limit=0)
+
+
+def test_local_shards_in_the_folder_are_never_touched(tmp_path, remote_set):
+    url, state, sizes = remote_set
+    cache = tmp_path / "cache"
+    write_shards(cache, "tar", [5, 6])  # a user's own shards, in the cache folder
+    own = {path.name: path.read_bytes() for path in cache.glob("*.tar")}
+    options = SourceOptions(cache_dir=str(cache), cache_limit=max(sizes) + 1)
+    local = ShardDataset(str(cache / "part-{0000..0001}.tar"), source_options=options)
+    assert Counter(sample["__key__"] for sample in local) == expected_keys([5, 6])
+    remote = ShardDataset(url, source_options=options, num_lanes=2)
+    assert Counter(sample["__key__"] for sample in remote) == expected_keys(SIZES)
+    assert {path.name: path.read_bytes() for path in cache.glob("part-*.tar")} == own
+
+
+def test_a_shard_rewritten_at_the_server_is_fetched_again(remote_set, tmp_path, monkeypatch):
+    import shardmix.sources.version as version
+
+    url, state, sizes = remote_set
+    base = url.rsplit("/", 1)[0]
+    shard = f"{base}/part-0000.tar"
+    options = SourceOptions(cache_dir=str(tmp_path / "cache"), cache_limit=sum(sizes))
+    with open_shard(shard, options=options) as stream:
+        stream.read()
+    (state.root / "data" / "part-0000.tar").write_bytes(b"new bytes")
+    state.etags["data/part-0000.tar"] = '"v2"'
+    monkeypatch.setattr(version, "_REVALIDATED", {})  # a new job: the version asked anew
+    with open_shard(shard, options=options) as stream:
+        assert stream.read() == b"new bytes"
+    with open_shard(shard, options=options) as stream:  # and the new copy is kept
+        assert stream.read() == b"new bytes"
+    assert Path(cache_path(str(tmp_path / "cache"), shard)).read_bytes() == b"new bytes"
+
+
+def test_fsspec_shards_go_through_the_bounded_cache(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    data = {f"/bounded/s{index}.bin": bytes([index]) * 3000 for index in range(4)}
+    for path, body in data.items():
+        memory.pipe(path, body)
+    cache = tmp_path / "cache"
+    options = SourceOptions(cache_dir=str(cache), cache_limit=6500)
+    before = cache_counters()
+    for _ in range(2):
+        for path, body in data.items():
+            with open_shard(f"memory://{path}", options=options) as stream:
+                assert stream.read() == body
+            assert cache_bytes(cache) <= 6500
+    after = cache_counters()
+    assert after.misses - before.misses == 8 - (after.hits - before.hits)
+    assert after.evictions > before.evictions
