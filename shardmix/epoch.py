@@ -159,7 +159,7 @@ class EpochIterator:
         if isinstance(dataset, ShardDataset):
             dataset.expected = self.identities
         # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
-        exchange = end_exchange(world_size) if filters else None
+        exchange = end_exchange(world_size, loader.data_parallel_group) if filters else None
         self.rank_end = (
             None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
         )

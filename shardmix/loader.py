@@ -56,7 +56,7 @@ from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
-from shardmix.world import detect_rank
+from shardmix.world import data_parallel_ranks
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 
@@ -99,6 +99,13 @@ class MixingLoader:
             once per job (the ranks split the counting and share it).
         rank, world_size: this process's place among the ranks; detected from
             torch.distributed (when initialized) at each ``iter()`` when not given.
+        group: the data-parallel process group (or a one-dimensional DeviceMesh, such as
+            ``mesh["dp"]``), one rank per model replica: the data is split over its ranks,
+            and the ranks of one replica (tensor-, context- or pipeline-parallel peers, of
+            the same data-parallel rank) yield the same batches. ``world_size`` in the state
+            is then the data-parallel size; see docs/guides/distributed.md.
+        data_parallel_rank, data_parallel_size: the data-parallel rank and size of ranks
+            simulated in one process (with ``rank``/``world_size``), as ``group`` gives them.
         pin_memory: put each batch's tensors in page-locked memory, so that
             ``.to("cuda", non_blocking=True)`` overlaps the copy with compute. Ignored, with a
             warning, where no CUDA device is available.
@@ -123,6 +130,9 @@ class MixingLoader:
         even_ranks: str | EvenRanks = EvenRanks.DROP,
         rank: int | None = None,
         world_size: int | None = None,
+        group: Any = None,
+        data_parallel_rank: int | None = None,
+        data_parallel_size: int | None = None,
         pin_memory: bool = False,
         persistent_workers: bool = True,
         worker_init_fn: Callable[[int], None] | None = None,
@@ -170,9 +180,9 @@ class MixingLoader:
         self.multiprocessing_context = multiprocessing_context
         self.even_ranks = EvenRanks(even_ranks)
         self.pin_memory = pin_memory and _cuda_available()
-        if (rank is None) != (world_size is None):
-            raise ConfigError("give both rank and world_size, or neither")
-        self._world = None if rank is None or world_size is None else (rank, world_size)
+        self._ranks = data_parallel_ranks(
+            rank, world_size, group, data_parallel_rank, data_parallel_size
+        )
         self.persistent_workers = persistent_workers
         self.worker_init_fn = worker_init_fn
         # Persistent workers: one pool per dataset (a mixture's datasets each have their own).
@@ -278,7 +288,7 @@ class MixingLoader:
         rank, world_size = self.rank_and_world_size()
         position = self._position(shard_dataset, world_size)
         config = self._mixture_config() if self.datasets else self._config(shard_dataset)
-        gathered = gather_positions(position, rank, world_size)
+        gathered = gather_positions(position, rank, world_size, self.data_parallel_group)
         return {"version": STATE_VERSION, "config": config, **gathered}
 
     def _position(self, dataset: ShardDataset, world_size: int) -> dict[str, Any]:
@@ -322,8 +332,14 @@ class MixingLoader:
         self._current = None
 
     def rank_and_world_size(self) -> tuple[int, int]:
-        """``(rank, world_size)``: as given, else from torch.distributed, else ``(0, 1)``."""
-        return self._world if self._world is not None else detect_rank()
+        """``(rank, world_size)`` among the data-parallel ranks, which split the data: as
+        given, else from ``group``, else from torch.distributed, else ``(0, 1)``."""
+        return self._ranks.resolve()
+
+    @property
+    def data_parallel_group(self) -> Any:
+        """The data-parallel process group given as ``group`` (None: the default group)."""
+        return self._ranks.group
 
     def _config(self, dataset: ShardDataset) -> dict[str, Any]:
         _, world_size = self.rank_and_world_size()

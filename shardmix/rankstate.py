@@ -2,10 +2,13 @@
 
 Trainers such as Lightning save the loader state from rank 0 only, then hand that one state to
 every rank on resume. So under torch.distributed :func:`gather_positions` collects every rank's
-position (``all_gather_object``, through :func:`~shardmix.world.count_exchange`) into the state:
-the saving rank's position at the top level, as with a single rank, beside ``"rank"`` (which
-rank that is) and ``"ranks"`` (every other rank's position, keyed by the rank as a string).
-:func:`own_position` picks the loading rank's. With ranks simulated in one process
+position (``all_gather_object`` on the default group, through
+:func:`~shardmix.world.state_exchange`) into the state: the saving rank's position at the top
+level, as with a single rank, beside ``"rank"`` (which rank that is) and ``"ranks"`` (every
+other rank's position, keyed by the rank as a string). :func:`own_position` picks the loading
+rank's. Ranks here are data-parallel ranks: under ``MixingLoader(group=...)`` the ranks of one
+model replica share one, so the state holds each data-parallel rank's position once (checked
+to be the same on every rank of the replica). With ranks simulated in one process
 (``MixingLoader(rank=, world_size=)``) there is nothing to gather: ``"ranks"`` is empty and the
 state resumes its own rank only.
 """
@@ -16,25 +19,45 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardmix.errors import ConfigError
-from shardmix.world import count_exchange
+from shardmix.world import state_exchange
 
 # The top-level keys of a state that are not its saving rank's position.
 _NOT_POSITION = ("version", "config", "rank", "ranks")
 
 
-def gather_positions(position: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
-    """``position`` with every other rank's, gathered when torch.distributed runs the ranks.
+def gather_positions(
+    position: dict[str, Any], rank: int, world_size: int, group: Any = None
+) -> dict[str, Any]:
+    """``position`` with every other data-parallel rank's, gathered when torch.distributed
+    runs the ranks (``group``: the data-parallel group, if not the default one).
 
-    A collective under torch.distributed: every rank must call it at the same point.
+    A collective of the default group under torch.distributed: every rank must call it at the
+    same point.
     """
-    shared = count_exchange(world_size)
-    others: dict[str, Any] = {}
-    if shared is not None:
-        _, exchange = shared
-        for other, theirs in enumerate(exchange(position)):
-            if other != rank:
-                others[str(other)] = theirs
+    exchange = state_exchange(world_size, group)
+    if exchange is None:
+        return {**position, "rank": rank, "ranks": {}}
+    first: dict[int, tuple[int, dict[str, Any]]] = {}  # data rank: (job rank, its position)
+    for holder, (other, theirs) in enumerate(exchange((rank, position))):
+        if other not in first:
+            first[other] = holder, theirs
+        elif theirs != first[other][1]:
+            raise _replica_error(other, first[other], (holder, theirs))
+    others = {str(other): theirs for other, (_, theirs) in sorted(first.items()) if other != rank}
     return {**position, "rank": rank, "ranks": others}
+
+
+def _replica_error(
+    rank: int, one: tuple[int, dict[str, Any]], other: tuple[int, dict[str, Any]]
+) -> ConfigError:
+    """The error for two ranks of one model replica at different positions."""
+    (first, mine), (second, theirs) = one, other
+    return ConfigError(
+        f"ranks {first} and {second} of the job share data-parallel rank {rank} but are at "
+        f"different positions (epoch {mine.get('epoch')} batch {mine.get('batches')}, and "
+        f"epoch {theirs.get('epoch')} batch {theirs.get('batches')}): the ranks of one model "
+        "replica must draw the same batches; call state_dict() on every rank at the same step"
+    )
 
 
 def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:

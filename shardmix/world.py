@@ -2,18 +2,28 @@
 
 Everything below receives a :class:`~shardmix.sharding.World` explicitly; this is the only
 module that asks torch where it runs, and the only one that talks to the other ranks (sharing
-record counts: :func:`count_exchange`).
+record counts: :func:`count_exchange`; the state: :func:`state_exchange`; where an epoch ends:
+:func:`end_exchange`).
+
+The data is split over the *data-parallel* ranks (:class:`Ranks`): every rank of the default
+group, or the ranks of the process group given as ``MixingLoader(group=...)`` (one rank per
+model replica), or ranks simulated in one process. The ranks of one replica read the same
+share, so they yield the same batches; the end of an epoch is agreed over the data-parallel
+group, and the state is gathered over the default group, so any rank's copy resumes them all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import get_worker_info
 
+from shardmix.errors import ConfigError
 from shardmix.sharding import World
 
 T = TypeVar("T")
@@ -24,6 +34,99 @@ def detect_rank() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """How a loader finds its data-parallel rank: given, from a process group, or detected.
+
+    Made once by :func:`data_parallel_ranks`, which checks the arguments; :meth:`resolve` is
+    asked at each use, since torch.distributed may be initialized after the loader is made.
+    """
+
+    given: tuple[int, int] | None = None  # simulated: (rank, world_size) over the data ranks
+    group: Any = None  # the data-parallel process group; None: the default group
+
+    def resolve(self) -> tuple[int, int]:
+        """``(rank, world_size)`` among the data-parallel ranks."""
+        if self.given is not None:
+            return self.given
+        if self.group is not None:
+            return dist.get_rank(self.group), dist.get_world_size(self.group)
+        return detect_rank()
+
+
+def data_parallel_ranks(
+    rank: int | None,
+    world_size: int | None,
+    group: Any,
+    data_parallel_rank: int | None,
+    data_parallel_size: int | None,
+) -> Ranks:
+    """The :class:`Ranks` of ``MixingLoader``'s arguments, refusing those that disagree."""
+    if (rank is None) != (world_size is None):
+        raise ConfigError("give both rank and world_size, or neither")
+    if (data_parallel_rank is None) != (data_parallel_size is None):
+        raise ConfigError("give both data_parallel_rank and data_parallel_size, or neither")
+    if group is not None:
+        if data_parallel_size is not None or world_size is not None:
+            given = (
+                "data_parallel_rank/data_parallel_size" if world_size is None else "rank/world_size"
+            )
+            raise ConfigError(
+                f"MixingLoader got group= and {given}=: the process group gives the "
+                "data-parallel rank and size; pass group= under torch.distributed, or the "
+                "simulated ranks without it"
+            )
+        return Ranks(group=_process_group(group))
+    if rank is not None and world_size is not None:
+        _check_rank("rank", rank, "world_size", world_size)
+    if data_parallel_rank is None or data_parallel_size is None:
+        return Ranks(given=None if rank is None or world_size is None else (rank, world_size))
+    _check_rank("data_parallel_rank", data_parallel_rank, "data_parallel_size", data_parallel_size)
+    if world_size is not None and world_size % data_parallel_size:
+        raise ConfigError(
+            f"data_parallel_size={data_parallel_size} does not divide world_size={world_size}: "
+            "every model replica has the same number of ranks; give a data_parallel_size that "
+            "divides world_size"
+        )
+    return Ranks(given=(data_parallel_rank, data_parallel_size))
+
+
+def _check_rank(rank_name: str, rank: int, size_name: str, size: int) -> None:
+    if size < 1:
+        raise ConfigError(f"{size_name} must be at least 1, got {size}")
+    if not 0 <= rank < size:
+        raise ConfigError(
+            f"{rank_name}={rank} is out of range for {size_name}={size}: give a {rank_name} "
+            f"from 0 to {size - 1}"
+        )
+
+
+def _process_group(group: Any) -> Any:
+    """``group`` as a process group this process is a member of (a one-dimensional
+    DeviceMesh gives its group), or a ConfigError saying why not."""
+    if isinstance(group, DeviceMesh):
+        if group.ndim != 1:
+            raise ConfigError(
+                f"MixingLoader(group=) got a DeviceMesh of {group.ndim} dimensions "
+                f"{group.mesh_dim_names}: pass its data-parallel dimension, as mesh['dp']"
+            )
+        group = group.get_group()
+    if group is dist.GroupMember.NON_GROUP_MEMBER or (
+        isinstance(group, dist.ProcessGroup) and dist.get_rank(group) < 0
+    ):
+        raise ConfigError(
+            f"MixingLoader(group=): this process (rank {dist.get_rank()}) is not in the "
+            "group (new_group() gives the other ranks a placeholder); pass the data-parallel "
+            "group this rank belongs to"
+        )
+    if not isinstance(group, dist.ProcessGroup):
+        raise ConfigError(
+            f"MixingLoader(group=) takes a torch.distributed process group (or a "
+            f"one-dimensional DeviceMesh), got {type(group).__name__}"
+        )
+    return group
 
 
 def detect_world(rank: int | None = None, world_size: int | None = None) -> World:
@@ -44,38 +147,68 @@ def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None
     DataLoader worker, which must not join a collective): with ranks simulated in one
     process, each process counts on its own.
     """
-    if world_size < 2 or get_worker_info() is not None:
+    if world_size < 2 or not _in_main_process():
         return None
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() != world_size:
+    if dist.get_world_size() != world_size:
         return None
-
-    def exchange(mine: T) -> list[T]:
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, mine)
-        return gathered
-
-    return dist.get_rank(), exchange
+    return dist.get_rank(), _gather_objects
 
 
-# The gloo groups made for the epoch-end exchange, by the default group they were made from.
+def state_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]] | None:
+    """``exchange(mine)``: every rank's object, to gather the loader state; or None.
+
+    Over the default group, so that the state holds the position of every data-parallel rank
+    whichever rank saves it: with ``group`` whenever torch.distributed runs this process's
+    main process, else where :func:`count_exchange` is not None.
+    """
+    if group is None:
+        shared = count_exchange(world_size)
+        return None if shared is None else shared[1]
+    return _gather_objects if _in_main_process() else None
+
+
+def _in_main_process() -> bool:
+    """Whether torch.distributed is initialized and this is a rank's main process."""
+    return get_worker_info() is None and dist.is_available() and dist.is_initialized()
+
+
+def _gather_objects(mine: T) -> list[T]:
+    """Every rank's ``mine``, by rank, with ``all_gather_object`` on the default group."""
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return gathered
+
+
+# The gloo groups made for the epoch-end exchange, by the process group they copy (the default
+# group, or a data-parallel group).
 _GLOO_GROUPS: dict[int, tuple[Any, Any]] = {}
 
 
-def end_exchange(world_size: int) -> Callable[[list[int]], list[list[int]]] | None:
-    """``exchange(values)``: every rank's list of ints (same length on all), or None.
+def end_exchange(
+    world_size: int, group: Any = None
+) -> Callable[[list[int]], list[list[int]]] | None:
+    """``exchange(values)``: every data-parallel rank's list of ints (same length on all), or
+    None.
 
-    The ranks agree where an epoch ends over a gloo group made once per process group (never
-    the default group: under NCCL, gathering there would sync the GPU at each exchange). None
-    where :func:`count_exchange` is None: no process group runs these ranks.
+    The ranks agree where an epoch ends over a gloo copy of their process group (the default
+    group, or ``group``), made once per group: never the group itself, since under NCCL
+    gathering there would sync the GPU at each exchange. None where no process group runs
+    these ranks (:func:`count_exchange` is None, or ``group`` is given but this is a
+    DataLoader worker).
     """
-    if count_exchange(world_size) is None:
-        return None
-    group = _gloo_group()
+    if group is None:
+        if count_exchange(world_size) is None:
+            return None
+        gloo = _gloo_group()
+    else:
+        if not _in_main_process():
+            return None
+        gloo = _gloo_copy(group)
 
     def exchange(values: list[int]) -> list[list[int]]:
         mine = torch.tensor(values, dtype=torch.int64)
         gathered = [torch.empty_like(mine) for _ in range(world_size)]
-        dist.all_gather(gathered, mine, group=group)
+        dist.all_gather(gathered, mine, group=gloo)
         return [theirs.tolist() for theirs in gathered]
 
     return exchange
@@ -89,4 +222,21 @@ def _gloo_group() -> Any:
     if made is None or made[0] is not default:
         made = (default, dist.new_group(backend="gloo"))
         _GLOO_GROUPS[id(default)] = made
+    return made[1]
+
+
+def _gloo_copy(group: Any) -> Any:
+    """A gloo group of the ranks of ``group``, made at the first call on every rank of the
+    job at the same step: making a group is a collective of the default group, so the ranks
+    share their groups' ranks and all of them make every data-parallel group, in one order."""
+    made = _GLOO_GROUPS.get(id(group))
+    if made is None or made[0] is not group:
+        mine = tuple(dist.get_process_group_ranks(group))
+        groups: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(groups, mine, group=_gloo_group())
+        copies = {
+            ranks: dist.new_group(list(ranks), backend="gloo") for ranks in sorted(set(groups))
+        }
+        made = (group, copies[mine])
+        _GLOO_GROUPS[id(group)] = made
     return made[1]
