@@ -28,6 +28,7 @@ from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.formats import RecordBlock
 from shardmix.reader import LaneChunk, Sample, sample_bytes
 from shardmix.sources.identity import ShardIdentity
+from shardmix.sources.traffic import Traffic
 from shardmix.transforms import DROPPED as DROPPED_KEY
 from shardmix.transforms import FILTERED, SKIPPED
 
@@ -75,6 +76,8 @@ class Chunk:
     derived: tuple[str, ...] = ()  # fields of PROVENANCE the items carry (not columns)
     # The identities of the shards opened for this chunk, by shard index.
     identities: dict[int, ShardIdentity] = field(default_factory=dict)
+    # What the worker's sources fetched since its last chunk (:mod:`shardmix.stats`).
+    traffic: Traffic | None = None
 
     def __len__(self) -> int:
         return len(self.items)

@@ -192,7 +192,7 @@ class EpochIterator:
                 pool=self._pool,
                 identities=dict(self.identities),
             )
-            sent = self._checked(sent)
+            sent = self._checked(loader.stats_recorder.timed(sent))
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
             assert isinstance(dataset, ShardDataset)

@@ -17,6 +17,10 @@ The rest needs no help: ``len(loader)`` is known, so Lightning fetches no batch 
 state it saves follows the batches trained on; a state saved after an epoch's last batch is
 the next epoch's start; under DDP ``state_dict()`` gathers every rank's position, so the one
 checkpoint rank 0 writes resumes every rank.
+
+:class:`ShardmixStats` logs each MixingLoader's :meth:`~shardmix.MixingLoader.stats` to the
+Trainer's loggers every ``every_n_steps`` steps (``shardmix/wait_per_step``,
+``shardmix/bytes_per_second/<scheme://host>``, ...).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from shardmix.errors import ConfigError
 from shardmix.loader import MixingLoader
 
 
@@ -57,6 +62,41 @@ class ShardmixResume(pl.Callback):
         for loader, state in zip(stateful, states, strict=False):
             if isinstance(loader, MixingLoader):
                 loader.load_state_dict(state)
+
+
+class ShardmixStats(pl.Callback):
+    """Log the training MixingLoaders' ``stats()`` every ``every_n_steps`` training steps.
+
+    Pass it to the Trainer: ``pl.Trainer(callbacks=[ShardmixStats()])``. The figures go to
+    ``pl_module.log_dict`` as ``shardmix/<name>`` (``shardmix/<index>/<name>`` when the
+    Trainer has several MixingLoaders), on this rank only (``rank_zero_only`` is Lightning's
+    to decide through the logger).
+    """
+
+    def __init__(self, every_n_steps: int = 50) -> None:
+        if every_n_steps < 1:
+            raise ConfigError(f"every_n_steps must be at least 1, got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if (batch_idx + 1) % self.every_n_steps:
+            return
+        loaders = [
+            loader
+            for loader in _flattened(trainer.train_dataloader)
+            if isinstance(loader, MixingLoader)
+        ]
+        for index, loader in enumerate(loaders):
+            prefix = "shardmix/" if len(loaders) == 1 else f"shardmix/{index}/"
+            figures = {f"{prefix}{name}": value for name, value in loader.stats().scalars().items()}
+            pl_module.log_dict(figures, on_step=True, on_epoch=False, batch_size=1)
 
 
 def _flattened(loaders: Any) -> list[Any]:

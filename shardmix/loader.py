@@ -55,6 +55,7 @@ from shardmix.pool import WorkerPool
 from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
+from shardmix.stats import LoaderStats, StatsRecorder
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
 from shardmix.world import data_parallel_ranks
 
@@ -207,6 +208,8 @@ class MixingLoader:
         # The iterator reading the current epoch, by weak reference: once the user holds none
         # (a ``for`` loop left by ``break``), that epoch is over.
         self._holder: weakref.ref[_Epoch] | None = None
+        # What stats() reports: the epochs' iterators count into it (it holds no loader).
+        self.stats_recorder = StatsRecorder()
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` read epoch ``epoch`` from its start."""
@@ -229,11 +232,18 @@ class MixingLoader:
         self.epoch += 1
         resume, self._resume = self._resume, None
         self._current_iteration = iteration
+        self.stats_recorder.start(epoch)
         if self.datasets is not None:
             self._current = MixtureEpoch(self, epoch, resume)
         else:
             self._current = EpochIterator(self, epoch, resume)
         return self._current
+
+    def stats(self) -> LoaderStats:
+        """What the current epoch (else the last one) has done so far: the time waited for
+        data per step, bytes and requests per scheme and host, the cache's hits, misses and
+        evictions, the lanes' stalls. Cheap: counted per chunk of samples, never per sample."""
+        return self.stats_recorder.snapshot(live=self._in_epoch())
 
     def mixture_weights(self) -> dict[str, Fraction]:
         """A mixture's weights (exact, summing to 1)."""
@@ -479,6 +489,7 @@ class _Epoch(Iterator[Any]):
         self._loader: MixingLoader | None = loader
         self.iteration = iteration
         self._epoch: EpochIterator | MixtureEpoch | None = None
+        self._stats = loader.stats_recorder
 
     def __next__(self) -> Any:
         if self._epoch is None:
@@ -486,7 +497,9 @@ class _Epoch(Iterator[Any]):
                 raise StopIteration
             loader, self._loader = self._loader, None
             self._epoch = loader._start_epoch(self)
-        return next(self._epoch)
+        batch = next(self._epoch)
+        self._stats.step()
+        return batch
 
     def close(self) -> None:
         """Stop this epoch's reading (the loader's persistent workers keep running)."""

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, BinaryIO, TypeVar
@@ -46,9 +47,10 @@ from shardmix.formats import (
 )
 from shardmix.policy import DamageHandler
 from shardmix.sharding import Piece
-from shardmix.sources import SourceOptions, open_shard
+from shardmix.sources import SourceOptions, is_local, open_shard, scheme_of
 from shardmix.sources.identity import ShardIdentity, stream_identity
 from shardmix.sources.ranges import open_ranges
+from shardmix.sources.traffic import count_bytes, count_stall, host_of
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,8 @@ T = TypeVar("T")  # what a lane yields: samples, or record blocks
 RANGE_GUESS = 8 * 1024
 RANGE_TAIL = 1024
 RANGE_GAP = 16 * 1024
+# Sources that count their bytes as they arrive (:mod:`shardmix.sources.traffic`).
+_SELF_COUNTING = frozenset({"http", "https"})
 
 
 @dataclass(frozen=True)
@@ -173,9 +177,15 @@ def _entered(
     resume = start > 0 and before_offset >= 0
     expect, on_open = opened
     offset = before_offset if resume else 0
-    with open_shard(
-        url, options=source_options, offset=offset, listed=listed, expect=expect
-    ) as stream:
+    began = time.perf_counter()
+    with (
+        open_shard(
+            url, options=source_options, offset=offset, listed=listed, expect=expect
+        ) as stream,
+        _counted(url, stream, offset),
+    ):
+        if not is_local(url):  # the lane waited for the answer (and, cached, the download)
+            count_stall(time.perf_counter() - began)
         if on_open is not None:
             on_open(stream_identity(stream))
         arguments: dict[str, Any] = {"stop": stop, "on_damage": on_damage}
@@ -190,6 +200,19 @@ def _entered(
                 )
             arguments.update(start=start, seek_from=seek_from)
         yield stream, arguments
+
+
+@contextmanager
+def _counted(url: str, stream: BinaryIO, offset: int) -> Iterator[None]:
+    """Count the bytes read from a shard whose source does not count them as they come
+    (an http(s) stream counts its own, a cached copy's included; see
+    :mod:`shardmix.sources.traffic`)."""
+    try:
+        yield
+    finally:
+        if scheme_of(url) not in _SELF_COUNTING:
+            with suppress(OSError, ValueError):
+                count_bytes(host_of(url), max(0, stream.tell() - offset))
 
 
 def read_shard_at(

@@ -31,6 +31,7 @@ from shardmix.sources import is_local
 from shardmix.sources.cache import plan_reads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.ledger import this_owner
+from shardmix.sources.traffic import take_traffic
 from shardmix.world import detect_world
 
 T = TypeVar("T")
@@ -364,13 +365,20 @@ def lane_chunks(
     if shard_index is not None:
         assert isinstance(dataset, ShardDataset)
         chunks = _with_identities(chunks, dataset)
-    return collected_between(chunks)
+    return collected_between(_with_traffic(chunks))
 
 
 def _with_identities(chunks: Iterator[Chunk], dataset: ShardDataset) -> Iterator[Chunk]:
     """``chunks``, each with the identities of the shards opened until it was made."""
     for chunk in chunks:
         chunk.identities = dataset.take_opened()
+        yield chunk
+
+
+def _with_traffic(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """``chunks``, each with what this process's sources fetched since the one before."""
+    for chunk in chunks:
+        chunk.traffic = take_traffic() or None
         yield chunk
 
 

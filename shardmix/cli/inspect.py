@@ -189,10 +189,26 @@ def format_report(data: dict) -> str:
         for run in runs:
             lines += [f"{_name(run)}:", *_table(run["batches"]), ""]
     lines += _summary(runs)
+    if data.get("loader_stats"):
+        lines.append(_stats_line(data["loader_stats"]))
     advice = data.get("advice")
     if advice and advice["messages"]:
         lines += ["", "advice:", *(f"  {message}" for message in advice["messages"])]
     return "\n".join(lines)
+
+
+def _stats_line(stats: dict) -> str:
+    """The loader's stats() in one line: the wait for data, the rates, the cache, stalls."""
+    rates = ", ".join(
+        f"{rate / 1e6:.1f} MB/s from {host}" for host, rate in stats["bytes_per_second"].items()
+    )
+    return (
+        f"data: waited {stats['wait_seconds']:.3f} s over {stats['steps']} steps "
+        f"({1e3 * stats['wait_per_step']:.2f} ms per step); {rates or 'nothing fetched'}; "
+        f"cache {stats['cache_hits']} hits, {stats['cache_misses']} misses, "
+        f"{stats['cache_evictions']} evictions; {stats['lane_stalls']} lane stalls "
+        f"({stats['lane_stall_seconds']:.3f} s)"
+    )
 
 
 def _name(run: dict) -> str:

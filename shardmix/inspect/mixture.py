@@ -128,7 +128,14 @@ def inspect_mixture(
     everything = {
         url: records for found_shards in shards.values() for url, records in found_shards.items()
     }
-    run = RunStats("MixingLoader", sum(lanes.values()), settings.num_workers, found, summary)
+    run = RunStats(
+        "MixingLoader",
+        sum(lanes.values()),
+        settings.num_workers,
+        found,
+        summary,
+        loader.stats().to_dict(),
+    )
     mixture = MixtureStats(loader.stopping.value, stats)
     num_shards = sum(len(dataset.urls) for dataset in datasets.values())
     return InspectReport(settings, num_shards, everything, run, mixture=mixture)

@@ -147,7 +147,9 @@ def record_run(
         per_worker = [sum(lanes[worker::workers]) for worker in range(workers)]
         found.append(BatchStats(index, counts, per_worker, lanes))
     summary = summarize(found, lambda batch: ideal.of(batch.size), ideal.full, payload)
-    return RunStats(name, num_lanes, num_workers, found, summary)
+    stats = getattr(loader, "stats", None)  # a MixingLoader's: what the run waited and fetched
+    loader_stats = stats().to_dict() if callable(stats) else None
+    return RunStats(name, num_lanes, num_workers, found, summary, loader_stats)
 
 
 def progress_bar(batches: Iterator[T], show: bool, name: str, total: int) -> Iterator[T]:

@@ -206,6 +206,8 @@ class RunStats:
     num_workers: int
     batches: list[BatchStats]
     summary: RunSummary
+    # MixingLoader.stats() after the run, as its to_dict() (None: a plain DataLoader's run).
+    loader_stats: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -214,6 +216,7 @@ class RunStats:
             "num_workers": self.num_workers,
             "batches": [batch.to_dict() for batch in self.batches],
             "summary": self.summary.to_dict(),
+            "loader_stats": self.loader_stats,
         }
 
 

@@ -216,15 +216,19 @@ def open_shard(
         )
     else:
         from shardmix.sources.cache import open_cached
+        from shardmix.sources.traffic import count_cache
         from shardmix.sources.version import revalidated
 
+        fetched = []
+
+        def fetch() -> BinaryIO:
+            fetched.append(True)
+            return _open_direct(url, scheme, options)
+
         stream = open_cached(
-            url,
-            options.cache_dir,
-            lambda: _open_direct(url, scheme, options),
-            lambda: revalidated(url, options),
-            listed,
+            url, options.cache_dir, fetch, lambda: revalidated(url, options), listed
         )
+        count_cache("misses" if fetched else "hits")  # a miss fetched the shard first
     if expect is not None:
         try:
             check_identity(url, expect, stream_identity(stream))

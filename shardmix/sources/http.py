@@ -57,6 +57,7 @@ from shardmix.sources import (
 )
 from shardmix.sources.connections import connection_pool, follow_redirects
 from shardmix.sources.identity import ShardIdentity, attach_identity
+from shardmix.sources.traffic import count_bytes, count_request, host_of
 from shardmix.sources.validators import changed, precondition, validator_of, warn_unvalidated
 
 if TYPE_CHECKING:
@@ -155,6 +156,7 @@ class HttpShardStream(io.RawIOBase):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UnsupportedURLError(f"{url}: not an http(s) URL with a host name", url=url)
         self.url = url
+        self._where = host_of(url)  # what its bytes are counted under (shardmix.stats)
         self._retry = retry if retry is not None else RetryPolicy()
         self._headers = dict(headers or {})
         seed = int.from_bytes(hashlib.sha256(url.encode()).digest()[:8], "big")
@@ -270,6 +272,7 @@ class HttpShardStream(io.RawIOBase):
             headers.update(precondition(self._validator))
         retry = self._retry
         timeout = urllib3.Timeout(connect=retry.connect_timeout, read=retry.read_timeout)
+        count_request(self._where)
         with self._transient_io("requesting"):
             return connection_pool(url).request(
                 "GET",
@@ -376,6 +379,7 @@ class HttpShardStream(io.RawIOBase):
             view[:count] = chunk
             if count:
                 self._position += count
+                count_bytes(self._where, count)
                 return count
             if self._end is not None and self._position < self._end:
                 raise _Transient(f"the body ended at byte {self._position}, before {self._end}")
@@ -422,6 +426,7 @@ class HttpShardStream(io.RawIOBase):
                         f"the body ended {count - left} bytes into a {count}-byte skip"
                     )
                 left -= len(chunk)
+                count_bytes(self._where, len(chunk))  # fetched, though not delivered
 
     def _skip(self, count: int) -> None:
         scratch = bytearray(min(count, 1 << 16))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import re
 import shutil
 from collections import Counter
 from itertools import combinations
@@ -74,6 +76,10 @@ def test_json_counts_equal_the_loaders_batches(
     assert report["summary"]["samples"] == sum(report["shards"].values())
     assert report["schema_version"] == INSPECT_SCHEMA_VERSION == 3
     assert report["baseline"] is None
+    stats = report["loader_stats"]
+    shard_bytes = sum(os.path.getsize(url) for url in expand_urls(shard_set))
+    assert (stats["steps"], stats["bytes"]) == (len(expected), {"file://": shard_bytes})
+    assert (stats["requests"], stats["lane_stalls"], stats["cache_misses"]) == ({}, 0, 0)
 
 
 def test_json_on_64_shards_with_a_batch_limit(capsys, shards64):
@@ -164,6 +170,7 @@ def test_text_report_shows_first_and_last_batches_and_the_summary(capsys, shards
     assert "uniformly random ideal" in out
     assert "MixingLoader" in out and "DataLoader" in out
     assert "histogram MixingLoader" in out
+    assert re.search(r"data: waited \d+\.\d+ s over \d+ steps \(.* MB/s from file://", out)
 
 
 def test_bad_settings_exit_non_zero_with_a_message(capsys, shards64):
@@ -189,7 +196,8 @@ def test_library_report_matches_its_json(shards64):
     assert [b.sources for b in report.batches] == [b["sources"] for b in data["batches"]]
     assert report.summary.samples == sum(sizes) == data["summary"]["samples"]
     assert report.baseline is not None and report.baseline.summary.samples == sum(sizes)
-    assert set(data["baseline"]) == {"loader", "num_lanes", "num_workers", "batches", "summary"}
+    fields = {"loader", "num_lanes", "num_workers", "batches", "summary", "loader_stats"}
+    assert set(data["baseline"]) == fields and data["baseline"]["loader_stats"] is None
 
 
 def test_share_per_tenth_covers_the_batches_in_order(shards64):

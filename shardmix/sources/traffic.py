@@ -1,0 +1,151 @@
+"""Traffic: what this process's sources fetched, counted where the bytes arrive.
+
+One set of counters per process (a DataLoader worker has its own, as it has its own
+connection pools): body bytes and requests per ``(scheme, host)``, the cache's hits, misses
+and evictions, and the *stalls*, the times a lane had to wait for the first bytes of a shard
+because read-ahead had not brought them yet (with the seconds it waited). Openers and the
+read-ahead add to them (:func:`count_bytes`, :func:`count_request`, :func:`count_cache`,
+:func:`count_stall`); a worker takes what was counted since its last chunk with
+:func:`take_traffic` and sends it along (:mod:`shardmix.workers`), and the main process adds
+the parts up (:mod:`shardmix.stats`).
+
+Counting is a dict update under a lock per read of up to a read buffer (64 KiB and more), so
+that threads reading ahead count beside the lane's own reads. What the counts mean to a user
+(rates, per-step waits) is left to :mod:`shardmix.stats`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+__all__ = [
+    "CACHE_EVENTS",
+    "Traffic",
+    "count_bytes",
+    "count_cache",
+    "count_request",
+    "count_stall",
+    "host_of",
+    "take_traffic",
+]
+
+# The cache's events, as the counters and stats() name them.
+CACHE_EVENTS = ("hits", "misses", "evictions")
+
+
+@dataclass
+class Traffic:
+    """Counts since the last :func:`take_traffic`: plain types, so it pickles small.
+
+    ``bytes`` and ``requests`` are keyed ``"scheme://host"`` (``"file://"`` for local shards).
+    """
+
+    bytes: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=dict)
+    stalls: int = 0
+    stall_seconds: float = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self.bytes or self.requests or self.cache or self.stalls)
+
+    def add(self, other: Traffic) -> None:
+        """Add ``other``'s counts to these."""
+        for mine, theirs in (
+            (self.bytes, other.bytes),
+            (self.requests, other.requests),
+            (self.cache, other.cache),
+        ):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0) + value
+        self.stalls += other.stalls
+        self.stall_seconds += other.stall_seconds
+
+
+_lock = threading.Lock()
+_counts = Traffic()
+
+
+def host_of(url: str) -> str:
+    """The key a URL's bytes are counted under: ``scheme://host[:port]``.
+
+    >>> host_of("https://data.example:8443/a/b.tar"), host_of("/data/x.tar")
+    ('https://data.example:8443', 'file://')
+    >>> host_of("s3://bucket/x.tar")
+    's3://bucket'
+    """
+    parts = urlsplit(url)
+    if not parts.scheme or len(parts.scheme) < 2:  # a path (a drive letter is no scheme)
+        return "file://"
+    return f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2].lower()}"
+
+
+def count_bytes(where: str, count: int) -> None:
+    """``count`` bytes arrived from ``where`` (a :func:`host_of` key)."""
+    with _lock:
+        _counts.bytes[where] = _counts.bytes.get(where, 0) + count
+
+
+def count_request(where: str) -> None:
+    """One request was sent to ``where`` (a :func:`host_of` key)."""
+    with _lock:
+        _counts.requests[where] = _counts.requests.get(where, 0) + 1
+
+
+def count_cache(event: str, count: int = 1) -> None:
+    """The cache had ``count`` more ``event`` (one of :data:`CACHE_EVENTS`)."""
+    if event not in CACHE_EVENTS:
+        raise ValueError(f"cache event must be one of {CACHE_EVENTS}, got {event!r}")
+    with _lock:
+        _counts.cache[event] = _counts.cache.get(event, 0) + count
+
+
+def count_stall(seconds: float) -> None:
+    """A lane waited ``seconds`` for the first bytes of its next shard."""
+    with _lock:
+        _counts.stalls += 1
+        _counts.stall_seconds += seconds
+
+
+def take_traffic() -> Traffic:
+    """What was counted since the last call (in this process), the counters then reset; the
+    bounded cache's events since the last call among them."""
+    global _counts
+    with _lock:
+        taken, _counts = _counts, Traffic()
+        for event, count in _bounded_cache_events().items():
+            if count:
+                taken.cache[event] = taken.cache.get(event, 0) + count
+    return taken
+
+
+# The bounded cache keeps its own running counts (shardmix.sources.cache.cache_counters): the
+# last ones seen, so that each take reports what happened since.
+_cache_seen: dict[str, int] = {}
+
+
+def _bounded_cache_events() -> dict[str, int]:
+    """The bounded cache's hits, misses and evictions since the last call (caller locks)."""
+    cache = sys.modules.get("shardmix.sources.cache")  # not imported: it counted nothing
+    counters = getattr(cache, "cache_counters", None)
+    if counters is None:
+        return {}
+    now = counters()
+    events = {event: getattr(now, event, 0) - _cache_seen.get(event, 0) for event in CACHE_EVENTS}
+    _cache_seen.update({event: getattr(now, event, 0) for event in CACHE_EVENTS})
+    return events
+
+
+def _forget() -> None:
+    """In a forked child: the parent's counts are the parent's to report."""
+    global _counts, _lock
+    _counts, _lock = Traffic(), threading.Lock()
+    with _lock:
+        _bounded_cache_events()  # what the parent's cache counted is seen already
+
+
+os.register_at_fork(after_in_child=_forget)
