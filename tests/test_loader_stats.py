@@ -105,6 +105,29 @@ def test_a_cached_set_counts_misses_then_hits_and_fetches_nothing_twice(server, 
     assert (one.epoch, two.epoch) == (0, 1)
 
 
+@pytest.mark.parametrize("limit_shards", [8, 3])
+def test_a_bounded_cache_reports_its_events(server, tmp_path, limit_shards):
+    base, state = server
+    pattern, total = remote_set(state, tmp_path)
+    largest = max(path.stat().st_size for path in (state.root / "data").glob("*.tar"))
+    options = SourceOptions(
+        retry=FAST, cache_dir=str(tmp_path / "cache"), cache_limit=limit_shards * largest
+    )
+    dataset = ShardDataset(f"{base}/{pattern}", source_options=options)
+    loader = MixingLoader(dataset, batch_size=8, num_workers=2, shuffle_buffer=32)
+    first, _ = read_epoch(loader)
+    one = loader.stats()
+    second, _ = read_epoch(loader)
+    two = loader.stats()
+    assert first == second == expected_keys(SIZES)
+    assert (one.cache_misses, one.cache_hits, one.bytes) == (len(SIZES), 0, {base: total})
+    assert two.cache_hits + two.cache_misses == len(SIZES)
+    if limit_shards == len(SIZES):  # room for every shard: the second epoch fetches nothing
+        assert (two.cache_hits, two.bytes, two.cache_evictions) == (len(SIZES), {}, 0)
+    else:
+        assert two.cache_misses >= 1 and two.bytes[base] < total
+
+
 def test_stats_start_again_each_epoch_and_are_plain_json(server, tmp_path):
     base, state = server
     pattern, total = remote_set(state, tmp_path)
