@@ -190,7 +190,8 @@ def open_shard(
     """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
 
     The stream stands at byte 0. ``offset`` says where the first read will be (after a seek):
-    an ``http(s)://`` stream makes its first request there, so a resume costs one request.
+    an ``http(s)://`` stream makes its first request there, so a resume costs one request
+    (through a bounded cache too, when it has no copy: the rest is fetched, not cached).
     The stream carries the shard's identity (:func:`~shardmix.sources.identity.stream_identity`)
     when its source gives one. With ``expect``, a shard whose identity conflicts with it is
     refused with a :class:`~shardmix.errors.ShardChangedError` before a byte is read.
@@ -206,6 +207,9 @@ def open_shard(
         from shardmix.sources.cache import open_bounded
         from shardmix.sources.version import revalidated
 
+        def at_offset() -> BinaryIO:
+            return _OPENERS_AT[scheme](url, options, offset)
+
         stream = open_bounded(
             url,
             options.cache_dir,
@@ -213,6 +217,7 @@ def open_shard(
             lambda: _open_direct(url, scheme, options),
             lambda: revalidated(url, options),
             listed,
+            None if not offset or scheme not in _OPENERS_AT else at_offset,
         )
     else:
         from shardmix.sources.cache import open_cached

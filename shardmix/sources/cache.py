@@ -266,10 +266,13 @@ def open_bounded(
     fetch: Callable[[], BinaryIO],
     version: Callable[[], str | None] = lambda: None,
     listed: Listed | None = None,
+    fetch_at: Callable[[], BinaryIO] | None = None,
 ) -> BinaryIO:
     """Open ``url`` through the bounded cache in ``cache_dir``: its copy, leased while open,
     when one is ready and current; else the remote stream, copied as it is read when the
-    ledger admits the copy under ``limit`` bytes."""
+    ledger admits the copy under ``limit`` bytes. ``fetch_at`` opens the remote stream at the
+    first read's offset (a resume mid-shard): without a copy, only the rest is fetched, and
+    not cached."""
     ledger = ledger_for(cache_dir)
     path = cache_path(cache_dir, url)
     ledger.reached(url)
@@ -281,6 +284,9 @@ def open_bounded(
             _count(hits=1, hit_bytes=entry.size)
             return stream
     _count(misses=1)
+    if fetch_at is not None:
+        _count(uncached=1)
+        return fetch_at()
     source = fetch()
     try:
         return _tee(ledger, source, url, path, limit, current, listed)

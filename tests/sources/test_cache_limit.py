@@ -294,3 +294,53 @@ def test_fsspec_shards_go_through_the_bounded_cache(tmp_path):
     after = cache_counters()
     assert after.misses - before.misses == 8 - (after.hits - before.hits)
     assert after.evictions > before.evictions
+
+
+def test_a_resume_mid_shard_fetches_the_rest_only(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    shard = f"{url.rsplit('/', 1)[0]}/part-0002.tar"
+    data = (state.root / "data" / "part-0002.tar").read_bytes()
+    cache = tmp_path / "cache"
+    options = SourceOptions(cache_dir=str(cache), cache_limit=sum(sizes))
+    with open_shard(shard, options=options, offset=10240) as stream:
+        stream.seek(10240)
+        assert stream.read() == data[10240:]
+    assert state.requests == [("data/part-0002.tar", "bytes=10240-")]
+    assert not os.path.exists(cache_path(str(cache), shard))  # a part of a shard is no copy
+    with open_shard(shard, options=options) as stream:
+        assert stream.read() == data
+    with open_shard(shard, options=options, offset=10240) as stream:  # from the copy now
+        stream.seek(10240)
+        assert stream.read() == data[10240:]
+    assert [name for name, _ in state.requests] == ["data/part-0002.tar"] * 2
+
+
+def test_every_dataset_of_a_mixture_shares_the_limit(server, tmp_path):
+    base, state = server
+    write_shards(state.root / "web", "tar", [30, 45, 25, 40], payload_bytes=2000)
+    write_shards(state.root / "code", "tar", [35, 20, 50], payload_bytes=2000)
+    sizes = [path.stat().st_size for path in sorted(state.root.glob("*/part-*"))]
+    limit, cache = sum(sizes) // 2, tmp_path / "cache"
+
+    def mixture_keys(options: SourceOptions) -> Counter[tuple[str, str]]:
+        datasets = {
+            "web": ShardDataset(f"{base}/web/part-{{0000..0003}}.tar", source_options=options),
+            "code": ShardDataset(f"{base}/code/part-{{0000..0002}}.tar", source_options=options),
+        }
+        loader = MixingLoader(
+            datasets, weights={"web": 1, "code": 1}, batch_size=8, num_workers=1, seed=3
+        )
+        return Counter(
+            pair
+            for batch in loader
+            for pair in zip(batch["__dataset__"], batch["__key__"], strict=True)
+        )
+
+    expected = mixture_keys(SourceOptions())
+    with sampled(cache) as samples:
+        cached = mixture_keys(SourceOptions(cache_dir=str(cache), cache_limit=limit))
+    assert cached == expected and len(expected) > 0
+    assert max(samples) <= limit
+    urls = {row[0] for row in CacheLedger(str(cache))._rows("SELECT url FROM entries")}
+    assert {url.split("/")[3] for url in urls} == {"web", "code"}  # both datasets cached
+    check_ledger(cache, limit)
