@@ -28,6 +28,14 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
+from shardmix.canonical import (
+    CanonicalEpoch,
+    canonical_slots,
+    check_canonical,
+    gather_canonical,
+    own_positions,
+    start_positions,
+)
 from shardmix.checkpoint import (
     STATE_VERSION,
     check_config,
@@ -60,6 +68,9 @@ from shardmix.trainerstate import adopt_pending_state, warn_unregistered
 from shardmix.world import data_parallel_ranks
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
+
+# What reads an epoch: one dataset's, a mixture's, or the canonical ranks' of this rank.
+_Reading = EpochIterator | MixtureEpoch | CanonicalEpoch
 
 
 class MixingLoader:
@@ -110,6 +121,12 @@ class MixingLoader:
         pin_memory: put each batch's tensors in page-locked memory, so that
             ``.to("cuda", non_blocking=True)`` overlaps the copy with compute. Ignored, with a
             warning, where no CUDA device is available.
+        canonical_ranks: plan every epoch for this many ranks, whatever the world size, so
+            that the global batches (each step's samples over all ranks) are the same on
+            every world size that divides it, and a state resumes on any of them
+            (:mod:`shardmix.canonical`). ``batch_size`` is then per canonical rank: each rank
+            yields ``canonical_ranks // world_size * batch_size`` samples per batch. A world
+            size that does not divide it is refused at ``iter()``.
     """
 
     def __init__(
@@ -137,6 +154,7 @@ class MixingLoader:
         pin_memory: bool = False,
         persistent_workers: bool = True,
         worker_init_fn: Callable[[int], None] | None = None,
+        canonical_ranks: int | None = None,
         **torch_arguments: Any,
     ) -> None:
         refuse_torch_arguments(torch_arguments)
@@ -157,6 +175,8 @@ class MixingLoader:
         elif weights is not None:
             raise ConfigError("weights= mixes several datasets: pass them as a dict of names")
         self.stopping = Stopping(stopping)
+        _check_canonical_ranks(canonical_ranks, dataset, self.datasets is not None)
+        self.canonical_ranks = canonical_ranks
         for member in self.datasets.values() if self.datasets else [dataset]:
             if (
                 isinstance(member, ShardDataset)
@@ -191,17 +211,10 @@ class MixingLoader:
         if persistent_workers and num_workers > 0:
             members: Mapping[str, IterableDataset[Any]] = self.datasets or {"": dataset}
             for name, member in members.items():
-                self.pools[name] = WorkerPool(
-                    member,
-                    num_workers=num_workers,
-                    timeout=timeout,
-                    prefetch_factor=prefetch_factor,
-                    multiprocessing_context=multiprocessing_context,
-                    worker_init_fn=worker_init_fn,
-                )
+                self.pools[name] = self.new_pool(member)
         self.pool: WorkerPool | None = self.pools.get("")
         self.epoch = 0
-        self._current: EpochIterator | MixtureEpoch | None = None
+        self._current: _Reading | None = None
         self._resume: dict[str, Any] | None = None  # this rank's position to resume from
         self._iterations = 0  # iter() calls so far; the current epoch's is _current_iteration
         self._current_iteration = 0
@@ -211,6 +224,17 @@ class MixingLoader:
         # What stats() reports: the epochs' iterators count into it (it holds no loader).
         self.stats_recorder = StatsRecorder()
 
+    def new_pool(self, dataset: IterableDataset[Any]) -> WorkerPool:
+        """Persistent workers for ``dataset``, with this loader's worker settings."""
+        return WorkerPool(
+            dataset,
+            num_workers=self.num_workers,
+            timeout=self.timeout,
+            prefetch_factor=self.prefetch_factor,
+            multiprocessing_context=self.multiprocessing_context,
+            worker_init_fn=self.worker_init_fn,
+        )
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` read epoch ``epoch`` from its start."""
         self.epoch = epoch
@@ -218,10 +242,12 @@ class MixingLoader:
 
     def __iter__(self) -> Iterator[Any]:
         """An iterator over the next epoch's batches; the epoch starts at its first ``next()``."""
+        if self.canonical_ranks is not None:
+            canonical_slots(*self.rank_and_world_size(), self.canonical_ranks)  # or refuse
         self._iterations += 1
         return _Epoch(self, self._iterations)
 
-    def _start_epoch(self, holder: _Epoch) -> EpochIterator | MixtureEpoch:
+    def _start_epoch(self, holder: _Epoch) -> _Reading:
         """Start the epoch of the iterator ``holder``, at its first ``next()``."""
         iteration = holder.iteration
         self._holder = weakref.ref(holder)
@@ -233,7 +259,9 @@ class MixingLoader:
         resume, self._resume = self._resume, None
         self._current_iteration = iteration
         self.stats_recorder.start(epoch)
-        if self.datasets is not None:
+        if self.canonical_ranks is not None:
+            self._current = CanonicalEpoch(self, epoch, resume)
+        elif self.datasets is not None:
             self._current = MixtureEpoch(self, epoch, resume)
         else:
             self._current = EpochIterator(self, epoch, resume)
@@ -296,16 +324,31 @@ class MixingLoader:
         """
         shard_dataset = self._shard_dataset("state_dict")
         rank, world_size = self.rank_and_world_size()
+        if self.canonical_ranks is not None:
+            positions = self._canonical_positions()
+            config = self._config(shard_dataset)
+            return gather_canonical(
+                positions, config, world_size, self.canonical_ranks, self.data_parallel_group
+            )
         position = self._position(shard_dataset, world_size)
         config = self._mixture_config() if self.datasets else self._config(shard_dataset)
         gathered = gather_positions(position, rank, world_size, self.data_parallel_group)
         return {"version": STATE_VERSION, "config": config, **gathered}
 
+    def _canonical_positions(self) -> dict[str, Any]:
+        """This rank's canonical ranks' positions (see ``_position``)."""
+        if self._resume is not None:
+            return copy.deepcopy(self._resume)
+        if self._in_epoch():
+            assert isinstance(self._current, CanonicalEpoch)
+            return self._current.positions()
+        return start_positions(self, self.epoch)
+
     def _position(self, dataset: ShardDataset, world_size: int) -> dict[str, Any]:
         if self._resume is not None:
             return copy.deepcopy(self._resume)
         if self._in_epoch():
-            assert self._current is not None
+            assert isinstance(self._current, (EpochIterator, MixtureEpoch))
             return self._current.position()
         if self.datasets is not None:
             return mixture_start(self, self.epoch)
@@ -331,13 +374,19 @@ class MixingLoader:
         """
         shard_dataset = self._shard_dataset("load_state_dict")
         check_version(state)
+        check_canonical(state, self.canonical_ranks)
         check_state(state)
         config = self._mixture_config() if self.datasets else self._config(shard_dataset)
         check_config(state["config"], config)
-        rank, _ = self.rank_and_world_size()
-        position = own_position(state, rank)
+        rank, world_size = self.rank_and_world_size()
+        if self.canonical_ranks is not None:
+            slots = canonical_slots(rank, world_size, self.canonical_ranks)
+            position = own_positions(state, slots)
+            self.epoch = int(next(iter(position.values()))["epoch"])
+        else:
+            position = own_position(state, rank)
+            self.epoch = int(position["epoch"])
         self._stop_current()
-        self.epoch = int(position["epoch"])
         self._resume = copy.deepcopy(position)
         self._current = None
 
@@ -351,8 +400,17 @@ class MixingLoader:
         """The data-parallel process group given as ``group`` (None: the default group)."""
         return self._ranks.group
 
+    def planning_world(self) -> tuple[int, int]:
+        """``(rank, world_size)`` the epochs are planned for: with ``canonical_ranks``, this
+        rank's first canonical rank and ``canonical_ranks``, else :meth:`rank_and_world_size`."""
+        rank, world_size = self.rank_and_world_size()
+        if self.canonical_ranks is None:
+            return rank, world_size
+        return canonical_slots(rank, world_size, self.canonical_ranks)[0], self.canonical_ranks
+
     def _config(self, dataset: ShardDataset) -> dict[str, Any]:
-        _, world_size = self.rank_and_world_size()
+        _, world_size = self.planning_world()
+        canonical = {} if self.canonical_ranks is None else {"canonical_ranks": world_size}
         return {
             "num_shards": len(dataset.urls),
             "shards": shards_digest(dataset.urls),
@@ -366,6 +424,7 @@ class MixingLoader:
             "drop_last": self.drop_last,
             "world_size": world_size,
             "even_ranks": self.even_ranks.value,
+            **canonical,
         }
 
     def _mixture_config(self) -> dict[str, Any]:
@@ -447,8 +506,9 @@ class MixingLoader:
         return batches + (1 if rest and not self.drop_last else 0)
 
     def _samples(self, dataset: ShardDataset, epoch: int, epoch_pass: int = 0) -> int:
-        """The samples this rank yields from ``dataset`` in one pass of ``epoch``."""
-        rank, world_size = self.rank_and_world_size()
+        """The samples this rank (with ``canonical_ranks``: each of its canonical ranks)
+        yields from ``dataset`` in one pass of ``epoch``."""
+        rank, world_size = self.planning_world()
         totals = dataset.rank_totals(epoch, world_size, epoch_pass)
         return totals[rank] if world_size == 1 else rank_quota(totals, self.even_ranks)
 
@@ -473,7 +533,7 @@ class MixingLoader:
         current = self._current
         if current is None or current.skipped is None:
             return None
-        if isinstance(current, MixtureEpoch):
+        if isinstance(current, (MixtureEpoch, CanonicalEpoch)):
             return current.skipped
         return current.skipped.summary()
 
@@ -488,7 +548,7 @@ class _Epoch(Iterator[Any]):
     def __init__(self, loader: MixingLoader, iteration: int) -> None:
         self._loader: MixingLoader | None = loader
         self.iteration = iteration
-        self._epoch: EpochIterator | MixtureEpoch | None = None
+        self._epoch: _Reading | None = None
         self._stats = loader.stats_recorder
 
     def __next__(self) -> Any:
@@ -550,6 +610,27 @@ def _mixture_datasets(datasets: Mapping[str, Any]) -> dict[str, ShardDataset]:
                 f"a mixture maps names to ShardDatasets; got {name!r}: {type(member).__name__}"
             )
     return dict(datasets)
+
+
+def _check_canonical_ranks(
+    canonical_ranks: int | None, dataset: IterableDataset[Any], mixture: bool
+) -> None:
+    if canonical_ranks is None:
+        return
+    if isinstance(canonical_ranks, bool) or not isinstance(canonical_ranks, int):
+        raise ConfigError(f"canonical_ranks must be an int, got {canonical_ranks!r}")
+    if canonical_ranks < 1:
+        raise ConfigError(f"canonical_ranks must be at least 1, got {canonical_ranks}")
+    if mixture:
+        raise ConfigError(
+            "canonical_ranks takes one ShardDataset, not a mixture; mix the shards into one "
+            "dataset, or leave canonical_ranks out"
+        )
+    if not isinstance(dataset, ShardDataset):
+        raise ConfigError(
+            f"canonical_ranks needs a ShardDataset, whose epochs are planned per rank; got "
+            f"{type(dataset).__name__}"
+        )
 
 
 def _cuda_available() -> bool:
