@@ -65,7 +65,7 @@ from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.stats import LoaderStats, StatsRecorder
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
-from shardmix.world import data_parallel_ranks
+from shardmix.world import data_parallel_ranks, job_count_exchange
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 
@@ -249,6 +249,7 @@ class MixingLoader:
 
     def _start_epoch(self, holder: _Epoch) -> _Reading:
         """Start the epoch of the iterator ``holder``, at its first ``next()``."""
+        self._share_counts()
         iteration = holder.iteration
         self._holder = weakref.ref(holder)
         adopt_pending_state(self)  # a trainer's restored state it never handed over
@@ -500,10 +501,24 @@ class MixingLoader:
     def _batches_in(self, epoch: int) -> int:
         """Batches in ``epoch`` on this rank (see ``__len__``)."""
         dataset = self._shard_dataset("len()")
+        self._share_counts()
         if self.datasets is not None:
             return self._mixture_len(epoch)
         batches, rest = divmod(self._samples(dataset, epoch), self.batch_size)
         return batches + (1 if rest and not self.drop_last else 0)
+
+    def _share_counts(self) -> None:
+        """Under ``group``, have each shard counted by one rank of the job, at the first
+        ``iter()`` or ``len()`` (a collective, as without groups); later calls share nothing."""
+        _, world_size = self.rank_and_world_size()
+        shared = job_count_exchange(world_size, self.data_parallel_group)
+        if shared is None:
+            return
+        rank, ranks, exchange = shared
+        members: list[Any] = list((self.datasets or {}).values()) or [self.dataset]
+        for dataset in members:
+            if isinstance(dataset, ShardDataset):
+                dataset.record_counts.resolve_all(rank=rank, world_size=ranks, exchange=exchange)
 
     def _samples(self, dataset: ShardDataset, epoch: int, epoch_pass: int = 0) -> int:
         """The samples this rank (with ``canonical_ranks``: each of its canonical ranks)

@@ -154,6 +154,21 @@ def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None
     return dist.get_rank(), _gather_objects
 
 
+def job_count_exchange(
+    world_size: int, group: Any
+) -> tuple[int, int, Callable[[T], list[T]]] | None:
+    """``(rank, ranks, exchange)``: how every rank of the job shares the record counts under
+    a data-parallel ``group`` of ``world_size`` ranks, or None (no group, one data-parallel
+    rank, whose plan needs no counts, or not a rank's main process).
+
+    Over the default group: each shard is counted by one rank of the job, tensor- or
+    pipeline-parallel peers included, rather than by each rank of a replica again.
+    """
+    if group is None or world_size < 2 or not _in_main_process():
+        return None
+    return dist.get_rank(), dist.get_world_size(), _gather_objects
+
+
 def state_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]] | None:
     """``exchange(mine)``: every rank's object, to gather the loader state; or None.
 

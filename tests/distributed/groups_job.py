@@ -4,9 +4,9 @@ Rank ``r`` is data-parallel rank ``r // 2``: the data-parallel groups are ``{0, 
 ``{1, 3}`` (made with ``new_group``, or as the ``dp`` dimension of a ``("dp", "tp")``
 DeviceMesh), and a tiny model is trained with DDP over the rank's data-parallel group, so a
 data-parallel rank with an extra step would hang. Each rank writes to ``rank-<R>.json``, per
-run: its steps, the keys of each batch, ``loader.filtered`` and the exchanges made to agree on
-the end; for the cut runs, the keys after resuming from a state saved on another rank; and the
-errors of the arguments refused.
+run: the keys of each batch, ``loader.filtered`` and the exchanges made to agree on the end,
+and the shards it counted; for the cut runs, the keys after resuming from a state saved on
+another rank; and the errors of the arguments refused.
 """
 
 import argparse
@@ -57,6 +57,19 @@ def train(model, optimizer, loader, stop_at=None):
     return keys, state
 
 
+def watch_counting(dataset):
+    """The URLs of the shards this rank counts (a list filled as it counts them)."""
+    counts = dataset.record_counts
+    counted, index = [], counts._index
+
+    def counting(url):
+        counted.append(url)
+        return index(url)
+
+    counts._index = counting
+    return counted
+
+
 def refused(make):
     try:
         make()
@@ -81,8 +94,9 @@ def main() -> None:
     runs = {}
     for name, group in (("group", dp), ("mesh", mesh["dp"])):
         loader = make_loader(args.shards, group)
+        counted = watch_counting(loader.dataset)
         epochs = [train(model, optimizer, loader)[0] for _ in range(2)]
-        runs[name] = {"epochs": epochs, "rank": loader.rank_and_world_size()}
+        runs[name] = {"epochs": epochs, "rank": loader.rank_and_world_size(), "counted": counted}
         loader.close()
     for even_ranks in ("drop", "pad"):
         loader = make_loader(args.shards, dp, even_ranks, drop_30_percent)

@@ -63,6 +63,10 @@ def test_a_replica_shares_its_batches_and_the_replicas_split_the_data(job, name)
         assert max(seen.values()) == 1 and set(seen) <= set(written)
         assert sum(written.values()) - sum(seen.values()) < 2  # drop loses < 2 replicas
     assert job[0]["group"]["epochs"] == job[0]["mesh"]["epochs"]
+    # Each shard is counted once in the job, by one of its 4 ranks, not once per replica.
+    counted = Counter(url.rsplit("/", 1)[1] for run in runs for url in run["counted"])
+    assert counted == Counter(f"part-{shard:04d}.tar" for shard in range(len(SIZES)))
+    assert all(run["counted"] for run in runs)
 
 
 @pytest.mark.slow
