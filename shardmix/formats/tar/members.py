@@ -43,6 +43,7 @@ from shardmix.formats.tar.headers import (
     pax_size,
     read_pax,
 )
+from shardmix.formats.tar.pax import PaxShapes
 from shardmix.formats.tar.runs import plain_members
 
 
@@ -69,6 +70,7 @@ class TarMembers(FramingErrors):
         self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
         self.link: str | None = None  # the current member's target, when it is a hard link
+        self._pax_shapes = PaxShapes()  # the fast path's pax headers that change nothing
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
@@ -254,7 +256,7 @@ class TarMembers(FramingErrors):
             return None
         buffer = self._peek(BLOCK)
         first = self._pending  # the rest of the member before, where its data was not read
-        found = plain_members(buffer, first, max_size)
+        found = plain_members(buffer, first, max_size, self._pax_shapes)
         if found is None:
             return None
         headers, sizes, names, entries = found

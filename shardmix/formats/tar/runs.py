@@ -11,11 +11,12 @@ buffer, as do the pax and GNU long-name headers before it: webdataset's TarWrite
 posix format one with ``atime`` and ``ctime``, so a run covers those members too and a shard
 costs the same whoever wrote it. Of a pax header's records only ``path`` and ``size`` change a
 member (as on the slow path); a ``size`` other than the header's, a ``GNU.sparse`` record or a
-malformed header end the run before its member. A run stops at anything else (a link, a
-directory, a checksum to look at closer, the end-of-archive blocks, a member cut by the
-buffer's end), which the slow path reads, errors included. On shards of small records this is
-most of a reader's time: a few calls per buffer instead of several calls and two reads per
-member.
+malformed header end the run before its member. A pax header whose shape is known to change
+nothing (:class:`~shardmix.formats.tar.pax.PaxShapes`: the times one tool writes) is not read.
+A run stops at anything else (a link, a directory, a checksum to look at closer, the
+end-of-archive blocks, a member cut by the buffer's end), which the slow path reads, errors
+included. On shards of small records this is most of a reader's time: a few calls per buffer
+instead of several calls and two reads per member.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from shardmix.formats.tar.headers import (
     plain_count,
     read_pax,
 )
+from shardmix.formats.tar.pax import PaxShapes
 
 _PAX, _LONG_NAME = ord("x"), ord("L")
 _MEMBER_TYPES = frozenset(b"07")
@@ -41,9 +43,11 @@ Found = tuple[list[int], list[int], list[str], list[int]]
 _Walked = tuple[list[int], list[int], list[int], list[int], list[int], dict[int, list[int]]]
 
 
-def plain_members(buffer: bytes, first: int, max_size: int) -> Found | None:
+def plain_members(
+    buffer: bytes, first: int, max_size: int, shapes: PaxShapes | None = None
+) -> Found | None:
     """The plain members at ``buffer[first:]`` on, as far as the buffer holds them whole, or
-    None when the first is not plain.
+    None when the first is not plain. ``shapes``: the pax headers known to change nothing.
 
     The headers are found by their size fields alone, then checked all at once (field layout,
     checksum: :func:`plain_count`); the run ends before the first entry that fails, which the
@@ -60,7 +64,8 @@ def plain_members(buffer: bytes, first: int, max_size: int) -> Found | None:
     del headers[taken:], sizes[taken:], entries[taken:]
     names = _names(buffer, headers)
     if metas:
-        taken = _named(buffer, headers, sizes, names, entries, metas)
+        shapes = PaxShapes() if shapes is None else shapes
+        taken = _named(buffer, headers, sizes, names, entries, metas, shapes)
         del headers[taken:], sizes[taken:], names[taken:], entries[taken:]
     return (headers, sizes, names, entries) if headers else None
 
@@ -140,9 +145,12 @@ def _named(
     names: list[str],
     entries: list[int],
     metas: dict[int, list[int]],
+    shapes: PaxShapes,
 ) -> int:
     """Give the members with pax or long-name headers their names; how many members the run
-    keeps (it ends before one whose headers the slow path must read)."""
+    keeps (it ends before one whose headers the slow path must read). A pax header whose shape
+    says it changes nothing (:class:`PaxShapes`) is passed over unread."""
+    changes_nothing = shapes.changes_nothing
     for index, found in metas.items():
         if index >= len(headers):
             break
@@ -154,11 +162,14 @@ def _named(
             if buffer[at + 156] == _LONG_NAME:
                 long_name = long_name_of(data)
                 continue
+            if changes_nothing(data):
+                continue
             records = read_pax(data)
             if records is None or any(key.startswith("GNU.sparse.") for key in records):
                 return index
             pax.update(records)
         if "size" in pax and pax_size(pax["size"]) != sizes[index]:
             return index
-        names[index] = entry_name(names[index], long_name, pax)
+        if pax or long_name is not None:
+            names[index] = entry_name(names[index], long_name, pax)
     return len(headers)

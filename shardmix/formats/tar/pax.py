@@ -1,0 +1,70 @@
+"""Pax headers by shape: telling at little cost that a pax header changes nothing of its member.
+
+This module owns :class:`PaxShapes`, which the fast path of :mod:`shardmix.formats.tar.runs`
+asks about each pax header before a member. webdataset's TarWriter and ``tarfile``'s default
+format write one (its ``mtime``) before every member, GNU tar's posix format one with ``mtime``,
+``atime`` and ``ctime``: records that change no member, yet read one by one they would cost more
+than the member itself. What one pax header says (:func:`~shardmix.formats.tar.headers.
+read_pax`), and the reading of a header that does change something, are
+:mod:`shardmix.formats.tar.headers`'.
+
+The headers one tool writes differ in their digits only (the times): their *shape*, the header
+with every digit made a ``0``, repeats. Once :func:`read_pax` has found a header well formed
+and without a record that changes a member, a header of the same shape whose records' length
+fields hold the same digits is read by :func:`read_pax` the same way, step by step: every
+decision it takes depends on a byte that is not a digit (a space, ``=``, a newline, a NUL), or
+on those lengths. Its keywords are the same but for digits, and ``path``, ``size`` and
+``GNU.sparse.`` hold none. So such a header changes nothing either, which costs one
+``translate``, one look-up and one comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import itemgetter
+
+from shardmix.formats.tar.headers import read_pax
+
+# Every digit as a "0": what two headers of one shape have in common.
+_SHAPE = bytes.maketrans(b"123456789", b"000000000")
+_CHANGING = frozenset({"path", "size"})  # what a member takes from its pax records
+_SPARSE = "GNU.sparse."  # sparse data, which the slow path refuses
+_MAX_SHAPES = 64  # a few per writer; past this many the known ones are forgotten
+
+
+def _no_lengths(data: bytes) -> tuple[()]:
+    return ()
+
+
+class PaxShapes:
+    """The shapes of the pax headers found to change nothing, with their length fields."""
+
+    def __init__(self) -> None:
+        # shape -> (what picks a header's length fields, the digits they held)
+        self._known: dict[bytes, tuple[Callable[[bytes], object], object]] = {}
+
+    def changes_nothing(self, data: bytes) -> bool:
+        """Whether :func:`read_pax` reads ``data`` (a pax header's) as well-formed records none
+        of which changes a member (``path``, ``size``) or is sparse (``GNU.sparse.*``)."""
+        shape = data.translate(_SHAPE)
+        known = self._known.get(shape)
+        if known is not None and known[0](data) == known[1]:
+            return True
+        return self._learn(data, shape)
+
+    def _learn(self, data: bytes, shape: bytes) -> bool:
+        """:meth:`changes_nothing` the long way, the shape kept when the answer is yes."""
+        records = read_pax(data)
+        if records is None or any(key in _CHANGING or key.startswith(_SPARSE) for key in records):
+            return False
+        spans = []  # where read_pax found each record's length, as it walks them
+        position = 0
+        while position < len(data) and data[position] != 0:
+            space = data.find(b" ", position)
+            spans.append(slice(position, space))
+            position += int(data[position:space])
+        lengths: Callable[[bytes], object] = itemgetter(*spans) if spans else _no_lengths
+        if len(self._known) >= _MAX_SHAPES:
+            self._known.clear()
+        self._known[shape] = (lengths, lengths(data))
+        return True

@@ -1,0 +1,135 @@
+"""Tests for shardmix.formats.tar.pax: a pax header's shape answers as reading it would.
+
+:class:`PaxShapes` answers from the shapes it has seen; every answer must be what reading the
+header with ``read_pax`` gives, whatever came before. Archives with a pax header before every
+member (``tarfile``'s PAX format with float mtimes, as webdataset writes them), damaged
+anywhere, the pax data included (which no checksum covers), read the same in runs as member by
+member.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from formats.test_tar_writers import differences
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardmix.formats.tar.headers import read_pax
+from shardmix.formats.tar.pax import PaxShapes
+
+
+def _record(key: bytes, value: bytes) -> bytes:
+    """One pax record, its length counting itself."""
+    body = b" %s=%s\n" % (key, value)
+    length = len(body) + 1
+    while len(b"%d" % length) + len(body) != length:
+        length += 1
+    return b"%d%s" % (length, body)
+
+
+def _changes_nothing(data: bytes) -> bool:
+    records = read_pax(data)
+    return records is not None and not any(
+        key in ("path", "size") or key.startswith("GNU.sparse.") for key in records
+    )
+
+
+_HEADERS = [
+    _record(b"mtime", b"1700000000.25"),
+    _record(b"mtime", b"1700000123.75"),
+    _record(b"mtime", b"1700000000.123456789")
+    + _record(b"atime", b"1700000001.5")
+    + _record(b"ctime", b"1700000002.5"),
+    _record(b"comment", b"12 mtime=3\n"),
+    _record(b"path", b"a/b1.txt") + _record(b"mtime", b"17"),
+    _record(b"size", b"12") + _record(b"uid", b"1000"),
+    _record(b"GNU.sparse.size", b"100"),
+    _record(b"SCHILY.xattr.user.k9", b"v1"),
+    _record(b"mtime", b"1") + b"\x00\x00",
+    b"",
+]
+_POSITIONS = st.one_of(st.integers(0, 3), st.integers(0, 99))  # the first length, often
+_MUTATIONS = st.lists(
+    st.tuples(_POSITIONS, st.sampled_from(list(b"0123456789 =\n\x00a"))), max_size=3
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_HEADERS), _MUTATIONS), min_size=1, max_size=8))
+def test_answers_are_what_read_pax_reads(
+    headers: list[tuple[bytes, list[tuple[int, int]]]],
+) -> None:
+    """Headers of a few shapes, their digits and delimiters changed, one after another."""
+    shapes = PaxShapes()
+    for data, changes in headers:
+        changed = bytearray(data)
+        for position, value in changes:
+            if position < len(changed):
+                changed[position] = value
+        for _ in range(2):  # unknown, then known
+            assert shapes.changes_nothing(bytes(changed)) == _changes_nothing(bytes(changed))
+
+
+def test_a_length_changed_within_the_shape_is_read_again() -> None:
+    shapes = PaxShapes()
+    good = _record(b"mtime", b"1700000000.25")
+    assert good.startswith(b"23 ") and shapes.changes_nothing(good)
+    assert not shapes.changes_nothing(b"24" + good[2:])  # the shape it knows, another length
+    assert not shapes.changes_nothing(good.replace(b"mtime=", b"size=1"))
+    assert shapes.changes_nothing(good.replace(b"0.25", b"9.75"))
+
+
+def _pax_archive() -> bytes:
+    """A pax header before every member (float mtimes), one with a path, one with a comment."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for number in range(10):
+            for field, size in (("txt", 40), ("cls", 3)):
+                info = tarfile.TarInfo(f"s/r{number}.{field}")
+                info.size, info.mtime = size, 1_700_000_000.25 + number
+                if number == 4 and field == "cls":
+                    info.pax_headers = {"comment": "size=9 path=x"}
+                if number == 6:
+                    info.name = f"s/{'d' * 120}/r{number}.{field}"  # a pax path record
+                archive.addfile(info, io.BytesIO(bytes([number]) * size))
+    return out.getvalue()
+
+
+_PAX_ARCHIVE = _pax_archive()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(_PAX_ARCHIVE) - 1),
+            st.sampled_from(list(b"0123456789 =\n\x00a\xff")),
+        ),
+        max_size=3,
+    ),
+    st.booleans(),
+)
+def test_damaged_pax_archives_read_the_same_on_every_path(
+    changes: list[tuple[int, int]], report: bool
+) -> None:
+    data = bytearray(_PAX_ARCHIVE)
+    for position, value in changes:
+        data[position] = value
+    assert differences(bytes(data), report=report) == []
+
+
+def test_pax_data_damaged_in_a_length_reads_the_same_on_every_path() -> None:
+    """Each pax header's length field changed by one digit: no checksum covers it."""
+    data = _PAX_ARCHIVE
+    at = data.find(b" mtime=")
+    assert at > 0
+    for start in range(0, len(data), 512 * 4):
+        found = data.find(b" mtime=", start)
+        if found < 0:
+            break
+        changed = bytearray(data)
+        changed[found - 1] ^= 1  # the length's last digit
+        assert differences(bytes(changed), report=True) == []
+        assert differences(bytes(changed), report=False) == []
