@@ -19,6 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.parallel import DistributedDataParallel
 
 from shardmix import ConfigError, MixingLoader, ShardDataset, world
+from shardmix.dcp import LoaderState
 
 CUT = 3  # the step a run is cut at, saved and resumed
 TP = 2  # ranks per model replica
@@ -41,8 +42,9 @@ def make_loader(shards, group, even_ranks="drop", transform=None):
 
 
 def train(model, optimizer, loader, stop_at=None):
-    """Steps and each batch's keys; with ``stop_at``, the state a checkpoint taken inside the
-    loop after that step saves, on every rank at the same step."""
+    """Each batch's keys; with ``stop_at``, the state a checkpoint taken inside the loop after
+    that step saves, on every rank at the same step: ``state_dict()``, and the entry
+    torch.distributed.checkpoint would save (:class:`~shardmix.dcp.LoaderState`)."""
     keys, state = [], None
     for batch in loader:
         x = torch.tensor([[float(int(i))] for i in batch["__index__"]])
@@ -50,9 +52,12 @@ def train(model, optimizer, loader, stop_at=None):
         optimizer.zero_grad()
         loss.backward()  # all-reduces over the data-parallel group
         optimizer.step()
-        keys.append(list(batch["__key__"]))
+        if "__dataset__" in batch:
+            keys.append(list(zip(batch["__dataset__"], batch["__key__"], strict=True)))
+        else:
+            keys.append(list(batch["__key__"]))
         if len(keys) == stop_at:
-            state = loader.state_dict()
+            state = loader.state_dict(), LoaderState(loader).state_dict()
             break
     return keys, state
 
@@ -109,7 +114,7 @@ def main() -> None:
         loader.close()
     for name, transform in (("cut", None), ("cut/filter", drop_30_percent)):
         cut = make_loader(args.shards, dp, "drop", transform)
-        head, state = train(model, optimizer, cut, stop_at=CUT)
+        head, (state, entry) = train(model, optimizer, cut, stop_at=CUT)
         cut.close()
         states = [None] * dist.get_world_size()
         dist.all_gather_object(states, json.loads(json.dumps(state)))
@@ -117,8 +122,31 @@ def main() -> None:
         resumed = make_loader(args.shards, dp, "drop", transform)
         resumed.load_state_dict(states[saved_by])
         tail, _ = train(model, optimizer, resumed)
-        runs[name] = {"keys": head + tail, "saved_by": saved_by, "state": states[saved_by]}
         resumed.close()
+        from_entry = make_loader(args.shards, dp, "drop", transform)
+        LoaderState(from_entry).load_state_dict(entry)
+        entry_tail, _ = train(model, optimizer, from_entry)
+        from_entry.close()
+        runs[name] = {
+            "keys": head + tail,
+            "saved_by": saved_by,
+            "state": states[saved_by],
+            "entry": entry["state"],
+            "from_entry": head + entry_tail,
+        }
+    mixture = MixingLoader(
+        {
+            "a": ShardDataset(args.shards, seed=7, transform=drop_30_percent),
+            "b": ShardDataset(args.shards, seed=8),
+        },
+        batch_size=8,
+        num_workers=1,
+        shuffle_buffer=32,
+        seed=7,
+        group=dp,
+    )
+    runs["mixture"] = {"keys": train(model, optimizer, mixture)[0]}
+    mixture.close()
     # The end is agreed over a gloo copy of each data-parallel group, made once.
     copy = world._GLOO_GROUPS[id(dp)][1]
     runs["copy"] = {"ranks": dist.get_process_group_ranks(copy), "is_dp": copy is dp}

@@ -147,3 +147,28 @@ def test_a_group_with_simulated_data_parallel_ranks_is_refused(tmp_path):
         )
     with pytest.raises(ConfigError, match="takes a torch.distributed process group .*got str"):
         MixingLoader(ShardDataset(pattern), batch_size=2, group="dp")
+
+
+def test_canonical_ranks_are_dealt_over_the_replicas(tmp_path):
+    pattern = write_shards(tmp_path, "tar", SIZES)
+
+    def canonical(rank, **ranks):
+        return MixingLoader(
+            ShardDataset(pattern, seed=1, num_lanes=2),
+            batch_size=2,
+            shuffle_buffer=8,
+            canonical_ranks=4,
+            rank=rank,
+            **ranks,
+        )
+
+    runs = [
+        epoch_keys(
+            canonical(r, world_size=WORLD, data_parallel_rank=r // 2, data_parallel_size=REPLICAS)
+        )
+        for r in range(WORLD)
+    ]
+    assert runs[0] == runs[1] and runs[2] == runs[3]
+    plain = [epoch_keys(canonical(r, world_size=REPLICAS)) for r in range(REPLICAS)]
+    assert [runs[0], runs[2]] == plain  # a replica reads what a rank of 2 reads
+    assert len(runs[0][0]) > 3 and all(len(batch) == 4 for batch in runs[0][0][:-1])

@@ -103,6 +103,20 @@ def test_a_state_saved_on_any_rank_resumes_every_rank(job, name, live):
         assert state["config"]["world_size"] == 2  # the data-parallel size
         assert state["rank"] == run["saved_by"] // 2  # its data-parallel rank
         assert list(state["ranks"]) == [str(1 - state["rank"])]  # each one's position once
+        # torch.distributed.checkpoint's entry is the same on every rank, and resumes it too.
+        assert run["entry"] == job[0][name]["entry"]
+        assert run["from_entry"] == expected
+
+
+@pytest.mark.slow
+def test_a_mixture_under_a_filter_splits_over_the_replicas(job):
+    runs = [ranks["mixture"]["keys"] for ranks in job]
+    assert runs[0] == runs[1] and runs[2] == runs[3]
+    assert len(runs[0]) == len(runs[2]) > 0
+    seen = Counter(tuple(sample) for batch in runs[0] + runs[2] for sample in batch)
+    assert max(seen.values()) == 1
+    assert {key for name, key in seen if name == "a"} <= kept_keys()
+    assert {key for name, key in seen if name == "b"} <= set(expected_keys(SIZES))
 
 
 @pytest.mark.slow
