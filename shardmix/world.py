@@ -244,6 +244,8 @@ def _gloo_copy(group: Any) -> Any:
     """A gloo group of the ranks of ``group``, made at the first call on every rank of the
     job at the same step: making a group is a collective of the default group, so the ranks
     share their groups' ranks and all of them make every data-parallel group, in one order."""
+    if group is dist.group.WORLD:
+        return _gloo_group()
     made = _GLOO_GROUPS.get(id(group))
     if made is None or made[0] is not group:
         mine = tuple(dist.get_process_group_ranks(group))

@@ -134,6 +134,10 @@ def main() -> None:
             "entry": entry["state"],
             "from_entry": head + entry_tail,
         }
+    for name, group in (("world/group", dist.group.WORLD), ("world/plain", None)):
+        loader = make_loader(args.shards, group, "drop", drop_30_percent)
+        runs[name] = {"keys": train(model, optimizer, loader)[0], "filtered": loader.filtered}
+        loader.close()
     mixture = MixingLoader(
         {
             "a": ShardDataset(args.shards, seed=7, transform=drop_30_percent),

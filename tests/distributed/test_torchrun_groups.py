@@ -109,6 +109,16 @@ def test_a_state_saved_on_any_rank_resumes_every_rank(job, name, live):
 
 
 @pytest.mark.slow
+def test_the_default_group_as_group_is_a_job_without_groups(job):
+    for ranks in job:
+        assert ranks["world/group"] == ranks["world/plain"]
+    seen = Counter(key for ranks in job for key in flat(ranks["world/group"]["keys"]))
+    assert max(seen.values()) == 1 and set(seen) <= kept_keys()
+    undelivered = sum(ranks["world/group"]["filtered"]["undelivered"] for ranks in job)
+    assert undelivered == len(kept_keys()) - len(seen)
+
+
+@pytest.mark.slow
 def test_a_mixture_under_a_filter_splits_over_the_replicas(job):
     runs = [ranks["mixture"]["keys"] for ranks in job]
     assert runs[0] == runs[1] and runs[2] == runs[3]
