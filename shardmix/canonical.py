@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardmix.checkpoint import STATE_VERSION
-from shardmix.collate import pin_batch
+from shardmix.collate import collate_samples, join_batches, pin_batch
 from shardmix.dataset import ShardDataset
 from shardmix.epoch import EpochIterator, epoch_start
 from shardmix.errors import ConfigError
@@ -77,8 +77,10 @@ def canonical_slots(rank: int, world_size: int, canonical_ranks: int) -> range:
 class CanonicalEpoch:
     """One epoch of the canonical ranks this rank runs, their batches joined in order.
 
-    With one canonical rank per physical rank its batches are that rank's, as they are;
-    with more, each canonical rank's epoch hands out its samples and the loader's
+    With one canonical rank per physical rank its batches are that rank's, as they are.
+    With more, the default collate's batches are joined column by column
+    (:func:`~shardmix.collate.join_batches`: the batch it would make of all their samples);
+    under another ``collate_fn`` each canonical rank's epoch hands out its samples, and
     ``collate_fn`` collates them once, joined.
     """
 
@@ -92,11 +94,16 @@ class CanonicalEpoch:
         self.pin_memory = loader.pin_memory
         self.closed = False
         self._joined = len(self.slots) > 1
+        # The default collate's batches join as columns; another's samples join as samples.
+        self._by_column = self._joined and loader.collate_fn is collate_samples
         self.streams: list[EpochIterator] = []
         try:
             for slot, canonical in enumerate(self.slots):
                 # A loader for EpochIterator (as a mixture member is): the same duck type.
-                view: Any = _CanonicalRank(loader, canonical, slot, joined=self._joined)
+                samples = self._joined and not self._by_column
+                view: Any = _CanonicalRank(
+                    loader, canonical, slot, samples=samples, alone=not self._joined
+                )
                 position = None if resume is None else resume[str(canonical)]
                 self.streams.append(EpochIterator(view, epoch, position))
         except BaseException:
@@ -133,7 +140,10 @@ class CanonicalEpoch:
             raise
         if not self._joined:
             return parts[0]
-        batch = self.collate_fn([sample for part in parts for sample in part])
+        if self._by_column:
+            batch = join_batches(parts)
+        else:
+            batch = self.collate_fn([sample for part in parts for sample in part])
         return pin_batch(batch) if self.pin_memory else batch
 
     def _uneven(self, ended: int) -> ConfigError:
@@ -184,15 +194,18 @@ class CanonicalEpoch:
 class _CanonicalRank:
     """A loader's settings as one canonical rank sees them: the simulated world
     ``(canonical, canonical_ranks)``, the workers of its slot on this rank, and (when its
-    batches are joined) samples handed out as they are, for one collate of the joined batch."""
+    samples are joined) samples handed out as they are, for one collate of the joined batch;
+    pinned memory is for the joined batch only."""
 
-    def __init__(self, loader: MixingLoader, canonical: int, slot: int, *, joined: bool) -> None:
+    def __init__(
+        self, loader: MixingLoader, canonical: int, slot: int, *, samples: bool, alone: bool
+    ) -> None:
         self._loader = loader
         assert loader.canonical_ranks is not None
         self._world = (canonical, loader.canonical_ranks)
         self.pool = slot_pool(loader, slot)
-        self.collate_fn: Callable[[list[Sample]], Any] = list if joined else loader.collate_fn
-        self.pin_memory = False if joined else loader.pin_memory
+        self.collate_fn: Callable[[list[Sample]], Any] = list if samples else loader.collate_fn
+        self.pin_memory = loader.pin_memory and alone
 
     def rank_and_world_size(self) -> tuple[int, int]:
         return self._world

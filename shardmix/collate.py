@@ -149,6 +149,45 @@ def _missing_field_message(samples: Sequence[dict[str, Any]], field: str) -> str
     )
 
 
+def join_batches(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Batches :func:`collate_samples` made, joined into the one it makes of all their samples
+    in order (a rank's canonical ranks: :mod:`shardmix.canonical`), column by column.
+
+    >>> a = collate_samples([{"__key__": "a", "x": 1}])
+    >>> b = collate_samples([{"__key__": "b", "x": 2}, {"__key__": "c", "x": 3}])
+    >>> join_batches([a, b])
+    {'__key__': ['a', 'b', 'c'], 'x': tensor([1, 2, 3])}
+    """
+    fields = parts[0].keys()
+    for part in parts[1:]:
+        if part.keys() != fields:
+            raise DecodeError(
+                f"cannot join batches whose fields differ ({sorted(fields)} and "
+                f"{sorted(part)}); make the fields uniform with a transform or pass collate_fn"
+            )
+    return {field: _join_field(field, [part[field] for part in parts]) for field in fields}
+
+
+def _join_field(field: str, columns: list[Any]) -> Any:
+    first = columns[0]
+    if all(isinstance(column, torch.Tensor) for column in columns) and all(
+        column.dtype == first.dtype and column.shape[1:] == first.shape[1:] for column in columns
+    ):
+        return torch.cat(columns)  # one shape: what stacking all the arrays would give
+    # A ragged field (a list of tensors in some batch, or shapes that differ between
+    # batches): a list of tensors, as collate_samples gives for arrays of several shapes.
+    rows: list[Any] = []
+    for column in columns:
+        rows.extend(column.unbind(0) if isinstance(column, torch.Tensor) else column)
+    tensors = sum(isinstance(row, torch.Tensor) for row in rows)
+    if 0 < tensors < len(rows):
+        raise DecodeError(
+            f"cannot join field {field!r}: it holds tensors in some batches and other values "
+            "in others; give it one type in the transform, or pass collate_fn"
+        )
+    return rows
+
+
 def pin_batch(batch: Any) -> Any:
     """``batch`` with every tensor in page-locked memory, for fast asynchronous copies to GPU."""
     if isinstance(batch, torch.Tensor):

@@ -3,10 +3,14 @@ mid-epoch included, each record once per epoch (simulated ranks)."""
 
 from collections import Counter
 
+import numpy as np
 import pytest
+import torch
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
 from shardmix.canonical import merge_states
+from shardmix.collate import collate_samples, join_batches
+from shardmix.errors import DecodeError
 
 from shards import batch_keys, expected_keys, write_shards
 
@@ -213,3 +217,49 @@ def test_a_mixture_is_refused(shards):
     datasets = {"a": ShardDataset(shards), "b": ShardDataset(shards)}
     with pytest.raises(ConfigError, match="not a mixture"):
         MixingLoader(datasets, batch_size=2, canonical_ranks=2)
+
+
+def same_batch(one, other) -> bool:
+    if one.keys() != other.keys():
+        return False
+    for field, value in one.items():
+        theirs = other[field]
+        if isinstance(value, torch.Tensor):
+            if not (isinstance(theirs, torch.Tensor) and torch.equal(value, theirs)):
+                return False
+        elif value != theirs:
+            return False
+    return True
+
+
+def test_joined_batches_are_what_collate_makes_of_all_their_samples(shards):
+    joined = list(make(shards, 0, 2))
+    parts = [
+        list(make(shards, canonical, 8, canonical_ranks=None, collate_fn=list))
+        for canonical in range(4)
+    ]
+    whole = [
+        collate_samples([s for part in step for s in part]) for step in zip(*parts, strict=True)
+    ]
+    assert len(joined) == len(whole) == 60 // BATCH
+    assert all(same_batch(one, other) for one, other in zip(joined, whole, strict=True))
+
+
+def test_another_collate_fn_collates_the_joined_samples_once(shards):
+    def keys(samples):
+        return [sample["__key__"] for sample in samples]
+
+    joined = list(make(shards, 1, 2, collate_fn=keys))
+    parts = [
+        batch_keys(make(shards, canonical, 8, canonical_ranks=None)) for canonical in range(4, 8)
+    ]
+    assert joined == [sum(step, []) for step in zip(*parts, strict=True)]
+
+
+def test_join_batches_keeps_a_ragged_field_a_list():
+    a = collate_samples([{"x": np.zeros(2)}, {"x": np.zeros(2)}])
+    b = collate_samples([{"x": np.zeros(3)}])
+    joined = join_batches([a, b])
+    assert [tuple(row.shape) for row in joined["x"]] == [(2,), (2,), (3,)]
+    with pytest.raises(DecodeError, match="fields differ"):
+        join_batches([a, {"y": [1]}])
