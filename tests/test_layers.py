@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dataset",
             "loader",
             "mixture",
+            "canonical",
             "lightning",
             "accelerate",
             "hf",
@@ -71,6 +72,7 @@ KNOWN_UPWARD = {
 KNOWN_BACK_EDGES = {
     ("epoch", "loader"),
     ("mixture", "loader"),
+    ("canonical", "loader"),
     ("workers", "pool"),
     ("formats.registry", "formats.blocks"),
     ("sources.*", "sources"),
