@@ -46,7 +46,7 @@ from shardmix.sharding import (
     whole_shards,
     worker_lanes,
 )
-from shardmix.sources import SourceOptions, is_local, local_path
+from shardmix.sources import SourceOptions, is_local, local_path, readahead, scheme_of
 from shardmix.sources.identity import ShardIdentity
 from shardmix.transforms import SampleTransform, without_tombstones
 from shardmix.urls import check_sources, expand_urls
@@ -319,7 +319,7 @@ class ShardDataset(IterableDataset[Sample]):
     ) -> Iterator[Sample]:
         """The samples of a lane that reads ``pieces`` in ``epoch``, from ``start`` on."""
         read = partial(self.read_piece, epoch=epoch, epoch_pass=epoch_pass)
-        return read_lane(pieces, read, start)
+        return read_lane(pieces, read, start, self._ahead())
 
     @property
     def reads_blocks(self) -> bool:
@@ -335,7 +335,25 @@ class ShardDataset(IterableDataset[Sample]):
     ) -> Iterator[RecordBlock]:
         """The records :meth:`read_lane_pieces` gives, in record blocks (see
         :attr:`reads_blocks`; with no transform, the epoch changes nothing in them)."""
-        return read_lane(pieces, self.read_piece_blocks, start)
+        return read_lane(pieces, self.read_piece_blocks, start, self._ahead())
+
+    def _ahead(self) -> Callable[[Piece, Piece | None], None] | None:
+        """What tells read-ahead which shard a lane reads next (None: no read-ahead)."""
+        options = self.source_options
+        if options.read_ahead is None:
+            return None
+        urls = self.urls
+
+        def ahead(piece: Piece, following: Piece | None) -> None:
+            url = urls[piece.shard]
+            if scheme_of(url) not in ("http", "https"):
+                return
+            if following is None:
+                readahead.forget(url)
+            else:
+                readahead.follow(url, urls[following.shard], options)
+
+        return ahead
 
     def read_piece_blocks(
         self, piece: Piece, record: int, before_offset: int = -1

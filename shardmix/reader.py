@@ -50,6 +50,7 @@ from shardmix.sharding import Piece
 from shardmix.sources import SourceOptions, is_local, open_shard, scheme_of
 from shardmix.sources.identity import ShardIdentity, stream_identity
 from shardmix.sources.ranges import open_ranges
+from shardmix.sources.readahead import opened_ahead
 from shardmix.sources.traffic import count_bytes, count_stall, host_of
 
 logger = logging.getLogger(__name__)
@@ -184,8 +185,8 @@ def _entered(
         ) as stream,
         _counted(url, stream, offset),
     ):
-        if not is_local(url):  # the lane waited for the answer (and, cached, the download)
-            count_stall(time.perf_counter() - began)
+        if not is_local(url) and not opened_ahead(stream):  # read ahead: counted there
+            count_stall(time.perf_counter() - began)  # the answer (cached: the download)
         if on_open is not None:
             on_open(stream_identity(stream))
         arguments: dict[str, Any] = {"stop": stop, "on_damage": on_damage}
@@ -342,19 +343,28 @@ def read_lane(
     pieces: Sequence[Piece],
     read_one: Callable[[Piece, int, int], Iterator[T]],
     start: LanePosition = LanePosition(),
+    ahead: Callable[[Piece, Piece | None], None] | None = None,
 ) -> Iterator[T]:
     """The samples of a lane's pieces, one after another, from ``start`` on.
 
     ``read_one(piece, record, before_offset)`` reads ``piece`` from record ``record`` (in the
     shard) on; ``before_offset`` is where record ``record - 1`` begins, or -1 (see
-    :func:`read_shard`).
+    :func:`read_shard`). ``ahead(piece, following)``, when given, is told before each piece is
+    opened which piece follows it (None: none, which is also said when the lane ends early).
     """
-    for slot in range(start.slot, len(pieces)):
-        piece = pieces[slot]
-        if slot == start.slot and start.record > piece.start:
-            yield from read_one(piece, start.record, start.offset)
-        else:
-            yield from read_one(piece, piece.start, -1)
+    piece = None
+    try:
+        for slot in range(start.slot, len(pieces)):
+            piece = pieces[slot]
+            if ahead is not None:
+                ahead(piece, pieces[slot + 1] if slot + 1 < len(pieces) else None)
+            if slot == start.slot and start.record > piece.start:
+                yield from read_one(piece, start.record, start.offset)
+            else:
+                yield from read_one(piece, piece.start, -1)
+    finally:
+        if ahead is not None and piece is not None:
+            ahead(piece, None)
 
 
 def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:

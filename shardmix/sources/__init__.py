@@ -81,6 +81,25 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class ReadAhead:
+    """How far an ``http(s)://`` shard is fetched ahead of its reader
+    (:mod:`shardmix.sources.readahead`): up to ``blocks`` range requests of ``block_bytes``
+    each in flight per shard, and a lane's next shard started once its current one's last
+    block is asked for. More blocks raise what a lane gets from a server that caps each
+    connection's bandwidth; each costs ``block_bytes`` of memory per open shard.
+    """
+
+    blocks: int = 4
+    block_bytes: int = 4 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("blocks", "block_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"ReadAhead({name}=...) must be an int >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     """What every opener may need: storage options, retries, a cache folder, pipe permission.
 
@@ -94,7 +113,9 @@ class SourceOptions:
     the byte reached (0 turns the check off); a whole shard in one request stays legal however
     long it takes, as long as its bytes keep coming at that rate. ``cache_limit`` (bytes, with
     ``cache_dir``) bounds the cache, shared by every process that uses the folder
-    (:func:`shardmix.sources.cache.open_bounded`); None keeps every copy.
+    (:func:`shardmix.sources.cache.open_bounded`); None keeps every copy. ``read_ahead``
+    (a :class:`ReadAhead`) fetches ``http(s)://`` shards in blocks ahead of their readers, a
+    lane's next shard included; None reads each shard in one request, opened when reached.
     """
 
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -103,6 +124,7 @@ class SourceOptions:
     allow_pipe: bool = False
     min_bytes_per_s: float = 1024.0
     cache_limit: int | None = None
+    read_ahead: ReadAhead | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage_options, Mapping):
@@ -120,6 +142,10 @@ class SourceOptions:
             raise ConfigError(f"min_bytes_per_s must be a number >= 0, got {rate!r}")
         if not isinstance(self.allow_pipe, bool):
             raise ConfigError(f"allow_pipe must be a bool, got {self.allow_pipe!r}")
+        if self.read_ahead is not None and not isinstance(self.read_ahead, ReadAhead):
+            raise ConfigError(
+                f"read_ahead must be a ReadAhead or None, got {type(self.read_ahead).__name__}"
+            )
         limit = self.cache_limit
         if limit is not None:
             if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:

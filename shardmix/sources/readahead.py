@@ -1,0 +1,348 @@
+"""Read-ahead: an http(s) shard fetched in blocks ahead of its reader, and a lane's next shard
+started before the lane gets there.
+
+With ``SourceOptions(read_ahead=ReadAhead(...))`` an ``http(s)://`` shard opens as a
+:class:`BlockStream`: bounded range requests of ``block_bytes`` each, up to ``blocks`` of them
+in flight ahead of the reader, on the process's range threads
+(:func:`shardmix.sources.ranges`; as many threads as the connection pool keeps connections
+per host, so read-ahead never holds more connections than the pool). A server that caps the
+bandwidth of one connection then gives a lane up to ``blocks`` connections' worth. Each block
+goes through :class:`~shardmix.sources.http.HttpShardStream` (its retries, resume, stall
+check, and the bytes counted for ``loader.stats()``); every block must come from the version
+of the first one (size and validator), else :class:`~shardmix.errors.ShardChangedError`.
+
+At a shard boundary: a lane tells :func:`follow` which shard it reads after the one it opens;
+once the last block of that one is asked for, the next shard's first blocks are asked for too,
+and its :class:`BlockStream` waits in this process until the lane opens it
+(:func:`open_blocks`). So the lane finds the start of its next shard already fetched, and
+only a wait for it that happens anyway is counted as a stall (``loader.stats().lane_stalls``).
+A lane that ends early drops what it had started (:func:`forget`).
+
+Left to others: which shards a lane reads (:mod:`shardmix.reader`), caching
+(:mod:`shardmix.sources.cache`, which fetches through these streams too).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+
+from shardmix.errors import ShardmixError
+from shardmix.sources import READ_BUFFER_BYTES, ReadAhead, SourceOptions
+from shardmix.sources.identity import ShardIdentity, attach_identity
+from shardmix.sources.traffic import count_stall
+from shardmix.sources.validators import changed
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+__all__ = ["BlockStream", "follow", "forget", "open_blocks"]
+
+
+class _Block(NamedTuple):
+    data: bytes
+    identity: ShardIdentity
+
+
+def _fetch(url: str, options: SourceOptions, start: int, stop: int) -> _Block:
+    """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried."""
+    from shardmix.sources.http import HttpShardStream, _headers_of
+
+    stream = HttpShardStream(
+        url,
+        options.retry,
+        headers=_headers_of(url, options),
+        first_at=start,
+        stop=stop,
+        min_bytes_per_s=options.min_bytes_per_s,
+    )
+    with stream:
+        stream.seek(start)
+        parts = []
+        while part := stream.read(stop - stream.tell()):
+            parts.append(part)
+        return _Block(b"".join(parts), stream.identity)
+
+
+class BlockStream(io.RawIOBase):
+    """One http(s) shard as a raw, readable, seekable stream, fetched in blocks ahead.
+
+    The first block asked for starts at ``first_at``, though the stream stands at 0 (as
+    :class:`~shardmix.sources.http.HttpShardStream`'s): a reader that seeks there first finds
+    it fetched. A read anywhere else starts the blocks again from there.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        options: SourceOptions,
+        first_at: int = 0,
+        on_tail: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        settings = options.read_ahead or ReadAhead()
+        self.url = url
+        self._options = options
+        self._window = settings.blocks
+        self._block = settings.block_bytes
+        self._lock = threading.Lock()
+        self._position = 0
+        self._size: int | None = None
+        self._identity: ShardIdentity | None = None
+        self._futures: dict[int, Future[_Block]] = {}
+        self._base = 0  # where block 0 of the current run starts
+        self._next = 0  # the next block of the run to ask for
+        self._reading = 0  # the block the reader is in
+        self._run = 0  # tells the runs apart (a seek starts a new one)
+        self.on_tail = on_tail  # called once the shard's last block is asked for
+        self.tail_done = False
+        self._start_run(first_at)
+
+    @property
+    def identity(self) -> ShardIdentity:
+        """The version read (its first block's), waiting for that block if need be."""
+        if self._identity is None:
+            self._first_block()
+        assert self._identity is not None
+        return self._identity
+
+    def ready(self) -> bool:
+        """Whether the current run's first block has arrived (or failed)."""
+        future = self._futures.get(0)
+        return future is None or future.done()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            target = offset
+        elif whence == io.SEEK_CUR:
+            target = self._position + offset
+        elif whence == io.SEEK_END:
+            size = self.identity.size
+            if size is None:
+                raise io.UnsupportedOperation(
+                    f"{self.url}: the server did not say the shard's size; cannot seek from the end"
+                )
+            target = size + offset
+        else:
+            raise ValueError(f"invalid whence {whence!r}")
+        if target < 0:
+            raise ValueError(f"{self.url}: negative seek position {target}")
+        self._position = target
+        return target
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        if self.closed:
+            raise ValueError(f"{self.url}: read from a closed stream")
+        view = memoryview(buffer).cast("B")
+        position = self._position
+        if not len(view) or (self._size is not None and position >= self._size):
+            return 0
+        index, within = divmod(position - self._base, self._block)
+        if position < self._base or index not in self._futures:
+            self._start_run(position)
+            index, within = 0, 0
+        block = self._result(index)
+        data = block.data
+        if within >= len(data):
+            return 0  # a short block: the shard ends there
+        count = min(len(view), len(data) - within)
+        view[:count] = data[within : within + count]
+        self._position = position + count
+        if within + count == len(data):
+            self._done_with(index)
+        return count
+
+    def close(self) -> None:
+        if not self.closed:
+            with self._lock:
+                self._run += 1
+                for future in self._futures.values():
+                    future.cancel()
+                self._futures.clear()
+        super().close()
+
+    # -- blocks --------------------------------------------------------------------------
+
+    def _start_run(self, base: int) -> None:
+        """Ask for the blocks from ``base`` on, dropping those of the run before."""
+        with self._lock:
+            self._run += 1
+            for future in self._futures.values():
+                future.cancel()
+            self._futures = {}
+            self._base, self._next, self._reading = base, 0, 0
+            run = self._run
+            self._submit()
+        first = self._futures[0]
+        first.add_done_callback(lambda done: self._first_arrived(done, run))
+
+    def _first_arrived(self, future: Future[_Block], run: int) -> None:
+        """Once the size is known, ask for the rest of the window (in a fetch thread)."""
+        if future.cancelled() or future.exception() is not None:
+            return  # the reader meets the error when it gets there
+        try:
+            self._note(future.result(), self._base)
+        except ShardmixError:
+            return  # a changed shard: the reader meets it at this block
+        fire = False
+        with self._lock:
+            if run == self._run and not self.closed:
+                fire = self._fill()
+        if fire and self.on_tail is not None:
+            self.on_tail()
+
+    def _fill(self) -> bool:
+        """Ask for blocks up to the window (lock held); whether the last one was just asked."""
+        size = self._size
+        while self._next < self._reading + self._window:
+            if size is None or self._base + self._next * self._block >= size:
+                break
+            self._submit()
+        ended = size is not None and self._base + self._next * self._block >= size
+        if ended and not self.tail_done:
+            self.tail_done = True
+            return True
+        return False
+
+    def _submit(self) -> None:
+        from shardmix.sources.ranges import _pool
+
+        start = self._base + self._next * self._block
+        stop = start + self._block
+        self._futures[self._next] = _pool().submit(_fetch, self.url, self._options, start, stop)
+        self._next += 1
+
+    def _result(self, index: int) -> _Block:
+        block = self._futures[index].result()
+        self._note(block, self._base + index * self._block)
+        return block
+
+    def _note(self, block: _Block, offset: int) -> None:
+        """Take the first block's version as the shard's; refuse any other."""
+        found = block.identity
+        if self._identity is None:
+            self._identity = found
+            self._size = found.size
+        elif found.conflicts(self._identity):
+            raise changed(self.url, offset, _described(self._identity), _described(found))
+
+    def _done_with(self, index: int) -> None:
+        """The reader left block ``index``: drop it, and ask for one more ahead."""
+        fire = False
+        with self._lock:
+            self._futures.pop(index, None)
+            self._reading = index + 1
+            fire = self._fill()
+        if fire and self.on_tail is not None:
+            self.on_tail()
+
+    def _first_block(self) -> None:
+        if 0 not in self._futures:
+            self._start_run(self._base)
+        self._result(0)
+
+
+def _described(identity: ShardIdentity) -> str:
+    return f"{identity.size} bytes, {identity.validator or 'no validator'}"
+
+
+# -- lanes: the next shard started ahead ---------------------------------------------------
+
+_registry_lock = threading.Lock()
+# What a lane reads after a shard: the shard's URL -> the next one's and its options.
+_following: dict[str, tuple[str, SourceOptions]] = {}
+# Next shards already asked for, waiting for their lane to open them.
+_waiting: dict[str, BlockStream] = {}
+
+
+def follow(url: str, next_url: str | None, options: SourceOptions) -> None:
+    """A lane opens ``url`` next, then ``next_url``: start that one once ``url``'s last block
+    is asked for. ``next_url`` None: nothing follows."""
+    with _registry_lock:
+        if next_url is None or next_url == url:
+            _following.pop(url, None)
+        else:
+            _following[url] = (next_url, options)
+
+
+def forget(url: str) -> None:
+    """The lane reading ``url`` ended: drop the next shard it started, if it is unopened."""
+    with _registry_lock:
+        entry = _following.pop(url, None)
+        next_url = entry[0] if entry is not None else _started.get(url)
+        _started.pop(url, None)
+        waiting = _waiting.pop(next_url, None) if next_url is not None else None
+    if waiting is not None:
+        waiting.close()
+
+
+# Started ahead and not opened yet: a shard's URL -> the next one's.
+_started: dict[str, str] = {}
+
+
+def _start_next(url: str) -> None:
+    with _registry_lock:
+        entry = _following.pop(url, None)
+        if entry is None or entry[0] in _waiting:
+            return
+        next_url, options = entry
+        _waiting[next_url] = BlockStream(next_url, options, on_tail=lambda: _start_next(next_url))
+        _started[url] = next_url
+
+
+def open_blocks(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
+    """Open ``url`` read ahead in blocks (the stream a lane started ahead, when it did):
+    buffered, with its identity; a wait here for its first block counts as a lane stall."""
+    with _registry_lock:
+        stream = _waiting.pop(url, None)
+        for before in [key for key, value in _started.items() if value == url]:
+            del _started[before]
+    if stream is not None and offset:  # started from 0, but the read begins elsewhere
+        stream.close()
+        stream = None
+    if stream is None:
+        stream = BlockStream(url, options, offset, on_tail=lambda: _start_next(url))
+    elif stream.tail_done:  # its last block was asked for before the lane said what follows
+        _start_next(url)
+    began = time.perf_counter()
+    ready = stream.ready()
+    try:
+        identity = stream.identity
+    except BaseException:
+        stream.close()
+        raise
+    if not ready:
+        count_stall(time.perf_counter() - began)
+    buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
+    return attach_identity(buffered, identity)
+
+
+def opened_ahead(stream: Any) -> bool:
+    """Whether ``stream`` was opened by :func:`open_blocks` (which counts its own stalls)."""
+    return isinstance(getattr(stream, "raw", None), BlockStream)
+
+
+def _forget_all() -> None:
+    """In a forked child: the parent's streams and threads are not ours."""
+    global _registry_lock
+    _following.clear()
+    _waiting.clear()
+    _started.clear()
+    _registry_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_all)
