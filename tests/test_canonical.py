@@ -263,3 +263,21 @@ def test_join_batches_keeps_a_ragged_field_a_list():
     assert [tuple(row.shape) for row in joined["x"]] == [(2,), (2,), (3,)]
     with pytest.raises(DecodeError, match="fields differ"):
         join_batches([a, {"y": [1]}])
+
+
+@pytest.mark.parametrize("even_ranks", ["drop", "pad"])
+def test_records_that_do_not_divide_are_dropped_or_padded_alike_on_every_world_size(
+    tmp_path, even_ranks
+):
+    sizes = [*SIZES, 5]  # 485 records: the canonical ranks' shares differ by one
+    pattern = write_shards(tmp_path, "tar", sizes)
+    on_eight = run_world(pattern, 8, even_ranks=even_ranks)
+    assert run_world(pattern, 2, even_ranks=even_ranks) == on_eight
+    assert run_world(pattern, 1, even_ranks=even_ranks) == on_eight
+    seen, written = sum(on_eight, Counter()), expected_keys(sizes)
+    if even_ranks == "drop":
+        assert max(seen.values()) == 1 and set(seen) <= set(written)
+        assert 0 < written.total() - seen.total() < CANONICAL
+    else:
+        assert set(seen) == set(written)
+        assert 0 < seen.total() - written.total() < CANONICAL
