@@ -34,6 +34,7 @@ from shardmix.errors import (
 from shardmix.formats import Format, TFRecordPayload
 from shardmix.loader import MixingLoader
 from shardmix.policy import OnError
+from shardmix.rankstate import join_states
 from shardmix.sharding import EvenRanks
 from shardmix.sources import RetryPolicy, SourceOptions
 from shardmix.urls import expand_urls
@@ -73,5 +74,6 @@ __all__ = [
     "ShardChangedError",
     "WorkerError",
     "expand_urls",
+    "join_states",
     "write_shards",
 ]

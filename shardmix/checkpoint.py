@@ -22,8 +22,11 @@ eviction by swapping (:mod:`shardmix.shuffle`: the same seeds give other batches
 version 7's); version 9 the identity of every shard the state references (``"shards"``: a list of
 ``[shard index, size, validator]`` for the lanes' pieces, the buffer's residents and the
 padding: :class:`~shardmix.sources.identity.ShardIdentity`), so that a restore refuses a shard
-rewritten since. A state of an older version is refused, naming both versions
-(:func:`check_version`).
+rewritten since; version 10 the epoch's phase (``"phase"``: empty while the epoch runs as
+planned; after a resume on another world size or batch size, the pieces this rank reads for
+the rest of the epoch, packed by :func:`pack_pieces`, with the phase's quota, own total and
+first batch: :mod:`shardmix.elastic`). A state of an older version is refused, naming both
+versions (:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from shardmix.errors import ConfigError
+from shardmix.sharding import Piece
 
-STATE_VERSION = 9
+STATE_VERSION = 10
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
@@ -53,13 +57,22 @@ def shards_digest(urls: Sequence[str]) -> str:
 _DERIVED = ("num_lanes", "shuffle_buffer")
 
 
-def check_config(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> None:
+def check_config(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    prefix: str = "",
+    *,
+    free: Collection[str] = (),
+) -> None:
     """Refuse a checkpoint whose settings differ from the loader's, naming the field.
 
     A mixture's settings nest per dataset; a field there is named ``datasets.<name>.<field>``.
+    The top-level fields in ``free`` may differ (what a resize re-deals: :mod:`shardmix.elastic`).
     """
     fields = sorted(current, key=lambda field: field in _DERIVED)  # stable: the rest in order
     for name in fields:
+        if name in free and name in saved:
+            continue
         now = current[name]
         field = prefix + name
         if isinstance(now, Mapping) and isinstance(saved.get(name), Mapping):
@@ -137,6 +150,23 @@ def check_refs(refs: Sequence[Ref], num_shards: int, field: str) -> None:
                 f"{num_shards - 1} and records and offsets are not negative; the state was "
                 "edited or damaged since it was saved"
             )
+
+
+def pack_pieces(pieces: Sequence[Piece]) -> str:
+    """Pack pieces, in order, as :func:`pack_refs` packs references (a stop of None as -1).
+
+    >>> unpack_pieces(pack_pieces([Piece(4, 0, None), Piece(1, 7, 30)]), 5, "phase.pieces")
+    [Piece(4, 0, None), Piece(1, 7, 30)]
+    """
+    return pack_refs([(p.shard, p.start, -1 if p.stop is None else p.stop) for p in pieces])
+
+
+def unpack_pieces(packed: str, num_shards: int, field: str) -> list[Piece]:
+    """The pieces :func:`pack_pieces` packed; a damaged string, or a piece that names no shard
+    of ``num_shards``, is a ConfigError naming ``field``."""
+    refs = unpack_refs(packed, field)
+    check_refs(refs, num_shards, field)
+    return [Piece(shard, start, None if stop < 0 else stop) for shard, start, stop in refs]
 
 
 def pack_identities(identities: Mapping[int, Any], shards: Iterable[int]) -> list[list[Any]]:
@@ -247,6 +277,7 @@ _POSITION: dict[str, Any] = {
     "mixer": {"live": "ints", "cursor": "count", "lanes": "lanes"},
     "buffer": {"draws": "count", "items": "packed", "sizes": "packed"},
     "shards": "list",
+    "phase": "phase",
 }
 _MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
 
@@ -302,6 +333,7 @@ _KINDS = {
     "lanes": "a list of lane positions, six ints each",
     "mapping": "a dict",
     "list": "a list",
+    "phase": "{} or a dict of 'pieces' (a packed string), 'quota', 'own' and 'batches' (counts)",
 }
 
 
@@ -316,7 +348,22 @@ def _holds(kind: str, value: Any) -> bool:
         return isinstance(value, list) and all(_is_lane(lane) for lane in value)
     if kind == "list":
         return isinstance(value, list)
+    if kind == "phase":
+        return _is_phase(value)
     return isinstance(value, Mapping)
+
+
+def _is_phase(value: Any) -> bool:
+    if not isinstance(value, Mapping):
+        return False
+    if not value:
+        return True
+    counts = ("quota", "own", "batches")
+    return (
+        set(value) == {"pieces", *counts}
+        and isinstance(value["pieces"], str)
+        and all(_is_count(value[name]) for name in counts)
+    )
 
 
 def _is_count(value: Any) -> bool:

@@ -25,6 +25,7 @@ from shardmix.checkpoint import (
     pack_refs,
     pack_sizes,
     unpack_identities,
+    unpack_pieces,
     unpack_refs,
     unpack_sizes,
 )
@@ -38,7 +39,7 @@ from shardmix.rankend import RankEnd, look_ahead, refuse_simulated_filter, undel
 from shardmix.reader import LanePosition, Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
-from shardmix.sharding import EvenRanks, Piece, rank_quota
+from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.shuffle import SlotBuffer, eviction_order
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.transforms import FILTERED, SKIPPED
@@ -108,19 +109,35 @@ class EpochIterator:
         filters = False
         dropped = None
         clocks = None
+        # After a resume on another world or batch size, the rest of the epoch is a resized
+        # phase: this rank's pieces come from the state (:mod:`shardmix.elastic`).
+        self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         if isinstance(dataset, ShardDataset):
             num_lanes = loader.num_lanes_for(dataset, world_size)
-            self.plan = dataset.lane_pieces(
-                epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
-            )
+            weights: list[tuple[str, list[float]] | None]
+            if self.phase:
+                counts = dataset.shard_counts(world_size)
+                pieces = unpack_pieces(self.phase["pieces"], len(dataset.urls), "phase.pieces")
+                self.plan = phase_lanes(pieces, counts, num_lanes)
+                weights = [("records", [float(p.size(counts)) for p in lane]) for lane in self.plan]
+            else:
+                self.plan = dataset.lane_pieces(
+                    epoch,
+                    rank=rank,
+                    world_size=world_size,
+                    num_lanes=num_lanes,
+                    epoch_pass=epoch_pass,
+                )
+                weights = [dataset.piece_weights(lane, world_size) for lane in self.plan]
             lane_pieces = [
                 [(piece.shard, piece.start, piece.stop) for piece in lane] for lane in self.plan
             ]
-            weights = [dataset.piece_weights(lane, world_size) for lane in self.plan]
             if all(weight is not None for weight in weights):
                 unit = next((weight[0] for weight in weights if weight), "records")
                 clocks = LaneClocks(lane_pieces, [weight[1] for weight in weights if weight], unit)
-            if world_size > 1:
+            if self.phase:
+                self.quota, self.own = self.phase["quota"], self.phase["own"]
+            elif world_size > 1:
                 self.quota, self.own = _plan_quota(
                     dataset, epoch, rank, world_size, loader.even_ranks, epoch_pass
                 )
@@ -514,6 +531,7 @@ class EpochIterator:
                 "sizes": pack_sizes(self.buffer.sizes.tolist()),
             },
             "shards": pack_identities(_as_json(self.identities), referenced),
+            "phase": dict(self.phase),
         }
 
 
@@ -588,4 +606,5 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         },
         "buffer": {"draws": 0, "items": pack_refs([]), "sizes": pack_sizes([])},
         "shards": [],
+        "phase": {},
     }

@@ -45,6 +45,7 @@ from shardmix.checkpoint import (
 )
 from shardmix.collate import collate_samples
 from shardmix.dataset import ShardDataset
+from shardmix.elastic import ELASTIC_FIELDS, refuse_resize, resized_position
 from shardmix.epoch import EpochIterator, epoch_start
 from shardmix.errors import (
     ConfigError,
@@ -378,18 +379,41 @@ class MixingLoader:
         check_canonical(state, self.canonical_ranks)
         check_state(state)
         config = self._mixture_config() if self.datasets else self._config(shard_dataset)
-        check_config(state["config"], config)
+        saved = state["config"]
+        free = self._elastic_fields(shard_dataset)
+        check_config(saved, config, free=free)
         rank, world_size = self.rank_and_world_size()
         if self.canonical_ranks is not None:
             slots = canonical_slots(rank, world_size, self.canonical_ranks)
             position = own_positions(state, slots)
             self.epoch = int(next(iter(position.values()))["epoch"])
+        elif any(saved.get(field) != config[field] for field in free):
+            refuse_resize(shard_dataset, saved, config)
+            position = resized_position(
+                state,
+                shard_dataset,
+                rank=rank,
+                world_size=world_size,
+                num_lanes=self.num_lanes_for(shard_dataset, world_size),
+                even_ranks=self.even_ranks,
+            )
+            self.epoch = int(position["epoch"])
         else:
             position = own_position(state, rank)
             self.epoch = int(position["epoch"])
         self._stop_current()
         self._resume = copy.deepcopy(position)
         self._current = None
+
+    def _elastic_fields(self, dataset: ShardDataset) -> tuple[str, ...]:
+        """The settings a resume may change (:mod:`shardmix.elastic`): the world and batch
+        sizes, and the lanes and buffer where they follow them by default. None for a
+        mixture, or with ``canonical_ranks`` (whose states resume on the worlds that divide
+        it)."""
+        if self.datasets is not None or self.canonical_ranks is not None:
+            return ()
+        given = {"num_lanes": dataset.num_lanes, "shuffle_buffer": self.shuffle_buffer}
+        return tuple(field for field in ELASTIC_FIELDS if given.get(field) is None)
 
     def rank_and_world_size(self) -> tuple[int, int]:
         """``(rank, world_size)`` among the data-parallel ranks, which split the data: as
@@ -504,6 +528,10 @@ class MixingLoader:
         self._share_counts()
         if self.datasets is not None:
             return self._mixture_len(epoch)
+        phase = self._phase(epoch)
+        if phase:  # a resized phase: its batches after those before it
+            batches, rest = divmod(phase["quota"], self.batch_size)
+            return phase["batches"] + batches + (1 if rest and not self.drop_last else 0)
         batches, rest = divmod(self._samples(dataset, epoch), self.batch_size)
         return batches + (1 if rest and not self.drop_last else 0)
 
@@ -519,6 +547,15 @@ class MixingLoader:
         for dataset in members:
             if isinstance(dataset, ShardDataset):
                 dataset.record_counts.resolve_all(rank=rank, world_size=ranks, exchange=exchange)
+
+    def _phase(self, epoch: int) -> dict[str, Any]:
+        """The resized phase ``epoch`` runs in, or ``{}`` where it runs as planned."""
+        if self._resume is not None and self._resume.get("epoch") == epoch:
+            return dict(self._resume.get("phase") or {})
+        current = self._current
+        if isinstance(current, EpochIterator) and current.epoch == epoch:
+            return current.phase
+        return {}
 
     def _samples(self, dataset: ShardDataset, epoch: int, epoch_pass: int = 0) -> int:
         """The samples this rank (with ``canonical_ranks``: each of its canonical ranks)

@@ -15,7 +15,7 @@ state resumes its own rank only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmix.errors import ConfigError
@@ -88,3 +88,49 @@ def as_saved_by(state: Mapping[str, Any], rank: int = 0) -> dict[str, Any]:
     others = {key: positions[key] for key in sorted(positions, key=int) if key != str(rank)}
     shared = {key: state[key] for key in ("version", "config") if key in state}
     return {**shared, **positions[str(rank)], "rank": rank, "ranks": others}
+
+
+def every_position(state: Mapping[str, Any], world_size: int) -> list[dict[str, Any]]:
+    """The position of each of ranks ``0 .. world_size - 1`` in ``state``, refusing a state
+    that does not hold them all (what a resume on another world size needs)."""
+    held = [str(state.get("rank")), *(state.get("ranks") or {})]
+    missing = [rank for rank in range(world_size) if str(rank) not in held]
+    if missing:
+        raise ConfigError(
+            f"cannot resume on another world size: the loader state was saved by "
+            f"{world_size} ranks but holds the positions of ranks {sorted(map(int, held))} "
+            f"only, not of {missing}; save it with state_dict() called on every rank under "
+            "torch.distributed, or join simulated ranks' states with join_states()"
+        )
+    return [own_position(state, rank) for rank in range(world_size)]
+
+
+def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One state holding the positions of ranks simulated in one process or more
+    (``MixingLoader(rank=, world_size=)``), as torch.distributed would have gathered it.
+
+    ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order.
+    """
+    if not states:
+        raise ConfigError("join_states() needs at least one rank's state")
+    first = states[0]
+    positions: dict[str, Any] = {}
+    for state in states:
+        for field in ("version", "config"):
+            if state.get(field) != first.get(field):
+                raise ConfigError(
+                    f"cannot join the states of ranks {first.get('rank')} and "
+                    f"{state.get('rank')}: their {field!r} differs; join the states of one "
+                    "job's ranks, saved at the same step"
+                )
+        rank = state.get("rank")
+        positions[str(rank)] = own_position(state, rank)  # type: ignore[arg-type]
+        for other, position in (state.get("ranks") or {}).items():
+            positions.setdefault(other, dict(position))
+    others = {key: positions[key] for key in sorted(positions, key=int) if key != "0"}
+    if "0" not in positions:
+        raise ConfigError(
+            f"cannot join the states: none is rank 0's (ranks {sorted(positions, key=int)})"
+        )
+    shared = {field: first[field] for field in ("version", "config") if field in first}
+    return {**shared, **positions["0"], "rank": 0, "ranks": others}

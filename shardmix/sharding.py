@@ -139,22 +139,38 @@ def balanced_pieces(
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     total = sum(counts[shard] for shard in order)
     share, extra = divmod(total, world_size)
+    shares = [share + (1 if rank < extra else 0) for rank in range(world_size)]
+    return cut_pieces(whole_shards(order), counts, shares)
+
+
+def cut_pieces(
+    pieces: Sequence[Piece], counts: Sequence[int], shares: Sequence[int]
+) -> list[list[Piece]]:
+    """``pieces`` laid end to end and cut into runs of ``shares[r]`` records, one per rank.
+
+    A cut inside a piece splits it at that record; the last run takes whatever is left.
+    Empty pieces stay with the run before them.
+
+    >>> cut_pieces([Piece(0, 2, None), Piece(1, 0, 3)], [5, 9], [4, 2])
+    [[Piece(0, 2, None), Piece(1, 0, 1)], [Piece(1, 1, 3)]]
+    """
+    world_size = len(shares)
     ranks: list[list[Piece]] = [[] for _ in range(world_size)]
     rank = 0
-    room = share + (1 if extra > 0 else 0)  # records rank ``rank`` still takes
-    for shard in order:
-        count = counts[shard]
-        start = 0
+    room = shares[0]  # records rank ``rank`` still takes
+    for piece in pieces:
+        start = piece.start
+        end = start + piece.size(counts)
         while True:
-            while room == 0 and rank < world_size - 1 and start < count:
+            while room <= 0 and rank < world_size - 1 and start < end:
                 rank += 1
-                room = share + (1 if rank < extra else 0)
-            take = count - start if rank == world_size - 1 else min(room, count - start)
+                room = shares[rank]
+            take = end - start if rank == world_size - 1 else min(room, end - start)
             stop = start + take
-            ranks[rank].append(Piece(shard, start, None if stop == count else stop))
+            ranks[rank].append(Piece(piece.shard, start, piece.stop if stop == end else stop))
             room -= take
             start = stop
-            if start >= count:
+            if start >= end:
                 break
     return ranks
 
@@ -194,6 +210,17 @@ def deal_balanced(pieces: Sequence[T], weights: Sequence[float], num_lanes: int)
         lanes[lane].append(piece)
         heapq.heappush(loads, (load + weight, lane))
     return lanes
+
+
+def phase_lanes(
+    pieces: Sequence[Piece], counts: Sequence[int], num_lanes: int
+) -> list[list[Piece]]:
+    """The lanes of a resized phase: its pieces dealt by record count (:func:`deal_balanced`).
+
+    >>> phase_lanes([Piece(0, 0, 4), Piece(1, 2, None), Piece(2)], [9, 5, 2], num_lanes=2)
+    [[Piece(0, 0, 4)], [Piece(1, 2, None), Piece(2, 0, None)]]
+    """
+    return deal_balanced(pieces, [piece.size(counts) for piece in pieces], num_lanes)
 
 
 # How many lanes per sample of a batch (see default_num_lanes), and shuffle-buffer samples per

@@ -16,16 +16,16 @@ def keys_of(batches):
     return Counter(key for batch in batches for key in batch["__key__"])
 
 
-def test_a_changed_batch_size_on_resume_is_named(tmp_path):
+def test_a_changed_seed_on_resume_is_named(tmp_path):
     pattern = write_shards(tmp_path, "tar", [40, 40])
     loader = MixingLoader(ShardDataset(pattern), batch_size=8)
     next(iter(loader))
     state = loader.state_dict()
-    other = MixingLoader(ShardDataset(pattern), batch_size=16)
+    other = MixingLoader(ShardDataset(pattern), batch_size=16, seed=1)
     with pytest.raises(ConfigError) as raised:
         other.load_state_dict(state)
     assert str(raised.value) == (
-        "cannot resume: the checkpoint's batch_size is 8 but this loader's is 16; resume "
+        "cannot resume: the checkpoint's seed is 0 but this loader's is 1; resume "
         "with the same data, seeds and settings"
     )
 

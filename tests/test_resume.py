@@ -61,7 +61,7 @@ def test_state_between_epochs_resumes_at_the_next_epoch(uneven_shards):
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"seed": 1}, "dataset_seed"), ({"batch_size": 4}, "batch_size")],
+    [({"seed": 1}, "dataset_seed"), ({"shuffle_buffer": 10}, "shuffle_buffer")],
 )
 def test_state_from_other_settings_is_refused_naming_the_field(uneven_shards, change, field):
     loader = loader_factory(uneven_shards)()

@@ -1,0 +1,242 @@
+"""Elastic resume: a state saved by W ranks, resumed on W' ranks or with another batch size.
+
+What remains of the epoch when the state was saved is, over every saved rank, the records no
+lane has delivered (the rest of each lane's pieces) and the shuffle buffer's residents (as
+references, with their sizes). :func:`resized_position` computes it from the state alone and
+deals it to the W' ranks, the same way on every rank: the residents like cards (rank ``r``
+takes residents ``r, r + W', ...`` of the saved ranks' buffers in rank order), then the
+remaining pieces, laid end to end in saved-rank and lane order, cut into runs
+(:func:`~shardmix.sharding.cut_pieces`) so that every rank's total (residents plus records)
+is within one of the others'. Each rank reads its pieces in a *resized phase*: its own lanes
+(``num_lanes`` or the default for W' and the batch size,
+:func:`~shardmix.sharding.phase_lanes`), its residents back in its buffer, and a quota that
+is the same on every rank (``drop`` and ``pad`` as in any epoch, so fewer than W' samples are
+left out or repeated at the epoch's end). The next epoch is planned for W' as usual.
+
+The phase is in the state (``"phase"``: the rank's pieces, its quota, its own total and the
+batch it began at), so the state of a resized phase is resized the same way, any number of
+times. A state saved at an epoch's start resumes that epoch as planned for W'.
+
+Left to others: the epoch's plan (:mod:`shardmix.sharding`), the state's format and checks
+(:mod:`shardmix.checkpoint`), reading the phase (:mod:`shardmix.epoch`). Refused by name: a
+mixture, a dataset with a transform (it may drop samples: the ranks' totals are then not
+known ahead) or ``on_error="skip"``, and a state that does not hold every saved rank's position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardmix.checkpoint import (
+    Ref,
+    check_refs,
+    pack_identities,
+    pack_pieces,
+    pack_refs,
+    pack_sizes,
+    unpack_identities,
+    unpack_pieces,
+    unpack_refs,
+    unpack_sizes,
+)
+from shardmix.dataset import ShardDataset
+from shardmix.epoch import epoch_start
+from shardmix.errors import ConfigError
+from shardmix.rankstate import every_position
+from shardmix.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota
+from shardmix.transforms import FILTERED, SKIPPED
+
+# The settings a resume may change: the rest of the epoch is then dealt again. ``num_lanes``
+# and ``shuffle_buffer`` only where the loader leaves them to their defaults.
+ELASTIC_FIELDS = ("world_size", "batch_size", "num_lanes", "shuffle_buffer")
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one rank of the resized phase reads: its pieces, and its buffer's residents."""
+
+    pieces: list[Piece]
+    residents: list[Ref]
+    sizes: list[int]
+
+    def total(self, counts: Sequence[int]) -> int:
+        """The samples this share holds."""
+        return len(self.residents) + sum(piece.size(counts) for piece in self.pieces)
+
+
+def remaining_pieces(
+    lanes: Sequence[Sequence[Piece]], positions: Sequence[tuple[int, int]], counts: Sequence[int]
+) -> list[Piece]:
+    """The records of ``lanes`` not yet delivered, lane by lane, as pieces.
+
+    ``positions[l]`` is lane ``l``'s ``(slot, record)``: the piece it reads and the next
+    record of that piece's shard. A piece already begun is cut at that record; pieces not
+    begun stay whole (empty ones too, so they are still opened this epoch).
+
+    >>> lanes = [[Piece(0, 0, None), Piece(1, 0, 5)], [Piece(2, 3, None)]]
+    >>> remaining_pieces(lanes, [(0, 4), (1, 0)], [6, 9, 8])
+    [Piece(0, 4, None), Piece(1, 0, 5)]
+    >>> remaining_pieces(lanes, [(1, 5), (0, 0)], [6, 9, 8])
+    [Piece(2, 3, None)]
+    """
+    left = []
+    for lane, (slot, record) in zip(lanes, positions, strict=True):
+        for index in range(slot, len(lane)):
+            piece = lane[index]
+            if index == slot and record > piece.start:
+                if record < piece.start + piece.size(counts):
+                    left.append(Piece(piece.shard, record, piece.stop))
+                continue
+            left.append(piece)
+    return left
+
+
+def deal_shares(
+    pieces: Sequence[Piece],
+    residents: Sequence[Ref],
+    sizes: Sequence[int],
+    counts: Sequence[int],
+    world_size: int,
+) -> list[Share]:
+    """The remainder dealt to ``world_size`` ranks whose totals differ by at most one.
+
+    >>> shares = deal_shares([Piece(0, 2, None)], [(1, 0, 0), (1, 1, 9)], [5, 5], [10, 2], 3)
+    >>> [(share.pieces, share.residents) for share in shares]
+    [([Piece(0, 2, 5)], [(1, 0, 0)]), ([Piece(0, 5, 7)], [(1, 1, 9)]), ([Piece(0, 7, None)], [])]
+    """
+    dealt = [list(range(rank, len(residents), world_size)) for rank in range(world_size)]
+    total = len(residents) + sum(piece.size(counts) for piece in pieces)
+    share, extra = divmod(total, world_size)
+    targets = [share + (1 if rank < extra else 0) - len(dealt[rank]) for rank in range(world_size)]
+    runs = cut_pieces(pieces, counts, targets)
+    return [
+        Share(runs[rank], [residents[at] for at in dealt[rank]], [sizes[at] for at in dealt[rank]])
+        for rank in range(world_size)
+    ]
+
+
+def refuse_resize(dataset: ShardDataset, saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
+    """Refuse a resize that shardmix cannot make exact, naming why."""
+    change = ", ".join(
+        f"{field} {saved.get(field)!r} to {now[field]!r}"
+        for field in ELASTIC_FIELDS
+        if saved.get(field) != now[field]
+    )
+    if dataset.transform is not None or dataset.policy.skips:
+        what = "a transform" if dataset.transform is not None else 'on_error="skip"'
+        raise ConfigError(
+            f"cannot resume with {change}: the dataset has {what}, which may drop samples, so "
+            "the rest of the epoch cannot be dealt to the ranks in equal shares ahead; resume "
+            "with the saved settings, or from a state saved at an epoch's start"
+        )
+
+
+def resized_position(
+    state: Mapping[str, Any],
+    dataset: ShardDataset,
+    *,
+    rank: int,
+    world_size: int,
+    num_lanes: int,
+    even_ranks: EvenRanks,
+) -> dict[str, Any]:
+    """This rank's position in the rest of the epoch of ``state``, dealt to ``world_size``."""
+    config = state["config"]
+    saved_world, saved_lanes = int(config["world_size"]), int(config["num_lanes"])
+    positions = every_position(state, saved_world)
+    first = positions[0]
+    epoch, batches = int(first["epoch"]), int(first["batches"])
+    for at, position in enumerate(positions):
+        if (position["epoch"], position["batches"]) != (epoch, batches):
+            raise ConfigError(
+                f"cannot resume on {world_size} ranks: the state's rank {at} is at epoch "
+                f"{position['epoch']} batch {position['batches']} but rank 0 at epoch {epoch} "
+                f"batch {batches}; save every rank's state at the same step"
+            )
+    if all(_at_epoch_start(position) for position in positions):
+        return epoch_start(epoch, num_lanes)
+    num_shards = len(dataset.urls)
+    counts = dataset.shard_counts(world_size)
+    pieces: list[Piece] = []
+    residents: list[Ref] = []
+    sizes: list[int] = []
+    identities: dict[int, Any] = {}
+    for old_rank, position in enumerate(positions):
+        lanes = _saved_lanes(dataset, position, counts, old_rank, saved_world, saved_lanes)
+        saved = position["mixer"]["lanes"]
+        _check_lanes(saved, lanes, epoch, old_rank)
+        pieces += remaining_pieces(lanes, [(lane[0], lane[1]) for lane in saved], counts)
+        refs = unpack_refs(position["buffer"]["items"])
+        check_refs(refs, num_shards, "buffer.items")
+        residents += refs
+        sizes += unpack_sizes(position["buffer"]["sizes"])
+        identities.update(unpack_identities(position["shards"], num_shards, "shards"))
+    if len(sizes) != len(residents):
+        raise ConfigError(
+            f"cannot resume: the state's shuffle buffers name {len(residents)} residents but "
+            f"give {len(sizes)} sizes; the state was edited or damaged"
+        )
+    shares = deal_shares(pieces, residents, sizes, counts, world_size)
+    totals = [share.total(counts) for share in shares]
+    mine = shares[rank]
+    referenced = [piece.shard for piece in mine.pieces] + [ref[0] for ref in mine.residents]
+    start = epoch_start(epoch, num_lanes)
+    return {
+        **start,
+        "batches": batches,
+        "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
+        "buffer": {"draws": 0, "items": pack_refs(mine.residents), "sizes": pack_sizes(mine.sizes)},
+        "shards": pack_identities(identities, referenced),
+        "phase": {
+            "pieces": pack_pieces(mine.pieces),
+            "quota": rank_quota(totals, even_ranks),
+            "own": totals[rank],
+            "batches": batches,
+        },
+    }
+
+
+def _at_epoch_start(position: Mapping[str, Any]) -> bool:
+    return position["batches"] == 0 and not position["phase"] and position["emitted"] == 0
+
+
+def _saved_lanes(
+    dataset: ShardDataset,
+    position: Mapping[str, Any],
+    counts: Sequence[int],
+    rank: int,
+    world_size: int,
+    num_lanes: int,
+) -> list[list[Piece]]:
+    """The lanes ``rank`` read when the state was saved: its phase's, or the epoch's plan."""
+    if position["phase"]:
+        pieces = unpack_pieces(position["phase"]["pieces"], len(dataset.urls), "phase.pieces")
+        return phase_lanes(pieces, counts, num_lanes)
+    epoch = int(position["epoch"])
+    return dataset.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
+
+
+def _check_lanes(
+    saved: Sequence[Sequence[int]], lanes: Sequence[Sequence[Piece]], epoch: int, rank: int
+) -> None:
+    """Refuse lane positions that do not name the pieces of the lanes worked out again."""
+    if len(saved) != len(lanes):
+        raise ConfigError(
+            f"cannot resume: the state's rank {rank} has {len(saved)} lane positions but its "
+            f"plan {len(lanes)} lanes; the state was edited or damaged since it was saved"
+        )
+    for lane, (slot, record, _, *named) in enumerate(saved):
+        pieces = lanes[lane]
+        planned = (-1, 0, -1)
+        if slot < len(pieces):
+            piece = pieces[slot]
+            planned = (piece.shard, piece.start, -1 if piece.stop is None else piece.stop)
+        if tuple(named) != planned and not ((slot, record) == (0, 0) and named[0] == -1):
+            raise ConfigError(
+                f"cannot resume: epoch {epoch}'s rank {rank} lane {lane} was reading piece "
+                f"(shard, start, stop) {tuple(named)} at slot {slot}, but the plan has "
+                f"{planned} there; the shards' record counts changed since the checkpoint: "
+                "resume with the same data"
+            )
