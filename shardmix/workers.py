@@ -28,7 +28,7 @@ from shardmix.progress import Heartbeat, watch_progress
 from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
-from shardmix.sources.cache import plan_reads
+from shardmix.sources.cache import MIN_PART_BYTES, plan_reads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.ledger import this_owner
 from shardmix.sources.traffic import take_traffic
@@ -190,21 +190,17 @@ def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
 
 
 def check_cache_limit(dataset: ShardDataset, lane_urls: list[list[str]]) -> None:
-    """Refuse a ``cache_limit`` below the largest remote shard of the plan whose size a
-    manifest gives: the cache holds whole shards, so such a limit could hold none of them."""
+    """Refuse a ``cache_limit`` below one block (:data:`~shardmix.sources.cache.MIN_PART_BYTES`,
+    the least of a shard the cache keeps) for a plan with remote shards: it could hold none.
+    Above it, a lane that finds no room reads its shard without a copy."""
     limit = dataset.source_options.cache_limit
-    if limit is None:
+    if limit is None or all(is_local(url) for urls in lane_urls for url in urls):
         return
-    largest, name = 0, ""
-    for url in {url for urls in lane_urls for url in urls if not is_local(url)}:
-        entry = dataset.record_counts.manifests.entry(url, fetch=False)
-        if entry is not None and entry.bytes > largest:
-            largest, name = entry.bytes, url
-    if largest > limit:
+    if limit < MIN_PART_BYTES:
         raise ConfigError(
-            f"cache_limit={limit:,} bytes is below the largest shard of the plan, {name} "
-            f"({largest:,} bytes, as its manifest says); the cache holds whole shards: set "
-            f"cache_limit to at least {largest:,} bytes"
+            f"cache_limit={limit:,} bytes cannot hold one block of a remote shard (the cache "
+            f"keeps whole shards or their first {MIN_PART_BYTES:,} bytes or more): set "
+            f"cache_limit to at least {MIN_PART_BYTES:,} bytes"
         )
 
 

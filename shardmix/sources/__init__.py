@@ -233,17 +233,19 @@ def open_shard(
         from shardmix.sources.cache import open_bounded
         from shardmix.sources.version import revalidated
 
-        def at_offset() -> BinaryIO:
-            return _OPENERS_AT[scheme](url, options, offset)
+        def fetch_from(at: int) -> BinaryIO:
+            if at and scheme in _OPENERS_AT:
+                return _OPENERS_AT[scheme](url, options, at)
+            return _open_direct(url, scheme, options)
 
         stream = open_bounded(
             url,
             options.cache_dir,
             options.cache_limit,
-            lambda: _open_direct(url, scheme, options),
+            fetch_from,
             lambda: revalidated(url, options),
             listed,
-            None if not offset or scheme not in _OPENERS_AT else at_offset,
+            offset,
         )
     else:
         from shardmix.sources.cache import open_cached

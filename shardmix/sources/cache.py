@@ -23,11 +23,13 @@ reached) leaves a whole copy in use. Which shards to cache is
 With ``SourceOptions(cache_limit=...)`` the cache is bounded (:func:`open_bounded`): its
 accounts, leases and eviction are :mod:`shardmix.sources.ledger`'s (SQLite in the folder, shared
 by every process on the node), the copy fills while the lane reads (:mod:`shardmix.sources.tee`),
-and the ledger's rows replace the JSON records as what validates a copy. The unit of the cache
-is the whole shard: a copy is admitted only when its whole size fits under the limit, so "one
-block" is one shard and the files the cache wrote never hold more than the limit. The lanes'
-plans (:func:`plan_reads`) say which copies are needed next. :func:`cache_counters` counts
-this process's hits, misses and evictions.
+and the ledger's rows replace the JSON records as what validates a copy. A copy holds a whole
+shard or, where the room left is smaller, the shard's first part, of one block
+(:data:`MIN_PART_BYTES`) at least; a lane reads the rest from the source
+(:mod:`shardmix.sources.splice`). Room is reserved before a byte is written, so the files the
+cache wrote never hold more than the limit. The lanes' plans (:func:`plan_reads`) say which
+copies are needed next. :func:`cache_counters` counts this process's hits, misses and
+evictions.
 """
 
 from __future__ import annotations
@@ -50,8 +52,14 @@ from urllib.parse import urlsplit
 
 from shardmix.errors import CacheFullError, ShardChangedError
 from shardmix.sources import READ_BUFFER_BYTES
-from shardmix.sources.identity import ShardIdentity, attach_identity, stream_identity
+from shardmix.sources.identity import (
+    ShardIdentity,
+    attach_identity,
+    check_identity,
+    stream_identity,
+)
 from shardmix.sources.ledger import CacheLedger, Entry, ledger_for, this_owner
+from shardmix.sources.splice import SplicedStream
 from shardmix.sources.tee import TeeStream
 
 __all__ = [
@@ -66,6 +74,9 @@ __all__ = [
 ]
 
 COPY_BUFFER_BYTES = 1024 * 1024
+# A bounded cache with less room than a shard keeps its first part, if at least this much:
+# below it, the extra request for the rest would cost more than the bytes saved.
+MIN_PART_BYTES = 64 * 1024
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_BASENAME_CHARS = 100
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -263,31 +274,33 @@ def open_bounded(
     url: str,
     cache_dir: str,
     limit: int,
-    fetch: Callable[[], BinaryIO],
+    fetch_from: Callable[[int], BinaryIO],
     version: Callable[[], str | None] = lambda: None,
     listed: Listed | None = None,
-    fetch_at: Callable[[], BinaryIO] | None = None,
+    offset: int = 0,
 ) -> BinaryIO:
     """Open ``url`` through the bounded cache in ``cache_dir``: its copy, leased while open,
     when one is ready and current; else the remote stream, copied as it is read when the
-    ledger admits the copy under ``limit`` bytes. ``fetch_at`` opens the remote stream at the
-    first read's offset (a resume mid-shard): without a copy, only the rest is fetched, and
-    not cached."""
+    ledger admits the copy under ``limit`` bytes (all of it, or its first part).
+
+    ``fetch_from(offset)`` opens the remote stream, standing at 0, with its first request at
+    ``offset``. ``offset`` is where the first read will be: a resume mid-shard without a copy
+    fetches the rest only, and caches none of it.
+    """
     ledger = ledger_for(cache_dir)
     path = cache_path(cache_dir, url)
-    ledger.reached(url)
     current = version()
-    entry = ledger.lease(path)
+    entry = ledger.lease(path, url)
     if entry is not None:
-        stream = _open_leased(ledger, entry, current, listed)
+        stream = _open_leased(ledger, entry, current, listed, fetch_from)
         if stream is not None:
             _count(hits=1, hit_bytes=entry.size)
             return stream
     _count(misses=1)
-    if fetch_at is not None:
+    if offset:
         _count(uncached=1)
-        return fetch_at()
-    source = fetch()
+        return fetch_from(offset)
+    source = fetch_from(0)
     try:
         return _tee(ledger, source, url, path, limit, current, listed)
     except BaseException:
@@ -296,11 +309,15 @@ def open_bounded(
 
 
 def _open_leased(
-    ledger: CacheLedger, entry: Entry, current: str | None, listed: Listed | None
+    ledger: CacheLedger,
+    entry: Entry,
+    current: str | None,
+    listed: Listed | None,
+    fetch_from: Callable[[int], BinaryIO],
 ) -> BinaryIO | None:
     """The leased copy ``entry``, or None (lease ended, copy dropped) when it is not current."""
     stale = current is not None and entry.version != current
-    stale = stale or (listed is not None and _unlike(entry.__dict__, listed))
+    stale = stale or (listed is not None and _unlisted(entry, listed))
     raw = None
     if not stale:
         try:
@@ -316,8 +333,36 @@ def _open_leased(
         ledger.discard(entry.path)
         return None
     assert raw is not None
-    stream = _Leased(raw, lambda: ledger.release(entry.path))
-    return attach_identity(stream, ShardIdentity(entry.size, entry.validator))  # type: ignore[no-any-return]
+    identity = ShardIdentity(entry.total, entry.validator)
+
+    def release() -> None:
+        ledger.release(entry.path)
+
+    if entry.size == entry.total:
+        stream: BinaryIO = _Leased(raw, release)
+    else:
+
+        def open_rest(offset: int) -> BinaryIO:
+            rest = fetch_from(offset)
+            try:
+                check_identity(entry.url, identity, stream_identity(rest))
+            except BaseException:
+                rest.close()
+                raise
+            return rest
+
+        spliced = SplicedStream(raw, entry.total, open_rest, release)
+        stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)  # type: ignore[assignment]
+    return attach_identity(stream, identity)  # type: ignore[no-any-return]
+
+
+def _unlisted(entry: Entry, listed: Listed) -> bool:
+    """Whether the copy ``entry`` is not of the shard its manifest lists (a part of a shard
+    has no sha256 to compare)."""
+    size, sha256 = listed
+    if entry.total != size:
+        return True
+    return entry.size == entry.total and sha256 is not None and entry.sha256 != sha256
 
 
 class _Leased(io.BufferedReader):
@@ -356,9 +401,14 @@ def _tee(
         )
     folder, name = os.path.split(path)
     part = os.path.join(folder, f".{name}.{this_owner().replace(':', '-')}.part")
-    if not isinstance(size, int) or not ledger.reserve(path, url, part, size, limit):
+    kept = 0
+    if isinstance(size, int) and size > 0:
+        kept = ledger.reserve(path, url, part, size, limit, MIN_PART_BYTES)
+        _count(evictions=ledger.take_evictions())
+    if not kept:
         _count(uncached=1)
         return source
+    assert isinstance(size, int)
     try:
         out = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     except BaseException:
@@ -366,8 +416,8 @@ def _tee(
         raise
     validator = identity.validator if identity is not None else None
 
-    def whole(sha256: str) -> None:
-        if listed is not None and listed[1] is not None and sha256 != listed[1]:
+    def done(sha256: str, filled: int) -> None:
+        if filled == size and listed is not None and listed[1] not in (None, sha256):
             ledger.abandon(path)
             raise ShardChangedError(
                 f"{url}: the server's shard has sha256 {sha256}, but the manifest beside it "
@@ -376,10 +426,9 @@ def _tee(
                 url=url,
             )
         ledger.publish(path, current, validator, sha256)
-        _count(filled_bytes=size)
+        _count(filled_bytes=filled)
 
-    tee = TeeStream(source, out, size, whole, lambda: ledger.abandon(path))
-    _count(evictions=ledger.take_evictions())
+    tee = TeeStream(source, out, size, kept, done, lambda: ledger.abandon(path))
     return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
 
 

@@ -21,8 +21,10 @@ filling and their temporary files) is reclaimed by the next process that finds t
 and by every process when it first opens the folder: a SIGKILL leaves no lock or account that
 a later run trips on.
 
-The reservation is made before a byte is written, for the shard's whole size: the files the
-cache wrote never hold more than the limit (beside this database and its log). Which shard to
+The reservation is made before a byte is written, for the shard's whole size or, where less
+is free, for its first part (a ``minimum`` at least), and an eviction that needs only part of
+a copy trims the copy to its first part: the files the cache wrote never hold more than the
+limit (beside this database and its log). Which shard to
 evict is chosen here (:meth:`CacheLedger.reserve`): first those no live plan reads again this
 epoch, least recently used first; then those needed furthest ahead; never one that is leased
 or filling. A newcomer that would need a copy evicted that is needed sooner than itself is not
@@ -48,7 +50,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     path TEXT PRIMARY KEY, url TEXT NOT NULL, size INTEGER NOT NULL, state TEXT NOT NULL,
     owner TEXT, part TEXT, version TEXT, validator TEXT, mtime_ns INTEGER, sha256 TEXT,
-    used INTEGER NOT NULL DEFAULT 0
+    used INTEGER NOT NULL DEFAULT 0, total INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, path TEXT NOT NULL, owner TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS plans (plan TEXT PRIMARY KEY, owner TEXT NOT NULL, at INTEGER NOT NULL);
@@ -64,7 +66,8 @@ class Entry:
 
     path: str
     url: str
-    size: int
+    size: int  # the bytes the copy holds: all of the shard, or its first ``size`` bytes
+    total: int  # the shard's size
     version: str | None
     validator: str | None
     mtime_ns: int | None
@@ -157,11 +160,14 @@ class CacheLedger:
 
     # Readers of ready copies.
 
-    def lease(self, path: str) -> Entry | None:
-        """The ready copy at ``path``, leased to this process (None: none is ready)."""
+    def lease(self, path: str, url: str) -> Entry | None:
+        """A plan of this process reaches ``url`` (see :meth:`_reached`); the ready copy at
+        ``path``, leased to this process in the same transaction (None: none is ready), so
+        that no writer sees it unneeded and unleased in between."""
         with self._write() as db:
+            self._reached(db, url)
             row = db.execute(
-                "SELECT path, url, size, version, validator, mtime_ns, sha256 FROM entries "
+                "SELECT path, url, size, total, version, validator, mtime_ns, sha256 FROM entries "
                 "WHERE path = ? AND state = 'ready'",
                 (path,),
             ).fetchone()
@@ -192,43 +198,61 @@ class CacheLedger:
 
     # Writers of new copies.
 
-    def reserve(self, path: str, url: str, part: str, size: int, limit: int) -> bool:
-        """Reserve ``size`` bytes for a copy of ``url`` that this process writes to ``part``,
-        evicting what the plans need later than ``url`` (or not at all); False when the copy
-        cannot be admitted (someone else fills it, or the limit is held by what is needed
-        sooner or being read)."""
-        for attempt in range(2):
-            with self._write() as db:
-                if self._try_reserve(db, path, url, part, size, limit):
-                    return True
-            if attempt == 0 and not self.reclaim():
-                return False
-        return False
+    def reserve(self, path: str, url: str, part: str, size: int, limit: int, minimum: int) -> int:
+        """Reserve room for a copy of ``url`` (``size`` bytes) that this process writes to
+        ``part``, evicting what the plans need later than ``url`` (or not at all): the bytes
+        reserved, all ``size`` or, when only less is free, the first ``minimum`` or more; 0
+        when none (someone else fills it, or the limit is held by what is needed sooner or
+        being read)."""
+        with self._write() as db:
+            kept = self._try_reserve(db, path, url, part, size, limit, minimum)
+        if kept == size or not self.reclaim():
+            return kept
+        if kept:  # a part only: there may be room for more once the dead are reclaimed
+            self.abandon(path)
+        with self._write() as db:
+            return self._try_reserve(db, path, url, part, size, limit, minimum)
 
     def _try_reserve(
-        self, db: sqlite3.Connection, path: str, url: str, part: str, size: int, limit: int
-    ) -> bool:
+        self,
+        db: sqlite3.Connection,
+        path: str,
+        url: str,
+        part: str,
+        size: int,
+        limit: int,
+        minimum: int,
+    ) -> int:
         if db.execute("SELECT 1 FROM entries WHERE path = ?", (path,)).fetchone():
-            return False
+            return 0
         (held,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()
-        if held + size > limit:
-            victims = self._victims(db, url, held + size - limit)
-            if victims is None:
-                return False
-            for victim in victims:
-                db.execute("DELETE FROM entries WHERE path = ?", (victim,))
-                _unlink(victim)
-            self.evictions += len(victims)
+        victims, freed = self._victims(db, url, held + size - limit)
+        kept = min(size, limit - held + freed)
+        if kept < min(size, minimum):
+            return 0
+        spare = limit - held + freed - kept  # what the last victim need not give up
+        if victims and spare >= minimum:
+            trimmed, _ = victims.pop()
+            _trim(db, trimmed, spare)
+        for victim, _ in victims:
+            db.execute("DELETE FROM entries WHERE path = ?", (victim,))
+            _unlink(victim)
+        self.evictions += len(victims)
         db.execute(
-            "INSERT INTO entries (path, url, size, state, owner, part, used) "
-            "VALUES (?, ?, ?, 'filling', ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM entries))",
-            (path, url, size, self.owner, part),
+            "INSERT INTO entries (path, url, size, total, state, owner, part, used) "
+            "VALUES (?, ?, ?, ?, 'filling', ?, ?, "
+            "(SELECT COALESCE(MAX(used), 0) + 1 FROM entries))",
+            (path, url, kept, size, self.owner, part),
         )
-        return True
+        return kept
 
-    def _victims(self, db: sqlite3.Connection, url: str, needed: int) -> list[str] | None:
-        """The copies to evict to free ``needed`` bytes for ``url``, in order; None if the
-        copies that may go for it are too few."""
+    def _victims(
+        self, db: sqlite3.Connection, url: str, needed: int
+    ) -> tuple[list[tuple[str, int]], int]:
+        """The copies to evict to free ``needed`` bytes for ``url``, in order, and the bytes
+        they free: fewer than ``needed`` when the copies that may go for it are too few."""
+        if needed <= 0:
+            return [], 0
         rows = db.execute(
             "SELECT e.path, e.size, e.used, "
             "(SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
@@ -239,20 +263,16 @@ class CacheLedger:
         own = _next_need(db, url)
         # Unneeded first (least recently used first), then the furthest ahead first.
         rows.sort(key=lambda row: (0, row[2]) if row[3] is None else (1, -row[3]))
-        victims: list[str] = []
+        victims: list[tuple[str, int]] = []
+        freed = 0
         for path, size, _, need in rows:
-            if needed <= 0:
+            if freed >= needed:
                 break
             if need is not None and (own is None or need <= own):
-                break  # needed sooner than the newcomer: keep it, and the newcomer stays out
-            victims.append(path)
-            needed -= size
-        return victims if needed <= 0 else None
-
-    def grow(self, path: str, size: int) -> None:
-        """Correct the reservation of a filling copy to the ``size`` it turned out to have."""
-        with self._write() as db:
-            db.execute("UPDATE entries SET size = ? WHERE path = ?", (size, path))
+                break  # needed sooner than the newcomer: keep it
+            victims.append((path, size))
+            freed += size
+        return victims, freed
 
     def publish(self, path: str, version: str | None, validator: str | None, sha256: str) -> None:
         """Move this process's filled copy into place at ``path`` and mark it ready."""
@@ -301,18 +321,16 @@ class CacheLedger:
                 [(plan, url, position) for url, position in urls],
             )
 
-    def reached(self, url: str) -> None:
+    def _reached(self, db: sqlite3.Connection, url: str) -> None:
         """A plan of this process or of its parent (the main process of a DataLoader worker)
         opens ``url``: it no longer needs it later."""
         parent = owner_of(os.getppid())
-        with self._write() as db:
-            row = db.execute(
-                "SELECT w.rowid, w.plan, w.position FROM wants w JOIN plans p ON p.plan = w.plan "
-                "WHERE w.url = ? AND p.owner IN (?, ?) ORDER BY w.position LIMIT 1",
-                (url, self.owner, parent),
-            ).fetchone()
-            if row is None:
-                return
+        row = db.execute(
+            "SELECT w.rowid, w.plan, w.position FROM wants w JOIN plans p ON p.plan = w.plan "
+            "WHERE w.url = ? AND p.owner IN (?, ?) ORDER BY w.position LIMIT 1",
+            (url, self.owner, parent),
+        ).fetchone()
+        if row is not None:
             db.execute("DELETE FROM wants WHERE rowid = ?", (row[0],))
             db.execute("UPDATE plans SET at = MAX(at, ?) WHERE plan = ?", (row[2], row[1]))
 
@@ -377,6 +395,17 @@ def _next_need(db: sqlite3.Connection, url: str) -> int | None:
         (url,),
     ).fetchone()
     return None if need is None else int(need)
+
+
+def _trim(db: sqlite3.Connection, path: str, size: int) -> None:
+    """Keep only the first ``size`` bytes of the copy at ``path`` (a part of a shard has no
+    sha256 of the whole to check)."""
+    os.truncate(path, size)
+    status = os.stat(path)
+    db.execute(
+        "UPDATE entries SET size = ?, mtime_ns = ?, sha256 = NULL WHERE path = ?",
+        (status.st_size, status.st_mtime_ns, path),
+    )
 
 
 def _unlink(path: str | None) -> None:

@@ -7,10 +7,12 @@ the target (the copy keeps those bytes too); a read behind the bytes already fet
 from the temporary file, so the remote shard is fetched once, in order, whatever the lane does.
 The sha256 is taken as the bytes are written.
 
-At the shard's end the copy is finished (:meth:`TeeStream.close` reads the last
-:data:`DRAIN_BYTES` itself when the lane stopped that close to the end, as a tar reader does
-before the archive's padding): ``on_whole(sha256)`` publishes it. A lane that stops earlier,
-or a read that fails, leaves ``on_partial()`` to drop the temporary file. Where the copy goes
+The copy may keep only the shard's first ``keep`` bytes (a cache with less room than the
+shard): past them the lane reads the source alone. When the copy holds its ``keep`` bytes it is
+done (:meth:`TeeStream.close` reads the last :data:`DRAIN_BYTES` itself when the lane stopped
+that close, as a tar reader does before the archive's padding): ``on_whole(sha256, bytes)``
+publishes it. A lane that stops earlier, or a read that fails, leaves ``on_partial()`` to drop
+the temporary file. Where the copy goes
 and what validates it is :mod:`shardmix.sources.cache`'s.
 """
 
@@ -33,9 +35,10 @@ _COPY_BYTES = 1 << 20
 
 
 class TeeStream(io.RawIOBase):
-    """``source`` read once, in order, into the file descriptor ``out`` as it is read.
+    """``source`` read once, in order, with its first ``keep`` bytes written to the file
+    descriptor ``out`` as they are read; past ``keep``, reads and seeks go to ``source``.
 
-    ``size`` is the shard's size: a copy that ends at another size is not whole.
+    ``size`` is the shard's size. The copy is done when it holds ``keep`` bytes.
     """
 
     def __init__(
@@ -43,20 +46,22 @@ class TeeStream(io.RawIOBase):
         source: BinaryIO,
         out: int,
         size: int,
-        on_whole: Callable[[str], None],
+        keep: int,
+        on_whole: Callable[[str, int], None],
         on_partial: Callable[[], None],
     ) -> None:
         super().__init__()
         self._source = source
         self._out = out
         self._size = size
+        self._keep = keep
         self._on_whole = on_whole
         self._on_partial = on_partial
         self._digest = hashlib.sha256()
         self._position = 0
         self._filled = 0  # bytes fetched and written to ``out``
-        self._ended = False  # the source said its end
-        self.fetched = 0
+        self._source_at = 0  # where ``source`` stands
+        self._ended = False  # the source ended before ``keep``
 
     def readable(self) -> bool:
         return True
@@ -83,22 +88,26 @@ class TeeStream(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         if not len(view):
             return 0
-        while self._filled < self._position and not self._ended:
-            self._fetch(min(_COPY_BYTES, self._position - self._filled))
-        if self._position >= self._filled and not self._ended:
-            chunk = self._fetch(len(view))  # the common case: the lane reads what just came
-            view[: len(chunk)] = chunk
-            self._position += len(chunk)
-            return len(chunk)
-        if self._position >= self._filled:
+        while self._filled < min(self._position, self._keep) and not self._ended:
+            self._fetch(min(_COPY_BYTES, min(self._position, self._keep) - self._filled))
+        if self._position < self._filled:
+            data = os.pread(
+                self._out, min(len(view), self._filled - self._position), self._position
+            )
+        elif self._position < self._keep and not self._ended:
+            data = self._fetch(min(len(view), self._keep - self._position))  # the common case
+        elif self._ended:
             return 0
-        count = min(len(view), self._filled - self._position)
-        data = os.pread(self._out, count, self._position)
+        else:
+            return self._read_past(view)
         view[: len(data)] = data
         self._position += len(data)
         return len(data)
 
     def _fetch(self, count: int) -> bytes:
+        if self._source_at != self._filled:
+            self._source.seek(self._filled)
+            self._source_at = self._filled
         chunk = self._source.read(count)
         if not chunk:
             self._ended = True
@@ -108,29 +117,40 @@ class TeeStream(io.RawIOBase):
         while written < len(chunk):
             written += os.pwrite(self._out, chunk[written:], self._filled + written)
         self._filled += len(chunk)
-        self.fetched += len(chunk)
+        self._source_at += len(chunk)
         return chunk
+
+    def _read_past(self, view: memoryview) -> int:
+        """Read past the copy's part, from the source alone."""
+        if self._source_at != self._position:
+            self._source.seek(self._position)
+            self._source_at = self._position
+        chunk = self._source.read(len(view))
+        view[: len(chunk)] = chunk
+        self._position += len(chunk)
+        self._source_at += len(chunk)
+        return len(chunk)
 
     def close(self) -> None:
         if self.closed:
             return
         try:
-            if not self._ended and self._size - self._filled <= DRAIN_BYTES:
-                while not self._ended:
-                    self._fetch(_COPY_BYTES)
+            if self._keep - self._filled <= DRAIN_BYTES:
+                while self._filled < self._keep and not self._ended:
+                    self._fetch(min(_COPY_BYTES, self._keep - self._filled))
         except Exception:
             pass  # the copy is left unfinished; the lane had what it asked for
-        whole = self._ended and self._filled == self._size
+        done = self._filled == self._keep
         try:
             self._source.close()
         finally:
             try:
-                if whole:
+                if done:
                     os.fsync(self._out)
                 os.close(self._out)
             finally:
                 super().close()
-                if whole:
-                    self._on_whole(self._digest.hexdigest())
+                if done:
+                    self._on_whole(self._digest.hexdigest(), self._filled)
                 else:
                     self._on_partial()

@@ -20,7 +20,7 @@ from test_record_claims import write_manifest_beside
 from shardmix import MixingLoader, ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.sources import SourceOptions, open_shard
-from shardmix.sources.cache import cache_counters, cache_path
+from shardmix.sources.cache import MIN_PART_BYTES, cache_counters, cache_path
 from shardmix.sources.ledger import LEDGER_NAME, CacheLedger, alive
 
 from shards import expected_keys, write_shards
@@ -91,7 +91,7 @@ def check_ledger(folder: Path, limit: int) -> None:
 
 def test_two_epochs_over_a_set_three_times_the_limit(remote_set, tmp_path):
     url, state, sizes = remote_set
-    limit, block = sum(sizes) // 3, max(sizes)
+    limit = sum(sizes) // 3
     cache = tmp_path / "cache"
     options = SourceOptions(cache_dir=str(cache), cache_limit=limit)
     dataset = ShardDataset(url, source_options=options, num_lanes=4)
@@ -103,15 +103,13 @@ def test_two_epochs_over_a_set_three_times_the_limit(remote_set, tmp_path):
             loader.set_epoch(epoch)
             assert keys_of(loader) == expected_keys(SIZES)
             fetched.append(state.sent - before)
-    assert max(samples) <= limit + block
+    assert max(samples) <= limit
     assert fetched[0] >= sum(sizes)
-    # Epoch 2 fetches what the cache could not hold: the set less the limit, but for the
-    # slack under the limit that a whole shard does not fill.
-    assert fetched[1] <= sum(sizes) - limit + block, (fetched, sum(sizes), limit)
+    # Epoch 2 fetches what the cache could not hold: the set less the limit, but for less
+    # than a block of room under the limit that no copy could take.
+    assert fetched[1] <= sum(sizes) - limit + MIN_PART_BYTES, (fetched, sum(sizes), limit)
     check_ledger(cache, limit)
-    print(
-        f"set {sum(sizes):,} limit {limit:,} block {block:,} fetched {fetched} max {max(samples):,}"
-    )
+    print(f"set {sum(sizes):,} limit {limit:,} fetched {fetched} max {max(samples):,}")
 
 
 JOB = """
@@ -147,7 +145,7 @@ def job(url: str, cache: Path, limit: int, seed: int = 0, stop_after: int = 0) -
 
 def test_two_jobs_on_one_folder_stay_within_the_limit_together(remote_set, tmp_path):
     url, state, sizes = remote_set
-    limit, block = sum(sizes) // 3, max(sizes)
+    limit = sum(sizes) // 3
     cache = tmp_path / "cache"
     with sampled(cache) as samples:
         jobs = [job(url, cache, limit, seed=seed) for seed in (1, 2)]
@@ -156,7 +154,7 @@ def test_two_jobs_on_one_folder_stay_within_the_limit_together(remote_set, tmp_p
     for output in outputs:
         epochs = [Counter(json.loads(line)) for line in output.splitlines()]
         assert epochs == [expected_keys(SIZES)] * 2
-    assert max(samples) <= limit + block
+    assert max(samples) <= limit
     check_ledger(cache, limit)
 
 
@@ -216,7 +214,7 @@ def test_a_leased_copy_is_never_evicted(remote_set, tmp_path):
     with open_shard(shards[0], options=options) as held:  # a hit: leased while open
         for shard, size in zip(shards[1:], sizes[1:3], strict=True):
             with open_shard(shard, options=options) as other:
-                assert len(other.read()) == size  # streamed, not cached: no room
+                assert len(other.read()) == size  # streamed, not cached: less than a block free
         assert held.read() == (state.root / "data" / "part-0000.tar").read_bytes()
     after = cache_counters()
     assert (after.hits - before.hits, after.uncached - before.uncached) == (1, 2)
@@ -229,13 +227,15 @@ def test_a_leased_copy_is_never_evicted(remote_set, tmp_path):
     assert copies == [os.path.basename(cache_path(str(cache), shards[1]))]
 
 
-def test_a_limit_below_the_largest_shard_is_refused_at_iter(remote_set, tmp_path):
+def test_a_limit_below_one_block_is_refused_when_the_epoch_starts(remote_set, tmp_path):
     url, state, sizes = remote_set
-    options = SourceOptions(cache_dir=str(tmp_path / "cache"), cache_limit=max(sizes) - 1)
-    dataset = ShardDataset(url, source_options=options)
+    minimum = MIN_PART_BYTES
+    options = SourceOptions(cache_dir=str(tmp_path / "cache"), cache_limit=minimum - 1)
+    dataset = ShardDataset(url, source_options=options, num_lanes=4)
     loader = MixingLoader(dataset, batch_size=8, num_workers=0)
-    with pytest.raises(ConfigError, match=f"set cache_limit to at least {max(sizes):,} bytes"):
+    with pytest.raises(ConfigError, match=f"set cache_limit to at least {minimum:,} bytes"):
         next(iter(loader))
+    assert state.requests == [("data/part.manifest.json", None)]  # no shard was fetched
 
 
 def test_a_limit_needs_a_folder():
@@ -344,3 +344,30 @@ def test_every_dataset_of_a_mixture_shares_the_limit(server, tmp_path):
     urls = {row[0] for row in CacheLedger(str(cache))._rows("SELECT url FROM entries")}
     assert {url.split("/")[3] for url in urls} == {"web", "code"}  # both datasets cached
     check_ledger(cache, limit)
+
+
+def test_a_shard_larger_than_the_room_left_is_cached_in_part(remote_set, tmp_path):
+    url, state, sizes = remote_set
+    base = url.rsplit("/", 1)[0]
+    shards = [f"{base}/part-{index:04d}.tar" for index in range(2)]
+    data = [(state.root / "data" / f"part-{index:04d}.tar").read_bytes() for index in range(2)]
+    cache = tmp_path / "cache"
+    room = sizes[0] + MIN_PART_BYTES + 1000  # the first shard, and a part of the second
+    options = SourceOptions(cache_dir=str(cache), cache_limit=room)
+    with open_shard(shards[0], options=options) as first:  # leased: it stays
+        assert first.read() == data[0]
+        with open_shard(shards[1], options=options) as second:
+            assert second.read() == data[1]
+    part = Path(cache_path(str(cache), shards[1]))
+    assert part.read_bytes() == data[1][: MIN_PART_BYTES + 1000]
+    del state.requests[:]
+    for offset in (0, 5000, MIN_PART_BYTES + 3000):
+        with open_shard(shards[1], options=options) as stream:
+            stream.seek(offset)
+            assert stream.read() == data[1][offset:]
+    # The copy's part is read from disk; only the rest is asked for, once per read.
+    assert state.requests == [("data/part-0001.tar", f"bytes={MIN_PART_BYTES + 1000}-")] * 2 + [
+        ("data/part-0001.tar", f"bytes={MIN_PART_BYTES + 3000}-")
+    ]
+    assert cache_bytes(cache) <= room
+    check_ledger(cache, room)

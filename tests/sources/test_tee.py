@@ -28,18 +28,41 @@ class Counting(io.BytesIO):
         return chunk
 
 
-def tee(tmp_path: Path) -> tuple[TeeStream, Counting, list[str], Path]:
+def tee(tmp_path: Path, keep: int = len(DATA)) -> tuple[TeeStream, Counting, list[str], Path]:
     part = tmp_path / "copy.part"
     out = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     ends: list[str] = []
     source = Counting()
-    stream = TeeStream(source, out, len(DATA), ends.append, lambda: ends.append("partial"))
+    stream = TeeStream(
+        source,
+        out,
+        len(DATA),
+        keep,
+        lambda sha256, filled: ends.append(f"{filled} {sha256}"),
+        lambda: ends.append("partial"),
+    )
     return stream, source, ends, part
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_seeks_and_reads_see_the_shard_and_fetch_each_byte_once(tmp_path, seed):
     stream, source, ends, part = tee(tmp_path)
+    reads_and_seeks(stream, seed)
+    assert source.taken == len(DATA)
+    assert ends == [f"{len(DATA)} {hashlib.sha256(DATA).hexdigest()}"]
+    assert part.read_bytes() == DATA
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_copy_of_the_first_part_only(tmp_path, seed):
+    keep = DRAIN_BYTES + 4321
+    stream, source, ends, part = tee(tmp_path, keep)
+    reads_and_seeks(stream, seed)
+    assert ends == [f"{keep} {hashlib.sha256(DATA[:keep]).hexdigest()}"]
+    assert part.read_bytes() == DATA[:keep]
+
+
+def reads_and_seeks(stream: TeeStream, seed: int) -> None:
     rng = random.Random(seed)
     buffered = io.BufferedReader(stream, 64 * 1024)
     for _ in range(40):
@@ -50,9 +73,6 @@ def test_random_seeks_and_reads_see_the_shard_and_fetch_each_byte_once(tmp_path,
     buffered.seek(0)
     assert buffered.read() == DATA
     buffered.close()
-    assert source.taken == len(DATA)
-    assert ends == [hashlib.sha256(DATA).hexdigest()]
-    assert part.read_bytes() == DATA
 
 
 def test_a_lane_that_stops_near_the_end_finishes_the_copy(tmp_path):
@@ -60,7 +80,8 @@ def test_a_lane_that_stops_near_the_end_finishes_the_copy(tmp_path):
     stream.seek(len(DATA) - DRAIN_BYTES // 2)
     assert stream.read(10) == DATA[len(DATA) - DRAIN_BYTES // 2 :][:10]
     stream.close()
-    assert ends == [hashlib.sha256(DATA).hexdigest()] and part.read_bytes() == DATA
+    assert ends == [f"{len(DATA)} {hashlib.sha256(DATA).hexdigest()}"]
+    assert part.read_bytes() == DATA
 
 
 def test_a_lane_that_stops_early_leaves_no_copy(tmp_path):
