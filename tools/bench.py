@@ -55,6 +55,9 @@ class Config:
     batch_size: int
     num_workers: int
     epochs: int
+    # The throughput section's own set (tools/bench_remote.py): shards of this many MB.
+    throughput_shards: int = 64
+    throughput_shard_mb: int = 64
 
     @property
     def expected_keys(self) -> Counter[str]:
@@ -820,6 +823,58 @@ def _resident_bytes(paths: list[str], urls: list[str], refs: list[tuple[int, int
     return sum(sizes[shard, record] for shard, record, _ in refs)
 
 
+# ------------------------------------------------------------------------ throughput section
+
+
+@section(
+    "throughput",
+    "shardmix over HTTP (30 ms per request, 20 MB/s per connection) against local disk",
+)
+def throughput_section(config: Config) -> list[Row]:
+    """tools/bench_remote.py in a fresh process: local disk, read ahead, no read-ahead."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "bench_remote.py"
+    command = [
+        sys.executable,
+        str(script),
+        "--shards",
+        str(config.throughput_shards),
+        "--shard-mb",
+        str(config.throughput_shard_mb),
+        "--record-bytes",
+        str(config.record_bytes),
+        "--batch-size",
+        str(config.batch_size),
+        "--num-workers",
+        str(config.num_workers),
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_remote.py failed:\n{done.stderr}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = []
+    for run, line in zip(result["runs"], result["lines"], strict=True):
+        rows.append(
+            Row(
+                section="throughput",
+                system="shardmix",
+                name=run["name"],
+                samples=run["samples"],
+                seconds=run["seconds"],
+                samples_per_s=run["samples_per_s"],
+                mean_samples_per_s=run["samples_per_s"],
+                distinct_per_batch=float("nan"),
+                ideal_distinct=float("nan"),
+                exactly_once=run["exactly_once"],
+                note=line,
+                extra={**run, "speed_vs_local": result["speed_vs_local"].get(run["name"])},
+            )
+        )
+    return rows
+
+
 # ----------------------------------------------------------------------------- scale section
 
 
@@ -1054,6 +1109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append")
+    parser.add_argument("--throughput-shards", type=int, default=64)
+    parser.add_argument("--throughput-shard-mb", type=int, default=64, help="MB per shard")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
 
@@ -1066,6 +1123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=args.batch_size,
         num_workers=args.num_workers,
         epochs=args.epochs,
+        throughput_shards=args.throughput_shards,
+        throughput_shard_mb=args.throughput_shard_mb,
     )
     started = time.perf_counter()
     rows: list[Row] = []
@@ -1103,7 +1162,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{ratio['speed']:.2f}x samples/s, {ratio['distinct']:.2f}x files/batch"
             )
         for row in rows:
-            if row.section in ("resume", "ranks", "remote", "scale", "cost", "writers"):
+            if row.section in (
+                "resume",
+                "ranks",
+                "remote",
+                "throughput",
+                "scale",
+                "cost",
+                "writers",
+            ):
                 print(row.note)
         print(f"\ntotal {elapsed:.1f} s")
     return 0 if all(r.exactly_once for r in rows) else 1

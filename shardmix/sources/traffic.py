@@ -134,9 +134,10 @@ def _bounded_cache_events() -> dict[str, int]:
     counters = getattr(cache, "cache_counters", None)
     if counters is None:
         return {}
+    counted = counters()
     events = {}
     for event in CACHE_EVENTS:
-        now, seen = getattr(counters(), event, 0), _cache_seen.get(event, 0)
+        now, seen = getattr(counted, event, 0), _cache_seen.get(event, 0)
         events[event] = now - seen if now >= seen else now  # counted again from 0
         _cache_seen[event] = now
     return events

@@ -1,0 +1,355 @@
+"""Throughput over HTTP: shardmix against the same run from local disk, through a server on
+127.0.0.1 that waits ``--latency`` per request and caps each connection at ``--mb-per-s``.
+
+Shards of ``--shard-mb`` MB of ``--record-bytes`` records (written to a fresh folder under
+``/tmp``, deleted at the end) are read for one epoch by ``MixingLoader(batch_size, num_workers,
+num_lanes)``: from local disk, over HTTP with ``read_ahead=ReadAhead(...)``, and over HTTP
+without it. ``shuffle_buffer=0``, so that a batch holds the samples the main process pulled at
+its step: a batch that holds a shard's first record, and the batches of one chunk
+(CHUNK_SAMPLES) before it, one of which pulled that record's chunk, are *at a shard
+boundary* (a lane's first shard starts with the epoch: only the shards after it count).
+
+Reported per run: samples/s; each batch's wait for data (from ``loader.stats()``, read after
+every batch) and its 99th percentile at shard boundaries, beside one batch interval (the
+epoch's time over its batches); the bytes/s ``stats()`` saw; the CPU time of the loader's
+processes (main and workers) and of the server process; and what ``stats()`` costs: the
+per-chunk counting that is always on, over the main process's CPU time, and the CPU time of
+one ``loader.stats()`` call. Every run checks that each sample came exactly once. Run from
+the repository root::
+
+    python tools/bench_remote.py [--shards 64 --shard-mb 64] [--json]
+    python tools/bench_remote.py --shards 8 --shard-mb 8     # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdata import make_bench_shards, record_key  # noqa: E402
+
+# A tar record of the bench: a header and the payload, a header and the class id, padded.
+_TAR_OVERHEAD = 3 * 512
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The data and the loader settings of one bench run."""
+
+    shards: int = 64
+    shard_mb: int = 64
+    record_bytes: int = 4096
+    batch_size: int = 64
+    num_lanes: int = 8
+    num_workers: int = 2
+    latency: float = 0.030
+    mb_per_s: float = 20.0  # per connection
+    blocks: int = 4
+    block_mb: int = 4
+
+    @property
+    def records_per_shard(self) -> int:
+        return max(1, self.shard_mb * (1 << 20) // (self.record_bytes + _TAR_OVERHEAD))
+
+
+# ---------------------------------------------------------------------------------- server
+
+
+def _serve(root: str, latency: float, rate: float, ready: Any) -> None:
+    """Serve ``root`` with Range support, ``latency`` s per request, ``rate`` B/s per connection."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # else each body waits ~40 ms for a delayed ACK
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            time.sleep(latency)
+            path = os.path.join(root, self.path.lstrip("/"))
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            start, stop, status = 0, size, 200
+            asked = self.headers.get("Range", "").removeprefix("bytes=")
+            if asked:
+                first, _, last = asked.partition("-")
+                start, status = int(first), 206
+                stop = min(size, int(last) + 1) if last else size
+            self.send_response(status)
+            self.send_header("Content-Length", str(max(0, stop - start)))
+            self.send_header("ETag", '"v1"')
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+            self.end_headers()
+            began, sent = time.monotonic(), 0
+            with open(path, "rb") as source:
+                source.seek(start)
+                while sent < stop - start:
+                    piece = source.read(min(1 << 18, stop - start - sent))
+                    try:
+                        self.wfile.write(piece)
+                    except OSError:
+                        return
+                    sent += len(piece)
+                    ahead = began + sent / rate - time.monotonic()  # the connection's cap
+                    if ahead > 0:
+                        time.sleep(ahead)
+
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 256
+        daemon_threads = True
+
+    httpd = Server(("127.0.0.1", 0), Handler)
+    ready.put(httpd.server_address[1])
+    httpd.serve_forever()
+
+
+class Server:
+    """:func:`_serve` in its own process, as remote storage takes no time from the loader."""
+
+    def __init__(self, root: str, latency: float, rate: float) -> None:
+        context = multiprocessing.get_context("fork")
+        ready = context.SimpleQueue()
+        self.process = context.Process(
+            target=_serve, args=(root, latency, rate, ready), daemon=True
+        )
+        self.process.start()
+        self.url = f"http://127.0.0.1:{ready.get()}"
+
+    def cpu_seconds(self) -> float:
+        """The server process's user and system CPU time so far."""
+        assert self.process.pid is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.join()
+
+
+# ------------------------------------------------------------------------------------ runs
+
+
+@dataclass
+class Run:
+    """One epoch's figures."""
+
+    name: str
+    samples: int
+    batches: int
+    seconds: float
+    samples_per_s: float
+    exactly_once: bool
+    batch_interval: float  # seconds per batch
+    p99_boundary_wait: float  # seconds
+    p99_wait: float
+    boundary_batches: int
+    bytes_per_s: float
+    requests: int
+    lane_stalls: int
+    loader_cpu_seconds: float  # main process and workers
+    server_cpu_seconds: float | None
+    stats_call_us: float  # one loader.stats() call
+    stats_counting_seconds: float  # the per-chunk counting, estimated from its cost per chunk
+    stats_share: float  # the counting's share of the main process's time
+
+    def line(self) -> str:
+        server = (
+            f", server CPU {self.server_cpu_seconds:.1f} s"
+            if self.server_cpu_seconds is not None
+            else ""
+        )
+        return (
+            f"{self.name:<34} {self.samples_per_s:>9,.0f} samples/s  "
+            f"{self.bytes_per_s / 1e9:.3f} GB/s  p99 wait at a shard boundary "
+            f"{1e3 * self.p99_boundary_wait:.1f} ms (batch interval "
+            f"{1e3 * self.batch_interval:.2f} ms; p99 of all {1e3 * self.p99_wait:.1f} ms), "
+            f"{self.lane_stalls} lane stalls, {self.requests} requests; loader CPU "
+            f"{self.loader_cpu_seconds:.1f} s{server}; stats() counting "
+            f"{100 * self.stats_share:.3f}% of the main process, {self.stats_call_us:.0f} us a "
+            f"call; every sample once: {self.exactly_once}"
+        )
+
+
+def _counting_cost_per_chunk() -> float:
+    """What :meth:`StatsRecorder.timed` costs per chunk, traffic included (seconds)."""
+    from shardmix.sources.traffic import Traffic
+    from shardmix.stats import StatsRecorder
+
+    class Chunk:
+        traffic = Traffic({"http://127.0.0.1:1": 1 << 20}, {"http://127.0.0.1:1": 1})
+
+    chunks = [Chunk()] * 20000
+    recorder = StatsRecorder()
+    began = time.perf_counter()
+    for _ in recorder.timed(iter(chunks)):
+        pass
+    return (time.perf_counter() - began) / len(chunks)
+
+
+def read_one_epoch(name: str, urls: list[str], shape: Shape, options: Any, server: Any) -> Run:
+    from shardmix import MixingLoader, ShardDataset
+    from shardmix.workers import CHUNK_BYTES, CHUNK_SAMPLES
+
+    dataset = ShardDataset(urls, num_lanes=shape.num_lanes, source_options=options)
+    loader = MixingLoader(
+        dataset, batch_size=shape.batch_size, num_workers=shape.num_workers, shuffle_buffer=0
+    )
+    expected = Counter(
+        record_key(shard, record)
+        for shard in range(shape.shards)
+        for record in range(shape.records_per_shard)
+    )
+    # A lane's first shard starts with the epoch: its start is the epoch's, not a boundary.
+    plan = dataset.lane_pieces(0, rank=0, world_size=1, num_lanes=shape.num_lanes)
+    first_shards = {str(urls[lane[0].shard]) for lane in plan if lane}
+    keys: Counter[str] = Counter()
+    waits, boundary = [], []
+    stats_seconds = 0.0
+    self_before = resource.getrusage(resource.RUSAGE_SELF)
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_before = server.cpu_seconds() if server is not None else 0.0
+    began = time.perf_counter()
+    last_wait = 0.0
+    for batch in loader:
+        keys.update(batch["__key__"])
+        called = time.thread_time()  # CPU time: a call preempted on a busy machine costs none
+        stats = loader.stats()
+        stats_seconds += time.thread_time() - called
+        waits.append(stats.wait_seconds - last_wait)
+        last_wait = stats.wait_seconds
+        indices = np.asarray(batch["__index__"]).tolist()
+        starts = {
+            url for url, index in zip(batch["__source__"], indices, strict=True) if index == 0
+        }
+        if starts - first_shards:  # a lane went on to its next shard by this batch
+            boundary.append(len(waits) - 1)
+    seconds = time.perf_counter() - began
+    # The chunk that brought a new shard's first record was pulled by this batch or by one of
+    # the batches a chunk holds before it: all of them are at the boundary.
+    reach = -(-CHUNK_SAMPLES // shape.batch_size)
+    near = sorted({step for last in boundary for step in range(max(0, last - reach), last + 1)})
+    boundary_waits = [waits[step] for step in near]
+    stats = loader.stats()
+    server_cpu = server.cpu_seconds() - server_before if server is not None else None
+    loader.close()  # the workers end and are reaped: their CPU time is the children's
+    self_after = resource.getrusage(resource.RUSAGE_SELF)
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    main_cpu = (self_after.ru_utime + self_after.ru_stime) - (
+        self_before.ru_utime + self_before.ru_stime
+    )
+    workers_cpu = (children_after.ru_utime + children_after.ru_stime) - (
+        children_before.ru_utime + children_before.ru_stime
+    )
+    samples = sum(keys.values())
+    # Chunks, at most: each holds up to CHUNK_SAMPLES samples, and up to CHUNK_BYTES bytes.
+    chunks = -(-samples // CHUNK_SAMPLES) + -(-samples * shape.record_bytes // CHUNK_BYTES)
+    counting = _counting_cost_per_chunk() * chunks
+    return Run(
+        name=name,
+        samples=samples,
+        batches=len(waits),
+        seconds=seconds,
+        samples_per_s=samples / seconds,
+        exactly_once=keys == expected,
+        batch_interval=seconds / max(1, len(waits)),
+        p99_boundary_wait=float(np.percentile(boundary_waits, 99)) if boundary_waits else 0.0,
+        p99_wait=float(np.percentile(waits, 99)) if waits else 0.0,
+        boundary_batches=len(boundary_waits),
+        bytes_per_s=sum(stats.bytes.values()) / seconds,
+        requests=sum(stats.requests.values()),
+        lane_stalls=stats.lane_stalls,
+        loader_cpu_seconds=main_cpu + workers_cpu,
+        server_cpu_seconds=server_cpu,
+        stats_call_us=1e6 * stats_seconds / max(1, len(waits)),
+        stats_counting_seconds=counting,
+        stats_share=counting / main_cpu,
+    )
+
+
+def run(shape: Shape, *, plain: bool = True) -> dict[str, Any]:
+    """The three runs (local, read ahead, plain HTTP when ``plain``) and their ratios."""
+    from shardmix.sources import ReadAhead, SourceOptions
+
+    folder = tempfile.mkdtemp(prefix="shardmix-bench-remote-", dir="/tmp")
+    try:
+        sizes = [shape.records_per_shard] * shape.shards
+        paths = make_bench_shards(folder, "tar", sizes, shape.record_bytes)
+        data_bytes = sum(os.path.getsize(path) for path in paths)
+        runs = [read_one_epoch("local disk", paths, shape, SourceOptions(), None)]
+        server = Server(folder, shape.latency, shape.mb_per_s * 1e6)
+        try:
+            urls = [f"{server.url}/{Path(path).name}" for path in paths]
+            ahead = ReadAhead(blocks=shape.blocks, block_bytes=shape.block_mb << 20)
+            label = f"HTTP, read ahead {shape.blocks} x {shape.block_mb} MB"
+            runs.append(read_one_epoch(label, urls, shape, SourceOptions(read_ahead=ahead), server))
+            if plain:
+                runs.append(read_one_epoch("HTTP, no read-ahead", urls, shape, None, server))
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    local = runs[0].samples_per_s
+    return {
+        "shape": asdict(shape),
+        "data_bytes": data_bytes,
+        "runs": [asdict(one) for one in runs],
+        "speed_vs_local": {one.name: one.samples_per_s / local for one in runs[1:]},
+        "lines": [one.line() for one in runs],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    defaults = Shape()
+    for name, value in asdict(defaults).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    parser.add_argument("--no-plain", action="store_true", help="skip the run without read-ahead")
+    parser.add_argument("--json", action="store_true")
+    args = vars(parser.parse_args(argv))
+    plain = not args.pop("no_plain")
+    as_json = args.pop("json")
+    result = run(Shape(**args), plain=plain)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        shape = result["shape"]
+        print(
+            f"{shape['shards']} shards of {shape['shard_mb']} MB ({result['data_bytes'] / 1e9:.2f} "
+            f"GB), {shape['record_bytes']} B records, batch {shape['batch_size']}, "
+            f"{shape['num_lanes']} lanes, {shape['num_workers']} workers; server "
+            f"{1e3 * shape['latency']:.0f} ms per request, {shape['mb_per_s']:g} MB/s per "
+            "connection"
+        )
+        for line in result["lines"]:
+            print(line)
+        for name, ratio in result["speed_vs_local"].items():
+            print(f"{name}: {ratio:.2f}x the local run's samples/s")
+    return 0
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench"
+    raise SystemExit(main())
