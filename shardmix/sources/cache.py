@@ -428,7 +428,7 @@ def _tee(
         ledger.publish(path, current, validator, sha256)
         _count(filled_bytes=filled)
 
-    tee = TeeStream(source, out, size, kept, done, lambda: ledger.abandon(path))
+    tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))
     return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
 
 

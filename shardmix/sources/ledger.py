@@ -82,7 +82,9 @@ def _start_time(pid: int) -> str | None:
             fields = file.read().rpartition(")")[2].split()
     except OSError:
         return None
-    return fields[19] if len(fields) > 19 else None
+    if len(fields) <= 19 or fields[0] in ("Z", "X"):  # a zombie has ended: it holds nothing
+        return None
+    return fields[19]
 
 
 _OWNER: tuple[int, str] | None = None

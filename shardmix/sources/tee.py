@@ -18,11 +18,14 @@ and what validates it is :mod:`shardmix.sources.cache`'s.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
+
+from shardmix.errors import CacheFullError
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -32,17 +35,19 @@ __all__ = ["DRAIN_BYTES", "TeeStream"]
 # A lane that closes the shard this close to its end has the rest read for the copy.
 DRAIN_BYTES = 1 << 20
 _COPY_BYTES = 1 << 20
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class TeeStream(io.RawIOBase):
-    """``source`` read once, in order, with its first ``keep`` bytes written to the file
-    descriptor ``out`` as they are read; past ``keep``, reads and seeks go to ``source``.
-
-    ``size`` is the shard's size. The copy is done when it holds ``keep`` bytes.
+    """``source`` (the shard ``url``) read once, in order, with its first ``keep`` bytes
+    written to the file descriptor ``out`` as they are read; past ``keep``, reads and seeks go
+    to ``source``. ``size`` is the shard's size. The copy is done when it holds ``keep``
+    bytes. A full disk is a :class:`~shardmix.errors.CacheFullError`.
     """
 
     def __init__(
         self,
+        url: str,
         source: BinaryIO,
         out: int,
         size: int,
@@ -51,6 +56,7 @@ class TeeStream(io.RawIOBase):
         on_partial: Callable[[], None],
     ) -> None:
         super().__init__()
+        self._url = url
         self._source = source
         self._out = out
         self._size = size
@@ -114,8 +120,20 @@ class TeeStream(io.RawIOBase):
             return b""
         self._digest.update(chunk)
         written = 0
-        while written < len(chunk):
-            written += os.pwrite(self._out, chunk[written:], self._filled + written)
+        try:
+            while written < len(chunk):
+                written += os.pwrite(self._out, chunk[written:], self._filled + written)
+        except OSError as error:
+            if error.errno not in _FULL:
+                raise
+            raise CacheFullError(
+                f"{self._url}: the cache's disk is full (or over its size limit) after "
+                f"{self._filled + written:,} bytes of its copy ({error.strerror}); the partial "
+                "copy is removed: free space in cache_dir, lower cache_limit to what the disk "
+                "holds, or point cache_dir at a larger disk",
+                url=self._url,
+                offset=self._filled + written,
+            ) from error
         self._filled += len(chunk)
         self._source_at += len(chunk)
         return chunk

@@ -374,3 +374,33 @@ def test_a_shard_larger_than_the_room_left_is_cached_in_part(remote_set, tmp_pat
     ]
     assert cache_bytes(cache) <= room
     check_ledger(cache, room)
+
+
+FULL_DISK = """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({cap}, {cap}))
+from shardmix.errors import CacheFullError
+from shardmix.sources import SourceOptions, open_shard
+options = SourceOptions(cache_dir={cache!r}, cache_limit=1 << 30)
+try:
+    with open_shard({url!r}, options=options) as stream:
+        stream.read()
+except CacheFullError as error:
+    print(error.offset, error)
+"""
+
+
+def test_a_full_disk_is_named_and_leaves_no_partial_copy(server, tmp_path):
+    base, state = server
+    (state.root / "big.bin").write_bytes(os.urandom(1_000_000))
+    cache, cap = tmp_path / "cache", 300_000
+    script = FULL_DISK.format(cap=cap, cache=str(cache), url=f"{base}/big.bin")
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    offset, message = result.stdout.split(" ", 1)
+    assert int(offset) <= cap
+    assert message.startswith(f"{base}/big.bin: the cache's disk is full")
+    assert "the partial copy is removed" in message
+    check_ledger(cache, 0)  # no copy, no reservation, nothing of the dead process

@@ -34,6 +34,7 @@ def tee(tmp_path: Path, keep: int = len(DATA)) -> tuple[TeeStream, Counting, lis
     ends: list[str] = []
     source = Counting()
     stream = TeeStream(
+        "https://host/copy.tar",
         source,
         out,
         len(DATA),
