@@ -11,6 +11,9 @@ that ignores ranges) has its first N bytes dropped, so every byte arrives exactl
 whose ``ETag`` (else ``Last-Modified``) or size changes between two requests is a
 :class:`~shardmix.errors.ShardChangedError`, never a mix of two versions: resumes ask for the
 version read (:mod:`shardmix.sources.validators`), and the stream's identity is that version.
+From a server that gives no validator, a resume after bytes already read asks for the last
+``SEAM_BYTES`` of them again and compares them (besides the total size of ``Content-Range``):
+a shard replaced by one of the same size is caught there unless the bytes at the seam agree.
 Permanent answers (404, 410, 401, 403, other 4xx) fail at once. Every socket wait is bounded by
 ``read_timeout``, so a stalled server ends in an error naming the URL, the byte offset reached
 and the attempts made.
@@ -70,6 +73,9 @@ logger = logging.getLogger(__name__)
 # Forward seeks up to this many bytes read and drop them; a longer one asks for a new range,
 # which costs a round trip but no transfer.
 SKIP_BY_READING = 1 << 20
+# Without a validator, a resume asks again for this many bytes before the byte reached and
+# compares them with those read: the seam is all a replacement of the same size can show.
+SEAM_BYTES = 64
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
 
@@ -178,6 +184,8 @@ class HttpShardStream(io.RawIOBase):
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end: int | None = None  # the offset where the current response's body ends
         self._parked: int | None = None  # an answer waits at this offset for a seek there
+        self._seam = b""  # without a validator: the last bytes read, ending at _seam_end
+        self._seam_end = -1
         try:
             self._with_retries(self._open_response)
         except BaseException:
@@ -258,11 +266,13 @@ class HttpShardStream(io.RawIOBase):
 
     def _request(self, offset: int) -> urllib3.BaseHTTPResponse | None:
         """A response whose body goes on from ``offset``; None when ``offset`` is the end."""
+        seam = self._seam if self._seam_end == offset and self._validator is None else b""
+        start = offset - len(seam)
         response = follow_redirects(
-            self.url, self._headers, lambda url, headers: self._send(url, headers, offset)
+            self.url, self._headers, lambda url, headers: self._send(url, headers, start)
         )
         try:
-            return response if self._accept(response, offset) else None
+            return response if self._accept(response, offset, seam) else None
         except BaseException:
             _release(response)
             raise
@@ -291,20 +301,26 @@ class HttpShardStream(io.RawIOBase):
                 timeout=timeout,
             )
 
-    def _accept(self, response: urllib3.BaseHTTPResponse, offset: int) -> bool:
-        """Check an answer; leave its body ready to read at ``offset``, or say there is none."""
+    def _accept(self, response: urllib3.BaseHTTPResponse, offset: int, seam: bytes) -> bool:
+        """Check an answer; leave its body ready to read at ``offset``, or say there is none.
+
+        ``seam``: the bytes just before ``offset`` as read, which the answer must start with.
+        """
         status = response.status
         if status in (200, 206):
             self._check_same_shard(response)
+            start = offset - len(seam)
             if status == 206:
-                self._accept_range(response, offset)
+                self._accept_range(response, start)
             else:
-                self._accept_whole(response, offset)
+                self._accept_whole(response, start)
+            if seam:
+                self._check_seam(response, offset, seam)
             return True
         _release(response)
         if status == 412 and self._validator is not None:
             raise changed(self.url, offset, self._validator, "another version (412 answered)")
-        if status == 416 and self._range_is_past_end(response, offset):
+        if status == 416 and self._range_is_past_end(response, offset - len(seam)):
             return False
         if status in (408, 429) or 500 <= status < 600:
             raise _Transient(f"answered {status} {response.reason}", _retry_after(response))
@@ -349,6 +365,24 @@ class HttpShardStream(io.RawIOBase):
         elif found != self._validator:
             raise changed(self.url, self._position, self._validator, found or "no validator")
 
+    def _check_seam(self, response: urllib3.BaseHTTPResponse, offset: int, seam: bytes) -> None:
+        """Read the answer's first bytes, which must be ``seam``, the bytes before ``offset``."""
+        found = b""
+        with self._transient_io("reading the bytes before the resume offset"):
+            while len(found) < len(seam) and (part := response.read(len(seam) - len(found))):
+                found += part
+        count_bytes(self._where, len(found))  # fetched, though not delivered
+        if len(found) < len(seam):
+            raise _Transient(f"the body ended {len(found)} bytes into the {len(seam)}-byte seam")
+        if found != seam:
+            raise changed(
+                self.url,
+                offset,
+                f"the {len(seam)} bytes before this offset as first read",
+                "other bytes there (the server gives no validator; the shard was replaced by "
+                "one of the same size)",
+            )
+
     def _note_size(self, size: int | None) -> None:
         if size is None:
             return
@@ -386,6 +420,8 @@ class HttpShardStream(io.RawIOBase):
             if count:
                 self._position += count
                 count_bytes(self._where, count)
+                if self._validator is None:  # keep the seam a resume compares
+                    self._keep_seam(view, count)
                 return count
             if self._end is not None and self._position < self._end:
                 raise _Transient(f"the body ended at byte {self._position}, before {self._end}")
@@ -394,6 +430,16 @@ class HttpShardStream(io.RawIOBase):
             if self._at_end():
                 return 0
             self._drop_response()  # a range answer that stopped short of the end: ask again
+
+    def _keep_seam(self, view: memoryview, count: int) -> None:
+        """Keep the last ``SEAM_BYTES`` read, the ``count`` just read into ``view`` included."""
+        if count >= SEAM_BYTES:
+            self._seam = bytes(view[count - SEAM_BYTES : count])
+        elif self._seam_end == self._position - count:
+            self._seam = (self._seam + bytes(view[:count]))[-SEAM_BYTES:]
+        else:
+            self._seam = bytes(view[:count])
+        self._seam_end = self._position
 
     def _check_rate(self) -> None:
         """A stall: fewer bytes than ``min_bytes_per_s`` over the last ``read_timeout``."""

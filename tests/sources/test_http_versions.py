@@ -16,7 +16,7 @@ import pytest
 
 from shardmix import RetryPolicy, ShardChangedError, UnvalidatedShardWarning
 from shardmix.sources import RemoteReadError, SourceOptions, open_shard
-from shardmix.sources.http import open_http
+from shardmix.sources.http import SEAM_BYTES, open_http
 from shardmix.sources.identity import ShardIdentity, stream_identity
 
 RECORD = 1000  # the test shard is 200 records of this size
@@ -34,7 +34,10 @@ class Shard:
     version: int = 1
     replace_with: bytes | None = None  # after the first answer's first half
     cut_at: int | None = None  # every answer's body ends there, its Content-Length says more
+    cut_once_at: int | None = None  # the first answer's body ends there, later ones do not
+    honours_ranges: bool = True  # False: every answer is 200 with the whole shard
     preconditions: list[dict[str, str]] = field(default_factory=list)
+    ranges: list[str | None] = field(default_factory=list)  # each request's Range header
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -51,6 +54,7 @@ class _Handler(BaseHTTPRequestHandler):
             data, version = shard.data, shard.version
             asked = {k: v for k, v in self.headers.items() if k in ("If-Match", "If-Range")}
             shard.preconditions.append(asked)
+            shard.ranges.append(self.headers.get("Range"))
         etag = f'"v{version}"'
         modified = f"Wed, 02 Dec 2026 10:00:0{version} GMT"
         validators = {"etag": {"ETag": etag}, "last-modified": {"Last-Modified": modified}}
@@ -60,10 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         start = 0
         wanted = self.headers.get("Range")
-        if wanted and asked.get("If-Range", modified if shard.mode != "etag" else etag) in (
-            etag,
-            modified,
-        ):
+        same = asked.get("If-Range", modified if shard.mode != "etag" else etag) in (etag, modified)
+        if wanted and shard.honours_ranges and same:
             start = int(wanted.removeprefix("bytes=").rstrip("-"))
         body = data[start:]
         extra = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
@@ -73,6 +75,11 @@ class _Handler(BaseHTTPRequestHandler):
             with shard.lock:
                 shard.data, shard.replace_with = shard.replace_with, None
                 shard.version += 1
+            self.close_connection = True
+            return
+        if shard.cut_once_at is not None:
+            self.wfile.write(body[: max(0, shard.cut_once_at - start)])
+            shard.cut_once_at = None
             self.close_connection = True
             return
         if shard.cut_at is not None:
@@ -142,6 +149,42 @@ def test_replaced_mid_stream_without_validator_is_refused_by_its_size(serve) -> 
     changed = pytest.raises(ShardChangedError, match="expected 200000 bytes, found 150000 bytes")
     with pytest.warns(UnvalidatedShardWarning, match="cannot be detected"), changed:
         _read_all(url)
+
+
+@pytest.mark.parametrize("honours_ranges", [True, False])
+def test_replaced_without_validator_by_one_of_the_same_size_is_refused_at_the_seam(
+    serve, honours_ranges
+) -> None:
+    shard = Shard(OLD, "none", replace_with=NEW_SAME_SIZE, honours_ranges=honours_ranges)
+    url = serve(shard)
+    with pytest.warns(UnvalidatedShardWarning), pytest.raises(ShardChangedError) as caught:
+        _read_all(url)
+    assert str(caught.value) == (
+        f"{url}: at byte offset 100000: the shard changed while it was being read (expected "
+        "the 64 bytes before this offset as first read, found other bytes there (the server "
+        "gives no validator; the shard was replaced by one of the same size)); nothing of the "
+        "new version was used. Read it again from the start (a new epoch plans it anew), or "
+        "restore the version that was read"
+    )
+    assert shard.ranges == [None, f"bytes={100000 - SEAM_BYTES}-"]
+
+
+@pytest.mark.parametrize("honours_ranges", [True, False])
+@pytest.mark.parametrize("cut", [150 * RECORD + 10, 20])  # inside a record; inside the first seam
+def test_without_validator_a_resume_reads_the_seam_again_and_every_byte_once(
+    serve, honours_ranges, cut
+) -> None:
+    shard = Shard(OLD, "none", cut_once_at=cut, honours_ranges=honours_ranges)
+    url = serve(shard)
+    with pytest.warns(UnvalidatedShardWarning):
+        assert _read_all(url) == OLD
+    assert shard.ranges == [None, f"bytes={cut - SEAM_BYTES}-" if cut > SEAM_BYTES else None]
+
+
+def test_with_a_validator_a_resume_asks_for_no_seam(serve) -> None:
+    shard = Shard(OLD, "etag", cut_once_at=150 * RECORD + 10)
+    assert _read_all(serve(shard)) == OLD
+    assert shard.ranges == [None, f"bytes={150 * RECORD + 10}-"]
 
 
 def test_no_validator_warns_once_per_host(serve) -> None:
