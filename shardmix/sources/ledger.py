@@ -131,30 +131,46 @@ class CacheLedger:
         self.owner = this_owner()
         self.evictions = 0  # copies this process evicted
         self._lock = threading.Lock()  # one connection, shared by this process's threads
-        self._db = sqlite3.connect(
-            os.path.join(folder, LEDGER_NAME),
-            timeout=_BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        for statement in filter(str.strip, _SCHEMA.split(";")):
-            self._db.execute(statement)
+        self._connection: sqlite3.Connection | None = None
+        with self._lock:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
         self.reclaim(check_files=True)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, opened on first use after :meth:`close` (caller locks)."""
+        if self._connection is None:
+            self._connection = sqlite3.connect(
+                os.path.join(self.folder, LEDGER_NAME),
+                timeout=_BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            self._connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            self._connection.execute("PRAGMA journal_mode = WAL")
+            self._connection.execute("PRAGMA synchronous = NORMAL")
+        return self._connection
+
+    def close(self) -> None:
+        """Close the connection (the next use opens another)."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: committed whole at the end, rolled back on any error."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
 
     def _rows(self, query: str, *arguments: Any) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -418,6 +434,19 @@ def _unlink(path: str | None) -> None:
 
 _LEDGERS: dict[tuple[int, str], CacheLedger] = {}
 _LEDGERS_LOCK = threading.Lock()
+
+
+def _close_before_fork() -> None:
+    """SQLite connections must not cross a fork (a DataLoader worker's): close this
+    process's, which reopen when next used; a forked child opens ledgers of its own."""
+    with _LEDGERS_LOCK:
+        for (pid, _), ledger in _LEDGERS.items():
+            if pid == os.getpid():
+                ledger.close()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(before=_close_before_fork)
 
 
 def ledger_for(folder: str) -> CacheLedger:
