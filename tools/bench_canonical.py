@@ -12,7 +12,11 @@ reads one epoch of physical rank 0 (its ``C/W`` canonical ranks: ``C/W`` times t
 - the worker processes (``C/W * workers``) and the largest one's peak (``RUSAGE_CHILDREN``);
 - CPU per sample of the main process (``RUSAGE_SELF``) and of all processes (that plus the
   workers', joined at the end), over the epoch;
-- whether rank 0 read exactly the records a plain loader gives canonical ranks 0 to C/W - 1.
+- whether rank 0 read exactly the records a plain loader gives canonical ranks 0 to C/W - 1;
+- the state's size at half the epoch (every canonical rank's position: the same on every
+  ``W``, here that of the simulated ranks' states joined), and the seconds (best of three) from
+  ``load_state_dict`` to rank 0's first batch (its ``C/W`` shuffle buffers' residents re-read
+  by reference).
 
 Run from the repository root::
 
@@ -90,6 +94,7 @@ def measure(world_size: int, data_dir: Path, workers: int) -> dict[str, Any]:
             key for batch in loader(canonical, CANONICAL, None) for key in batch["__key__"]
         )
     samples = sum(got.values())
+    state_bytes, restore = _restore(loader, world_size, len(keys) // 2)
     return {
         "world_size": world_size,
         "canonical_per_rank": CANONICAL // world_size,
@@ -104,7 +109,35 @@ def measure(world_size: int, data_dir: Path, workers: int) -> dict[str, Any]:
         "total_us_per_sample": total / samples * 1e6,
         "samples_per_s": samples / wall,
         "exact": got == expected,
+        "state_kib": state_bytes / 1024,
+        "restore_first_batch_s": restore,
     }
+
+
+def _restore(loader: Any, world_size: int, steps: int) -> tuple[int, float]:
+    """``(bytes, seconds)``: the JSON size of every rank's state joined after ``steps`` batches,
+    and the time from ``load_state_dict`` to rank 0's next batch."""
+    from shardmix.canonical import merge_states
+
+    states = []
+    for rank in range(world_size):
+        reading = loader(rank, world_size, CANONICAL)
+        iterator = iter(reading)
+        for _ in range(steps):
+            next(iterator)
+        states.append(reading.state_dict())
+        reading.close()
+    text = json.dumps(merge_states(states))
+    times = []
+    for _ in range(3):  # the best of three: the machine may be busy
+        resumed = loader(0, world_size, CANONICAL)
+        len(resumed)  # the record counts, before the clock starts
+        started = time.perf_counter()
+        resumed.load_state_dict(json.loads(text))
+        next(iter(resumed))
+        times.append(time.perf_counter() - started)
+        resumed.close()
+    return len(text), min(times)
 
 
 def main() -> None:
@@ -129,7 +162,7 @@ def main() -> None:
         return
     print(
         "W  C/W  batch  samples  RSS before  peak   epoch  workers  worker peak  "
-        "main us/s  all us/s  exact"
+        "main us/s  all us/s  exact  state KiB  restore s"
     )
     for row in rows:
         print(
@@ -137,7 +170,8 @@ def main() -> None:
             f"{row['samples']:>7}  {row['rss_before_mib']:>7.0f} MiB {row['rss_peak_mib']:>5.0f}"
             f"  {row['rss_epoch_mib']:>5.0f}  {row['worker_processes']:>7}  "
             f"{row['worker_peak_mib']:>7.0f} MiB  {row['main_us_per_sample']:>9.1f}  "
-            f"{row['total_us_per_sample']:>8.1f}  {row['exact']}"
+            f"{row['total_us_per_sample']:>8.1f}  {row['exact']!s:>5}  "
+            f"{row['state_kib']:>9.1f}  {row['restore_first_batch_s']:>9.3f}"
         )
 
 
