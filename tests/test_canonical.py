@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
-from shardmix.canonical import merge_states
+from shardmix.canonical import held_positions, merge_states
 from shardmix.collate import collate_samples, join_batches
 from shardmix.errors import DecodeError
+from shardmix.rankstate import own_position
 
 from shards import batch_keys, expected_keys, write_shards
 
@@ -281,3 +282,29 @@ def test_records_that_do_not_divide_are_dropped_or_padded_alike_on_every_world_s
     else:
         assert set(seen) == set(written)
         assert 0 < seen.total() - written.total() < CANONICAL
+
+
+def test_the_state_is_the_canonical_world_s_state_with_a_canonical_field(shards):
+    _, states = steps_then_states(shards, 2, 5)
+    state = merge_states(states)
+    plain = []
+    for canonical in range(CANONICAL):
+        loader = make(shards, canonical, CANONICAL, canonical_ranks=None)
+        iterator = iter(loader)
+        for _ in range(5):
+            next(iterator)
+        plain.append(loader.state_dict())
+    assert state["canonical"] == {"version": 1, "canonical_ranks": CANONICAL}
+    assert state["config"] == {**plain[0]["config"], "canonical_ranks": CANONICAL}
+    assert state["version"] == plain[0]["version"] and state["rank"] == 0
+    assert held_positions(state) == {str(c): own_position(plain[c], c) for c in range(CANONICAL)}
+
+
+def test_a_canonical_field_of_another_version_is_refused_naming_it(shards):
+    loader = make(shards, 0, 1)
+    state = loader.state_dict()
+    state["canonical"]["version"] = 2
+    with pytest.raises(
+        ConfigError, match=r"'canonical' field has version 2, this shardmix reads version 1"
+    ):
+        make(shards, 0, 1).load_state_dict(state)
