@@ -247,7 +247,7 @@ def read_shard_at(
     ranged = None
     if not is_gzipped(url) and min(offset for _, offset in positions) >= 0:
         ranges = record_ranges(positions, longest_record)
-        ranged = open_ranges(url, ranges, source_options or SourceOptions())
+        ranged = open_ranges(url, ranges, source_options or SourceOptions(), expect)
     return _read_at(url, fmt, positions, ranged, options, source_options, on_damage, expect)
 
 

@@ -161,3 +161,47 @@ def test_a_damaged_identity_entry_is_refused_naming_it(tmp_path, entry, expected
         f"cannot resume: the loader state's 'shards[0]' should be {expected}, found "
         f"{entry!r}; the state was edited or damaged since it was saved"
     )
+
+
+def checkpoint_over_http(base: str, folder: Path, fmt: str) -> tuple[str, dict]:
+    """The shards served from ``folder`` at ``base``, and the state after BATCHES batches."""
+    folder.mkdir()
+    for shard, size in enumerate(SIZES):
+        write(folder / f"part-{shard}.{fmt}", fmt, originals(shard, size), MTIME_NS)
+    pattern = f"{base}/data/part-{{0..{len(SIZES) - 1}}}.{fmt}"
+    loader = make_loader(pattern)
+    batches = iter(loader)
+    for _ in range(BATCHES):
+        next(batches)
+    state = loader.state_dict()
+    loader.close()
+    return pattern, state
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+@pytest.mark.parametrize("change", ["reordered", "appended"])
+def test_residents_read_by_range_requests_refuse_a_rewritten_remote_shard(server, fmt, change):
+    base, served = server
+    folder = served.root / "data"
+    pattern, state = checkpoint_over_http(base, folder, fmt)
+    shard = resident_only_shard(state)
+    name = f"data/part-{shard}.{fmt}"
+    size = (folder / f"part-{shard}.{fmt}").stat().st_size
+    write(folder / f"part-{shard}.{fmt}", fmt, rewritten(shard, change), LATER_NS)
+    new_size = (folder / f"part-{shard}.{fmt}").stat().st_size
+    if change == "reordered":  # same size: only the ETag can tell; else the size alone does
+        served.etags[name] = '"v2"'
+    served.requests.clear()
+    resumed = make_loader(pattern)
+    resumed.load_state_dict(state)
+    with pytest.raises(ShardChangedError) as caught:
+        next(iter(resumed))  # not one batch of a mix of both versions
+    resumed.close()
+    assert caught.value.url == f"{base}/{name}"
+    assert "the shard changed" in str(caught.value)
+    if change == "reordered":
+        assert 'expected etag:"v1", found etag:"v2"' in str(caught.value)
+    else:
+        assert f"expected {size} bytes, found {new_size} bytes" in str(caught.value)
+    ranged = [r for n, r in served.requests if n == name]
+    assert ranged and all(r is not None and r.startswith("bytes=") for r in ranged)

@@ -115,10 +115,18 @@ def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
 
 
 def fetch_range(
-    url: str, options: SourceOptions, start: int, stop: int
+    url: str,
+    options: SourceOptions,
+    start: int,
+    stop: int,
+    expect: ShardIdentity | None = None,
 ) -> tuple[bytes, int | None]:
     """Bytes ``start`` up to ``stop`` of ``url`` (fewer at its end), in one bounded request
-    unless it must be retried, and the shard's size when the server said it."""
+    unless it must be retried, and the shard's size when the server said it.
+
+    ``expect``: the version the bytes must come from (a checkpoint's); an answer of another
+    size or validator is a :class:`~shardmix.errors.ShardChangedError`.
+    """
     stream = HttpShardStream(
         url,
         options.retry,
@@ -126,6 +134,7 @@ def fetch_range(
         first_at=start,
         stop=stop,
         min_bytes_per_s=options.min_bytes_per_s,
+        expect=expect,
     )
     with stream:
         stream.seek(start)
@@ -151,6 +160,8 @@ class HttpShardStream(io.RawIOBase):
     The first request is made here, so a missing shard fails when it is opened; it asks for
     ``first_at``, though the stream stands at 0 until a seek there takes up that answer.
     ``stop`` bounds the stream: reads end there, and every request asks for no more.
+    ``expect``: a version known before the first request (a checkpoint's): every answer,
+    the first one included, must be of its size and validator.
     """
 
     def __init__(
@@ -162,6 +173,7 @@ class HttpShardStream(io.RawIOBase):
         first_at: int = 0,
         stop: int | None = None,
         min_bytes_per_s: float = 0.0,
+        expect: ShardIdentity | None = None,
     ) -> None:
         super().__init__()
         parts = urlsplit(url)
@@ -180,6 +192,10 @@ class HttpShardStream(io.RawIOBase):
         self._window: tuple[float, int] = (0.0, 0)  # since when, from which byte, rate counted
         self._size: int | None = None  # the whole shard's size, once a server told it
         self._validator: str | None = None  # the version read: etag:..., last-modified:...
+        if expect is not None:
+            self._size = expect.size
+            if expect.kind in ("etag", "last-modified"):  # the kinds an answer can show
+                self._validator = expect.validator
         self._honours_ranges = True
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end: int | None = None  # the offset where the current response's body ends

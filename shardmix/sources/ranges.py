@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 from shardmix.sources import _OPENERS, SourceOptions, scheme_of
+from shardmix.sources.identity import ShardIdentity, check_identity
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -74,16 +75,22 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def open_ranges(
-    url: str, ranges: Sequence[tuple[int, int]], options: SourceOptions
+    url: str,
+    ranges: Sequence[tuple[int, int]],
+    options: SourceOptions,
+    expect: ShardIdentity | None = None,
 ) -> BinaryIO | None:
     """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now.
 
     ``None`` when the URL's storage is read by opening it instead (see the module docstring).
+    ``expect``: the version the ranges must come from (a checkpoint's); a range of another
+    version (its size, or over http(s) its validator) is a
+    :class:`~shardmix.errors.ShardChangedError` when it is read.
     """
-    fetch = _fetcher(url, options)
+    fetch = _fetcher(url, options, expect)
     if fetch is None:
         return None
-    return cast(BinaryIO, RangedStream(url, fetch, ranges))
+    return cast(BinaryIO, RangedStream(url, fetch, ranges, expect))
 
 
 def reads_ranges(url: str, options: SourceOptions) -> bool:
@@ -98,13 +105,13 @@ def reads_ranges(url: str, options: SourceOptions) -> bool:
     return scheme not in _OPENERS
 
 
-def _fetcher(url: str, options: SourceOptions) -> Fetch | None:
+def _fetcher(url: str, options: SourceOptions, expect: ShardIdentity | None) -> Fetch | None:
     if not reads_ranges(url, options):
         return None
     if scheme_of(url) in ("http", "https"):
         from shardmix.sources.http import fetch_range
 
-        return lambda start, stop: fetch_range(url, options, start, stop)
+        return lambda start, stop: fetch_range(url, options, start, stop, expect)
     return _fsspec_fetcher(url, options)
 
 
@@ -129,12 +136,23 @@ def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:
 
 
 class RangedStream(io.RawIOBase):
-    """A shard seen through some fetched byte ranges: reads inside them cost nothing more."""
+    """A shard seen through some fetched byte ranges: reads inside them cost nothing more.
 
-    def __init__(self, url: str, fetch: Fetch, ranges: Sequence[tuple[int, int]]) -> None:
+    ``expect``: the version the ranges must come from; a size the storage gives that is not
+    its size is a :class:`~shardmix.errors.ShardChangedError`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        fetch: Fetch,
+        ranges: Sequence[tuple[int, int]],
+        expect: ShardIdentity | None = None,
+    ) -> None:
         super().__init__()
         self.url = url
         self._fetch = fetch
+        self._expect = expect
         self._position = 0
         self._size: int | None = None
         self._starts: list[int] = []  # sorted starts of the pieces fetched
@@ -198,6 +216,8 @@ class RangedStream(io.RawIOBase):
 
     def _add(self, start: int, data: bytes, size: int | None) -> None:
         if size is not None:
+            if self._expect is not None:
+                check_identity(self.url, self._expect, ShardIdentity(size))
             self._size = size
         if data:
             bisect.insort(self._starts, start)
