@@ -146,6 +146,7 @@ def job(url: str, cache: Path, limit: int, seed: int = 0, stop_after: int = 0) -
     )
 
 
+@pytest.mark.slow  # processes started and killed
 def test_two_jobs_on_one_folder_stay_within_the_limit_together(remote_set, tmp_path):
     url, state, sizes = remote_set
     limit = sum(sizes) // 3
@@ -161,6 +162,7 @@ def test_two_jobs_on_one_folder_stay_within_the_limit_together(remote_set, tmp_p
     check_ledger(cache, limit)
 
 
+@pytest.mark.slow  # processes started and killed
 def test_a_job_killed_mid_epoch_leaves_nothing_a_rerun_trips_on(remote_set, tmp_path):
     url, state, sizes = remote_set
     limit = sum(sizes) // 3
@@ -187,6 +189,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+@pytest.mark.slow  # processes started and killed
 def test_a_kill_while_filling_and_leasing_is_reclaimed(remote_set, tmp_path):
     url, state, sizes = remote_set
     base = url.rsplit("/", 1)[0]
@@ -391,6 +394,7 @@ except CacheFullError as error:
 """
 
 
+@pytest.mark.slow  # processes started and killed
 def test_a_full_disk_is_named_and_leaves_no_partial_copy(server, tmp_path):
     base, state = server
     (state.root / "big.bin").write_bytes(os.urandom(1_000_000))
