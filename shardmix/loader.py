@@ -66,7 +66,7 @@ from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.stats import LoaderStats, StatsRecorder
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
-from shardmix.world import data_parallel_ranks, job_count_exchange
+from shardmix.world import count_exchange, data_parallel_ranks, job_count_exchange
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 
@@ -536,10 +536,14 @@ class MixingLoader:
         return batches + (1 if rest and not self.drop_last else 0)
 
     def _share_counts(self) -> None:
-        """Under ``group``, have each shard counted by one rank of the job, at the first
-        ``iter()`` or ``len()`` (a collective, as without groups); later calls share nothing."""
+        """Under ``group``, or with ``canonical_ranks`` (whose plans are for another number of
+        ranks than the job's), have each shard counted by one rank of the job, at the first
+        ``iter()`` or ``len()`` (a collective, as without them); later calls share nothing."""
         _, world_size = self.rank_and_world_size()
         shared = job_count_exchange(world_size, self.data_parallel_group)
+        if shared is None and self.canonical_ranks is not None:
+            plain = count_exchange(world_size)
+            shared = None if plain is None else (plain[0], world_size, plain[1])
         if shared is None:
             return
         rank, ranks, exchange = shared
