@@ -126,8 +126,10 @@ class MixingLoader:
             that the global batches (each step's samples over all ranks) are the same on
             every world size that divides it, and a state resumes on any of them
             (:mod:`shardmix.canonical`). ``batch_size`` is then per canonical rank: each rank
-            yields ``canonical_ranks // world_size * batch_size`` samples per batch. A world
-            size that does not divide it is refused at ``iter()``.
+            yields ``canonical_ranks // world_size * batch_size`` samples per batch, and
+            ``num_workers`` and ``shuffle_buffer`` are per canonical rank too (a rank runs
+            ``canonical_ranks // world_size`` of each: docs/guides/canonical-ranks.md says
+            what that costs). A world size that does not divide it is refused at ``iter()``.
     """
 
     def __init__(
