@@ -58,11 +58,11 @@ def _cpu(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(world_size: int, data_dir: Path, workers: int) -> dict[str, Any]:
+def measure(world_size: int, data_dir: Path, workers: int, shards: int = SHARDS) -> dict[str, Any]:
     """One epoch of physical rank 0 of ``world_size`` with ``canonical_ranks=8``."""
     from shardmix import MixingLoader, ShardDataset
 
-    urls = make_bench_shards(data_dir, "tar", shard_sizes(SHARDS, seed=3), RECORD_BYTES, seed=3)
+    urls = make_bench_shards(data_dir, "tar", shard_sizes(shards, seed=3), RECORD_BYTES, seed=3)
 
     def loader(rank: int, size: int, canonical: int | None) -> MixingLoader:
         return MixingLoader(
