@@ -271,6 +271,20 @@ class EpochIterator:
             return []
         return self._guarded(lambda: self._as_samples(*self._take(count)))
 
+    def available(self, count: int) -> int | None:
+        """How many of the next ``count`` samples there are, read ahead as :meth:`_at_end`
+        reads (how a mixture sees its end); None where the ranks agree on the end."""
+        if self.closed:
+            return 0
+        if self.rank_end is not None:
+            return None
+        if self.quota is not None:
+            return max(0, min(count, self.quota - self.emitted))
+        held = len(self.buffer)
+        if held >= count:
+            return count
+        return self._guarded(lambda: min(count, held + self.merge.lookahead(count - held)))
+
     def _guarded(self, step: Callable[[], T]) -> T:
         """``step()``; on an error the workers stop at once, and a dead one is named."""
         try:

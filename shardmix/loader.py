@@ -366,7 +366,7 @@ class MixingLoader:
             return False
         if self._holder is None or self._holder() is None:
             return False
-        if isinstance(current, MixtureEpoch):
+        if isinstance(current, MixtureEpoch) and not current.sees_its_end:
             return current.batches == 0 or current.batches < self._batches_in(current.epoch)
         return True
 

@@ -141,6 +141,10 @@ class MixtureEpoch:
         for name in self.datasets:
             position = mixture["datasets"][name] if mixture is not None else None
             self.streams[name] = self._stream(name, position)
+        # Whether the epoch tells its end after its last batch (else the loader counts): not
+        # where the ranks agree on the end.
+        self.sees_its_end = all(stream.rank_end is None for stream in self.streams.values())
+        self._deferred: Exception | None = None  # raised by the next next(), after a batch
 
     def _stream(self, name: str, position: Mapping[str, Any] | None) -> EpochIterator:
         member = self._loader.member(name)
@@ -165,6 +169,9 @@ class MixtureEpoch:
             raise
 
     def _next_batch(self) -> Any:
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
         counts = self.apportioner.counts(self.batch_size)
         taken = {name: self._next_samples(name, count) for name, count in counts.items()}
         for name, samples in taken.items():
@@ -175,7 +182,38 @@ class MixtureEpoch:
             last = last_counts(self.apportioner.weights, available, self.batch_size)
             return self._last_batch([s for name in taken for s in taken[name][: last[name]]])
         self.batches += 1
-        return self._collated([sample for samples in taken.values() for sample in samples])
+        batch = [sample for samples in taken.values() for sample in samples]
+        if self.sees_its_end:
+            try:
+                if self._at_end():
+                    self.finished = True
+                    self.close()
+            except Exception as error:  # raised by the next next(), after this batch
+                self._deferred = error
+        return self._collated(batch)
+
+    def _at_end(self) -> bool:
+        """Whether the batch just cut was the epoch's last: the next one would be empty, or
+        short under ``drop_last``, by what each stream has left (see :meth:`_next_samples`;
+        a stream that starts a new pass gives its count, or the next ``next()`` says why not).
+        """
+        counts = Apportioner(self.apportioner.weights, self.apportioner.credits).counts(
+            self.batch_size
+        )
+        exhausted = set(self.exhausted)
+        available: dict[str, int] = {}
+        for name, count in counts.items():
+            found = self.streams[name].available(count)
+            assert found is not None  # sees_its_end
+            if found < count:
+                exhausted.add(name)
+                if self.stopping is Stopping.ALL_EXHAUSTED and exhausted < set(self.datasets):
+                    found = count
+            available[name] = found
+        if all(available[name] >= count for name, count in counts.items()):
+            return False
+        last = last_counts(self.apportioner.weights, available, self.batch_size)
+        return self.drop_last or not any(last.values())
 
     def _next_samples(self, name: str, count: int) -> list[Sample]:
         """``count`` samples of dataset ``name``, going on to its next pass where the stopping
