@@ -1,9 +1,11 @@
 """What carrying shard identities in the checkpoint costs: state size, an epoch, a restore.
 
-``python tools/bench_state.py [--before REV] [--rounds N]`` checks out ``REV`` (default: the
-parent of the commit that made the state version 9) in a temporary git worktree beside this
-tree, then runs both revisions' shardmix, round after round, interleaved (before, after,
-before, ...), each run in a fresh process over the same 1,024 tar shards. A run measures the
+``python tools/bench_state.py [--before REV] [--after REV] [--rounds N]`` checks out ``REV``
+(default: the parent of the commit that made the state version 9) in a temporary git worktree
+beside this tree, then runs both revisions' shardmix, round after round, interleaved (before,
+after, before, ...), each run in a fresh process over the same 1,024 tar shards. "after" is
+this tree, or with ``--after`` another revision checked out beside it too (the commit that
+made the state version 9, say, to tell its cost from that of later work). A run measures the
 main process's CPU time (``getrusage``, user + system; ``num_workers=0``, so all reading is
 in the measured process) of one whole epoch, and of a restore: ``load_state_dict()`` of the
 state taken at half the epoch into a new loader, up to its first batch. The state's size is
@@ -113,6 +115,7 @@ def _default_before() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default=None, help="the revision to compare with")
+    parser.add_argument("--after", default=None, help="a revision instead of this tree")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--child", nargs=2, metavar=("WHAT", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -123,17 +126,29 @@ def main() -> None:
         return
     before = args.before or _default_before()
     with tempfile.TemporaryDirectory() as scratch:
-        old = Path(scratch) / "before"
+        revisions = {"before": before, **({"after": args.after} if args.after else {})}
+        trees = {name: Path(scratch) / name for name in revisions}
         git = ["git", "-C", str(ROOT)]
-        subprocess.run([*git, "worktree", "add", "--detach", str(old), before], check=True)
         try:
+            for name, revision in revisions.items():
+                subprocess.run(
+                    [*git, "worktree", "add", "--detach", str(trees[name]), revision], check=True
+                )
             data = Path(scratch) / "data"
             make_bench_shards(
                 data, "tar", shard_sizes(SHARDS, low=20, high=60, seed=1), RECORD_BYTES
             )
-            _compare({"before": old, "after": ROOT}, data, args.rounds, before)
+            after = args.after or "this tree"
+            _compare(
+                {"before": trees["before"], "after": trees.get("after", ROOT)},
+                data,
+                args.rounds,
+                f"{before}, after = {after}",
+            )
         finally:
-            subprocess.run([*git, "worktree", "remove", "--force", str(old)], check=True)
+            for tree in trees.values():
+                if tree.exists():
+                    subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
 
 
 def _compare(trees: dict[str, Path], data: Path, rounds: int, before: str) -> None:
