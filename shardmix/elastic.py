@@ -3,12 +3,11 @@
 What remains of the epoch when the state was saved is, over every saved rank, the records no
 lane has delivered (the rest of each lane's pieces) and the shuffle buffer's residents (as
 references, with their sizes). :func:`resized_position` computes it from the state alone and
-deals it to the W' ranks, the same way on every rank: the residents like cards (rank ``r``
-takes residents ``r, r + W', ...`` of the saved ranks' buffers in rank order), then the
-remaining pieces, laid end to end in saved-rank and lane order, cut into runs
-(:func:`~shardmix.sharding.cut_pieces`) so that every rank's total (residents plus records)
-is within one of the others'. Each rank reads its pieces in a *resized phase*: its own lanes
-(``num_lanes`` or the default for W' and the batch size,
+deals it to the W' ranks, the same way on every rank: each saved rank's residents (by shard
+and record) then its remaining pieces (lane by lane), the saved ranks in order, are laid end
+to end and cut into runs (:func:`~shardmix.sharding.cut_pieces`) whose totals (residents
+plus records) are within one of each other (:func:`deal_shares`). Each rank reads its pieces
+in a *resized phase*: its own lanes (``num_lanes`` or the default for W' and the batch size,
 :func:`~shardmix.sharding.phase_lanes`), its residents back in its buffer, and a quota that
 is the same on every rank (``drop`` and ``pad`` as in any epoch, so fewer than W' samples are
 left out or repeated at the epoch's end). The next epoch is planned for W' as usual.
@@ -93,28 +92,50 @@ def remaining_pieces(
     return left
 
 
-def deal_shares(
-    pieces: Sequence[Piece],
-    residents: Sequence[Ref],
-    sizes: Sequence[int],
-    counts: Sequence[int],
-    world_size: int,
-) -> list[Share]:
-    """The remainder dealt to ``world_size`` ranks whose totals differ by at most one.
+@dataclass(frozen=True)
+class Block:
+    """What one saved rank leaves of the epoch: its buffer's residents, then its pieces."""
 
-    >>> shares = deal_shares([Piece(0, 2, None)], [(1, 0, 0), (1, 1, 9)], [5, 5], [10, 2], 3)
-    >>> [(share.pieces, share.residents) for share in shares]
-    [([Piece(0, 2, 5)], [(1, 0, 0)]), ([Piece(0, 5, 7)], [(1, 1, 9)]), ([Piece(0, 7, None)], [])]
+    residents: list[Ref]
+    sizes: list[int]
+    pieces: list[Piece]
+
+
+def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int) -> list[Share]:
+    """The saved ranks' remainders laid end to end and cut into ``world_size`` shares whose
+    totals differ by at most one.
+
+    Each saved rank's residents come before its pieces, and a share is one contiguous run:
+    a new rank takes the residents and pieces of one or a few saved ranks, so its buffer
+    references about as many shards as a rank's in a planned epoch.
+
+    >>> block = Block([(1, 0, 0), (1, 1, 9)], [5, 5], [Piece(0, 2, None)])
+    >>> [(share.residents, share.pieces) for share in deal_shares([block], [10, 2], 3)]
+    [([(1, 0, 0), (1, 1, 9)], [Piece(0, 2, 4)]), ([], [Piece(0, 4, 7)]), ([], [Piece(0, 7, None)])]
     """
-    dealt = [list(range(rank, len(residents), world_size)) for rank in range(world_size)]
-    total = len(residents) + sum(piece.size(counts) for piece in pieces)
+    # Each block's residents as a piece of a shard of its own (numbered past the real ones),
+    # so that one cut (:func:`~shardmix.sharding.cut_pieces`) deals residents and records.
+    first = len(counts)
+    sizes = [*counts, *(len(block.residents) for block in blocks)]
+    laid: list[Piece] = []
+    for at, block in enumerate(blocks):
+        laid += [Piece(first + at), *block.pieces]
+    total = sum(piece.size(sizes) for piece in laid)
     share, extra = divmod(total, world_size)
-    targets = [share + (1 if rank < extra else 0) - len(dealt[rank]) for rank in range(world_size)]
-    runs = cut_pieces(pieces, counts, targets)
-    return [
-        Share(runs[rank], [residents[at] for at in dealt[rank]], [sizes[at] for at in dealt[rank]])
-        for rank in range(world_size)
-    ]
+    runs = cut_pieces(laid, sizes, [share + (1 if r < extra else 0) for r in range(world_size)])
+    shares = []
+    for run in runs:
+        pieces = [piece for piece in run if piece.shard < first]
+        refs: list[Ref] = []
+        held: list[int] = []
+        for piece in run:
+            if piece.shard >= first:
+                block = blocks[piece.shard - first]
+                cut = slice(piece.start, piece.start + piece.size(sizes))
+                refs += block.residents[cut]
+                held += block.sizes[cut]
+        shares.append(Share(pieces, refs, held))
+    return shares
 
 
 def refuse_resize(dataset: ShardDataset, saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
@@ -159,26 +180,26 @@ def resized_position(
         return epoch_start(epoch, num_lanes)
     num_shards = len(dataset.urls)
     counts = dataset.shard_counts(world_size)
-    pieces: list[Piece] = []
-    residents: list[Ref] = []
-    sizes: list[int] = []
+    blocks: list[Block] = []
     identities: dict[int, Any] = {}
     for old_rank, position in enumerate(positions):
         lanes = _saved_lanes(dataset, position, counts, old_rank, saved_world, saved_lanes)
         saved = position["mixer"]["lanes"]
         _check_lanes(saved, lanes, epoch, old_rank)
-        pieces += remaining_pieces(lanes, [(lane[0], lane[1]) for lane in saved], counts)
         refs = unpack_refs(position["buffer"]["items"])
         check_refs(refs, num_shards, "buffer.items")
-        residents += refs
-        sizes += unpack_sizes(position["buffer"]["sizes"])
+        sizes = unpack_sizes(position["buffer"]["sizes"])
+        if len(sizes) != len(refs):
+            raise ConfigError(
+                f"cannot resume: the state's rank {old_rank} shuffle buffer names {len(refs)} "
+                f"residents but gives {len(sizes)} sizes; the state was edited or damaged"
+            )
+        pieces = remaining_pieces(lanes, [(lane[0], lane[1]) for lane in saved], counts)
+        # By shard and record: a share then references few shards (its state names each).
+        order = sorted(range(len(refs)), key=lambda at: refs[at][:2])
+        blocks.append(Block([refs[at] for at in order], [sizes[at] for at in order], pieces))
         identities.update(unpack_identities(position["shards"], num_shards, "shards"))
-    if len(sizes) != len(residents):
-        raise ConfigError(
-            f"cannot resume: the state's shuffle buffers name {len(residents)} residents but "
-            f"give {len(sizes)} sizes; the state was edited or damaged"
-        )
-    shares = deal_shares(pieces, residents, sizes, counts, world_size)
+    shares = deal_shares(blocks, counts, world_size)
     totals = [share.total(counts) for share in shares]
     mine = shares[rank]
     referenced = [piece.shard for piece in mine.pieces] + [ref[0] for ref in mine.residents]
