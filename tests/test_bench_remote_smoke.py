@@ -18,7 +18,12 @@ def test_tiny_throughput_run_reads_every_sample_once_and_reports_its_figures():
     shape = br.Shape(shards=6, shard_mb=1, num_lanes=3, blocks=2, block_mb=1, latency=0.005)
     result = br.run(shape)
     runs = {run["name"]: run for run in result["runs"]}
-    assert list(runs) == ["local disk", "HTTP, read ahead 2 x 1 MB", "HTTP, no read-ahead"]
+    assert list(runs) == [
+        "local disk",
+        "HTTP, read ahead 2 x 1 MB",
+        "HTTP, no read-ahead",
+        "local disk, again",
+    ]
     samples = shape.shards * shape.records_per_shard
     for run in runs.values():
         assert run["exactly_once"] and run["samples"] == samples
@@ -26,8 +31,9 @@ def test_tiny_throughput_run_reads_every_sample_once_and_reports_its_figures():
         assert 1 <= run["boundary_batches"] <= run["batches"]
         assert 0 <= run["stats_share"] < 1 and run["stats_call_us"] > 0
         assert run["loader_cpu_seconds"] > 0
-    local, ahead, plain = runs.values()
+    local, ahead, plain, again = runs.values()
     assert (local["requests"], local["server_cpu_seconds"]) == (0, None)
+    assert (again["requests"], again["server_cpu_seconds"]) == (0, None)
     assert ahead["server_cpu_seconds"] is not None and plain["server_cpu_seconds"] is not None
     # Read ahead in 1 MB blocks: a request per block; plain: one per shard (and the manifest's).
     shard_blocks = math.ceil(result["data_bytes"] / shape.shards / (1 << 20))
@@ -35,4 +41,4 @@ def test_tiny_throughput_run_reads_every_sample_once_and_reports_its_figures():
     assert plain["requests"] == shape.shards + 1
     assert ahead["bytes_per_s"] * ahead["seconds"] == plain["bytes_per_s"] * plain["seconds"]
     assert set(result["speed_vs_local"]) == {ahead["name"], plain["name"]}
-    assert len(result["lines"]) == 3
+    assert len(result["lines"]) == 4
