@@ -213,3 +213,28 @@ def test_over_http_len_reads_the_manifest_once_and_batches_equal_the_local_run(s
     )
     assert remote_batches == [list(batch["__key__"]) for batch in local_loader]
     assert Counter(key for batch in remote_batches for key in batch) == expected_keys(sizes)
+
+
+def test_between_epochs_a_rewritten_shard_is_read_anew_unless_its_count_changed(tmp_path):
+    pattern = write_shards(tmp_path, "tar", [50, 50])
+    loader = MixingLoader(ShardDataset(pattern), batch_size=10, num_workers=0)
+
+    def epoch() -> dict[str, int]:
+        """Each key of one epoch, with the length of its payload."""
+        return {
+            key: len(payload)
+            for batch in loader
+            for key, payload in zip(batch["__key__"], batch["bin"], strict=True)
+        }
+
+    assert len(loader) == 10  # the loader counts the shards, as a trainer's len() makes it
+    assert epoch() == dict.fromkeys(expected_keys([50, 50]), 16)
+    write_shards(tmp_path, "tar", [50, 50], payload_bytes=32)  # same counts, other records
+    assert epoch() == dict.fromkeys(expected_keys([50, 50]), 32)
+    write_shards(tmp_path, "tar", [50, 70])  # shard 1 grew: the loader's counts are stale
+    with pytest.raises(RecordCountError) as raised:
+        epoch()
+    assert str(raised.value).startswith(
+        f"{tmp_path / 'part-0001.tar'}: the counting pass says 50 records, but the shard holds "
+        "70 (record 50 "
+    )

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_record_claims import write_manifest_beside
 
 from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
 from shardmix.checkpoint import unpack_refs
@@ -163,11 +164,16 @@ def test_a_damaged_identity_entry_is_refused_naming_it(tmp_path, entry, expected
     )
 
 
-def checkpoint_over_http(base: str, folder: Path, fmt: str) -> tuple[str, dict]:
-    """The shards served from ``folder`` at ``base``, and the state after BATCHES batches."""
+def checkpoint_over_http(
+    base: str, folder: Path, fmt: str, manifest: bool = False
+) -> tuple[str, dict]:
+    """The shards served from ``folder`` at ``base`` (and their manifest), and the state after
+    BATCHES batches."""
     folder.mkdir()
     for shard, size in enumerate(SIZES):
         write(folder / f"part-{shard}.{fmt}", fmt, originals(shard, size), MTIME_NS)
+    if manifest:
+        write_manifest_beside(folder, fmt)
     pattern = f"{base}/data/part-{{0..{len(SIZES) - 1}}}.{fmt}"
     loader = make_loader(pattern)
     batches = iter(loader)
@@ -205,3 +211,30 @@ def test_residents_read_by_range_requests_refuse_a_rewritten_remote_shard(server
         assert f"expected {size} bytes, found {new_size} bytes" in str(caught.value)
     ranged = [r for n, r in served.requests if n == name]
     assert ranged and all(r is not None and r.startswith("bytes=") for r in ranged)
+
+
+def test_identities_cost_len_state_dict_and_a_restore_no_request(server):
+    base, served = server
+    folder = served.root / "data"
+    pattern, state = checkpoint_over_http(base, folder, "tar", manifest=True)  # len(): no count
+    referenced = {lane[3] for lane in state["mixer"]["lanes"] if lane[3] >= 0}
+    referenced |= {ref[0] for ref in unpack_refs(state["buffer"]["items"])}
+    shards = {f"data/part-{shard}.tar" for shard in range(len(SIZES))}
+    loader = make_loader(pattern)
+    batches = iter(loader)
+    next(batches)
+    served.requests.clear()
+    assert len(loader) == sum(SIZES) // 6 + 1
+    loader.state_dict()
+    assert (served.requests, served.heads) == ([], [])  # nothing asked of the server
+    loader.close()
+    resumed = make_loader(pattern)
+    resumed.load_state_dict(state)
+    assert len(resumed) == sum(SIZES) // 6 + 1
+    assert (served.requests, served.heads) == ([("data/part.manifest.json", None)], [])
+    served.requests.clear()
+    next(iter(resumed))  # the restore's reads: the shards it references, and no HEAD
+    resumed.close()
+    asked = {name for name, _ in served.requests}
+    assert {f"data/part-{shard}.tar" for shard in referenced} <= asked <= shards
+    assert served.heads == []
