@@ -14,6 +14,7 @@ import webdataset
 
 from shardmix.convert import BadInputError, ConvertOptions, OutputPattern, Part, convert
 from shardmix.convert import writer as writer_module
+from shardmix.convert.api import OutputExistsError
 from shardmix.errors import InputChangedError, OutputBusyError, OutputFullError, OutputLinkError
 
 
@@ -189,3 +190,37 @@ def test_inputs_left_out_are_counted_by_reason(tmp_path, capsys):
     assert summary.left_out == {"no extension": 2, "hidden name": 1}
     assert main(["convert", str(data), f"{tmp_path}/p/x-%d.tar"]) == 0
     assert "left out by rule: 1 hidden name, 2 no extension" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        ".x-0.tar.partial",  # a shard's temporary file
+        "x-0.tar",  # a shard
+        "x-0.tar.idx",  # a shard's index, were one written
+        ".x.manifest.json.inputs",  # the input record
+        ".x.manifest.json.lock",  # the lock
+        ".x.manifest.json.journal",  # the journal
+        "x.manifest.json",  # the manifest
+    ],
+)
+def test_no_file_convert_writes_goes_through_a_planted_link(tmp_path, planted):
+    table = rows_file(tmp_path / "t.jsonl", ["aa", "bb"])
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "precious"
+    target.write_text("keep")
+    (out / planted).symlink_to(target)
+    for overwrite in (False, True):  # a name taken for earlier output is replaced by --overwrite
+        try:
+            convert([table], f"{out}/x-%d.tar", ConvertOptions(overwrite=overwrite))
+        except OutputLinkError as error:
+            assert str(error).startswith(f"{out / planted}: is a symbolic link")
+        except OutputExistsError:
+            assert not overwrite and planted in ("x-0.tar", "x-0.tar.idx")
+            continue
+        else:  # a leftover name is removed or replaced as a link, never written through
+            assert texts_of(out) == {"r0": "aa", "r1": "bb"}
+        assert target.read_text() == "keep"
+        break
+    assert target.read_text() == "keep"
