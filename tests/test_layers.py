@@ -19,9 +19,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 
 # Bottom to top. A module is matched by its longest listed prefix; "" is the package itself.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("errors", "policy", "checkpoint", "lifeline")),
+    ("base", ("errors", "policy", "lifeline")),
     ("bytes", ("sources", "formats", "urls")),
-    ("plan", ("sharding", "counts", "manifests", "arguments")),
+    ("plan", ("sharding", "counts", "manifests", "arguments", "checkpoint")),
     ("world", ("world", "rankstate")),
     (
         "reading",
@@ -38,7 +38,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "progress",
         ),
     ),
-    ("batching", ("rows", "mixing", "shuffle", "residents", "rankend", "epoch", "collate")),
+    (
+        "batching",
+        ("rows", "mixing", "shuffle", "residents", "rankend", "epoch", "collate", "stats"),
+    ),
     (
         "api",
         (
@@ -46,6 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "loader",
             "mixture",
             "canonical",
+            "elastic",
             "lightning",
             "accelerate",
             "hf",

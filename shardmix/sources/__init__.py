@@ -285,18 +285,18 @@ def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:
 
 
 def _register_builtin() -> None:
-    from shardmix.sources.http import open_http
     from shardmix.sources.local import open_local
     from shardmix.sources.pipe import open_pipe
+    from shardmix.sources.readahead import open_web
 
     def open_file(url: str, options: SourceOptions) -> BinaryIO:
         return open_local(url)
 
     register_opener("file", open_file)
-    register_opener("http", open_http)
-    register_opener("https", open_http)
+    register_opener("http", open_web)
+    register_opener("https", open_web)
     register_opener("pipe", open_pipe)
-    _OPENERS_AT.update(http=open_http, https=open_http)
+    _OPENERS_AT.update(http=open_web, https=open_web)
 
 
 _register_builtin()

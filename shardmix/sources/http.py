@@ -95,14 +95,10 @@ def _headers_of(url: str, options: SourceOptions) -> Mapping[str, str]:
 def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     """Open an ``http(s)://`` shard: a buffered, seekable stream that retries and resumes.
 
-    ``offset`` is where the first read will be: the first request asks for it. With
-    ``options.read_ahead``, the shard is fetched in blocks ahead of the reader
-    (:mod:`shardmix.sources.readahead`).
+    ``offset`` is where the first read will be: the first request asks for it. The opener
+    registered for http(s) is :func:`shardmix.sources.readahead.open_web`, which reads ahead
+    in blocks instead when ``options.read_ahead`` asks for it.
     """
-    if options.read_ahead is not None:
-        from shardmix.sources.readahead import open_blocks
-
-        return open_blocks(url, options, offset)
     stream = HttpShardStream(
         url,
         options.retry,

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import bisect
 import io
-import os
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 from shardmix.sources import _OPENERS, SourceOptions, scheme_of
+from shardmix.sources.fetchpool import FETCH_THREADS, fetch_pool
 from shardmix.sources.identity import ShardIdentity, check_identity
 
 if TYPE_CHECKING:
@@ -31,47 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["FETCH_THREADS", "RangedStream", "open_ranges", "reads_ranges"]
 
-FETCH_THREADS = 64  # requests in flight at once, per process (mostly waiting on latency)
 MIN_FETCH_BYTES = 16 * 1024  # a read outside the ranges fetches at least this much
 
 Fetch = Callable[[int, int], tuple[bytes, int | None]]  # (start, stop) -> (bytes, shard size)
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = _started_pool()
-        return _executor
-
-
-def _started_pool() -> ThreadPoolExecutor:
-    """A pool whose threads are all running, idle.
-
-    A pool starts a thread per request submitted while none is idle, and each start waits for
-    the new thread to run; once the first requests run, their Python code holds the GIL, so
-    starting the rest one by one took 0.6 s on two cores. Started at once, each waiting on
-    one gate, they take milliseconds.
-    """
-    executor = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardmix-range")
-    gate = threading.Event()
-    waiting = [executor.submit(gate.wait) for _ in range(FETCH_THREADS)]
-    gate.set()
-    for future in waiting:
-        future.result()
-    return executor
-
-
-def _forget_pool() -> None:
-    """In a forked child the parent's threads do not exist."""
-    global _executor, _executor_lock
-    _executor, _executor_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
 
 
 def open_ranges(
@@ -99,9 +60,9 @@ def reads_ranges(url: str, options: SourceOptions) -> bool:
     if scheme in ("file", "pipe") or options.cache_dir is not None:
         return False
     if scheme in ("http", "https"):
-        from shardmix.sources.http import open_http
+        from shardmix.sources.readahead import open_web
 
-        return _OPENERS.get(scheme) is open_http  # else a plug-in reads them its own way
+        return _OPENERS.get(scheme) is open_web  # else a plug-in reads them its own way
     return scheme not in _OPENERS
 
 
@@ -158,7 +119,9 @@ class RangedStream(io.RawIOBase):
         self._starts: list[int] = []  # sorted starts of the pieces fetched
         self._pieces: dict[int, bytes] = {}
         self._pending: list[tuple[int, Future[tuple[bytes, int | None]]]] = [
-            (start, _pool().submit(fetch, start, stop)) for start, stop in ranges if stop > start
+            (start, fetch_pool().submit(fetch, start, stop))
+            for start, stop in ranges
+            if stop > start
         ]
 
     def readable(self) -> bool:

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from shardmix.errors import ShardmixError
 from shardmix.sources import READ_BUFFER_BYTES, ReadAhead, SourceOptions
+from shardmix.sources.fetchpool import fetch_pool
+from shardmix.sources.http import HttpShardStream, _headers_of, open_http
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.traffic import count_stall
 from shardmix.sources.validators import changed
@@ -41,7 +43,7 @@ from shardmix.sources.validators import changed
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["BlockStream", "follow", "forget", "open_blocks"]
+__all__ = ["BlockStream", "follow", "forget", "open_blocks", "open_web"]
 
 
 class _Block(NamedTuple):
@@ -49,10 +51,16 @@ class _Block(NamedTuple):
     identity: ShardIdentity
 
 
+def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
+    """Open an ``http(s)://`` shard (the opener registered for both schemes): read ahead in
+    blocks with ``options.read_ahead``, else one stream (:func:`.http.open_http`)."""
+    if options.read_ahead is not None:
+        return open_blocks(url, options, offset)
+    return open_http(url, options, offset)
+
+
 def _fetch(url: str, options: SourceOptions, start: int, stop: int) -> _Block:
     """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried."""
-    from shardmix.sources.http import HttpShardStream, _headers_of
-
     stream = HttpShardStream(
         url,
         options.retry,
@@ -219,11 +227,10 @@ class BlockStream(io.RawIOBase):
         return False
 
     def _submit(self) -> None:
-        from shardmix.sources.ranges import _pool
-
         start = self._base + self._next * self._block
         stop = start + self._block
-        self._futures[self._next] = _pool().submit(_fetch, self.url, self._options, start, stop)
+        pool = fetch_pool()
+        self._futures[self._next] = pool.submit(_fetch, self.url, self._options, start, stop)
         self._next += 1
 
     def _result(self, index: int) -> _Block:
