@@ -204,8 +204,13 @@ def resized_position(
     mine = shares[rank]
     referenced = [piece.shard for piece in mine.pieces] + [ref[0] for ref in mine.residents]
     start = epoch_start(epoch, num_lanes)
+    # Lanes with no pieces are ended from the start: with none live, a restore knows that the
+    # epoch ends popping the residents, and reads them in the order they leave.
+    lanes = phase_lanes(mine.pieces, counts, num_lanes)
+    live = [lane for lane, pieces in enumerate(lanes) if pieces]
     return {
         **start,
+        "mixer": {**start["mixer"], "live": live},
         "batches": batches,
         "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
         "buffer": {"draws": 0, "items": pack_refs(mine.residents), "sizes": pack_sizes(mine.sizes)},
