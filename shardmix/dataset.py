@@ -350,6 +350,8 @@ class ShardDataset(IterableDataset[Sample]):
                 return
             if following is None:
                 readahead.forget(url)
+            elif options.cache_limit is not None and _has_copy(options, urls[following.shard]):
+                readahead.follow(url, None, options)  # the next one is read from its copy
             else:
                 readahead.follow(url, urls[following.shard], options)
 
@@ -553,6 +555,12 @@ def _decoder(
     if callable(decode) and not isinstance(decode, Decoder):
         return decode
     return as_decoder(decode)
+
+
+def _has_copy(options: SourceOptions, url: str) -> bool:
+    from shardmix.sources.cache import has_copy
+
+    return options.cache_dir is not None and has_copy(options.cache_dir, url)
 
 
 def _known_weights(

@@ -68,6 +68,7 @@ __all__ = [
     "cache_path",
     "download",
     "end_plan",
+    "has_copy",
     "open_bounded",
     "open_cached",
     "plan_reads",
@@ -430,6 +431,12 @@ def _tee(
 
     tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))
     return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+
+
+def has_copy(cache_dir: str, url: str) -> bool:
+    """Whether the bounded cache in ``cache_dir`` holds all of ``url`` now (read-ahead need
+    not fetch its start; a copy evicted before it is opened is fetched then)."""
+    return ledger_for(cache_dir).holds(cache_path(cache_dir, url))
 
 
 def plan_reads(cache_dir: str, plan: str, lanes: Sequence[Sequence[str]]) -> None:

@@ -399,6 +399,14 @@ class CacheLedger:
                 db.execute("DELETE FROM entries WHERE path = ? AND state = 'ready'", (path,))
         return True
 
+    def holds(self, path: str) -> bool:
+        """Whether a ready copy of a whole shard is at ``path``."""
+        return bool(
+            self._rows(
+                "SELECT 1 FROM entries WHERE path = ? AND state = 'ready' AND size = total", path
+            )
+        )
+
     def held(self) -> int:
         """The bytes the cache holds or has reserved."""
         ((total,),) = self._rows("SELECT COALESCE(SUM(size), 0) FROM entries")
