@@ -326,15 +326,19 @@ def test_every_dataset_of_a_mixture_shares_the_limit(server, tmp_path):
     write_shards(state.root / "web", "tar", [30, 45, 25, 40], payload_bytes=2000)
     write_shards(state.root / "code", "tar", [35, 20, 50], payload_bytes=2000)
     sizes = [path.stat().st_size for path in sorted(state.root.glob("*/part-*"))]
-    limit, cache = sum(sizes) // 2, tmp_path / "cache"
 
     def mixture_keys(options: SourceOptions) -> Counter[tuple[str, str]]:
         datasets = {
             "web": ShardDataset(f"{base}/web/part-{{0000..0003}}.tar", source_options=options),
             "code": ShardDataset(f"{base}/code/part-{{0000..0002}}.tar", source_options=options),
         }
-        loader = MixingLoader(
-            datasets, weights={"web": 1, "code": 1}, batch_size=8, num_workers=1, seed=3
+        loader = MixingLoader(  # every dataset read whole at least once
+            datasets,
+            weights={"web": 1, "code": 1},
+            batch_size=8,
+            num_workers=1,
+            seed=3,
+            stopping="all_exhausted",
         )
         return Counter(
             pair
@@ -343,13 +347,16 @@ def test_every_dataset_of_a_mixture_shares_the_limit(server, tmp_path):
         )
 
     expected = mixture_keys(SourceOptions())
-    with sampled(cache) as samples:
-        cached = mixture_keys(SourceOptions(cache_dir=str(cache), cache_limit=limit))
-    assert cached == expected and len(expected) > 0
-    assert max(samples) <= limit
+    assert len(expected) > 0
+    for limit in (sum(sizes) // 2, sum(sizes)):  # half the two sets, then room for both
+        cache = tmp_path / f"cache-{limit}"
+        with sampled(cache) as samples:
+            cached = mixture_keys(SourceOptions(cache_dir=str(cache), cache_limit=limit))
+        assert cached == expected
+        assert max(samples) <= limit
+        check_ledger(cache, limit)
     urls = {row[0] for row in CacheLedger(str(cache))._rows("SELECT url FROM entries")}
     assert {url.split("/")[3] for url in urls} == {"web", "code"}  # both datasets cached
-    check_ledger(cache, limit)
 
 
 def test_a_shard_larger_than_the_room_left_is_cached_in_part(remote_set, tmp_path):
