@@ -8,6 +8,7 @@ it or a buffer resident is re-read from it, in this process or in worker process
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -238,3 +239,39 @@ def test_identities_cost_len_state_dict_and_a_restore_no_request(server):
     asked = {name for name, _ in served.requests}
     assert {f"data/part-{shard}.tar" for shard in referenced} <= asked <= shards
     assert served.heads == []
+
+
+def test_identities_cost_len_state_dict_and_load_state_dict_no_stat(tmp_path, monkeypatch):
+    pattern, state, _ = checkpoint(tmp_path, "tar")
+    loader, resumed = make_loader(pattern), make_loader(pattern)
+    expected = len(loader)  # the counting pass opens (and so stats) every shard, once
+    assert len(resumed) == expected
+    batches = iter(loader)
+    next(batches)
+    calls: list[str] = []
+
+    def from_shardmix() -> bool:
+        frame = sys._getframe(2)
+        while frame is not None:
+            if f"{os.sep}shardmix{os.sep}" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
+
+    for name in ("stat", "fstat", "lstat"):
+        real = getattr(os, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            if from_shardmix():  # not pytest's own
+                calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, counted)
+    assert len(loader) == expected == sum(SIZES) // 6 + 1
+    taken = loader.state_dict()
+    resumed.load_state_dict(state)  # its opens, at the first batch, check the identities
+    monkeypatch.undo()
+    loader.close()
+    resumed.close()
+    assert calls == []
+    assert taken["shards"]  # the identities are in the state all the same
