@@ -20,7 +20,8 @@ from shardmix.collate import collate_samples
 from shardmix.decode import Decoder, ImageOutput, as_decoder
 from shardmix.errors import ConfigError, DecodeError
 from shardmix.formats.example import decode_example, encode_example
-from shardmix.formats.tar import read_tar_samples
+
+import reads
 
 GOLDEN = Path(__file__).parent / "golden" / "decode"
 EXPECTED = json.loads((GOLDEN / "expected.json").read_text())
@@ -29,7 +30,7 @@ EXPECTED = json.loads((GOLDEN / "expected.json").read_text())
 def read_golden(name: str) -> list[dict[str, Any]]:
     """The golden tar's samples as shardmix's tar reader yields them, with a source."""
     with open(GOLDEN / name, "rb") as stream:
-        return [{**sample, "__source__": name} for sample in read_tar_samples(stream, str(name))]
+        return [{**sample, "__source__": name} for sample in reads.tar_samples(stream, str(name))]
 
 
 def sha256(array: np.ndarray) -> str:

@@ -14,10 +14,11 @@ import pytest
 
 from shardmix import MixingLoader, ShardDataset
 from shardmix.checkpoint import unpack_refs
-from shardmix.formats import Format, read_located_samples
+from shardmix.formats import Format
 from shardmix.sources import RetryPolicy, SourceOptions
 from shardmix.testing import batch_fingerprint, checkpoint_after
 
+import reads
 from shards import write_shards
 
 SIZES = [40, 31, 47, 38, 44, 29, 50, 36, 42, 33, 45, 39, 30, 48, 35, 41]
@@ -36,7 +37,7 @@ def record_sizes(folder: Path) -> dict[tuple[int, int], int]:
     for shard in range(len(SIZES)):
         path = folder / f"part-{shard:04d}.tar"
         with path.open("rb") as stream:
-            offsets = [offset for _, offset, _ in read_located_samples(stream, "x", Format.TAR)]
+            offsets = [offset for _, offset, _ in reads.located(stream, "x", Format.TAR)]
         ends = [*offsets[1:], path.stat().st_size]
         for record, (begin, end) in enumerate(zip(offsets, ends, strict=True)):
             sizes[shard, record] = end - begin

@@ -810,13 +810,14 @@ def remote_section(config: Config) -> list[Row]:
 
 def _resident_bytes(paths: list[str], urls: list[str], refs: list[tuple[int, int, int]]) -> int:
     """The bytes of the records that ``refs`` name, framing included."""
-    from shardmix.formats import Format, read_located_samples
+    from shardmix.formats import Format, reader_for
 
     wanted = Counter(shard for shard, _, _ in refs)
     sizes: dict[tuple[int, int], int] = {}
     for shard in wanted:
         with open(paths[shard], "rb") as stream:
-            offsets = [o for _, o, _ in read_located_samples(stream, urls[shard], Format.TAR)]
+            records = reader_for(Format.TAR).records(stream, urls[shard])
+            offsets = [o for _, o, _ in records]
         ends = [*offsets[1:], Path(paths[shard]).stat().st_size]
         for record, (begin, end) in enumerate(zip(offsets, ends, strict=True)):
             sizes[shard, record] = end - begin

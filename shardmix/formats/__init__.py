@@ -16,8 +16,8 @@ that ``shardmix convert`` uses is registered the same way:
 The functions below are that API for one call each, for callers holding a format rather than a
 reader:
 
-- :func:`read_samples`, :func:`read_indexed_samples` and :func:`read_located_samples` yield
-  samples, ``(record, sample)`` and ``(record, offset, sample)`` from record ``start`` on.
+- :func:`read_samples` yields the samples from record ``start`` on; a reader's ``records``
+  yields ``(record, offset, sample)``.
   Record ``i`` of the shard is the ``i``-th record in the file (counting from zero, skipped
   ones included), so the caller, which adds ``__source__`` and ``__index__``, gets the index
   right even when damaged records were skipped. ``offset`` is the byte where the record starts
@@ -25,7 +25,7 @@ reader:
   for a gzip shard: what a checkpoint stores next to the record index.
 - ``start`` skips the first ``start`` records cheaply: framing is checked, payloads are
   neither decoded nor CRC-checked, and seekable streams are seeked past them.
-- :func:`read_samples_at_offsets` (and :func:`read_sample_at`, for one) reads records at
+- :func:`read_samples_at_offsets` reads records at
   such offsets from a seekable, uncompressed shard: one seek and one record each, checked
   as in a full read, and a :class:`~shardmix.errors.CorruptShardError` when no valid record
   starts there (a stale offset). This is how a restored shuffle buffer is re-read.
@@ -85,9 +85,6 @@ __all__ = [
     "can_seek_records",
     "infer_format",
     "is_gzipped",
-    "read_indexed_samples",
-    "read_located_samples",
-    "read_sample_at",
     "read_samples",
     "read_samples_at",
     "read_samples_at_offsets",
@@ -112,41 +109,6 @@ def read_samples(
     return samples_only(reader.records(stream, url, start=start, on_damage=on_damage))
 
 
-def read_indexed_samples(
-    stream: BinaryIO,
-    url: str,
-    fmt: Format,
-    *,
-    start: int = 0,
-    options: ReadOptions = ReadOptions(),
-    on_damage: DamageHandler | None = None,
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(record index, sample)`` for each record of one shard, from ``start`` on.
-
-    With ``on_damage``, damage is reported to it instead of raised, and the indices of the
-    records that were dropped are missing from the sequence.
-    """
-    reader = reader_for(fmt, options)
-    return without_offsets(reader.records(stream, url, start=start, on_damage=on_damage))
-
-
-def read_located_samples(
-    stream: BinaryIO,
-    url: str,
-    fmt: Format,
-    *,
-    start: int = 0,
-    options: ReadOptions = ReadOptions(),
-    on_damage: DamageHandler | None = None,
-) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """Yield ``(record index, byte offset, sample)`` for each record, from ``start`` on.
-
-    As :func:`read_indexed_samples`, plus where each record starts (see the module
-    docstring), for :func:`read_samples_at_offsets` to read it again.
-    """
-    return reader_for(fmt, options).records(stream, url, start=start, on_damage=on_damage)
-
-
 def read_samples_at(
     stream: BinaryIO,
     url: str,
@@ -163,14 +125,14 @@ def read_samples_at(
     checked, payloads are neither decoded nor CRC-checked, and seekable streams are seeked
     past them (gzip shards are inflated and the bytes dropped). Reading stops after the last
     wanted record, not at the end of the shard. Damage in a wanted record, or in the framing
-    walked to reach it, raises as :func:`read_indexed_samples` does; damage inside a skipped
+    walked to reach it, raises as a reader's ``records`` does; damage inside a skipped
     record's payload goes unseen.
 
     A wanted index at or past the end of the shard is not an error here: it is simply
     missing from what is yielded (the shard is read to its end, which is checked), and the
     caller, which knows what it asked for, decides what a missing record means. An empty
     ``records`` yields nothing and reads nothing. With ``on_damage``, damage is reported to
-    it instead of raised, as :func:`read_indexed_samples` reports it.
+    it instead of raised, as a reader's ``records`` reports it.
     """
     wanted = wanted_records(records)
     if not wanted:
@@ -194,7 +156,7 @@ def read_samples_at_offsets(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
 
-    Each offset is where :func:`read_located_samples` found the record, in a shard that must
+    Each offset is where a reader's ``records`` found the record, in a shard that must
     be seekable and uncompressed (:func:`can_seek_records`; otherwise walk the framing with
     :func:`read_samples_at`) and is read from its start. Exactly one record is read at each
     offset, checked as a full read checks it (headers, CRCs, the Example), so the cost
@@ -224,20 +186,3 @@ def _noting_offsets(
             "shard was rewritten since, the offset is stale"
         )
         raise
-
-
-def read_sample_at(
-    stream: BinaryIO,
-    url: str,
-    fmt: Format,
-    offset: int,
-    record: int,
-    *,
-    options: ReadOptions = ReadOptions(),
-) -> dict[str, Any]:
-    """The sample of record ``record``, which starts at byte ``offset``: one seek, one record.
-
-    See :func:`read_samples_at_offsets` (of which this is the one-record case).
-    """
-    ((_, sample),) = read_samples_at_offsets(stream, url, fmt, [(record, offset)], options=options)
-    return sample

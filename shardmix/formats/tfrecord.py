@@ -47,7 +47,6 @@ from shardmix.formats._common import (
     check_range,
     check_start,
     inflated,
-    samples_only,
     wanted_records,
 )
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
@@ -78,11 +77,8 @@ from shardmix.policy import DamageHandler
 
 __all__ = [
     "TFRecordReader",
-    "count_tfrecord_records",
     "masked_crc",
-    "read_located_tfrecord_samples",
     "read_tfrecord_records",
-    "read_tfrecord_samples",
 ]
 
 _NO_RECORD = "expected a record here, found the end"
@@ -213,13 +209,6 @@ def read_tfrecord_records(
     framing = Framing(stream, url, max_record_bytes, inflated=False, on_damage=on_damage)
     records = _walk(framing, [_Span(start, sys.maxsize)], verify)
     return ((offset, data) for _, offset, data in records)
-
-
-def count_tfrecord_records(
-    stream: BinaryIO, url: str, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
-) -> int:
-    """The records in a TFRecord stream, by its framing (length CRCs checked, data skipped)."""
-    return TFRecordReader(max_record_bytes=max_record_bytes, gzipped=False).count(stream, url)
 
 
 # ------------------------------------------------------------------------------------ samples
@@ -384,27 +373,3 @@ class TFRecordReader:
 
 
 register_reader(Format.TFRECORD, TFRecordReader.from_options)
-
-
-def read_located_tfrecord_samples(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    on_damage: DamageHandler | None = None,
-    **options: Any,
-) -> Iterator[LocatedSample]:
-    """:meth:`TFRecordReader.records` from ``start`` on, gzip said rather than told by the URL.
-
-    ``options``: ``payload``, ``max_record_bytes``, ``max_inflated_bytes`` (the reader's).
-    """
-    reader = TFRecordReader(gzipped=gzipped, **options)
-    return reader.records(stream, url, start=start, on_damage=on_damage)
-
-
-def read_tfrecord_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
-    """One sample per record (see :func:`read_located_tfrecord_samples`): with ``payload=EXAMPLE``
-    the Example's features and ``"__key__"`` (its own ``__key__`` feature, else
-    ``"<stem>/<record:08d>"``); with ``payload=RAW``, ``{"__key__": ..., "record": bytes}``."""
-    return samples_only(read_located_tfrecord_samples(stream, url, **options))

@@ -13,9 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from shardmix.formats import Format, ReadOptions, read_indexed_samples
+from shardmix.formats import Format, ReadOptions
 from shardmix.formats.tfrecord import masked_crc
 from shardmix.policy import Damage
+
+import reads
 
 BLOCK = 512
 
@@ -69,9 +71,7 @@ def read_shard(
     fmt = Format.TAR if ".tar" in url else Format.TFRECORD
     with open(url, "rb") as stream:
         return list(
-            read_indexed_samples(
-                stream, url, fmt, start=start, options=options, on_damage=on_damage
-            )
+            reads.indexed(stream, url, fmt, start=start, options=options, on_damage=on_damage)
         )
 
 

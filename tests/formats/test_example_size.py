@@ -13,8 +13,9 @@ import pytest
 from shardmix.errors import DecodedSizeError, DecodeError
 from shardmix.formats.example import decode_example, encode_example
 from shardmix.formats.example_size import decoded_size_over
-from shardmix.formats.tfrecord import read_tfrecord_samples
 from shardmix.formats.tfrecord_writer import TFRecordWriter
+
+import reads
 
 
 def _varint(value: int) -> bytes:
@@ -90,7 +91,7 @@ def test_reader_names_file_record_and_offset(tmp_path: Path) -> None:
         writer.write(first)
         writer.write(packed_int64_bomb(1 << 16))
     with open(path, "rb") as stream:
-        samples = read_tfrecord_samples(stream, str(path), max_decoded_bytes=1 << 16)
+        samples = reads.tfrecord_samples(stream, str(path), max_decoded_bytes=1 << 16)
         assert next(samples)["a"].tolist() == [1]
         with pytest.raises(DecodedSizeError) as info:
             next(samples)

@@ -9,26 +9,22 @@ import pytest
 from test_random_access import RECORDS, URLS, PipeStream, shard_bytes
 
 from shardmix.errors import CorruptShardError
-from shardmix.formats import (
-    Format,
-    read_indexed_samples,
-    read_located_samples,
-    read_sample_at,
-    read_samples_at_offsets,
-)
+from shardmix.formats import Format, read_samples_at_offsets
+
+import reads
 
 FORMATS = [Format.TAR, Format.TFRECORD]
 
 
 def located(fmt: Format, gz: bool = False) -> list[tuple[int, int, dict[str, Any]]]:
-    return list(read_located_samples(io.BytesIO(shard_bytes(fmt, gz)), URLS[fmt, gz], fmt))
+    return list(reads.located(io.BytesIO(shard_bytes(fmt, gz)), URLS[fmt, gz], fmt))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("gz", [False, True])
 def test_located_samples_are_the_indexed_samples_plus_where_they_start(fmt, gz):
     found = located(fmt, gz)
-    indexed = list(read_indexed_samples(io.BytesIO(shard_bytes(fmt, gz)), URLS[fmt, gz], fmt))
+    indexed = list(reads.indexed(io.BytesIO(shard_bytes(fmt, gz)), URLS[fmt, gz], fmt))
     assert [(record, sample) for record, _, sample in found] == indexed
     offsets = [offset for _, offset, _ in found]
     assert offsets[0] == 0
@@ -49,7 +45,7 @@ def test_tfrecord_offsets_are_the_length_fields():
 def test_every_record_reads_back_alone_at_its_offset(fmt):
     data = shard_bytes(fmt, False)
     for record, offset, sample in located(fmt):
-        assert read_sample_at(io.BytesIO(data), URLS[fmt, False], fmt, offset, record) == sample
+        assert reads.sample_at(io.BytesIO(data), URLS[fmt, False], fmt, offset, record) == sample
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -76,7 +72,7 @@ def test_a_stale_offset_raises_naming_the_shard_record_and_offset(fmt):
     inside = offset + 1024 if fmt is Format.TAR else offset + 20
     for stale in (inside, len(data), len(data) + 4096):
         with pytest.raises(CorruptShardError, match=rf"{url}: record 7 at byte offset") as caught:
-            read_sample_at(io.BytesIO(data), url, fmt, stale, record)
+            reads.sample_at(io.BytesIO(data), url, fmt, stale, record)
         assert caught.value.url == url
         assert "the offset is stale" in "\n".join(caught.value.__notes__)
 
@@ -85,20 +81,20 @@ def test_a_tar_offset_off_the_block_grid_is_refused():
     record, offset, _ = located(Format.TAR)[5]
     data = shard_bytes(Format.TAR, False)
     with pytest.raises(CorruptShardError, match="not a 512-byte block boundary"):
-        read_sample_at(io.BytesIO(data), URLS[Format.TAR, False], Format.TAR, offset + 12, record)
+        reads.sample_at(io.BytesIO(data), URLS[Format.TAR, False], Format.TAR, offset + 12, record)
 
 
 def test_a_tar_offset_on_the_end_of_archive_is_refused():
     data = shard_bytes(Format.TAR, False)
     end = len(data) - 1024  # TarWriter ends with exactly two zero blocks
     with pytest.raises(CorruptShardError, match="found the end of the archive"):
-        read_sample_at(io.BytesIO(data), URLS[Format.TAR, False], Format.TAR, end, RECORDS)
+        reads.sample_at(io.BytesIO(data), URLS[Format.TAR, False], Format.TAR, end, RECORDS)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_gzip_and_pipes_are_refused_with_the_alternative(fmt):
     with pytest.raises(ValueError, match="use read_samples_at"):
-        read_sample_at(io.BytesIO(shard_bytes(fmt, True)), URLS[fmt, True], fmt, 0, 0)
+        reads.sample_at(io.BytesIO(shard_bytes(fmt, True)), URLS[fmt, True], fmt, 0, 0)
     pipe = PipeStream(shard_bytes(fmt, False))
     with pytest.raises(ValueError, match="use read_samples_at"):
-        read_sample_at(pipe, URLS[fmt, False], fmt, 0, 0)  # type: ignore[arg-type]
+        reads.sample_at(pipe, URLS[fmt, False], fmt, 0, 0)  # type: ignore[arg-type]

@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardmix.errors import CorruptShardError
-from shardmix.formats import Format, ReadOptions, read_indexed_samples, read_samples_at
+from shardmix.formats import Format, ReadOptions, read_samples_at
 from shardmix.formats.tar_writer import TarWriter
 from shardmix.formats.tfrecord_writer import TFRecordWriter
+
+import reads
 
 RECORDS = 40
 URLS = {
@@ -102,7 +104,7 @@ def read_at(data: bytes, fmt: Format, gz: bool, wanted: list[int], *, seekable: 
 
 
 def read_all_then_filter(data: bytes, fmt: Format, gz: bool, wanted: list[int]):
-    samples = read_indexed_samples(io.BytesIO(data), URLS[fmt, gz], fmt)
+    samples = reads.indexed(io.BytesIO(data), URLS[fmt, gz], fmt)
     return [(record, plain(sample)) for record, sample in samples if record in set(wanted)]
 
 
@@ -161,7 +163,7 @@ def test_raw_tfrecord_payloads():
     options = ReadOptions(tfrecord_payload="raw")  # type: ignore[arg-type]
     url = URLS[Format.TFRECORD, False]
     found = list(read_samples_at(io.BytesIO(data), url, Format.TFRECORD, [1, 7], options=options))
-    every = dict(read_indexed_samples(io.BytesIO(data), url, Format.TFRECORD, options=options))
+    every = dict(reads.indexed(io.BytesIO(data), url, Format.TFRECORD, options=options))
     assert found == [(1, every[1]), (7, every[7])]
 
 

@@ -19,14 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardmix.errors import CorruptShardError, ShardmixError, TruncatedShardError
-from shardmix.formats.tar import (
-    TarReader,
-    count_tar_records,
-    read_located_tar_samples,
-    read_tar_samples,
-    split_member_name,
-)
+from shardmix.formats.tar import TarReader, split_member_name
 from shardmix.formats.tar_writer import TarWriter
+
+import reads
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "tar"
 BLOCK = 512
@@ -53,7 +49,7 @@ def write_tar(samples: list[dict[str, Any]], *, gzip: bool = False) -> bytes:
 
 
 def read_all(data: bytes, url: str = "mem.tar", **kwargs: Any) -> list[dict[str, Any]]:
-    return list(read_tar_samples(io.BytesIO(data), url, **kwargs))
+    return list(reads.tar_samples(io.BytesIO(data), url, **kwargs))
 
 
 class NonSeekable(io.RawIOBase):
@@ -204,7 +200,7 @@ def test_start_gives_exactly_the_tail(big: int, seekable: bool) -> None:
     data = write_tar(samples)
     for start in range(len(samples) + 2):
         stream = io.BytesIO(data) if seekable else io.BufferedReader(NonSeekable(data))
-        assert list(read_tar_samples(stream, "m.tar", start=start)) == samples[start:]
+        assert list(reads.tar_samples(stream, "m.tar", start=start)) == samples[start:]
 
 
 def test_start_on_gzip_shard() -> None:
@@ -213,22 +209,22 @@ def test_start_on_gzip_shard() -> None:
 
 
 def test_count_tar_records() -> None:
-    assert count_tar_records(io.BytesIO(write_tar(make_samples(9))), "m.tar") == 9
-    assert count_tar_records(io.BytesIO(write_tar([])), "m.tar") == 0
+    assert reads.tar_count(io.BytesIO(write_tar(make_samples(9))), "m.tar") == 9
+    assert reads.tar_count(io.BytesIO(write_tar([])), "m.tar") == 0
     gzipped = io.BytesIO(write_tar(make_samples(3), gzip=True))
-    assert count_tar_records(gzipped, "m.tar.gz", gzipped=True) == 3
+    assert reads.tar_count(gzipped, "m.tar.gz", gzipped=True) == 3
 
 
 def test_unbuffered_file(tmp_path: Path) -> None:
     path = tmp_path / "x.tar"
     path.write_bytes(write_tar(make_samples(3, big=2000)))
     with open(path, "rb", buffering=0) as raw:
-        assert list(read_tar_samples(raw, str(path), start=1)) == make_samples(3, big=2000)[1:]
+        assert list(reads.tar_samples(raw, str(path), start=1)) == make_samples(3, big=2000)[1:]
 
 
 def test_negative_start_is_refused() -> None:
     with pytest.raises(ValueError):
-        read_tar_samples(io.BytesIO(b""), "m.tar", start=-1)
+        reads.tar_samples(io.BytesIO(b""), "m.tar", start=-1)
 
 
 # -- golden files from GNU tar --------------------------------------------------------------
@@ -241,7 +237,7 @@ GOLDEN_FILES = json.loads((GOLDEN / "expected.json").read_text())["files"]
 def test_golden_files_group_as_expected(name: str) -> None:
     data = (GOLDEN / name).read_bytes()
     assert read_all(data, name, gzipped=name.endswith(".gz")) == expected_golden()
-    assert count_tar_records(io.BytesIO(data), name, gzipped=name.endswith(".gz")) == 5
+    assert reads.tar_count(io.BytesIO(data), name, gzipped=name.endswith(".gz")) == 5
 
 
 @pytest.mark.parametrize("name", GOLDEN_FILES)
@@ -362,7 +358,7 @@ def test_cut_mid_skipped_member_is_truncated(seekable: bool) -> None:
     cut = data[: len(data) // 2]
     stream = io.BytesIO(cut) if seekable else io.BufferedReader(NonSeekable(cut))
     with pytest.raises(TruncatedShardError, match="declares 200000 bytes"):
-        list(read_tar_samples(stream, "x.tar", start=3))
+        list(reads.tar_samples(stream, "x.tar", start=3))
 
 
 @pytest.mark.parametrize("members", [0, 1, 2, 3, 8])
@@ -404,7 +400,7 @@ def test_key_reappearing_is_corrupt() -> None:
         read_all(data)
     assert "record 0" in str(caught.value) and caught.value.record == 2
     with pytest.raises(CorruptShardError, match="appears again"):
-        count_tar_records(io.BytesIO(data), "m.tar")
+        reads.tar_count(io.BytesIO(data), "m.tar")
 
 
 def test_duplicate_field_is_corrupt() -> None:
@@ -481,7 +477,7 @@ def test_mutated_gzip_archives_raise_only_shardmix_errors(
     read_or_shardmix_error(bytes(data[:length]), url="x.tar.gz", gzipped=True, start=start)
     one_way = io.BufferedReader(NonSeekable(bytes(data[:length])))
     with contextlib.suppress(ShardmixError):
-        list(read_tar_samples(one_way, "x.tar.gz", gzipped=True, start=start))  # type: ignore[arg-type]
+        list(reads.tar_samples(one_way, "x.tar.gz", gzipped=True, start=start))  # type: ignore[arg-type]
 
 
 @settings(max_examples=200, deadline=None)
@@ -499,7 +495,7 @@ def test_mutated_archives_with_a_damage_handler_never_raise(
         data[position] = value
     raw = bytes(data[:length])
     reports: list[Any] = []
-    located = read_located_tar_samples(
+    located = reads.tar_located(
         io.BytesIO(gzip.compress(raw, mtime=0) if compress else raw),
         "x.tar",
         gzipped=compress,
@@ -510,7 +506,7 @@ def test_mutated_archives_with_a_damage_handler_never_raise(
     assert indices == sorted(set(indices))
     assert sum(report.rest_of_shard for report in reports) <= 1
     if not reports:
-        assert list(read_tar_samples(io.BytesIO(raw), "x.tar")) == [s for _, s in indexed]
+        assert list(reads.tar_samples(io.BytesIO(raw), "x.tar")) == [s for _, s in indexed]
 
 
 @settings(max_examples=200, deadline=None)
@@ -575,7 +571,7 @@ def _reading(stream: Any, **kwargs: Any) -> tuple[list[Any], list[Any], Any]:
     located: list[Any] = []
     ended: Any = None
     try:
-        for record, offset, sample in read_located_tar_samples(stream, "x.tar", **kwargs):
+        for record, offset, sample in reads.tar_located(stream, "x.tar", **kwargs):
             located.append((record, offset, sample))
     except ShardmixError as error:
         ended = (type(error), str(error))

@@ -18,8 +18,10 @@ import pytest
 from tar_archives import GNU_WRITERS, WRITERS, random_archive, tarfile_samples, write_as
 
 from shardmix.errors import CorruptShardError, ShardmixError
-from shardmix.formats.tar import TarReader, read_located_tar_samples
+from shardmix.formats.tar import TarReader
 from shardmix.formats.tar.members import TarMembers
+
+import reads
 
 _GNU = pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar")
 _ALL_WRITERS = WRITERS + [pytest.param(writer, marks=_GNU) for writer in GNU_WRITERS]
@@ -51,7 +53,7 @@ def reading(stream: Any, *, blocks: bool, report: bool) -> tuple[list[Any], list
             for block in TarReader().blocks(stream, "x.tar", on_damage=on_damage):
                 located.extend(block.located())
         else:
-            located.extend(read_located_tar_samples(stream, "x.tar", on_damage=on_damage))
+            located.extend(reads.tar_located(stream, "x.tar", on_damage=on_damage))
     except ShardmixError as error:
         ended = (type(error), str(error))
     return located, [(str(r.error), r.record, r.offset, r.size) for r in reports], ended
@@ -96,7 +98,7 @@ def test_every_writer_reads_back_the_same_samples_in_runs(writer: str) -> None:
     written = samples(300)
     data = write_as(writer, written)
     stream = io.BufferedReader(io.BytesIO(data), 1 << 16)
-    read = [sample for _, _, sample in read_located_tar_samples(stream, "x.tar")]
+    read = [sample for _, _, sample in reads.tar_located(stream, "x.tar")]
     assert read == written == tarfile_samples(data)
     assert differences(data) == []
     # Runs as long as the buffer holds (and the member the buffer's end cuts, read on its own):
@@ -127,11 +129,11 @@ def test_a_hard_link_gives_its_target_data_and_names_its_error_on_a_pipe() -> No
         link.type, link.linkname = tarfile.LNKTYPE, "a/r0.jpg"
         archive.addfile(link)
     data = out.getvalue()
-    read = [sample for _, _, sample in read_located_tar_samples(io.BytesIO(data), "x.tar")]
+    read = [sample for _, _, sample in reads.tar_located(io.BytesIO(data), "x.tar")]
     assert read == [{"__key__": "a/r0", "jpg": b"image"}, {"__key__": "a/r1", "jpg": b"image"}]
     assert read == tarfile_samples(data)
     with pytest.raises(CorruptShardError) as caught:
-        list(read_located_tar_samples(io.BufferedReader(OneWay(data), 4096), "x.tar"))
+        list(reads.tar_located(io.BufferedReader(OneWay(data), 4096), "x.tar"))
     assert "tar member 1 'a/r1.jpg' is a hard link to 'a/r0.jpg', which a stream" in str(
         caught.value
     )

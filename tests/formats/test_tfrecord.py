@@ -23,15 +23,10 @@ from shardmix.errors import (
 )
 from shardmix.formats import Format, TFRecordPayload, read_samples
 from shardmix.formats.example import encode_example
-from shardmix.formats.tfrecord import (
-    count_tfrecord_records,
-    masked_crc,
-    read_located_tfrecord_samples,
-    read_tfrecord_records,
-    read_tfrecord_samples,
-    shard_stem,
-)
+from shardmix.formats.tfrecord import masked_crc, read_tfrecord_records, shard_stem
 from shardmix.formats.tfrecord_writer import TFRecordWriter
+
+import reads
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "tfrecord"
 RECORDS = 6
@@ -89,7 +84,7 @@ def assert_sample(sample: dict[str, Any], record: int) -> None:
 
 
 def samples(data: bytes, url: str = "shard.tfrecord", **kwargs: Any) -> list[dict[str, Any]]:
-    return list(read_tfrecord_samples(io.BytesIO(data), url, **kwargs))
+    return list(reads.tfrecord_samples(io.BytesIO(data), url, **kwargs))
 
 
 def record_offsets(data: bytes) -> list[int]:
@@ -117,7 +112,7 @@ def test_roundtrip_raw_payloads(tmp_path: Path) -> None:
     assert writer.records == 3
     assert writer.bytes_written == path.stat().st_size == sum(16 + len(p) for p in payloads)
     with path.open("rb") as stream:
-        read = list(read_tfrecord_samples(stream, str(path), payload=TFRecordPayload.RAW))
+        read = list(reads.tfrecord_samples(stream, str(path), payload=TFRecordPayload.RAW))
     assert read == [{"__key__": f"part-7/{i:08d}", "record": p} for i, p in enumerate(payloads)]
 
 
@@ -184,9 +179,9 @@ def test_write_example_requires_a_str_key() -> None:
 
 def test_count_records_on_seekable_and_one_way_streams() -> None:
     data = tfr_shard_bytes()
-    assert count_tfrecord_records(io.BytesIO(data), "x.tfrecord") == RECORDS
-    assert count_tfrecord_records(OneWayStream(data), "x.tfrecord") == RECORDS  # type: ignore[arg-type]
-    assert count_tfrecord_records(io.BytesIO(b""), "x.tfrecord") == 0
+    assert reads.tfrecord_count(io.BytesIO(data), "x.tfrecord") == RECORDS
+    assert reads.tfrecord_count(OneWayStream(data), "x.tfrecord") == RECORDS  # type: ignore[arg-type]
+    assert reads.tfrecord_count(io.BytesIO(b""), "x.tfrecord") == 0
 
 
 def test_read_samples_dispatches_to_tfrecord() -> None:
@@ -203,7 +198,7 @@ def test_start_yields_exactly_the_tail(start: int, kind: str) -> None:
     data = tfr_shard_bytes(compress=kind == "gzip")
     stream: Any = OneWayStream(data) if kind == "one-way" else io.BytesIO(data)
     read = list(
-        read_tfrecord_samples(stream, "shard.tfrecord", start=start, gzipped=kind == "gzip")
+        reads.tfrecord_samples(stream, "shard.tfrecord", start=start, gzipped=kind == "gzip")
     )
     assert [s["__key__"] for s in read] == [f"shard/{i:04d}" for i in range(start, RECORDS)]
     for record, sample in zip(range(start, RECORDS), read, strict=True):
@@ -246,7 +241,7 @@ def expected_value(feature: dict[str, Any]) -> Any:
 def test_golden_examples_written_by_tensorflow(name: str) -> None:
     expected = golden_expected()[name]["records"]
     with (GOLDEN / name).open("rb") as stream:
-        read = list(read_tfrecord_samples(stream, name, gzipped=name.endswith(".gz")))
+        read = list(reads.tfrecord_samples(stream, name, gzipped=name.endswith(".gz")))
     assert len(read) == len(expected)
     for sample, want in zip(read, expected, strict=True):
         assert sample["__key__"] == want["__key__"]
@@ -265,13 +260,13 @@ def test_golden_examples_written_by_tensorflow(name: str) -> None:
 def test_golden_raw_records_written_by_tensorflow() -> None:
     expected = golden_expected()["raw.tfrecord"]["records"]
     with (GOLDEN / "raw.tfrecord").open("rb") as stream:
-        read = list(read_tfrecord_samples(stream, "raw.tfrecord", payload=TFRecordPayload.RAW))
+        read = list(reads.tfrecord_samples(stream, "raw.tfrecord", payload=TFRecordPayload.RAW))
     assert read == [{"__key__": r["__key__"], "record": bytes.fromhex(r["hex"])} for r in expected]
 
 
 def test_golden_raw_records_are_not_examples() -> None:
     with (GOLDEN / "raw.tfrecord").open("rb") as stream, pytest.raises(DecodeError) as info:
-        list(read_tfrecord_samples(stream, "raw.tfrecord"))
+        list(reads.tfrecord_samples(stream, "raw.tfrecord"))
     assert info.value.record == 1
     assert "raw.tfrecord: record 1 at byte offset 16" in str(info.value)
     assert 'tfrecord_payload="raw"' in str(info.value)
@@ -365,7 +360,7 @@ def test_truncated_mid_header(one_way: bool, into: int) -> None:
     cut = data[: offset + into]
     stream: Any = OneWayStream(cut) if one_way else io.BytesIO(cut)
     with pytest.raises(TruncatedShardError) as info:
-        list(read_tfrecord_samples(stream, "cut.tfrecord"))
+        list(reads.tfrecord_samples(stream, "cut.tfrecord"))
     assert f"record 4 at byte offset {offset}" in str(info.value)
     assert f"expected 12 bytes of header, found {into}" in str(info.value)
 
@@ -378,7 +373,7 @@ def test_truncated_mid_data(one_way: bool, start: int) -> None:
     cut = data[: offset + 12 + 9]
     stream: Any = OneWayStream(cut) if one_way else io.BytesIO(cut)
     with pytest.raises(TruncatedShardError, match="record 5") as info:
-        list(read_tfrecord_samples(stream, "cut.tfrecord", start=start))
+        list(reads.tfrecord_samples(stream, "cut.tfrecord", start=start))
     assert "found 9" in str(info.value)
     assert info.value.offset == offset
 
@@ -456,7 +451,7 @@ _VALID_GZ = tfr_shard_bytes(4, compress=True)
 
 def _consume(data: bytes, gzipped: bool, start: int, one_way: bool) -> None:
     stream: Any = OneWayStream(data, chunk=5) if one_way else io.BytesIO(data)
-    for _ in read_tfrecord_samples(stream, "fuzz.tfrecord", gzipped=gzipped, start=start):
+    for _ in reads.tfrecord_samples(stream, "fuzz.tfrecord", gzipped=gzipped, start=start):
         pass
 
 
@@ -524,7 +519,7 @@ def test_mutated_files_with_a_damage_handler_never_raise(
     data = bytes(damaged[: cut % (len(damaged) + 1)])
     stream: Any = OneWayStream(data, chunk=5) if one_way else io.BytesIO(data)
     reports: list[Any] = []
-    located = read_located_tfrecord_samples(
+    located = reads.tfrecord_located(
         stream, "fuzz.tfrecord", gzipped=gzipped, on_damage=reports.append
     )
     indexed = [(index, sample) for index, _, sample in located]

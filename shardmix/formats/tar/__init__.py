@@ -47,15 +47,9 @@ from __future__ import annotations
 from shardmix.formats.tar.names import split_member_name
 from shardmix.formats.tar.reader import (
     TarReader,
-    count_tar_records,
-    read_located_tar_samples,
-    read_tar_samples,
 )
 
 __all__ = [
     "TarReader",
-    "count_tar_records",
-    "read_located_tar_samples",
-    "read_tar_samples",
     "split_member_name",
 ]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from shardmix.formats._common import check_range, inflated, samples_only, wanted_records
+from shardmix.formats._common import check_range, inflated, wanted_records
 from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.formats.options import ReadOptions
@@ -150,31 +150,3 @@ class TarReader:
 
 
 register_reader(Format.TAR, TarReader.from_options)
-
-
-def read_located_tar_samples(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-    on_damage: DamageHandler | None = None,
-) -> Iterator[LocatedSample]:
-    """:meth:`TarReader.records` from ``start`` on, with gzip said rather than told by the URL."""
-    reader = TarReader(max_member_bytes, max_inflated_bytes, gzipped)
-    return reader.records(stream, url, start=start, on_damage=on_damage)
-
-
-def read_tar_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
-    """The samples ``{"__key__": key, field: bytes, ...}`` of :func:`read_located_tar_samples`."""
-    return samples_only(read_located_tar_samples(stream, url, **options))
-
-
-def count_tar_records(stream: BinaryIO, url: str, *, gzipped: bool = False, **limits: int) -> int:
-    """The number of records (samples) in a tar shard, found by walking its headers.
-
-    ``limits``: ``max_member_bytes``, ``max_inflated_bytes`` (see :class:`TarReader`).
-    """
-    return TarReader(gzipped=gzipped, **limits).count(stream, url)
