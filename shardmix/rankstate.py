@@ -97,7 +97,7 @@ def every_position(state: Mapping[str, Any], world_size: int) -> list[dict[str, 
     missing = [rank for rank in range(world_size) if str(rank) not in held]
     if missing:
         raise ConfigError(
-            f"cannot resume on another world size: the loader state was saved by "
+            f"cannot resume on another world_size: the loader state was saved by "
             f"{world_size} ranks but holds the positions of ranks {sorted(map(int, held))} "
             f"only, not of {missing}; save it with state_dict() called on every rank under "
             "torch.distributed, or join simulated ranks' states with join_states()"
