@@ -7,6 +7,12 @@ resumes them on each W'. For each W' it prints, as compact JSON bytes, the state
 resized phase a quarter of an epoch later and the state of a fixed-world run on W' at the same
 batch (and their ratio), and the main process's CPU time (``getrusage``) of one rank's
 restore to its first batch, resized and fixed-world.
+
+``--remote`` instead serves ``tools/bench.py``'s 64 shards (4 KiB records) over HTTP with
+30 ms per request (its ``_RangeServer``; record counts given, 2 workers, batch 64), saves W
+ranks at 90% of the epoch and prints, for W -> W' in (1 -> 1, 2 -> 3, 4 -> 2), the wall time
+of rank 0's restore to its first batch on W' against a whole epoch of a rank of W', and the
+same-world restore on W for comparison.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +86,64 @@ def _restore_cpu(urls: list[str], world_size: int, state: dict[str, Any]) -> flo
     return spent
 
 
+def remote() -> None:
+    """Restores to the first batch over HTTP (30 ms per request): resized and same-world."""
+    import bench
+
+    with tempfile.TemporaryDirectory() as scratch:
+        sizes = shard_sizes(64)
+        paths = make_bench_shards(Path(scratch), "tar", sizes, 4096)
+        server = bench._RangeServer(Path(scratch), latency=0.030)
+        urls = [f"{server.url}/{Path(path).name}" for path in paths]
+
+        def make(rank: int, world_size: int) -> MixingLoader:
+            dataset = ShardDataset(urls, seed=3, record_counts=sizes)
+            return MixingLoader(
+                dataset, batch_size=64, num_workers=2, seed=3, rank=rank, world_size=world_size
+            )
+
+        def restore(rank: int, world_size: int, state: dict[str, Any]) -> tuple[float, int]:
+            requests = server.requests
+            start = time.perf_counter()
+            loader = make(rank, world_size)
+            loader.load_state_dict(state)
+            next(iter(loader))
+            spent = time.perf_counter() - start
+            loader.close()
+            return spent, server.requests - requests
+
+        try:
+            for old, new in [(1, 1), (2, 3), (4, 2)]:
+                start = time.perf_counter()
+                batches = sum(1 for _ in make(0, new))
+                epoch = time.perf_counter() - start
+                saved = _run(
+                    [make(rank, old) for rank in range(old)], int(batches * new / old * 0.9)
+                )
+                resized, requests = restore(0, new, saved)
+                same, _ = restore(0, old, saved)
+                row = {
+                    "from": old,
+                    "to": new,
+                    "epoch_s": round(epoch, 3),
+                    "restore_s": round(resized, 3),
+                    "fraction": round(resized / epoch, 3),
+                    "requests": requests,
+                    "same_world_restore_s": round(same, 3),
+                }
+                print(json.dumps(row))
+        finally:
+            server.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--to", type=int, nargs="+", default=[3, 6, 12, 16])
+    parser.add_argument("--remote", action="store_true", help="restores over HTTP instead")
     args = parser.parse_args()
+    if args.remote:
+        remote()
+        return
     with tempfile.TemporaryDirectory() as scratch:
         sizes = shard_sizes(SHARDS, low=20, high=60, seed=1)
         urls = make_bench_shards(Path(scratch), "tar", sizes, RECORD_BYTES)
