@@ -18,8 +18,11 @@ times. A state saved at an epoch's start resumes that epoch as planned for W'.
 
 Left to others: the epoch's plan (:mod:`shardmix.sharding`), the state's format and checks
 (:mod:`shardmix.checkpoint`), reading the phase (:mod:`shardmix.epoch`). Refused by name: a
-mixture, a dataset with a transform (it may drop samples: the ranks' totals are then not
-known ahead) or ``on_error="skip"``, and a state that does not hold every saved rank's position.
+mixture, and a state that does not hold every saved rank's position. A transform (a decoder,
+an augmentation) and ``on_error="skip"`` are read as usual, but the phase's totals are fixed
+ahead, so a sample one of them drops in a resized phase is refused by name where the phase
+meets it (:func:`shardmix.rankend.refuse_phase_drop`): the ranks would otherwise end the phase
+at different steps.
 """
 
 from __future__ import annotations
@@ -136,22 +139,6 @@ def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int)
                 held += block.sizes[cut]
         shares.append(Share(pieces, refs, held))
     return shares
-
-
-def refuse_resize(dataset: ShardDataset, saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
-    """Refuse a resize that shardmix cannot make exact, naming why."""
-    change = ", ".join(
-        f"{field} {saved.get(field)!r} to {now[field]!r}"
-        for field in ELASTIC_FIELDS
-        if saved.get(field) != now[field]
-    )
-    if dataset.transform is not None or dataset.policy.skips:
-        what = "a transform" if dataset.transform is not None else 'on_error="skip"'
-        raise ConfigError(
-            f"cannot resume with {change}: the dataset has {what}, which may drop samples, so "
-            "the rest of the epoch cannot be dealt to the ranks in equal shares ahead; resume "
-            "with the saved settings, or from a state saved at an epoch's start"
-        )
 
 
 def resized_position(

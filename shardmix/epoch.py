@@ -35,7 +35,13 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
-from shardmix.rankend import RankEnd, look_ahead, refuse_simulated_filter, undelivered
+from shardmix.rankend import (
+    RankEnd,
+    look_ahead,
+    refuse_phase_drop,
+    refuse_simulated_filter,
+    undelivered,
+)
 from shardmix.reader import LanePosition, Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
@@ -176,12 +182,14 @@ class EpochIterator:
         if isinstance(dataset, ShardDataset):
             dataset.expected = self.identities
         # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
-        exchange = end_exchange(world_size, loader.data_parallel_group) if filters else None
+        # (Not in a resized phase, whose totals are fixed: a drop there is refused instead.)
+        agree = filters and not self.phase
+        exchange = end_exchange(world_size, loader.data_parallel_group) if agree else None
         self.rank_end = (
             None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
         )
         self._simulated_filter = (
-            filters and exchange is None and getattr(dataset, "transform", None) is not None
+            agree and exchange is None and getattr(dataset, "transform", None) is not None
         )
         self._world_size = world_size
         self.skipped: SkipLedger | None = None
@@ -385,6 +393,10 @@ class EpochIterator:
             self._first_wave_due = False
             assert self._residents is not None
             self._residents.read_wave(0)
+        if self.phase:
+            for kind in (FILTERED, SKIPPED):
+                if self.merge.dropped[kind]:
+                    raise refuse_phase_drop(self.epoch, self.rank, kind, self.phase)
         if self.rank_end is not None:
             return self._take_agreed(self.rank_end, count)
         if self.quota is None or self.own is None:

@@ -45,7 +45,7 @@ from shardmix.checkpoint import (
 )
 from shardmix.collate import collate_samples
 from shardmix.dataset import ShardDataset
-from shardmix.elastic import ELASTIC_FIELDS, refuse_resize, resized_position
+from shardmix.elastic import ELASTIC_FIELDS, resized_position
 from shardmix.epoch import EpochIterator, epoch_start
 from shardmix.errors import (
     ConfigError,
@@ -390,7 +390,6 @@ class MixingLoader:
             position = own_positions(state, slots)
             self.epoch = int(next(iter(position.values()))["epoch"])
         elif any(saved.get(field) != config[field] for field in free):
-            refuse_resize(shard_dataset, saved, config)
             position = resized_position(
                 state,
                 shard_dataset,

@@ -16,16 +16,19 @@ The end is a function of the data alone (the kept counts), not of when the ranks
 so a resumed epoch, which exchanges at its first batch, ends where the live one did.
 
 With ranks simulated in one process there is no one to agree with: a filter is refused
-(:func:`refuse_simulated_filter`). A single rank needs none of this.
+(:func:`refuse_simulated_filter`). Nor in the rest of an epoch resumed on another world or
+batch size, whose equal shares were dealt ahead (:mod:`shardmix.elastic`): a sample dropped
+there is refused (:func:`refuse_phase_drop`). A single rank needs none of this.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from shardmix.errors import ConfigError
 from shardmix.sharding import EvenRanks
+from shardmix.transforms import FILTERED
 
 if TYPE_CHECKING:
     from shardmix.mixing import LaneMerge
@@ -121,4 +124,16 @@ def refuse_simulated_filter(epoch: int, rank: int, world_size: int, where: str) 
         "some would repeat or lose samples; run the ranks under torch.distributed (torchrun), "
         "where they agree over gloo, or filter the shards beforehand (shardmix convert) so "
         "that their record counts are the kept ones"
+    )
+
+
+def refuse_phase_drop(epoch: int, rank: int, kind: str, phase: Mapping[str, Any]) -> ConfigError:
+    """The error for a sample dropped (``kind``: filtered or skipped) in a resized phase."""
+    what = "the transform dropped" if kind == FILTERED else 'on_error="skip" skipped'
+    return ConfigError(
+        f"epoch {epoch}: {what} a sample on rank {rank} in the rest of the epoch resumed on "
+        f"another world size or batch size (from batch {phase.get('batches')}), whose equal "
+        "shares were dealt ahead from the record counts, so the ranks would end it at "
+        "different steps; resume with the saved world_size and batch_size, or from a state "
+        "saved at an epoch's start"
     )

@@ -259,13 +259,31 @@ def test_a_changed_setting_the_user_gave_is_still_refused_by_name(pattern, field
         loaders(3, now)[0].load_state_dict(state)
 
 
-def test_a_resize_under_a_transform_is_refused_by_name(pattern):
-    def keep(sample):
-        return sample
+def tag(sample):
+    """A transform that keeps every sample (a decoder or an augmentation would)."""
+    return {**sample, "tagged": 1}
 
-    _, state = run_phase(make_loaders(pattern, 2, dataset={"transform": keep}), steps=2)
-    with pytest.raises(ConfigError, match=r"world_size 2 to 3: the dataset has a transform"):
-        make_loaders(pattern, 3, dataset={"transform": keep})[0].load_state_dict(state)
+
+def drop_some(sample):
+    return None if sample["__index__"] % 7 == 3 else sample
+
+
+def test_a_resize_under_a_transform_that_keeps_every_sample_reads_every_record_once(pattern):
+    head, state = run_phase(make_loaders(pattern, 2, dataset={"transform": tag}), steps=5)
+    first, again = run_phase(make_loaders(pattern, 3, dataset={"transform": tag}), state, steps=4)
+    rest, _ = run_phase(make_loaders(pattern, 5, dataset={"transform": tag}), again)
+    written = expected_keys(SIZES)
+    seen = keys_of(head, first, rest)
+    assert max(seen.values()) == 1 and set(seen) <= set(written)
+    assert sum(written.values()) - sum(seen.values()) < 5  # drop: fewer than W' left out
+    assert len({len(rank) for rank in rest}) == 1  # equal steps
+
+
+def test_a_sample_dropped_in_a_resized_phase_is_refused_by_name(pattern):
+    _, state = run_phase(make_loaders(pattern, 2, dataset={"transform": drop_some}), steps=1)
+    loaders = make_loaders(pattern, 3, dataset={"transform": drop_some})
+    with pytest.raises(ConfigError, match=r"the transform dropped a sample on rank 0 in the rest"):
+        run_phase(loaders, state)
 
 
 def test_a_mixture_resized_is_refused_by_name(tmp_path):
