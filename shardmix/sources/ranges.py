@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 from shardmix.sources import _OPENERS, SourceOptions, scheme_of
 from shardmix.sources.fetchpool import FETCH_THREADS, fetch_pool
 from shardmix.sources.identity import ShardIdentity, check_identity
+from shardmix.sources.positioned import PositionedStream
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -96,7 +97,7 @@ def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:
     return fetch
 
 
-class RangedStream(io.RawIOBase):
+class RangedStream(PositionedStream):
     """A shard seen through some fetched byte ranges: reads inside them cost nothing more.
 
     ``expect``: the version the ranges must come from; a size the storage gives that is not
@@ -124,26 +125,11 @@ class RangedStream(io.RawIOBase):
             if stop > start
         ]
 
-    def readable(self) -> bool:
-        return True
+    def _end(self) -> int:
+        return self._shard_size()
 
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_CUR:
-            offset += self._position
-        elif whence == io.SEEK_END:
-            offset += self._shard_size()
-        elif whence != io.SEEK_SET:
-            raise ValueError(f"invalid whence {whence!r}")
-        if offset < 0:
-            raise ValueError(f"{self.url}: negative seek position {offset}")
-        self._position = offset
-        return offset
+    def _name(self) -> str:
+        return self.url
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")

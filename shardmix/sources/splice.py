@@ -14,13 +14,15 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
+from shardmix.sources.positioned import PositionedStream
+
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 __all__ = ["SplicedStream"]
 
 
-class SplicedStream(io.RawIOBase):
+class SplicedStream(PositionedStream):
     """Bytes ``[0, len(copy))`` of a ``size``-byte shard from ``copy``, the rest from the
     stream ``open_rest(offset)`` opens (standing at 0, its first request at ``offset``)."""
 
@@ -41,26 +43,8 @@ class SplicedStream(io.RawIOBase):
         self._rest_at = -1  # where the rest's stream stands
         self._position = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_CUR:
-            offset += self._position
-        elif whence == io.SEEK_END:
-            offset += self._size
-        elif whence != io.SEEK_SET:
-            raise ValueError(f"invalid whence ({whence})")
-        if offset < 0:
-            raise ValueError(f"negative seek position {offset}")
-        self._position = offset
-        return offset
+    def _end(self) -> int:
+        return self._size
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
 from shardmix.errors import CacheFullError
+from shardmix.sources.positioned import PositionedStream
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -38,7 +38,7 @@ _COPY_BYTES = 1 << 20
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-class TeeStream(io.RawIOBase):
+class TeeStream(PositionedStream):
     """``source`` (the shard ``url``) read once, in order, with its first ``keep`` bytes
     written to the file descriptor ``out`` as they are read; past ``keep``, reads and seeks go
     to ``source``. ``size`` is the shard's size. The copy is done when it holds ``keep``
@@ -69,26 +69,8 @@ class TeeStream(io.RawIOBase):
         self._source_at = 0  # where ``source`` stands
         self._ended = False  # the source ended before ``keep``
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_CUR:
-            offset += self._position
-        elif whence == io.SEEK_END:
-            offset += self._size
-        elif whence != io.SEEK_SET:
-            raise ValueError(f"invalid whence ({whence})")
-        if offset < 0:
-            raise ValueError(f"negative seek position {offset}")
-        self._position = offset
-        return offset
+    def _end(self) -> int:
+        return self._size
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
