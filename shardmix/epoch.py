@@ -12,6 +12,7 @@ in order of need while the workers start (:mod:`shardmix.residents`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -200,23 +201,24 @@ class EpochIterator:
             sent: Iterator[Chunk] = iter(())
             num_lanes = len(starts or ())
         else:
-            sent, num_lanes, self._workers = start_workers(
-                dataset,
-                epoch=epoch,
-                rank=rank,
-                world_size=world_size,
-                starts=starts,
-                epoch_pass=epoch_pass,
-                lane_pieces=self.plan,
-                clocks=clocks,
-                num_workers=loader.num_workers,
-                timeout=loader.timeout,
-                prefetch_factor=loader.prefetch_factor,
-                multiprocessing_context=loader.multiprocessing_context,
-                worker_init_fn=loader.worker_init_fn,
-                pool=self._pool,
-                identities=dict(self.identities),
-            )
+            with self._worker_start_named(epoch, dataset):
+                sent, num_lanes, self._workers = start_workers(
+                    dataset,
+                    epoch=epoch,
+                    rank=rank,
+                    world_size=world_size,
+                    starts=starts,
+                    epoch_pass=epoch_pass,
+                    lane_pieces=self.plan,
+                    clocks=clocks,
+                    num_workers=loader.num_workers,
+                    timeout=loader.timeout,
+                    prefetch_factor=loader.prefetch_factor,
+                    multiprocessing_context=loader.multiprocessing_context,
+                    worker_init_fn=loader.worker_init_fn,
+                    pool=self._pool,
+                    identities=dict(self.identities),
+                )
             sent = self._checked(loader.stats_recorder.timed(sent))
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
@@ -253,6 +255,22 @@ class EpochIterator:
 
     def __iter__(self) -> EpochIterator:
         return self
+
+    @contextlib.contextmanager
+    def _worker_start_named(self, epoch: int, dataset: Any) -> Iterator[None]:
+        """A worker that dies while the workers start (torch raises it from its SIGCHLD
+        handler wherever the main process is) is a named WorkerError there too."""
+        try:
+            yield
+        except RuntimeError as error:
+            if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                raise
+            processes = self._pool.processes() if self._pool is not None else []
+            urls = getattr(dataset, "urls", None)
+            message = failure_message(epoch, error, processes, self.plan, urls)
+            if self._pool is not None:
+                self._pool.close()
+            raise WorkerError(message) from error
 
     def _checked(self, sent: Iterator[Chunk]) -> Iterator[Chunk]:
         """``sent``, each chunk's shard identities checked against those seen before."""
@@ -303,15 +321,7 @@ class EpochIterator:
             if isinstance(error, ShardmixError) or not is_worker_failure(error):
                 self._fail()
                 raise
-            processes = (
-                self._pool.processes()
-                if self._pool is not None
-                else worker_processes(self._workers)
-            )
-            urls = getattr(self.dataset, "urls", None)
-            message = failure_message(self.epoch, error, processes, self.plan, urls)
-            self._fail()
-            raise WorkerError(message) from error
+            raise self.named_failure(error) from error
         except BaseException:
             self._fail()
             raise
@@ -325,6 +335,17 @@ class EpochIterator:
             "padded": self.padded,
             "undelivered": self.undelivered or 0,
         }
+
+    def named_failure(self, error: RuntimeError) -> WorkerError:
+        """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
+        shards; the epoch and its workers are stopped."""
+        processes = (
+            self._pool.processes() if self._pool is not None else worker_processes(self._workers)
+        )
+        urls = getattr(self.dataset, "urls", None)
+        message = failure_message(self.epoch, error, processes, self.plan, urls)
+        self._fail()
+        return WorkerError(message)
 
     def _fail(self) -> None:
         """Stop this epoch and the workers it ran on, persistent or not."""

@@ -49,6 +49,7 @@ from shardmix.elastic import ELASTIC_FIELDS, resized_position
 from shardmix.epoch import EpochIterator, epoch_start
 from shardmix.errors import (
     ConfigError,
+    ShardmixError,
     ShardmixWarning,
     UnknownLengthError,
 )
@@ -66,6 +67,7 @@ from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.stats import LoaderStats, StatsRecorder
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
+from shardmix.workers import is_worker_failure
 from shardmix.world import count_exchange, data_parallel_ranks, job_count_exchange
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
@@ -609,12 +611,23 @@ class _Epoch(Iterator[Any]):
         self._stats = loader.stats_recorder
 
     def __next__(self) -> Any:
-        if self._epoch is None:
-            if self._loader is None:
-                raise StopIteration
-            loader, self._loader = self._loader, None
-            self._epoch = loader._start_epoch(self)
-        batch = next(self._epoch)
+        loader = self._loader
+        try:
+            if self._epoch is None:
+                if loader is None:
+                    raise StopIteration
+                self._loader = None
+                self._epoch = loader._start_epoch(self)
+            batch = next(self._epoch)
+        except RuntimeError as error:
+            # torch raises a worker's death from its SIGCHLD handler wherever the main process
+            # is, which may be outside the epoch's own guard: it is named here too.
+            current = self._epoch if self._epoch is not None else getattr(loader, "_current", None)
+            if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                raise
+            if not isinstance(current, EpochIterator):
+                raise
+            raise current.named_failure(error) from error
         self._stats.step()
         return batch
 
