@@ -201,7 +201,7 @@ class EpochIterator:
             sent: Iterator[Chunk] = iter(())
             num_lanes = len(starts or ())
         else:
-            with self._worker_start_named(epoch, dataset):
+            with self._worker_start_named():
                 sent, num_lanes, self._workers = start_workers(
                     dataset,
                     epoch=epoch,
@@ -257,7 +257,7 @@ class EpochIterator:
         return self
 
     @contextlib.contextmanager
-    def _worker_start_named(self, epoch: int, dataset: Any) -> Iterator[None]:
+    def _worker_start_named(self) -> Iterator[None]:
         """A worker that dies while the workers start (torch raises it from its SIGCHLD
         handler wherever the main process is) is a named WorkerError there too."""
         try:
@@ -265,12 +265,7 @@ class EpochIterator:
         except RuntimeError as error:
             if isinstance(error, ShardmixError) or not is_worker_failure(error):
                 raise
-            processes = self._pool.processes() if self._pool is not None else []
-            urls = getattr(dataset, "urls", None)
-            message = failure_message(epoch, error, processes, self.plan, urls)
-            if self._pool is not None:
-                self._pool.close()
-            raise WorkerError(message) from error
+            raise self.named_failure(error) from error
 
     def _checked(self, sent: Iterator[Chunk]) -> Iterator[Chunk]:
         """``sent``, each chunk's shard identities checked against those seen before."""

@@ -52,17 +52,23 @@ def sample_at(
     return sample
 
 
-def tar_located(
+def _located(
+    kind: Any,
     stream: BinaryIO,
     url: str,
     *,
     start: int = 0,
     gzipped: bool = False,
     on_damage: DamageHandler | None = None,
-    **limits: int,
+    **settings: Any,
 ) -> Iterator[LocatedSample]:
-    reader = TarReader(gzipped=gzipped, **limits)
+    """The records of ``kind`` (a reader class) built with ``settings``, gzip said."""
+    reader = kind(gzipped=gzipped, **settings)
     return reader.records(stream, url, start=start, on_damage=on_damage)
+
+
+def tar_located(stream: BinaryIO, url: str, **options: Any) -> Iterator[LocatedSample]:
+    return _located(TarReader, stream, url, **options)
 
 
 def tar_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
@@ -73,17 +79,8 @@ def tar_count(stream: BinaryIO, url: str, *, gzipped: bool = False, **limits: in
     return TarReader(gzipped=gzipped, **limits).count(stream, url)
 
 
-def tfrecord_located(
-    stream: BinaryIO,
-    url: str,
-    *,
-    start: int = 0,
-    gzipped: bool = False,
-    on_damage: DamageHandler | None = None,
-    **options: Any,
-) -> Iterator[LocatedSample]:
-    reader = TFRecordReader(gzipped=gzipped, **options)
-    return reader.records(stream, url, start=start, on_damage=on_damage)
+def tfrecord_located(stream: BinaryIO, url: str, **options: Any) -> Iterator[LocatedSample]:
+    return _located(TFRecordReader, stream, url, **options)
 
 
 def tfrecord_samples(stream: BinaryIO, url: str, **options: Any) -> Iterator[dict[str, Any]]:
