@@ -297,24 +297,27 @@ def read_counts_cache(path: str) -> dict[str, ShardCount]:
 
 
 def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str, ShardCount]:
-    """Merge ``entries`` into the count cache at ``path``; returns the cache as written.
-
-    Written under a temporary name and renamed, so that the processes of a job, which all
-    write the same entries, never leave a half-written file. A cache that cannot be written
-    (a read-only folder) is logged and left out: counting again is slower, never wrong.
-    """
+    """Merge ``entries`` into the count cache at ``path``; returns the cache as written."""
     merged = {**read_counts_cache(path), **entries}
     document = {
         "shardmix_counts": CACHE_VERSION,
         "shards": {url: entry.to_json() for url, entry in sorted(merged.items())},
     }
+    write_json_file(path, document, "the count cache")
+    return merged
+
+
+def write_json_file(path: str, document: Any, what: str) -> None:
+    """Write ``document`` to ``path`` under a temporary name and rename it, so that the
+    processes of a job, which may all write the same file, never leave a half-written one.
+    A file that cannot be written (a read-only folder) is logged and left out: a cache
+    missed is slower, never wrong."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".record-counts-", dir=folder)
+        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", dir=folder)
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             json.dump(document, file)
         os.replace(temporary, path)
     except OSError as error:
-        log.warning("could not write the count cache %s (%s)", path, error)
-    return merged
+        log.warning("could not write %s %s (%s)", what, path, error)

@@ -33,6 +33,7 @@ from shardmix.formats import (
     is_gzipped,
     reader_for,
 )
+from shardmix.kept import KeptCounts, kept_cache_path
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
 from shardmix.reader import LanePosition, Sample, read_lane, round_robin
 from shardmix.sharding import (
@@ -75,6 +76,11 @@ class ShardDataset(IterableDataset[Sample]):
         transform_rng: call ``transform(sample, rng)`` with a ``numpy.random.Generator``
             seeded from ``(seed, epoch, pass, shard index, record index)``, for random
             augmentation that is reproducible and resumes exactly.
+        transform_id: a name for ``transform`` that changes whenever which records it drops
+            changes. With it, an epoch read whole teaches the dataset which records each
+            shard keeps (:mod:`shardmix.kept`, kept beside the count cache): ``len()`` is then
+            exact under a filter, and ranks know the epoch's end ahead. Not with
+            ``transform_rng=True`` (its drops may differ per epoch) or ``on_error="skip"``.
         decode: decode fields before ``transform`` (:mod:`shardmix.decode`): ``True`` for
             the webdataset conventions, an image mode (``"numpy"``, ``"pil"``, ``"torch"``),
             a :class:`~shardmix.decode.Decoder`, or any function of a sample.
@@ -114,6 +120,7 @@ class ShardDataset(IterableDataset[Sample]):
         num_lanes: int | None = None,
         transform: Callable[..., Sample | None] | None = None,
         transform_rng: bool = False,
+        transform_id: str | None = None,
         decode: bool | str | Decoder | Callable[[Sample], Sample] | None = None,
         tfrecord_payload: str | TFRecordPayload = TFRecordPayload.EXAMPLE,
         max_record_bytes: int = 1 << 30,
@@ -177,6 +184,15 @@ class ShardDataset(IterableDataset[Sample]):
             self.source_options,
             cache_path=None if counts_cache is None else os.fspath(counts_cache),
             on_damage=self.counting_ledger,
+        )
+        self.kept_counts = _kept_counts(
+            transform_id,
+            transform,
+            transform_rng,
+            self.policy,
+            self.urls,
+            self.source_options,
+            None if counts_cache is None else os.fspath(counts_cache),
         )
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
         self.epoch = 0
@@ -296,6 +312,14 @@ class ShardDataset(IterableDataset[Sample]):
             return [self.record_counts.total(range(len(self.urls)))]
         counts = self.shard_counts(world_size)
         return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
+
+    def kept_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int] | None:
+        """How many samples each rank keeps in ``epoch`` under the filter, when every shard's
+        kept count was learned (:mod:`shardmix.kept`); else None."""
+        if self.kept_counts is None:
+            return None
+        plan = self.rank_pieces(epoch, world_size, epoch_pass)
+        return self.kept_counts.totals(plan, self.shard_counts(world_size))
 
     def read_lane(
         self,
@@ -572,3 +596,33 @@ def _known_weights(
     if all(is_local(url) and not is_gzipped(url) for url in urls):
         return "bytes", {url: float(os.path.getsize(local_path(url))) for url in urls}
     return None
+
+
+def _kept_counts(
+    transform_id: str | None,
+    transform: Callable[..., Sample | None] | None,
+    transform_rng: bool,
+    policy: ErrorPolicy,
+    urls: Sequence[str],
+    source_options: SourceOptions,
+    counts_cache: str | None,
+) -> KeptCounts | None:
+    """The kept counts of a named transform (None without ``transform_id``), its use checked."""
+    if transform_id is None:
+        return None
+    if not isinstance(transform_id, str) or not transform_id:
+        raise ConfigError(f"transform_id must be a non-empty string, got {transform_id!r}")
+    if transform is None:
+        raise ConfigError(f"transform_id={transform_id!r} names no transform: pass transform= too")
+    if transform_rng:
+        raise ConfigError(
+            f"transform_id={transform_id!r} with transform_rng=True: a transform that draws "
+            "random numbers may drop other records in other epochs, so what it keeps cannot be "
+            "learned; drop transform_id (len() is then an upper bound under a filter)"
+        )
+    if policy.skips:
+        raise ConfigError(
+            f"transform_id={transform_id!r} with on_error='skip': skipped damage changes what "
+            "an epoch keeps, so kept counts are not learned; drop one of the two"
+        )
+    return KeptCounts(transform_id, urls, kept_cache_path(counts_cache), source_options)

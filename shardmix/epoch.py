@@ -34,6 +34,7 @@ from shardmix.chunks import Chunk, LaneClocks
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
+from shardmix.kept import Exchange, agreed_totals, learn_epoch, stale_kept
 from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
 from shardmix.rankend import (
@@ -186,6 +187,27 @@ class EpochIterator:
         # (Not in a resized phase, whose totals are fixed: a drop there is refused instead.)
         agree = filters and not self.phase
         exchange = end_exchange(world_size, loader.data_parallel_group) if agree else None
+        # With learned kept counts every rank knows ahead where the epoch ends.
+        self._kept_claim: int | None = None  # this rank's kept samples, as learned
+        self._learn: Exchange | bool = False  # learn from this epoch (with the ranks' gather)
+        kept = getattr(dataset, "kept_counts", None)
+        if kept is not None and not self.phase:
+            assert isinstance(dataset, ShardDataset)  # only a ShardDataset has kept counts
+            if agree and exchange is None:  # ranks simulated in one process
+                totals = dataset.kept_totals(epoch, world_size, epoch_pass)
+                if totals is None:
+                    raise refuse_simulated_filter(
+                        epoch, rank, world_size, "samples", kept.transform_id
+                    )
+            else:
+                totals = agreed_totals(
+                    dataset.kept_totals(epoch, world_size, epoch_pass), exchange, world_size
+                )
+            if totals is not None:
+                self.quota, self.own = rank_quota(totals, self.even_ranks), totals[rank]
+                self._kept_claim, agree, exchange = self.own, False, None
+            elif resume is None:
+                self._learn = exchange if exchange is not None else True
         self.rank_end = (
             None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
         )
@@ -251,6 +273,7 @@ class EpochIterator:
             start=starts,
             dropped=dropped,
             ledger=self.skipped,
+            note_filtered=len(getattr(dataset, "urls", ())) if self._learn is not False else 0,
         )
 
     def __iter__(self) -> EpochIterator:
@@ -378,9 +401,12 @@ class EpochIterator:
         self.batches += 1
         try:
             if self.rank_end is not None:  # the ranks agree on the end
-                self.finished = self._end_if_over(batch_size - 1 if self.drop_last else 0)
+                finished = self._end_if_over(batch_size - 1 if self.drop_last else 0)
             else:
-                self.finished = self._at_end()
+                finished = self._at_end()
+            if finished and (self._kept_claim is not None or self._learn is not False):
+                self._settle_kept()
+            self.finished = finished
         except Exception as error:  # raised by the next next(), after this batch
             self._deferred = error
         if pads or (len(ids) and ids.min() < 0):
@@ -425,12 +451,16 @@ class EpochIterator:
         own_room = max(0, min(room, self.own + self.padded - self.emitted))
         ids = self._next_ids(own_room)
         reserve = max(self.quota - self.own, min(self.quota, PAD_RESERVE)) - len(self.pad_refs)
-        if reserve > 0:
+        if reserve > 0 and self._world_size > 1:
             self.pad_refs.extend(self._refs(ids[:reserve]))
         self.emitted += len(ids)
         short = room - len(ids)
         pads = []
         if short > 0:
+            if self._kept_claim is not None and self.emitted - self.padded < self.own:
+                assert isinstance(self.dataset, ShardDataset) and self.dataset.kept_counts
+                kept = self.dataset.kept_counts
+                raise stale_kept(kept, self.epoch, self.rank, self.emitted - self.padded, self.own)
             if self.emitted - self.padded < self.own and not self._dropped_any():
                 raise ConfigError(
                     f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
@@ -469,6 +499,25 @@ class EpochIterator:
     def _lookahead(self, count: int) -> tuple[int, bool]:
         """``(certain, ended)`` of this rank (:func:`~shardmix.rankend.look_ahead`)."""
         return look_ahead(self.emitted, self.buffer, self.merge, count + self.batch_size)
+
+    def _settle_kept(self) -> None:
+        """At the epoch's last batch: check the learned kept count this epoch claimed (the
+        rest of this rank's records read and counted as undelivered), or learn from it."""
+        assert isinstance(self.dataset, ShardDataset)
+        kept = self.dataset.kept_counts
+        assert kept is not None
+        if self._kept_claim is not None:
+            if self.undelivered is None:
+                self.undelivered = undelivered(self.buffer, self.merge, self.store)
+            found = self.emitted - self.padded + self.undelivered
+            if found != self._kept_claim:
+                raise stale_kept(kept, self.epoch, self.rank, found, self._kept_claim)
+            return
+        merge = self.merge
+        valid = merge.exhausted and not merge.dropped[SKIPPED]
+        exchange = self._learn if callable(self._learn) else None
+        counts = self.dataset.shard_counts(self._world_size) if exchange is not None else None
+        learn_epoch(kept, counts, merge.filtered_refs, merge.records_seen, exchange, valid)
 
     def _end_if_over(self, slack: int) -> bool:
         """Whether the agreed end is within ``slack`` samples; the first time, count what

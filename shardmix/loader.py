@@ -62,6 +62,7 @@ from shardmix.mixture import (
     normalized_weights,
 )
 from shardmix.pool import WorkerPool
+from shardmix.rankend import refuse_simulated_filter
 from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
@@ -249,8 +250,25 @@ class MixingLoader:
         """An iterator over the next epoch's batches; the epoch starts at its first ``next()``."""
         if self.canonical_ranks is not None:
             canonical_slots(*self.rank_and_world_size(), self.canonical_ranks)  # or refuse
+        self._refuse_unlearned_filter()
         self._iterations += 1
         return _Epoch(self, self._iterations)
+
+    def _refuse_unlearned_filter(self) -> None:
+        """Ranks simulated in one process (no process group to agree on a filtered epoch's
+        end) read a named transform only once its kept counts are learned: else refused here,
+        at ``iter()``, by name (a resumed epoch's own state decides at its first batch)."""
+        dataset = self.dataset
+        if not isinstance(dataset, ShardDataset) or dataset.kept_counts is None:
+            return
+        rank, world_size = self.rank_and_world_size()
+        if world_size == 1 or self.data_parallel_group is not None or self._resume:
+            return
+        if self.canonical_ranks is not None or count_exchange(world_size) is not None:
+            return
+        if dataset.kept_totals(self.epoch, world_size) is None:
+            name = dataset.kept_counts.transform_id
+            raise refuse_simulated_filter(self.epoch, rank, world_size, "samples", name)
 
     def _start_epoch(self, holder: _Epoch) -> _Reading:
         """Start the epoch of the iterator ``holder``, at its first ``next()``."""
@@ -568,7 +586,9 @@ class MixingLoader:
         """The samples this rank (with ``canonical_ranks``: each of its canonical ranks)
         yields from ``dataset`` in one pass of ``epoch``."""
         rank, world_size = self.planning_world()
-        totals = dataset.rank_totals(epoch, world_size, epoch_pass)
+        totals = dataset.kept_totals(epoch, world_size, epoch_pass)  # learned under a filter
+        if totals is None:
+            totals = dataset.rank_totals(epoch, world_size, epoch_pass)
         return totals[rank] if world_size == 1 else rank_quota(totals, self.even_ranks)
 
     def _mixture_len(self, epoch: int) -> int:

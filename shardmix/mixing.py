@@ -27,12 +27,14 @@ import numpy as np
 
 from shardmix.chunks import (
     DROPPED,
+    FILTERED_ITEM,
     ID,
     KEPT,
     KIND_NAMES,
     LANE,
     NO_ITEMS,
     OFFSET,
+    RECORD,
     SHARD,
     SIZE,
     Chunk,
@@ -65,6 +67,10 @@ class LaneMerge:
         start: each lane's position when the merge starts (where its reading began).
         dropped: the tombstones counted before the merge starts (on resume).
         ledger: where the workers' skip counts are merged.
+        note_filtered: the number of shards, to keep ``(shard, record)`` of every record the
+            transform filtered out (:attr:`filtered_refs`) and the records that arrived of
+            each shard (:attr:`records_seen`), as they arrive: how kept counts are learned.
+            0: neither is kept.
     """
 
     def __init__(
@@ -80,8 +86,12 @@ class LaneMerge:
         start: Sequence[LanePosition] | None = None,
         dropped: Mapping[str, int] | None = None,
         ledger: SkipLedger | None = None,
+        note_filtered: int = 0,
     ) -> None:
         self._chunks = chunks
+        self._note_filtered = note_filtered > 0
+        self.filtered_refs: list[np.ndarray] = []
+        self.records_seen = np.zeros(note_filtered, dtype=_INT)
         self.num_lanes = num_lanes
         self.store = store
         self._clocks = clocks
@@ -228,11 +238,22 @@ class LaneMerge:
                 raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")
             if not self._tombstones and (items[:, DROPPED] != KEPT).any():
                 self._tombstones = True
+            if self._note_filtered:
+                self._note(items)
             pending = self._pending
             self._pending = np.concatenate((pending, items)) if len(pending) else items
             seen, last_from_end = np.unique(lanes[::-1], return_index=True)
             self._last_key[seen] = keys_of(items)[len(items) - 1 - last_from_end]
         self._ended[chunk.ended] = True
+
+    def _note(self, items: np.ndarray) -> None:
+        """Keep what kept counts are learned from: the records of each shard that arrived,
+        and the ``(shard, record)`` of those the transform filtered out."""
+        self.records_seen += np.bincount(items[:, SHARD], minlength=len(self.records_seen))
+        if self._tombstones:
+            filtered = items[items[:, DROPPED] == FILTERED_ITEM]
+            if len(filtered):
+                self.filtered_refs.append(filtered[:, [SHARD, RECORD]])
 
     def _pull(self) -> Chunk:
         try:

@@ -115,15 +115,29 @@ def undelivered(buffer: SlotBuffer, merge: LaneMerge, store: RowStore) -> int:
         left += len(ids)
 
 
-def refuse_simulated_filter(epoch: int, rank: int, world_size: int, where: str) -> ConfigError:
-    """The error for a filter under ranks simulated in one process (no process group)."""
+def refuse_simulated_filter(
+    epoch: int, rank: int, world_size: int, where: str, transform_id: str | None = None
+) -> ConfigError:
+    """The error for a filter under ranks simulated in one process (no process group):
+    at its first drop, or at ``iter()`` for a transform with a ``transform_id`` whose kept
+    counts are not all learned yet."""
+    if transform_id is not None:
+        return ConfigError(
+            f"epoch {epoch}: rank {rank} of world_size {world_size}, ranks given to "
+            "MixingLoader(rank=, world_size=) with no torch.distributed process group, reads "
+            f"a transform (transform_id={transform_id!r}) whose kept counts are not learned "
+            "for every shard, so the ranks cannot know where the epoch ends; read one epoch "
+            "of the dataset on one rank first (it learns them: shardmix.kept), or run the "
+            "ranks under torch.distributed (torchrun)"
+        )
     return ConfigError(
         f"epoch {epoch}: the transform dropped {where} on rank {rank} of world_size "
         f"{world_size}, ranks given to MixingLoader(rank=, world_size=) with no "
         "torch.distributed process group, so the ranks cannot agree where the epoch ends and "
-        "some would repeat or lose samples; run the ranks under torch.distributed (torchrun), "
-        "where they agree over gloo, or filter the shards beforehand (shardmix convert) so "
-        "that their record counts are the kept ones"
+        "some would repeat or lose samples; give the transform a transform_id= and read one "
+        "epoch on one rank first (the ranks then use the kept counts it learned), run the "
+        "ranks under torch.distributed (torchrun), where they agree over gloo, or filter the "
+        "shards beforehand (shardmix convert) so that their record counts are the kept ones"
     )
 
 

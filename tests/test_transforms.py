@@ -154,9 +154,10 @@ def test_a_filter_under_simulated_ranks_is_refused_naming_the_way_out(tmp_path, 
             f"epoch 0: the transform dropped a sample on rank {rank} of world_size 2, ranks "
             "given to MixingLoader(rank=, world_size=) with no torch.distributed process group, "
             "so the ranks cannot agree where the epoch ends and some would repeat or lose "
-            "samples; run the ranks under torch.distributed (torchrun), where they agree over "
-            "gloo, or filter the shards beforehand (shardmix convert) so that their record "
-            "counts are the kept ones"
+            "samples; give the transform a transform_id= and read one epoch on one rank first "
+            "(the ranks then use the kept counts it learned), run the ranks under "
+            "torch.distributed (torchrun), where they agree over gloo, or filter the shards "
+            "beforehand (shardmix convert) so that their record counts are the kept ones"
         )
     # A transform that keeps every sample is no filter: the ranks' plan holds as without one.
     seen = Counter(key for rank in range(2) for key in all_keys(list(loader(keep_all, rank))))
