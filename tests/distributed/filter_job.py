@@ -126,6 +126,26 @@ def main() -> None:
             keys.extend(zip(batch["__dataset__"], batch["__key__"], strict=True))
         runs[f"mixture/{even_ranks}"] = {"steps": steps, "keys": keys, "filtered": loader.filtered}
         loader.close()
+    for even_ranks in ("drop", "pad"):  # the 30% filter named: epoch 0 learns, epoch 1 knows
+        dataset = ShardDataset(args.shards, seed=7, transform=drop_30_percent, transform_id="30")
+        loader = MixingLoader(
+            dataset, batch_size=8, num_workers=1, shuffle_buffer=32, seed=7, even_ranks=even_ranks
+        )
+        epochs = []
+        for _ in range(2):
+            expected = len(loader)
+            steps, keys, _ = train(model, optimizer, loader)
+            epochs.append(
+                {
+                    "len": expected,
+                    "steps": steps,
+                    "keys": keys,
+                    "filtered": loader.filtered,
+                    "agreed": loader._current.rank_end is not None,
+                }
+            )
+        runs[f"learned/{even_ranks}"] = epochs
+        loader.close()
     # Every loader above exchanged on one gloo group, made once, never the default group.
     groups = [group for _, group in world._GLOO_GROUPS.values()]
     runs["groups"] = {"made": len(groups), "default": groups[0] is dist.group.WORLD}

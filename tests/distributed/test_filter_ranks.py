@@ -121,3 +121,29 @@ def test_each_dataset_of_a_mixture_agrees_on_its_end(job, even_ranks):
 @pytest.mark.slow
 def test_the_ranks_exchange_on_one_gloo_group_of_their_own(job):
     assert [ranks["groups"] for ranks in job] == [{"made": 1, "default": False}] * len(job)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("even_ranks", ["drop", "pad"])
+def test_kept_counts_learned_in_one_epoch_make_the_next_exact(job, even_ranks):
+    """With ``transform_id=``, epoch 0 (the ranks agreeing as they go) teaches every rank the
+    kept counts of every shard; in epoch 1 ``len()`` is exact and no exchange is needed."""
+    kept = kept_keys(KEEPS["30%"])
+    for epoch in (0, 1):
+        runs = [ranks[f"learned/{even_ranks}"][epoch] for ranks in job]
+        assert len({run["steps"] for run in runs}) == 1 and runs[0]["steps"] > 0
+        seen = Counter(key for run in runs for key in run["keys"])
+        if even_ranks == "drop":
+            assert max(seen.values()) == 1 and set(seen) <= kept
+            undelivered = sum(run["filtered"]["undelivered"] for run in runs)
+            assert undelivered == len(kept) - sum(seen.values())
+        else:
+            assert set(seen) == kept
+            padded = sum(run["filtered"]["padded"] for run in runs)
+            assert sum(seen.values()) - padded == len(kept)
+    first = [ranks[f"learned/{even_ranks}"][0] for ranks in job]
+    second = [ranks[f"learned/{even_ranks}"][1] for ranks in job]
+    assert all(run["agreed"] for run in first)  # nothing learned yet: the ranks agreed
+    assert all(run["len"] > run["steps"] for run in first)  # len() an upper bound then
+    assert not any(run["agreed"] for run in second)  # learned: the end known ahead
+    assert all(run["len"] == run["steps"] for run in second)  # and len() exact
