@@ -313,7 +313,15 @@ class EpochIterator:
         takes samples)."""
         if self.closed:
             return []
-        return self._guarded(lambda: self._as_samples(*self._take(count)))
+        return self._guarded(lambda: self._as_samples(*self._take_to_end(count)))
+
+    def _take_to_end(self, count: int) -> tuple[np.ndarray, list[Sample]]:
+        """:meth:`_take`, kept counts settled once it comes back short (the epoch's end)."""
+        ids, pads = self._take(count)
+        settle = self._kept_claim is not None or self._learn is not False
+        if len(ids) + len(pads) < count and settle:
+            self._settle_kept()
+        return ids, pads
 
     def available(self, count: int) -> int | None:
         """How many of the next ``count`` samples there are, read ahead as :meth:`_at_end`
@@ -327,7 +335,10 @@ class EpochIterator:
         held = len(self.buffer)
         if held >= count:
             return count
-        return self._guarded(lambda: min(count, held + self.merge.lookahead(count - held)))
+        ready = self._guarded(lambda: min(count, held + self.merge.lookahead(count - held)))
+        if ready < count and self._learn is not False:  # every lane ended: learn from them
+            self._guarded(self._settle_kept)
+        return ready
 
     def _guarded(self, step: Callable[[], T]) -> T:
         """``step()``; on an error the workers stop at once, and a dead one is named."""
@@ -506,16 +517,17 @@ class EpochIterator:
         assert isinstance(self.dataset, ShardDataset)
         kept = self.dataset.kept_counts
         assert kept is not None
-        if self._kept_claim is not None:
+        claim, self._kept_claim, learn, self._learn = self._kept_claim, None, self._learn, False
+        if claim is not None:
             if self.undelivered is None:
                 self.undelivered = undelivered(self.buffer, self.merge, self.store)
             found = self.emitted - self.padded + self.undelivered
-            if found != self._kept_claim:
-                raise stale_kept(kept, self.epoch, self.rank, found, self._kept_claim)
+            if found != claim:
+                raise stale_kept(kept, self.epoch, self.rank, found, claim)
             return
         merge = self.merge
         valid = merge.exhausted and not merge.dropped[SKIPPED]
-        exchange = self._learn if callable(self._learn) else None
+        exchange = learn if callable(learn) else None
         counts = self.dataset.shard_counts(self._world_size) if exchange is not None else None
         learn_epoch(kept, counts, merge.filtered_refs, merge.records_seen, exchange, valid)
 

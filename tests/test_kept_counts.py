@@ -179,3 +179,19 @@ def test_simulated_ranks_refuse_an_unlearned_transform_at_iter(pattern):
 def test_transform_id_is_refused_where_nothing_can_be_learned(pattern, settings, message):
     with pytest.raises(ConfigError, match=message):
         ShardDataset(pattern, **settings)
+
+
+def test_each_dataset_of_a_mixture_learns_as_one_dataset_does(pattern, tmp_path):
+    other = write_shards(tmp_path / "other", "tar", [12, 30, 7])
+    datasets = {
+        "a": dataset(pattern),
+        "b": ShardDataset(other, transform=drop_thirds, transform_id="thirds", seed=2),
+    }
+    loader = MixingLoader(datasets, batch_size=8, shuffle_buffer=16, stopping="all_exhausted")
+    upper = len(loader)
+    first = list(loader)
+    assert upper > len(first)
+    for _ in range(2):
+        expected = len(loader)
+        batches = list(loader)
+        assert len(batches) == expected
