@@ -28,9 +28,9 @@ from shardmix.progress import Heartbeat, watch_progress
 from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
-from shardmix.sources.cache import MIN_PART_BYTES, plan_reads
+from shardmix.sources.bounded import MIN_PART_BYTES, plan_reads
 from shardmix.sources.identity import ShardIdentity
-from shardmix.sources.ledger import this_owner
+from shardmix.sources.owners import this_owner
 from shardmix.sources.traffic import take_traffic
 from shardmix.world import detect_world
 
@@ -190,7 +190,7 @@ def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
 
 
 def check_cache_limit(dataset: ShardDataset, lane_urls: list[list[str]]) -> None:
-    """Refuse a ``cache_limit`` below one block (:data:`~shardmix.sources.cache.MIN_PART_BYTES`,
+    """Refuse a ``cache_limit`` below one block (:data:`~shardmix.sources.bounded.MIN_PART_BYTES`,
     the least of a shard the cache keeps) for a plan with remote shards: it could hold none.
     Above it, a lane that finds no room reads its shard without a copy."""
     limit = dataset.source_options.cache_limit
