@@ -54,8 +54,13 @@ def remote_lanes(urls: Sequence[str], num_lanes: int, processes: int = 1) -> int
     >>> remote_lanes([f"s3://b/{n}.tar" for n in range(100)], 8, processes=2)
     16
     """
-    remote = len({url for url in urls if not is_local(url)})
-    return min(num_lanes, remote) * processes
+    remote: set[str] = set()
+    for url in urls:  # counted up to num_lanes only: iter() stays cheap over many shards
+        if len(remote) >= num_lanes:
+            break
+        if not is_local(url):
+            remote.add(url)
+    return len(remote) * processes
 
 
 def check_cache_room(readers: Mapping[str, CacheReaders]) -> None:
