@@ -582,7 +582,7 @@ def _decoder(
 
 
 def _has_copy(options: SourceOptions, url: str) -> bool:
-    from shardmix.sources.cache import has_copy
+    from shardmix.sources.bounded import has_copy
 
     return options.cache_dir is not None and has_copy(options.cache_dir, url)
 

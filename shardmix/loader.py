@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
+from shardmix.cacheroom import CacheReaders, check_cache_room, remote_lanes
 from shardmix.canonical import (
     CanonicalEpoch,
     canonical_slots,
@@ -247,12 +248,34 @@ class MixingLoader:
         self._resume = None
 
     def __iter__(self) -> Iterator[Any]:
-        """An iterator over the next epoch's batches; the epoch starts at its first ``next()``."""
+        """An iterator over the next epoch's batches; the epoch starts at its first ``next()``.
+
+        Refused here (a ConfigError, before a worker starts or a shard is asked for): a world
+        size that does not divide ``canonical_ranks``, a ``cache_limit`` below what the
+        epoch's lanes hold in the cache at once (:mod:`shardmix.cacheroom`), a named filter
+        not yet learned under ranks simulated in one process (:mod:`shardmix.kept`)."""
+        processes = 1
         if self.canonical_ranks is not None:
-            canonical_slots(*self.rank_and_world_size(), self.canonical_ranks)  # or refuse
+            processes = len(canonical_slots(*self.rank_and_world_size(), self.canonical_ranks))
+        check_cache_room(self._cache_readers(processes))
         self._refuse_unlearned_filter()
         self._iterations += 1
         return _Epoch(self, self._iterations)
+
+    def _cache_readers(self, processes: int) -> dict[str, CacheReaders]:
+        """Each dataset's source options and lanes of remote shards read at once, by name
+        (``""`` alone), ``processes`` canonical ranks in this process; those without a
+        ``cache_limit`` left out (their URLs are not even counted)."""
+        members: Mapping[str, Any] = self.datasets or {"": self.dataset}
+        readers = {}
+        for name, dataset in members.items():
+            if not isinstance(dataset, ShardDataset) or dataset.source_options.cache_limit is None:
+                continue
+            lanes = self.num_lanes_for(dataset, self.planning_world()[1])
+            readers[name] = CacheReaders(
+                dataset.source_options, remote_lanes(dataset.urls, lanes, processes)
+            )
+        return readers
 
     def _refuse_unlearned_filter(self) -> None:
         """Ranks simulated in one process (no process group to agree on a filtered epoch's

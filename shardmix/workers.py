@@ -28,9 +28,9 @@ from shardmix.progress import Heartbeat, watch_progress
 from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
-from shardmix.sources.cache import MIN_PART_BYTES, plan_reads
+from shardmix.sources.bounded import plan_reads
 from shardmix.sources.identity import ShardIdentity
-from shardmix.sources.ledger import this_owner
+from shardmix.sources.owners import this_owner
 from shardmix.sources.traffic import take_traffic
 from shardmix.world import detect_world
 
@@ -121,7 +121,6 @@ def start_workers(
     if isinstance(dataset, ShardDataset) and lane_pieces is not None:
         lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
         check_open_limits(lane_urls, num_workers)
-        check_cache_limit(dataset, lane_urls)
         num_lanes = len(lane_pieces)
         per_lane = lane_turn(num_lanes, num_workers)
     else:
@@ -186,21 +185,6 @@ def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
             f"shards at once {where}, with {in_use} files already open, past the open-file "
             f"limit of {soft} (RLIMIT_NOFILE); raise it (ulimit -n), raise num_workers, or "
             "pass ShardDataset(num_lanes=...) lower"
-        )
-
-
-def check_cache_limit(dataset: ShardDataset, lane_urls: list[list[str]]) -> None:
-    """Refuse a ``cache_limit`` below one block (:data:`~shardmix.sources.cache.MIN_PART_BYTES`,
-    the least of a shard the cache keeps) for a plan with remote shards: it could hold none.
-    Above it, a lane that finds no room reads its shard without a copy."""
-    limit = dataset.source_options.cache_limit
-    if limit is None or all(is_local(url) for urls in lane_urls for url in urls):
-        return
-    if limit < MIN_PART_BYTES:
-        raise ConfigError(
-            f"cache_limit={limit:,} bytes cannot hold one block of a remote shard (the cache "
-            f"keeps whole shards or their first {MIN_PART_BYTES:,} bytes or more): set "
-            f"cache_limit to at least {MIN_PART_BYTES:,} bytes"
         )
 
 

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "policy", "lifeline")),
     ("bytes", ("sources", "formats", "urls")),
-    ("plan", ("sharding", "counts", "kept", "manifests", "arguments", "checkpoint")),
+    ("plan", ("sharding", "counts", "kept", "manifests", "arguments", "checkpoint", "cacheroom")),
     ("world", ("world", "rankstate")),
     (
         "reading",

@@ -28,8 +28,8 @@ def read_epoch(loader: MixingLoader) -> tuple[Counter[str], int]:
     return keys, batches
 
 
-def remote_set(state, tmp_path: Path) -> tuple[str, int]:
-    write_shards(state.root / "data", "tar", SIZES)
+def remote_set(state, tmp_path: Path, payload_bytes: int = 16) -> tuple[str, int]:
+    write_shards(state.root / "data", "tar", SIZES, payload_bytes=payload_bytes)
     total = sum(path.stat().st_size for path in (state.root / "data").glob("*.tar"))
     return "data/part-{0000..0007}.tar", total
 
@@ -108,7 +108,8 @@ def test_a_cached_set_counts_misses_then_hits_and_fetches_nothing_twice(server, 
 @pytest.mark.parametrize("limit_shards", [8, 3])
 def test_a_bounded_cache_reports_its_events(server, tmp_path, limit_shards):
     base, state = server
-    pattern, total = remote_set(state, tmp_path)
+    # Records of 8 KB: 3 shards' room is still the 8 lanes' blocks (cacheroom's minimum).
+    pattern, total = remote_set(state, tmp_path, payload_bytes=8000)
     largest = max(path.stat().st_size for path in (state.root / "data").glob("*.tar"))
     options = SourceOptions(
         retry=FAST, cache_dir=str(tmp_path / "cache"), cache_limit=limit_shards * largest

@@ -9,7 +9,8 @@ Built in: local files (``file``), ``http``/``https`` (:mod:`shardmix.sources.htt
 ``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`); any other scheme goes to
 fsspec when it knows it (:mod:`shardmix.sources.fsspec_source`). Every opener receives the
 same :class:`SourceOptions`, a small picklable value that travels to DataLoader workers; with
-``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache`.
+``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache` (bounded with
+``cache_limit``: :mod:`shardmix.sources.bounded`).
 
 This module also holds the errors that several openers share (they belong beside the other
 shardmix errors and may move to :mod:`shardmix.errors`).
@@ -113,7 +114,7 @@ class SourceOptions:
     the byte reached (0 turns the check off); a whole shard in one request stays legal however
     long it takes, as long as its bytes keep coming at that rate. ``cache_limit`` (bytes, with
     ``cache_dir``) bounds the cache, shared by every process that uses the folder
-    (:func:`shardmix.sources.cache.open_bounded`); None keeps every copy. ``read_ahead``
+    (:func:`shardmix.sources.bounded.open_bounded`); None keeps every copy. ``read_ahead``
     (a :class:`ReadAhead`) fetches ``http(s)://`` shards in blocks ahead of their readers, a
     lane's next shard included; None reads each shard in one request, opened when reached.
     """
@@ -230,7 +231,7 @@ def open_shard(
     elif options.cache_dir is None or scheme in _NOT_CACHED:
         stream = _open_direct(url, scheme, options)
     elif options.cache_limit is not None:
-        from shardmix.sources.cache import open_bounded
+        from shardmix.sources.bounded import open_bounded
         from shardmix.sources.version import revalidated
 
         def fetch_from(at: int) -> BinaryIO:

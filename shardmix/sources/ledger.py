@@ -12,8 +12,8 @@ same folder included. Its tables:
 - ``plans`` and ``wants``: each reading plan's position, and the shards it reads later in
   this epoch, with the position at which it reads each.
 
-An *owner* is a process, named by its pid and its start time (``/proc/<pid>/stat``), so that a
-pid reused by another program is not taken for the reader that died. Every change is one
+An *owner* is a process (:mod:`shardmix.sources.owners`: its pid and start time, so that a
+pid reused by another program is not taken for the reader that died). Every change is one
 ``BEGIN IMMEDIATE`` transaction, and files are deleted inside the transaction that drops their
 rows: a process killed mid-way leaves its transaction rolled back, never accounts that say
 less than the disk holds. What a dead owner held (its leases, its wants, the copies it was
@@ -24,12 +24,11 @@ a later run trips on.
 The reservation is made before a byte is written, for the shard's whole size or, where less
 is free, for its first part (a ``minimum`` at least), and an eviction that needs only part of
 a copy trims the copy to its first part: the files the cache wrote never hold more than the
-limit (beside this database and its log). Which shard to
-evict is chosen here (:meth:`CacheLedger.reserve`): first those no live plan reads again this
-epoch, least recently used first; then those needed furthest ahead; never one that is leased
-or filling. A newcomer that would need a copy evicted that is needed sooner than itself is not
-admitted: its lane streams it without caching. Left to others: what to cache
-(:mod:`shardmix.sources.cache`), writing the copy (:mod:`shardmix.sources.tee`).
+limit (beside this database and its log). Never is a copy that is leased or filling
+evicted; among the others, the plans choose (:mod:`shardmix.sources.eviction`), and a
+newcomer that would need a copy evicted that is needed sooner than itself is not admitted:
+its lane streams it without caching. Left to others: what to cache and opening a copy
+(:mod:`shardmix.sources.bounded`), writing the copy (:mod:`shardmix.sources.tee`).
 """
 
 from __future__ import annotations
@@ -42,7 +41,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LEDGER_NAME", "CacheLedger", "Entry", "alive", "ledger_for", "owner_of", "this_owner"]
+from shardmix.sources.eviction import choose_victims
+from shardmix.sources.owners import alive, owner_of, this_owner
+
+__all__ = ["LEDGER_NAME", "CacheLedger", "Entry", "ledger_for"]
 
 LEDGER_NAME = ".shardmix-cache.sqlite"
 _BUSY_TIMEOUT_MS = 60_000
@@ -72,54 +74,6 @@ class Entry:
     validator: str | None
     mtime_ns: int | None
     sha256: str | None
-
-
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` in clock ticks since boot (None: no such process,
-    or no ``/proc`` to tell)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
-            fields = file.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-    if len(fields) <= 19 or fields[0] in ("Z", "X"):  # a zombie has ended: it holds nothing
-        return None
-    return fields[19]
-
-
-_OWNER: tuple[int, str] | None = None
-
-
-def this_owner() -> str:
-    """This process as an owner of leases and plans: ``"<pid>:<start time>"``."""
-    global _OWNER
-    pid = os.getpid()
-    if _OWNER is None or _OWNER[0] != pid:  # a forked worker is an owner of its own
-        _OWNER = (pid, owner_of(pid))
-    return _OWNER[1]
-
-
-def owner_of(pid: int) -> str:
-    """Process ``pid`` as an owner: ``"<pid>:<start time>"`` (``?`` where it cannot be told)."""
-    return f"{pid}:{_start_time(pid) or '?'}"
-
-
-def alive(owner: str) -> bool:
-    """Whether the process ``owner`` names still runs (the same process, not its pid reused)."""
-    pid_text, _, start = owner.partition(":")
-    try:
-        pid = int(pid_text)
-    except ValueError:
-        return False
-    if start != "?":
-        return _start_time(pid) == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class CacheLedger:
@@ -244,7 +198,7 @@ class CacheLedger:
         if db.execute("SELECT 1 FROM entries WHERE path = ?", (path,)).fetchone():
             return 0
         (held,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()
-        victims, freed = self._victims(db, url, held + size - limit)
+        victims, freed = choose_victims(db, url, held + size - limit)
         kept = min(size, limit - held + freed)
         if kept < min(size, minimum):
             return 0
@@ -263,34 +217,6 @@ class CacheLedger:
             (path, url, kept, size, self.owner, part),
         )
         return kept
-
-    def _victims(
-        self, db: sqlite3.Connection, url: str, needed: int
-    ) -> tuple[list[tuple[str, int]], int]:
-        """The copies to evict to free ``needed`` bytes for ``url``, in order, and the bytes
-        they free: fewer than ``needed`` when the copies that may go for it are too few."""
-        if needed <= 0:
-            return [], 0
-        rows = db.execute(
-            "SELECT e.path, e.size, e.used, "
-            "(SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
-            " WHERE w.url = e.url) "
-            "FROM entries e WHERE e.state = 'ready' "
-            "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.path = e.path)"
-        ).fetchall()
-        own = _next_need(db, url)
-        # Unneeded first (least recently used first), then the furthest ahead first.
-        rows.sort(key=lambda row: (0, row[2]) if row[3] is None else (1, -row[3]))
-        victims: list[tuple[str, int]] = []
-        freed = 0
-        for path, size, _, need in rows:
-            if freed >= needed:
-                break
-            if need is not None and (own is None or need <= own):
-                break  # needed sooner than the newcomer: keep it
-            victims.append((path, size))
-            freed += size
-        return victims, freed
 
     def publish(self, path: str, version: str | None, validator: str | None, sha256: str) -> None:
         """Move this process's filled copy into place at ``path`` and mark it ready."""
@@ -411,16 +337,6 @@ class CacheLedger:
         """The bytes the cache holds or has reserved."""
         ((total,),) = self._rows("SELECT COALESCE(SUM(size), 0) FROM entries")
         return int(total)
-
-
-def _next_need(db: sqlite3.Connection, url: str) -> int | None:
-    """How many shards ahead the soonest live plan reads ``url`` (None: no plan does)."""
-    (need,) = db.execute(
-        "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
-        "WHERE w.url = ?",
-        (url,),
-    ).fetchone()
-    return None if need is None else int(need)
 
 
 def _trim(db: sqlite3.Connection, path: str, size: int) -> None:

@@ -19,7 +19,8 @@ only a wait for it that happens anyway is counted as a stall (``loader.stats().l
 A lane that ends early drops what it had started (:func:`forget`).
 
 Left to others: which shards a lane reads (:mod:`shardmix.reader`), caching
-(:mod:`shardmix.sources.cache`, which fetches through these streams too).
+(:mod:`shardmix.sources.cache`, :mod:`shardmix.sources.bounded`, which fetch through these streams
+too).
 """
 
 from __future__ import annotations

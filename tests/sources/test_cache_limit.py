@@ -20,8 +20,10 @@ from test_record_claims import write_manifest_beside
 from shardmix import MixingLoader, ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.sources import ReadAhead, SourceOptions, open_shard
-from shardmix.sources.cache import MIN_PART_BYTES, cache_counters, cache_path
-from shardmix.sources.ledger import LEDGER_NAME, CacheLedger, alive
+from shardmix.sources.bounded import MIN_PART_BYTES, cache_counters
+from shardmix.sources.cache import cache_path
+from shardmix.sources.ledger import LEDGER_NAME, CacheLedger
+from shardmix.sources.owners import alive
 
 from shards import expected_keys, write_shards
 
@@ -233,17 +235,6 @@ def test_a_leased_copy_is_never_evicted(remote_set, tmp_path):
     assert copies == [os.path.basename(cache_path(str(cache), shards[1]))]
 
 
-def test_a_limit_below_one_block_is_refused_when_the_epoch_starts(remote_set, tmp_path):
-    url, state, sizes = remote_set
-    minimum = MIN_PART_BYTES
-    options = SourceOptions(cache_dir=str(tmp_path / "cache"), cache_limit=minimum - 1)
-    dataset = ShardDataset(url, source_options=options, num_lanes=4)
-    loader = MixingLoader(dataset, batch_size=8, num_workers=0)
-    with pytest.raises(ConfigError, match=f"set cache_limit to at least {minimum:,} bytes"):
-        next(iter(loader))
-    assert state.requests == [("data/part.manifest.json", None)]  # no shard was fetched
-
-
 def test_a_limit_needs_a_folder():
     with pytest.raises(ConfigError, match="cache_dir is not set"):
         SourceOptions(cache_limit=1 << 30)
@@ -323,8 +314,9 @@ def test_a_resume_mid_shard_fetches_the_rest_only(remote_set, tmp_path):
 
 def test_every_dataset_of_a_mixture_shares_the_limit(server, tmp_path):
     base, state = server
-    write_shards(state.root / "web", "tar", [30, 45, 25, 40], payload_bytes=2000)
-    write_shards(state.root / "code", "tar", [35, 20, 50], payload_bytes=2000)
+    # Records of 4 KB: half the two sets is still the 7 lanes' blocks (cacheroom's minimum).
+    write_shards(state.root / "web", "tar", [30, 45, 25, 40], payload_bytes=4000)
+    write_shards(state.root / "code", "tar", [35, 20, 50], payload_bytes=4000)
     sizes = [path.stat().st_size for path in sorted(state.root.glob("*/part-*"))]
 
     def mixture_keys(options: SourceOptions) -> Counter[tuple[str, str]]:

@@ -1,0 +1,266 @@
+"""The bounded cache (``SourceOptions(cache_limit=...)``): a shard opened through it, and what
+this process tells it and counts of it.
+
+:func:`open_bounded` opens a shard's ready copy, leased while open, when one is current, else
+the remote stream, copied as the lane reads it (:mod:`shardmix.sources.tee`) when the ledger
+admits the copy under the limit. A copy holds a whole shard or, where the room left is
+smaller, the shard's first part, of one block (:data:`MIN_PART_BYTES`) at least; a lane reads
+the rest from the source (:mod:`shardmix.sources.splice`). Room is reserved before a byte is
+written, so the files the cache wrote never hold more than the limit. The lanes' plans
+(:func:`plan_reads`) say which copies are needed next. :func:`cache_counters` counts this
+process's hits, misses and evictions.
+
+Left to others: the accounts, leases and which copy to evict (:mod:`shardmix.sources.ledger`,
+:mod:`shardmix.sources.eviction`: SQLite in the folder, shared by every process on the node);
+where a copy lives (:func:`shardmix.sources.cache.cache_path`); the ledger's rows, not the
+unbounded cache's JSON records, are what validates a copy here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from shardmix.errors import ShardChangedError
+from shardmix.sources import READ_BUFFER_BYTES
+from shardmix.sources.cache import Listed, cache_path
+from shardmix.sources.identity import (
+    ShardIdentity,
+    attach_identity,
+    check_identity,
+    stream_identity,
+)
+from shardmix.sources.ledger import CacheLedger, Entry, ledger_for
+from shardmix.sources.owners import this_owner
+from shardmix.sources.splice import SplicedStream
+from shardmix.sources.tee import TeeStream
+
+__all__ = [
+    "MIN_PART_BYTES",
+    "CacheCounters",
+    "cache_counters",
+    "end_plan",
+    "has_copy",
+    "open_bounded",
+    "plan_reads",
+]
+
+# A bounded cache with less room than a shard keeps its first part, if at least this much:
+# below it, the extra request for the rest would cost more than the bytes saved.
+MIN_PART_BYTES = 64 * 1024
+
+
+@dataclass
+class CacheCounters:
+    """What this process's bounded cache did: copies read (``hits``, ``hit_bytes``: their
+    sizes), shards fetched (``misses``), of which streamed without a copy (``uncached``: not
+    admitted under the limit, or filled by another reader at the time), bytes written to new
+    copies (``filled_bytes``) and copies evicted to make room (``evictions``)."""
+
+    hits: int = 0
+    misses: int = 0
+    uncached: int = 0
+    evictions: int = 0
+    hit_bytes: int = 0
+    filled_bytes: int = 0
+
+
+_COUNTERS = CacheCounters()
+_COUNTERS_LOCK = threading.Lock()
+
+
+def cache_counters() -> CacheCounters:
+    """A copy of this process's counters (each DataLoader worker counts its own)."""
+    with _COUNTERS_LOCK:
+        return dataclasses.replace(_COUNTERS)
+
+
+def _count(**amounts: int) -> None:
+    with _COUNTERS_LOCK:
+        for name, amount in amounts.items():
+            setattr(_COUNTERS, name, getattr(_COUNTERS, name) + amount)
+
+
+def open_bounded(
+    url: str,
+    cache_dir: str,
+    limit: int,
+    fetch_from: Callable[[int], BinaryIO],
+    version: Callable[[], str | None] = lambda: None,
+    listed: Listed | None = None,
+    offset: int = 0,
+) -> BinaryIO:
+    """Open ``url`` through the bounded cache in ``cache_dir``: its copy, leased while open,
+    when one is ready and current; else the remote stream, copied as it is read when the
+    ledger admits the copy under ``limit`` bytes (all of it, or its first part).
+
+    ``fetch_from(offset)`` opens the remote stream, standing at 0, with its first request at
+    ``offset``. ``offset`` is where the first read will be: a resume mid-shard without a copy
+    fetches the rest only, and caches none of it.
+    """
+    ledger = ledger_for(cache_dir)
+    path = cache_path(cache_dir, url)
+    current = version()
+    entry = ledger.lease(path, url)
+    if entry is not None:
+        stream = _open_leased(ledger, entry, current, listed, fetch_from)
+        if stream is not None:
+            _count(hits=1, hit_bytes=entry.size)
+            return stream
+    _count(misses=1)
+    if offset:
+        _count(uncached=1)
+        return fetch_from(offset)
+    source = fetch_from(0)
+    try:
+        return _tee(ledger, source, url, path, limit, current, listed)
+    except BaseException:
+        source.close()
+        raise
+
+
+def _open_leased(
+    ledger: CacheLedger,
+    entry: Entry,
+    current: str | None,
+    listed: Listed | None,
+    fetch_from: Callable[[int], BinaryIO],
+) -> BinaryIO | None:
+    """The leased copy ``entry``, or None (lease ended, copy dropped) when it is not current."""
+    stale = current is not None and entry.version != current
+    stale = stale or (listed is not None and _unlisted(entry, listed))
+    raw = None
+    if not stale:
+        try:
+            raw = io.FileIO(entry.path, "rb")
+            status = os.fstat(raw.fileno())
+            stale = (status.st_size, status.st_mtime_ns) != (entry.size, entry.mtime_ns)
+        except FileNotFoundError:
+            stale = True
+    if stale:
+        if raw is not None:
+            raw.close()
+        ledger.release(entry.path)
+        ledger.discard(entry.path)
+        return None
+    assert raw is not None
+    identity = ShardIdentity(entry.total, entry.validator)
+
+    def release() -> None:
+        ledger.release(entry.path)
+
+    if entry.size == entry.total:
+        stream: BinaryIO = _Leased(raw, release)
+    else:
+
+        def open_rest(offset: int) -> BinaryIO:
+            rest = fetch_from(offset)
+            try:
+                check_identity(entry.url, identity, stream_identity(rest))
+            except BaseException:
+                rest.close()
+                raise
+            return rest
+
+        spliced = SplicedStream(raw, entry.total, open_rest, release)
+        stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)  # type: ignore[assignment]
+    return attach_identity(stream, identity)  # type: ignore[no-any-return]
+
+
+def _unlisted(entry: Entry, listed: Listed) -> bool:
+    """Whether the copy ``entry`` is not of the shard its manifest lists (a part of a shard
+    has no sha256 to compare)."""
+    size, sha256 = listed
+    if entry.total != size:
+        return True
+    return entry.size == entry.total and sha256 is not None and entry.sha256 != sha256
+
+
+class _Leased(io.BufferedReader):
+    """A cached copy that ends its lease when closed (or collected)."""
+
+    def __init__(self, raw: io.FileIO, release: Callable[[], None]) -> None:
+        super().__init__(raw, READ_BUFFER_BYTES)
+        self._release: Callable[[], None] | None = release
+
+    def close(self) -> None:
+        release, self._release = self._release, None
+        try:
+            super().close()
+        finally:
+            if release is not None:
+                release()
+
+
+def _tee(
+    ledger: CacheLedger,
+    source: BinaryIO,
+    url: str,
+    path: str,
+    limit: int,
+    current: str | None,
+    listed: Listed | None,
+) -> BinaryIO:
+    identity = stream_identity(source)
+    size = identity.size if identity is not None else getattr(source, "size", None)
+    if listed is not None and size is not None and size != listed[0]:
+        raise ShardChangedError(
+            f"{url}: the server's shard is {size:,} bytes, but the manifest beside it lists "
+            f"{listed[0]:,} bytes; the shard was replaced since the manifest was written: "
+            "re-create the manifest, or restore the shard",
+            url=url,
+        )
+    folder, name = os.path.split(path)
+    part = os.path.join(folder, f".{name}.{this_owner().replace(':', '-')}.part")
+    kept = 0
+    if isinstance(size, int) and size > 0:
+        kept = ledger.reserve(path, url, part, size, limit, MIN_PART_BYTES)
+        _count(evictions=ledger.take_evictions())
+    if not kept:
+        _count(uncached=1)
+        return source
+    assert isinstance(size, int)
+    try:
+        out = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    except BaseException:
+        ledger.abandon(path)
+        raise
+    validator = identity.validator if identity is not None else None
+
+    def done(sha256: str, filled: int) -> None:
+        if filled == size and listed is not None and listed[1] not in (None, sha256):
+            ledger.abandon(path)
+            raise ShardChangedError(
+                f"{url}: the server's shard has sha256 {sha256}, but the manifest beside it "
+                f"lists sha256 {listed[1]}; the shard was replaced since the manifest was "
+                "written: re-create the manifest, or restore the shard (the copy was removed)",
+                url=url,
+            )
+        ledger.publish(path, current, validator, sha256)
+        _count(filled_bytes=filled)
+
+    tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))
+    return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+
+
+def has_copy(cache_dir: str, url: str) -> bool:
+    """Whether the bounded cache in ``cache_dir`` holds all of ``url`` now (read-ahead need
+    not fetch its start; a copy evicted before it is opened is fetched then)."""
+    return ledger_for(cache_dir).holds(cache_path(cache_dir, url))
+
+
+def plan_reads(cache_dir: str, plan: str, lanes: Sequence[Sequence[str]]) -> None:
+    """Tell the bounded cache in ``cache_dir`` what ``plan`` reads this epoch: each lane's
+    shard URLs in order, so that eviction keeps what is needed soonest."""
+    wants = [(url, position) for urls in lanes for position, url in enumerate(urls)]
+    ledger_for(cache_dir).plan(plan, wants)
+
+
+def end_plan(cache_dir: str, plan: str) -> None:
+    """``plan`` reads nothing more (its epoch ended or was let go)."""
+    ledger_for(cache_dir).end_plan(plan)
