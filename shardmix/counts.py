@@ -283,16 +283,27 @@ class RecordCounts:
 
 def read_counts_cache(path: str) -> dict[str, ShardCount]:
     """``{url: ShardCount}`` from a count cache file (missing or unreadable: empty)."""
+    shards = read_json_file(path, ("shardmix_counts", CACHE_VERSION), "shards", "the count cache")
+    try:
+        return {str(url): ShardCount.from_json(entry) for url, entry in shards.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        log.warning("ignoring the count cache %s (%s); counting the shards instead", path, error)
+        return {}
+
+
+def read_json_file(path: str, version: tuple[str, int], field: str, what: str) -> dict[str, Any]:
+    """The dict under ``field`` of the JSON file at ``path`` when its ``version`` field is
+    as given; missing, of another version or unreadable: empty (logged), never an error."""
     try:
         with open(path, encoding="utf-8") as file:
-            cache = json.load(file)
-        if cache.get("shardmix_counts") != CACHE_VERSION:
+            document = json.load(file)
+        if document.get(version[0]) != version[1]:
             return {}
-        return {str(url): ShardCount.from_json(entry) for url, entry in cache["shards"].items()}
+        return dict(document[field])
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        log.warning("ignoring the count cache %s (%s); counting the shards instead", path, error)
+        log.warning("ignoring %s %s (%s)", what, path, error)
         return {}
 
 

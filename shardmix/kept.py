@@ -26,7 +26,6 @@ torch: the gather is a function its caller passes.
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from shardmix.counts import write_json_file
+from shardmix.counts import read_json_file, write_json_file
 from shardmix.errors import ConfigError
 from shardmix.sharding import Piece
 from shardmix.sources import SourceOptions
@@ -254,17 +253,7 @@ def kept_cache_path(counts_cache: str | None) -> str | None:
 
 
 def _read(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as file:
-            document = json.load(file)
-        if document.get("shardmix_kept") != KEPT_VERSION:
-            return {}
-        return dict(document["transforms"])
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        log.warning("ignoring the kept counts %s (%s); learning them again", path, error)
-        return {}
+    return read_json_file(path, ("shardmix_kept", KEPT_VERSION), "transforms", "the kept counts")
 
 
 def _write(path: str, transforms: Mapping[str, Any]) -> None:
