@@ -1,6 +1,6 @@
 """Chunks: what a worker sends the main process, as columns rather than sample dicts.
 
-A worker reads its lanes in turn (:func:`~shardmix.reader.round_robin_chunks`) and turns each
+A worker reads its lanes in turn (:func:`~shardmix.lanes.round_robin_chunks`) and turns each
 group of samples into one :class:`Chunk`: per *item* (a sample, or a tombstone the transform
 left, :mod:`shardmix.transforms`) one row of integers (its lane, merge key, provenance and
 size); per *field*, one column of the kept samples' values (:mod:`shardmix.columns`). A
@@ -26,7 +26,8 @@ import numpy as np
 
 from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.formats import RecordBlock
-from shardmix.reader import LaneChunk, Sample, sample_bytes
+from shardmix.lanes import LaneChunk
+from shardmix.reader import Sample, sample_bytes
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import Traffic
 from shardmix.transforms import DROPPED as DROPPED_KEY

@@ -33,8 +33,9 @@ from shardmix.formats import (
     is_gzipped,
     reader_for,
 )
+from shardmix.lanes import LanePosition, read_lane, round_robin
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
-from shardmix.reader import LanePosition, Sample, read_lane, round_robin
+from shardmix.reader import Sample
 from shardmix.sharding import (
     Piece,
     World,

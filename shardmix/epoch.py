@@ -34,6 +34,7 @@ from shardmix.chunks import Chunk, LaneClocks
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
+from shardmix.lanes import LanePosition
 from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
 from shardmix.rankend import (
@@ -43,7 +44,7 @@ from shardmix.rankend import (
     refuse_simulated_filter,
     undelivered,
 )
-from shardmix.reader import LanePosition, Sample
+from shardmix.reader import Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota

@@ -41,8 +41,8 @@ from shardmix.chunks import (
     slot_of,
 )
 from shardmix.errors import WorkerError
+from shardmix.lanes import LanePosition
 from shardmix.policy import SkipLedger
-from shardmix.reader import LanePosition
 from shardmix.rows import RowStore
 
 _INT = np.int64

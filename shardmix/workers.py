@@ -22,10 +22,10 @@ from torch.utils.data import DataLoader, IterableDataset
 from shardmix.chunks import Chunk, ChunkBuilder, LaneClocks
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
+from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.lifeline import WorkerInit
 from shardmix.policy import SkipLedger
 from shardmix.progress import Heartbeat, watch_progress
-from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.sources.cache import MIN_PART_BYTES, plan_reads

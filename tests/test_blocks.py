@@ -10,7 +10,7 @@ import pytest
 from shardmix import MixingLoader, ShardDataset
 from shardmix.chunks import Chunk, ChunkBuilder, LaneClocks
 from shardmix.formats.tar_writer import TarWriter
-from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
+from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
 
 from shards import UNEVEN_SIZES, write_shards
 

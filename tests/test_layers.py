@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "reading",
         (
             "reader",
+            "lanes",
             "claims",
             "transforms",
             "decode",
