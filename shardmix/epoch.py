@@ -30,11 +30,12 @@ from shardmix.checkpoint import (
     unpack_refs,
     unpack_sizes,
 )
-from shardmix.chunks import Chunk, LaneClocks
+from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.lanes import LanePosition
+from shardmix.mergekeys import LaneClocks
 from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
 from shardmix.rankend import (

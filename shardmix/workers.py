@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from shardmix.chunks import Chunk, ChunkBuilder, LaneClocks
+from shardmix.chunks import Chunk, ChunkBuilder
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.lifeline import WorkerInit
+from shardmix.mergekeys import LaneClocks
 from shardmix.policy import SkipLedger
 from shardmix.progress import Heartbeat, watch_progress
 from shardmix.sharding import Piece, worker_lanes

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "transforms",
             "decode",
             "chunks",
+            "mergekeys",
             "columns",
             "workers",
             "pool",
