@@ -1,41 +1,39 @@
-"""Workers: what runs in each DataLoader worker, and the trip of its chunks to the main process.
+"""Workers: an epoch's reading planned, started, stopped, and named when a worker dies.
 
-Each worker reads the lanes it hosts in turn and sends them as columnar
-:class:`~shardmix.chunks.Chunk` objects, each with what the worker skipped since its last
-chunk (``on_error="skip"``). Starting and stopping the workers is here too, so the rest of the
-loader never touches torch's DataLoader.
+:func:`start_workers` checks a plan against the process's limits (open files, connections, the
+cache's size), tells a bounded cache what the epoch will read, and starts the reading: in this
+process, in torch's DataLoader workers, or through a :class:`~shardmix.pool.WorkerPool`'s
+persistent ones. It is the one place that touches torch's DataLoader, so the rest of the loader
+never does. :func:`failure_message` says which worker ended, how, and what it hosted.
+
+Left to others: what runs in each worker, its lanes read into chunks
+(:mod:`shardmix.lanechunks`); the persistent workers (:mod:`shardmix.pool`).
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import resource
 import signal
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from shardmix.chunks import Chunk, ChunkBuilder
+from shardmix.chunks import Chunk
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
+from shardmix.lanechunks import EpochPlan, LaneChunks, as_sent
+from shardmix.lanes import LanePosition
 from shardmix.lifeline import WorkerInit
 from shardmix.mergekeys import LaneClocks
-from shardmix.policy import SkipLedger
 from shardmix.progress import Heartbeat, watch_progress
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.sources.cache import MIN_PART_BYTES, plan_reads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.ledger import this_owner
-from shardmix.sources.traffic import take_traffic
-from shardmix.world import detect_world
-
-T = TypeVar("T")
 
 if TYPE_CHECKING:
     from shardmix.pool import WorkerPool
@@ -46,50 +44,16 @@ MAX_CONNECTIONS = 512
 _SPARE_DESCRIPTORS = 8
 # How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
 KILL_WAIT_SECONDS = 5.0
-# Samples in a worker's first chunk: enough to amortise one pickle and one queue trip...
+# Samples in a worker's first chunk: enough to amortise one pickle and one queue trip (the
+# turns then grow to :data:`~shardmix.lanechunks.MIN_TURN`, within its CHUNK_BYTES).
 CHUNK_SAMPLES = 2048
-# ... and per lane, at least this many in one stretch once a worker's turns have grown to it (as
-# CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
-# CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
-# third more CPU per small record. The turns start at the lanes' share of CHUNK_SAMPLES and
-# double from chunk to chunk, so that the first batch comes as soon as before. The main
-# process holds about one turn of every lane (CHUNK_BYTES bounds it).
-MIN_TURN = 64
-# ... and at most about this many bytes of samples, so that the chunks in flight (two per
-# worker, prefetch_factor) stay small whatever the record size.
-CHUNK_BYTES = 8 << 20
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    """What a worker needs to read one epoch, beside the dataset it already holds.
-
-    ``generation`` tells the chunks of one ``iter()`` from those of the one before it (a pool's
-    workers serve many).
-    """
-
-    epoch: int
-    rank: int
-    world_size: int
-    lane_pieces: list[list[Piece]] | None
-    clocks: LaneClocks | None  # the lanes' sizes, when known: chunks are keyed by clock
-    per_lane: int
-    starts: list[LanePosition] | None
-    epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
-    generation: int = 0
-    # By shard index, the identity each shard must have (a restored checkpoint's).
-    identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
 
 
 def lane_turn(num_lanes: int, num_workers: int) -> int:
     """How many samples each of ``num_lanes`` lanes gives per turn in a worker's first chunk
-    (CHUNK_BYTES may cut it); the turns then double up to :func:`steady_turn`."""
+    (:data:`~shardmix.lanechunks.CHUNK_BYTES` may cut it); the turns then double up to
+    :func:`~shardmix.lanechunks.steady_turn`."""
     return max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
-
-
-def steady_turn(per_lane: int) -> int:
-    """A lane's turn once a worker's turns, ``per_lane`` at first, have grown."""
-    return max(MIN_TURN, per_lane)
 
 
 def start_workers(
@@ -144,7 +108,7 @@ def start_workers(
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
     heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
-    source = _LaneChunks(dataset, plan, heartbeat)
+    source = LaneChunks(dataset, plan, heartbeat)
     if num_workers == 0:
         return iter(source), num_lanes, None
     loader = DataLoader(
@@ -285,123 +249,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return "unknown"
-
-
-def as_sent(chunk: Any) -> Any:
-    """Pass chunks through untouched (the DataLoader would turn arrays into tensors)."""
-    return chunk
-
-
-class _LaneChunks(IterableDataset[Chunk]):
-    """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
-
-    def __init__(
-        self, dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None
-    ) -> None:
-        self.dataset = dataset
-        self.plan = plan
-        self.heartbeat = heartbeat
-
-    def __iter__(self) -> Iterator[Chunk]:
-        return lane_chunks(self.dataset, self.plan, self.heartbeat)
-
-
-def lane_chunks(
-    dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None = None
-) -> Iterator[Chunk]:
-    """This process's lanes of ``plan``, in chunks, with what was skipped since the last;
-    each sample read (each record block) counted into ``heartbeat``, if given."""
-    world = detect_world(plan.rank, plan.world_size)
-    beat = _counter(heartbeat, world.worker)
-    ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
-    shares = None
-    shard_index = None
-    if isinstance(dataset, ShardDataset) and plan.lane_pieces is not None:
-        shard_index = dataset.shard_index
-        dataset.ledger = ledger  # this process's copy of the dataset
-        dataset.expected = plan.identities
-        num_lanes = len(plan.lane_pieces)
-        worker, num_workers = world.worker, world.num_workers
-        lanes = worker_lanes(num_lanes=num_lanes, worker=worker, num_workers=num_workers)
-        starts = plan.starts or [LanePosition()] * num_lanes
-        iterators: dict[int, Iterator[Any] | BlockTurns]
-        if dataset.reads_blocks:  # no transform: records go to the chunks' columns in blocks
-            iterators = {
-                lane: BlockTurns(
-                    beat(dataset.read_lane_blocks(plan.lane_pieces[lane], starts[lane]))
-                )
-                for lane in lanes
-            }
-        else:
-            iterators = {
-                lane: beat(
-                    dataset.read_lane_pieces(
-                        plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
-                    )
-                )
-                for lane in lanes
-            }
-        if plan.clocks is not None:
-            every = plan.clocks.shares()
-            shares = {lane: every[lane] for lane in lanes}
-    else:
-        set_epoch = getattr(dataset, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(plan.epoch)
-        iterators = {world.worker: beat(iter(dataset))}
-    builder = ChunkBuilder(shard_index, plan.clocks if shard_index is not None else None)
-    groups = round_robin_chunks(
-        iterators,
-        plan.per_lane,
-        CHUNK_BYTES,
-        shares,
-        lambda: builder.mean_size,
-        steady=steady_turn(plan.per_lane),
-    )
-    chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
-    if shard_index is not None:
-        assert isinstance(dataset, ShardDataset)
-        chunks = _with_identities(chunks, dataset)
-    return collected_between(_with_traffic(chunks))
-
-
-def _with_identities(chunks: Iterator[Chunk], dataset: ShardDataset) -> Iterator[Chunk]:
-    """``chunks``, each with the identities of the shards opened until it was made."""
-    for chunk in chunks:
-        chunk.identities = dataset.take_opened()
-        yield chunk
-
-
-def _with_traffic(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, each with what this process's sources fetched since the one before."""
-    for chunk in chunks:
-        chunk.traffic = take_traffic() or None
-        yield chunk
-
-
-def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:
-    """Wrap a lane's iterator so that what it reads is counted into ``heartbeat`` (if any)."""
-    if heartbeat is None:
-        return lambda items: items
-    return lambda items: heartbeat.counted(items, worker)
-
-
-def collected_between(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, with Python's cycle collector paused while each is made.
-
-    A chunk's samples are thousands of dicts alive at once: left running, the collector would
-    scan them over and over while they pile up (about a quarter of a worker's CPU time on
-    small records). Paused, it runs once the chunk is made and its dicts are freed, so cyclic
-    garbage waits at most one chunk. Where the collector was off already, it stays off.
-    """
-    while True:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            chunk = next(chunks, None)
-        finally:
-            if enabled:
-                gc.enable()
-        if chunk is None:
-            return
-        yield chunk

