@@ -17,6 +17,7 @@ import os
 import resource
 import signal
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset
@@ -49,6 +50,18 @@ KILL_WAIT_SECONDS = 5.0
 CHUNK_SAMPLES = 2048
 
 
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How an epoch's lanes are read: in this process (``num_workers`` 0) or in DataLoader
+    workers, with these settings of torch's (see :class:`~shardmix.loader.MixingLoader`)."""
+
+    num_workers: int = 0
+    timeout: float = 0.0
+    prefetch_factor: int = 2
+    multiprocessing_context: Any = None
+    worker_init_fn: Callable[[int], None] | None = None
+
+
 def lane_turn(num_lanes: int, num_workers: int) -> int:
     """How many samples each of ``num_lanes`` lanes gives per turn in a worker's first chunk
     (:data:`~shardmix.lanechunks.CHUNK_BYTES` may cut it); the turns then double up to
@@ -65,12 +78,8 @@ def start_workers(
     starts: list[LanePosition] | None,
     lane_pieces: list[list[Piece]] | None,
     clocks: LaneClocks | None,
-    num_workers: int,
+    options: WorkerOptions,
     epoch_pass: int = 0,
-    timeout: float,
-    prefetch_factor: int,
-    multiprocessing_context: Any,
-    worker_init_fn: Callable[[int], None] | None = None,
     pool: WorkerPool | None = None,
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
@@ -78,11 +87,12 @@ def start_workers(
 
     ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``clocks`` their sizes, when
     the mixer takes lanes in proportion to them. The workers are torch's
-    DataLoader iterator (``None`` when ``num_workers`` is 0 and the lanes are read in this
+    DataLoader iterator (``None`` when ``options.num_workers`` is 0 and the lanes are read in this
     process, or when ``pool``'s persistent workers read them); stop them with
     :func:`stop_workers`. ``identities``: what each shard must be, by shard index (a
     checkpoint's); each chunk says the identities of the shards read for it.
     """
+    num_workers, timeout = options.num_workers, options.timeout
     if isinstance(dataset, ShardDataset) and lane_pieces is not None:
         lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
         check_open_limits(lane_urls, num_workers)
@@ -117,9 +127,9 @@ def start_workers(
         collate_fn=as_sent,
         num_workers=num_workers,
         timeout=timeout,
-        prefetch_factor=prefetch_factor,
-        multiprocessing_context=multiprocessing_context,
-        worker_init_fn=WorkerInit(worker_init_fn),
+        prefetch_factor=options.prefetch_factor,
+        multiprocessing_context=options.multiprocessing_context,
+        worker_init_fn=WorkerInit(options.worker_init_fn),
     )
     workers = iter(loader)
     if heartbeat is not None:
