@@ -102,31 +102,15 @@ def lane_chunks(
     ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
     shares = None
     shard_index = None
+    iterators: dict[int, Iterator[Any] | BlockTurns]
     if isinstance(dataset, ShardDataset) and plan.lane_pieces is not None:
         shard_index = dataset.shard_index
         dataset.ledger = ledger  # this process's copy of the dataset
         dataset.expected = plan.identities
-        num_lanes = len(plan.lane_pieces)
-        worker, num_workers = world.worker, world.num_workers
-        lanes = worker_lanes(num_lanes=num_lanes, worker=worker, num_workers=num_workers)
-        starts = plan.starts or [LanePosition()] * num_lanes
-        iterators: dict[int, Iterator[Any] | BlockTurns]
-        if dataset.reads_blocks:  # no transform: records go to the chunks' columns in blocks
-            iterators = {
-                lane: BlockTurns(
-                    beat(dataset.read_lane_blocks(plan.lane_pieces[lane], starts[lane]))
-                )
-                for lane in lanes
-            }
-        else:
-            iterators = {
-                lane: beat(
-                    dataset.read_lane_pieces(
-                        plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
-                    )
-                )
-                for lane in lanes
-            }
+        lanes = worker_lanes(
+            num_lanes=len(plan.lane_pieces), worker=world.worker, num_workers=world.num_workers
+        )
+        iterators = {lane: _read_lane(dataset, plan, lane, beat) for lane in lanes}
         if plan.clocks is not None:
             every = plan.clocks.shares()
             shares = {lane: every[lane] for lane in lanes}
@@ -149,6 +133,23 @@ def lane_chunks(
         assert isinstance(dataset, ShardDataset)
         chunks = _with_identities(chunks, dataset)
     return collected_between(_with_traffic(chunks))
+
+
+def _read_lane(
+    dataset: ShardDataset,
+    plan: EpochPlan,
+    lane: int,
+    beat: Callable[[Iterator[Any]], Iterator[Any]],
+) -> Iterator[Any] | BlockTurns:
+    """Lane ``lane`` of ``plan`` from its start, what it reads counted by ``beat``: in record
+    blocks where the dataset has no transform (the records go to the chunk's columns as
+    blocks), else as samples."""
+    assert plan.lane_pieces is not None
+    pieces = plan.lane_pieces[lane]
+    start = plan.starts[lane] if plan.starts else LanePosition()
+    if dataset.reads_blocks:
+        return BlockTurns(beat(dataset.read_lane_blocks(pieces, start)))
+    return beat(dataset.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
 
 
 def _with_identities(chunks: Iterator[Chunk], dataset: ShardDataset) -> Iterator[Chunk]:

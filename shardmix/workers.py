@@ -93,15 +93,7 @@ def start_workers(
     checkpoint's); each chunk says the identities of the shards read for it.
     """
     num_workers, timeout = options.num_workers, options.timeout
-    if isinstance(dataset, ShardDataset) and lane_pieces is not None:
-        lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
-        check_open_limits(lane_urls, num_workers)
-        check_cache_limit(dataset, lane_urls)
-        num_lanes = len(lane_pieces)
-        per_lane = lane_turn(num_lanes, num_workers)
-    else:
-        num_lanes = max(1, num_workers)
-        per_lane = CHUNK_SAMPLES
+    num_lanes, per_lane = _checked_lanes(dataset, lane_pieces, num_workers)
     plan = EpochPlan(
         epoch,
         rank,
@@ -135,6 +127,19 @@ def start_workers(
     if heartbeat is not None:
         watch_progress(workers, heartbeat, timeout)
     return workers, num_lanes, workers
+
+
+def _checked_lanes(
+    dataset: IterableDataset[Any], lane_pieces: list[list[Piece]] | None, num_workers: int
+) -> tuple[int, int]:
+    """``(lanes, samples per lane in a worker's first chunk)`` of a plan, once checked against
+    the process's limits (a ShardDataset's; any other dataset is one lane per worker)."""
+    if not isinstance(dataset, ShardDataset) or lane_pieces is None:
+        return max(1, num_workers), CHUNK_SAMPLES
+    lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
+    check_open_limits(lane_urls, num_workers)
+    check_cache_limit(dataset, lane_urls)
+    return len(lane_pieces), lane_turn(len(lane_pieces), num_workers)
 
 
 def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
