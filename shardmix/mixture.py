@@ -78,6 +78,7 @@ class MixtureEpoch:
     def __init__(
         self, settings: MixtureSettings, epoch: int, resume: Mapping[str, Any] | None
     ) -> None:
+        # Settings as values, not the loader: dropping the loader stops the workers at once.
         shared = settings.shared
         self.datasets = {name: member.dataset for name, member in settings.members.items()}
         self.batch_size = shared.batch_size
