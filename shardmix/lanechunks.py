@@ -110,7 +110,8 @@ def lane_chunks(
         lanes = worker_lanes(
             num_lanes=len(plan.lane_pieces), worker=world.worker, num_workers=world.num_workers
         )
-        iterators = {lane: _read_lane(dataset, plan, lane, beat) for lane in lanes}
+        blocks = dataset.reads_blocks  # once: it looks at every shard's format
+        iterators = {lane: _read_lane(dataset, plan, lane, beat, blocks) for lane in lanes}
         if plan.clocks is not None:
             every = plan.clocks.shares()
             shares = {lane: every[lane] for lane in lanes}
@@ -140,14 +141,15 @@ def _read_lane(
     plan: EpochPlan,
     lane: int,
     beat: Callable[[Iterator[Any]], Iterator[Any]],
+    blocks: bool,
 ) -> Iterator[Any] | BlockTurns:
-    """Lane ``lane`` of ``plan`` from its start, what it reads counted by ``beat``: in record
-    blocks where the dataset has no transform (the records go to the chunk's columns as
-    blocks), else as samples."""
+    """Lane ``lane`` of ``plan`` from its start, what it reads counted by ``beat``: with
+    ``blocks`` (the dataset's ``reads_blocks``: no transform) in record blocks, which go to
+    the chunk's columns as they are, else as samples."""
     assert plan.lane_pieces is not None
     pieces = plan.lane_pieces[lane]
     start = plan.starts[lane] if plan.starts else LanePosition()
-    if dataset.reads_blocks:
+    if blocks:
         return BlockTurns(beat(dataset.read_lane_blocks(pieces, start)))
     return beat(dataset.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
 
