@@ -22,7 +22,8 @@ the pool's and the checkpoint's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardmix.checkpoint import STATE_VERSION
@@ -31,7 +32,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.epoch import EpochIterator, epoch_start
 from shardmix.errors import ConfigError
 from shardmix.pool import WorkerPool
-from shardmix.reader import Sample
+from shardmix.settings import EpochSettings
 from shardmix.world import state_exchange
 
 if TYPE_CHECKING:
@@ -97,15 +98,21 @@ class CanonicalEpoch:
         # The default collate's batches join as columns; another's samples join as samples.
         self._by_column = self._joined and loader.collate_fn is collate_samples
         self.streams: list[EpochIterator] = []
+        settings = loader.epoch_settings()
         try:
             for slot, canonical in enumerate(self.slots):
-                # A loader for EpochIterator (as a mixture member is): the same duck type.
                 samples = self._joined and not self._by_column
-                view: Any = _CanonicalRank(
-                    loader, canonical, slot, samples=samples, alone=not self._joined
+                pool = slot_pool(loader, slot)
+                own = canonical_rank_settings(
+                    settings,
+                    canonical,
+                    canonical_ranks,
+                    pool,
+                    samples=samples,
+                    alone=not self._joined,
                 )
                 position = None if resume is None else resume[str(canonical)]
-                self.streams.append(EpochIterator(view, epoch, position))
+                self.streams.append(EpochIterator(own, epoch, position))
         except BaseException:
             self.close()
             raise
@@ -191,31 +198,32 @@ class CanonicalEpoch:
         return found or None
 
 
-class _CanonicalRank:
-    """A loader's settings as one canonical rank sees them: the simulated world
-    ``(canonical, canonical_ranks)``, the workers of its slot on this rank, and (when its
-    samples are joined) samples handed out as they are, for one collate of the joined batch;
-    pinned memory is for the joined batch only."""
-
-    def __init__(
-        self, loader: MixingLoader, canonical: int, slot: int, *, samples: bool, alone: bool
-    ) -> None:
-        self._loader = loader
-        assert loader.canonical_ranks is not None
-        self._world = (canonical, loader.canonical_ranks)
-        self.pool = slot_pool(loader, slot)
-        self.collate_fn: Callable[[list[Sample]], Any] = list if samples else loader.collate_fn
-        self.pin_memory = loader.pin_memory and alone
-
-    def rank_and_world_size(self) -> tuple[int, int]:
-        return self._world
-
-    # A canonical rank's epoch agrees on its end with no other (a filter follows the rules
-    # of simulated ranks), whichever group the physical ranks form.
-    data_parallel_group = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
+def canonical_rank_settings(
+    settings: EpochSettings,
+    canonical: int,
+    canonical_ranks: int,
+    pool: WorkerPool | None,
+    *,
+    samples: bool,
+    alone: bool,
+) -> EpochSettings:
+    """A rank's epoch settings as one of its canonical ranks reads by: the simulated world
+    ``(canonical, canonical_ranks)``, the workers of its slot on this rank (``pool``), and
+    with ``samples`` (its samples joined with other canonical ranks') samples handed out as
+    they are, for one collate of the joined batch. Pinned memory is for the joined batch only
+    (``alone``: the rank's only canonical rank, whose batches are the rank's).
+    """
+    return dataclasses.replace(
+        settings,
+        rank=canonical,
+        world_size=canonical_ranks,
+        # A canonical rank's epoch agrees on its end with no other (a filter follows the rules
+        # of simulated ranks), whichever group the physical ranks form.
+        group=None,
+        pool=pool,
+        collate_fn=list if samples else settings.collate_fn,
+        pin_memory=settings.pin_memory and alone,
+    )
 
 
 def slot_pool(loader: MixingLoader, slot: int) -> WorkerPool | None:

@@ -1,22 +1,20 @@
 """Chunks: what a worker sends the main process, as columns rather than sample dicts.
 
-A worker reads its lanes in turn (:func:`~shardmix.reader.round_robin_chunks`) and turns each
+A worker reads its lanes in turn (:func:`~shardmix.lanes.round_robin_chunks`) and turns each
 group of samples into one :class:`Chunk`: per *item* (a sample, or a tombstone the transform
 left, :mod:`shardmix.transforms`) one row of integers (its lane, merge key, provenance and
 size); per *field*, one column of the kept samples' values (:mod:`shardmix.columns`). A
 ShardDataset's provenance (``__source__``, ``__index__``, ``__offset__``) rides only in the
 rows. The main process never rebuilds the dicts on its hot path (:mod:`shardmix.rows`).
 
-The merge key is what orders the lanes in the main process (:mod:`shardmix.mixing`): with the
-lanes' sizes known, a sample's *clock*, the share of its lane read before it
-(:class:`LaneClocks`); else its *turn*, how many samples its lane gave before it, so that the
-lanes take turns. It is worked out here, in the workers, where it costs the main process
-nothing.
+Each item's row carries its merge key, what orders the lanes in the main process
+(:mod:`shardmix.mixing`), worked out in the worker by :mod:`shardmix.mergekeys`. Left to
+others: taking the lanes in turn (:mod:`shardmix.lanes`), the columns' types
+(:mod:`shardmix.columns`), the store the main process keeps the items in (:mod:`shardmix.rows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import contains, itemgetter, methodcaller
@@ -26,7 +24,9 @@ import numpy as np
 
 from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.formats import RecordBlock
-from shardmix.reader import LaneChunk, Sample, sample_bytes
+from shardmix.lanes import LaneChunk
+from shardmix.mergekeys import LaneClocks, MergeKeys
+from shardmix.reader import Sample, sample_bytes
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import Traffic
 from shardmix.transforms import DROPPED as DROPPED_KEY
@@ -83,44 +83,6 @@ class Chunk:
         return len(self.items)
 
 
-class LaneClocks:
-    """How far through its lane a sample is, from the sizes of the lane's pieces.
-
-    ``lane_pieces[lane]`` is the lane's pieces as ``(shard index, start, stop)`` and
-    ``weights[lane][slot]`` the size of its piece ``slot``, in records (``unit="records"``: a
-    sample is placed by its record index) or bytes (``"bytes"``, whole shards only: by its
-    byte offset). A sample's clock is the share of its lane read before it, from 0 to 1.
-    Taking the sample with the lowest clock next makes every lane progress at the same
-    relative pace, so all lanes end together and the last batches of an epoch mix as many
-    files as the first.
-    """
-
-    def __init__(
-        self,
-        lane_pieces: Sequence[Sequence[tuple[int, int, int | None]]],
-        weights: Sequence[Sequence[float]],
-        unit: str,
-    ) -> None:
-        if unit not in ("records", "bytes"):
-            raise ValueError(f"unit must be 'records' or 'bytes', got {unit!r}")
-        self.lane_pieces = lane_pieces
-        self.by_offset = unit == "bytes"
-        self.starts: list[list[float]] = []
-        self.totals: list[float] = []
-        for lane_weights in weights:
-            starts, total = [], 0.0
-            for weight in lane_weights:
-                starts.append(total)
-                total += weight
-            self.starts.append(starts)
-            self.totals.append(total)
-
-    def shares(self) -> list[float]:
-        """Each lane's size over the mean lane's: the rate at which the mixer takes it."""
-        mean = sum(self.totals) / len(self.totals) if self.totals else 1.0
-        return [total / (mean or 1.0) for total in self.totals]
-
-
 def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
     """The samples of record blocks, with their provenance, as a lane reads them one by one."""
     samples = []
@@ -133,23 +95,16 @@ def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
     return samples
 
 
-def slot_of(
-    pieces: Sequence[tuple[int, int, int | None]],
-    shard: int,
-    record: int,
-    from_slot: int,
-    lane: int,
-) -> int:
-    """The first slot at or after ``from_slot`` of ``lane``'s ``pieces`` that holds ``record``
-    of ``shard``."""
-    for slot in range(from_slot, len(pieces)):
-        piece_shard, start, stop = pieces[slot]
-        if piece_shard == shard and start <= record and (stop is None or record < stop):
-            return slot
-    raise ValueError(
-        f"shard {shard} record {record} is not in lane {lane}'s remaining pieces; "
-        "the lane was read past its plan"
-    )
+@dataclass
+class _Items:
+    """Per item of a chunk, as arrays: its lane, record, byte offset, shard, and why it carries
+    no sample (:data:`KEPT`: it does)."""
+
+    lanes: np.ndarray
+    records: np.ndarray
+    offsets: np.ndarray
+    shards: np.ndarray
+    dropped: np.ndarray
 
 
 class ChunkBuilder:
@@ -158,75 +113,44 @@ class ChunkBuilder:
     Args:
         shard_index: each URL's index in the dataset's URL list (``None``: any iterable
             dataset, whose samples may carry no provenance).
-        clocks: the lanes' sizes, to key samples by clock; ``None`` keys them by turn.
-        turns: per lane, the turns it had before this reading began (a resume).
+        clocks: the lanes' sizes, to key samples by clock; ``None`` keys them by turn
+            (:mod:`shardmix.mergekeys`).
     """
 
-    def __init__(
-        self,
-        shard_index: dict[str, int] | None,
-        clocks: LaneClocks | None,
-        turns: dict[int, int] | None = None,
-    ) -> None:
+    def __init__(self, shard_index: dict[str, int] | None, clocks: LaneClocks | None) -> None:
         self._shard_index = shard_index
-        self._clocks = clocks
-        self._turns = dict(turns or {})
-        self._slots: dict[int, int] = {}
+        self._keys = MergeKeys(clocks)
         self.mean_size: float | None = None  # the last chunk's bytes per sample
         urls = sorted(shard_index, key=shard_index.__getitem__) if shard_index else []
         self._url_lengths = np.fromiter(map(len, urls), dtype=np.int64, count=len(urls))
-        # Per lane, the piece its last item was in: (shard, start, stop, share before, total).
-        lanes = len(clocks.lane_pieces) if clocks is not None else 0
-        self._piece = {
-            "shard": np.full(lanes, -2, dtype=np.int64),
-            "start": np.zeros(lanes, dtype=np.int64),
-            "stop": np.zeros(lanes, dtype=np.float64),
-            "before": np.zeros(lanes, dtype=np.float64),
-            "total": np.ones(lanes, dtype=np.float64),
-        }
 
     def build(self, lane_chunk: LaneChunk, skipped: dict[str, Any] | None = None) -> Chunk:
-        ended = [lane for lane, _, last in lane_chunk if last]
+        """The chunk of one group of lane turns, with what the worker skipped since the last."""
+        chunk = self._made(lane_chunk)
+        chunk.ended = [lane for lane, _, last in lane_chunk if last]
+        chunk.skipped = skipped
+        return chunk
+
+    def _made(self, lane_chunk: LaneChunk) -> Chunk:
+        """Lanes read in record blocks make their chunk block by block where they can
+        (:meth:`_joinable`); else, and for lanes read as samples, the chunk is made of dicts."""
         if any(taken and isinstance(taken[0], RecordBlock) for _, taken, _ in lane_chunk):
             blocks = cast("list[tuple[int, list[RecordBlock], bool]]", lane_chunk)
-            chunk = self._from_blocks(blocks, ended, skipped)
-            if chunk is not None:
-                return chunk
+            if self._joinable(blocks):
+                return self._from_blocks(blocks)
             lane_chunk = [(lane, _samples_of(taken), last) for lane, taken, last in blocks]
-        items: list[Sample] = []
-        for _, samples, _ in lane_chunk:
-            items.extend(cast("list[Sample]", samples))
-        lanes = np.repeat(
-            np.fromiter((lane for lane, _, _ in lane_chunk), np.int64, len(lane_chunk)),
-            np.fromiter((len(samples) for _, samples, _ in lane_chunk), np.int64, len(lane_chunk)),
-        )
-        count = len(items)
-        dropped = np.zeros(count, dtype=np.int8)
-        kept = items
-        if items and set(map(type, items)) != {dict}:
-            return self._whole(items, lanes, ended, skipped)
-        if any(map(contains, items, repeat(DROPPED_KEY))):
-            dropped[:] = [DROP_KINDS.get(item.get(DROPPED_KEY, ""), KEPT) for item in items]
-            kept = [item for item in items if DROPPED_KEY not in item]
-        records, offsets, shards = self._provenance(items)
-        derived = self._derived(kept, dropped, offsets)
-        columns = columns_of(kept, skip=derived)
-        return self._chunk(
-            lanes, records, offsets, shards, dropped, columns, len(kept), derived, ended, skipped
-        )
+        return self._from_samples(lane_chunk)
 
-    def _from_blocks(
-        self,
-        lane_chunk: list[tuple[int, list[RecordBlock], bool]],
-        ended: list[int],
-        skipped: dict[str, Any] | None,
-    ) -> Chunk | None:
-        """The chunk of lanes read in record blocks, their columns joined block by block; None
-        when the blocks' fields differ (the samples then make it as dicts)."""
+    def _joinable(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> bool:
+        """Whether record blocks join column by column: a ShardDataset's (whose provenance
+        the items carry), all with the same fields."""
         blocks = [block for _, taken, _ in lane_chunk for block in taken]
         fields = blocks[0].fields
-        if self._shard_index is None or any(block.fields != fields for block in blocks):
-            return None
+        return self._shard_index is not None and all(block.fields == fields for block in blocks)
+
+    def _from_blocks(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> Chunk:
+        """The chunk of lanes read in record blocks, their columns joined block by block."""
+        blocks = [block for _, taken, _ in lane_chunk for block in taken]
         sizes = [len(block.records) for block in blocks]
         count = sum(sizes)
         lanes = np.repeat(
@@ -235,11 +159,12 @@ class ChunkBuilder:
         )
         records = np.fromiter(chain.from_iterable(b.records for b in blocks), np.int64, count)
         offsets = np.fromiter(chain.from_iterable(b.offsets for b in blocks), np.int64, count)
-        shard_of = self._shard_index
+        shard_of = cast("dict[str, int]", self._shard_index)  # _joinable: a ShardDataset's
         sources = (shard_of[cast(str, block.source)] for block in blocks)
         shards = np.repeat(np.fromiter(sources, np.int64, len(blocks)), sizes)
         # As columns_of makes them from the samples: the key, the fields, then any provenance
         # the items do not carry.
+        fields = blocks[0].fields
         columns = {KEY_FIELD: column_of(list(chain.from_iterable(b.keys for b in blocks)))}
         for at, name in enumerate(fields):
             columns[name] = column_of(list(chain.from_iterable(b.values[at] for b in blocks)))
@@ -247,159 +172,89 @@ class ChunkBuilder:
         if OFFSET_KEY not in derived:
             columns[OFFSET_KEY] = column_of(offsets.tolist())
         dropped = np.zeros(count, dtype=np.int8)
-        return self._chunk(
-            lanes, records, offsets, shards, dropped, columns, count, derived, ended, skipped
+        items = _Items(lanes, records, offsets, shards, dropped)
+        return self._chunk(items, columns, count, derived)
+
+    def _from_samples(self, lane_chunk: LaneChunk) -> Chunk:
+        """The chunk of lanes read as samples: one column per field of the kept dicts."""
+        samples: list[Sample] = []
+        for _, taken, _ in lane_chunk:
+            samples.extend(cast("list[Sample]", taken))
+        lanes = np.repeat(
+            np.fromiter((lane for lane, _, _ in lane_chunk), np.int64, len(lane_chunk)),
+            np.fromiter((len(taken) for _, taken, _ in lane_chunk), np.int64, len(lane_chunk)),
         )
+        if samples and set(map(type, samples)) != {dict}:
+            return self._whole(samples, lanes)
+        dropped = np.zeros(len(samples), dtype=np.int8)
+        kept = samples
+        if any(map(contains, samples, repeat(DROPPED_KEY))):
+            dropped[:] = [DROP_KINDS.get(item.get(DROPPED_KEY, ""), KEPT) for item in samples]
+            kept = [item for item in samples if DROPPED_KEY not in item]
+        items = _Items(lanes, *self._provenance(samples), dropped)
+        derived = self._derived(kept, items)
+        return self._chunk(items, columns_of(kept, skip=derived), len(kept), derived)
 
     def _chunk(
-        self,
-        lanes: np.ndarray,
-        records: np.ndarray,
-        offsets: np.ndarray,
-        shards: np.ndarray,
-        dropped: np.ndarray,
-        columns: dict[str, Column],
-        kept: int,
-        derived: tuple[str, ...],
-        ended: list[int],
-        skipped: dict[str, Any] | None,
+        self, items: _Items, columns: dict[str, Column], kept: int, derived: tuple[str, ...]
     ) -> Chunk:
         """The chunk of these items (``kept`` of them samples, in ``columns``)."""
-        count = len(lanes)
+        count = len(items.lanes)
         rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
         rows[:, ID] = -1
-        rows[:, LANE] = lanes
-        rows[:, SHARD] = shards
-        rows[:, RECORD] = records
-        rows[:, OFFSET] = offsets
-        rows[:, DROPPED] = dropped
+        rows[:, LANE] = items.lanes
+        rows[:, SHARD] = items.shards
+        rows[:, RECORD] = items.records
+        rows[:, OFFSET] = items.offsets
+        rows[:, DROPPED] = items.dropped
         rows[:, SIZE] = 0
+        is_kept = items.dropped == KEPT
         sizes = sizes_of(columns, kept)
         if SOURCE_KEY in derived:  # the URL counts as the sample's __source__ string would
-            sizes += self._url_lengths[shards if kept == count else shards[dropped == KEPT]]
+            sizes += self._url_lengths[items.shards if kept == count else items.shards[is_kept]]
         if kept:
             self.mean_size = float(sizes.mean())
         if kept == count:
             rows[:, SIZE] = sizes
         else:
-            rows[dropped == KEPT, SIZE] = sizes
-        keys_of(rows)[:] = self._keys(lanes, records, offsets, shards, dropped)
-        return Chunk(rows, columns, ended, skipped, derived)
+            rows[is_kept, SIZE] = sizes
+        keys_of(rows)[:] = self._keys.keys(
+            items.lanes, items.records, items.offsets, items.shards, is_kept
+        )
+        return Chunk(rows, columns, derived=derived)
 
-    def _derived(
-        self, kept: list[Sample], dropped: np.ndarray, offsets: np.ndarray
-    ) -> tuple[str, ...]:
+    def _derived(self, kept: list[Sample], items: _Items) -> tuple[str, ...]:
         """The provenance fields the items carry for the kept samples, so that no column
         repeats them: the shard's URL and the record index always (they are how the shard
         and record were found), the offset where every kept sample has one."""
         if self._shard_index is None or not kept:
             return ()
-        kept_offsets = offsets if len(kept) == len(offsets) else offsets[dropped == KEPT]
+        offsets = items.offsets
+        kept_offsets = offsets if len(kept) == len(offsets) else offsets[items.dropped == KEPT]
         # A sample without __offset__ reads as -1 (as it stands in a checkpoint).
         return PROVENANCE if (kept_offsets >= 0).all() else PROVENANCE[:2]
 
-    def _whole(
-        self, items: list[Any], lanes: np.ndarray, ended: list[int], skipped: dict[str, Any] | None
-    ) -> Chunk:
+    def _whole(self, samples: list[Any], lanes: np.ndarray) -> Chunk:
         """Samples that are not dicts (any iterable dataset's), each kept whole in one column."""
-        count = len(items)
+        count = len(samples)
         rows = np.zeros((count, ITEM_COLUMNS), dtype=np.int64)
         rows[:, ID] = rows[:, SHARD] = rows[:, OFFSET] = -1
-        rows[:, LANE] = lane_array = lanes
-        rows[:, SIZE] = [sample_bytes(item) for item in items]
-        keys_of(rows)[:] = self._keys(
-            lane_array, rows[:, RECORD], rows[:, OFFSET], rows[:, SHARD], rows[:, DROPPED]
+        rows[:, LANE] = lanes
+        rows[:, SIZE] = [sample_bytes(sample) for sample in samples]
+        keys_of(rows)[:] = self._keys.keys(
+            lanes, rows[:, RECORD], rows[:, OFFSET], rows[:, SHARD], rows[:, DROPPED] == KEPT
         )
-        return Chunk(rows, {WHOLE: Column(OBJECTS, items)}, ended, skipped)
+        return Chunk(rows, {WHOLE: Column(OBJECTS, samples)})
 
-    def _provenance(self, items: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        count = len(items)
+    def _provenance(self, samples: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(records, offsets, shards)`` of the samples, from their provenance fields."""
+        count = len(samples)
         if self._shard_index is None:
-            indexes = [item.get("__index__", 0) for item in items]
+            indexes = [sample.get("__index__", 0) for sample in samples]
             unknown = np.full(count, -1, dtype=np.int64)
             return np.asarray(indexes, dtype=np.int64), unknown, unknown.copy()
-        records = np.fromiter(map(itemgetter(INDEX_KEY), items), np.int64, count)
-        offsets = np.fromiter(map(methodcaller("get", OFFSET_KEY, -1), items), np.int64, count)
-        sources = map(itemgetter(SOURCE_KEY), items)
+        records = np.fromiter(map(itemgetter(INDEX_KEY), samples), np.int64, count)
+        offsets = np.fromiter(map(methodcaller("get", OFFSET_KEY, -1), samples), np.int64, count)
+        sources = map(itemgetter(SOURCE_KEY), samples)
         shards = np.fromiter(map(self._shard_index.__getitem__, sources), np.int64, count)
         return records, offsets, shards
-
-    def _keys(
-        self,
-        lanes: np.ndarray,
-        records: np.ndarray,
-        offsets: np.ndarray,
-        shards: np.ndarray,
-        dropped: np.ndarray,
-    ) -> np.ndarray:
-        count = len(lanes)
-        keys = np.empty(count, dtype=np.float64)
-        clocks = self._clocks
-        if clocks is None:
-            turns = self._turns
-            for position, (lane, kind) in enumerate(
-                zip(lanes.tolist(), dropped.tolist(), strict=True)
-            ):
-                turn = turns.get(lane, 0)
-                keys[position] = turn  # a tombstone goes just before its lane's next sample
-                if kind == KEPT:
-                    turns[lane] = turn + 1
-            return keys
-        return self._clock_keys(
-            clocks, lanes, shards, records, offsets if clocks.by_offset else records
-        )
-
-    def _clock_keys(
-        self,
-        clocks: LaneClocks,
-        lanes: np.ndarray,
-        shards: np.ndarray,
-        records: np.ndarray,
-        placed: np.ndarray,
-    ) -> np.ndarray:
-        """Each item's clock: where its piece starts in its lane, plus where it is in the
-        piece, over the lane's size. The piece of each lane's last item is kept (as arrays
-        by lane), so that only an item that enters a new piece looks it up."""
-        piece = self._piece
-        inside = (piece["shard"][lanes] == shards) & (piece["start"][lanes] <= records)
-        inside &= records < piece["stop"][lanes]
-        keys = np.empty(len(lanes), dtype=np.float64)
-        fast = inside
-        if not inside.all():
-            slow = np.isin(lanes, lanes[~inside])
-            fast = ~slow
-            rows = zip(
-                lanes[slow].tolist(),
-                shards[slow].tolist(),
-                records[slow].tolist(),
-                placed[slow].tolist(),
-                strict=True,
-            )
-            slow_keys = []
-            for lane, shard, record, at in rows:
-                if not (
-                    piece["shard"][lane] == shard
-                    and piece["start"][lane] <= record < piece["stop"][lane]
-                ):
-                    self._enter_piece(clocks, lane, shard, record)
-                within = at if clocks.by_offset else at - int(piece["start"][lane]) + 0.5
-                slow_keys.append(
-                    (float(piece["before"][lane]) + within) / float(piece["total"][lane])
-                )
-            keys[slow] = slow_keys
-        lanes = lanes[fast]
-        within = placed[fast] if clocks.by_offset else (records[fast] - piece["start"][lanes]) + 0.5
-        # As a float sum in this order, so that equal clocks tie the same way everywhere.
-        keys[fast] = (piece["before"][lanes] + within) / piece["total"][lanes]
-        return keys
-
-    def _enter_piece(self, clocks: LaneClocks, lane: int, shard: int, record: int) -> None:
-        pieces = clocks.lane_pieces[lane]
-        slot = self._slots[lane] = slot_of(pieces, shard, record, self._slots.get(lane, 0), lane)
-        _, start, stop = pieces[slot]
-        piece = self._piece
-        piece["shard"][lane] = shard
-        piece["start"][lane] = start
-        piece["stop"][lane] = np.inf if stop is None else stop
-        piece["before"][lane] = clocks.starts[lane][slot]
-        piece["total"][lane] = clocks.totals[lane] or 1.0

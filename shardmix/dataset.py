@@ -34,8 +34,9 @@ from shardmix.formats import (
     reader_for,
 )
 from shardmix.kept import KeptCounts, kept_cache_path
+from shardmix.lanes import LanePosition, read_lane, round_robin
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
-from shardmix.reader import LanePosition, Sample, read_lane, round_robin
+from shardmix.reader import Sample
 from shardmix.sharding import (
     Piece,
     World,

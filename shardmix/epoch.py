@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from itertools import chain
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,11 +30,13 @@ from shardmix.checkpoint import (
     unpack_refs,
     unpack_sizes,
 )
-from shardmix.chunks import Chunk, LaneClocks
+from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.kept import Exchange, agreed_totals, learn_epoch, stale_kept
+from shardmix.lanes import LanePosition
+from shardmix.mergekeys import LaneClocks
 from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
 from shardmix.rankend import (
@@ -44,9 +46,10 @@ from shardmix.rankend import (
     refuse_simulated_filter,
     undelivered,
 )
-from shardmix.reader import LanePosition, Sample
+from shardmix.reader import Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
+from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.shuffle import SlotBuffer, eviction_order
 from shardmix.sources.identity import ShardIdentity, check_identity
@@ -66,9 +69,6 @@ T = TypeVar("T")
 # to pad with, should the transform drop so many samples that this rank falls short.
 PAD_RESERVE = 1024
 
-if TYPE_CHECKING:
-    from shardmix.loader import MixingLoader
-
 
 class EpochIterator:
     """One epoch's batches; its position is the loader's state between batches.
@@ -80,19 +80,19 @@ class EpochIterator:
 
     def __init__(
         self,
-        loader: MixingLoader,
+        settings: EpochSettings,
         epoch: int,
         resume: Mapping[str, Any] | None,
         *,
         epoch_pass: int = 0,
     ):
-        # Settings only, not the loader: no reference cycle, so dropping the loader stops the
-        # workers at once instead of at the next garbage collection.
-        self.dataset = loader.dataset
-        self.batch_size = loader.batch_size
-        self.drop_last = loader.drop_last
-        self.collate_fn = loader.collate_fn
-        self.pin_memory = loader.pin_memory
+        # Settings as a value, not the loader: no reference cycle, so dropping the loader stops
+        # the workers at once instead of at the next garbage collection.
+        self.dataset = settings.dataset
+        self.batch_size = settings.batch_size
+        self.drop_last = settings.drop_last
+        self.collate_fn = settings.collate_fn
+        self.pin_memory = settings.pin_memory
         self.epoch = epoch
         self.epoch_pass = epoch_pass  # the pass over the dataset within the epoch (mixtures)
         self.batches = 0
@@ -101,9 +101,9 @@ class EpochIterator:
         self._deferred: BaseException | None = None  # met looking past the last batch cut
         self.closed = False  # the workers were stopped; the position stays valid
         self._workers: Any = None
-        self._pool = loader.pool  # persistent workers, stopped only when an epoch fails
-        rank, world_size = loader.rank_and_world_size()
-        dataset = loader.dataset
+        self._pool = settings.pool  # persistent workers, stopped only when an epoch fails
+        rank, world_size = settings.rank, settings.world_size
+        dataset = settings.dataset
         lane_pieces = None
         self.plan: list[list[Piece]] | None = None
         self.quota: int | None = None
@@ -112,7 +112,7 @@ class EpochIterator:
         self._pad: list[Sample] | None = None
         self.padded = 0  # samples repeated to reach the quota
         self.rank = rank
-        self.even_ranks = loader.even_ranks
+        self.even_ranks = settings.even_ranks
         self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
         filters = False
         dropped = None
@@ -121,7 +121,7 @@ class EpochIterator:
         # phase: this rank's pieces come from the state (:mod:`shardmix.elastic`).
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         if isinstance(dataset, ShardDataset):
-            num_lanes = loader.num_lanes_for(dataset, world_size)
+            num_lanes = dataset.lanes_for(settings.batch_size, world_size)
             weights: list[tuple[str, list[float]] | None]
             if self.phase:
                 counts = dataset.shard_counts(world_size)
@@ -147,15 +147,15 @@ class EpochIterator:
                 self.quota, self.own = self.phase["quota"], self.phase["own"]
             elif world_size > 1:
                 self.quota, self.own = _plan_quota(
-                    dataset, epoch, rank, world_size, loader.even_ranks, epoch_pass
+                    dataset, epoch, rank, world_size, settings.even_ranks, epoch_pass
                 )
                 filters = dataset.transform is not None or dataset.policy.skips
         self.store = RowStore(dataset.urls if isinstance(dataset, ShardDataset) else None)
         self.buffer = SlotBuffer(
-            loader.shuffle_buffer_size(),
-            seed=loader.seed,
+            settings.shuffle_buffer,
+            seed=settings.seed,
             epoch=epoch,
-            max_bytes=loader.shuffle_buffer_bytes,
+            max_bytes=settings.shuffle_buffer_bytes,
         )
         # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`),
         # held in the buffer as id ``-1 - its position``.
@@ -186,7 +186,7 @@ class EpochIterator:
         # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
         # (Not in a resized phase, whose totals are fixed: a drop there is refused instead.)
         agree = filters and not self.phase
-        exchange = end_exchange(world_size, loader.data_parallel_group) if agree else None
+        exchange = end_exchange(world_size, settings.group) if agree else None
         # With learned kept counts every rank knows ahead where the epoch ends.
         self._kept_claim: int | None = None  # this rank's kept samples, as learned
         self._learn: Exchange | bool = False  # learn from this epoch (with the ranks' gather)
@@ -233,15 +233,11 @@ class EpochIterator:
                     epoch_pass=epoch_pass,
                     lane_pieces=self.plan,
                     clocks=clocks,
-                    num_workers=loader.num_workers,
-                    timeout=loader.timeout,
-                    prefetch_factor=loader.prefetch_factor,
-                    multiprocessing_context=loader.multiprocessing_context,
-                    worker_init_fn=loader.worker_init_fn,
+                    options=settings.workers,
                     pool=self._pool,
                     identities=dict(self.identities),
                 )
-            sent = self._checked(loader.stats_recorder.timed(sent))
+            sent = self._checked(settings.stats.timed(sent))
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
             assert isinstance(dataset, ShardDataset)

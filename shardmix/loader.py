@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
+from shardmix.apportion import Stopping, member_seed, mixture_batches, normalized_weights
 from shardmix.cacheroom import CacheReaders, check_cache_room, remote_lanes
 from shardmix.canonical import (
     CanonicalEpoch,
@@ -54,22 +55,16 @@ from shardmix.errors import (
     ShardmixWarning,
     UnknownLengthError,
 )
-from shardmix.mixture import (
-    MixtureEpoch,
-    Stopping,
-    member_seed,
-    mixture_batches,
-    mixture_start,
-    normalized_weights,
-)
+from shardmix.mixture import MixtureEpoch, MixtureSettings, mixture_settings, mixture_start
 from shardmix.pool import WorkerPool
 from shardmix.rankend import refuse_simulated_filter
 from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
+from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
 from shardmix.stats import LoaderStats, StatsRecorder
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
-from shardmix.workers import is_worker_failure
+from shardmix.workers import WorkerOptions, is_worker_failure
 from shardmix.world import count_exchange, data_parallel_ranks, job_count_exchange
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
@@ -309,10 +304,47 @@ class MixingLoader:
         if self.canonical_ranks is not None:
             self._current = CanonicalEpoch(self, epoch, resume)
         elif self.datasets is not None:
-            self._current = MixtureEpoch(self, epoch, resume)
+            self._current = MixtureEpoch(self.mixture_settings(), epoch, resume)
         else:
-            self._current = EpochIterator(self, epoch, resume)
+            self._current = EpochIterator(self.epoch_settings(), epoch, resume)
         return self._current
+
+    def epoch_settings(self) -> EpochSettings:
+        """The settings an epoch reads by, resolved now (the rank and world size included):
+        an epoch holds them, not the loader. A mixture's are its first dataset's."""
+        rank, world_size = self.rank_and_world_size()
+        workers = WorkerOptions(
+            num_workers=self.num_workers,
+            timeout=self.timeout,
+            prefetch_factor=self.prefetch_factor,
+            multiprocessing_context=self.multiprocessing_context,
+            worker_init_fn=self.worker_init_fn,
+        )
+        return EpochSettings(
+            dataset=self.dataset,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            collate_fn=self.collate_fn,
+            pin_memory=self.pin_memory,
+            seed=self.seed,
+            shuffle_buffer=self.shuffle_buffer_size(),
+            shuffle_buffer_bytes=self.shuffle_buffer_bytes,
+            even_ranks=self.even_ranks,
+            rank=rank,
+            world_size=world_size,
+            group=self.data_parallel_group,
+            workers=workers,
+            pool=self.pool,
+            stats=self.stats_recorder,
+        )
+
+    def mixture_settings(self) -> MixtureSettings:
+        """A mixture's settings, resolved now: each dataset's are :meth:`epoch_settings` with
+        that dataset, its own seed and its persistent workers."""
+        datasets = self.datasets or {}
+        return mixture_settings(
+            self.epoch_settings(), datasets, self.pools, self.mixture_weights(), self.stopping
+        )
 
     def stats(self) -> LoaderStats:
         """What the current epoch (else the last one) has done so far: the time waited for
@@ -398,7 +430,7 @@ class MixingLoader:
             assert isinstance(self._current, (EpochIterator, MixtureEpoch))
             return self._current.position()
         if self.datasets is not None:
-            return mixture_start(self, self.epoch)
+            return mixture_start(self.mixture_settings(), self.epoch)
         return epoch_start(self.epoch, self.num_lanes_for(dataset, world_size))
 
     def _in_epoch(self) -> bool:
@@ -503,10 +535,6 @@ class MixingLoader:
             for index, (name, dataset) in enumerate(datasets.items())
         }
         return {"datasets": members, "stopping": self.stopping.value}
-
-    def pool_for(self, name: str) -> WorkerPool | None:
-        """The persistent workers of a mixture's dataset ``name`` (None: per-epoch workers)."""
-        return self.pools.get(name)
 
     def _shard_dataset(self, what: str) -> ShardDataset:
         if not isinstance(self.dataset, ShardDataset):

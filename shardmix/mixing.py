@@ -38,13 +38,12 @@ from shardmix.chunks import (
     SHARD,
     SIZE,
     Chunk,
-    LaneClocks,
     keys_of,
-    slot_of,
 )
 from shardmix.errors import WorkerError
+from shardmix.lanes import LanePosition
+from shardmix.mergekeys import LaneClocks, slot_of
 from shardmix.policy import SkipLedger
-from shardmix.reader import LanePosition
 from shardmix.rows import RowStore
 
 _INT = np.int64

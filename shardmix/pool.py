@@ -4,7 +4,7 @@ torch's DataLoader with ``persistent_workers=True`` keeps its workers and calls 
 each worker's copy of the dataset again at every ``iter()`` of the DataLoader; an
 IterableDataset has no other way to learn what the new epoch is. So the pool gives each
 worker its own queue, created before the workers start, and puts the epoch's
-:class:`~shardmix.workers.EpochPlan` (epoch, lane pieces, start positions, shares) into every
+:class:`~shardmix.lanechunks.EpochPlan` (epoch, lane pieces, start positions, shares) into every
 queue just before ``iter()``: each worker takes exactly one plan per ``iter()``.
 
 Every chunk travels tagged with its plan's ``generation``; the main process drops chunks of
@@ -27,9 +27,10 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from shardmix.arena import Arena, InArena
 from shardmix.chunks import Chunk
+from shardmix.lanechunks import EpochPlan, as_sent, lane_chunks
 from shardmix.lifeline import WorkerInit
 from shardmix.progress import Heartbeat, watch_progress
-from shardmix.workers import EpochPlan, as_sent, lane_chunks, stop_workers, worker_processes
+from shardmix.workers import stop_workers, worker_processes
 
 # Pools with running workers: closed at interpreter exit, before module teardown, so that a
 # script that never calls ``close()`` stops its workers cleanly and prints nothing.

@@ -1,9 +1,7 @@
-"""Reader: samples out of shards, lanes out of shards, and interleaving of open lanes.
+"""Reader: the samples of one shard's records, each with its provenance.
 
-A *lane* reads a list of shards one after another. A process reading several lanes keeps one
-shard open per lane and takes samples from the lanes in turn, so consecutive samples come from
-different files. Provenance (``__source__``, ``__index__``, ``__offset__``) is attached here,
-once, and travels with each sample to the batch; it is what resume and ``inspect`` are built on.
+Provenance (``__source__``, ``__index__``, ``__offset__``) is attached here, once, and travels
+with each sample to the batch; it is what resume and ``inspect`` are built on.
 
 ``__offset__`` is the byte where the record starts in its shard (in the decompressed stream of
 a gzip shard). It rides in the sample rather than beside it because the samples cross from the
@@ -12,9 +10,14 @@ side table would have to follow every sample through each of those stages, while
 readers know the offset anyway, so carrying it costs one dict entry per sample. A checkpoint
 stores it with the record index, and :func:`read_shard_at` seeks straight to it (on remote
 storage: a bounded range request per group of nearby records, several in flight). A lane
-resumes at the offset of the last record it delivered (:class:`LanePosition`): one seek, or
-one range request, instead of walking the shard from its start. Shards are read through their
-format's :class:`~shardmix.formats.ShardReader`.
+resumes at the offset of the last record it delivered
+(:class:`~shardmix.lanes.LanePosition`): one seek, or one range request, instead of walking the
+shard from its start. Shards are read through their format's
+:class:`~shardmix.formats.ShardReader`.
+
+Left to others: reading shards one after another and taking open lanes in turn
+(:mod:`shardmix.lanes`), opening the bytes (:mod:`shardmix.sources`), the framing of each
+format (:mod:`shardmix.formats`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,9 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from itertools import islice
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
 # on first use: workers started by fork (every epoch) inherit them instead of each importing
@@ -46,7 +47,6 @@ from shardmix.formats import (
     reader_for,
 )
 from shardmix.policy import DamageHandler
-from shardmix.sharding import Piece
 from shardmix.sources import SourceOptions, is_local, open_shard, scheme_of
 from shardmix.sources.identity import ShardIdentity, stream_identity
 from shardmix.sources.ranges import open_ranges
@@ -58,7 +58,6 @@ logger = logging.getLogger(__name__)
 Sample = dict[str, Any]
 # Told the identity of each shard a read opens (None: its source gives none).
 OnOpen = Callable[[ShardIdentity | None], None]
-T = TypeVar("T")  # what a lane yields: samples, or record blocks
 
 # Re-reading records by range: a record whose length is not known from its neighbour's offset
 # is fetched with this many bytes at least (grown to the longest record seen in the shard),
@@ -69,22 +68,6 @@ RANGE_TAIL = 1024
 RANGE_GAP = 16 * 1024
 # Sources that count their bytes as they arrive (:mod:`shardmix.sources.traffic`).
 _SELF_COUNTING = frozenset({"http", "https"})
-
-
-@dataclass(frozen=True)
-class LanePosition:
-    """Where a lane resumes: the piece in slot ``slot`` of the lane's list, at record ``record``.
-
-    ``slot`` is a position in the lane's list of pieces, not an index into the dataset's URL
-    list (that is a ``shard_index``); ``record`` is a record index in the piece's shard.
-    ``offset`` is the byte offset of record ``record - 1``, the last one the lane delivered,
-    or -1 when not known: the lane resumes by reading that record there and dropping it, so
-    the shard is neither walked nor downloaded from its start.
-    """
-
-    slot: int = 0
-    record: int = 0
-    offset: int = -1
 
 
 def read_shard(
@@ -337,176 +320,6 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
         return stream
     raw.seek(stream.tell())  # where the caller's stream stands, whatever it buffered
     return io.BufferedReader(raw, buffer_size=_SEEK_BUFFER_BYTES)  # type: ignore[return-value]
-
-
-def read_lane(
-    pieces: Sequence[Piece],
-    read_one: Callable[[Piece, int, int], Iterator[T]],
-    start: LanePosition = LanePosition(),
-    ahead: Callable[[Piece, Piece | None], None] | None = None,
-) -> Iterator[T]:
-    """The samples of a lane's pieces, one after another, from ``start`` on.
-
-    ``read_one(piece, record, before_offset)`` reads ``piece`` from record ``record`` (in the
-    shard) on; ``before_offset`` is where record ``record - 1`` begins, or -1 (see
-    :func:`read_shard`). ``ahead(piece, following)``, when given, is told before each piece is
-    opened which piece follows it (None: none, which is also said when the lane ends early).
-    """
-    piece = None
-    try:
-        for slot in range(start.slot, len(pieces)):
-            piece = pieces[slot]
-            if ahead is not None:
-                ahead(piece, pieces[slot + 1] if slot + 1 < len(pieces) else None)
-            if slot == start.slot and start.record > piece.start:
-                yield from read_one(piece, start.record, start.offset)
-            else:
-                yield from read_one(piece, piece.start, -1)
-    finally:
-        if ahead is not None and piece is not None:
-            ahead(piece, None)
-
-
-def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:
-    """One sample from each live lane in turn; an exhausted lane drops out of the turn."""
-    live = list(lanes)
-    while live:
-        still_live = []
-        for lane in live:
-            sample = next(lane, _ENDED)
-            if sample is not _ENDED:
-                yield sample
-                still_live.append(lane)
-        live = still_live
-
-
-_ENDED: Any = object()  # a lane's end: ``None`` or any other value could be a sample
-
-
-# A chunk's lanes: ``(lane, what it gave, whether it ended)``, what it gave being samples or,
-# from a :class:`BlockTurns` lane, record blocks.
-LaneChunk = list[tuple[int, list[Sample] | list[RecordBlock], bool]]
-
-
-class BlockTurns:
-    """A lane read in record blocks, taken a turn at a time: a block is split where a turn
-    ends, and its rest begins the next turn."""
-
-    def __init__(self, blocks: Iterator[RecordBlock]) -> None:
-        self._blocks = blocks
-        self._rest: RecordBlock | None = None
-
-    def take(self, count: int) -> tuple[list[RecordBlock], int]:
-        """Blocks of the next ``count`` records (fewer at the lane's end), and how many."""
-        taken: list[RecordBlock] = []
-        have = 0
-        block, self._rest = self._rest, None
-        while have < count:
-            if block is None:
-                block = next(self._blocks, None)
-                if block is None:
-                    break
-            size = len(block.records)
-            if have + size > count:
-                block, self._rest = block.split(count - have)
-                size = count - have
-            taken.append(block)
-            have += size
-            block = None
-        return taken, have
-
-
-def round_robin_chunks(
-    lanes: Mapping[int, Iterator[Sample] | BlockTurns],
-    per_lane: int,
-    max_bytes: int | None = None,
-    shares: Mapping[int, float] | None = None,
-    sample_size: Callable[[], float | None] | None = None,
-    steady: int | None = None,
-) -> Iterator[LaneChunk]:
-    """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane.
-
-    Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. A lane is an
-    iterator of samples, or :class:`BlockTurns`, whose entries hold record blocks. Lanes are
-    sent at the rate the main process consumes them, so that little waits in its stash: the
-    same number from each (it takes lanes in turn), or, with ``shares``, ``per_lane`` times
-    each lane's share (it takes lanes in proportion to their sizes), the fractions carried
-    from chunk to chunk, so that a small lane may send nothing in a turn. A chunk closes
-    early, after the lane that takes it past ``max_bytes``, and the next chunk goes on from
-    the next lane: what is in flight stays bounded in bytes whatever the record size, and
-    fewer than ``per_lane`` are taken from each
-    lane where a turn of all of them would pass ``max_bytes``. The bytes are counted roughly:
-    each sample at ``sample_size()`` (the mean the last chunk measured, say), or where that
-    gives None, at the :func:`sample_bytes` of its lane's first sample in the chunk. With
-    ``steady``, the turns double from chunk to chunk, from ``per_lane`` up to ``steady``.
-    """
-    live = dict(lanes)
-    owed = dict.fromkeys(live, 1.0)  # every lane's first sample goes in the first chunk
-    chunk: LaneChunk = []
-    size = 0
-    each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
-    while live:
-        for lane, iterator in list(live.items()):
-            if shares is None:
-                wanted = rate
-            else:
-                owed[lane] += rate * shares[lane]
-                wanted = int(owed[lane])
-                if not wanted:
-                    continue  # a small lane's turn: it owes less than one sample yet
-                owed[lane] -= wanted
-            taken: list[Sample] | list[RecordBlock]
-            if isinstance(iterator, BlockTurns):
-                taken, count = iterator.take(wanted)
-            else:
-                taken = list(islice(iterator, wanted))
-                count = len(taken)
-            ended = count < wanted
-            if ended:
-                del live[lane]
-            chunk.append((lane, taken, ended))
-            if max_bytes is not None and count:
-                one: float
-                if each is None:
-                    first = taken[0]
-                    one = (
-                        first.sample_bytes()
-                        if isinstance(first, RecordBlock)
-                        else sample_bytes(first)
-                    )
-                else:
-                    one = each
-                size += int(one * count)
-                if size >= max_bytes:
-                    yield chunk
-                    chunk, size = [], 0
-                    per_lane = _grown(per_lane, steady)
-                    each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
-        if chunk:
-            yield chunk
-            chunk, size = [], 0
-            per_lane = _grown(per_lane, steady)
-            each, rate = _chunk_rate(per_lane, max_bytes, len(live), sample_size)
-
-
-def _grown(per_lane: int, steady: int | None) -> int:
-    """The next chunk's turn: twice ``per_lane``, up to ``steady`` (None: unchanged)."""
-    return per_lane if steady is None or per_lane >= steady else min(steady, 2 * per_lane)
-
-
-def _chunk_rate(
-    per_lane: int,
-    max_bytes: int | None,
-    lanes: int,
-    sample_size: Callable[[], float | None] | None,
-) -> tuple[float | None, int]:
-    """``(bytes per sample, samples per lane and turn)`` for the next chunk: one turn of every
-    lane stays within a chunk's bytes, since the main process holds about a turn of every
-    lane before it can merge them."""
-    each = sample_size() if sample_size is not None else None
-    if max_bytes is None or not each or not lanes:
-        return each, per_lane
-    return each, max(1, min(per_lane, int(max_bytes / (lanes * each))))
 
 
 # Where a sample states its size, when it does (see :func:`sample_bytes`).

@@ -11,7 +11,7 @@ reads and a few dict additions per chunk, never per sample.
 
 ``loader.stats()`` freezes the counts into a :class:`LoaderStats`. Counting the bytes is
 left to the sources (:mod:`shardmix.sources.traffic`), carrying them to the main process to
-:mod:`shardmix.workers`.
+:mod:`shardmix.lanechunks`.
 """
 
 from __future__ import annotations

@@ -1,40 +1,40 @@
-"""Workers: what runs in each DataLoader worker, and the trip of its chunks to the main process.
+"""Workers: an epoch's reading planned, started, stopped, and named when a worker dies.
 
-Each worker reads the lanes it hosts in turn and sends them as columnar
-:class:`~shardmix.chunks.Chunk` objects, each with what the worker skipped since its last
-chunk (``on_error="skip"``). Starting and stopping the workers is here too, so the rest of the
-loader never touches torch's DataLoader.
+:func:`start_workers` checks a plan against the process's limits (open files, connections, the
+cache's size), tells a bounded cache what the epoch will read, and starts the reading: in this
+process, in torch's DataLoader workers, or through a :class:`~shardmix.pool.WorkerPool`'s
+persistent ones. It is the one place that touches torch's DataLoader, so the rest of the loader
+never does. :func:`failure_message` says which worker ended, how, and what it hosted.
+
+Left to others: what runs in each worker, its lanes read into chunks
+(:mod:`shardmix.lanechunks`); the persistent workers (:mod:`shardmix.pool`).
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import resource
 import signal
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from shardmix.chunks import Chunk, ChunkBuilder, LaneClocks
+from shardmix.chunks import Chunk
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
+from shardmix.lanechunks import EpochPlan, LaneChunks, as_sent
+from shardmix.lanes import LanePosition
 from shardmix.lifeline import WorkerInit
-from shardmix.policy import SkipLedger
+from shardmix.mergekeys import LaneClocks
 from shardmix.progress import Heartbeat, watch_progress
-from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.sharding import Piece, worker_lanes
 from shardmix.sources import is_local
 from shardmix.sources.bounded import plan_reads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.owners import this_owner
-from shardmix.sources.traffic import take_traffic
-from shardmix.world import detect_world
-
-T = TypeVar("T")
 
 if TYPE_CHECKING:
     from shardmix.pool import WorkerPool
@@ -45,50 +45,28 @@ MAX_CONNECTIONS = 512
 _SPARE_DESCRIPTORS = 8
 # How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
 KILL_WAIT_SECONDS = 5.0
-# Samples in a worker's first chunk: enough to amortise one pickle and one queue trip...
+# Samples in a worker's first chunk: enough to amortise one pickle and one queue trip (the
+# turns then grow to :data:`~shardmix.lanechunks.MIN_TURN`, within its CHUNK_BYTES).
 CHUNK_SAMPLES = 2048
-# ... and per lane, at least this many in one stretch once a worker's turns have grown to it (as
-# CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
-# CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
-# third more CPU per small record. The turns start at the lanes' share of CHUNK_SAMPLES and
-# double from chunk to chunk, so that the first batch comes as soon as before. The main
-# process holds about one turn of every lane (CHUNK_BYTES bounds it).
-MIN_TURN = 64
-# ... and at most about this many bytes of samples, so that the chunks in flight (two per
-# worker, prefetch_factor) stay small whatever the record size.
-CHUNK_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
-class EpochPlan:
-    """What a worker needs to read one epoch, beside the dataset it already holds.
+class WorkerOptions:
+    """How an epoch's lanes are read: in this process (``num_workers`` 0) or in DataLoader
+    workers, with these settings of torch's (see :class:`~shardmix.loader.MixingLoader`)."""
 
-    ``generation`` tells the chunks of one ``iter()`` from those of the one before it (a pool's
-    workers serve many).
-    """
-
-    epoch: int
-    rank: int
-    world_size: int
-    lane_pieces: list[list[Piece]] | None
-    clocks: LaneClocks | None  # the lanes' sizes, when known: chunks are keyed by clock
-    per_lane: int
-    starts: list[LanePosition] | None
-    epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
-    generation: int = 0
-    # By shard index, the identity each shard must have (a restored checkpoint's).
-    identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
+    num_workers: int = 0
+    timeout: float = 0.0
+    prefetch_factor: int = 2
+    multiprocessing_context: Any = None
+    worker_init_fn: Callable[[int], None] | None = None
 
 
 def lane_turn(num_lanes: int, num_workers: int) -> int:
     """How many samples each of ``num_lanes`` lanes gives per turn in a worker's first chunk
-    (CHUNK_BYTES may cut it); the turns then double up to :func:`steady_turn`."""
+    (:data:`~shardmix.lanechunks.CHUNK_BYTES` may cut it); the turns then double up to
+    :func:`~shardmix.lanechunks.steady_turn`."""
     return max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
-
-
-def steady_turn(per_lane: int) -> int:
-    """A lane's turn once a worker's turns, ``per_lane`` at first, have grown."""
-    return max(MIN_TURN, per_lane)
 
 
 def start_workers(
@@ -100,12 +78,8 @@ def start_workers(
     starts: list[LanePosition] | None,
     lane_pieces: list[list[Piece]] | None,
     clocks: LaneClocks | None,
-    num_workers: int,
+    options: WorkerOptions,
     epoch_pass: int = 0,
-    timeout: float,
-    prefetch_factor: int,
-    multiprocessing_context: Any,
-    worker_init_fn: Callable[[int], None] | None = None,
     pool: WorkerPool | None = None,
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
@@ -113,19 +87,13 @@ def start_workers(
 
     ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``clocks`` their sizes, when
     the mixer takes lanes in proportion to them. The workers are torch's
-    DataLoader iterator (``None`` when ``num_workers`` is 0 and the lanes are read in this
+    DataLoader iterator (``None`` when ``options.num_workers`` is 0 and the lanes are read in this
     process, or when ``pool``'s persistent workers read them); stop them with
     :func:`stop_workers`. ``identities``: what each shard must be, by shard index (a
     checkpoint's); each chunk says the identities of the shards read for it.
     """
-    if isinstance(dataset, ShardDataset) and lane_pieces is not None:
-        lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
-        check_open_limits(lane_urls, num_workers)
-        num_lanes = len(lane_pieces)
-        per_lane = lane_turn(num_lanes, num_workers)
-    else:
-        num_lanes = max(1, num_workers)
-        per_lane = CHUNK_SAMPLES
+    num_workers, timeout = options.num_workers, options.timeout
+    num_lanes, per_lane = _checked_lanes(dataset, lane_pieces, num_workers)
     plan = EpochPlan(
         epoch,
         rank,
@@ -142,7 +110,7 @@ def start_workers(
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
     heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
-    source = _LaneChunks(dataset, plan, heartbeat)
+    source = LaneChunks(dataset, plan, heartbeat)
     if num_workers == 0:
         return iter(source), num_lanes, None
     loader = DataLoader(
@@ -151,14 +119,26 @@ def start_workers(
         collate_fn=as_sent,
         num_workers=num_workers,
         timeout=timeout,
-        prefetch_factor=prefetch_factor,
-        multiprocessing_context=multiprocessing_context,
-        worker_init_fn=WorkerInit(worker_init_fn),
+        prefetch_factor=options.prefetch_factor,
+        multiprocessing_context=options.multiprocessing_context,
+        worker_init_fn=WorkerInit(options.worker_init_fn),
     )
     workers = iter(loader)
     if heartbeat is not None:
         watch_progress(workers, heartbeat, timeout)
     return workers, num_lanes, workers
+
+
+def _checked_lanes(
+    dataset: IterableDataset[Any], lane_pieces: list[list[Piece]] | None, num_workers: int
+) -> tuple[int, int]:
+    """``(lanes, samples per lane in a worker's first chunk)`` of a plan, once checked against
+    the process's limits (a ShardDataset's; any other dataset is one lane per worker)."""
+    if not isinstance(dataset, ShardDataset) or lane_pieces is None:
+        return max(1, num_workers), CHUNK_SAMPLES
+    lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
+    check_open_limits(lane_urls, num_workers)
+    return len(lane_pieces), lane_turn(len(lane_pieces), num_workers)
 
 
 def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
@@ -268,123 +248,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return "unknown"
-
-
-def as_sent(chunk: Any) -> Any:
-    """Pass chunks through untouched (the DataLoader would turn arrays into tensors)."""
-    return chunk
-
-
-class _LaneChunks(IterableDataset[Chunk]):
-    """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
-
-    def __init__(
-        self, dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None
-    ) -> None:
-        self.dataset = dataset
-        self.plan = plan
-        self.heartbeat = heartbeat
-
-    def __iter__(self) -> Iterator[Chunk]:
-        return lane_chunks(self.dataset, self.plan, self.heartbeat)
-
-
-def lane_chunks(
-    dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None = None
-) -> Iterator[Chunk]:
-    """This process's lanes of ``plan``, in chunks, with what was skipped since the last;
-    each sample read (each record block) counted into ``heartbeat``, if given."""
-    world = detect_world(plan.rank, plan.world_size)
-    beat = _counter(heartbeat, world.worker)
-    ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
-    shares = None
-    shard_index = None
-    if isinstance(dataset, ShardDataset) and plan.lane_pieces is not None:
-        shard_index = dataset.shard_index
-        dataset.ledger = ledger  # this process's copy of the dataset
-        dataset.expected = plan.identities
-        num_lanes = len(plan.lane_pieces)
-        worker, num_workers = world.worker, world.num_workers
-        lanes = worker_lanes(num_lanes=num_lanes, worker=worker, num_workers=num_workers)
-        starts = plan.starts or [LanePosition()] * num_lanes
-        iterators: dict[int, Iterator[Any] | BlockTurns]
-        if dataset.reads_blocks:  # no transform: records go to the chunks' columns in blocks
-            iterators = {
-                lane: BlockTurns(
-                    beat(dataset.read_lane_blocks(plan.lane_pieces[lane], starts[lane]))
-                )
-                for lane in lanes
-            }
-        else:
-            iterators = {
-                lane: beat(
-                    dataset.read_lane_pieces(
-                        plan.lane_pieces[lane], plan.epoch, starts[lane], plan.epoch_pass
-                    )
-                )
-                for lane in lanes
-            }
-        if plan.clocks is not None:
-            every = plan.clocks.shares()
-            shares = {lane: every[lane] for lane in lanes}
-    else:
-        set_epoch = getattr(dataset, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(plan.epoch)
-        iterators = {world.worker: beat(iter(dataset))}
-    builder = ChunkBuilder(shard_index, plan.clocks if shard_index is not None else None)
-    groups = round_robin_chunks(
-        iterators,
-        plan.per_lane,
-        CHUNK_BYTES,
-        shares,
-        lambda: builder.mean_size,
-        steady=steady_turn(plan.per_lane),
-    )
-    chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
-    if shard_index is not None:
-        assert isinstance(dataset, ShardDataset)
-        chunks = _with_identities(chunks, dataset)
-    return collected_between(_with_traffic(chunks))
-
-
-def _with_identities(chunks: Iterator[Chunk], dataset: ShardDataset) -> Iterator[Chunk]:
-    """``chunks``, each with the identities of the shards opened until it was made."""
-    for chunk in chunks:
-        chunk.identities = dataset.take_opened()
-        yield chunk
-
-
-def _with_traffic(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, each with what this process's sources fetched since the one before."""
-    for chunk in chunks:
-        chunk.traffic = take_traffic() or None
-        yield chunk
-
-
-def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:
-    """Wrap a lane's iterator so that what it reads is counted into ``heartbeat`` (if any)."""
-    if heartbeat is None:
-        return lambda items: items
-    return lambda items: heartbeat.counted(items, worker)
-
-
-def collected_between(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, with Python's cycle collector paused while each is made.
-
-    A chunk's samples are thousands of dicts alive at once: left running, the collector would
-    scan them over and over while they pile up (about a quarter of a worker's CPU time on
-    small records). Paused, it runs once the chunk is made and its dicts are freed, so cyclic
-    garbage waits at most one chunk. Where the collector was off already, it stays off.
-    """
-    while True:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            chunk = next(chunks, None)
-        finally:
-            if enabled:
-                gc.enable()
-        if chunk is None:
-            return
-        yield chunk

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.chunks import Chunk, ChunkBuilder, LaneClocks
+from shardmix.chunks import Chunk, ChunkBuilder
 from shardmix.formats.tar_writer import TarWriter
-from shardmix.reader import BlockTurns, LanePosition, round_robin_chunks
+from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
+from shardmix.mergekeys import LaneClocks
 
 from shards import UNEVEN_SIZES, write_shards
 

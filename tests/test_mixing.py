@@ -1,9 +1,10 @@
 import pytest
 
-from shardmix.chunks import ChunkBuilder, LaneClocks
+from shardmix.chunks import ChunkBuilder
 from shardmix.errors import WorkerError
+from shardmix.lanes import LanePosition, round_robin, round_robin_chunks
+from shardmix.mergekeys import LaneClocks
 from shardmix.mixing import LaneMerge
-from shardmix.reader import LanePosition, round_robin, round_robin_chunks
 from shardmix.rows import RowStore
 from shardmix.transforms import DROPPED, FILTERED
 

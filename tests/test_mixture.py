@@ -4,12 +4,15 @@ Three datasets (tar, TFRecord, a small tar), read through real DataLoader worker
 told apart by ``(__dataset__, __key__)``.
 """
 
+import dataclasses
+import weakref
 from collections import Counter
 from fractions import Fraction
 
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
+from shardmix.apportion import member_seed
 from shardmix.testing import check_resume, run_steps
 
 from shards import record_key, write_shards
@@ -172,3 +175,30 @@ def test_ranks_take_equal_steps_and_split_each_dataset(patterns, even_ranks):
     assert sum(per_rank[0].values()) == sum(per_rank[1].values())  # equal steps
     if even_ranks == "drop":  # the ranks read disjoint records
         assert not set(per_rank[0]) & set(per_rank[1])
+
+
+def test_a_member_reads_by_the_loaders_settings_with_its_own_dataset_seed_and_workers(patterns):
+    loader = make_loader(patterns, {"a": 1, "b": 1}, 8, num_workers=1)
+    try:
+        settings = loader.mixture_settings()
+        for index, (name, member) in enumerate(settings.members.items()):
+            assert member == dataclasses.replace(
+                settings.shared,
+                dataset=loader.datasets[name],
+                seed=member_seed(loader.seed, index),
+                pool=loader.pools[name],
+            )
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            settings.shared.batch_size = 4  # type: ignore[misc]
+    finally:
+        loader.close()
+
+
+def test_a_mixture_epoch_holds_settings_not_the_loader(patterns):
+    loader = make_loader(patterns, {"a": 1, "c": 1}, 8)
+    batches = iter(loader)
+    next(batches)
+    held = weakref.ref(loader)
+    del loader
+    assert held() is None  # no reference cycle: dropping the loader frees it at once
+    next(batches)

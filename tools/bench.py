@@ -896,7 +896,8 @@ def _read_ahead(plan: dict[str, Any], config: Config) -> int:
     """The most samples a loader's workers read past what the main process took: each worker's
     chunk in the making and ``prefetch_factor`` (2) chunks per worker in flight, a chunk being
     a turn of the worker's lanes."""
-    from shardmix.workers import lane_turn, steady_turn
+    from shardmix.lanechunks import steady_turn
+    from shardmix.workers import lane_turn
 
     workers = max(1, config.num_workers)
     lanes_per_worker = math.ceil(plan["num_lanes"] / workers)

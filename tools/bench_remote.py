@@ -211,7 +211,8 @@ def _counting_cost_per_chunk() -> float:
 
 def read_one_epoch(name: str, urls: list[str], shape: Shape, options: Any, server: Any) -> Run:
     from shardmix import MixingLoader, ShardDataset
-    from shardmix.workers import CHUNK_BYTES, CHUNK_SAMPLES
+    from shardmix.lanechunks import CHUNK_BYTES
+    from shardmix.workers import CHUNK_SAMPLES
 
     dataset = ShardDataset(urls, num_lanes=shape.num_lanes, source_options=options)
     loader = MixingLoader(

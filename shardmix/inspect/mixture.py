@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from torch.utils.data import get_worker_info
 
+from shardmix.apportion import Stopping
 from shardmix.dataset import ShardDataset
 from shardmix.formats import TFRecordPayload
 from shardmix.inspect.reading import progress_bar, rank_shards
@@ -41,7 +42,6 @@ from shardmix.inspect.report import (
 )
 from shardmix.inspect.summary import Ideal, summarize
 from shardmix.loader import MixingLoader
-from shardmix.mixture import Stopping
 from shardmix.reader import SIZE_KEY, Sample, sample_bytes
 
 # What a batch becomes: per sample, (dataset, shard URL, payload bytes, worker id).

@@ -6,7 +6,7 @@ and evictions, and the *stalls*, the times a lane had to wait for the first byte
 because read-ahead had not brought them yet (with the seconds it waited). Openers and the
 read-ahead add to them (:func:`count_bytes`, :func:`count_request`, :func:`count_cache`,
 :func:`count_stall`); a worker takes what was counted since its last chunk with
-:func:`take_traffic` and sends it along (:mod:`shardmix.workers`), and the main process adds
+:func:`take_traffic` and sends it along (:mod:`shardmix.lanechunks`), and the main process adds
 the parts up (:mod:`shardmix.stats`).
 
 Counting is a dict update under a lock per read of up to a read buffer (64 KiB and more), so
