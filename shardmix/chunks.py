@@ -5,7 +5,8 @@ group of samples into one :class:`Chunk`: per *item* (a sample, or a tombstone t
 left, :mod:`shardmix.transforms`) one row of integers (its lane, merge key, provenance and
 size); per *field*, one column of the kept samples' values (:mod:`shardmix.columns`). A
 ShardDataset's provenance (``__source__``, ``__index__``, ``__offset__``) rides only in the
-rows. The main process never rebuilds the dicts on its hot path (:mod:`shardmix.rows`).
+rows, and so does each record's tag (``__tag__``, which no batch shows). The main process
+never rebuilds the dicts on its hot path (:mod:`shardmix.rows`).
 
 The merge key is what orders the lanes in the main process (:mod:`shardmix.mixing`): with the
 lanes' sizes known, a sample's *clock*, the share of its lane read before it
@@ -26,6 +27,7 @@ import numpy as np
 
 from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.formats import RecordBlock
+from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag
 from shardmix.reader import LaneChunk, Sample, sample_bytes
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import Traffic
@@ -55,7 +57,8 @@ RECORD = 4  # the record's index in its shard
 OFFSET = 5  # the record's byte offset in its shard, -1 if unknown
 SIZE = 6  # a kept sample's bytes, as the shuffle buffer's byte budget counts them
 DROPPED = 7  # KEPT, FILTERED_ITEM or SKIPPED_ITEM
-ITEM_COLUMNS = 8
+TAG = 8  # the record's tag (:mod:`shardmix.formats.tags`), NO_TAG if unknown
+ITEM_COLUMNS = 9
 NO_ITEMS = np.empty((0, ITEM_COLUMNS), dtype=np.int64)
 
 
@@ -129,6 +132,7 @@ def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
             sample[SOURCE_KEY] = block.source
             sample[INDEX_KEY] = record
             sample[OFFSET_KEY] = offset
+            sample[TAG_KEY] = key_tag(record, sample[KEY_FIELD])
             samples.append(sample)
     return samples
 
@@ -209,10 +213,21 @@ class ChunkBuilder:
             dropped[:] = [DROP_KINDS.get(item.get(DROPPED_KEY, ""), KEPT) for item in items]
             kept = [item for item in items if DROPPED_KEY not in item]
         records, offsets, shards = self._provenance(items)
+        tags = np.fromiter(map(methodcaller("get", TAG_KEY, NO_TAG), items), np.int64, count)
         derived = self._derived(kept, dropped, offsets)
-        columns = columns_of(kept, skip=derived)
+        columns = columns_of(kept, skip=(*derived, TAG_KEY))
         return self._chunk(
-            lanes, records, offsets, shards, dropped, columns, len(kept), derived, ended, skipped
+            lanes,
+            records,
+            offsets,
+            shards,
+            dropped,
+            columns,
+            len(kept),
+            derived,
+            ended,
+            skipped,
+            tags,
         )
 
     def _from_blocks(
@@ -240,7 +255,9 @@ class ChunkBuilder:
         shards = np.repeat(np.fromiter(sources, np.int64, len(blocks)), sizes)
         # As columns_of makes them from the samples: the key, the fields, then any provenance
         # the items do not carry.
-        columns = {KEY_FIELD: column_of(list(chain.from_iterable(b.keys for b in blocks)))}
+        keys = list(chain.from_iterable(b.keys for b in blocks))
+        tags = np.fromiter(map(key_tag, records.tolist(), keys), np.int64, count)
+        columns = {KEY_FIELD: column_of(keys)}
         for at, name in enumerate(fields):
             columns[name] = column_of(list(chain.from_iterable(b.values[at] for b in blocks)))
         derived = PROVENANCE if (offsets >= 0).all() else PROVENANCE[:2]
@@ -248,7 +265,7 @@ class ChunkBuilder:
             columns[OFFSET_KEY] = column_of(offsets.tolist())
         dropped = np.zeros(count, dtype=np.int8)
         return self._chunk(
-            lanes, records, offsets, shards, dropped, columns, count, derived, ended, skipped
+            lanes, records, offsets, shards, dropped, columns, count, derived, ended, skipped, tags
         )
 
     def _chunk(
@@ -263,10 +280,12 @@ class ChunkBuilder:
         derived: tuple[str, ...],
         ended: list[int],
         skipped: dict[str, Any] | None,
+        tags: np.ndarray,
     ) -> Chunk:
         """The chunk of these items (``kept`` of them samples, in ``columns``)."""
         count = len(lanes)
         rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
+        rows[:, TAG] = tags
         rows[:, ID] = -1
         rows[:, LANE] = lanes
         rows[:, SHARD] = shards

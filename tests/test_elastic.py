@@ -361,6 +361,7 @@ def test_shares_hold_the_remainder_once_in_totals_within_one(drawn, world_size):
             [(6, at * 100 + record, -1) for record in range(residents)],
             [1] * residents,
             [Piece(shard, start, None) for shard, start in pieces],
+            [1 + record for record in range(residents)],
         )
         for at, (pieces, residents) in enumerate(drawn)
     ]
