@@ -61,7 +61,14 @@ from shardmix.sources import (
 from shardmix.sources.connections import connection_pool, follow_redirects
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.traffic import count_bytes, count_request, host_of
-from shardmix.sources.validators import changed, precondition, validator_of, warn_unvalidated
+from shardmix.sources.validators import (
+    SEAM_BYTES,
+    changed,
+    check_seam,
+    precondition,
+    validator_of,
+    warn_unvalidated,
+)
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -73,9 +80,6 @@ logger = logging.getLogger(__name__)
 # Forward seeks up to this many bytes read and drop them; a longer one asks for a new range,
 # which costs a round trip but no transfer.
 SKIP_BY_READING = 1 << 20
-# Without a validator, a resume asks again for this many bytes before the byte reached and
-# compares them with those read: the seam is all a replacement of the same size can show.
-SEAM_BYTES = 64
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
 
@@ -386,14 +390,7 @@ class HttpShardStream(io.RawIOBase):
         count_bytes(self._where, len(found))  # fetched, though not delivered
         if len(found) < len(seam):
             raise _Transient(f"the body ended {len(found)} bytes into the {len(seam)}-byte seam")
-        if found != seam:
-            raise changed(
-                self.url,
-                offset,
-                f"the {len(seam)} bytes before this offset as first read",
-                "other bytes there (the server gives no validator; the shard was replaced by "
-                "one of the same size)",
-            )
+        check_seam(self.url, offset, seam, found)
 
     def _note_size(self, size: int | None) -> None:
         if size is None:
