@@ -122,3 +122,23 @@ def test_a_state_without_tags_is_refused_by_name(shards):
     del edited["buffer"]["tags"]
     with pytest.raises(ConfigError, match="no 'buffer.tags' field"):
         resumed_keys(shards, edited)
+
+
+def test_no_batch_sample_or_transform_sees_a_tag(shards):
+    seen = []
+
+    def look(sample):
+        seen.append(set(sample))
+        return sample
+
+    for transform in (None, look):
+        dataset = ShardDataset(shards, seed=5, transform=transform)
+        assert all("__tag__" not in sample for sample in dataset)
+        loader = MixingLoader(dataset, batch_size=4, num_workers=0, seed=5)
+        batches = list(loader)
+        loader.close()
+        assert all("__tag__" not in batch for batch in batches)
+        assert Counter(key for batch in batch_keys(batches) for key in batch) == expected_keys(
+            SIZES
+        )
+    assert seen and all("__tag__" not in fields for fields in seen)
