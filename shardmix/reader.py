@@ -383,10 +383,12 @@ def read_lane(
 ) -> Iterator[T]:
     """The samples of a lane's pieces, one after another, from ``start`` on.
 
-    ``read_one(piece, record, before_offset)`` reads ``piece`` from record ``record`` (in the
-    shard) on; ``before_offset`` is where record ``record - 1`` begins, or -1 (see
-    :func:`read_shard`). ``ahead(piece, following)``, when given, is told before each piece is
-    opened which piece follows it (None: none, which is also said when the lane ends early).
+    ``read_one(piece, record, before_offset, before_tag)`` reads ``piece`` from record
+    ``record`` (in the shard) on; ``before_offset`` is where record ``record - 1`` begins, or
+    -1, and ``before_tag`` that record's tag, or 0 (see :func:`read_shard`): ``start``'s, in
+    the piece the lane resumes in. ``ahead(piece, following)``, when given, is told before each
+    piece is opened which piece follows it (None: none, which is also said when the lane ends
+    early).
     """
     piece = None
     try:
