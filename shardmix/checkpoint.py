@@ -25,7 +25,11 @@ padding: :class:`~shardmix.sources.identity.ShardIdentity`), so that a restore r
 rewritten since; version 10 the epoch's phase (``"phase"``: empty while the epoch runs as
 planned; after a resume on another world size or batch size, the pieces this rank reads for
 the rest of the epoch, packed by :func:`pack_pieces`, with the phase's quota, own total and
-first batch: :mod:`shardmix.elastic`). A state of an older version is refused, naming both
+first batch: :mod:`shardmix.elastic`); version 11 the tag of each record a lane or a
+resident is positioned on (:mod:`shardmix.formats.tags`: 16 bits of a hash of the record's
+data CRC or key and its index), a seventh int in each ``mixer.lanes`` entry and
+``buffer.tags`` (2 bytes per resident, packed by :func:`pack_tags`), so that a restore refuses
+a position moved onto another record. A state of an older version is refused, naming both
 versions (:func:`check_version`).
 """
 
@@ -33,14 +37,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 import zlib
+from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.sharding import Piece
 
-STATE_VERSION = 10
+STATE_VERSION = 11
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
@@ -202,6 +208,41 @@ def _is_identity(value: Any) -> bool:
     )
 
 
+def pack_tags(tags: Sequence[int]) -> str:
+    """Pack record tags (16-bit, 0 for one not known), in order, as 2 bytes each in base64: a
+    tag is a hash, which no compression makes smaller.
+
+    >>> unpack_tags(pack_tags([0, 1, 65535]), 3)
+    [0, 1, 65535]
+    """
+    packed = array("H", tags)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def unpack_tags(packed: str, count: int, field: str = "buffer.tags") -> list[int]:
+    """The ``count`` tags :func:`pack_tags` packed; a damaged string, or one of another
+    count, is a ConfigError naming ``field``."""
+    try:
+        data = base64.b64decode(packed, validate=True)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(
+            f"cannot resume: the loader state's {field!r} is not a packed string this shardmix "
+            f"wrote ({error}); the state was edited or damaged since it was saved"
+        ) from error
+    if len(data) != 2 * count:
+        raise ConfigError(
+            f"cannot resume: the loader state's {field!r} holds {len(data) / 2:g} tags for "
+            f"{count} references; the state was edited or damaged since it was saved"
+        )
+    tags = array("H")
+    tags.frombytes(data)
+    if sys.byteorder != "little":
+        tags.byteswap()
+    return tags.tolist()
+
+
 def pack_sizes(sizes: Sequence[int]) -> str:
     """Pack sizes (non-negative integers, in order) into an ASCII string: varints, deflated.
 
@@ -267,7 +308,7 @@ def _varints(data: bytes) -> list[int]:
 
 
 # The fields of one dataset's position and what each holds: a non-negative int ("count"),
-# a packed string ("packed"), ints ("ints"), lists of six ints ("lanes"), or nested fields.
+# a packed string ("packed"), ints ("ints"), lists of seven ints ("lanes"), or nested fields.
 _POSITION: dict[str, Any] = {
     "epoch": "count",
     "batches": "count",
@@ -275,7 +316,7 @@ _POSITION: dict[str, Any] = {
     "pad": "packed",
     "dropped": {"filtered": "count", "skipped": "count", "padded": "count"},
     "mixer": {"live": "ints", "cursor": "count", "lanes": "lanes"},
-    "buffer": {"draws": "count", "items": "packed", "sizes": "packed"},
+    "buffer": {"draws": "count", "items": "packed", "sizes": "packed", "tags": "packed"},
     "shards": "list",
     "phase": "phase",
 }
@@ -330,7 +371,7 @@ _KINDS = {
     "count": "a non-negative int",
     "packed": "a packed string",
     "ints": "a list of non-negative ints",
-    "lanes": "a list of lane positions, six ints each",
+    "lanes": "a list of lane positions, seven ints each",
     "mapping": "a dict",
     "list": "a list",
     "phase": "{} or a dict of 'pieces' (a packed string), 'quota', 'own' and 'batches' (counts)",
@@ -373,11 +414,12 @@ def _is_count(value: Any) -> bool:
 def _is_lane(lane: Any) -> bool:
     return (
         isinstance(lane, list)
-        and len(lane) == 6
+        and len(lane) == 7
         and all(isinstance(value, int) and not isinstance(value, bool) for value in lane)
         and lane[0] >= 0
         and lane[1] >= 0
         and lane[2] >= -1
+        and 0 <= lane[6] < 1 << 16
     )
 
 

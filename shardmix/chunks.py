@@ -5,7 +5,8 @@ group of samples into one :class:`Chunk`: per *item* (a sample, or a tombstone t
 left, :mod:`shardmix.transforms`) one row of integers (its lane, merge key, provenance and
 size); per *field*, one column of the kept samples' values (:mod:`shardmix.columns`). A
 ShardDataset's provenance (``__source__``, ``__index__``, ``__offset__``) rides only in the
-rows. The main process never rebuilds the dicts on its hot path (:mod:`shardmix.rows`).
+rows, and so does each record's tag (``__tag__``, which no batch shows). The main process
+never rebuilds the dicts on its hot path (:mod:`shardmix.rows`).
 
 Each item's row carries its merge key, what orders the lanes in the main process
 (:mod:`shardmix.mixing`), worked out in the worker by :mod:`shardmix.mergekeys`. Left to
@@ -24,6 +25,7 @@ import numpy as np
 
 from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.formats import RecordBlock
+from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag
 from shardmix.lanes import LaneChunk
 from shardmix.mergekeys import LaneClocks, MergeKeys
 from shardmix.reader import Sample, sample_bytes
@@ -55,7 +57,8 @@ RECORD = 4  # the record's index in its shard
 OFFSET = 5  # the record's byte offset in its shard, -1 if unknown
 SIZE = 6  # a kept sample's bytes, as the shuffle buffer's byte budget counts them
 DROPPED = 7  # KEPT, FILTERED_ITEM or SKIPPED_ITEM
-ITEM_COLUMNS = 8
+TAG = 8  # the record's tag (:mod:`shardmix.formats.tags`), NO_TAG if unknown
+ITEM_COLUMNS = 9
 NO_ITEMS = np.empty((0, ITEM_COLUMNS), dtype=np.int64)
 
 
@@ -91,20 +94,22 @@ def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
             sample[SOURCE_KEY] = block.source
             sample[INDEX_KEY] = record
             sample[OFFSET_KEY] = offset
+            sample[TAG_KEY] = key_tag(record, sample[KEY_FIELD])
             samples.append(sample)
     return samples
 
 
 @dataclass
 class _Items:
-    """Per item of a chunk, as arrays: its lane, record, byte offset, shard, and why it carries
-    no sample (:data:`KEPT`: it does)."""
+    """Per item of a chunk, as arrays: its lane, record, byte offset, shard, why it carries
+    no sample (:data:`KEPT`: it does) and its record's tag."""
 
     lanes: np.ndarray
     records: np.ndarray
     offsets: np.ndarray
     shards: np.ndarray
     dropped: np.ndarray
+    tags: np.ndarray
 
 
 class ChunkBuilder:
@@ -165,14 +170,16 @@ class ChunkBuilder:
         # As columns_of makes them from the samples: the key, the fields, then any provenance
         # the items do not carry.
         fields = blocks[0].fields
-        columns = {KEY_FIELD: column_of(list(chain.from_iterable(b.keys for b in blocks)))}
+        keys = list(chain.from_iterable(b.keys for b in blocks))
+        tags = np.fromiter(map(key_tag, records.tolist(), keys), np.int64, count)
+        columns = {KEY_FIELD: column_of(keys)}
         for at, name in enumerate(fields):
             columns[name] = column_of(list(chain.from_iterable(b.values[at] for b in blocks)))
         derived = PROVENANCE if (offsets >= 0).all() else PROVENANCE[:2]
         if OFFSET_KEY not in derived:
             columns[OFFSET_KEY] = column_of(offsets.tolist())
         dropped = np.zeros(count, dtype=np.int8)
-        items = _Items(lanes, records, offsets, shards, dropped)
+        items = _Items(lanes, records, offsets, shards, dropped, tags)
         return self._chunk(items, columns, count, derived)
 
     def _from_samples(self, lane_chunk: LaneChunk) -> Chunk:
@@ -191,9 +198,12 @@ class ChunkBuilder:
         if any(map(contains, samples, repeat(DROPPED_KEY))):
             dropped[:] = [DROP_KINDS.get(item.get(DROPPED_KEY, ""), KEPT) for item in samples]
             kept = [item for item in samples if DROPPED_KEY not in item]
-        items = _Items(lanes, *self._provenance(samples), dropped)
+        tags = np.fromiter(
+            map(methodcaller("get", TAG_KEY, NO_TAG), samples), np.int64, len(samples)
+        )
+        items = _Items(lanes, *self._provenance(samples), dropped, tags)
         derived = self._derived(kept, items)
-        return self._chunk(items, columns_of(kept, skip=derived), len(kept), derived)
+        return self._chunk(items, columns_of(kept, skip=(*derived, TAG_KEY)), len(kept), derived)
 
     def _chunk(
         self, items: _Items, columns: dict[str, Column], kept: int, derived: tuple[str, ...]
@@ -201,6 +211,7 @@ class ChunkBuilder:
         """The chunk of these items (``kept`` of them samples, in ``columns``)."""
         count = len(items.lanes)
         rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
+        rows[:, TAG] = items.tags
         rows[:, ID] = -1
         rows[:, LANE] = items.lanes
         rows[:, SHARD] = items.shards

@@ -33,6 +33,7 @@ from shardmix.formats import (
     is_gzipped,
     reader_for,
 )
+from shardmix.formats.tags import NO_TAG
 from shardmix.kept import KeptCounts, kept_cache_path
 from shardmix.lanes import LanePosition, read_lane, round_robin
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
@@ -50,7 +51,7 @@ from shardmix.sharding import (
 )
 from shardmix.sources import SourceOptions, is_local, local_path, readahead, scheme_of
 from shardmix.sources.identity import ShardIdentity
-from shardmix.transforms import SampleTransform, without_tombstones
+from shardmix.transforms import SampleTransform, without_tags, without_tombstones
 from shardmix.urls import check_sources, expand_urls
 from shardmix.world import count_exchange, detect_world
 
@@ -383,13 +384,14 @@ class ShardDataset(IterableDataset[Sample]):
         return ahead
 
     def read_piece_blocks(
-        self, piece: Piece, record: int, before_offset: int = -1
+        self, piece: Piece, record: int, before_offset: int = -1, before_tag: int = NO_TAG
     ) -> Iterator[RecordBlock]:
         """The records :meth:`read_piece` gives, in record blocks."""
         url = self.urls[piece.shard]
         check = self._count_check(url, record, piece.stop, self.ledger)
         on_damage = self.ledger if check is None else check.on_damage
         arguments = self._read_arguments(url, record, before_offset, piece.stop, on_damage)
+        arguments["before_tag"] = before_tag
         blocks = reader.read_shard_blocks(url, self._format_of[url], **arguments)
         return blocks if check is None else check.blocks(blocks)
 
@@ -469,7 +471,8 @@ class ShardDataset(IterableDataset[Sample]):
         )
         read = partial(self.read_piece, epoch=epoch)
         lane_samples = [read_lane(plan[lane], read) for lane in lanes]
-        return without_tombstones(round_robin(lane_samples), self._count_dropped)
+        samples = without_tombstones(round_robin(lane_samples), self._count_dropped)
+        return without_tags(samples)
 
     def _count_dropped(self, kind: str) -> None:
         self.dropped[kind] += 1
@@ -479,14 +482,22 @@ class ShardDataset(IterableDataset[Sample]):
         piece: Piece,
         record: int,
         before_offset: int = -1,
+        before_tag: int = NO_TAG,
         *,
         epoch: int = 0,
         epoch_pass: int = 0,
     ) -> Iterator[Sample]:
-        """The samples of ``piece`` in ``epoch`` from record ``record`` (in its shard) on."""
+        """The samples of ``piece`` in ``epoch`` from record ``record`` (in its shard) on;
+        ``before_offset`` and ``before_tag``: see :meth:`read_shard`."""
         url = self.urls[piece.shard]
         return self.read_shard(
-            url, record, before_offset, stop=piece.stop, epoch=epoch, epoch_pass=epoch_pass
+            url,
+            record,
+            before_offset,
+            stop=piece.stop,
+            epoch=epoch,
+            epoch_pass=epoch_pass,
+            before_tag=before_tag,
         )
 
     def read_shard(
@@ -499,13 +510,17 @@ class ShardDataset(IterableDataset[Sample]):
         epoch: int = 0,
         epoch_pass: int = 0,
         on_damage: DamageHandler | None = None,
+        before_tag: int = NO_TAG,
     ) -> Iterator[Sample]:
         """The samples of records ``[start, stop)`` of shard ``url`` in ``epoch``, transformed.
 
         ``stop`` None reads to the shard's end. ``before_offset``: where record ``start - 1``
         begins, when known (a lane's resume position): reading starts there instead of walking
-        the shard from its start. Else a read from ``start`` > 0 enters the shard at the nearest
-        entry of its sparse offset index, when the counting pass made one.
+        the shard from its start; ``before_tag``, when not 0, the tag that record has there
+        (another is a ConfigError: :func:`~shardmix.reader.check_resumed`). Else a read from
+        ``start`` > 0 enters the shard at the nearest entry of its sparse offset index, when the
+        counting pass made one. Each sample carries its record's tag under ``__tag__``
+        (:mod:`shardmix.formats.tags`), which the loader's batches leave out.
 
         Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
         dataset's ledger) and left out. A sample the transform drops or fails on (skipped)
@@ -516,6 +531,7 @@ class ShardDataset(IterableDataset[Sample]):
         check = self._count_check(url, start, stop, on_damage)
         read_damage = on_damage if check is None else check.on_damage
         arguments = self._read_arguments(url, start, before_offset, stop, read_damage)
+        arguments["before_tag"] = before_tag
         samples = reader.read_shard(url, self._format_of[url], **arguments)
         if check is not None:
             samples = check.samples(samples)

@@ -38,10 +38,12 @@ from shardmix.checkpoint import (
     pack_pieces,
     pack_refs,
     pack_sizes,
+    pack_tags,
     unpack_identities,
     unpack_pieces,
     unpack_refs,
     unpack_sizes,
+    unpack_tags,
 )
 from shardmix.dataset import ShardDataset
 from shardmix.epoch import epoch_start
@@ -62,6 +64,7 @@ class Share:
     pieces: list[Piece]
     residents: list[Ref]
     sizes: list[int]
+    tags: list[int]  # the residents' record tags (:mod:`shardmix.formats.tags`)
 
     def total(self, counts: Sequence[int]) -> int:
         """The samples this share holds."""
@@ -102,6 +105,7 @@ class Block:
     residents: list[Ref]
     sizes: list[int]
     pieces: list[Piece]
+    tags: list[int]  # the residents' record tags
 
 
 def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int) -> list[Share]:
@@ -112,7 +116,7 @@ def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int)
     a new rank takes the residents and pieces of one or a few saved ranks, so its buffer
     references about as many shards as a rank's in a planned epoch.
 
-    >>> block = Block([(1, 0, 0), (1, 1, 9)], [5, 5], [Piece(0, 2, None)])
+    >>> block = Block([(1, 0, 0), (1, 1, 9)], [5, 5], [Piece(0, 2, None)], [7, 8])
     >>> [(share.residents, share.pieces) for share in deal_shares([block], [10, 2], 3)]
     [([(1, 0, 0), (1, 1, 9)], [Piece(0, 2, 4)]), ([], [Piece(0, 4, 7)]), ([], [Piece(0, 7, None)])]
     """
@@ -131,13 +135,15 @@ def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int)
         pieces = [piece for piece in run if piece.shard < first]
         refs: list[Ref] = []
         held: list[int] = []
+        tags: list[int] = []
         for piece in run:
             if piece.shard >= first:
                 block = blocks[piece.shard - first]
                 cut = slice(piece.start, piece.start + piece.size(sizes))
                 refs += block.residents[cut]
                 held += block.sizes[cut]
-        shares.append(Share(pieces, refs, held))
+                tags += block.tags[cut]
+        shares.append(Share(pieces, refs, held, tags))
     return shares
 
 
@@ -181,10 +187,18 @@ def resized_position(
                 f"cannot resume: the state's rank {old_rank} shuffle buffer names {len(refs)} "
                 f"residents but gives {len(sizes)} sizes; the state was edited or damaged"
             )
+        tags = unpack_tags(position["buffer"]["tags"], len(refs))
         pieces = remaining_pieces(lanes, [(lane[0], lane[1]) for lane in saved], counts)
         # By shard and record: a share then references few shards (its state names each).
         order = sorted(range(len(refs)), key=lambda at: refs[at][:2])
-        blocks.append(Block([refs[at] for at in order], [sizes[at] for at in order], pieces))
+        blocks.append(
+            Block(
+                [refs[at] for at in order],
+                [sizes[at] for at in order],
+                pieces,
+                [tags[at] for at in order],
+            )
+        )
         identities.update(unpack_identities(position["shards"], num_shards, "shards"))
     shares = deal_shares(blocks, counts, world_size)
     totals = [share.total(counts) for share in shares]
@@ -200,7 +214,12 @@ def resized_position(
         "mixer": {**start["mixer"], "live": live},
         "batches": batches,
         "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "buffer": {"draws": 0, "items": pack_refs(mine.residents), "sizes": pack_sizes(mine.sizes)},
+        "buffer": {
+            "draws": 0,
+            "items": pack_refs(mine.residents),
+            "sizes": pack_sizes(mine.sizes),
+            "tags": pack_tags(mine.tags),
+        },
         "shards": pack_identities(identities, referenced),
         "phase": {
             "pieces": pack_pieces(mine.pieces),
@@ -240,7 +259,7 @@ def _check_lanes(
             f"cannot resume: the state's rank {rank} has {len(saved)} lane positions but its "
             f"plan {len(lanes)} lanes; the state was edited or damaged since it was saved"
         )
-    for lane, (slot, record, _, *named) in enumerate(saved):
+    for lane, (slot, record, _, *named, _tag) in enumerate(saved):
         pieces = lanes[lane]
         planned = (-1, 0, -1)
         if slot < len(pieces):

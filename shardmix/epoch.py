@@ -25,15 +25,18 @@ from shardmix.checkpoint import (
     pack_identities,
     pack_refs,
     pack_sizes,
+    pack_tags,
     unpack_identities,
     unpack_pieces,
     unpack_refs,
     unpack_sizes,
+    unpack_tags,
 )
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
+from shardmix.formats.tags import NO_TAG
 from shardmix.kept import Exchange, agreed_totals, learn_epoch, stale_kept
 from shardmix.lanes import LanePosition
 from shardmix.mergekeys import LaneClocks
@@ -254,6 +257,7 @@ class EpochIterator:
                 first_wave=self.batch_size,
                 epoch=epoch,
                 epoch_pass=epoch_pass,
+                tags=unpack_tags(resume["buffer"]["tags"], len(refs)),
             )
             sizes = [resident.size for resident in self._residents.residents]
             self.buffer.restore(-1 - np.arange(len(refs), dtype=np.int64), np.asarray(sizes))
@@ -587,6 +591,16 @@ class EpochIterator:
             refs[position] = self._residents.residents[-1 - int(ids[position])].ref
         return refs
 
+    def _tags(self, ids: np.ndarray) -> list[int]:
+        """The record tag of each id: a stored sample's or a resident's."""
+        stored = ids >= 0
+        tags = np.zeros(len(ids), dtype=np.int64)
+        tags[stored] = self.store.tags(ids[stored])
+        for position in np.flatnonzero(~stored).tolist():
+            assert self._residents is not None  # only a restore puts residents in
+            tags[position] = self._residents.residents[-1 - int(ids[position])].tag
+        return tags.tolist()
+
     def _dropped_any(self) -> bool:
         """Whether this rank's epoch lost records: filtered, or skipped as damage."""
         return sum(self.merge.dropped.values()) > 0 or bool(self.skipped)
@@ -602,10 +616,11 @@ class EpochIterator:
     def position(self) -> dict[str, Any]:
         live = self.merge.live()
         lanes = [
-            [p.slot, p.record, p.offset, *_piece_ref(self.plan, lane, p.slot)]
+            [p.slot, p.record, p.offset, *_piece_ref(self.plan, lane, p.slot), p.tag]
             for lane, p in enumerate(self.merge.lane_positions())
         ]
-        residents = self._refs(self.buffer.slots)
+        slots = self.buffer.slots
+        residents = self._refs(slots)
         referenced = chain(
             (lane[3] for lane in lanes), (ref[0] for ref in chain(residents, self.pad_refs))
         )
@@ -628,14 +643,16 @@ class EpochIterator:
                 "draws": self.buffer.draws.count,
                 "items": pack_refs(residents),
                 "sizes": pack_sizes(self.buffer.sizes.tolist()),
+                "tags": pack_tags(self._tags(slots)),
             },
             "shards": pack_identities(_as_json(self.identities), referenced),
             "phase": dict(self.phase),
         }
 
 
-# A lane position names the piece it is in: ``[slot, record, offset, shard, start, stop]``
-# (offset: where the lane's last record began, -1 if unknown), with
+# A lane position names the piece it is in: ``[slot, record, offset, shard, start, stop, tag]``
+# (offset: where the lane's last record began, -1 if unknown; tag: that record's, 0 if
+# unknown: :mod:`shardmix.formats.tags`), with
 # stop -1 for "to the shard's end"; a position past a lane's last piece (or at the start of
 # an epoch, before the plan is made) names none.
 _NO_PIECE = (-1, 0, -1)
@@ -656,7 +673,7 @@ def _piece_ref(plan: list[list[Piece]] | None, lane: int, slot: int) -> tuple[in
 def _lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> list[LanePosition]:
     """Where each lane resumes, checking that the state names the pieces of this plan."""
     starts = []
-    for lane, (slot, record, offset, *named) in enumerate(saved):
+    for lane, (slot, record, offset, *named, tag) in enumerate(saved):
         planned = _piece_ref(plan, lane, slot)
         at_start = (slot, record) == (0, 0) and tuple(named) == _NO_PIECE
         if tuple(named) != planned and not at_start:
@@ -666,7 +683,7 @@ def _lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) ->
                 f"has {planned} there; the shards' record counts changed since the checkpoint "
                 "(a manifest or count cache was rewritten): resume with the same data"
             )
-        starts.append(LanePosition(slot, record, offset))
+        starts.append(LanePosition(slot, record, offset, tag))
     return starts
 
 
@@ -701,9 +718,14 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         "mixer": {
             "live": list(range(num_lanes)),
             "cursor": 0,
-            "lanes": [[0, 0, -1, *_NO_PIECE] for _ in range(num_lanes)],
+            "lanes": [[0, 0, -1, *_NO_PIECE, NO_TAG] for _ in range(num_lanes)],
         },
-        "buffer": {"draws": 0, "items": pack_refs([]), "sizes": pack_sizes([])},
+        "buffer": {
+            "draws": 0,
+            "items": pack_refs([]),
+            "sizes": pack_sizes([]),
+            "tags": pack_tags([]),
+        },
         "shards": [],
         "phase": {},
     }

@@ -19,6 +19,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from shardmix.formats import RecordBlock
+from shardmix.formats.tags import NO_TAG
 from shardmix.reader import Sample, sample_bytes
 from shardmix.sharding import Piece
 
@@ -33,27 +34,30 @@ class LanePosition:
     list (that is a ``shard_index``); ``record`` is a record index in the piece's shard.
     ``offset`` is the byte offset of record ``record - 1``, the last one the lane delivered,
     or -1 when not known: the lane resumes by reading that record there and dropping it, so
-    the shard is neither walked nor downloaded from its start.
+    the shard is neither walked nor downloaded from its start. ``tag`` is that record's tag
+    (:mod:`shardmix.formats.tags`; 0: not known): the record read there must have it.
     """
 
     slot: int = 0
     record: int = 0
     offset: int = -1
+    tag: int = NO_TAG
 
 
 def read_lane(
     pieces: Sequence[Piece],
-    read_one: Callable[[Piece, int, int], Iterator[T]],
+    read_one: Callable[[Piece, int, int, int], Iterator[T]],
     start: LanePosition = LanePosition(),
     ahead: Callable[[Piece, Piece | None], None] | None = None,
 ) -> Iterator[T]:
     """The samples of a lane's pieces, one after another, from ``start`` on.
 
-    ``read_one(piece, record, before_offset)`` reads ``piece`` from record ``record`` (in the
-    shard) on; ``before_offset`` is where record ``record - 1`` begins, or -1 (see
-    :func:`~shardmix.reader.read_shard`). ``ahead(piece, following)``, when given, is told
-    before each piece is opened which piece follows it (None: none, which is also said when
-    the lane ends early).
+    ``read_one(piece, record, before_offset, before_tag)`` reads ``piece`` from record
+    ``record`` (in the shard) on; ``before_offset`` is where record ``record - 1`` begins, or
+    -1, and ``before_tag`` that record's tag, or 0 (see :func:`~shardmix.reader.read_shard`):
+    ``start``'s, in the piece the lane resumes in. ``ahead(piece, following)``, when given, is
+    told before each piece is opened which piece follows it (None: none, which is also said
+    when the lane ends early).
     """
     piece = None
     try:
@@ -62,9 +66,9 @@ def read_lane(
             if ahead is not None:
                 ahead(piece, pieces[slot + 1] if slot + 1 < len(pieces) else None)
             if slot == start.slot and start.record > piece.start:
-                yield from read_one(piece, start.record, start.offset)
+                yield from read_one(piece, start.record, start.offset, start.tag)
             else:
-                yield from read_one(piece, piece.start, -1)
+                yield from read_one(piece, piece.start, -1, NO_TAG)
     finally:
         if ahead is not None and piece is not None:
             ahead(piece, None)

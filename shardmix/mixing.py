@@ -37,6 +37,7 @@ from shardmix.chunks import (
     RECORD,
     SHARD,
     SIZE,
+    TAG,
     Chunk,
     keys_of,
 )
@@ -114,6 +115,7 @@ class LaneMerge:
         self.start = list(start) if start is not None else [LanePosition()] * num_lanes
         self._moved = np.zeros(num_lanes, dtype=bool)
         self._last = np.zeros((num_lanes, 3), dtype=_INT)  # (shard, record, offset) taken last
+        self._last_tag = np.zeros(num_lanes, dtype=_INT)  # and its record's tag
         self._dropped: Counter[str] = Counter(dropped or {})
         self.exhausted = False
         self._tombstones = False  # whether any item that arrived is a tombstone
@@ -181,6 +183,7 @@ class LaneMerge:
         last = taken[len(lanes) - 1 - last_from_end]
         self._moved[moved] = True
         self._last[moved] = last[:, SHARD : OFFSET + 1]
+        self._last_tag[moved] = last[:, TAG]
         dropped = taken[:, DROPPED]
         kept_mask = dropped == KEPT
         if self._clocks is None:
@@ -299,5 +302,6 @@ class LaneMerge:
             shard, record, offset = self._last[lane].tolist()
             pieces = self._lane_pieces[lane]  # type: ignore[index]
             slot = slot_of(pieces, shard, record, self.start[lane].slot, lane)
-            positions[lane] = LanePosition(slot=slot, record=record + 1, offset=offset)
+            tag = int(self._last_tag[lane])
+            positions[lane] = LanePosition(slot, record + 1, offset, tag)
         return positions

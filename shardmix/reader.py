@@ -34,6 +34,7 @@ from typing import Any, BinaryIO
 # them (protobuf for TFRecord) again, and a restore in the main process does not pay for it.
 import shardmix.formats.tar
 import shardmix.formats.tfrecord  # noqa: F401
+from shardmix.errors import ConfigError
 from shardmix.formats import (
     BlockReader,
     Format,
@@ -46,6 +47,7 @@ from shardmix.formats import (
     read_samples_at_offsets,
     reader_for,
 )
+from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag, tagging_reader, tags_differ
 from shardmix.policy import DamageHandler
 from shardmix.sources import SourceOptions, is_local, open_shard, scheme_of
 from shardmix.sources.identity import ShardIdentity, stream_identity
@@ -84,8 +86,10 @@ def read_shard(
     listed: tuple[int, str | None] | None = None,
     expect: ShardIdentity | None = None,
     on_open: OnOpen | None = None,
+    before_tag: int = NO_TAG,
 ) -> Iterator[Sample]:
-    """The samples of records ``[start, stop)`` of one shard, each with its provenance.
+    """The samples of records ``[start, stop)`` of one shard, each with its provenance and
+    its tag (under ``__tag__``: :mod:`shardmix.formats.tags`).
 
     ``stop`` None reads to the shard's end. With ``on_damage``, damaged records are reported
     to it and left out; ``__index__`` stays the record's position in the shard, so the indices
@@ -94,6 +98,8 @@ def read_shard(
     ``seek_from``, a sparse index entry at or before ``start``, is where a seekable,
     uncompressed shard is entered; else the framing is walked from byte 0. ``listed``: the
     size and sha256 a manifest gives the shard (a cached copy is checked against them).
+    ``before_tag``, when not 0, is the tag record ``start - 1`` has: the record read at
+    ``before_offset`` must have it, else this raises a ConfigError (:func:`check_resumed`).
 
     ``expect``: the identity the shard had when this position was taken; another version is
     refused with :class:`~shardmix.errors.ShardChangedError` before a record is read.
@@ -102,13 +108,17 @@ def read_shard(
     where = (before_offset, source_options, listed, (expect, on_open))
     entered = _entered(url, start, stop, seek_from, on_damage, *where)
     with entered as (stream, arguments):
-        reader = reader_for(fmt, options)
+        reader = tagging_reader(reader_for(fmt, options))
         for index, offset, sample in reader.records(stream, url, **arguments):
+            tag = sample.get(TAG_KEY) or key_tag(index, sample.get("__key__"))
             if index < start:
-                continue  # the record before ``start``, read to find where ``start`` begins
+                # The record before ``start``, read to find where ``start`` begins.
+                check_resumed(url, index, offset, before_tag, tag)
+                continue
             sample["__source__"] = url
             sample["__index__"] = index
             sample["__offset__"] = offset
+            sample[TAG_KEY] = tag
             yield sample
 
 
@@ -126,9 +136,11 @@ def read_shard_blocks(
     listed: tuple[int, str | None] | None = None,
     expect: ShardIdentity | None = None,
     on_open: OnOpen | None = None,
+    before_tag: int = NO_TAG,
 ) -> Iterator[RecordBlock]:
     """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
-    whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`."""
+    whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`
+    (its records' tags are their keys': :func:`~shardmix.formats.tags.key_tag`)."""
     reader = reader_for(fmt, options)
     if not isinstance(reader, BlockReader):
         raise TypeError(f"the {fmt.value} reader does not read records in blocks")
@@ -137,6 +149,8 @@ def read_shard_blocks(
     with entered as (stream, arguments):
         for block in reader.blocks(stream, url, **arguments):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
+                index, offset, key = block.records[0], block.offsets[0], block.keys[0]
+                check_resumed(url, index, offset, before_tag, key_tag(index, key))
                 block = block.after(start - 1)
                 if not block.records:
                     continue
@@ -251,16 +265,36 @@ def _read_at(
     with stream:
         if can_seek_records(stream, url) and min(offsets.values()) >= 0:
             buffered = stream if ranged is not None else _small_buffer(stream)
-            samples = read_samples_at_offsets(buffered, url, fmt, positions, options=options)
+            samples = read_samples_at_offsets(
+                buffered, url, fmt, positions, options=options, tagged=True
+            )
         else:
             samples = read_samples_at(
-                stream, url, fmt, list(offsets), options=options, on_damage=on_damage
+                stream, url, fmt, list(offsets), options=options, on_damage=on_damage, tagged=True
             )
         for index, sample in samples:
             sample["__source__"] = url
             sample["__index__"] = index
             sample["__offset__"] = offsets[index]
+            sample[TAG_KEY] = sample.get(TAG_KEY) or key_tag(index, sample.get("__key__"))
             yield sample
+
+
+def check_resumed(url: str, record: int, offset: int, expected: int, found: int) -> None:
+    """Refuse a resume whose record ``record``, read at byte ``offset`` where the checkpoint
+    said it begins, has another tag than the checkpoint's (``expected`` 0: not known)."""
+    if not tags_differ(expected, found):
+        return
+    raise ConfigError(
+        f"cannot resume: the checkpoint says a lane resumes after record {record} of {url}, "
+        f"at byte offset {offset}, with tag {expected:#06x}, but the record there has tag "
+        f"{found:#06x}: the lane's position in the state was edited or damaged, or the shard "
+        "was rewritten in place since the checkpoint; resume from an untouched checkpoint "
+        "over the same data",
+        url=url,
+        offset=offset,
+        record=record,
+    )
 
 
 def record_ranges(

@@ -12,12 +12,16 @@ and a wave is read, all its shards, when one of its residents is first needed. T
 so waits for about a batch of residents, not for the whole buffer; the rest arrives behind it.
 The buffer's byte budget counts the sizes the checkpoint carries, so the order stays exact.
 
+Each resident's reference carries its record's tag (:mod:`shardmix.formats.tags`): the record
+read again must have it, so a reference that was shifted onto another record (an edited state)
+is refused, not read as another sample.
+
 When errors are raised: a resident that cannot be read again (its shard changed or lost it,
-the data is damaged there, the transform now drops it, the storage fails) raises when the
-first resident of its wave is needed: the first wave's at the first batch (it is read before
-that batch takes its first sample), any other at the latest when that resident leaves the
-buffer. It is the :class:`~shardmix.errors.ConfigError`
-an eager re-read raises, naming the shard and the record (storage errors as they come).
+the data is damaged there, the transform now drops it, its tag differs, the storage fails)
+raises when the first resident of its wave is needed: the first wave's at the first batch (it
+is read before that batch takes its first sample), any other at the latest when that resident
+leaves the buffer. It is the :class:`~shardmix.errors.ConfigError` an eager re-read raises,
+naming the shard and the record (storage errors as they come).
 
 :func:`read_refs` reads a list of references at once (what padding under several ranks
 re-reads). What a reference is, and how it is packed: :mod:`shardmix.checkpoint`.
@@ -33,6 +37,7 @@ from shardmix.checkpoint import Ref
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, CorruptShardError, describe_position
 from shardmix.formats import is_gzipped
+from shardmix.formats.tags import NO_TAG, TAG_KEY, tags_differ
 from shardmix.policy import SkipLedger
 from shardmix.reader import Sample, longest_record_of, record_ranges
 from shardmix.sources import SourceOptions
@@ -51,6 +56,7 @@ class Resident:
     ref: Ref
     size: int
     wave: int
+    tag: int = NO_TAG  # its record's tag (:mod:`shardmix.formats.tags`), 0 if not known
 
 
 class _Wave:
@@ -63,9 +69,11 @@ class _Wave:
         epoch: int,
         epoch_pass: int,
         longest: Mapping[int, int | None] | None = None,
+        tags: Sequence[int] | None = None,
     ) -> None:
         self.dataset = dataset
         self.refs = refs
+        self.tags = tags
         wanted: dict[int, dict[int, int]] = {}
         for shard_index, record, offset in refs:
             wanted.setdefault(shard_index, {})[record] = offset
@@ -85,21 +93,44 @@ class _Wave:
         }
 
     def samples(self) -> dict[Key, Sample]:
-        """Every reference's sample, by ``(shard, record)``; a ConfigError if one is missing."""
+        """Every reference's sample, by ``(shard, record)``; a ConfigError if one is missing
+        or, where ``tags`` says what each reference's record has, has another tag."""
         found: dict[Key, Sample] = {}
         for shard_index, samples in self._reads.items():
             _take(self.dataset.urls[shard_index], shard_index, samples, found)
         self._reads = {}
-        for shard_index, record, _ in self.refs:
-            if (shard_index, record) not in found:
+        tags = self.tags if self.tags is not None else [NO_TAG] * len(self.refs)
+        for (shard_index, record, offset), tag in zip(self.refs, tags, strict=True):
+            url = self.dataset.urls[shard_index]
+            sample = found.get((shard_index, record))
+            if sample is None:
                 raise ConfigError(
                     f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
-                    f"{self.dataset.urls[shard_index]}, which no longer has it or which the "
-                    "transform now drops; the data changed, or the transform is not deterministic",
-                    url=self.dataset.urls[shard_index],
+                    f"{url}, which no longer has it or which the transform now drops; the data "
+                    "changed, or the transform is not deterministic",
+                    url=url,
                     record=record,
                 )
+            _check_tag(url, record, offset, tag, sample.get(TAG_KEY, NO_TAG))
+        for sample in found.values():
+            sample.pop(TAG_KEY, None)
         return found
+
+
+def _check_tag(url: str, record: int, offset: int, expected: int, found: int) -> None:
+    """Refuse a resident re-read whose record has another tag than the checkpoint says."""
+    if not tags_differ(expected, found):
+        return
+    raise ConfigError(
+        f"cannot resume: the checkpoint's shuffle buffer holds record {record} of {url} at "
+        f"byte offset {offset} with tag {expected:#06x}, but the record read there has tag "
+        f"{found:#06x}: the buffer's references in the state were edited or damaged, or the "
+        "shard was rewritten in place since the checkpoint; resume from an untouched "
+        "checkpoint over the same data",
+        url=url,
+        offset=None if offset < 0 else offset,
+        record=record,
+    )
 
 
 def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key, Sample]) -> None:
@@ -151,11 +182,18 @@ class ResidentReads:
         first_wave: int,
         epoch: int,
         epoch_pass: int = 0,
+        tags: Sequence[int] | None = None,
     ) -> None:
         if len(sizes) != len(refs):
             raise ConfigError(
                 f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
                 f"but gives {len(sizes)} sizes; the state was edited or damaged"
+            )
+        tags = [NO_TAG] * len(refs) if tags is None else tags
+        if len(tags) != len(refs):
+            raise ConfigError(
+                f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
+                f"but gives {len(tags)} tags ('buffer.tags'); the state was edited or damaged"
             )
         options = dataset.source_options or SourceOptions()
         ranged = {
@@ -166,10 +204,13 @@ class ResidentReads:
         }
         wave_of = _waves(refs, order, first_wave, ranged)
         waves: list[list[Ref]] = [[] for _ in range(max(wave_of, default=-1) + 1)]
-        for ref, wave in zip(refs, wave_of, strict=True):
+        wave_tags: list[list[int]] = [[] for _ in waves]
+        for ref, wave, tag in zip(refs, wave_of, tags, strict=True):
             waves[wave].append(ref)
+            wave_tags[wave].append(tag)
         self.residents = [
-            Resident(ref, sizes[position], wave_of[position]) for position, ref in enumerate(refs)
+            Resident(ref, sizes[position], wave_of[position], tags[position])
+            for position, ref in enumerate(refs)
         ]
         # A wave's ranges guess a record's length as the whole buffer shows it, not the wave.
         by_shard: dict[int, list[tuple[int, int]]] = {}
@@ -178,7 +219,8 @@ class ResidentReads:
                 by_shard.setdefault(shard_index, []).append((record, offset))
         longest = {shard: longest_record_of(positions) for shard, positions in by_shard.items()}
         self._pending: list[_Wave | None] = [
-            _Wave(dataset, wave, epoch, epoch_pass, longest) for wave in waves
+            _Wave(dataset, wave, epoch, epoch_pass, longest, tags)
+            for wave, tags in zip(waves, wave_tags, strict=True)
         ]
         self._read: dict[int, dict[Key, Sample]] = {}
         self._left = [len(wave) for wave in waves]  # residents of each wave not yet handed out

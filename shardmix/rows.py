@@ -33,6 +33,7 @@ from shardmix.chunks import (
     OFFSET_KEY,
     SHARD,
     SOURCE_KEY,
+    TAG,
     WHOLE,
     Chunk,
 )
@@ -140,8 +141,9 @@ class RowStore:
         self.live = 0  # rows not released
         self._free = np.empty(0, dtype=np.int64)  # released rows, reused first
         self.fields: dict[str, _Field] = {}
-        # Per id: (shard, record, offset), what a checkpoint names a sample by.
+        # Per id: (shard, record, offset), what a checkpoint names a sample by, and its tag.
         self.refs_table = np.empty((0, 3), dtype=np.int64)
+        self.tags_table = np.empty(0, dtype=np.int64)
 
     def add(self, chunk: Chunk) -> None:
         """Store the chunk's kept samples, and write their ids into its items."""
@@ -160,13 +162,16 @@ class RowStore:
         if added == len(items):
             items[:, ID] = rows
             refs = items[:, SHARD : OFFSET + 1]
+            tags = items[:, TAG]
         else:
             items[kept, ID] = rows
             refs = items[kept, SHARD : OFFSET + 1]
+            tags = items[kept, TAG]
         columns = chunk.columns
         if chunk.derived:
             columns = {**columns, **self._provenance_columns(chunk.derived, refs)}
         self._place(rows, columns, refs)
+        self.tags_table[rows] = tags
         self.live += added
 
     def _provenance_columns(self, names: tuple[str, ...], refs: np.ndarray) -> dict[str, Column]:
@@ -184,6 +189,7 @@ class RowStore:
         capacity = _capacity(self.count, len(self.refs_table))
         self.refs_table = _grown(self.refs_table, capacity)
         self.refs_table[rows] = refs
+        self.tags_table = _grown(self.tags_table, capacity)
         for name, column in columns.items():
             found = self.fields.get(name)
             if found is None:
@@ -217,6 +223,10 @@ class RowStore:
     def refs(self, ids: np.ndarray) -> np.ndarray:
         """``(shard, record, offset)`` rows of ``ids``, as an ``(n, 3)`` int64 array."""
         return self.refs_table[ids]
+
+    def tags(self, ids: np.ndarray) -> np.ndarray:
+        """The records' tags of ``ids`` (:mod:`shardmix.formats.tags`), as int64."""
+        return self.tags_table[ids]
 
     def sample(self, row: int) -> Sample:
         """The sample dict of one id, as the worker's transform gave it."""

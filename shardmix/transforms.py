@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from shardmix.errors import DecodeError, TransformError, describe_position
+from shardmix.formats.tags import TAG_KEY
 from shardmix.policy import Damage, DamageHandler
 
 Sample = dict[str, Any]
@@ -74,8 +75,13 @@ class SampleTransform:
         on_damage: DamageHandler | None,
         epoch_pass: int = 0,
     ) -> Iterator[Sample]:
-        """``samples`` decoded and transformed, a tombstone in place of each one dropped."""
+        """``samples`` decoded and transformed, a tombstone in place of each one dropped.
+
+        A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
+        decoder and the transform, and put back in what they give (a dict) or the tombstone.
+        """
         for sample in samples:
+            tag = sample.pop(TAG_KEY, None)
             try:
                 result = self._one(sample, epoch, epoch_pass, shard_index)
             except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
@@ -83,9 +89,13 @@ class SampleTransform:
                 if on_damage is None:
                     raise wrapped from error
                 on_damage(Damage(wrapped, sample.get("__index__"), sample.get("__offset__")))
-                yield tombstone(sample, SKIPPED)
-                continue
-            yield tombstone(sample, FILTERED) if result is None else result
+                result = tombstone(sample, SKIPPED)
+            else:
+                if result is None:
+                    result = tombstone(sample, FILTERED)
+            if tag is not None and isinstance(result, dict):
+                result[TAG_KEY] = tag
+            yield result
 
     def _one(self, sample: Sample, epoch: int, epoch_pass: int, shard_index: int) -> Sample | None:
         provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
@@ -138,6 +148,14 @@ def without_tombstones(
             if count is not None:
                 count(sample[DROPPED])
             continue
+        yield sample
+
+
+def without_tags(samples: Iterator[Sample]) -> Iterator[Sample]:
+    """``samples`` without their records' tags (what direct iteration gives)."""
+    for sample in samples:
+        if isinstance(sample, dict):
+            sample.pop(TAG_KEY, None)
         yield sample
 
 

@@ -28,7 +28,7 @@ class ServerState:
     faults: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     requests: list[tuple[str, str | None]] = field(default_factory=list)  # GETs: (name, Range)
     heads: list[str] = field(default_factory=list)  # HEAD requests, by name
-    etags: dict[str, str] = field(default_factory=dict)  # by name; '"v1"' when not set
+    etags: dict[str, str] = field(default_factory=dict)  # by name; '"v1"' if not set, "": none
     ignore_range: bool = False
     latency: float = 0.0  # seconds before each answer, as object storage adds
     sent: int = 0  # body bytes written to clients
@@ -80,7 +80,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.send_response(200)
         self.send_header("Content-Length", str(path.stat().st_size))
-        self.send_header("ETag", self.state.etags.get(name, '"v1"'))
+        if etag := self.state.etags.get(name, '"v1"'):
+            self.send_header("ETag", etag)
         self.end_headers()
 
     def _write(self, body: bytes) -> None:
@@ -113,7 +114,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = data[start:stop]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("ETag", etag)
+        if etag:
+            self.send_header("ETag", etag)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(data)}")
         self.end_headers()

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardmix import ConfigError, MixingLoader, ShardDataset, join_states
+from shardmix.checkpoint import pack_refs, unpack_refs
 from shardmix.elastic import Block, deal_shares, remaining_pieces
 from shardmix.sharding import Piece, cut_pieces, default_num_lanes, default_shuffle_buffer
 
@@ -127,6 +128,16 @@ def test_a_resize_from_8_ranks_and_again_reads_every_record_once(pattern, at, ne
     left_out = expected - seen
     assert seen - expected == Counter()  # nothing repeated, nothing foreign
     assert sum(left_out.values()) == sum(own) - last_world * quota < last_world
+
+
+def test_a_resize_checks_the_tags_of_the_residents_it_deals(pattern):
+    _, saved = run_phase(make_loaders(pattern, 4), steps=len(make_loaders(pattern, 4)[0]) // 2)
+    positions = [saved, *saved["ranks"].values()]
+    for position in positions:  # every index one up: each reference names the next record
+        refs = unpack_refs(position["buffer"]["items"])
+        position["buffer"]["items"] = pack_refs([(s, r + 1, o) for s, r, o in refs])
+    with pytest.raises(ConfigError, match="shuffle buffer holds record .* but the record read"):
+        run_phase(make_loaders(pattern, 2), saved, steps=1)
 
 
 @pytest.mark.parametrize("new_world", [3, 16])
@@ -361,6 +372,7 @@ def test_shares_hold_the_remainder_once_in_totals_within_one(drawn, world_size):
             [(6, at * 100 + record, -1) for record in range(residents)],
             [1] * residents,
             [Piece(shard, start, None) for shard, start in pieces],
+            [1 + record for record in range(residents)],
         )
         for at, (pieces, residents) in enumerate(drawn)
     ]

@@ -81,7 +81,7 @@ def test_a_lane_position_of_the_wrong_shape_is_named(saved):
     pattern, state = saved
     state = copy.deepcopy(state)
     state["mixer"]["lanes"][1] = state["mixer"]["lanes"][1][:5]
-    refused(pattern, state, r"'mixer.lanes' should be a list of lane positions, six ints each")
+    refused(pattern, state, r"'mixer.lanes' should be a list of lane positions, seven ints each")
 
 
 @pytest.mark.parametrize(

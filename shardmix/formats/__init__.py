@@ -69,6 +69,7 @@ from shardmix.formats.registry import (
     register_writer,
     writer_for,
 )
+from shardmix.formats.tags import tagging_reader
 from shardmix.policy import DamageHandler
 
 __all__ = [
@@ -117,6 +118,7 @@ def read_samples_at(
     *,
     options: ReadOptions = ReadOptions(),
     on_damage: DamageHandler | None = None,
+    tagged: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
 
@@ -132,12 +134,15 @@ def read_samples_at(
     missing from what is yielded (the shard is read to its end, which is checked), and the
     caller, which knows what it asked for, decides what a missing record means. An empty
     ``records`` yields nothing and reads nothing. With ``on_damage``, damage is reported to
-    it instead of raised, as a reader's ``records`` reports it.
+    it instead of raised, as a reader's ``records`` reports it. ``tagged``: read with the
+    reader whose samples carry their own tag, if the format has one
+    (:func:`~shardmix.formats.tags.tagging_reader`).
     """
     wanted = wanted_records(records)
     if not wanted:
         return iter(())
-    found = reader_for(fmt, options).records_wanted(stream, url, wanted, on_damage=on_damage)
+    reader = _reader(fmt, options, tagged)
+    found = reader.records_wanted(stream, url, wanted, on_damage=on_damage)
     return without_offsets(found)
 
 
@@ -153,6 +158,7 @@ def read_samples_at_offsets(
     positions: Sequence[RecordPosition],
     *,
     options: ReadOptions = ReadOptions(),
+    tagged: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
 
@@ -164,15 +170,20 @@ def read_samples_at_offsets(
     remote stream's reads moving forward. When no valid record starts at an offset (the
     offset is stale: the shard changed since it was taken), this raises
     :class:`~shardmix.errors.CorruptShardError` naming the URL, record and offset; damage is
-    never skipped here.
+    never skipped here. ``tagged``: as for :func:`read_samples_at`.
     """
     if not can_seek_records(stream, url):
         raise ValueError(
             f"{url}: reading records at byte offsets needs a seekable, uncompressed stream; "
             "use read_samples_at, which walks the framing"
         )
-    found = reader_for(fmt, options).records_at(stream, url, positions)
+    found = _reader(fmt, options, tagged).records_at(stream, url, positions)
     return _noting_offsets(without_offsets(found), url)
+
+
+def _reader(fmt: Format, options: ReadOptions, tagged: bool) -> ShardReader:
+    reader = reader_for(fmt, options)
+    return tagging_reader(reader) if tagged else reader
 
 
 def _noting_offsets(

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, NamedTuple
 
 import crc32c
@@ -60,6 +60,7 @@ from shardmix.formats.registry import (
     is_gzipped,
     register_reader,
 )
+from shardmix.formats.tags import TAG_KEY, record_tag
 from shardmix.formats.tfrecord_framing import (
     CRC,
     DEFAULT_MAX_RECORD_BYTES,
@@ -128,8 +129,9 @@ def _skip_records(
 
 def _walk(
     framing: Framing, spans: Iterable[_Span], verify: bool, record: int = 0, offset: int = 0
-) -> Iterator[tuple[int, int, bytes]]:
-    """``(record, offset, payload)`` of the records of each span, from ``record`` at ``offset``.
+) -> Iterator[tuple[int, int, bytes, bytes]]:
+    """``(record, offset, payload, footer)`` of the records of each span, from ``record`` at
+    ``offset`` (the footer: the data CRC's bytes, what a record's tag hashes).
 
     The one loop over records; damage is handled here and only here. Between spans, records
     are skipped by their framing, or seeked to when the span says where it starts. The hot
@@ -176,9 +178,9 @@ def _walk(
                     if computed != stored:
                         data_crc_mismatch(framing, length, stored, computed, record, offset)
                     else:
-                        yield record, offset, data
+                        yield record, offset, data, footer
                 else:
-                    yield record, offset, data
+                    yield record, offset, data, footer
                 record += 1
                 offset += HEADER_SIZE + length + FOOTER_SIZE
     except ShardmixError as error:
@@ -208,7 +210,7 @@ def read_tfrecord_records(
     check_start(start)
     framing = Framing(stream, url, max_record_bytes, inflated=False, on_damage=on_damage)
     records = _walk(framing, [_Span(start, sys.maxsize)], verify)
-    return ((offset, data) for _, offset, data in records)
+    return ((offset, data) for _, offset, data, _ in records)
 
 
 # ------------------------------------------------------------------------------------ samples
@@ -265,18 +267,22 @@ def _example_sample(
 
 
 def _samples(
-    framing: Framing, records: Iterator[tuple[int, int, bytes]], reader: TFRecordReader
+    framing: Framing, records: Iterator[tuple[int, int, bytes, bytes]], reader: TFRecordReader
 ) -> Iterator[LocatedSample]:
-    """``(record, offset, sample)`` of each framed record; a damaged Example is dropped."""
-    stem, limit = shard_stem(framing.url), reader.max_decoded_bytes
-    if reader.payload is TFRecordPayload.RAW:
-        for record, offset, data in records:
-            yield record, offset, {_KEY: f"{stem}/{record:08d}", "record": data}
-        return
-    for record, offset, data in records:
-        sample = _example_sample(data, stem, framing, (record, offset), limit)
-        if sample is not None:
-            yield record, offset, sample
+    """``(record, offset, sample)`` of each framed record; a damaged Example is dropped. A
+    reader ``with_tags()`` puts each record's tag, of its data CRC, under ``__tag__``."""
+    stem, limit, tags = shard_stem(framing.url), reader.max_decoded_bytes, reader.tags
+    sample: dict[str, Any] | None
+    for record, offset, data, footer in records:
+        if reader.payload is TFRecordPayload.RAW:
+            sample = {_KEY: f"{stem}/{record:08d}", "record": data}
+        else:
+            sample = _example_sample(data, stem, framing, (record, offset), limit)
+            if sample is None:
+                continue
+        if tags:
+            sample[TAG_KEY] = record_tag(record, footer)
+        yield record, offset, sample
 
 
 @dataclass(frozen=True)
@@ -293,11 +299,17 @@ class TFRecordReader:
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
     gzipped: bool | None = None
     max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
+    tags: bool = False  # put each record's tag in its sample (see with_tags)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "payload", TFRecordPayload(self.payload))
         if self.max_record_bytes <= 0:
             raise ValueError(f"max_record_bytes must be positive, got {self.max_record_bytes}")
+
+    def with_tags(self) -> TFRecordReader:
+        """This reader, each sample carrying its record's tag, of the data CRC the file holds
+        (:mod:`shardmix.formats.tags`)."""
+        return replace(self, tags=True)
 
     @classmethod
     def from_options(cls, options: ReadOptions) -> TFRecordReader:

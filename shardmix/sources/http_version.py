@@ -24,11 +24,14 @@ from shardmix.sources import RemoteReadError
 from shardmix.sources.http_retry import Transient, transient_io
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import count_bytes
-from shardmix.sources.validators import changed, validator_of, warn_unvalidated
+from shardmix.sources.validators import (
+    SEAM_BYTES,
+    changed,
+    check_seam,
+    validator_of,
+    warn_unvalidated,
+)
 
-# Without a validator, a resume asks again for this many bytes before the byte reached and
-# compares them with those read: the seam is all a replacement of the same size can show.
-SEAM_BYTES = 64
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
 
@@ -125,11 +128,4 @@ class ShardVersion:
         count_bytes(self._host, len(found))  # fetched, though not delivered
         if len(found) < len(seam):
             raise Transient(f"the body ended {len(found)} bytes into the {len(seam)}-byte seam")
-        if found != seam:
-            raise changed(
-                self.url,
-                offset,
-                f"the {len(seam)} bytes before this offset as first read",
-                "other bytes there (the server gives no validator; the shard was replaced by "
-                "one of the same size)",
-            )
+        check_seam(self.url, offset, seam, found)

@@ -9,7 +9,12 @@ per host, so read-ahead never holds more connections than the pool). A server th
 bandwidth of one connection then gives a lane up to ``blocks`` connections' worth. Each block
 goes through :class:`~shardmix.sources.http.HttpShardStream` (its retries, resume, stall
 check, and the bytes counted for ``loader.stats()``); every block must come from the version
-of the first one (size and validator), else :class:`~shardmix.errors.ShardChangedError`.
+of the first one (size and validator), else :class:`~shardmix.errors.ShardChangedError`. From
+a server that gives no validator, each block after a run's first asks for the bytes before it
+too, the seam a range resume asks for (:func:`~shardmix.sources.validators.seam_before`), and
+the reader compares them with the end of the block it just left
+(:func:`~shardmix.sources.validators.check_seam`): a shard replaced by one of the same size
+between two blocks is refused there, never read as a mix of two versions.
 
 At a shard boundary: a lane tells :func:`follow` which shard it reads after the one it opens;
 once the last block of that one is asked for, the next shard's first blocks are asked for too,
@@ -39,7 +44,7 @@ from shardmix.sources.fetchpool import fetch_pool
 from shardmix.sources.http import HttpShardStream, _headers_of, open_http
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.traffic import count_stall
-from shardmix.sources.validators import changed
+from shardmix.sources.validators import SEAM_BYTES, changed, check_seam, seam_before
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -50,6 +55,7 @@ __all__ = ["BlockStream", "follow", "forget", "open_blocks", "open_web"]
 class _Block(NamedTuple):
     data: bytes
     identity: ShardIdentity
+    seam: bytes = b""  # the bytes just before the block, asked for again (no validator)
 
 
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
@@ -60,22 +66,27 @@ def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     return open_http(url, options, offset)
 
 
-def _fetch(url: str, options: SourceOptions, start: int, stop: int) -> _Block:
-    """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried."""
+def _fetch(url: str, options: SourceOptions, start: int, stop: int, seam: int = 0) -> _Block:
+    """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried,
+    and the ``seam`` bytes before ``start``."""
+    first = start - seam
     stream = HttpShardStream(
         url,
         options.retry,
         headers=_headers_of(url, options),
-        first_at=start,
+        first_at=first,
         stop=stop,
         min_bytes_per_s=options.min_bytes_per_s,
     )
     with stream:
-        stream.seek(start)
+        stream.seek(first)
         parts = []
         while part := stream.read(stop - stream.tell()):
             parts.append(part)
-        return _Block(b"".join(parts), stream.identity)
+        data = b"".join(parts)
+        if not seam:
+            return _Block(data, stream.identity)
+        return _Block(data[seam:], stream.identity, data[:seam])
 
 
 class BlockStream(io.RawIOBase):
@@ -108,6 +119,9 @@ class BlockStream(io.RawIOBase):
         self._next = 0  # the next block of the run to ask for
         self._reading = 0  # the block the reader is in
         self._run = 0  # tells the runs apart (a seek starts a new one)
+        # Where the block the reader left last ended, and its last bytes: what the next
+        # block's seam must be (no validator).
+        self._left: tuple[int, bytes] = (-1, b"")
         self.on_tail = on_tail  # called once the shard's last block is asked for
         self.tail_done = False
         self._start_run(first_at)
@@ -230,13 +244,22 @@ class BlockStream(io.RawIOBase):
     def _submit(self) -> None:
         start = self._base + self._next * self._block
         stop = start + self._block
+        # A run's first block is asked for before the version is known; the others after.
+        identity = self._identity
+        seam = seam_before(identity.validator, start) if identity and self._next else 0
+        seam = min(seam, self._block)  # within the block before, which the reader keeps
         pool = fetch_pool()
-        self._futures[self._next] = pool.submit(_fetch, self.url, self._options, start, stop)
+        self._futures[self._next] = pool.submit(_fetch, self.url, self._options, start, stop, seam)
         self._next += 1
 
     def _result(self, index: int) -> _Block:
         block = self._futures[index].result()
-        self._note(block, self._base + index * self._block)
+        start = self._base + index * self._block
+        self._note(block, start)
+        if block.seam:
+            ended, last = self._left
+            if ended == start:  # the reader comes from the block before
+                check_seam(self.url, start, last[-len(block.seam) :], block.seam)
         return block
 
     def _note(self, block: _Block, offset: int) -> None:
@@ -249,10 +272,14 @@ class BlockStream(io.RawIOBase):
             raise changed(self.url, offset, _described(self._identity), _described(found))
 
     def _done_with(self, index: int) -> None:
-        """The reader left block ``index``: drop it, and ask for one more ahead."""
+        """The reader left block ``index``: drop it (keeping its last bytes, the next block's
+        seam), and ask for one more ahead."""
         fire = False
         with self._lock:
-            self._futures.pop(index, None)
+            future = self._futures.pop(index, None)
+            if future is not None and self._identity and self._identity.validator is None:
+                data = future.result().data
+                self._left = (self._base + index * self._block + len(data), data[-SEAM_BYTES:])
             self._reading = index + 1
             fire = self._fill()
         if fire and self.on_tail is not None:

@@ -66,7 +66,9 @@ class Traffic:
         self.stall_seconds += other.stall_seconds
 
 
-_lock = threading.Lock()
+# Reentrant: a shard's reader left unfinished counts its bytes in its ``finally``, which the
+# garbage collector may run on any allocation, this module's own under the lock among them.
+_lock = threading.RLock()
 _counts = Traffic()
 
 

@@ -7,7 +7,11 @@ for that same version.
 ``ETag``, so a replaced object answers 412; ``If-Range`` otherwise, so it answers 200 with the
 new version, which the stream then refuses); :func:`changed` is the error for a shard that is
 another version than the one being read. A server that gives no validator cannot show a
-replacement, only a change of size: :func:`warn_unvalidated` says so once per host.
+replacement, only a change of size: :func:`warn_unvalidated` says so once per host. What
+can still be checked there is the *seam*: a read that goes on from bytes already read (a range
+resume, the next read-ahead block) asks for the last :data:`SEAM_BYTES` of them again
+(:func:`seam_before`) and compares them with those read (:func:`check_seam`), so a shard
+replaced by one of the same size is refused there unless the bytes at the seam agree.
 
 Left to :mod:`shardmix.sources.http`: the requests, and comparing what each answer says.
 """
@@ -22,7 +26,19 @@ from urllib.parse import urlsplit
 from shardmix.errors import ShardChangedError, UnvalidatedShardWarning
 from shardmix.errors import describe_position as _where
 
-__all__ = ["changed", "precondition", "validator_of", "warn_unvalidated"]
+__all__ = [
+    "SEAM_BYTES",
+    "changed",
+    "check_seam",
+    "precondition",
+    "seam_before",
+    "validator_of",
+    "warn_unvalidated",
+]
+
+# Without a validator, a read that goes on from bytes already read asks again for this many
+# bytes before them and compares them: the seam is all a replacement of the same size can show.
+SEAM_BYTES = 64
 
 _warned_hosts: set[str] = set()
 _warned_lock = threading.Lock()
@@ -56,6 +72,29 @@ def changed(url: str, offset: int, expected: str, found: str) -> ShardChangedErr
         url=url,
         offset=offset,
     )
+
+
+def seam_before(validator: str | None, offset: int) -> int:
+    """How many bytes before ``offset`` a read going on from there asks for again: the seam
+    (none where the version has a validator, whose precondition already says it).
+
+    >>> seam_before(None, 4096), seam_before(None, 10), seam_before('etag:"v1"', 4096)
+    (64, 10, 0)
+    """
+    return 0 if validator is not None else min(SEAM_BYTES, max(0, offset))
+
+
+def check_seam(url: str, offset: int, seam: bytes, found: bytes) -> None:
+    """Refuse ``found``, the bytes an answer gives just before ``offset``, unless they are
+    ``seam``, those read there first."""
+    if found != seam:
+        raise changed(
+            url,
+            offset,
+            f"the {len(seam)} bytes before this offset as first read",
+            "other bytes there (the server gives no validator; the shard was replaced by "
+            "one of the same size)",
+        )
 
 
 def warn_unvalidated(url: str) -> None:

@@ -112,9 +112,9 @@ def test_resume_is_exact_on_a_rank_that_reads_split_shards(tmp_path, fmt):
     batches = iter(loader)  # held: the epoch is under way
     next(batches)
     state = loader.state_dict()
-    assert all(len(lane) == 6 for lane in state["mixer"]["lanes"])
-    slot, record, offset, shard, start, stop = state["mixer"]["lanes"][0]
-    state["mixer"]["lanes"][0] = [slot, record, offset, shard, start + 1, stop]
+    assert all(len(lane) == 7 for lane in state["mixer"]["lanes"])
+    slot, record, offset, shard, start, stop, tag = state["mixer"]["lanes"][0]
+    state["mixer"]["lanes"][0] = [slot, record, offset, shard, start + 1, stop, tag]
     restored = make()
     restored.load_state_dict(state)
     with pytest.raises(ConfigError, match="cannot resume: epoch 0's lane 0 was reading piece"):

@@ -4,16 +4,18 @@ byte once, a lane's next shard fetched before the lane opens it, one version per
 from __future__ import annotations
 
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.errors import ShardChangedError
+from shardmix.errors import ShardChangedError, UnvalidatedShardWarning
 from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions
 from shardmix.sources.readahead import follow, forget, open_blocks
 from shardmix.sources.traffic import take_traffic
+from shardmix.sources.validators import SEAM_BYTES
 
 from shards import expected_keys, write_shards
 
@@ -102,6 +104,60 @@ def test_a_shard_replaced_between_two_blocks_is_refused(server):
         state.etags[f"data/{first.name}"] = '"v2"'
         with pytest.raises(ShardChangedError, match=r"expected .*v1.*, found .*v2"):
             stream.read()
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_without_validator_a_shard_replaced_between_two_blocks_is_refused_at_the_seam(
+    server, blocks
+):
+    base, state = server
+    path = shard_files(state)[1]
+    name = f"data/{path.name}"
+    state.etags[name] = ""  # the server gives no ETag (nor Last-Modified)
+    old = path.read_bytes()
+    options = SourceOptions(retry=FAST, read_ahead=ReadAhead(blocks=blocks, block_bytes=BLOCK))
+    read = b""
+    with (
+        pytest.warns(UnvalidatedShardWarning),
+        open_blocks(f"{base}/{name}", options) as stream,
+    ):
+        read += stream.read(BLOCK - 100)  # inside the first block
+        replacement = path.with_suffix(".new")
+        replacement.write_bytes(bytes(byte ^ 0xFF for byte in old))  # same size, other bytes
+        replacement.replace(path)  # at once: no answer sees a file half written
+        with pytest.raises(ShardChangedError) as caught:
+            while part := stream.read(1000):
+                read += part
+    assert read == old[: len(read)]  # never a byte of the new version
+    seam = caught.value.offset  # where the block fetched from the new version begins
+    assert seam % BLOCK == 0 and len(read) <= seam < len(old)
+    assert str(caught.value) == (
+        f"{base}/{name}: at byte offset {seam}: the shard changed while it was being read "
+        f"(expected the {SEAM_BYTES} bytes before this offset as first read, found other bytes "
+        "there (the server gives no validator; the shard was replaced by one of the same "
+        "size)); nothing of the new version was used. Read it again from the start (a new "
+        "epoch plans it anew), or restore the version that was read"
+    )
+    asked = [wanted for at, wanted in state.requests if at == name]
+    assert asked[0] == f"bytes=0-{BLOCK - 1}"
+    assert f"bytes={seam - SEAM_BYTES}-{seam + BLOCK - 1}" in asked
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_without_validator_every_sample_arrives_once(server, num_workers):
+    base, state = server
+    for path in shard_files(state):
+        state.etags[f"data/{path.name}"] = ""
+    options = SourceOptions(retry=FAST, read_ahead=ReadAhead(blocks=2, block_bytes=BLOCK))
+    dataset = ShardDataset(f"{base}/data/part-{{0000..0007}}.tar", source_options=options)
+    loader = MixingLoader(dataset, batch_size=8, num_workers=num_workers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnvalidatedShardWarning)
+        keys = Counter(key for batch in loader for key in batch["__key__"])
+    loader.close()
+    assert keys == expected_keys(SIZES)
+    seams = [wanted for _, wanted in state.requests if wanted and not wanted.endswith("-0")]
+    assert any(int(wanted[6:].split("-")[0]) % BLOCK == BLOCK - SEAM_BYTES for wanted in seams)
 
 
 def test_seeks_start_the_blocks_again_where_the_reader_goes(server):

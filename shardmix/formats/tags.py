@@ -1,0 +1,63 @@
+"""Record tags: a few bytes that name a record, so that a position taken earlier can be checked.
+
+A checkpoint names a record by its shard, its index and its byte offset; a restore reads it
+there again. The tag is what tells that the record found there is the one the checkpoint
+meant: 16 bits of a hash of what the record holds and of its index. A TFRecord record's tag
+hashes the data CRC the file already holds (its footer: nothing is computed over the payload
+again); any other record's hashes its key (a tar record's ``__key__``). The index is hashed
+too, so a reference whose record index was changed while its offset was not is caught as
+well as one whose offset points at another record. A tag is never 0: :data:`NO_TAG` stands
+for a tag not known (a sample that is not a shard's record, or a state that does not say).
+
+Tags are how :mod:`shardmix.reader` labels the records it reads (under :data:`TAG_KEY`, a key
+the user's transform and batches never see) and what :mod:`shardmix.checkpoint` stores. A
+reader whose samples carry a tag of their own (TFRecord's) has a ``with_tags()`` method that
+gives the reader that puts it there (:func:`tagging_reader`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, TypeVar
+
+__all__ = ["NO_TAG", "TAG_KEY", "key_tag", "record_tag", "tagging_reader", "tags_differ"]
+
+TAG_KEY = "__tag__"
+NO_TAG = 0
+TAG_BITS = 16
+_TAGS = (1 << TAG_BITS) - 1  # tags are 1 .. 2**16 - 1
+
+R = TypeVar("R")
+
+
+def record_tag(index: int, named: bytes) -> int:
+    """The tag of record ``index`` whose contents ``named`` names (a CRC's bytes, a key).
+
+    >>> tag = record_tag(3, b"a/r3")
+    >>> tag == record_tag(3, b"a/r3"), tag == record_tag(4, b"a/r3"), 0 < tag < 1 << 16
+    (True, False, True)
+    """
+    return zlib.crc32(named, index & 0xFFFFFFFF) % _TAGS + 1
+
+
+def key_tag(index: int, key: Any) -> int:
+    """The tag of record ``index`` by its key (:data:`NO_TAG` when it has no string key)."""
+    if not isinstance(key, str):
+        return NO_TAG
+    return zlib.crc32(key.encode("utf-8", "surrogateescape"), index & 0xFFFFFFFF) % _TAGS + 1
+
+
+def tags_differ(expected: int, found: int) -> bool:
+    """Whether a record found with tag ``found`` is not the one tagged ``expected`` (a tag
+    not known, on either side, differs from none).
+
+    >>> tags_differ(5, 6), tags_differ(5, 5), tags_differ(NO_TAG, 6)
+    (True, False, False)
+    """
+    return expected != found and NO_TAG not in (expected, found)
+
+
+def tagging_reader(reader: R) -> R:
+    """``reader``, or the reader like it whose samples carry their own tag (``with_tags()``)."""
+    with_tags = getattr(reader, "with_tags", None)
+    return reader if with_tags is None else with_tags()  # type: ignore[no-any-return]
