@@ -47,7 +47,7 @@ from shardmix.rankend import (
 from shardmix.reader import LanePosition, Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
-from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
+from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota, shuffle_warmup
 from shardmix.shuffle import SlotBuffer, eviction_order
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.transforms import FILTERED, SKIPPED
@@ -156,6 +156,7 @@ class EpochIterator:
             seed=loader.seed,
             epoch=epoch,
             max_bytes=loader.shuffle_buffer_bytes,
+            warmup=shuffle_warmup(self.batch_size),
         )
         # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`),
         # held in the buffer as id ``-1 - its position``.
@@ -249,7 +250,13 @@ class EpochIterator:
             check_refs(refs, len(dataset.urls), "buffer.items")
             # Lanes left: pushes displace residents; none: the epoch ends popping them.
             pushing = bool(live)
-            order = eviction_order(self.buffer.draws, len(refs), 2 * len(refs), pushing=pushing)
+            order = eviction_order(
+                self.buffer.draws,
+                len(refs),
+                2 * len(refs),
+                pushing=pushing,
+                limit=self.buffer.limit,
+            )
             self._residents = ResidentReads(
                 dataset,
                 refs,
@@ -547,7 +554,7 @@ class EpochIterator:
         buffer, merge = self.buffer, self.merge
         while got < count:
             wanted = count - got
-            ids, sizes = merge.peek(wanted + max(0, buffer.capacity - len(buffer)))
+            ids, sizes = merge.peek(buffer.pushes_for(wanted))
             if not len(ids):
                 merge.consume(0)  # the tombstones left after the last sample
                 popped = buffer.pop(wanted)

@@ -95,9 +95,9 @@ class RankEnd:
 
 def look_ahead(emitted: int, buffer: SlotBuffer, merge: LaneMerge, count: int) -> tuple[int, bool]:
     """``(certain, ended)``: the samples this rank surely yields (``emitted``, those in the
-    buffer and those the workers sent, read on until the buffer's room and ``count`` more are
-    there), and whether its lanes ended (``certain`` is then its kept count)."""
-    ready = merge.lookahead(max(count, buffer.capacity - len(buffer) + count))
+    buffer and those the workers sent, read on until the pushes that give ``count`` more
+    samples are there), and whether its lanes ended (``certain`` is then its kept count)."""
+    ready = merge.lookahead(buffer.pushes_for(count))
     return emitted + len(buffer) + ready, merge.exhausted
 
 

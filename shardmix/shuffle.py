@@ -4,11 +4,24 @@ Once full, every incoming sample displaces a uniformly chosen resident, which is
 the end the residents leave in random order. Residents sit in slots and eviction swaps, so each
 step costs O(1) whatever the capacity: a newcomer takes the slot of the resident it displaces,
 and a pop (at the end) takes a uniformly chosen slot's resident and moves the last slot's
-resident into it. The buffer's state is the list of what it holds, in slot order, plus the
-number of random draws made. The draws come from a counter-based
-stream, drawn in blocks from ``(seed, epoch, block)``: nothing to pickle, nothing that depends
-on time or process, and which residents the next evictions take can be worked out ahead
-(:func:`eviction_order`), which is how a restore reads first the residents it needs first.
+resident into it.
+
+The buffer emits before it is full (its *warm-up*), so that a first batch does not wait for
+thousands of samples: a push finds room only while the buffer holds fewer than its *limit*,
+``min(capacity, max(warmup, arrivals // 2))`` (:func:`size_limit`), ``arrivals`` being the
+pushes so far; any other push displaces a resident. The buffer so fills to ``warmup`` samples
+(a few batches) without emitting, emits one sample per push until it took in ``2 * warmup``,
+then one per two pushes, holding half of all it took in, until it is full, and one per push
+from then on. Until it is full, a sample leaves a buffer that holds at least half of what came
+before it, drawn uniformly among them.
+
+The buffer's state is the list of what it holds, in slot order, plus the number of random draws
+made. ``arrivals`` needs no field of its own: every push takes a slot or makes one draw and
+every pop frees a slot with one draw, so it is the number held plus the draw count. The draws
+come from a counter-based stream, drawn in blocks from ``(seed, epoch, block)``: nothing to
+pickle, nothing that depends on time or process, and which residents the next evictions take
+can be worked out ahead (:func:`eviction_order`), which is how a restore reads first the
+residents it needs first.
 """
 
 from __future__ import annotations
@@ -22,6 +35,33 @@ T = TypeVar("T")
 
 _SHUFFLE_STREAM = 0x5B0F
 _BLOCK = 4096
+# Until full, the buffer holds at least 1 / HELD_SHARE of the samples it took in.
+HELD_SHARE = 2
+
+
+def size_limit(arrivals: int, capacity: int, warmup: int) -> int:
+    """How many residents a buffer that took in ``arrivals`` samples may hold (see above).
+
+    >>> [size_limit(n, 100, 8) for n in (0, 16, 17, 18, 120, 500)]
+    [8, 8, 8, 9, 60, 100]
+    """
+    return min(capacity, max(warmup, arrivals // HELD_SHARE))
+
+
+def _size_limits(arrivals: np.ndarray, capacity: int, warmup: int) -> np.ndarray:
+    """:func:`size_limit` of each of ``arrivals``."""
+    return np.minimum(capacity, np.maximum(warmup, arrivals // HELD_SHARE))
+
+
+def _check_sizes(capacity: int, warmup: int | None) -> int:
+    """The warm-up, validated (``None``: no warm-up, the buffer emits once full)."""
+    if capacity < 0:
+        raise ValueError(f"shuffle buffer capacity must be >= 0, got {capacity}")
+    if warmup is None:
+        return capacity
+    if warmup < 1:
+        raise ValueError(f"shuffle buffer warm-up must be >= 1 sample, got {warmup}")
+    return min(warmup, capacity)
 
 
 class Draws:
@@ -78,7 +118,8 @@ class Draws:
 class ShuffleBuffer(Generic[T]):
     """Holds up to ``capacity`` items, and about ``max_bytes`` of them when given.
 
-    With ``max_bytes`` (and ``size_of``, an item's size), the buffer stops growing once its
+    It emits from ``warmup`` items on (None: only once full), as the module says. With
+    ``max_bytes`` (and ``size_of``, an item's size), the buffer stops growing once its
     items hold that many bytes: from then on every push displaces a resident, as when it is
     full. The order it produces is therefore a function of the items' sizes too, which are a
     function of the data; it does not depend on anything else.
@@ -92,9 +133,9 @@ class ShuffleBuffer(Generic[T]):
         epoch: int,
         max_bytes: int | None = None,
         size_of: Callable[[T], int] | None = None,
+        warmup: int | None = None,
     ) -> None:
-        if capacity < 0:
-            raise ValueError(f"shuffle buffer capacity must be >= 0, got {capacity}")
+        self.warmup = _check_sizes(capacity, warmup)
         if max_bytes is not None and size_of is None:
             raise ValueError("a byte budget (max_bytes) needs size_of")
         self.capacity = capacity
@@ -116,25 +157,36 @@ class ShuffleBuffer(Generic[T]):
         """Each resident's size, in slot order, as the byte budget counts it (0 without)."""
         return list(self._sizes) if self._size_of is not None else [0] * len(self.items)
 
+    @property
+    def arrivals(self) -> int:
+        """The pushes so far: each took a slot or made a draw, each pop freed one with one."""
+        return len(self.items) + self.draws.count
+
+    def limit(self, arrivals: int) -> int:
+        """How many residents the buffer may hold once it took in ``arrivals`` (a capacity-0
+        buffer passes items through without a draw, but its limit stays 0)."""
+        return size_limit(arrivals, self.capacity, self.warmup)
+
     def push(self, item: T, size: int | None = None) -> T | None:
-        """Add ``item``; once full, return the resident it displaced (else ``None``).
+        """Add ``item``; return the resident it displaced, if it found no room (else ``None``).
 
         ``size`` is the item's size when the caller knows it (else ``size_of`` tells).
         """
         items = self.items
+        limit = self.limit(self.arrivals)
         if self._size_of is None:
-            if len(items) < self.capacity:
+            if len(items) < limit:
                 items.append(item)
                 return None
-            if self.capacity == 0:
+            if not items:  # capacity 0
                 return item
-            index = self.draws.below(self.capacity)
+            index = self.draws.below(len(items))
             evicted = items[index]
             items[index] = item  # the newcomer takes the evicted resident's slot
             return evicted
         if size is None:
             size = self._size_of(item)
-        if len(items) < self.capacity and (not items or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
+        if len(items) < limit and (not items or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
             items.append(item)
             self._sizes.append(size)
             self.bytes += size
@@ -180,15 +232,18 @@ class SlotBuffer:
     """A :class:`ShuffleBuffer` of integer ids that takes and gives them in arrays.
 
     It makes exactly the choices a ShuffleBuffer makes for the same pushes and pops (the same
-    draws, slots and byte budget), but a run of pushes that each displace a resident costs a
-    few numpy calls, not a step per item: a push lands in the slot its draw names, and the id
-    it displaces is the slot's resident or, if an earlier push of the run landed there, that
-    push's id. Ids below 0 are the caller's to interpret (a restore's residents).
+    draws, slots, warm-up and byte budget), but a run of pushes costs a few numpy calls, not a
+    step per item: which pushes of the run find room follows from the limit alone (until the
+    byte budget says otherwise, where the run is cut), a push that finds room takes a new slot,
+    one that displaces lands in the slot its draw names, and the id it displaces is the slot's
+    resident or, if an earlier push of the run wrote that slot, that push's id. Ids below 0 are
+    the caller's to interpret (a restore's residents).
     """
 
-    def __init__(self, capacity: int, *, seed: int, epoch: int, max_bytes: int | None) -> None:
-        if capacity < 0:
-            raise ValueError(f"shuffle buffer capacity must be >= 0, got {capacity}")
+    def __init__(
+        self, capacity: int, *, seed: int, epoch: int, max_bytes: int | None, warmup: int | None
+    ) -> None:
+        self.warmup = _check_sizes(capacity, warmup)
         self.capacity = capacity
         self.max_bytes = max_bytes
         self.draws = Draws(seed, epoch)
@@ -199,11 +254,53 @@ class SlotBuffer:
     def __len__(self) -> int:
         return len(self.slots)
 
+    @property
+    def arrivals(self) -> int:
+        """The pushes so far: each took a slot or made a draw, each pop freed one with one."""
+        return len(self.slots) + self.draws.count
+
+    def limit(self, arrivals: int) -> int:
+        """How many residents the buffer may hold once it took in ``arrivals`` samples."""
+        return size_limit(arrivals, self.capacity, self.warmup)
+
     def restore(self, ids: np.ndarray, sizes: np.ndarray) -> None:
         """Hold ``ids`` (in slot order) of ``sizes`` bytes."""
         self.slots = np.asarray(ids, dtype=np.int64).copy()
         self.sizes = np.asarray(sizes, dtype=np.int64).copy()
         self.bytes = int(self.sizes.sum())
+
+    def pushes_for(self, evictions: int) -> int:
+        """How many pushes displace ``evictions`` residents (exact without a byte budget,
+        which may make it more): what to read ahead for the next ``evictions`` samples."""
+        if not evictions:
+            return 0
+        if not self.limit(self.arrivals):  # capacity 0: every push passes through
+            return evictions
+        behind = max(0, self.limit(self.arrivals) - len(self))
+        count = HELD_SHARE * (evictions + behind) + 2
+        displaced = np.cumsum(~self._rooms(count))
+        return int(np.searchsorted(displaced, evictions)) + 1
+
+    def _held(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(held, limits)`` before each of the next ``count`` pushes, none cut by bytes.
+
+        A push finds room while the buffer holds less than its limit, and the limit grows by
+        at most one per push: the buffer takes every push until it holds its limit (at once,
+        if it holds that many or more), then follows the limit as it grows.
+        """
+        arrivals, held = self.arrivals, len(self)
+        steps = np.arange(count + 1)
+        limits = _size_limits(arrivals + steps, self.capacity, self.warmup)
+        reached = held + steps >= limits
+        caught = int(np.argmax(reached)) if reached.any() else count + 1
+        before = np.concatenate(([held], np.maximum(held + caught, limits[:-1])))[:-1]
+        sizes = np.where(steps[:-1] <= caught, held + steps[:-1], before)
+        return sizes, limits[:-1]
+
+    def _rooms(self, count: int) -> np.ndarray:
+        """Which of the next ``count`` pushes find room, none cut by bytes."""
+        held, limits = self._held(count)
+        return held < limits
 
     def push(self, ids: np.ndarray, sizes: np.ndarray, evictions: int) -> tuple[np.ndarray, int]:
         """Push ``ids`` in order until ``evictions`` residents were displaced, or all are in.
@@ -214,80 +311,74 @@ class SlotBuffer:
         done = evicted = 0
         total = len(ids)
         while done < total and evicted < evictions:
-            room = self._room(sizes[done:])
-            if room:
-                self._append(ids[done : done + room], sizes[done : done + room])
-                done += room
-                continue
-            if not len(self.slots):  # capacity 0: the item passes straight through
+            if not self.limit(self.arrivals):  # capacity 0: the item passes straight through
                 out.append(ids[done : done + 1])
                 done += 1
                 evicted += 1
                 continue
-            run = self._displace(ids[done:], sizes[done:], evictions - evicted)
+            most = evictions - evicted
+            count = min(total - done, self.pushes_for(most))
+            run, used = self._run(ids[done : done + count], sizes[done : done + count], most)
             out.append(run)
-            done += len(run)
+            done += used
             evicted += len(run)
         if not out:
             return np.empty(0, dtype=np.int64), done
         return (out[0] if len(out) == 1 else np.concatenate(out)), done
 
-    def _room(self, sizes: np.ndarray) -> int:
-        """How many of the next pushes would find room (each as ShuffleBuffer.push decides)."""
-        free = self.capacity - len(self.slots)
-        if free <= 0:
-            return 0
-        ahead = sizes[:free]
-        if self.max_bytes is None:
-            return len(ahead)
-        fits = self.bytes + np.cumsum(ahead) <= self.max_bytes
-        if not len(self.slots):
-            fits[0] = True  # an empty buffer takes one item, whatever its size
-        return len(ahead) if fits.all() else int(np.argmin(fits))
-
-    def _append(self, ids: np.ndarray, sizes: np.ndarray) -> None:
-        self.slots = np.concatenate((self.slots, ids))
-        self.sizes = np.concatenate((self.sizes, sizes))
-        self.bytes += int(sizes.sum())
-
-    def _displace(self, ids: np.ndarray, sizes: np.ndarray, most: int) -> np.ndarray:
-        """Push a run of ids that each displace a resident; the displaced ids.
-
-        The run stops after ``most`` pushes, or before the first push that would find room
-        again (under the byte budget, once displaced residents were larger than newcomers).
-        """
-        held = len(self.slots)
-        count = min(len(ids), most)
-        ids, sizes = ids[:count], sizes[:count]
-        slots = self.draws.take(count) % held
-        # The push before each one that landed in the same slot, or -1.
+    def _run(self, ids: np.ndarray, sizes: np.ndarray, most: int) -> tuple[np.ndarray, int]:
+        """Push ``ids``, or the first of them: up to ``most`` displacements, and up to where
+        the byte budget changes which pushes find room; the displaced ids and how many of
+        ``ids`` went in."""
+        count = len(ids)
+        held, limits = self._held(count)
+        rooms = held < limits
+        budget = self.max_bytes
+        if budget is not None and rooms[0] and held[0] and self.bytes + sizes[0] > budget:
+            # Held back by bytes, not by the limit: pushes displace until bytes free up.
+            held, rooms = np.full(count, len(self)), np.zeros(count, dtype=bool)
+        pushed = ~rooms
+        displaced = np.cumsum(pushed)
+        if displaced[-1] > most:
+            count = int(np.searchsorted(displaced, most)) + 1
+            ids, sizes, held, limits = ids[:count], sizes[:count], held[:count], limits[:count]
+            rooms, pushed = rooms[:count], pushed[:count]
+        slots = held.copy()  # a push that finds room takes a new slot at the end
+        slots[pushed] = self.draws.take(int(pushed.sum())) % held[pushed]
+        # The push before each one that wrote the same slot, or -1.
         order = np.argsort(slots, kind="stable")
         ordered = slots[order]
         same = ordered[1:] == ordered[:-1]
         before = np.full(count, -1, dtype=np.int64)
         before[order[1:][same]] = order[:-1][same]
         chained = before >= 0
-        out_ids = self.slots[slots]
-        out_sizes = self.sizes[slots]
+        grown = len(self) + int(rooms.sum())
+        all_ids = np.concatenate((self.slots, np.zeros(grown - len(self), dtype=np.int64)))
+        all_sizes = np.concatenate((self.sizes, np.zeros(grown - len(self), dtype=np.int64)))
+        out_ids = all_ids[slots]
+        out_sizes = all_sizes[slots]
         out_ids[chained] = ids[before[chained]]
         out_sizes[chained] = sizes[before[chained]]
-        if self.max_bytes is not None and held < self.capacity:
-            # Bytes held before each push; the first that finds room ends the run before it.
+        out_sizes[rooms] = 0
+        if budget is not None:
+            # Bytes held before each push: the first push whose choice they change ends the
+            # run before it.
             change = np.cumsum(sizes - out_sizes)
-            held_before = self.bytes + np.concatenate(([0], change[:-1]))
-            roomy = held_before + sizes <= self.max_bytes
-            roomy[0] = False  # the caller found no room for the first
-            if roomy.any():
-                count = int(np.argmax(roomy))
-                return self._displace(ids[:count], sizes[:count], count)
-        self.draws.count += count
-        # Each slot keeps the last push of the run that landed in it.
+            bytes_before = self.bytes + np.concatenate(([0], change[:-1]))
+            fits = (held == 0) | (bytes_before + sizes <= budget)
+            wrong = rooms != ((held < limits) & fits)
+            if wrong.any():
+                cut = int(np.argmax(wrong))
+                return self._run(ids[:cut], sizes[:cut], most)
+        self.draws.count += int(pushed.sum())
+        # Each slot keeps the last push of the run that wrote it.
         last = np.ones(count, dtype=bool)
         last[order[:-1][same]] = False
-        self.slots[slots[last]] = ids[last]
-        self.sizes[slots[last]] = sizes[last]
+        all_ids[slots[last]] = ids[last]
+        all_sizes[slots[last]] = sizes[last]
+        self.slots, self.sizes = all_ids, all_sizes
         self.bytes += int(sizes.sum() - out_sizes.sum())
-        return out_ids
+        return out_ids[pushed], count
 
     def pop(self, count: int) -> np.ndarray:
         """Remove up to ``count`` residents, each uniformly chosen; the last slot's resident
@@ -331,14 +422,22 @@ class SlotBuffer:
         return np.asarray(out, dtype=np.int64)
 
 
-def eviction_order(draws: Draws, residents: int, steps: int, *, pushing: bool) -> list[int]:
+def eviction_order(
+    draws: Draws,
+    residents: int,
+    steps: int,
+    *,
+    pushing: bool,
+    limit: Callable[[int], int] | None = None,
+) -> list[int]:
     """Which of ``residents`` (slots) the next ``steps`` evictions take.
 
     In the order they leave, each once; those not taken within ``steps`` are left out. With
-    ``pushing``, every step is a push that displaces a resident (the buffer stays full, as it
-    is from when it first fills until the epoch's end); else every step is a pop, as at the
-    epoch's end. ``draws`` is not advanced. The prediction is exact while the buffer behaves
-    so; a push that finds room (under the byte budget) takes no draw and shifts it.
+    ``pushing``, every step is a push; one that finds room under ``limit(arrivals)`` (the
+    buffer's :meth:`SlotBuffer.limit`; None: no push finds room) takes a new slot and no
+    step, any other displaces a resident. Else every step is a pop, as at the epoch's end.
+    ``draws`` is not advanced. The prediction is exact but for the byte budget: a push it
+    holds back takes a draw where none was foreseen, and shifts the rest.
 
     >>> buffer = ShuffleBuffer(4, seed=0, epoch=0)
     >>> buffer.restore(["a", "b", "c", "d"])
@@ -348,11 +447,14 @@ def eviction_order(draws: Draws, residents: int, steps: int, *, pushing: bool) -
     """
     ahead = draws.fork()
     slots = list(range(residents))  # -1: a sample pushed since, not a resident
-    order = []
-    for _ in range(steps):
-        if not slots:
-            break
+    order: list[int] = []
+    taken = 0
+    while taken < steps and slots:
+        if pushing and limit is not None and len(slots) < limit(len(slots) + ahead.count):
+            slots.append(-1)
+            continue
         index = ahead.below(len(slots))
+        taken += 1
         evicted = slots[index]
         if pushing:
             slots[index] = -1
@@ -365,9 +467,11 @@ def eviction_order(draws: Draws, residents: int, steps: int, *, pushing: bool) -
     return order
 
 
-def shuffled(items: Iterator[T], capacity: int, *, seed: int, epoch: int) -> Iterator[T]:
-    """``items`` passed through a :class:`ShuffleBuffer` of ``capacity``."""
-    buffer: ShuffleBuffer[T] = ShuffleBuffer(capacity, seed=seed, epoch=epoch)
+def shuffled(
+    items: Iterator[T], capacity: int, *, seed: int, epoch: int, warmup: int | None = None
+) -> Iterator[T]:
+    """``items`` passed through a :class:`ShuffleBuffer` of ``capacity`` and ``warmup``."""
+    buffer: ShuffleBuffer[T] = ShuffleBuffer(capacity, seed=seed, epoch=epoch, warmup=warmup)
     for item in items:
         evicted = buffer.push(item)
         if evicted is not None:
