@@ -25,8 +25,10 @@ padding: :class:`~shardmix.sources.identity.ShardIdentity`), so that a restore r
 rewritten since; version 10 the epoch's phase (``"phase"``: empty while the epoch runs as
 planned; after a resume on another world size or batch size, the pieces this rank reads for
 the rest of the epoch, packed by :func:`pack_pieces`, with the phase's quota, own total and
-first batch: :mod:`shardmix.elastic`). A state of an older version is refused, naming both
-versions (:func:`check_version`).
+first batch: :mod:`shardmix.elastic`); version 11 the shuffle buffer's warm-up (it emits
+from four batches on and grows to its capacity as it reads: :mod:`shardmix.shuffle`; the fields
+are version 10's, the same seeds give other batches). A state of an older version is refused,
+naming both versions (:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 from shardmix.errors import ConfigError
 from shardmix.sharding import Piece
 
-STATE_VERSION = 10
+STATE_VERSION = 11
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
