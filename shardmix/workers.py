@@ -45,15 +45,20 @@ MAX_CONNECTIONS = 512
 _SPARE_DESCRIPTORS = 8
 # How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
 KILL_WAIT_SECONDS = 5.0
-# Samples in a worker's first chunk: enough to amortise one pickle and one queue trip...
+# Samples in a worker's chunk once its turns have grown: enough to amortise one pickle and one
+# queue trip...
 CHUNK_SAMPLES = 2048
 # ... and per lane, at least this many in one stretch once a worker's turns have grown to it (as
 # CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
 # CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
-# third more CPU per small record. The turns start at the lanes' share of CHUNK_SAMPLES and
-# double from chunk to chunk, so that the first batch comes as soon as before. The main
-# process holds about one turn of every lane (CHUNK_BYTES bounds it).
+# third more CPU per small record. The main process holds about one turn of every lane
+# (CHUNK_BYTES bounds it).
 MIN_TURN = 64
+# Samples in a worker's first chunk: the first batch waits for every worker's first chunk (the
+# merge needs every lane's first samples), and for the shuffle buffer's warm-up (four batches),
+# not for 2,048 samples a worker. The turns start at the lanes' share of this and double from
+# chunk to chunk up to their steady size, so that only the first few chunks are small.
+FIRST_CHUNK_SAMPLES = 256
 # ... and at most about this many bytes of samples, so that the chunks in flight (two per
 # worker, prefetch_factor) stay small whatever the record size.
 CHUNK_BYTES = 8 << 20
@@ -72,22 +77,27 @@ class EpochPlan:
     world_size: int
     lane_pieces: list[list[Piece]] | None
     clocks: LaneClocks | None  # the lanes' sizes, when known: chunks are keyed by clock
-    per_lane: int
+    per_lane: int  # each lane's turn in a worker's first chunk
     starts: list[LanePosition] | None
     epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
     generation: int = 0
+    steady: int = 0  # the turn the turns double up to (0: per_lane, as they start)
     # By shard index, the identity each shard must have (a restored checkpoint's).
     identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
 
 
-def lane_turn(num_lanes: int, num_workers: int) -> int:
-    """How many samples each of ``num_lanes`` lanes gives per turn in a worker's first chunk
-    (CHUNK_BYTES may cut it); the turns then double up to :func:`steady_turn`."""
-    return max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
+def lane_turn(num_lanes: int, num_workers: int, samples: int | None = None) -> int:
+    """How many samples each of ``num_lanes`` lanes gives per turn in a worker's chunk of
+    ``samples`` (:data:`CHUNK_SAMPLES` if None; CHUNK_BYTES may cut it): of
+    :data:`FIRST_CHUNK_SAMPLES` for the first, whose turns then double up to
+    :func:`steady_turn`."""
+    chunk = CHUNK_SAMPLES if samples is None else samples
+    return max(1, math.ceil(chunk * max(1, num_workers) / num_lanes))
 
 
 def steady_turn(per_lane: int) -> int:
-    """A lane's turn once a worker's turns, ``per_lane`` at first, have grown."""
+    """A lane's turn once a worker's turns have grown, ``per_lane`` being its share of
+    :data:`CHUNK_SAMPLES` (:func:`lane_turn`)."""
     return max(MIN_TURN, per_lane)
 
 
@@ -122,10 +132,11 @@ def start_workers(
         lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
         check_open_limits(lane_urls, num_workers)
         num_lanes = len(lane_pieces)
-        per_lane = lane_turn(num_lanes, num_workers)
+        steady = steady_turn(lane_turn(num_lanes, num_workers))
+        per_lane = min(steady, lane_turn(num_lanes, num_workers, FIRST_CHUNK_SAMPLES))
     else:
         num_lanes = max(1, num_workers)
-        per_lane = CHUNK_SAMPLES
+        steady, per_lane = CHUNK_SAMPLES, FIRST_CHUNK_SAMPLES
     plan = EpochPlan(
         epoch,
         rank,
@@ -136,6 +147,7 @@ def start_workers(
         starts,
         epoch_pass,
         identities=identities if identities is not None else {},
+        steady=steady,
     )
     if isinstance(dataset, ShardDataset):
         _tell_cache(dataset, plan)
@@ -339,7 +351,7 @@ def lane_chunks(
         CHUNK_BYTES,
         shares,
         lambda: builder.mean_size,
-        steady=steady_turn(plan.per_lane),
+        steady=plan.steady or plan.per_lane,
     )
     chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
     if shard_index is not None:
