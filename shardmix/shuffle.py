@@ -247,17 +247,30 @@ class SlotBuffer:
         self.capacity = capacity
         self.max_bytes = max_bytes
         self.draws = Draws(seed, epoch)
-        self.slots = np.empty(0, dtype=np.int64)
-        self.sizes = np.empty(0, dtype=np.int64)
+        # The slots live in arrays with room to grow into: a run that appends writes in place
+        # instead of copying every resident (thousands) once per batch.
+        self._ids = np.empty(0, dtype=np.int64)
+        self._sizes = np.empty(0, dtype=np.int64)
+        self._length = 0
         self.bytes = 0
 
     def __len__(self) -> int:
-        return len(self.slots)
+        return self._length
+
+    @property
+    def slots(self) -> np.ndarray:
+        """The residents' ids, in slot order (a view: read it before the next push or pop)."""
+        return self._ids[: self._length]
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """The residents' sizes, in slot order (a view, as :attr:`slots`)."""
+        return self._sizes[: self._length]
 
     @property
     def arrivals(self) -> int:
         """The pushes so far: each took a slot or made a draw, each pop freed one with one."""
-        return len(self.slots) + self.draws.count
+        return self._length + self.draws.count
 
     def limit(self, arrivals: int) -> int:
         """How many residents the buffer may hold once it took in ``arrivals`` samples."""
@@ -265,17 +278,29 @@ class SlotBuffer:
 
     def restore(self, ids: np.ndarray, sizes: np.ndarray) -> None:
         """Hold ``ids`` (in slot order) of ``sizes`` bytes."""
-        self.slots = np.asarray(ids, dtype=np.int64).copy()
-        self.sizes = np.asarray(sizes, dtype=np.int64).copy()
-        self.bytes = int(self.sizes.sum())
+        self._ids = np.asarray(ids, dtype=np.int64).copy()
+        self._sizes = np.asarray(sizes, dtype=np.int64).copy()
+        self._length = len(self._ids)
+        self.bytes = int(self._sizes.sum())
+
+    def _make_room(self, count: int) -> None:
+        """Have the arrays hold ``count`` slots past the residents (doubling, not one by one)."""
+        need = self._length + count
+        if need <= len(self._ids):
+            return
+        size = max(need, 2 * len(self._ids), 64)
+        for name in ("_ids", "_sizes"):
+            grown = np.empty(size, dtype=np.int64)
+            grown[: self._length] = getattr(self, name)[: self._length]
+            setattr(self, name, grown)
 
     def pushes_for(self, evictions: int) -> int:
         """How many pushes displace ``evictions`` residents (exact without a byte budget,
         which may make it more): what to read ahead for the next ``evictions`` samples."""
         if not evictions:
             return 0
-        if not self.limit(self.arrivals):  # capacity 0: every push passes through
-            return evictions
+        if not self.limit(self.arrivals) or len(self) >= self.capacity:
+            return evictions  # capacity 0 (every push passes through), or full
         behind = max(0, self.limit(self.arrivals) - len(self))
         count = HELD_SHARE * (evictions + behind) + 2
         displaced = np.cumsum(~self._rooms(count))
@@ -289,6 +314,8 @@ class SlotBuffer:
         if it holds that many or more), then follows the limit as it grows.
         """
         arrivals, held = self.arrivals, len(self)
+        if held >= self.capacity:  # full: no push finds room
+            return np.full(count, held), np.full(count, self.capacity)
         steps = np.arange(count + 1)
         limits = _size_limits(arrivals + steps, self.capacity, self.warmup)
         reached = held + steps >= limits
@@ -331,6 +358,9 @@ class SlotBuffer:
         the byte budget changes which pushes find room; the displaced ids and how many of
         ``ids`` went in."""
         count = len(ids)
+        if len(self) >= self.capacity:  # full: every push displaces, whatever the bytes
+            count = min(count, most)
+            return self._displace(ids[:count], sizes[:count]), count
         held, limits = self._held(count)
         rooms = held < limits
         budget = self.max_bytes
@@ -344,25 +374,15 @@ class SlotBuffer:
             ids, sizes, held, limits = ids[:count], sizes[:count], held[:count], limits[:count]
             rooms, pushed = rooms[:count], pushed[:count]
         slots = held.copy()  # a push that finds room takes a new slot at the end
-        slots[pushed] = self.draws.take(int(pushed.sum())) % held[pushed]
-        # The push before each one that wrote the same slot, or -1.
-        order = np.argsort(slots, kind="stable")
-        ordered = slots[order]
-        same = ordered[1:] == ordered[:-1]
-        before = np.full(count, -1, dtype=np.int64)
-        before[order[1:][same]] = order[:-1][same]
-        chained = before >= 0
-        grown = len(self) + int(rooms.sum())
-        all_ids = np.concatenate((self.slots, np.zeros(grown - len(self), dtype=np.int64)))
-        all_sizes = np.concatenate((self.sizes, np.zeros(grown - len(self), dtype=np.int64)))
-        out_ids = all_ids[slots]
-        out_sizes = all_sizes[slots]
-        out_ids[chained] = ids[before[chained]]
-        out_sizes[chained] = sizes[before[chained]]
+        draws = int(pushed.sum())
+        slots[pushed] = self.draws.take(draws) % held[pushed]
+        appended = count - draws
+        self._make_room(appended)
+        out_ids, out_sizes, last = self._chain(slots, ids, sizes)
         out_sizes[rooms] = 0
-        if budget is not None:
+        if budget is not None and (held < limits).any():
             # Bytes held before each push: the first push whose choice they change ends the
-            # run before it.
+            # run before it (none can where the limit alone leaves no room).
             change = np.cumsum(sizes - out_sizes)
             bytes_before = self.bytes + np.concatenate(([0], change[:-1]))
             fits = (held == 0) | (bytes_before + sizes <= budget)
@@ -370,26 +390,64 @@ class SlotBuffer:
             if wrong.any():
                 cut = int(np.argmax(wrong))
                 return self._run(ids[:cut], sizes[:cut], most)
-        self.draws.count += int(pushed.sum())
-        # Each slot keeps the last push of the run that wrote it.
+        self._keep(slots, ids, sizes, last, out_sizes, draws)
+        self._length += appended
+        return out_ids[pushed], count
+
+    def _displace(self, ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Push ``ids`` into the full buffer, each displacing a resident; the displaced ids."""
+        slots = self.draws.take(len(ids)) % len(self)
+        out_ids, out_sizes, last = self._chain(slots, ids, sizes)
+        self._keep(slots, ids, sizes, last, out_sizes, len(ids))
+        return out_ids
+
+    def _chain(
+        self, slots: np.ndarray, ids: np.ndarray, sizes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For a run of pushes that write ``slots``: the id and size each finds there (the
+        resident, or what an earlier push of the run wrote), and which push writes each slot
+        last. A slot past the residents is read only by a push that an earlier one (the
+        append that made it) wrote before: what the array holds there does not matter."""
+        count = len(slots)
+        order = np.argsort(slots, kind="stable")
+        ordered = slots[order]
+        same = ordered[1:] == ordered[:-1]
+        before = np.full(count, -1, dtype=np.int64)
+        before[order[1:][same]] = order[:-1][same]
+        chained = before >= 0
+        out_ids = self._ids[slots]
+        out_sizes = self._sizes[slots]
+        out_ids[chained] = ids[before[chained]]
+        out_sizes[chained] = sizes[before[chained]]
         last = np.ones(count, dtype=bool)
         last[order[:-1][same]] = False
-        all_ids[slots[last]] = ids[last]
-        all_sizes[slots[last]] = sizes[last]
-        self.slots, self.sizes = all_ids, all_sizes
+        return out_ids, out_sizes, last
+
+    def _keep(
+        self,
+        slots: np.ndarray,
+        ids: np.ndarray,
+        sizes: np.ndarray,
+        last: np.ndarray,
+        out_sizes: np.ndarray,
+        draws: int,
+    ) -> None:
+        """Write a run: each slot keeps the last push of the run that wrote it."""
+        self.draws.count += draws
+        self._ids[slots[last]] = ids[last]
+        self._sizes[slots[last]] = sizes[last]
         self.bytes += int(sizes.sum() - out_sizes.sum())
-        return out_ids[pushed], count
 
     def pop(self, count: int) -> np.ndarray:
         """Remove up to ``count`` residents, each uniformly chosen; the last slot's resident
         moves into the emptied slot (as :meth:`ShuffleBuffer.pop`)."""
-        held = len(self.slots)
+        held = self._length
         count = min(count, held)
         # Only the popped slots and the last ``count`` (which move into them) change, so the
         # loop runs on those: the tail as lists, the rest of the slots through ``moved``.
         kept = held - count
-        tail = self.slots[kept:].tolist()
-        tail_sizes = self.sizes[kept:].tolist()
+        tail = self._ids[kept:held].tolist()
+        tail_sizes = self._sizes[kept:held].tolist()
         moved: dict[int, tuple[int, int]] = {}  # slot below ``kept`` -> (id, size) now in it
         out = []
         for draw in self.draws.take(count).tolist():
@@ -405,20 +463,19 @@ class SlotBuffer:
                 tail[index - kept], tail_sizes[index - kept] = last, last_size
                 continue
             held_id, held_size = moved.get(index) or (
-                int(self.slots[index]),
-                int(self.sizes[index]),
+                int(self._ids[index]),
+                int(self._sizes[index]),
             )
             out.append(held_id)
             self.bytes -= held_size
             moved[index] = (last, last_size)
         self.draws.count += count
-        self.slots = self.slots[:kept].copy()
-        self.sizes = self.sizes[:kept].copy()
+        self._length = kept
         if moved:
             where = np.fromiter(moved, dtype=np.int64, count=len(moved))
             values = np.array(list(moved.values()), dtype=np.int64)
-            self.slots[where] = values[:, 0]
-            self.sizes[where] = values[:, 1]
+            self._ids[where] = values[:, 0]
+            self._sizes[where] = values[:, 1]
         return np.asarray(out, dtype=np.int64)
 
 
