@@ -1,4 +1,4 @@
-"""What a worker sends: a small first chunk, then turns that double up to the steady size."""
+"""What a worker sends first: a small chunk, then turns that double up to the steady size."""
 
 from shardmix import ShardDataset
 from shardmix.workers import CHUNK_SAMPLES, FIRST_CHUNK_SAMPLES, start_workers
