@@ -48,7 +48,8 @@ from shardmix.reader import LanePosition, Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota, shuffle_warmup
-from shardmix.shuffle import SlotBuffer, eviction_order
+from shardmix.shuffle import eviction_order
+from shardmix.slotbuffer import SlotBuffer
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.workers import (

@@ -33,7 +33,7 @@ from shardmix.transforms import FILTERED
 if TYPE_CHECKING:
     from shardmix.mixing import LaneMerge
     from shardmix.rows import RowStore
-    from shardmix.shuffle import SlotBuffer
+    from shardmix.slotbuffer import SlotBuffer
 
 Exchange = Callable[[list[int]], list[list[int]]]
 # ``lookahead(count)``: ``(certain, ended)`` of this rank, having looked ``count`` samples on.

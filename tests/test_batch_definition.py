@@ -1,7 +1,7 @@
 """The batches are what their definition says, sample by sample.
 
 The loader moves columns and ids in arrays (:mod:`shardmix.chunks`, :mod:`shardmix.rows`,
-:class:`~shardmix.shuffle.SlotBuffer`). Here the same epoch is built the slow, plain way: each
+:class:`~shardmix.slotbuffer.SlotBuffer`). Here the same epoch is built the slow, plain way: each
 lane read as sample dicts, the lanes merged by ``(clock, lane)`` with :func:`heapq.merge`, the
 dropped samples left out, and the rest passed one by one through a
 :class:`~shardmix.shuffle.ShuffleBuffer` that warms up as the loader's does. The loader's
