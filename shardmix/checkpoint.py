@@ -29,7 +29,9 @@ first batch: :mod:`shardmix.elastic`); version 11 the tag of each record a lane 
 resident is positioned on (:mod:`shardmix.formats.tags`: 16 bits of a hash of the record's
 data CRC or key and its index), a seventh int in each ``mixer.lanes`` entry and
 ``buffer.tags`` (2 bytes per resident, packed by :func:`pack_tags`), so that a restore refuses
-a position moved onto another record. A state of an older version is refused, naming both
+a position moved onto another record; and the shuffle buffer's warm-up (it emits from four
+batches on and grows to its capacity as it reads: :mod:`shardmix.shuffle`; the same seeds
+give other batches than version 10). A state of an older version is refused, naming both
 versions (:func:`check_version`).
 """
 

@@ -53,8 +53,9 @@ from shardmix.reader import Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
 from shardmix.settings import EpochSettings
-from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
-from shardmix.shuffle import SlotBuffer, eviction_order
+from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota, shuffle_warmup
+from shardmix.shuffle import eviction_order
+from shardmix.slotbuffer import SlotBuffer
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.workers import (
@@ -159,6 +160,7 @@ class EpochIterator:
             seed=settings.seed,
             epoch=epoch,
             max_bytes=settings.shuffle_buffer_bytes,
+            warmup=shuffle_warmup(self.batch_size),
         )
         # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`),
         # held in the buffer as id ``-1 - its position``.
@@ -248,7 +250,13 @@ class EpochIterator:
             check_refs(refs, len(dataset.urls), "buffer.items")
             # Lanes left: pushes displace residents; none: the epoch ends popping them.
             pushing = bool(live)
-            order = eviction_order(self.buffer.draws, len(refs), 2 * len(refs), pushing=pushing)
+            order = eviction_order(
+                self.buffer.draws,
+                len(refs),
+                2 * len(refs),
+                pushing=pushing,
+                limit=self.buffer.limit,
+            )
             self._residents = ResidentReads(
                 dataset,
                 refs,
@@ -547,7 +555,7 @@ class EpochIterator:
         buffer, merge = self.buffer, self.merge
         while got < count:
             wanted = count - got
-            ids, sizes = merge.peek(wanted + max(0, buffer.capacity - len(buffer)))
+            ids, sizes = merge.peek(buffer.pushes_for(wanted))
             if not len(ids):
                 merge.consume(0)  # the tombstones left after the last sample
                 popped = buffer.pop(wanted)

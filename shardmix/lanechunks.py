@@ -38,9 +38,9 @@ T = TypeVar("T")
 # CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
 # CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
 # third more CPU per small record. The turns start at the lanes' share of
-# :data:`~shardmix.workers.CHUNK_SAMPLES` and
-# double from chunk to chunk, so that the first batch comes as soon as before. The main
-# process holds about one turn of every lane (CHUNK_BYTES bounds it).
+# :data:`~shardmix.workers.FIRST_CHUNK_SAMPLES` and double from chunk to chunk up to their
+# steady size, so that only the first few chunks are small. The main process holds about one
+# turn of every lane (CHUNK_BYTES bounds it).
 MIN_TURN = 64
 # A chunk holds at most about this many bytes of samples, so that the chunks in flight (two per
 # worker, prefetch_factor) stay small whatever the record size.
@@ -60,16 +60,18 @@ class EpochPlan:
     world_size: int
     lane_pieces: list[list[Piece]] | None
     clocks: LaneClocks | None  # the lanes' sizes, when known: chunks are keyed by clock
-    per_lane: int
+    per_lane: int  # each lane's turn in a worker's first chunk
     starts: list[LanePosition] | None
     epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
     generation: int = 0
+    steady: int = 0  # the turn the turns double up to (0: per_lane, as they start)
     # By shard index, the identity each shard must have (a restored checkpoint's).
     identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
 
 
 def steady_turn(per_lane: int) -> int:
-    """A lane's turn once a worker's turns, ``per_lane`` at first, have grown."""
+    """A lane's turn once a worker's turns have grown, ``per_lane`` being its share of
+    :data:`~shardmix.workers.CHUNK_SAMPLES` (:func:`~shardmix.workers.lane_turn`)."""
     return max(MIN_TURN, per_lane)
 
 
@@ -127,7 +129,7 @@ def lane_chunks(
         CHUNK_BYTES,
         shares,
         lambda: builder.mean_size,
-        steady=steady_turn(plan.per_lane),
+        steady=plan.steady or plan.per_lane,
     )
     chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
     if shard_index is not None:

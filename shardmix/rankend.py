@@ -33,7 +33,7 @@ from shardmix.transforms import FILTERED
 if TYPE_CHECKING:
     from shardmix.mixing import LaneMerge
     from shardmix.rows import RowStore
-    from shardmix.shuffle import SlotBuffer
+    from shardmix.slotbuffer import SlotBuffer
 
 Exchange = Callable[[list[int]], list[list[int]]]
 # ``lookahead(count)``: ``(certain, ended)`` of this rank, having looked ``count`` samples on.
@@ -95,9 +95,9 @@ class RankEnd:
 
 def look_ahead(emitted: int, buffer: SlotBuffer, merge: LaneMerge, count: int) -> tuple[int, bool]:
     """``(certain, ended)``: the samples this rank surely yields (``emitted``, those in the
-    buffer and those the workers sent, read on until the buffer's room and ``count`` more are
-    there), and whether its lanes ended (``certain`` is then its kept count)."""
-    ready = merge.lookahead(max(count, buffer.capacity - len(buffer) + count))
+    buffer and those the workers sent, read on until the pushes that give ``count`` more
+    samples are there), and whether its lanes ended (``certain`` is then its kept count)."""
+    ready = merge.lookahead(buffer.pushes_for(count))
     return emitted + len(buffer) + ready, merge.exhausted
 
 

@@ -228,6 +228,8 @@ def phase_lanes(
 LANES_PER_BATCH_SAMPLE = 3
 BUFFER_PER_BATCH_SAMPLE = 64
 MIN_SHUFFLE_BUFFER = 8192
+# The shuffle buffer starts emitting once it holds this many batches (its warm-up).
+WARMUP_BATCHES = 4
 
 
 def default_num_lanes(*, batch_size: int, shards_per_rank: int) -> int:
@@ -252,6 +254,16 @@ def default_shuffle_buffer(batch_size: int) -> int:
     (8192, 32768)
     """
     return max(MIN_SHUFFLE_BUFFER, BUFFER_PER_BATCH_SAMPLE * batch_size)
+
+
+def shuffle_warmup(batch_size: int) -> int:
+    """Samples the shuffle buffer holds before it first emits: four batches' worth (at most
+    its capacity). It then grows as it emits (:mod:`shardmix.shuffle`).
+
+    >>> shuffle_warmup(64)
+    256
+    """
+    return WARMUP_BATCHES * max(1, batch_size)
 
 
 def worker_lanes(*, num_lanes: int, worker: int, num_workers: int) -> list[int]:

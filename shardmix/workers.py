@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from shardmix.chunks import Chunk
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.lanechunks import EpochPlan, LaneChunks, as_sent
+from shardmix.lanechunks import EpochPlan, LaneChunks, as_sent, steady_turn
 from shardmix.lanes import LanePosition
 from shardmix.lifeline import WorkerInit
 from shardmix.mergekeys import LaneClocks
@@ -45,9 +45,15 @@ MAX_CONNECTIONS = 512
 _SPARE_DESCRIPTORS = 8
 # How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
 KILL_WAIT_SECONDS = 5.0
-# Samples in a worker's first chunk: enough to amortise one pickle and one queue trip (the
-# turns then grow to :data:`~shardmix.lanechunks.MIN_TURN`, within its CHUNK_BYTES).
+# Samples in a worker's chunk once its turns have grown: enough to amortise one pickle and one
+# queue trip (a lane's turn is at least :data:`~shardmix.lanechunks.MIN_TURN`, within its
+# CHUNK_BYTES).
 CHUNK_SAMPLES = 2048
+# Samples in a worker's first chunk: the first batch waits for every worker's first chunk (the
+# merge needs every lane's first samples), and for the shuffle buffer's warm-up (four batches),
+# not for 2,048 samples a worker. The turns start at the lanes' share of this and double from
+# chunk to chunk up to their steady size, so that only the first few chunks are small.
+FIRST_CHUNK_SAMPLES = 256
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,12 @@ class WorkerOptions:
     worker_init_fn: Callable[[int], None] | None = None
 
 
-def lane_turn(num_lanes: int, num_workers: int) -> int:
-    """How many samples each of ``num_lanes`` lanes gives per turn in a worker's first chunk
-    (:data:`~shardmix.lanechunks.CHUNK_BYTES` may cut it); the turns then double up to
-    :func:`~shardmix.lanechunks.steady_turn`."""
-    return max(1, math.ceil(CHUNK_SAMPLES * max(1, num_workers) / num_lanes))
+def lane_turn(num_lanes: int, num_workers: int, samples: int = CHUNK_SAMPLES) -> int:
+    """How many samples each of ``num_lanes`` lanes gives per turn in a worker's chunk of
+    ``samples`` (:data:`~shardmix.lanechunks.CHUNK_BYTES` may cut it): of
+    :data:`FIRST_CHUNK_SAMPLES` for the first, whose turns then double up to
+    :func:`~shardmix.lanechunks.steady_turn` of the share of :data:`CHUNK_SAMPLES`."""
+    return max(1, math.ceil(samples * max(1, num_workers) / num_lanes))
 
 
 def start_workers(
@@ -93,7 +100,7 @@ def start_workers(
     checkpoint's); each chunk says the identities of the shards read for it.
     """
     num_workers, timeout = options.num_workers, options.timeout
-    num_lanes, per_lane = _checked_lanes(dataset, lane_pieces, num_workers)
+    num_lanes, per_lane, steady = _checked_lanes(dataset, lane_pieces, num_workers)
     plan = EpochPlan(
         epoch,
         rank,
@@ -104,6 +111,7 @@ def start_workers(
         starts,
         epoch_pass,
         identities=identities if identities is not None else {},
+        steady=steady,
     )
     if isinstance(dataset, ShardDataset):
         _tell_cache(dataset, plan)
@@ -131,14 +139,17 @@ def start_workers(
 
 def _checked_lanes(
     dataset: IterableDataset[Any], lane_pieces: list[list[Piece]] | None, num_workers: int
-) -> tuple[int, int]:
-    """``(lanes, samples per lane in a worker's first chunk)`` of a plan, once checked against
-    the process's limits (a ShardDataset's; any other dataset is one lane per worker)."""
+) -> tuple[int, int, int]:
+    """``(lanes, samples per lane in a worker's first chunk, in its steady chunks)`` of a
+    plan, once checked against the process's limits (a ShardDataset's; any other dataset is
+    one lane per worker)."""
     if not isinstance(dataset, ShardDataset) or lane_pieces is None:
-        return max(1, num_workers), CHUNK_SAMPLES
+        return max(1, num_workers), FIRST_CHUNK_SAMPLES, CHUNK_SAMPLES
     lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
     check_open_limits(lane_urls, num_workers)
-    return len(lane_pieces), lane_turn(len(lane_pieces), num_workers)
+    num_lanes = len(lane_pieces)
+    steady = steady_turn(lane_turn(num_lanes, num_workers))
+    return num_lanes, min(steady, lane_turn(num_lanes, num_workers, FIRST_CHUNK_SAMPLES)), steady
 
 
 def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:

@@ -1,10 +1,11 @@
 """The batches are what their definition says, sample by sample.
 
 The loader moves columns and ids in arrays (:mod:`shardmix.chunks`, :mod:`shardmix.rows`,
-:class:`~shardmix.shuffle.SlotBuffer`). Here the same epoch is built the slow, plain way: each
+:class:`~shardmix.slotbuffer.SlotBuffer`). Here the same epoch is built the slow, plain way: each
 lane read as sample dicts, the lanes merged by ``(clock, lane)`` with :func:`heapq.merge`, the
 dropped samples left out, and the rest passed one by one through a
-:class:`~shardmix.shuffle.ShuffleBuffer`. The loader's batches must be exactly those.
+:class:`~shardmix.shuffle.ShuffleBuffer` that warms up as the loader's does. The loader's
+batches must be exactly those.
 """
 
 import heapq
@@ -14,6 +15,7 @@ import pytest
 
 from shardmix import MixingLoader, ShardDataset
 from shardmix.reader import sample_bytes
+from shardmix.sharding import shuffle_warmup
 from shardmix.shuffle import ShuffleBuffer
 from shardmix.transforms import DROPPED
 
@@ -49,6 +51,7 @@ def reference_keys(dataset, loader, epoch):
         epoch=epoch,
         max_bytes=loader.shuffle_buffer_bytes,
         size_of=sample_bytes,
+        warmup=shuffle_warmup(loader.batch_size),
     )
     keys = []
     for sample in merged:

@@ -59,6 +59,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rows",
             "mixing",
             "shuffle",
+            "slotbuffer",
             "residents",
             "rankend",
             "epoch",

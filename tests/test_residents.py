@@ -51,12 +51,15 @@ def test_resume_is_exact_where_the_byte_budget_binds(uneven_shards, num_workers)
     check_resume(make, epochs=2, steps=[1, 3, 6, 9, 13, 17, 20])
 
 
-def test_the_first_batch_reads_the_first_wave_only(tmp_path, monkeypatch):
+# Batch 3: the buffer (warm-up 4 batches, 32 samples) is growing, half of what it took in;
+# batch 10: it is full.
+@pytest.mark.parametrize("steps, held", [(3, 32), (10, 64)], ids=["warming-up", "full"])
+def test_the_first_batch_reads_the_first_wave_only(tmp_path, monkeypatch, steps, held):
     pattern = write_shards(tmp_path / "d", "tar", UNEVEN_SIZES, payload_bytes=16)
     make = loader_factory(pattern)
-    state = state_after(make, 3)
+    state = state_after(make, steps)
     residents = len(unpack_refs(state["buffer"]["items"]))
-    assert residents == 64
+    assert residents == held
     read = []
     original = ShardDataset.read_records
 
@@ -74,7 +77,7 @@ def test_the_first_batch_reads_the_first_wave_only(tmp_path, monkeypatch):
     rest = [batch_fingerprint(batch) for batch in batches]
     assert len(read) == len(set(read)) == residents  # then every one, once
     reference = [batch_fingerprint(batch) for _, batch in run_steps(make(), 1)]
-    assert [batch_fingerprint(first), *rest] == reference[3:]
+    assert [batch_fingerprint(first), *rest] == reference[steps:]
 
 
 def test_a_resident_that_cannot_be_read_fails_when_its_wave_is_needed(tmp_path):

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
+from shardmix.checkpoint import unpack_refs
 from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import write_shards
@@ -29,6 +30,23 @@ def loader_factory(pattern, *, num_workers=2, shuffle_buffer=20, batch_size=8, s
 def test_resume_after_every_batch_of_two_epochs(uneven_shards):
     report = check_resume(loader_factory(uneven_shards, num_workers=2), epochs=2)
     assert report.steps_checked == report.total_steps - 1 > 40
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_after_every_batch_while_the_buffer_warms_up(uneven_shards, num_workers):
+    """A buffer of 100 at batch 4 emits from 16 residents on and would be full only after 200
+    samples: each epoch of 185 runs in its warm-up, and resumes exactly from every batch."""
+    make = loader_factory(uneven_shards, num_workers=num_workers, shuffle_buffer=100, batch_size=4)
+    held = []
+    loader = make()
+    for _ in zip(range(8), loader, strict=False):
+        held.append(len(unpack_refs(loader.state_dict()["buffer"]["items"])))
+    loader.close()
+    # 16 (4 batches) before the first sample leaves; from 32 taken in on, half of them.
+    assert held == [16, 16, 16, 16, 18, 22, 26, 30]
+    steps = None if num_workers == 0 else [1, 2, 3, 4, 5, 9, 20, 46, 47, 48, 60]
+    report = check_resume(make, epochs=2, steps=steps)
+    assert report.total_steps == 2 * 47
 
 
 def test_resume_in_process_without_workers(uneven_shards):

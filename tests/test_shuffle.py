@@ -1,10 +1,12 @@
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardmix.shuffle import Draws, ShuffleBuffer, SlotBuffer, eviction_order, shuffled
+from shardmix.shuffle import Draws, ShuffleBuffer, eviction_order, shuffled
+from shardmix.slotbuffer import SlotBuffer
 
 
 def test_shuffled_is_a_permutation_fixed_by_seed_and_epoch():
@@ -83,23 +85,31 @@ def test_a_byte_budget_counts_the_sizes_it_is_given_back():
     assert ShuffleBuffer(3, seed=0, epoch=0).sizes() == []
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     capacity=st.integers(0, 40),
+    warmup=st.one_of(st.none(), st.integers(1, 45)),
     max_bytes=st.one_of(st.none(), st.integers(1, 400)),
     sizes=st.lists(st.integers(0, 60), min_size=0, max_size=300),
     steps=st.lists(st.integers(1, 50), min_size=1, max_size=20),
 )
-def test_a_slot_buffer_makes_the_choices_a_shuffle_buffer_makes(capacity, max_bytes, sizes, steps):
+def test_a_slot_buffer_makes_the_choices_a_shuffle_buffer_makes(
+    capacity, warmup, max_bytes, sizes, steps
+):
     """Pushing in runs of any length, each asking for some evictions, then popping, gives
-    exactly the ids one-at-a-time pushes and pops give."""
+    exactly the ids one-at-a-time pushes and pops give, warming up or not."""
     sizes_of = dict(enumerate(sizes))
     one: ShuffleBuffer[int] = ShuffleBuffer(
-        capacity, seed=3, epoch=1, max_bytes=max_bytes, size_of=sizes_of.__getitem__
+        capacity,
+        seed=3,
+        epoch=1,
+        max_bytes=max_bytes,
+        size_of=sizes_of.__getitem__,
+        warmup=warmup,
     )
     expected = [out for item in range(len(sizes)) if (out := one.push(item)) is not None]
     expected += list(one.drain())
-    slots = SlotBuffer(capacity, seed=3, epoch=1, max_bytes=max_bytes)
+    slots = SlotBuffer(capacity, seed=3, epoch=1, max_bytes=max_bytes, warmup=warmup)
     ids = np.arange(len(sizes), dtype=np.int64)
     weights = np.asarray(sizes, dtype=np.int64)
     got: list[int] = []
@@ -125,3 +135,60 @@ def test_a_slot_buffer_makes_the_choices_a_shuffle_buffer_makes(capacity, max_by
 
 def one_bytes(sizes, slots):
     return sum(sizes[slot] for slot in slots.tolist())
+
+
+def test_a_warming_buffer_emits_after_its_warm_up_and_holds_half_of_what_it_took_in():
+    buffer: ShuffleBuffer[int] = ShuffleBuffer(300, seed=5, epoch=0, warmup=40)
+    out, first, held = [], None, []
+    for item in range(2000):
+        evicted = buffer.push(item)
+        if evicted is not None:
+            out.append(evicted)
+            first = item if first is None else first
+            held.append((item + 1, len(buffer.items)))
+    out += list(buffer.drain())
+    assert Counter(out) == Counter(range(2000))
+    assert first == 40  # the 41st push is the first to displace a resident
+    # Every sample leaves a buffer that holds 40, or half of what it took in, or 300 (full).
+    assert all(now == min(300, max(40, (taken - 1) // 2)) for taken, now in held)
+    assert [taken for taken, now in held if now == 300][0] == 602  # full after 2 x 300
+
+
+def test_the_warm_up_spreads_each_batch_over_what_was_read():
+    """A sorted stream, read in batches of 16: from the first on, each batch is drawn from
+    about everything taken in so far, not from its end."""
+    out = list(shuffled(iter(range(10_000)), 2000, seed=2, epoch=0, warmup=64))
+    assert sorted(out) == list(range(10_000))
+    spreads = []
+    for number in range(100):  # the first 1,600 samples out, taken in from the first 3,200
+        batch = np.asarray(out[16 * number : 16 * (number + 1)])
+        taken = 64 + 16 * (number + 1) if number < 4 else 32 * (number + 1)
+        assert batch.max() < taken and batch.max() - batch.min() > taken / 2
+        spreads.append(batch.std() / taken)
+    # A uniform draw from all taken in would spread 0.29 (1 / sqrt(12)); a stream passed
+    # straight through, or in order, under 0.01 after the first batches.
+    assert min(spreads) > 0.1 and np.mean(spreads) > 0.2
+
+
+@pytest.mark.parametrize("pushing", [True, False])
+def test_eviction_order_follows_the_warm_up(pushing):
+    """Restored mid-warm-up, the residents the next pushes take are the ones foreseen."""
+    buffer: ShuffleBuffer[int] = ShuffleBuffer(500, seed=4, epoch=2, warmup=32)
+    for item in range(151):  # 75 held, growing
+        buffer.push(item)
+    residents, count = list(buffer.items), buffer.draws.count
+    assert len(residents) == 75
+    order = eviction_order(buffer.draws, 75, 150, pushing=pushing, limit=buffer.limit)
+    pushes = (buffer.push(item) for item in range(1000, 1300))
+    taken = list(pushes if pushing else buffer.drain())
+    assert buffer.draws.count > count
+    expected = [x for x in taken if x is not None and x < 1000][: len(order)]
+    assert [residents[position] for position in order] == expected
+    assert len(order) > 30
+
+
+def test_a_warm_up_below_one_sample_is_refused():
+    with pytest.raises(ValueError, match="warm-up must be >= 1 sample, got 0"):
+        ShuffleBuffer(10, seed=0, epoch=0, warmup=0)
+    with pytest.raises(ValueError, match="warm-up must be >= 1 sample, got -3"):
+        SlotBuffer(10, seed=0, epoch=0, max_bytes=None, warmup=-3)

@@ -8,8 +8,9 @@ with the same batch size and number of DataLoader workers and reports:
   batch drawn uniformly at random, without replacement, from all samples;
 - whether the epoch delivered every written key exactly once (the multiset of keys).
 
-Sections (one per format, the transform, resume, convert, ranks, and ``scale``: thousands of
-shards, big samples and 100,000 URLs, each case in a fresh process, :mod:`bench_scale`)
+Sections (one per format, the transform, resume, convert, ranks, ``scale``: thousands of
+shards, big samples and 100,000 URLs, each case in a fresh process, :mod:`bench_scale`, and
+``startup``: a fresh loader per epoch, :mod:`bench_startup`)
 register themselves in ``SECTIONS`` and return :class:`Row` values; the table printer and
 ``--json`` know nothing of what a section measures. Run from the repository root::
 
@@ -34,6 +35,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_startup  # noqa: E402
 import bench_writers  # noqa: E402
 from benchdata import make_bench_shards, record_key, shard_of_key, shard_sizes  # noqa: E402
 
@@ -1053,6 +1055,7 @@ def cost_section(config: Config) -> list[Row]:
 COST_ROUNDS = 3
 
 section("writers", bench_writers.TITLE)(bench_writers.section_run(Row))
+section("startup", bench_startup.TITLE)(bench_startup.section_run(Row))
 
 # ------------------------------------------------------------------------------ reporting
 
@@ -1172,6 +1175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "scale",
                 "cost",
                 "writers",
+                "startup",
             ):
                 print(row.note)
         print(f"\ntotal {elapsed:.1f} s")

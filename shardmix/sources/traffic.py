@@ -148,7 +148,7 @@ def _bounded_cache_events() -> dict[str, int]:
 def _forget() -> None:
     """In a forked child: the parent's counts are the parent's to report."""
     global _counts, _lock
-    _counts, _lock = Traffic(), threading.Lock()
+    _counts, _lock = Traffic(), threading.RLock()
     with _lock:
         _bounded_cache_events()  # what the parent's cache counted is seen already
 
