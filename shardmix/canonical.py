@@ -36,7 +36,7 @@ from shardmix.settings import EpochSettings
 from shardmix.world import state_exchange
 
 if TYPE_CHECKING:
-    from shardmix.loader import MixingLoader
+    from shardmix.loadersettings import LoaderSettings
 
 CANONICAL_VERSION = 1
 
@@ -85,7 +85,9 @@ class CanonicalEpoch:
     ``collate_fn`` collates them once, joined.
     """
 
-    def __init__(self, loader: MixingLoader, epoch: int, resume: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self, loader: LoaderSettings, epoch: int, resume: Mapping[str, Any] | None
+    ) -> None:
         canonical_ranks = loader.canonical_ranks
         assert canonical_ranks is not None  # the loader makes one only then
         rank, world_size = loader.rank_and_world_size()
@@ -226,7 +228,7 @@ def canonical_rank_settings(
     )
 
 
-def slot_pool(loader: MixingLoader, slot: int) -> WorkerPool | None:
+def slot_pool(loader: LoaderSettings, slot: int) -> WorkerPool | None:
     """The persistent workers of this rank's ``slot``-th canonical rank (None: per-epoch
     workers). Slot 0 has the loader's own pool; the others get theirs at their first epoch,
     so a rank runs ``C/W * num_workers`` worker processes."""
@@ -239,7 +241,7 @@ def slot_pool(loader: MixingLoader, slot: int) -> WorkerPool | None:
     return pool
 
 
-def start_positions(loader: MixingLoader, epoch: int) -> dict[str, Any]:
+def start_positions(loader: LoaderSettings, epoch: int) -> dict[str, Any]:
     """This rank's canonical ranks at the start of ``epoch``, before any batch."""
     canonical_ranks = loader.canonical_ranks
     assert canonical_ranks is not None

@@ -8,72 +8,55 @@ merged in a fixed order (:mod:`shardmix.mixing`), passed through a seeded shuffl
 Every batch therefore draws on all the shards open in all workers, and the batches are a
 function of the data, the seeds and the epoch alone.
 
-This module holds the settings, starts an epoch at the first ``next()`` of each ``iter()``
+This module takes the settings, starts an epoch at the first ``next()`` of each ``iter()``
 (like a DataLoader: an iterator dropped before its first batch starts nothing and uses up no
-epoch), keeps the worker processes across epochs (:mod:`shardmix.pool`), and turns the
-current epoch's position into a checked, versioned ``state_dict()``
-(:mod:`shardmix.checkpoint`) and back. Under torch.distributed the state holds every rank's
-position (:mod:`shardmix.rankstate`).
+epoch), keeps the worker processes across epochs (:mod:`shardmix.pool`), and reports what
+the current epoch filtered, skipped and waited for.
+
+Left to the loader's other parts, which :class:`MixingLoader` inherits: checking the
+settings and resolving them at each epoch (:mod:`shardmix.loadersettings`), the batches per
+epoch (:mod:`shardmix.loaderlength`), and the checked, versioned ``state_dict()`` and back
+(:mod:`shardmix.loadercheckpoint`; under torch.distributed it holds every rank's position).
 """
 
 from __future__ import annotations
 
-import copy
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from fractions import Fraction
 from typing import Any
 
-import torch
 from torch.utils.data import IterableDataset
 
-from shardmix.apportion import Stopping, member_seed, mixture_batches, normalized_weights
+from shardmix.apportion import Stopping, normalized_weights
 from shardmix.cacheroom import CacheReaders, check_cache_room, remote_lanes
-from shardmix.canonical import (
-    CanonicalEpoch,
-    canonical_slots,
-    check_canonical,
-    gather_canonical,
-    own_positions,
-    start_positions,
-)
-from shardmix.checkpoint import (
-    STATE_VERSION,
-    check_config,
-    check_state,
-    check_version,
-    shards_digest,
-)
+from shardmix.canonical import CanonicalEpoch, canonical_slots
 from shardmix.collate import collate_samples
 from shardmix.dataset import ShardDataset
-from shardmix.elastic import ELASTIC_FIELDS, resized_position
-from shardmix.epoch import EpochIterator, epoch_start
-from shardmix.errors import (
-    ConfigError,
-    ShardmixError,
-    ShardmixWarning,
-    UnknownLengthError,
+from shardmix.epoch import EpochIterator
+from shardmix.errors import ConfigError, ShardmixError
+from shardmix.loadercheckpoint import LoaderCheckpoint
+from shardmix.loaderlength import Reading
+from shardmix.loadersettings import (
+    check_canonical_ranks,
+    check_num_workers,
+    check_sizes,
+    cuda_available,
+    mixture_datasets,
+    refuse_torch_arguments,
 )
-from shardmix.mixture import MixtureEpoch, MixtureSettings, mixture_settings, mixture_start
-from shardmix.pool import WorkerPool
+from shardmix.mixture import MixtureEpoch
 from shardmix.rankend import refuse_simulated_filter
-from shardmix.rankstate import gather_positions, own_position
 from shardmix.reader import Sample
-from shardmix.settings import EpochSettings
-from shardmix.sharding import EvenRanks, default_shuffle_buffer, rank_quota
+from shardmix.sharding import EvenRanks
 from shardmix.stats import LoaderStats, StatsRecorder
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
-from shardmix.workers import WorkerOptions, is_worker_failure
-from shardmix.world import count_exchange, data_parallel_ranks, job_count_exchange
+from shardmix.workers import is_worker_failure
+from shardmix.world import count_exchange, data_parallel_ranks
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 
-# What reads an epoch: one dataset's, a mixture's, or the canonical ranks' of this rank.
-_Reading = EpochIterator | MixtureEpoch | CanonicalEpoch
 
-
-class MixingLoader:
+class MixingLoader(LoaderCheckpoint):
     """Batches mixed across every worker's open shards.
 
     Args:
@@ -160,35 +143,19 @@ class MixingLoader:
         **torch_arguments: Any,
     ) -> None:
         refuse_torch_arguments(torch_arguments)
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
-        if num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
-        if shuffle_buffer is not None and shuffle_buffer < 0:
-            raise ConfigError(f"shuffle_buffer must be >= 0, got {shuffle_buffer}")
-        if shuffle_buffer_bytes is not None and shuffle_buffer_bytes < 1:
-            raise ConfigError(f"shuffle_buffer_bytes must be >= 1, got {shuffle_buffer_bytes}")
-        self.datasets: dict[str, ShardDataset] | None = None
+        check_sizes(batch_size, num_workers, shuffle_buffer, shuffle_buffer_bytes)
+        self.datasets = None
         if isinstance(dataset, Mapping):
-            self.datasets = _mixture_datasets(dataset)
+            self.datasets = mixture_datasets(dataset)
             names = list(self.datasets)
             self._weights = normalized_weights(names, weights or dict.fromkeys(names, 1.0))
             dataset = next(iter(self.datasets.values()))
         elif weights is not None:
             raise ConfigError("weights= mixes several datasets: pass them as a dict of names")
         self.stopping = Stopping(stopping)
-        _check_canonical_ranks(canonical_ranks, dataset, self.datasets is not None)
+        check_canonical_ranks(canonical_ranks, dataset, self.datasets is not None)
         self.canonical_ranks = canonical_ranks
-        for member in self.datasets.values() if self.datasets else [dataset]:
-            if (
-                isinstance(member, ShardDataset)
-                and member.num_lanes is not None
-                and num_workers > member.num_lanes
-            ):
-                raise ConfigError(
-                    f"num_workers={num_workers} exceeds the dataset's num_lanes="
-                    f"{member.num_lanes}: the extra workers would read nothing; raise num_lanes"
-                )
+        check_num_workers(num_workers, list(self.datasets.values()) if self.datasets else [dataset])
         # A mixture's first dataset, for what only needs a dataset's type (see ``datasets``).
         self.dataset = dataset
         self.batch_size = batch_size
@@ -202,40 +169,29 @@ class MixingLoader:
         self.prefetch_factor = prefetch_factor
         self.multiprocessing_context = multiprocessing_context
         self.even_ranks = EvenRanks(even_ranks)
-        self.pin_memory = pin_memory and _cuda_available()
+        self.pin_memory = pin_memory and cuda_available()
         self._ranks = data_parallel_ranks(
             rank, world_size, group, data_parallel_rank, data_parallel_size
         )
         self.persistent_workers = persistent_workers
         self.worker_init_fn = worker_init_fn
         # Persistent workers: one pool per dataset (a mixture's datasets each have their own).
-        self.pools: dict[str, WorkerPool] = {}
+        self.pools = {}
         if persistent_workers and num_workers > 0:
             members: Mapping[str, IterableDataset[Any]] = self.datasets or {"": dataset}
             for name, member in members.items():
                 self.pools[name] = self.new_pool(member)
-        self.pool: WorkerPool | None = self.pools.get("")
+        self.pool = self.pools.get("")
         self.epoch = 0
-        self._current: _Reading | None = None
-        self._resume: dict[str, Any] | None = None  # this rank's position to resume from
+        self._current = None
+        self._resume = None  # this rank's position to resume from
         self._iterations = 0  # iter() calls so far; the current epoch's is _current_iteration
         self._current_iteration = 0
         # The iterator reading the current epoch, by weak reference: once the user holds none
         # (a ``for`` loop left by ``break``), that epoch is over.
-        self._holder: weakref.ref[_Epoch] | None = None
+        self._holder = None
         # What stats() reports: the epochs' iterators count into it (it holds no loader).
         self.stats_recorder = StatsRecorder()
-
-    def new_pool(self, dataset: IterableDataset[Any]) -> WorkerPool:
-        """Persistent workers for ``dataset``, with this loader's worker settings."""
-        return WorkerPool(
-            dataset,
-            num_workers=self.num_workers,
-            timeout=self.timeout,
-            prefetch_factor=self.prefetch_factor,
-            multiprocessing_context=self.multiprocessing_context,
-            worker_init_fn=self.worker_init_fn,
-        )
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` read epoch ``epoch`` from its start."""
@@ -288,7 +244,7 @@ class MixingLoader:
             name = dataset.kept_counts.transform_id
             raise refuse_simulated_filter(self.epoch, rank, world_size, "samples", name)
 
-    def _start_epoch(self, holder: _Epoch) -> _Reading:
+    def _start_epoch(self, holder: _Epoch) -> Reading:
         """Start the epoch of the iterator ``holder``, at its first ``next()``."""
         self._share_counts()
         iteration = holder.iteration
@@ -309,54 +265,11 @@ class MixingLoader:
             self._current = EpochIterator(self.epoch_settings(), epoch, resume)
         return self._current
 
-    def epoch_settings(self) -> EpochSettings:
-        """The settings an epoch reads by, resolved now (the rank and world size included):
-        an epoch holds them, not the loader. A mixture's are its first dataset's."""
-        rank, world_size = self.rank_and_world_size()
-        workers = WorkerOptions(
-            num_workers=self.num_workers,
-            timeout=self.timeout,
-            prefetch_factor=self.prefetch_factor,
-            multiprocessing_context=self.multiprocessing_context,
-            worker_init_fn=self.worker_init_fn,
-        )
-        return EpochSettings(
-            dataset=self.dataset,
-            batch_size=self.batch_size,
-            drop_last=self.drop_last,
-            collate_fn=self.collate_fn,
-            pin_memory=self.pin_memory,
-            seed=self.seed,
-            shuffle_buffer=self.shuffle_buffer_size(),
-            shuffle_buffer_bytes=self.shuffle_buffer_bytes,
-            even_ranks=self.even_ranks,
-            rank=rank,
-            world_size=world_size,
-            group=self.data_parallel_group,
-            workers=workers,
-            pool=self.pool,
-            stats=self.stats_recorder,
-        )
-
-    def mixture_settings(self) -> MixtureSettings:
-        """A mixture's settings, resolved now: each dataset's are :meth:`epoch_settings` with
-        that dataset, its own seed and its persistent workers."""
-        datasets = self.datasets or {}
-        return mixture_settings(
-            self.epoch_settings(), datasets, self.pools, self.mixture_weights(), self.stopping
-        )
-
     def stats(self) -> LoaderStats:
         """What the current epoch (else the last one) has done so far: the time waited for
         data per step, bytes and requests per scheme and host, the cache's hits, misses and
         evictions, the lanes' stalls. Cheap: counted per chunk of samples, never per sample."""
         return self.stats_recorder.snapshot(live=self._in_epoch())
-
-    def mixture_weights(self) -> dict[str, Fraction]:
-        """A mixture's weights (exact, summing to 1)."""
-        if self.datasets is None:
-            raise ConfigError("weights belong to a mixture: pass the datasets as a dict of names")
-        return dict(self._weights)
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """Take a mixture's next batches by ``weights`` (a curriculum); the state keeps them.
@@ -370,20 +283,6 @@ class MixingLoader:
             self._resume["mixture"]["weights"] = {k: str(w) for k, w in self._weights.items()}
             self._resume["mixture"]["credits"] = dict.fromkeys(self._weights, "0")
 
-    def _stop_current(self) -> None:
-        if self._current is not None:
-            self._current.close()
-
-    def num_lanes_for(self, dataset: ShardDataset, world_size: int) -> int:
-        """The lanes an epoch reads: the dataset's ``num_lanes``, or from the batch size."""
-        return dataset.lanes_for(self.batch_size, world_size)
-
-    def shuffle_buffer_size(self) -> int:
-        """The shuffle buffer's capacity in samples (``shuffle_buffer`` or its default)."""
-        if self.shuffle_buffer is not None:
-            return self.shuffle_buffer
-        return default_shuffle_buffer(self.batch_size)
-
     def close(self) -> None:
         """Stop the worker processes now: the current epoch's, and the persistent ones.
 
@@ -392,157 +291,6 @@ class MixingLoader:
         self._stop_current()
         for pool in self.pools.values():
             pool.close()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch handed out, as plain JSON types.
-
-        After an epoch's last batch (counted by ``len()``), or once a newer ``iter()`` was
-        made, that is the next epoch's start. Under torch.distributed the state holds every
-        rank's position, gathered with ``all_gather_object``: call it on every rank at the
-        same step (Lightning does), and save any one rank's copy.
-        """
-        shard_dataset = self._shard_dataset("state_dict")
-        rank, world_size = self.rank_and_world_size()
-        if self.canonical_ranks is not None:
-            positions = self._canonical_positions()
-            config = self._config(shard_dataset)
-            return gather_canonical(
-                positions, config, world_size, self.canonical_ranks, self.data_parallel_group
-            )
-        position = self._position(shard_dataset, world_size)
-        config = self._mixture_config() if self.datasets else self._config(shard_dataset)
-        gathered = gather_positions(position, rank, world_size, self.data_parallel_group)
-        return {"version": STATE_VERSION, "config": config, **gathered}
-
-    def _canonical_positions(self) -> dict[str, Any]:
-        """This rank's canonical ranks' positions (see ``_position``)."""
-        if self._resume is not None:
-            return copy.deepcopy(self._resume)
-        if self._in_epoch():
-            assert isinstance(self._current, CanonicalEpoch)
-            return self._current.positions()
-        return start_positions(self, self.epoch)
-
-    def _position(self, dataset: ShardDataset, world_size: int) -> dict[str, Any]:
-        if self._resume is not None:
-            return copy.deepcopy(self._resume)
-        if self._in_epoch():
-            assert isinstance(self._current, (EpochIterator, MixtureEpoch))
-            return self._current.position()
-        if self.datasets is not None:
-            return mixture_start(self.mixture_settings(), self.epoch)
-        return epoch_start(self.epoch, self.num_lanes_for(dataset, world_size))
-
-    def _in_epoch(self) -> bool:
-        """Whether the current epoch goes on: batches are left, the newest ``iter()`` reads
-        it, and the user still holds that iterator (else the next epoch comes next)."""
-        current = self._current
-        if current is None or current.finished or self._current_iteration != self._iterations:
-            return False
-        if self._holder is None or self._holder() is None:
-            return False
-        if isinstance(current, MixtureEpoch) and not current.sees_its_end:
-            return current.batches == 0 or current.batches < self._batches_in(current.epoch)
-        return True
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``: the next ``iter()`` yields what would have followed it.
-
-        Under several ranks each rank takes its own position from the state, whichever rank
-        saved it.
-        """
-        shard_dataset = self._shard_dataset("load_state_dict")
-        check_version(state)
-        check_canonical(state, self.canonical_ranks)
-        check_state(state)
-        config = self._mixture_config() if self.datasets else self._config(shard_dataset)
-        saved = state["config"]
-        free = self._elastic_fields(shard_dataset)
-        check_config(saved, config, free=free)
-        rank, world_size = self.rank_and_world_size()
-        if self.canonical_ranks is not None:
-            slots = canonical_slots(rank, world_size, self.canonical_ranks)
-            position = own_positions(state, slots)
-            self.epoch = int(next(iter(position.values()))["epoch"])
-        elif any(saved.get(field) != config[field] for field in free):
-            position = resized_position(
-                state,
-                shard_dataset,
-                rank=rank,
-                world_size=world_size,
-                num_lanes=self.num_lanes_for(shard_dataset, world_size),
-                even_ranks=self.even_ranks,
-            )
-            self.epoch = int(position["epoch"])
-        else:
-            position = own_position(state, rank)
-            self.epoch = int(position["epoch"])
-        self._stop_current()
-        self._resume = copy.deepcopy(position)
-        self._current = None
-
-    def _elastic_fields(self, dataset: ShardDataset) -> tuple[str, ...]:
-        """The settings a resume may change (:mod:`shardmix.elastic`): the world and batch
-        sizes, and the lanes and buffer where they follow them by default. None for a
-        mixture, or with ``canonical_ranks`` (whose states resume on the worlds that divide
-        it)."""
-        if self.datasets is not None or self.canonical_ranks is not None:
-            return ()
-        given = {"num_lanes": dataset.num_lanes, "shuffle_buffer": self.shuffle_buffer}
-        return tuple(field for field in ELASTIC_FIELDS if given.get(field) is None)
-
-    def rank_and_world_size(self) -> tuple[int, int]:
-        """``(rank, world_size)`` among the data-parallel ranks, which split the data: as
-        given, else from ``group``, else from torch.distributed, else ``(0, 1)``."""
-        return self._ranks.resolve()
-
-    @property
-    def data_parallel_group(self) -> Any:
-        """The data-parallel process group given as ``group`` (None: the default group)."""
-        return self._ranks.group
-
-    def planning_world(self) -> tuple[int, int]:
-        """``(rank, world_size)`` the epochs are planned for: with ``canonical_ranks``, this
-        rank's first canonical rank and ``canonical_ranks``, else :meth:`rank_and_world_size`."""
-        rank, world_size = self.rank_and_world_size()
-        if self.canonical_ranks is None:
-            return rank, world_size
-        return canonical_slots(rank, world_size, self.canonical_ranks)[0], self.canonical_ranks
-
-    def _config(self, dataset: ShardDataset) -> dict[str, Any]:
-        _, world_size = self.planning_world()
-        canonical = {} if self.canonical_ranks is None else {"canonical_ranks": world_size}
-        return {
-            "num_shards": len(dataset.urls),
-            "shards": shards_digest(dataset.urls),
-            "dataset_seed": dataset.seed,
-            "shuffle_shards": dataset.shuffle_shards,
-            "num_lanes": self.num_lanes_for(dataset, world_size),
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "shuffle_buffer": self.shuffle_buffer_size(),
-            "shuffle_buffer_bytes": self.shuffle_buffer_bytes,
-            "drop_last": self.drop_last,
-            "world_size": world_size,
-            "even_ranks": self.even_ranks.value,
-            **canonical,
-        }
-
-    def _mixture_config(self) -> dict[str, Any]:
-        datasets = self.datasets or {}
-        members = {
-            name: self._config(dataset) | {"seed": member_seed(self.seed, index)}
-            for index, (name, dataset) in enumerate(datasets.items())
-        }
-        return {"datasets": members, "stopping": self.stopping.value}
-
-    def _shard_dataset(self, what: str) -> ShardDataset:
-        if not isinstance(self.dataset, ShardDataset):
-            raise ConfigError(
-                f"{what} needs a ShardDataset, whose samples say where they came from; "
-                f"got {type(self.dataset).__name__}"
-            )
-        return self.dataset
 
     @property
     def filtered(self) -> dict[str, Any]:
@@ -561,97 +309,6 @@ class MixingLoader:
                 return {name: dict(_NOTHING_FILTERED) for name in self.datasets}
             return dict(_NOTHING_FILTERED)
         return dict(current.filtered)
-
-    def __len__(self) -> int:
-        """Batches per epoch on this rank, from the record counts (manifest or counting pass).
-
-        Exact without filtering; with a filtering transform (or skipped damage) an upper
-        bound, on one rank as under several, since the samples kept are known only once read
-        (the ranks then agree on the epoch's end as they near it: :mod:`shardmix.rankend`).
-        """
-        dataset = self.dataset
-        if not isinstance(dataset, ShardDataset):
-            raise UnknownLengthError(
-                f"len() of a MixingLoader over a {type(dataset).__name__} is unknown: only a "
-                "ShardDataset knows its record counts; wrap the shards in "
-                "ShardDataset(urls, record_counts=...) or write them with a manifest "
-                "(shardmix convert), or do without len()"
-            )
-        current = self._current
-        epoch = current.epoch if current is not None and self._in_epoch() else self.epoch
-        return self._batches_in(epoch)
-
-    def batches_left(self) -> int:
-        """Batches the epoch being read still yields on this rank; ``0`` after its last.
-
-        Counted as ``len()`` counts (an upper bound with a filtering transform on one rank);
-        before an epoch's first batch, that epoch's whole ``len()``.
-        """
-        current = self._current
-        if current is None or self._current_iteration != self._iterations:
-            return len(self)
-        if current.finished:  # its last batch is cut: nothing left until the next iter()
-            return 0
-        return max(0, self._batches_in(current.epoch) - current.batches)
-
-    def _batches_in(self, epoch: int) -> int:
-        """Batches in ``epoch`` on this rank (see ``__len__``)."""
-        dataset = self._shard_dataset("len()")
-        self._share_counts()
-        if self.datasets is not None:
-            return self._mixture_len(epoch)
-        phase = self._phase(epoch)
-        if phase:  # a resized phase: its batches after those before it
-            batches, rest = divmod(phase["quota"], self.batch_size)
-            return phase["batches"] + batches + (1 if rest and not self.drop_last else 0)
-        batches, rest = divmod(self._samples(dataset, epoch), self.batch_size)
-        return batches + (1 if rest and not self.drop_last else 0)
-
-    def _share_counts(self) -> None:
-        """Under ``group``, or with ``canonical_ranks`` (whose plans are for another number of
-        ranks than the job's), have each shard counted by one rank of the job, at the first
-        ``iter()`` or ``len()`` (a collective, as without them); later calls share nothing."""
-        _, world_size = self.rank_and_world_size()
-        shared = job_count_exchange(world_size, self.data_parallel_group)
-        if shared is None and self.canonical_ranks is not None:
-            plain = count_exchange(world_size)
-            shared = None if plain is None else (plain[0], world_size, plain[1])
-        if shared is None:
-            return
-        rank, ranks, exchange = shared
-        members: list[Any] = list((self.datasets or {}).values()) or [self.dataset]
-        for dataset in members:
-            if isinstance(dataset, ShardDataset):
-                dataset.record_counts.resolve_all(rank=rank, world_size=ranks, exchange=exchange)
-
-    def _phase(self, epoch: int) -> dict[str, Any]:
-        """The resized phase ``epoch`` runs in, or ``{}`` where it runs as planned."""
-        if self._resume is not None and self._resume.get("epoch") == epoch:
-            return dict(self._resume.get("phase") or {})
-        current = self._current
-        if isinstance(current, EpochIterator) and current.epoch == epoch:
-            return current.phase
-        return {}
-
-    def _samples(self, dataset: ShardDataset, epoch: int, epoch_pass: int = 0) -> int:
-        """The samples this rank (with ``canonical_ranks``: each of its canonical ranks)
-        yields from ``dataset`` in one pass of ``epoch``."""
-        rank, world_size = self.planning_world()
-        totals = dataset.kept_totals(epoch, world_size, epoch_pass)  # learned under a filter
-        if totals is None:
-            totals = dataset.rank_totals(epoch, world_size, epoch_pass)
-        return totals[rank] if world_size == 1 else rank_quota(totals, self.even_ranks)
-
-    def _mixture_len(self, epoch: int) -> int:
-        datasets = self.datasets or {}
-        passes = 1 if self.stopping is Stopping.FIRST_EXHAUSTED else _PLANNED_PASSES
-        totals = {
-            name: [self._samples(dataset, epoch, p) for p in range(passes)]
-            for name, dataset in datasets.items()
-        }
-        return mixture_batches(
-            totals, self._weights, self.batch_size, self.stopping, self.drop_last
-        )
 
     @property
     def skipped(self) -> dict[str, Any] | None:
@@ -678,7 +335,7 @@ class _Epoch(Iterator[Any]):
     def __init__(self, loader: MixingLoader, iteration: int) -> None:
         self._loader: MixingLoader | None = loader
         self.iteration = iteration
-        self._epoch: _Reading | None = None
+        self._epoch: Reading | None = None
         self._stats = loader.stats_recorder
 
     def __next__(self) -> Any:
@@ -708,78 +365,4 @@ class _Epoch(Iterator[Any]):
             self._epoch.close()
 
 
-# DataLoader arguments that shardmix does otherwise: what to use instead.
-_INSTEAD = {
-    "shuffle": "ShardDataset(shuffle_shards=...) for the shard order and "
-    "MixingLoader(shuffle_buffer=...) for the samples",
-    "sampler": "ShardDataset(shuffle_shards=..., seed=...) for the shard order (the ranks' and "
-    "workers' shares are planned by shardmix)",
-    "batch_sampler": "MixingLoader(batch_size=..., drop_last=...)",
-    "generator": "MixingLoader(seed=...) and ShardDataset(seed=...)",
-    "in_order": "nothing: batches always come in one fixed order, whatever the workers' timing",
-    "pin_memory_device": "MixingLoader(pin_memory=True) and batch.to(device, non_blocking=True)",
-    "snapshot_every_n_steps": "MixingLoader.state_dict(), which is exact at every batch",
-}
-
-
-def refuse_torch_arguments(arguments: Mapping[str, Any]) -> None:
-    """Refuse DataLoader arguments MixingLoader does not take, naming shardmix's equivalent."""
-    for name in arguments:
-        if name in _INSTEAD:
-            raise ConfigError(
-                f"MixingLoader does not take DataLoader's {name}= argument; use {_INSTEAD[name]}"
-            )
-        raise ConfigError(
-            f"MixingLoader got an unexpected keyword argument {name!r}; see "
-            "help(shardmix.MixingLoader) for the arguments it takes"
-        )
-
-
 _NOTHING_FILTERED = {"dropped": 0, "padded": 0, "undelivered": 0}
-
-# len() of an all_exhausted mixture counts each dataset's passes from the plans of up to
-# this many passes (the last one's count repeats); exact while sizes do not change per pass.
-_PLANNED_PASSES = 4
-
-
-def _mixture_datasets(datasets: Mapping[str, Any]) -> dict[str, ShardDataset]:
-    if not datasets:
-        raise ConfigError("a mixture needs at least one dataset")
-    for name, member in datasets.items():
-        if not isinstance(name, str) or not isinstance(member, ShardDataset):
-            raise ConfigError(
-                f"a mixture maps names to ShardDatasets; got {name!r}: {type(member).__name__}"
-            )
-    return dict(datasets)
-
-
-def _check_canonical_ranks(
-    canonical_ranks: int | None, dataset: IterableDataset[Any], mixture: bool
-) -> None:
-    if canonical_ranks is None:
-        return
-    if isinstance(canonical_ranks, bool) or not isinstance(canonical_ranks, int):
-        raise ConfigError(f"canonical_ranks must be an int, got {canonical_ranks!r}")
-    if canonical_ranks < 1:
-        raise ConfigError(f"canonical_ranks must be at least 1, got {canonical_ranks}")
-    if mixture:
-        raise ConfigError(
-            "canonical_ranks takes one ShardDataset, not a mixture; mix the shards into one "
-            "dataset, or leave canonical_ranks out"
-        )
-    if not isinstance(dataset, ShardDataset):
-        raise ConfigError(
-            f"canonical_ranks needs a ShardDataset, whose epochs are planned per rank; got "
-            f"{type(dataset).__name__}"
-        )
-
-
-def _cuda_available() -> bool:
-    if torch.cuda.is_available():
-        return True
-    warnings.warn(
-        "pin_memory=True but no CUDA device is available: batches are not pinned",
-        ShardmixWarning,
-        stacklevel=3,
-    )
-    return False
