@@ -166,11 +166,13 @@ class RecordCounts:
         self.manifests = Manifests(self._source_options)
         self._cached: dict[str, ShardCount] | None = None
         self._shared = False  # resolve_all ran its exchange: every count is known
-        self._recounted: dict[str, int] = {}  # counted again after a change (shardmix.recount)
+        # Counted again after a change (shardmix.recount): ``{url: (count, its source)}``.
+        self._recounted: dict[str, tuple[ShardCount, str]] = {}
 
     def known(self, url: str) -> int | None:
         """The count of ``url`` if given or in a manifest; never counted here (None then)."""
-        count = self._recounted.get(url, self._given.get(url))
+        again = self._recounted.get(url)
+        count = self._given.get(url) if again is None else again[0].records
         if count is None:
             entry = self.manifests.entry(url)
             count = None if entry is None else entry.records
@@ -212,7 +214,12 @@ class RecordCounts:
         for url, entry in found.items():
             self._counts[url] = entry
             self._sources[url] = source
-            self._recounted[url] = entry.records
+            self._recounted[url] = entry, source
+
+    def recounts(self) -> dict[str, tuple[ShardCount, str]]:
+        """The counts made again so far, with their sources: what a copy of this dataset made
+        before them (a persistent worker's) must :meth:`adopt` too."""
+        return dict(self._recounted)
 
     def of(self, url: str) -> int:
         """The record count of shard ``url``."""

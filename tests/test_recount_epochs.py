@@ -67,15 +67,16 @@ def rewritten_keys(shard: int, records: int) -> Counter[str]:
     return keys
 
 
-def loaders(pattern: str, world_size: int, **dataset_arguments) -> list[MixingLoader]:
+def loaders(pattern: str, world_size: int, num_workers: int = 0) -> list[MixingLoader]:
     return [
         MixingLoader(
-            ShardDataset(pattern, seed=5, num_lanes=2, **dataset_arguments),
+            ShardDataset(pattern, seed=5, num_lanes=2),
             batch_size=6,
             seed=5,
             shuffle_buffer=12,
             rank=rank,
             world_size=world_size,
+            num_workers=num_workers,
         )
         for rank in range(world_size)
     ]
@@ -101,11 +102,24 @@ def epoch(ranks: list[MixingLoader]) -> tuple[Counter[str], list[int]]:
 def test_a_shard_rewritten_between_epochs_is_planned_from_its_new_count(
     tmp_path, fmt, change, world_size, counted
 ):
+    two_epochs(tmp_path, fmt, change, world_size, counted)
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_persistent_workers_read_by_the_new_count(tmp_path, fmt):
+    two_epochs(tmp_path, fmt, "grew", 2, "len()", num_workers=2)
+
+
+def two_epochs(
+    tmp_path: Path, fmt: str, change: str, world_size: int, counted: str, num_workers: int = 0
+) -> None:
+    """Two epochs on every rank, a shard rewritten between them, and a third: the keys of
+    each version exactly once in its epochs, as many batches on every rank."""
     folder = tmp_path / "shards"
     pattern = write_shards(folder, fmt, SIZES)
     if counted == "manifest":
         write_manifest_beside(folder, fmt)
-    ranks = loaders(pattern, world_size)
+    ranks = loaders(pattern, world_size, num_workers)
     if counted == "len()":
         assert [len(loader) for loader in ranks] == [-(-sum(SIZES) // world_size // 6)] * world_size
     first, _ = epoch(ranks)
