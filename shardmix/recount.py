@@ -54,6 +54,10 @@ class ReadVersions:
         self.known: dict[int, ShardIdentity] = {}
         self._watched: list[Mapping[int, ShardIdentity]] = []
 
+    def __getstate__(self) -> dict[str, object]:
+        # Workers never check: a dataset travels to them without what was read.
+        return {"known": {}, "_watched": []}
+
     def watch(self, identities: Mapping[int, ShardIdentity]) -> None:
         """Fold ``identities`` (an epoch's, filled as it reads) in at the next :meth:`settle`."""
         self._watched.append(identities)
