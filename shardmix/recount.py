@@ -16,7 +16,7 @@ shard changed between epochs is seen by the read, as within an epoch (its count 
 
 Several ranks plan from the same counts, or all refuse:
 
-- under torch.distributed, each rank stats the shards it read, the ranks gather which changed
+- under torch.distributed, each rank stats the shards it has read, the ranks gather which changed
   (one gather of one int per epoch; two more only when a shard changed), each changed shard is
   counted by one rank and the counts are shared, so every rank adopts the same counts; a count
   that fails raises the same :class:`~shardmix.errors.ShardChangedError` on every rank;
