@@ -166,10 +166,13 @@ class RecordCounts:
         self.manifests = Manifests(self._source_options)
         self._cached: dict[str, ShardCount] | None = None
         self._shared = False  # resolve_all ran its exchange: every count is known
+        # Counted again after a change (shardmix.recount): ``{url: (count, its source)}``.
+        self._recounted: dict[str, tuple[ShardCount, str]] = {}
 
     def known(self, url: str) -> int | None:
         """The count of ``url`` if given or in a manifest; never counted here (None then)."""
-        count = self._given.get(url)
+        again = self._recounted.get(url)
+        count = self._given.get(url) if again is None else again[0].records
         if count is None:
             entry = self.manifests.entry(url)
             count = None if entry is None else entry.records
@@ -185,6 +188,38 @@ class RecordCounts:
         if entry is None:
             return None
         return entry.records, f"the manifest {entry.manifest}"
+
+    def holds(self, url: str) -> bool:
+        """Whether this process holds a count of ``url`` (given, resolved, or in a manifest
+        already read): one a change of the shard makes stale."""
+        return self.claim(url) is not None
+
+    def recount(self, url: str) -> ShardCount:
+        """Count ``url`` again by walking its framing (a shard changed since it was counted),
+        the count cache written; :meth:`adopt` makes it the count."""
+        version = None
+        if self._cache_path is not None:
+            version = shard_version(url, self._source_options)
+        entry = self._index(url)
+        if url in self.damaged:
+            version = None
+        found = ShardCount(entry.records, entry.index, entry.every, version)
+        self._save({url: found})
+        return found
+
+    def adopt(self, found: Mapping[str, ShardCount], source: str) -> None:
+        """Make the counts of ``found`` (:meth:`recount`'s, here or on another rank) the
+        counts of their shards, over any given, manifest or cached count; ``source`` names
+        where they come from in a claim's error."""
+        for url, entry in found.items():
+            self._counts[url] = entry
+            self._sources[url] = source
+            self._recounted[url] = entry, source
+
+    def recounts(self) -> dict[str, tuple[ShardCount, str]]:
+        """The counts made again so far, with their sources: what a copy of this dataset made
+        before them (a persistent worker's) must :meth:`adopt` too."""
+        return dict(self._recounted)
 
     def of(self, url: str) -> int:
         """The record count of shard ``url``."""

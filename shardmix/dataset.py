@@ -38,6 +38,7 @@ from shardmix.kept import KeptCounts, kept_cache_path
 from shardmix.lanes import LanePosition, read_lane, round_robin
 from shardmix.policy import DamageHandler, ErrorPolicy, OnError, SkipLedger
 from shardmix.reader import Sample
+from shardmix.recount import Exchange, ReadVersions, recount_changed
 from shardmix.sharding import (
     Piece,
     World,
@@ -176,6 +177,8 @@ class ShardDataset(IterableDataset[Sample]):
         # epoch), and those this copy's reads found since :meth:`take_opened`.
         self.expected: Mapping[int, ShardIdentity] = {}
         self.opened: dict[int, ShardIdentity] = {}
+        # What this process's epochs read of each shard, which the next epoch's start checks.
+        self.read_versions = ReadVersions()
         if counts_cache is None and self.source_options.cache_dir is not None:
             counts_cache = os.path.join(self.source_options.cache_dir, COUNTS_CACHE_NAME)
         self.record_counts = RecordCounts(
@@ -241,6 +244,28 @@ class ShardDataset(IterableDataset[Sample]):
             plan = balanced_pieces(self.shard_counts(world_size), order, world_size)
         self._plan = key, plan
         return plan
+
+    def recount_changed(
+        self, epoch: int, rank: int, world_size: int, exchange: Exchange | None
+    ) -> list[int]:
+        """At the start of a new epoch (not a restore): count again each shard that changed
+        since this process last read it, so that the epoch is planned from its new count
+        (:mod:`shardmix.recount`); the indices of the shards found changed. A collective under
+        ``exchange``."""
+        changed = recount_changed(
+            self.urls,
+            self.record_counts,
+            self.read_versions,
+            epoch=epoch,
+            rank=rank,
+            world_size=world_size,
+            exchange=exchange,
+            kept=self.kept_counts,
+        )
+        if changed:  # plans and lane weights made from the old counts or sizes are made again
+            self._plan = None
+            self._weights, self._weights_found = None, False
+        return changed
 
     def shard_counts(self, world_size: int = 1) -> list[int]:
         """Every shard's record count, in URL order, found once per job.

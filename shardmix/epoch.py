@@ -125,6 +125,11 @@ class EpochIterator:
         # phase: this rank's pieces come from the state (:mod:`shardmix.elastic`).
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         if isinstance(dataset, ShardDataset):
+            if resume is None and epoch_pass == 0:
+                # A new epoch (not a restore): shards changed since the last one are counted
+                # again before the plan is made (:mod:`shardmix.recount`).
+                exchange_counts = end_exchange(world_size, settings.group)
+                dataset.recount_changed(epoch, rank, world_size, exchange_counts)
             num_lanes = dataset.lanes_for(settings.batch_size, world_size)
             weights: list[tuple[str, list[float]] | None]
             if self.phase:
@@ -188,6 +193,7 @@ class EpochIterator:
             self.identities = {shard: ShardIdentity.from_json(v) for shard, v in saved.items()}
         if isinstance(dataset, ShardDataset):
             dataset.expected = self.identities
+            dataset.read_versions.watch(self.identities)  # what the next epoch checks
         # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
         # (Not in a resized phase, whose totals are fixed: a drop there is refused instead.)
         agree = filters and not self.phase

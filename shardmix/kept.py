@@ -145,6 +145,20 @@ class KeptCounts:
                 entries.pop(url, None)
             _write(self._cache_path, document)
 
+    def forget_urls(self, urls: Iterable[str]) -> None:
+        """Discard what was learned of the shards ``urls`` (they changed), here and in the
+        cache file."""
+        gone = set(urls)
+        for url in gone:
+            self._shards.pop(url, None)
+        if self._cache_path is not None:
+            document = _read(self._cache_path)
+            entries = document.get(self.transform_id, {})
+            if any(url in entries for url in gone):
+                for url in gone:
+                    entries.pop(url, None)
+                _write(self._cache_path, document)
+
     def _load(self, counts: Sequence[int]) -> None:
         """Take the cache file's entries still current (same version and record count)."""
         if self._loaded:

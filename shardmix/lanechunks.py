@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from torch.utils.data import IterableDataset
 
 from shardmix.chunks import Chunk, ChunkBuilder
+from shardmix.counts import ShardCount
 from shardmix.dataset import ShardDataset
 from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.mergekeys import LaneClocks
@@ -67,6 +68,9 @@ class EpochPlan:
     steady: int = 0  # the turn the turns double up to (0: per_lane, as they start)
     # By shard index, the identity each shard must have (a restored checkpoint's).
     identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
+    # The counts the main process made again since the shards changed (:mod:`shardmix.recount`),
+    # which a worker's older copy of the dataset adopts: ``{url: (count, its source)}``.
+    recounts: Mapping[str, tuple[ShardCount, str]] = field(default_factory=dict)
 
 
 def steady_turn(per_lane: int) -> int:
@@ -109,6 +113,8 @@ def lane_chunks(
         shard_index = dataset.shard_index
         dataset.ledger = ledger  # this process's copy of the dataset
         dataset.expected = plan.identities
+        for url, (count, source) in plan.recounts.items():
+            dataset.record_counts.adopt({url: count}, source)
         lanes = worker_lanes(
             num_lanes=len(plan.lane_pieces), worker=world.worker, num_workers=world.num_workers
         )

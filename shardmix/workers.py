@@ -112,6 +112,7 @@ def start_workers(
         epoch_pass,
         identities=identities if identities is not None else {},
         steady=steady,
+        recounts=dataset.record_counts.recounts() if isinstance(dataset, ShardDataset) else {},
     )
     if isinstance(dataset, ShardDataset):
         _tell_cache(dataset, plan)

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "sharding",
             "counts",
             "kept",
+            "recount",
             "manifests",
             "arguments",
             "checkpoint",
