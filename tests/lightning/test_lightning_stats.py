@@ -85,4 +85,8 @@ def test_the_callback_logs_stats_every_n_steps(server, tmp_path):
     assert {"shardmix/wait_per_step", "shardmix/lane_stalls", "shardmix/cache_hits"} <= set(last)
     if len(loader) % 2 == 0:  # the last step was logged: every byte had arrived by then
         assert last[f"shardmix/bytes_per_second/{base}"] > 0
-        assert stats.bytes == {base: state.sent}
+        # Every byte the server sent, counted once. (The counters are the process's: a shard
+        # reader an earlier loader in this process left unfinished may add local bytes when
+        # the collector closes it, under file://, never under this server.)
+        assert stats.bytes[base] == state.sent
+        assert set(stats.bytes) <= {base, "file://"}
