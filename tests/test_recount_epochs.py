@@ -193,6 +193,23 @@ def run_ranks(world_size: int, task) -> list:
     return results
 
 
+def recount_on_two_ranks(urls, counts, versions, gather: Gather, epoch: int) -> list:
+    """:func:`recount_changed` on two ranks run as threads, exchanging through ``gather``:
+    each rank's result or exception."""
+    return run_ranks(
+        2,
+        lambda rank: recount_changed(
+            urls,
+            counts[rank],
+            versions[rank],
+            epoch=epoch,
+            rank=rank,
+            world_size=2,
+            exchange=lambda values, rank=rank: gather(rank, values),
+        ),
+    )
+
+
 def counted_ranks(tmp_path: Path, fmt: str, world_size: int):
     """Each rank's RecordCounts of the shards (all counted) and the identities it read: rank
     ``r`` read the shards ``r``, ``r + world_size``, ..."""
@@ -225,18 +242,7 @@ def test_ranks_count_a_changed_shard_once_and_all_adopt_the_same_counts(tmp_path
 
         held._index = counting
     gather = Gather(2)
-    results = run_ranks(
-        2,
-        lambda rank: recount_changed(
-            urls,
-            counts[rank],
-            versions[rank],
-            epoch=1,
-            rank=rank,
-            world_size=2,
-            exchange=lambda values, rank=rank: gather(rank, values),
-        ),
-    )
+    results = recount_on_two_ranks(urls, counts, versions, gather, epoch=1)
     assert results == [[1, 2], [1, 2]]  # both ranks know both changed shards
     assert sorted(indexed) == [(0, urls[1]), (1, urls[2])]  # each counted once, on one rank
     for held in counts:
@@ -253,18 +259,7 @@ def test_ranks_count_a_changed_shard_once_and_all_adopt_the_same_counts(tmp_path
 def test_an_epoch_with_nothing_changed_costs_one_gather_of_one_int(tmp_path, fmt):
     _, urls, counts, versions = counted_ranks(tmp_path, fmt, 2)
     gather = Gather(2)
-    results = run_ranks(
-        2,
-        lambda rank: recount_changed(
-            urls,
-            counts[rank],
-            versions[rank],
-            epoch=1,
-            rank=rank,
-            world_size=2,
-            exchange=lambda values, rank=rank: gather(rank, values),
-        ),
-    )
+    results = recount_on_two_ranks(urls, counts, versions, gather, epoch=1)
     assert results == [[], []]
     assert gather.calls == [[1, 1]]
     assert counts[0].resolve_all() == counts[1].resolve_all() == SIZES
@@ -277,18 +272,7 @@ def test_a_changed_shard_that_cannot_be_counted_is_refused_on_every_rank(tmp_pat
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2 + 7])  # cut in a record
     os.utime(path, ns=(LATER_NS, LATER_NS))
     gather = Gather(2)
-    results = run_ranks(
-        2,
-        lambda rank: recount_changed(
-            urls,
-            counts[rank],
-            versions[rank],
-            epoch=3,
-            rank=rank,
-            world_size=2,
-            exchange=lambda values, rank=rank: gather(rank, values),
-        ),
-    )
+    results = recount_on_two_ranks(urls, counts, versions, gather, epoch=3)
     assert all(isinstance(result, ShardChangedError) for result in results), results
     assert [str(result) for result in results] == [
         f"{path}: the shard changed since the last epoch, and counting its records again for "
