@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from shardmix.checkpoint import STATE_VERSION
 from shardmix.collate import collate_samples, join_batches, pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.epoch import EpochIterator, epoch_start
+from shardmix.epoch import EpochIterator
+from shardmix.epochplan import epoch_start
 from shardmix.errors import ConfigError
 from shardmix.pool import WorkerPool
 from shardmix.settings import EpochSettings

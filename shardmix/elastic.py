@@ -46,7 +46,7 @@ from shardmix.checkpoint import (
     unpack_tags,
 )
 from shardmix.dataset import ShardDataset
-from shardmix.epoch import epoch_start
+from shardmix.epochplan import epoch_start
 from shardmix.errors import ConfigError
 from shardmix.rankstate import every_position
 from shardmix.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota

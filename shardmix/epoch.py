@@ -27,7 +27,6 @@ from shardmix.checkpoint import (
     pack_sizes,
     pack_tags,
     unpack_identities,
-    unpack_pieces,
     unpack_refs,
     unpack_sizes,
     unpack_tags,
@@ -35,11 +34,9 @@ from shardmix.checkpoint import (
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
+from shardmix.epochplan import lane_starts, piece_ref, plan_epoch
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
-from shardmix.formats.tags import NO_TAG
 from shardmix.kept import Exchange, agreed_totals, learn_epoch, stale_kept
-from shardmix.lanes import LanePosition
-from shardmix.mergekeys import LaneClocks
 from shardmix.mixing import LaneMerge
 from shardmix.policy import SkipLedger
 from shardmix.rankend import (
@@ -53,7 +50,7 @@ from shardmix.reader import Sample
 from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
 from shardmix.settings import EpochSettings
-from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota, shuffle_warmup
+from shardmix.sharding import EvenRanks, Piece, rank_quota, shuffle_warmup
 from shardmix.shuffle import eviction_order
 from shardmix.slotbuffer import SlotBuffer
 from shardmix.sources.identity import ShardIdentity, check_identity
@@ -108,57 +105,27 @@ class EpochIterator:
         self._pool = settings.pool  # persistent workers, stopped only when an epoch fails
         rank, world_size = settings.rank, settings.world_size
         dataset = settings.dataset
-        lane_pieces = None
-        self.plan: list[list[Piece]] | None = None
-        self.quota: int | None = None
-        self.own: int | None = None
         self.pad_refs: list[Ref] = []
         self._pad: list[Sample] | None = None
         self.padded = 0  # samples repeated to reach the quota
         self.rank = rank
         self.even_ranks = settings.even_ranks
         self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
-        filters = False
         dropped = None
-        clocks = None
         # After a resume on another world or batch size, the rest of the epoch is a resized
         # phase: this rank's pieces come from the state (:mod:`shardmix.elastic`).
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
-        if isinstance(dataset, ShardDataset):
-            if resume is None and epoch_pass == 0:
-                # A new epoch (not a restore): shards changed since the last one are counted
-                # again before the plan is made (:mod:`shardmix.recount`).
-                exchange_counts = end_exchange(world_size, settings.group)
-                dataset.recount_changed(epoch, rank, world_size, exchange_counts)
-            num_lanes = dataset.lanes_for(settings.batch_size, world_size)
-            weights: list[tuple[str, list[float]] | None]
-            if self.phase:
-                counts = dataset.shard_counts(world_size)
-                pieces = unpack_pieces(self.phase["pieces"], len(dataset.urls), "phase.pieces")
-                self.plan = phase_lanes(pieces, counts, num_lanes)
-                weights = [("records", [float(p.size(counts)) for p in lane]) for lane in self.plan]
-            else:
-                self.plan = dataset.lane_pieces(
-                    epoch,
-                    rank=rank,
-                    world_size=world_size,
-                    num_lanes=num_lanes,
-                    epoch_pass=epoch_pass,
-                )
-                weights = [dataset.piece_weights(lane, world_size) for lane in self.plan]
-            lane_pieces = [
-                [(piece.shard, piece.start, piece.stop) for piece in lane] for lane in self.plan
-            ]
-            if all(weight is not None for weight in weights):
-                unit = next((weight[0] for weight in weights if weight), "records")
-                clocks = LaneClocks(lane_pieces, [weight[1] for weight in weights if weight], unit)
-            if self.phase:
-                self.quota, self.own = self.phase["quota"], self.phase["own"]
-            elif world_size > 1:
-                self.quota, self.own = _plan_quota(
-                    dataset, epoch, rank, world_size, settings.even_ranks, epoch_pass
-                )
-                filters = dataset.transform is not None or dataset.policy.skips
+        planned = (
+            plan_epoch(settings, epoch, epoch_pass, self.phase, resume is not None)
+            if isinstance(dataset, ShardDataset)
+            else None
+        )
+        self.plan: list[list[Piece]] | None = planned.plan if planned else None
+        self.quota: int | None = planned.quota if planned else None
+        self.own: int | None = planned.own if planned else None
+        filters = planned.filters if planned else False
+        clocks = planned.clocks if planned else None
+        lane_pieces = planned.lane_pieces if planned else None
         self.store = RowStore(dataset.urls if isinstance(dataset, ShardDataset) else None)
         self.buffer = SlotBuffer(
             settings.shuffle_buffer,
@@ -180,7 +147,7 @@ class EpochIterator:
             assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
             mixer_state = resume["mixer"]
             assert self.plan is not None
-            starts = _lane_starts(mixer_state["lanes"], self.plan, epoch)
+            starts = lane_starts(mixer_state["lanes"], self.plan, epoch)
             live, cursor = mixer_state["live"], mixer_state["cursor"]
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
@@ -630,7 +597,7 @@ class EpochIterator:
     def position(self) -> dict[str, Any]:
         live = self.merge.live()
         lanes = [
-            [p.slot, p.record, p.offset, *_piece_ref(self.plan, lane, p.slot), p.tag]
+            [p.slot, p.record, p.offset, *piece_ref(self.plan, lane, p.slot), p.tag]
             for lane, p in enumerate(self.merge.lane_positions())
         ]
         slots = self.buffer.slots
@@ -664,82 +631,5 @@ class EpochIterator:
         }
 
 
-# A lane position names the piece it is in: ``[slot, record, offset, shard, start, stop, tag]``
-# (offset: where the lane's last record began, -1 if unknown; tag: that record's, 0 if
-# unknown: :mod:`shardmix.formats.tags`), with
-# stop -1 for "to the shard's end"; a position past a lane's last piece (or at the start of
-# an epoch, before the plan is made) names none.
-_NO_PIECE = (-1, 0, -1)
-
-
 def _as_json(identities: Mapping[int, ShardIdentity]) -> dict[int, Any]:
     return {shard: identity.to_json() for shard, identity in identities.items()}
-
-
-def _piece_ref(plan: list[list[Piece]] | None, lane: int, slot: int) -> tuple[int, int, int]:
-    """``(shard, start, stop)`` of the piece in ``slot`` of ``lane``, as the state names it."""
-    if plan is None or slot >= len(plan[lane]):
-        return _NO_PIECE
-    piece = plan[lane][slot]
-    return piece.shard, piece.start, -1 if piece.stop is None else piece.stop
-
-
-def _lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> list[LanePosition]:
-    """Where each lane resumes, checking that the state names the pieces of this plan."""
-    starts = []
-    for lane, (slot, record, offset, *named, tag) in enumerate(saved):
-        planned = _piece_ref(plan, lane, slot)
-        at_start = (slot, record) == (0, 0) and tuple(named) == _NO_PIECE
-        if tuple(named) != planned and not at_start:
-            raise ConfigError(
-                f"cannot resume: epoch {epoch}'s lane {lane} was reading piece "
-                f"(shard, start, stop) {tuple(named)} at slot {slot}, but this loader's plan "
-                f"has {planned} there; the shards' record counts changed since the checkpoint "
-                "(a manifest or count cache was rewritten): resume with the same data"
-            )
-        starts.append(LanePosition(slot, record, offset, tag))
-    return starts
-
-
-def _plan_quota(
-    dataset: ShardDataset,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    even_ranks: EvenRanks,
-    epoch_pass: int = 0,
-) -> tuple[int, int]:
-    """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
-    totals = dataset.rank_totals(epoch, world_size, epoch_pass)
-    quota = rank_quota(totals, even_ranks)
-    if quota == 0:
-        empty = [r for r, total in enumerate(totals) if total == 0]
-        raise ConfigError(
-            f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
-            "would yield any; use even_ranks='pad' or spread the records over more shards"
-        )
-    return quota, totals[rank]
-
-
-def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
-    """The position at the start of ``epoch``, before any batch."""
-    return {
-        "epoch": epoch,
-        "batches": 0,
-        "emitted": 0,
-        "pad": pack_refs([]),
-        "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "mixer": {
-            "live": list(range(num_lanes)),
-            "cursor": 0,
-            "lanes": [[0, 0, -1, *_NO_PIECE, NO_TAG] for _ in range(num_lanes)],
-        },
-        "buffer": {
-            "draws": 0,
-            "items": pack_refs([]),
-            "sizes": pack_sizes([]),
-            "tags": pack_tags([]),
-        },
-        "shards": [],
-        "phase": {},
-    }

@@ -39,7 +39,8 @@ from shardmix.checkpoint import (
 )
 from shardmix.dataset import ShardDataset
 from shardmix.elastic import ELASTIC_FIELDS, resized_position
-from shardmix.epoch import EpochIterator, epoch_start
+from shardmix.epoch import EpochIterator
+from shardmix.epochplan import epoch_start
 from shardmix.loaderlength import LoaderLength
 from shardmix.mixture import MixtureEpoch, mixture_start
 from shardmix.rankstate import gather_positions, own_position

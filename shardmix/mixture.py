@@ -33,7 +33,8 @@ import numpy as np
 from shardmix.apportion import Apportioner, Stopping, last_counts, member_seed
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.epoch import EpochIterator, epoch_start
+from shardmix.epoch import EpochIterator
+from shardmix.epochplan import epoch_start
 from shardmix.errors import ConfigError
 from shardmix.pool import WorkerPool
 from shardmix.reader import Sample

@@ -63,6 +63,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "slotbuffer",
             "residents",
             "rankend",
+            "epochplan",
             "epoch",
             "collate",
             "stats",
@@ -98,6 +99,7 @@ KNOWN_UPWARD = {
     ("workers", "dataset"),
     ("lanechunks", "dataset"),
     ("residents", "dataset"),
+    ("epochplan", "dataset"),
     ("epoch", "dataset"),
 }
 
