@@ -4,8 +4,9 @@ This module owns the byte level of a TFRecord stream: checking a record's header
 ``max_record_bytes``, the bytes that really follow), reading or skipping its data, and building
 each error (URL, record index, byte offset) and :class:`~shardmix.policy.Damage` report, and
 the stem of a shard's URL that generated keys begin with. The loop over records (which checks
-a header inline, calling :meth:`Framing.header` only to say what failed), and samples, are :mod:`shardmix.formats.tfrecord`'s (see its docstring for
-the framing and why this is not the ``tfrecord`` package).
+a header inline, calling :meth:`Framing.header` only to say what failed), and samples, are
+:mod:`shardmix.formats.tfrecord`'s (see its docstring for the framing and why this is not the
+``tfrecord`` package).
 """
 
 from __future__ import annotations
