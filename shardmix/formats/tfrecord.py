@@ -65,6 +65,7 @@ from shardmix.formats.tfrecord_framing import (
     CRC,
     DEFAULT_MAX_RECORD_BYTES,
     FOOTER_SIZE,
+    HEADER,
     HEADER_SIZE,
     MASK32,
     MASK_DELTA,
@@ -73,6 +74,7 @@ from shardmix.formats.tfrecord_framing import (
     finish_short_read,
     masked_crc,
     read_large,
+    shard_stem,
 )
 from shardmix.policy import DamageHandler
 
@@ -80,6 +82,7 @@ __all__ = [
     "TFRecordReader",
     "masked_crc",
     "read_tfrecord_records",
+    "shard_stem",
 ]
 
 _NO_RECORD = "expected a record here, found the end"
@@ -152,8 +155,25 @@ def _walk(
             crc = crc32c.crc32c
             unpack_crc = CRC.unpack
             direct_read = framing.direct_read
+            unpack_header = HEADER.unpack
+            size_known, limit = framing.size, framing.max_record_bytes
             while record < stop:
-                length = framing.next_length(record, offset)
+                # The header's checks inline (Framing.header says what failed, and raises).
+                header = read(HEADER_SIZE)
+                if len(header) == HEADER_SIZE:
+                    length, stored = unpack_header(header)
+                    value = crc(header[:8])
+                    if (
+                        (((value >> 15) | (value << 17)) + MASK_DELTA) & MASK32 != stored
+                        or length > limit
+                        or (
+                            size_known is not None
+                            and length + FOOTER_SIZE > size_known - offset - HEADER_SIZE
+                        )
+                    ):
+                        length = framing.header(header, record, offset)
+                else:
+                    length = framing.length_of(header, record, offset)
                 if length is None:
                     if at is not None:
                         raise framing.corrupt(
@@ -217,23 +237,6 @@ def read_tfrecord_records(
 
 
 _KEY = "__key__"
-_GZ_SUFFIX = ".gz"
-_FORMAT_SUFFIXES = (".tfrecords", ".tfrecord")
-
-
-def shard_stem(url: str) -> str:
-    """The URL's file name without its format extensions: the prefix of generated keys.
-
-    >>> shard_stem("gs://bucket/train-00003.tfrecord.gz?generation=7")
-    'train-00003'
-    """
-    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    if name.lower().endswith(_GZ_SUFFIX):
-        name = name[: -len(_GZ_SUFFIX)]
-    for suffix in _FORMAT_SUFFIXES:
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
 
 
 def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Exception) -> None:

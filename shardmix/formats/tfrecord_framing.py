@@ -2,9 +2,11 @@
 
 This module owns the byte level of a TFRecord stream: checking a record's header (length CRC,
 ``max_record_bytes``, the bytes that really follow), reading or skipping its data, and building
-each error (URL, record index, byte offset) and :class:`~shardmix.policy.Damage` report. The
-loop over records, and samples, are :mod:`shardmix.formats.tfrecord`'s (see its docstring for
-the framing and why this is not the ``tfrecord`` package).
+each error (URL, record index, byte offset) and :class:`~shardmix.policy.Damage` report, and
+the stem of a shard's URL that generated keys begin with. The loop over records (which checks
+a header inline, calling :meth:`Framing.header` only to say what failed), and samples, are
+:mod:`shardmix.formats.tfrecord`'s (see its docstring for the framing and why this is not the
+``tfrecord`` package).
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from shardmix.errors import (
 from shardmix.formats._common import is_seekable
 from shardmix.policy import Damage, DamageHandler
 
-_HEADER = struct.Struct("<QI")  # length, masked crc32c of the 8 length bytes
+HEADER = struct.Struct("<QI")  # length, masked crc32c of the 8 length bytes
 LENGTH = struct.Struct("<Q")
 CRC = struct.Struct("<I")
-HEADER_SIZE = _HEADER.size  # 12
+HEADER_SIZE = HEADER.size  # 12
 FOOTER_SIZE = CRC.size  # 4
 MASK_DELTA = 0xA282EAD8
 MASK32 = 0xFFFFFFFF
@@ -146,7 +148,7 @@ class Framing:
 
     def header(self, header: bytes, record: int, offset: int) -> int:
         """The data length a complete 12-byte header announces, after checking it."""
-        length, stored = _HEADER.unpack(header)
+        length, stored = HEADER.unpack(header)
         if masked_crc(header[:8]) != stored:
             found = masked_crc(header[:8])
             raise self.corrupt(
@@ -171,7 +173,10 @@ class Framing:
 
     def next_length(self, record: int, offset: int) -> int | None:
         """The length of the record at ``offset``, or None at a clean end of the shard."""
-        header = self.stream.read(HEADER_SIZE)
+        return self.length_of(self.stream.read(HEADER_SIZE), record, offset)
+
+    def length_of(self, header: bytes, record: int, offset: int) -> int | None:
+        """:meth:`next_length` of the ``header`` bytes read there (fewer at the shard's end)."""
         if len(header) != HEADER_SIZE:
             if not header:
                 return None
@@ -251,3 +256,22 @@ def read_large(framing: Framing, length: int, record: int, offset: int) -> tuple
     if len(framed) < wanted:
         raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
     return framed[:length], framed[length:]
+
+
+_GZ_SUFFIX = ".gz"
+_FORMAT_SUFFIXES = (".tfrecords", ".tfrecord")
+
+
+def shard_stem(url: str) -> str:
+    """The URL's file name without its format extensions: the prefix of generated keys.
+
+    >>> shard_stem("gs://bucket/train-00003.tfrecord.gz?generation=7")
+    'train-00003'
+    """
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    if name.lower().endswith(_GZ_SUFFIX):
+        name = name[: -len(_GZ_SUFFIX)]
+    for suffix in _FORMAT_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name

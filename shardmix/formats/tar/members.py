@@ -50,6 +50,10 @@ from shardmix.formats.tar.runs import plain_members
 class TarMembers(FramingErrors):
     """Walks one tar stream header by header, yielding the name of each regular member."""
 
+    # The fast path's pax headers that change nothing, learned once for the process: a shape's
+    # answer depends on the header's bytes alone, and a writer's shapes repeat across shards.
+    _pax_shapes = PaxShapes()
+
     def __init__(self, stream: BinaryIO, url: str, *, gzipped: bool) -> None:
         if isinstance(stream, io.RawIOBase):  # unbuffered: one system call per read otherwise
             stream = io.BufferedReader(stream)
@@ -70,7 +74,6 @@ class TarMembers(FramingErrors):
         self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
         self.link: str | None = None  # the current member's target, when it is a hard link
-        self._pax_shapes = PaxShapes()  # the fast path's pax headers that change nothing
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""

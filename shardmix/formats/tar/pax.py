@@ -26,7 +26,7 @@ from operator import itemgetter
 from shardmix.formats.tar.headers import read_pax
 
 # Every digit as a "0": what two headers of one shape have in common.
-_SHAPE = bytes.maketrans(b"123456789", b"000000000")
+SHAPE = bytes.maketrans(b"123456789", b"000000000")
 _CHANGING = frozenset({"path", "size"})  # what a member takes from its pax records
 _SPARSE = "GNU.sparse."  # sparse data, which the slow path refuses
 _MAX_SHAPES = 64  # a few per writer; past this many the known ones are forgotten
@@ -41,13 +41,13 @@ class PaxShapes:
 
     def __init__(self) -> None:
         # shape -> (what picks a header's length fields, the digits they held)
-        self._known: dict[bytes, tuple[Callable[[bytes], object], object]] = {}
+        self.known: dict[bytes, tuple[Callable[[bytes], object], object]] = {}
 
     def changes_nothing(self, data: bytes) -> bool:
         """Whether :func:`read_pax` reads ``data`` (a pax header's) as well-formed records none
         of which changes a member (``path``, ``size``) or is sparse (``GNU.sparse.*``)."""
-        shape = data.translate(_SHAPE)
-        known = self._known.get(shape)
+        shape = data.translate(SHAPE)
+        known = self.known.get(shape)
         if known is not None and known[0](data) == known[1]:
             return True
         return self._learn(data, shape)
@@ -64,7 +64,7 @@ class PaxShapes:
             spans.append(slice(position, space))
             position += int(data[position:space])
         lengths: Callable[[bytes], object] = itemgetter(*spans) if spans else _no_lengths
-        if len(self._known) >= _MAX_SHAPES:
-            self._known.clear()
-        self._known[shape] = (lengths, lengths(data))
+        if len(self.known) >= _MAX_SHAPES:
+            self.known.clear()
+        self.known[shape] = (lengths, lengths(data))
         return True

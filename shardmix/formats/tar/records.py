@@ -23,6 +23,11 @@ from shardmix.formats.tar.members import TarMembers
 from shardmix.formats.tar.names import split_member_name
 from shardmix.policy import Damage, DamageHandler
 
+# A block is handed on past this many records, or this many member bytes: about what one run
+# of a 64 KiB read buffer gives on plain members of small records.
+_BLOCK_RECORDS = 32
+_BLOCK_BYTES = 1 << 16
+
 
 def _one(
     record: int, offset: int, sample: dict[str, Any], blocks: bool
@@ -102,6 +107,7 @@ class TarRecords:
         columnar = False
         filled = width = 0
         fast = wanted is None and not self.index_every  # counting passes note offsets below
+        held = 0  # member bytes of the runs since the block was last handed on
         try:
             for run in members.runs(max_size):
                 buffer, base, headers, sizes, names, _, entries = run
@@ -217,7 +223,12 @@ class TarRecords:
                             else:
                                 at = headers[index] + BLOCK
                                 sample[field] = buffer[at : at + size]
-                if len(keys) > 1:  # the records of the run before the last, which may go on
+                # The records before the last (which may go on) are handed on once the block
+                # holds enough: not after every run, since a run of members behind pax headers
+                # holds half the records, and every block costs its consumers the same.
+                held += sum(sizes)
+                if len(keys) > _BLOCK_RECORDS or (len(keys) > 1 and held >= _BLOCK_BYTES):
+                    held = 0
                     yield from block.flushed(blocks, keep_last=columnar)
                     keys, records, offsets, layout, values = block.columns()
                     width = len(layout)

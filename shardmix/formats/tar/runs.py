@@ -33,7 +33,7 @@ from shardmix.formats.tar.headers import (
     plain_count,
     read_pax,
 )
-from shardmix.formats.tar.pax import PaxShapes
+from shardmix.formats.tar.pax import SHAPE, PaxShapes
 
 _PAX, _LONG_NAME = ord("x"), ord("L")
 _MEMBER_TYPES = frozenset(b"07")
@@ -55,7 +55,8 @@ def plain_members(
     """
     if len(buffer) < first + BLOCK or buffer[first + 156] not in b"07xL":
         return None  # a quick no for what the slow path takes: no walk of the buffer
-    walked = _walk(buffer, first, max_size)
+    shapes = PaxShapes() if shapes is None else shapes
+    walked = _walk(buffer, first, max_size, shapes)
     if walked is None:
         return None
     checked, positions, headers, sizes, entries, metas = walked
@@ -64,17 +65,18 @@ def plain_members(
     del headers[taken:], sizes[taken:], entries[taken:]
     names = _names(buffer, headers)
     if metas:
-        shapes = PaxShapes() if shapes is None else shapes
         taken = _named(buffer, headers, sizes, names, entries, metas, shapes)
         del headers[taken:], sizes[taken:], names[taken:], entries[taken:]
     return (headers, sizes, names, entries) if headers else None
 
 
-def _walk(buffer: bytes, first: int, max_size: int) -> _Walked | None:
+def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walked | None:
     """Every header of the buffer's complete entries by their size fields: ``(checked,
     positions, headers, sizes, entries, metas)``: ``positions`` says where each member's header
     is in ``checked``, ``metas`` the pax and long-name headers of each member (by its index)
-    that has some."""
+    that may change it: a pax header that ``shapes`` knows to change nothing is stepped over
+    here, its shape told at the cost of a ``translate`` and a look-up (what
+    :meth:`PaxShapes.changes_nothing` does first, inline)."""
     at = first
     end = len(buffer)
     checked: list[int] = []  # every header, metadata ones included
@@ -84,6 +86,8 @@ def _walk(buffer: bytes, first: int, max_size: int) -> _Walked | None:
     entries: list[int] = []
     metas: dict[int, list[int]] = {}
     pending: list[int] = []  # the pax and long-name headers of the entry in progress
+    entry = -1  # where the entry in progress began, if at a pax or long-name header
+    known, shape_of, changes_nothing = shapes.known, SHAPE, shapes.changes_nothing
     while at + BLOCK <= end:
         size_text = buffer[at + 124 : at + 135]
         if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
@@ -99,14 +103,24 @@ def _walk(buffer: bytes, first: int, max_size: int) -> _Walked | None:
         if typeflag in (_PAX, _LONG_NAME):
             if size > MAX_META_BYTES:
                 break
-            pending.append(at)
+            if entry < 0:
+                entry = at
+            if typeflag == _PAX:
+                data = buffer[at + BLOCK : at + BLOCK + size]
+                shape = known.get(data.translate(shape_of))
+                if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
+                    pending.append(at)
+            else:
+                pending.append(at)
         elif typeflag in _MEMBER_TYPES and size <= max_size:
             if pending:
                 metas[len(headers)] = pending
-                entries.append(pending[0])
                 pending = []
-            else:
+            if entry < 0:
                 entries.append(at)
+            else:
+                entries.append(entry)
+                entry = -1
             positions.append(len(checked))
             headers.append(at)
             sizes.append(size)
@@ -116,8 +130,6 @@ def _walk(buffer: bytes, first: int, max_size: int) -> _Walked | None:
         at = after
     if not headers:
         return None
-    if not metas:
-        entries = headers  # one list for both: every entry is its member's header
     return checked, positions, headers, sizes, entries, metas
 
 
