@@ -25,7 +25,7 @@ import numpy as np
 
 from shardmix.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.formats import RecordBlock
-from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag
+from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag, key_tags
 from shardmix.lanes import LaneChunk
 from shardmix.mergekeys import LaneClocks, MergeKeys
 from shardmix.reader import Sample, sample_bytes
@@ -171,7 +171,7 @@ class ChunkBuilder:
         # the items do not carry.
         fields = blocks[0].fields
         keys = list(chain.from_iterable(b.keys for b in blocks))
-        tags = np.fromiter(map(key_tag, records.tolist(), keys), np.int64, count)
+        tags = np.fromiter(key_tags(records.tolist(), keys), np.int64, count)
         columns = {KEY_FIELD: column_of(keys)}
         for at, name in enumerate(fields):
             columns[name] = column_of(list(chain.from_iterable(b.values[at] for b in blocks)))

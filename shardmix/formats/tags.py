@@ -20,7 +20,15 @@ from __future__ import annotations
 import zlib
 from typing import Any, TypeVar
 
-__all__ = ["NO_TAG", "TAG_KEY", "key_tag", "record_tag", "tagging_reader", "tags_differ"]
+__all__ = [
+    "NO_TAG",
+    "TAG_KEY",
+    "key_tag",
+    "key_tags",
+    "record_tag",
+    "tagging_reader",
+    "tags_differ",
+]
 
 TAG_KEY = "__tag__"
 NO_TAG = 0
@@ -45,6 +53,23 @@ def key_tag(index: int, key: Any) -> int:
     if not isinstance(key, str):
         return NO_TAG
     return zlib.crc32(key.encode("utf-8", "surrogateescape"), index & 0xFFFFFFFF) % _TAGS + 1
+
+
+def key_tags(records: list[int], keys: list[Any]) -> list[int]:
+    """:func:`key_tag` of each record, in one loop without a call per record (a record block's:
+    what a worker pays for every record it reads).
+
+    >>> key_tags([3, 4], ["a/r3", None]) == [key_tag(3, "a/r3"), NO_TAG]
+    True
+    """
+    crc = zlib.crc32
+    try:
+        return [
+            crc(key.encode("utf-8", "surrogateescape"), index & 0xFFFFFFFF) % _TAGS + 1
+            for index, key in zip(records, keys, strict=True)
+        ]
+    except AttributeError:  # a key that is not a string: tagged one by one
+        return list(map(key_tag, records, keys))
 
 
 def tags_differ(expected: int, found: int) -> bool:
