@@ -8,6 +8,7 @@ came from.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,29 +27,39 @@ def write_shards(directory: Path, fmt: str, sizes: list[int], *, payload_bytes: 
     rng = np.random.default_rng(len(sizes))
     for shard, size in enumerate(sizes):
         path = directory / f"part-{shard:04d}.{fmt}"
-        if fmt == "tar":
-            with TarWriter(path) as writer:
-                for record in range(size):
-                    writer.write(
-                        {
-                            "__key__": record_key(shard, record),
-                            "txt": f"{shard}:{record}",
-                            "bin": rng.bytes(payload_bytes),
-                        }
-                    )
-        else:
-            with TFRecordWriter(path) as writer:
-                for record in range(size):
-                    writer.write_example(
-                        {
-                            "__key__": record_key(shard, record),
-                            "shard": shard,
-                            "record": record,
-                            "bin": rng.bytes(payload_bytes),
-                        }
-                    )
+        write_shard(path, fmt, shard, size, payload=lambda: rng.bytes(payload_bytes))
     last = len(sizes) - 1
     return str(directory / f"part-{{0000..{last:04d}}}.{fmt}")
+
+
+def write_shard(
+    path: Path,
+    fmt: str,
+    shard: int,
+    size: int,
+    *,
+    payload: Callable[[], bytes],
+    key: Callable[[int, int], str] = record_key,
+) -> None:
+    """Write shard ``shard``'s ``size`` records to ``path``: keys ``key(shard, record)``, each
+    ``bin`` field a ``payload()``."""
+    if fmt == "tar":
+        with TarWriter(path) as writer:
+            for record in range(size):
+                writer.write(
+                    {"__key__": key(shard, record), "txt": f"{shard}:{record}", "bin": payload()}
+                )
+    else:
+        with TFRecordWriter(path) as writer:
+            for record in range(size):
+                writer.write_example(
+                    {
+                        "__key__": key(shard, record),
+                        "shard": shard,
+                        "record": record,
+                        "bin": payload(),
+                    }
+                )
 
 
 def expected_keys(sizes: list[int]) -> Counter[str]:

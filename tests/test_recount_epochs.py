@@ -15,11 +15,9 @@ from test_record_claims import write_manifest_beside
 from shardmix import MixingLoader, ShardChangedError, ShardDataset
 from shardmix.counts import RecordCounts
 from shardmix.formats import Format, ReadOptions
-from shardmix.formats.tar_writer import TarWriter
-from shardmix.formats.tfrecord_writer import TFRecordWriter
 from shardmix.recount import ReadVersions, local_identity, recount_changed
 
-from shards import expected_keys, record_key, write_shards
+from shards import expected_keys, record_key, write_shard, write_shards
 
 SIZES = [20, 24, 16, 28]  # 88 records: an even total, so two ranks hold as many
 LATER_NS = 1_800_000_000_000_000_000
@@ -34,27 +32,7 @@ def new_key(shard: int, record: int) -> str:
 def rewrite(folder: Path, fmt: str, shard: int, records: int) -> Path:
     """Shard ``shard`` written again with ``records`` new records (keys ``n...``)."""
     path = folder / f"part-{shard:04d}.{fmt}"
-    if fmt == "tar":
-        with TarWriter(path) as writer:
-            for record in range(records):
-                writer.write(
-                    {
-                        "__key__": new_key(shard, record),
-                        "txt": f"{shard}:{record}",
-                        "bin": b"y" * 16,
-                    }
-                )
-    else:
-        with TFRecordWriter(path) as writer:
-            for record in range(records):
-                writer.write_example(
-                    {
-                        "__key__": new_key(shard, record),
-                        "shard": shard,
-                        "record": record,
-                        "bin": b"y" * 16,
-                    }
-                )
+    write_shard(path, fmt, shard, records, payload=lambda: b"y" * 16, key=new_key)
     os.utime(path, ns=(LATER_NS, LATER_NS))
     return path
 
