@@ -4,7 +4,8 @@ This module owns :class:`TarRecords`, whose :meth:`~TarRecords._read` is the one
 every read (from a record, in record blocks, wanted records, at offsets, counting). Its first
 part takes plain members into the columns of record blocks (:mod:`~shardmix.formats.blocks`),
 a few list operations per member; a read of samples gives the blocks' records back as dicts.
-The members come from :mod:`shardmix.formats.tar.members`; the reader interface is
+The members come from :mod:`shardmix.formats.tar.members`, the wording and reporting of damage
+from :mod:`shardmix.formats.tar.damage`; the reader interface is
 :mod:`shardmix.formats.tar.reader`'s.
 """
 
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Generator, Iterator
 from typing import Any, cast
 
 from shardmix.errors import CorruptShardError, ShardmixError
 from shardmix.formats.blocks import BlockColumns, RecordBlock
 from shardmix.formats.registry import LocatedSample
-from shardmix.formats.tar.headers import BLOCK, Member, Run
+from shardmix.formats.tar.damage import RecordDamage
+from shardmix.formats.tar.headers import BLOCK, Run
 from shardmix.formats.tar.members import TarMembers
 from shardmix.formats.tar.names import split_member_name
-from shardmix.policy import Damage, DamageHandler
+from shardmix.policy import DamageHandler
 
 # A block is handed on past this many records, or this many member bytes: about what one run
 # of a 64 KiB read buffer gives on plain members of small records.
@@ -36,19 +38,43 @@ def _one(
     return RecordBlock.of(record, offset, sample) if blocks else (record, offset, sample)
 
 
-class TarRecords:
+class _Reading:
+    """What one read of :class:`TarRecords` carries from run to run: the record in progress
+    (``key``, ``record``; a ``sample`` dict, or with ``columnar`` the block's last record, its
+    first ``filled`` of the block's ``width`` fields read) and the block being filled."""
+
+    __slots__ = (
+        "start", "last", "wanted", "fast", "first_seen", "sample", "fields", "key", "record",
+        "block", "columnar", "filled", "width", "held", "past_last",
+    )  # fmt: skip
+
+    def __init__(
+        self, start: int, stop: int | None, wanted: Collection[int] | None, fast: bool
+    ) -> None:
+        last = max(wanted) if wanted else sys.maxsize
+        self.start = start
+        self.last = last if stop is None else min(last, stop - 1)
+        self.wanted = wanted
+        self.fast = fast  # the first loop runs (counting passes note offsets in the second)
+        self.first_seen: dict[str, tuple[int, int]] = {}  # key: (record, its first header)
+        self.sample: dict[str, Any] | None = None  # None: none, or not one to deliver
+        self.fields: set[str] = set()  # the sample's
+        self.key: str | None = None
+        self.record = -1
+        self.block = BlockColumns()
+        self.columnar = False
+        self.filled = self.width = 0
+        self.held = 0  # member bytes of the runs since the block was last handed on
+        self.past_last = False
+
+
+class TarRecords(RecordDamage):
     """Groups the members of one tar stream into records, and reports their damage."""
 
     def __init__(
         self, members: TarMembers, max_member_bytes: int, on_damage: DamageHandler | None
     ) -> None:
-        self.members = members
-        self._max_member_bytes = max_member_bytes
-        self._on_damage = on_damage
-        self.records = 0  # records begun so far
-        self.cut_at: int | None = None  # the first record lost with the framing, if reported
-        self._record_offset = 0  # offset of the current record's first entry
-        self._damage: CorruptShardError | None = None  # of the current record, not yet reported
+        super().__init__(members, max_member_bytes, on_damage)
         self.index_every = 0  # when > 0: note the offset of every ``index_every``-th record
         self.index: list[int] = []
 
@@ -82,170 +108,202 @@ class TarRecords:
     ) -> Iterator[LocatedSample | RecordBlock]:
         """The one loop of every read: located samples, or with ``blocks`` record blocks.
 
-        Two loops take the members of each run. The first handles the common case in as few
-        steps as can be: plain members whose names split at a dot, grouped into records that
-        are read, with no damage pending, each record's fields in the columns of a block (the
-        first record of a block sets its fields). Anything else stops it before the member
-        changes any state; the record in progress then becomes a sample dict, and the second
-        loop, which handles every case, goes on from that member until a record to read begins
-        further on in the run, which it hands back to the first.
+        Each run's members go through two loops (:meth:`_run`). The first (:meth:`_plain`)
+        handles the common case in as few steps as can be: plain members whose names split at
+        a dot, grouped into records that are read, with no damage pending, each record's fields
+        in the columns of a block (the first record of a block sets its fields). Anything else
+        stops it before the member changes any state; the record in progress then becomes a
+        sample dict, and the second loop (:meth:`_members`), which handles every case, goes on
+        from that member until a record to read begins further on in the run, which it hands
+        back to the first.
         """
-        members = self.members
-        max_size = self._max_member_bytes
-        last = max(wanted) if wanted else sys.maxsize
-        if stop is not None:
-            last = min(last, stop - 1)
-        first_seen: dict[str, tuple[int, int]] = {}
-        sample: dict[str, Any] | None = None  # the record being read, None if not delivered
-        fields: set[str] = set()
-        key: str | None = None
-        record = -1
-        block = BlockColumns()
-        # The first loop's records: the block's columns. ``columnar``: the current record is
-        # the block's last, its first ``filled`` fields read so far.
-        keys, records, offsets, layout, values = block.columns()
-        columnar = False
-        filled = width = 0
-        fast = wanted is None and not self.index_every  # counting passes note offsets below
-        held = 0  # member bytes of the runs since the block was last handed on
+        state = _Reading(start, stop, wanted, fast=wanted is None and not self.index_every)
         try:
-            for run in members.runs(max_size):
-                buffer, base, headers, sizes, names, _, entries = run
-                count = len(names)
-                done = 0  # members of the run taken so far
-                while done < count:
-                    ahead = (
-                        (headers, sizes, names, entries)
-                        if not done
-                        else (headers[done:], sizes[done:], names[done:], entries[done:])
-                    )
-                    for header, size, name, entry in zip(*ahead, strict=True) if fast else ():
-                        slash = name.rfind("/")
-                        dot = name.find(".", slash + 1)
-                        if dot <= slash + 1 or size > max_size or name.startswith("__"):
-                            break
-                        member_key, field = name[:dot], name[dot + 1 :].lower()
-                        if member_key != key:
-                            following = self.records
-                            if (
-                                following > last
-                                or following < start
-                                or member_key in first_seen
-                                or self._damage is not None
-                            ):
-                                break
-                            if columnar and filled != width:  # it lacks fields of the block
-                                sample, fields = block.take_last(filled)
-                                columnar = False
-                                yield from block.flushed(blocks)
-                                keys, records, offsets, layout, values = block.columns()
-                                width = 0
-                            if sample is not None:
-                                yield _one(record, self._record_offset, sample, blocks)
-                                sample = None
-                            key, record = member_key, following
-                            self.records = following + 1
-                            self._record_offset = offset = base + entry
-                            first_seen[key] = (record, base + header)
-                            keys.append(key)
-                            records.append(record)
-                            offsets.append(offset)
-                            columnar, filled = True, 0
-                        elif not columnar:
-                            break
-                        if filled < width and layout[filled] == field:
-                            column = values[filled]
-                        elif (
-                            filled == width
-                            and len(keys) == 1
-                            and field not in layout
-                            and not field.startswith("__")
-                        ):
-                            column = []
-                            layout.append(field)
-                            values.append(column)
-                            width += 1
-                        else:  # a field out of the block's order, or repeated: for the loop below
-                            break
-                        if buffer is None:
-                            column.append(members.read_data())
-                        else:
-                            at = header + BLOCK
-                            column.append(buffer[at : at + size])
-                        filled += 1
-                        done += 1
-                    if done == count:
-                        break
-                    if columnar:
-                        sample, fields = block.take_last(filled)
-                        columnar = False
-                    yield from block.flushed(blocks)
-                    keys, records, offsets, layout, values = block.columns()
-                    width = filled = 0
-                    handed, done = done, count  # the second loop hands back past ``handed``
-                    for index in range(handed, count):
-                        parts = split_member_name(names[index])
-                        if parts is None:
-                            continue
-                        member_key, field = parts
-                        if member_key != key:
-                            if fast and index > handed and start <= self.records <= last:
-                                done = index  # a record to read begins: the first loop's
-                                break
-                            if sample is not None:
-                                yield _one(record, self._record_offset, sample, blocks)
-                            entry = base + entries[index]
-                            self._end_record(record, entry)
-                            key = member_key
-                            record = self.records
-                            if record > last:
-                                return
-                            read = record >= start if wanted is None else record in wanted
-                            sample = {"__key__": key} if read else None
-                            fields = set()
-                            reappeared = self._begin_record(key, entry, run, index, first_seen)
-                            if reappeared is not None:
-                                self._damaged(reappeared, record, start)
-                                sample = None
-                        if field in fields or field.startswith("__"):
-                            self._damaged(
-                                self._misnamed(field, record, run.member(index)), record, start
-                            )
-                            sample = None
-                        fields.add(field)
-                        size = sizes[index]
-                        if size > max_size:
-                            self._damaged(self._too_large(record, run.member(index)), record, start)
-                            sample = None
-                        if sample is not None:
-                            if buffer is None:
-                                sample[field] = members.read_data()
-                            else:
-                                at = headers[index] + BLOCK
-                                sample[field] = buffer[at : at + size]
-                # The records before the last (which may go on) are handed on once the block
-                # holds enough: not after every run, since a run of members behind pax headers
-                # holds half the records, and every block costs its consumers the same.
-                held += sum(sizes)
-                if len(keys) > _BLOCK_RECORDS or (len(keys) > 1 and held >= _BLOCK_BYTES):
-                    held = 0
-                    yield from block.flushed(blocks, keep_last=columnar)
-                    keys, records, offsets, layout, values = block.columns()
-                    width = len(layout)
-            self._end_record(record, members.entry_offset)
+            for run in self.members.runs(self._max_member_bytes):
+                yield from self._run(state, run, blocks)
+                if state.past_last:
+                    return
+            self._end_record(state.record, self.members.entry_offset)
         except ShardmixError as error:
-            lost = self._lost(error, record, start)
-            if lost or not members.ended:
+            lost = self._lost(error, state.record, start)
+            if lost or not self.members.ended:
                 # What was read before the record in progress, as a read that stops here gives.
-                yield from block.flushed(blocks, keep_last=columnar)
+                yield from state.block.flushed(blocks, keep_last=state.columnar)
                 if lost:
                     raise
                 return
-        if columnar and filled != width:  # the last record lacks fields of its block
-            sample, fields = block.take_last(filled)
-        yield from block.flushed(blocks)
-        if sample is not None:
-            yield _one(record, self._record_offset, sample, blocks)
+        if state.columnar and state.filled != state.width:  # the last lacks fields of its block
+            state.sample, state.fields = state.block.take_last(state.filled)
+        yield from state.block.flushed(blocks)
+        if state.sample is not None:
+            yield _one(state.record, self._record_offset, state.sample, blocks)
+
+    def _run(
+        self, state: _Reading, run: Run, blocks: bool
+    ) -> Iterator[LocatedSample | RecordBlock]:
+        """The members of one run, the first loop's while they are plain, else the second's."""
+        count = len(run.names)
+        done = 0  # members of the run taken so far
+        block = state.block
+        while done < count:
+            if state.fast:
+                done, settle = self._plain(state, run, done)
+                if settle:  # a record begins: the one in progress is handed on first
+                    yield from self._settled(state, blocks)
+                    continue
+                if done == count:
+                    break
+            if state.columnar:  # the record in progress goes on as a sample dict
+                state.sample, state.fields = block.take_last(state.filled)
+                state.columnar = False
+            yield from block.flushed(blocks)
+            state.width = state.filled = 0
+            done = yield from self._members(state, run, done, blocks)
+            if state.past_last:
+                return
+        # The records before the last (which may go on) are handed on once the block holds
+        # enough: not after every run, since a run of members behind pax headers holds half
+        # the records, and every block costs its consumers the same.
+        state.held += sum(run.sizes)
+        held = len(block.keys)
+        if held > _BLOCK_RECORDS or (held > 1 and state.held >= _BLOCK_BYTES):
+            state.held = 0
+            yield from block.flushed(blocks, keep_last=state.columnar)
+            state.width = len(block.layout)
+
+    def _settled(self, state: _Reading, blocks: bool) -> Iterator[LocatedSample | RecordBlock]:
+        """Hand on the record in progress before the next begins: the block's last, as a
+        sample with the block before it when it lacks fields of the block, or the sample."""
+        if state.columnar and state.filled != state.width:
+            state.sample, state.fields = state.block.take_last(state.filled)
+            state.columnar = False
+            yield from state.block.flushed(blocks)
+            state.width = 0
+        if state.sample is not None:
+            yield _one(state.record, self._record_offset, state.sample, blocks)
+            state.sample = None
+
+    def _plain(self, state: _Reading, run: Run, done: int) -> tuple[int, bool]:
+        """The first loop, from member ``done`` of ``run``: ``(members taken, whether to stop
+        for the record in progress to be handed on, :meth:`_settled`, before the next)``."""
+        buffer, base, headers, sizes, names, _, entries = run
+        members, max_size, first_seen = self.members, self._max_member_bytes, state.first_seen
+        start, last, pending = state.start, state.last, state.sample is not None
+        keys, records, offsets, layout, values = state.block.columns()
+        key, record, columnar, filled, width = (
+            state.key, state.record, state.columnar, state.filled, state.width
+        )  # fmt: skip
+        if done:
+            headers, sizes, names, entries = (
+                headers[done:], sizes[done:], names[done:], entries[done:]
+            )  # fmt: skip
+        try:
+            for header, size, name, entry in zip(headers, sizes, names, entries, strict=True):
+                slash = name.rfind("/")
+                dot = name.find(".", slash + 1)
+                if dot <= slash + 1 or size > max_size or name.startswith("__"):
+                    break
+                member_key, field = name[:dot], name[dot + 1 :].lower()
+                if member_key != key:
+                    following = self.records
+                    if following > last or following < start or member_key in first_seen:
+                        break
+                    if self._damage is not None:  # the record before ends with its report
+                        break
+                    if pending or (columnar and filled != width):
+                        return done, True
+                    key, record = member_key, following
+                    self.records = following + 1
+                    self._record_offset = offset = base + entry
+                    first_seen[key] = (record, base + header)
+                    keys.append(key)
+                    records.append(record)
+                    offsets.append(offset)
+                    columnar, filled = True, 0
+                elif not columnar:
+                    break
+                if filled < width and layout[filled] == field:
+                    column = values[filled]
+                elif filled == width and len(keys) == 1 and field not in layout:
+                    if field.startswith("__"):
+                        break
+                    column = []
+                    layout.append(field)
+                    values.append(column)
+                    width += 1
+                else:  # a field out of the block's order, or repeated: for the second loop
+                    break
+                if buffer is None:
+                    column.append(members.read_data())
+                else:
+                    at = header + BLOCK
+                    column.append(buffer[at : at + size])
+                filled += 1
+                done += 1
+        finally:
+            state.key, state.record, state.columnar = key, record, columnar
+            state.filled, state.width = filled, width
+        return done, False
+
+    def _members(
+        self, state: _Reading, run: Run, handed: int, blocks: bool
+    ) -> Generator[LocatedSample | RecordBlock, None, int]:
+        """The second loop, from member ``handed`` of ``run`` on, whatever the members are:
+        gives where a record to read begins further on (the first loop's), else the run's
+        length (also when the read passed its last record: ``state.past_last``)."""
+        _, base, _, sizes, names, _, entries = run
+        count = len(names)
+        for index in range(handed, count):
+            parts = split_member_name(names[index])
+            if parts is None:
+                continue
+            key, field = parts
+            if key != state.key:
+                if state.fast and index > handed and state.start <= self.records <= state.last:
+                    return index  # a record to read begins: the first loop's
+                if state.sample is not None:
+                    yield _one(state.record, self._record_offset, state.sample, blocks)
+                    state.sample = None
+                if self._begins(state, key, run, index, base + entries[index]):
+                    return count
+            if field in state.fields or field.startswith("__"):
+                error = self._misnamed(field, state.record, run.member(index))
+                self._damaged(error, state.record, state.start)
+                state.sample = None
+            state.fields.add(field)
+            if sizes[index] > self._max_member_bytes:
+                error = self._too_large(state.record, run.member(index))
+                self._damaged(error, state.record, state.start)
+                state.sample = None
+            if state.sample is not None:
+                state.sample[field] = self._data(run, index)
+        return count
+
+    def _begins(self, state: _Reading, key: str, run: Run, index: int, entry: int) -> bool:
+        """Record ``key`` begins at member ``index`` of ``run`` (its entry at byte ``entry``) in
+        the second loop: whether it is past the last to read (the read ends)."""
+        self._end_record(state.record, entry)
+        state.key = key
+        record = state.record = self.records
+        if record > state.last:
+            state.past_last = True
+            return True
+        wanted = state.wanted
+        read = record >= state.start if wanted is None else record in wanted
+        state.sample = {"__key__": key} if read else None
+        state.fields = set()
+        reappeared = self._begin_record(key, entry, run, index, state.first_seen)
+        if reappeared is not None:
+            self._damaged(reappeared, record, state.start)
+            state.sample = None
+        return False
+
+    def _data(self, run: Run, index: int) -> bytes:
+        """The data of member ``index`` of ``run``."""
+        if run.buffer is None:
+            return self.members.read_data()
+        at = run.headers[index] + BLOCK
+        return run.buffer[at : at + run.sizes[index]]
 
     def sample_at(self, offset: int, record: int, end: int) -> dict[str, Any]:
         """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``.
@@ -313,73 +371,3 @@ class TarRecords:
             record=self.records - 1,
             offset=offset,
         )
-
-    def _misnamed(self, field: str, record: int, member: Member) -> CorruptShardError:
-        _, offset, number, name, _, _ = member
-        if field.startswith("__"):
-            return self.members.error(
-                f"tar member {number} {name!r} has field {field!r}: field names starting with "
-                "__ are reserved for shardmix's provenance keys (__key__, __source__, "
-                "__index__, __offset__); rename the member",
-                record=record,
-                offset=offset,
-            )
-        hint = ""
-        if "." in field:
-            key = name[: len(name) - len(field) - 1]
-            hint = (
-                f" (a key ends at the first dot of a member's base name, so {name!r} is field "
-                f"{field!r} of key {key!r}: a key holding a dot splits there; write keys "
-                "without dots)"
-            )
-        return self.members.error(
-            f"tar member {number} {name!r} repeats field {field!r} of its sample{hint}",
-            record=record,
-            offset=offset,
-        )
-
-    def _too_large(self, record: int, member: Member) -> CorruptShardError:
-        _, offset, number, name, size, _ = member
-        return self.members.error(
-            f"tar member {number} {name!r} declares {size} bytes of data, more than "
-            f"max_member_bytes={self._max_member_bytes} (raise max_member_bytes if the shard "
-            "really holds members this large)",
-            record=record,
-            offset=offset,
-        )
-
-    def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
-        """A record with intact framing is damaged: raise, or drop it (reported when it ends).
-
-        Damage in a record before ``start`` is not reported: that record is not being read.
-        """
-        if self._on_damage is None:
-            raise error
-        if record >= start and self._damage is None:
-            self._damage = error
-
-    def _end_record(self, record: int, end: int) -> None:
-        """Report the damage of the record that just ended at byte ``end``, with the bytes it
-        spanned."""
-        error, self._damage = self._damage, None
-        if error is not None and self._on_damage is not None:
-            size = end - self._record_offset
-            self._on_damage(Damage(error, record, self._record_offset, size))
-
-    def _lost(self, error: ShardmixError, record: int, start: int) -> bool:
-        """The framing is lost in ``record``: whether to raise (else the rest was reported)."""
-        if self._on_damage is None or not isinstance(error, CorruptShardError):
-            return True
-        if self.members.ended:  # junk after the end: every record is whole, the last one too
-            self._end_record(record, self.members.entry_offset)
-            record += 1
-            offset = error.offset
-        else:
-            pending, self._damage = self._damage, None
-            if pending is not None:  # report the record's own damage too
-                size = self.members.offset - self._record_offset
-                self._on_damage(Damage(pending, record, self._record_offset, size))
-            offset = self._record_offset if record >= 0 else error.offset
-        self.cut_at = max(record, 0)
-        self._on_damage(Damage(error, max(record, start, 0), offset, rest_of_shard=True))
-        return False
