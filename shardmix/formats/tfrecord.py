@@ -36,7 +36,7 @@ its skipping part. Header checks, errors and damage reports are
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, NamedTuple
 
@@ -75,6 +75,7 @@ from shardmix.formats.tfrecord_framing import (
     masked_crc,
     read_large,
     shard_stem,
+    skip_records,
 )
 from shardmix.policy import DamageHandler
 
@@ -100,50 +101,20 @@ class _Span(NamedTuple):
     at: int | None = None  # a record must start there: its absence is damage
 
 
-def _skip_records(
-    framing: Framing,
-    count: int,
-    record: int = 0,
-    offset: int = 0,
-    index: tuple[int, list[int]] | None = None,
-    report: bool = False,
-) -> tuple[int, int]:
-    """Skip from ``record`` (at ``offset``) up to record ``count``; returns (record, offset).
-
-    The record reached is less than ``count`` when the shard ends first, or, with ``report``,
-    where its framing is lost (reported to the framing's ``on_damage``). ``index``, as
-    ``(every, offsets)``, collects the offset of every ``every``-th record skipped.
-    """
-    try:
-        while record < count:
-            length = framing.next_length(record, offset)
-            if length is None:
-                return record, offset
-            framing.skip(length + FOOTER_SIZE, record, offset)
-            if index is not None and record % index[0] == 0:
-                index[1].append(offset)
-            record += 1
-            offset += HEADER_SIZE + length + FOOTER_SIZE
-    except ShardmixError as error:
-        if not report or framing.lost(error, record, offset):
-            raise
-    return record, offset
-
-
 def _walk(
     framing: Framing, spans: Iterable[_Span], verify: bool, record: int = 0, offset: int = 0
 ) -> Iterator[tuple[int, int, bytes, bytes]]:
     """``(record, offset, payload, footer)`` of the records of each span, from ``record`` at
     ``offset`` (the footer: the data CRC's bytes, what a record's tag hashes).
 
-    The one loop over records; damage is handled here and only here. Between spans, records
-    are skipped by their framing, or seeked to when the span says where it starts. The hot
-    loop: one header read, one data read, one footer read per record.
+    The one loop over records (:func:`_span`'s); damage is handled there and here only. Between
+    spans, records are skipped by their framing, or seeked to when the span says where it
+    starts.
     """
-    try:
-        for first, stop, at in spans:
+    for first, stop, at in spans:
+        try:
             if at is None:
-                record, offset = _skip_records(framing, first, record, offset)
+                record, offset = skip_records(framing, first, record, offset)
                 if record < first:
                     if record == 0:
                         framing.warn_empty()
@@ -151,61 +122,74 @@ def _walk(
             else:
                 record, offset = first, at
                 framing.seek(record, offset)
-            read = framing.stream.read
-            crc = crc32c.crc32c
-            unpack_crc = CRC.unpack
-            direct_read = framing.direct_read
-            unpack_header = HEADER.unpack
-            size_known, limit = framing.size, framing.max_record_bytes
-            while record < stop:
-                # The header's checks inline (Framing.header says what failed, and raises).
-                header = read(HEADER_SIZE)
-                if len(header) == HEADER_SIZE:
-                    length, stored = unpack_header(header)
-                    value = crc(header[:8])
-                    if (
-                        (((value >> 15) | (value << 17)) + MASK_DELTA) & MASK32 != stored
-                        or length > limit
-                        or (
-                            size_known is not None
-                            and length + FOOTER_SIZE > size_known - offset - HEADER_SIZE
-                        )
-                    ):
-                        length = framing.header(header, record, offset)
-                else:
-                    length = framing.length_of(header, record, offset)
-                if length is None:
-                    if at is not None:
-                        raise framing.corrupt(
-                            record, offset, "expected a record here, found the end"
-                        )
-                    if record == 0:
-                        framing.warn_empty()
-                    return
-                if length <= direct_read:
-                    data = read(length)
-                    footer = read(FOOTER_SIZE)
-                    if len(data) != length or len(footer) != FOOTER_SIZE:
-                        data, footer = finish_short_read(
-                            framing, data, footer, length, record, offset
-                        )
-                else:
-                    data, footer = read_large(framing, length, record, offset)
-                if verify:
-                    value = crc(data)
-                    computed = (((value >> 15) | (value << 17)) + MASK_DELTA) & MASK32
-                    (stored,) = unpack_crc(footer)
-                    if computed != stored:
-                        data_crc_mismatch(framing, length, stored, computed, record, offset)
-                    else:
-                        yield record, offset, data, footer
+        except ShardmixError as error:
+            if framing.lost(error, record, offset):
+                raise
+            return
+        walked = yield from _span(framing, stop, at is not None, verify, record, offset)
+        if walked is None:
+            return
+        record, offset = walked
+
+
+def _span(
+    framing: Framing, stop: int, placed: bool, verify: bool, record: int, offset: int
+) -> Generator[tuple[int, int, bytes, bytes], None, tuple[int, int] | None]:
+    """The records of one span (:func:`_walk`), from ``record`` at ``offset`` to ``stop``: where
+    the walk goes on, or None where it ends (the stream's end; damage reported). ``placed``:
+    the span said where it starts, so a record must be there. The hot loop: one header read,
+    one data read, one footer read per record."""
+    read, crc, unpack_crc = framing.stream.read, crc32c.crc32c, CRC.unpack
+    direct_read, unpack_header = framing.direct_read, HEADER.unpack
+    size_known, limit = framing.size, framing.max_record_bytes
+    try:
+        while record < stop:
+            # The header's checks inline (Framing.header says what failed, and raises).
+            header = read(HEADER_SIZE)
+            if len(header) == HEADER_SIZE:
+                length, stored = unpack_header(header)
+                value = crc(header[:8])
+                if (
+                    (((value >> 15) | (value << 17)) + MASK_DELTA) & MASK32 != stored
+                    or length > limit
+                    or (
+                        size_known is not None
+                        and length + FOOTER_SIZE > size_known - offset - HEADER_SIZE
+                    )
+                ):
+                    length = framing.header(header, record, offset)
+            else:
+                length = framing.length_of(header, record, offset)
+            if length is None:
+                if placed:
+                    raise framing.corrupt(record, offset, "expected a record here, found the end")
+                if record == 0:
+                    framing.warn_empty()
+                return None
+            if length <= direct_read:
+                data = read(length)
+                footer = read(FOOTER_SIZE)
+                if len(data) != length or len(footer) != FOOTER_SIZE:
+                    data, footer = finish_short_read(framing, data, footer, length, record, offset)
+            else:
+                data, footer = read_large(framing, length, record, offset)
+            if verify:
+                value = crc(data)
+                computed = (((value >> 15) | (value << 17)) + MASK_DELTA) & MASK32
+                (stored,) = unpack_crc(footer)
+                if computed != stored:
+                    data_crc_mismatch(framing, length, stored, computed, record, offset)
                 else:
                     yield record, offset, data, footer
-                record += 1
-                offset += HEADER_SIZE + length + FOOTER_SIZE
+            else:
+                yield record, offset, data, footer
+            record += 1
+            offset += HEADER_SIZE + length + FOOTER_SIZE
     except ShardmixError as error:
         if framing.lost(error, record, offset):
             raise
+        return None
+    return record, offset
 
 
 def read_tfrecord_records(
@@ -373,7 +357,7 @@ class TFRecordReader:
         return _samples(framing, _walk(framing, spans, True), self)
 
     def count(self, stream: BinaryIO, url: str) -> int:
-        record, _ = _skip_records(self._framing(stream, url, None), sys.maxsize)
+        record, _ = skip_records(self._framing(stream, url, None), sys.maxsize)
         return record
 
     def index(
@@ -383,7 +367,7 @@ class TFRecordReader:
         framing = self._framing(stream, url, on_damage)
         found = (every, offsets) if every else None
         report = on_damage is not None
-        record, _ = _skip_records(framing, sys.maxsize, index=found, report=report)
+        record, _ = skip_records(framing, sys.maxsize, index=found, report=report)
         return record, offsets
 
 

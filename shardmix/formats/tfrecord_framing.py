@@ -275,3 +275,33 @@ def shard_stem(url: str) -> str:
         if name.lower().endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def skip_records(
+    framing: Framing,
+    count: int,
+    record: int = 0,
+    offset: int = 0,
+    index: tuple[int, list[int]] | None = None,
+    report: bool = False,
+) -> tuple[int, int]:
+    """Skip from ``record`` (at ``offset``) up to record ``count``; returns (record, offset).
+
+    The record reached is less than ``count`` when the shard ends first, or, with ``report``,
+    where its framing is lost (reported to the framing's ``on_damage``). ``index``, as
+    ``(every, offsets)``, collects the offset of every ``every``-th record skipped.
+    """
+    try:
+        while record < count:
+            length = framing.next_length(record, offset)
+            if length is None:
+                return record, offset
+            framing.skip(length + FOOTER_SIZE, record, offset)
+            if index is not None and record % index[0] == 0:
+                index[1].append(offset)
+            record += 1
+            offset += HEADER_SIZE + length + FOOTER_SIZE
+    except ShardmixError as error:
+        if not report or framing.lost(error, record, offset):
+            raise
+    return record, offset

@@ -193,12 +193,11 @@ class TarRecords(RecordDamage):
         key, record, columnar, filled, width = (
             state.key, state.record, state.columnar, state.filled, state.width
         )  # fmt: skip
+        ahead = (headers, sizes, names, entries)
         if done:
-            headers, sizes, names, entries = (
-                headers[done:], sizes[done:], names[done:], entries[done:]
-            )  # fmt: skip
+            ahead = (headers[done:], sizes[done:], names[done:], entries[done:])
         try:
-            for header, size, name, entry in zip(headers, sizes, names, entries, strict=True):
+            for header, size, name, entry in zip(*ahead, strict=True):
                 slash = name.rfind("/")
                 dot = name.find(".", slash + 1)
                 if dot <= slash + 1 or size > max_size or name.startswith("__"):

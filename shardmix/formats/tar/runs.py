@@ -74,9 +74,8 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
     """Every header of the buffer's complete entries by their size fields: ``(checked,
     positions, headers, sizes, entries, metas)``: ``positions`` says where each member's header
     is in ``checked``, ``metas`` the pax and long-name headers of each member (by its index)
-    that may change it: a pax header that ``shapes`` knows to change nothing is stepped over
-    here, its shape told at the cost of a ``translate`` and a look-up (what
-    :meth:`PaxShapes.changes_nothing` does first, inline)."""
+    that may change it (a pax header of a shape ``shapes`` knows to change nothing is stepped
+    over: a ``translate`` and a look-up, :meth:`PaxShapes.changes_nothing`'s first step)."""
     at = first
     end = len(buffer)
     checked: list[int] = []  # every header, metadata ones included
