@@ -80,6 +80,8 @@ def host_of(url: str) -> str:
     >>> host_of("s3://bucket/x.tar")
     's3://bucket'
     """
+    if "://" not in url:  # a path: most shards, one look each
+        return "file://"
     parts = urlsplit(url)
     if not parts.scheme or len(parts.scheme) < 2:  # a path (a drive letter is no scheme)
         return "file://"
