@@ -46,6 +46,11 @@ from shardmix.formats.tar.headers import (
 from shardmix.formats.tar.pax import PaxShapes
 from shardmix.formats.tar.runs import plain_members
 
+# A run walks a window of the stream's buffer, from the first size after a seek doubling up to
+# the last: a range read's buffer holds the whole range, which one record's read must not walk.
+_FIRST_RUN_BYTES = 16 << 10
+_MAX_RUN_BYTES = 4 << 20
+
 
 class TarMembers(FramingErrors):
     """Walks one tar stream header by header, yielding the name of each regular member."""
@@ -74,6 +79,7 @@ class TarMembers(FramingErrors):
         self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
         self.link: str | None = None  # the current member's target, when it is a hard link
+        self._run_bytes = _FIRST_RUN_BYTES  # how much of the buffer the next run may walk
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
@@ -81,6 +87,7 @@ class TarMembers(FramingErrors):
         self._next_offset = offset
         self._pending = 0
         self.ended = False
+        self._run_bytes = _FIRST_RUN_BYTES
 
     # -- reading --------------------------------------------------------------------------
 
@@ -259,7 +266,16 @@ class TarMembers(FramingErrors):
             return None
         buffer = self._peek(BLOCK)
         first = self._pending  # the rest of the member before, where its data was not read
-        found = plain_members(buffer, first, max_size, self._pax_shapes)
+        window = first + self._run_bytes
+        if len(buffer) > window:
+            self._run_bytes = min(2 * self._run_bytes, _MAX_RUN_BYTES)
+            found = plain_members(buffer[:window], first, max_size, self._pax_shapes)
+            if found is not None:
+                buffer = buffer[:window]
+            else:  # a member larger than the window
+                found = plain_members(buffer, first, max_size, self._pax_shapes)
+        else:
+            found = plain_members(buffer, first, max_size, self._pax_shapes)
         if found is None:
             return None
         headers, sizes, names, entries = found
