@@ -507,11 +507,11 @@ def resume_section(config: Config) -> list[Row]:
         epoch_seconds = time.perf_counter() - start
         stop = int(total * 0.9)
         interrupted = make()
-        for step, _ in enumerate(interrupted, 1):
-            if step == stop:
-                break
+        held = iter(interrupted)  # held: a state taken inside the loop is the mid-epoch position
+        for _ in range(stop):
+            next(held)
         state = json_module.dumps(interrupted.state_dict())
-        del interrupted
+        del held, interrupted
         gc.collect()
         start = time.perf_counter()
         restored = make()
