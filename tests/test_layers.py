@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "manifests",
             "arguments",
             "checkpoint",
+            "statefields",
             "cacheroom",
             "apportion",
         ),
