@@ -34,10 +34,10 @@ from shardmix.checkpoint import (
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.epochplan import lane_starts, piece_ref, plan_epoch
+from shardmix.epochplan import check_lanes, plan_epoch
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.kept import Exchange, agreed_totals, learn_epoch, stale_kept
-from shardmix.mixing import LaneMerge
+from shardmix.mixing import LaneMerge, resume_points
 from shardmix.policy import SkipLedger
 from shardmix.rankend import (
     RankEnd,
@@ -142,13 +142,11 @@ class EpochIterator:
         self.identities: dict[int, ShardIdentity] = {}
         starts = None
         live = None
-        cursor = 0
         if resume is not None:
             assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
-            mixer_state = resume["mixer"]
             assert self.plan is not None
-            starts = lane_starts(mixer_state["lanes"], self.plan, epoch)
-            live, cursor = mixer_state["live"], mixer_state["cursor"]
+            check_lanes(resume["mixer"], self.plan, epoch)
+            live, starts = resume_points(resume["mixer"])
             self.batches = resume["batches"]
             self.emitted = resume["emitted"]
             self.pad_refs = unpack_refs(resume["pad"], "pad")
@@ -249,13 +247,12 @@ class EpochIterator:
             self.store,
             clocks=clocks,
             lane_pieces=lane_pieces,
-            live=live,
-            cursor=cursor,
-            start=starts,
             dropped=dropped,
             ledger=self.skipped,
             note_filtered=len(getattr(dataset, "urls", ())) if self._learn is not False else 0,
         )
+        if resume is not None:
+            self.merge.load_state_dict(resume["mixer"])
 
     def __iter__(self) -> EpochIterator:
         return self
@@ -595,11 +592,8 @@ class EpochIterator:
         return dict(self._pad[position % len(self._pad)])
 
     def position(self) -> dict[str, Any]:
-        live = self.merge.live()
-        lanes = [
-            [p.slot, p.record, p.offset, *piece_ref(self.plan, lane, p.slot), p.tag]
-            for lane, p in enumerate(self.merge.lane_positions())
-        ]
+        mixer = self.merge.state_dict()
+        lanes = mixer["lanes"]
         slots = self.buffer.slots
         residents = self._refs(slots)
         referenced = chain(
@@ -615,11 +609,7 @@ class EpochIterator:
                 SKIPPED: self.merge.dropped[SKIPPED],
                 "padded": self.padded,
             },
-            "mixer": {
-                "live": live,
-                "cursor": self.merge.cursor(live),
-                "lanes": lanes,
-            },
+            "mixer": mixer,
             "buffer": {
                 "draws": self.buffer.draws.count,
                 "items": pack_refs(residents),

@@ -7,9 +7,8 @@ come from the dataset's plan, or after a resume on another world or batch size f
 state's phase (:mod:`shardmix.elastic`). Under several ranks it says the quota every rank
 yields and this rank's own total (:mod:`shardmix.sharding`).
 
-A lane's position in the state is ``[slot, record, offset, shard, start, stop, tag]``:
-:func:`piece_ref` names the piece, :func:`lane_starts` reads the positions back against a
-plan, :func:`epoch_start` is the position before an epoch's first batch.
+A resumed merge's lanes must name the pieces of this plan (:func:`check_lanes`);
+:func:`epoch_start` is the position before an epoch's first batch.
 
 Left to others: reading the pieces (:mod:`shardmix.workers`), merging the lanes
 (:mod:`shardmix.mixing`), the epoch's batches and where it ends (:mod:`shardmix.epoch`).
@@ -24,17 +23,12 @@ from typing import Any
 from shardmix.checkpoint import pack_refs, pack_sizes, pack_tags, unpack_pieces
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.formats.tags import NO_TAG
-from shardmix.lanes import LanePosition
 from shardmix.mergekeys import LaneClocks
+from shardmix.mixing import NO_PIECE, piece_name, start_state
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.world import end_exchange
-
-# A position past a lane's last piece (or at the start of an epoch, before the plan is made)
-# names no piece: ``(shard, start, stop)`` of none.
-NO_PIECE = (-1, 0, -1)
 
 
 @dataclass(frozen=True)
@@ -113,20 +107,11 @@ def _rank_quota(
     return quota, totals[rank]
 
 
-def piece_ref(plan: list[list[Piece]] | None, lane: int, slot: int) -> tuple[int, int, int]:
-    """``(shard, start, stop)`` of the piece in ``slot`` of ``lane``, as the state names it
-    (stop -1: to the shard's end)."""
-    if plan is None or slot >= len(plan[lane]):
-        return NO_PIECE
-    piece = plan[lane][slot]
-    return piece.shard, piece.start, -1 if piece.stop is None else piece.stop
-
-
-def lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> list[LanePosition]:
-    """Where each lane resumes, checking that the state names the pieces of this plan."""
-    starts = []
-    for lane, (slot, record, offset, *named, tag) in enumerate(saved):
-        planned = piece_ref(plan, lane, slot)
+def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -> None:
+    """Refuse a merge's state (:meth:`~shardmix.mixing.LaneMerge.state_dict`) whose lanes
+    name other pieces than this plan's."""
+    for lane, (slot, record, _, *named, _) in enumerate(merge["lanes"]):
+        planned = piece_name(plan, lane, slot)
         at_start = (slot, record) == (0, 0) and tuple(named) == NO_PIECE
         if tuple(named) != planned and not at_start:
             raise ConfigError(
@@ -135,8 +120,6 @@ def lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> 
                 f"has {planned} there; the shards' record counts changed since the checkpoint "
                 "(a manifest or count cache was rewritten): resume with the same data"
             )
-        starts.append(LanePosition(slot, record, offset, tag))
-    return starts
 
 
 def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
@@ -147,11 +130,7 @@ def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
         "emitted": 0,
         "pad": pack_refs([]),
         "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "mixer": {
-            "live": list(range(num_lanes)),
-            "cursor": 0,
-            "lanes": [[0, 0, -1, *NO_PIECE, NO_TAG] for _ in range(num_lanes)],
-        },
+        "mixer": start_state(num_lanes),
         "buffer": {
             "draws": 0,
             "items": pack_refs([]),
