@@ -19,17 +19,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from shardmix.bufferstage import BufferStage
 from shardmix.checkpoint import (
     Ref,
     check_refs,
     pack_identities,
     pack_refs,
-    pack_sizes,
-    pack_tags,
     unpack_identities,
     unpack_refs,
-    unpack_sizes,
-    unpack_tags,
 )
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
@@ -47,11 +44,10 @@ from shardmix.rankend import (
     undelivered,
 )
 from shardmix.reader import Sample
-from shardmix.residents import ResidentReads, read_refs
+from shardmix.residents import read_refs
 from shardmix.rows import RowStore
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, rank_quota, shuffle_warmup
-from shardmix.shuffle import eviction_order
 from shardmix.slotbuffer import SlotBuffer
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.transforms import FILTERED, SKIPPED
@@ -134,9 +130,14 @@ class EpochIterator:
             max_bytes=settings.shuffle_buffer_bytes,
             warmup=shuffle_warmup(self.batch_size),
         )
-        # Until it is evicted, a restored resident is a reference (:mod:`shardmix.residents`),
-        # held in the buffer as id ``-1 - its position``.
-        self._residents: ResidentReads | None = None
+        self.shuffle = BufferStage(
+            self.buffer,
+            self.store,
+            dataset,
+            epoch=epoch,
+            epoch_pass=epoch_pass,
+            first_wave=self.batch_size,
+        )
         # By shard index, the identity each shard read this epoch had (or the checkpoint says
         # it had): a shard found otherwise later in the epoch is refused.
         self.identities: dict[int, ShardIdentity] = {}
@@ -153,7 +154,6 @@ class EpochIterator:
             check_refs(self.pad_refs, len(dataset.urls), "pad")
             self.padded = resume["dropped"]["padded"]
             dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
-            self.buffer.draws.count = resume["buffer"]["draws"]
             saved = unpack_identities(resume["shards"], len(dataset.urls), "shards")
             self.identities = {shard: ShardIdentity.from_json(v) for shard, v in saved.items()}
         if isinstance(dataset, ShardDataset):
@@ -216,31 +216,8 @@ class EpochIterator:
             sent = self._checked(settings.stats.timed(sent))
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
-            assert isinstance(dataset, ShardDataset)
-            refs = unpack_refs(resume["buffer"]["items"])
-            check_refs(refs, len(dataset.urls), "buffer.items")
-            # Lanes left: pushes displace residents; none: the epoch ends popping them.
-            pushing = bool(live)
-            order = eviction_order(
-                self.buffer.draws,
-                len(refs),
-                2 * len(refs),
-                pushing=pushing,
-                limit=self.buffer.limit,
-            )
-            self._residents = ResidentReads(
-                dataset,
-                refs,
-                unpack_sizes(resume["buffer"]["sizes"]),
-                order,
-                first_wave=self.batch_size,
-                epoch=epoch,
-                epoch_pass=epoch_pass,
-                tags=unpack_tags(resume["buffer"]["tags"], len(refs)),
-            )
-            sizes = [resident.size for resident in self._residents.residents]
-            self.buffer.restore(-1 - np.arange(len(refs), dtype=np.int64), np.asarray(sizes))
-        self._first_wave_due = self._residents is not None
+            self.shuffle.load_state_dict(resume["buffer"], pushing=bool(live))
+        self._first_wave_due = resume is not None
         self.merge = LaneMerge(
             sent,
             num_lanes,
@@ -370,9 +347,9 @@ class EpochIterator:
         # getattr: an __init__ that raised (a refused plan) leaves some attributes unset.
         workers, self._workers = getattr(self, "_workers", None), None
         stop_workers(workers)
-        residents = getattr(self, "_residents", None)
-        if residents is not None:
-            residents.close()
+        shuffle = getattr(self, "shuffle", None)
+        if shuffle is not None:
+            shuffle.close()
 
     def __del__(self) -> None:
         self.close()
@@ -402,7 +379,7 @@ class EpochIterator:
             collated = self.collate_fn(self._as_samples(ids, pads))
         else:
             collated = self.store.batch(ids, self.collate_fn)
-            self._release(ids)
+            self.shuffle.release(ids)
         return pin_batch(collated) if self.pin_memory else collated
 
     def _at_end(self) -> bool:
@@ -422,8 +399,7 @@ class EpochIterator:
         if self._first_wave_due:
             # Before any sample: errors re-reading the first wave's residents come first.
             self._first_wave_due = False
-            assert self._residents is not None
-            self._residents.read_wave(0)
+            self.shuffle.read_first_wave()
         if self.phase:
             for kind in (FILTERED, SKIPPED):
                 if self.merge.dropped[kind]:
@@ -441,7 +417,7 @@ class EpochIterator:
         ids = self._next_ids(own_room)
         reserve = max(self.quota - self.own, min(self.quota, PAD_RESERVE)) - len(self.pad_refs)
         if reserve > 0 and self._world_size > 1:
-            self.pad_refs.extend(self._refs(ids[:reserve]))
+            self.pad_refs.extend(self.shuffle.refs(ids[:reserve]))
         self.emitted += len(ids)
         short = room - len(ids)
         pads = []
@@ -468,7 +444,7 @@ class EpochIterator:
         if self.even_ranks is EvenRanks.PAD:
             reserve = min(self.quota or 0, PAD_RESERVE) - len(self.pad_refs)
             if reserve > 0:
-                self.pad_refs.extend(self._refs(ids[:reserve]))
+                self.pad_refs.extend(self.shuffle.refs(ids[:reserve]))
         self.emitted += len(ids)
         short = room - len(ids)
         pads = []
@@ -542,42 +518,8 @@ class EpochIterator:
         return out[0] if len(out) == 1 else np.concatenate(out)
 
     def _as_samples(self, ids: np.ndarray, pads: list[Sample]) -> list[Sample]:
-        """``ids`` as sample dicts (a restored resident read now, or its wave was), then
-        ``pads``."""
-        samples = []
-        for row in ids.tolist():
-            if row >= 0:
-                samples.append(self.store.sample(row))
-            else:
-                assert self._residents is not None  # only a restore puts residents in
-                samples.append(self._residents.sample(self._residents.residents[-1 - row]))
-        self._release(ids)
-        return samples + pads
-
-    def _release(self, ids: np.ndarray) -> None:
-        """The samples of ``ids`` left with their batch: free their rows."""
-        self.store.release(ids[ids >= 0])
-
-    def _refs(self, ids: np.ndarray) -> list[Ref]:
-        """``(shard_index, record, offset)`` of each id: a stored sample's or a resident's."""
-        stored = ids >= 0
-        table = np.zeros((len(ids), 3), dtype=np.int64)
-        table[stored] = self.store.refs(ids[stored])
-        refs: list[Ref] = [(shard, record, offset) for shard, record, offset in table.tolist()]
-        for position in np.flatnonzero(~stored).tolist():
-            assert self._residents is not None  # only a restore puts residents in
-            refs[position] = self._residents.residents[-1 - int(ids[position])].ref
-        return refs
-
-    def _tags(self, ids: np.ndarray) -> list[int]:
-        """The record tag of each id: a stored sample's or a resident's."""
-        stored = ids >= 0
-        tags = np.zeros(len(ids), dtype=np.int64)
-        tags[stored] = self.store.tags(ids[stored])
-        for position in np.flatnonzero(~stored).tolist():
-            assert self._residents is not None  # only a restore puts residents in
-            tags[position] = self._residents.residents[-1 - int(ids[position])].tag
-        return tags.tolist()
+        """``ids`` as sample dicts, then ``pads``."""
+        return self.shuffle.samples(ids) + pads
 
     def _dropped_any(self) -> bool:
         """Whether this rank's epoch lost records: filtered, or skipped as damage."""
@@ -593,11 +535,10 @@ class EpochIterator:
 
     def position(self) -> dict[str, Any]:
         mixer = self.merge.state_dict()
-        lanes = mixer["lanes"]
-        slots = self.buffer.slots
-        residents = self._refs(slots)
         referenced = chain(
-            (lane[3] for lane in lanes), (ref[0] for ref in chain(residents, self.pad_refs))
+            (lane[3] for lane in mixer["lanes"]),
+            self.shuffle.shards(),
+            (ref[0] for ref in self.pad_refs),
         )
         return {
             "epoch": self.epoch,
@@ -610,12 +551,7 @@ class EpochIterator:
                 "padded": self.padded,
             },
             "mixer": mixer,
-            "buffer": {
-                "draws": self.buffer.draws.count,
-                "items": pack_refs(residents),
-                "sizes": pack_sizes(self.buffer.sizes.tolist()),
-                "tags": pack_tags(self._tags(slots)),
-            },
+            "buffer": self.shuffle.state_dict(),
             "shards": pack_identities(_as_json(self.identities), referenced),
             "phase": dict(self.phase),
         }

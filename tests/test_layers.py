@@ -63,6 +63,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "shuffle",
             "slotbuffer",
             "residents",
+            "bufferstage",
             "rankend",
             "epochplan",
             "epoch",
