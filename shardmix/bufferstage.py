@@ -31,6 +31,7 @@ from shardmix.checkpoint import (
     unpack_sizes,
     unpack_tags,
 )
+from shardmix.mixing import LaneMerge
 from shardmix.reader import Sample
 from shardmix.residents import ResidentReads
 from shardmix.rows import RowStore
@@ -61,10 +62,10 @@ def buffer_start() -> dict[str, Any]:
 class BufferStage:
     """A :class:`SlotBuffer` and what its ids name; its state names the residents' samples.
 
-    ``buffer`` is the epoch's to push to and pop from (the per-sample path goes to it
-    directly); this stage turns ids into samples, references and tags, says the state and
-    restores it. A restore's residents are read in waves of ``first_wave`` samples, then
-    twice as many, ... of ``dataset``'s ``epoch`` (and pass ``epoch_pass``).
+    It moves samples from a merge through ``buffer`` (:meth:`next_ids`), turns ids into
+    samples, references and tags, says the state and restores it. A restore's residents are
+    read in waves of ``first_wave`` samples, then twice as many, ... of ``dataset``'s
+    ``epoch`` (and pass ``epoch_pass``).
     """
 
     def __init__(
@@ -117,6 +118,30 @@ class BufferStage:
         sizes = [resident.size for resident in self.residents.residents]
         slots = (-1 - np.arange(len(refs), dtype=np.int64)).tolist()
         self.buffer.load_state_dict({"draws": state["draws"], "slots": slots, "sizes": sizes})
+
+    def next_ids(self, merge: LaneMerge, count: int) -> np.ndarray:
+        """The ids the buffer gives out next, ``count`` of them unless ``merge`` ended: runs
+        of its samples pushed in, the residents they displace out (popped at the end)."""
+        out = []
+        got = 0
+        buffer = self.buffer
+        while got < count:
+            wanted = count - got
+            ids, sizes = merge.peek(buffer.pushes_for(wanted))
+            if not len(ids):
+                merge.consume(0)  # the tombstones left after the last sample
+                popped = buffer.pop(wanted)
+                if len(popped):
+                    out.append(popped)
+                break
+            evicted, used = buffer.push(ids, sizes, wanted)
+            merge.consume(used)
+            if len(evicted):
+                out.append(evicted)
+                got += len(evicted)
+        if not out:
+            return np.empty(0, dtype=np.int64)
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
     def read_first_wave(self) -> None:
         """Read the first wave of a restore's residents now (its errors come first)."""

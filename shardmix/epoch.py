@@ -1,18 +1,20 @@
 """One epoch of a MixingLoader: the batches, and the position between them.
 
-An :class:`EpochIterator` starts the workers (:mod:`shardmix.workers`), merges their lanes
+An :class:`EpochIterator` starts the workers (:mod:`shardmix.epochworkers`), merges their lanes
 (:mod:`shardmix.mixing`), passes the samples through the shuffle buffer
-(:mod:`shardmix.shuffle`) and cuts batches; under several ranks it cuts or pads the epoch to
-the same number of samples on every rank. Between two batches its :meth:`EpochIterator.position`
-is the loader's state: each lane's position, the mixer's turn, the buffer's residents as
-``(shard, record, byte offset)`` references with their sizes, and its draw count. Resuming puts
-the residents back as references and reads each when the buffer evicts it, in waves asked for
-in order of need while the workers start (:mod:`shardmix.residents`).
+(:mod:`shardmix.bufferstage`) and cuts batches; under several ranks it cuts or pads the epoch
+to the same number of samples on every rank (:mod:`shardmix.padding`). Between two batches its
+:meth:`EpochIterator.position` is the loader's state: the epoch's counts, and each stage's own
+state under its key (:func:`~shardmix.epochplan.epoch_position`): the merge's (each lane's
+position, the turn) under ``"mixer"``, the shuffle buffer's (its residents as ``(shard,
+record, byte offset)`` references with their sizes and tags, its draw count) under
+``"buffer"``, the padding's under ``"pad"``, and the identities of the shards named. Resuming
+gives each stage its state back; the residents are read when the buffer evicts them, in waves
+asked for in order of need while the workers start (:mod:`shardmix.residents`).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from itertools import chain
 from typing import Any, TypeVar
@@ -20,21 +22,15 @@ from typing import Any, TypeVar
 import numpy as np
 
 from shardmix.bufferstage import BufferStage
-from shardmix.checkpoint import (
-    Ref,
-    check_refs,
-    pack_identities,
-    pack_refs,
-    unpack_identities,
-    unpack_refs,
-)
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.epochplan import check_lanes, plan_epoch
+from shardmix.epochplan import EpochPlanned, check_lanes, epoch_position, plan_ends, plan_epoch
+from shardmix.epochworkers import EpochWorkers
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
-from shardmix.kept import Exchange, agreed_totals, learn_epoch, stale_kept
+from shardmix.kept import learn_epoch, stale_kept
 from shardmix.mixing import LaneMerge, resume_points
+from shardmix.padding import PAD_RESERVE, Padding
 from shardmix.policy import SkipLedger
 from shardmix.rankend import (
     RankEnd,
@@ -44,27 +40,14 @@ from shardmix.rankend import (
     undelivered,
 )
 from shardmix.reader import Sample
-from shardmix.residents import read_refs
 from shardmix.rows import RowStore
 from shardmix.settings import EpochSettings
-from shardmix.sharding import EvenRanks, Piece, rank_quota, shuffle_warmup
+from shardmix.sharding import EvenRanks, shuffle_warmup
 from shardmix.slotbuffer import SlotBuffer
-from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.transforms import FILTERED, SKIPPED
-from shardmix.workers import (
-    failure_message,
-    is_worker_failure,
-    start_workers,
-    stop_workers,
-    worker_processes,
-)
-from shardmix.world import end_exchange
+from shardmix.workers import is_worker_failure
 
 T = TypeVar("T")
-
-# Under several ranks, at least this many of the epoch's first samples are kept by reference
-# to pad with, should the transform drop so many samples that this rank falls short.
-PAD_RESERVE = 1024
 
 
 class EpochIterator:
@@ -85,29 +68,20 @@ class EpochIterator:
     ):
         # Settings as a value, not the loader: no reference cycle, so dropping the loader stops
         # the workers at once instead of at the next garbage collection.
-        self.dataset = settings.dataset
+        self.dataset = dataset = settings.dataset
         self.batch_size = settings.batch_size
         self.drop_last = settings.drop_last
         self.collate_fn = settings.collate_fn
         self.pin_memory = settings.pin_memory
         self.epoch = epoch
         self.epoch_pass = epoch_pass  # the pass over the dataset within the epoch (mixtures)
-        self.batches = 0
-        self.emitted = 0
+        self.rank, self._world_size = settings.rank, settings.world_size
+        self.even_ranks = settings.even_ranks
+        self.batches = self.emitted = 0
         self.finished = False  # every batch of the epoch was handed out (the last one cut)
         self._deferred: BaseException | None = None  # met looking past the last batch cut
         self.closed = False  # the workers were stopped; the position stays valid
-        self._workers: Any = None
-        self._pool = settings.pool  # persistent workers, stopped only when an epoch fails
-        rank, world_size = settings.rank, settings.world_size
-        dataset = settings.dataset
-        self.pad_refs: list[Ref] = []
-        self._pad: list[Sample] | None = None
-        self.padded = 0  # samples repeated to reach the quota
-        self.rank = rank
-        self.even_ranks = settings.even_ranks
         self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
-        dropped = None
         # After a resume on another world or batch size, the rest of the epoch is a resized
         # phase: this rank's pieces come from the state (:mod:`shardmix.elastic`).
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
@@ -116,12 +90,9 @@ class EpochIterator:
             if isinstance(dataset, ShardDataset)
             else None
         )
-        self.plan: list[list[Piece]] | None = planned.plan if planned else None
-        self.quota: int | None = planned.quota if planned else None
-        self.own: int | None = planned.own if planned else None
-        filters = planned.filters if planned else False
-        clocks = planned.clocks if planned else None
-        lane_pieces = planned.lane_pieces if planned else None
+        self.plan = planned.plan if planned else None
+        self.workers = EpochWorkers(settings, epoch, epoch_pass, self.plan)
+        self.padding = Padding(dataset, epoch, epoch_pass)
         self.store = RowStore(dataset.urls if isinstance(dataset, ShardDataset) else None)
         self.buffer = SlotBuffer(
             settings.shuffle_buffer,
@@ -138,125 +109,71 @@ class EpochIterator:
             epoch_pass=epoch_pass,
             first_wave=self.batch_size,
         )
-        # By shard index, the identity each shard read this epoch had (or the checkpoint says
-        # it had): a shard found otherwise later in the epoch is refused.
-        self.identities: dict[int, ShardIdentity] = {}
-        starts = None
-        live = None
         if resume is not None:
-            assert isinstance(dataset, ShardDataset)  # load_state_dict checked it
-            assert self.plan is not None
-            check_lanes(resume["mixer"], self.plan, epoch)
-            live, starts = resume_points(resume["mixer"])
-            self.batches = resume["batches"]
-            self.emitted = resume["emitted"]
-            self.pad_refs = unpack_refs(resume["pad"], "pad")
-            check_refs(self.pad_refs, len(dataset.urls), "pad")
-            self.padded = resume["dropped"]["padded"]
-            dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
-            saved = unpack_identities(resume["shards"], len(dataset.urls), "shards")
-            self.identities = {shard: ShardIdentity.from_json(v) for shard, v in saved.items()}
+            self._load_counts(resume)
         if isinstance(dataset, ShardDataset):
-            dataset.expected = self.identities
-            dataset.read_versions.watch(self.identities)  # what the next epoch checks
-        # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
-        # (Not in a resized phase, whose totals are fixed: a drop there is refused instead.)
-        agree = filters and not self.phase
-        exchange = end_exchange(world_size, settings.group) if agree else None
-        # With learned kept counts every rank knows ahead where the epoch ends.
-        self._kept_claim: int | None = None  # this rank's kept samples, as learned
-        self._learn: Exchange | bool = False  # learn from this epoch (with the ranks' gather)
-        kept = getattr(dataset, "kept_counts", None)
-        if kept is not None and not self.phase:
-            assert isinstance(dataset, ShardDataset)  # only a ShardDataset has kept counts
-            if agree and exchange is None:  # ranks simulated in one process
-                totals = dataset.kept_totals(epoch, world_size, epoch_pass)
-                if totals is None:
-                    raise refuse_simulated_filter(
-                        epoch, rank, world_size, "samples", kept.transform_id
-                    )
-            else:
-                totals = agreed_totals(
-                    dataset.kept_totals(epoch, world_size, epoch_pass), exchange, world_size
-                )
-            if totals is not None:
-                self.quota, self.own = rank_quota(totals, self.even_ranks), totals[rank]
-                self._kept_claim, agree, exchange = self.own, False, None
-            elif resume is None:
-                self._learn = exchange if exchange is not None else True
+            dataset.expected = self.workers.identities
+            dataset.read_versions.watch(self.workers.identities)  # what the next epoch checks
+        ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
+        self.quota, self.own = ends.quota, ends.own
+        self._kept_claim = ends.kept_claim  # this rank's kept samples, as learned
+        self._learn = ends.learn  # learn from this epoch (with the ranks' gather)
+        self._simulated_filter = ends.simulated_filter
+        exchange = ends.exchange
         self.rank_end = (
             None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
         )
-        self._simulated_filter = (
-            agree and exchange is None and getattr(dataset, "transform", None) is not None
-        )
-        self._world_size = world_size
         self.skipped: SkipLedger | None = None
         if isinstance(dataset, ShardDataset) and dataset.policy.skips:
             damaged = dataset.record_counts.damaged  # warned about by the counting pass
             self.skipped = SkipLedger.for_policy(dataset.policy, reported=damaged)
+        self.merge = self._start(planned, resume)
+        self._first_wave_due = resume is not None
+
+    def _load_counts(self, resume: Mapping[str, Any]) -> None:
+        """Take the epoch's counts, the padding and the shards' identities from ``resume``,
+        once its lanes are found to name this plan's pieces."""
+        assert isinstance(self.dataset, ShardDataset)  # load_state_dict checked it
+        assert self.plan is not None
+        check_lanes(resume["mixer"], self.plan, self.epoch)
+        self.batches = resume["batches"]
+        self.emitted = resume["emitted"]
+        self.padding.load_state_dict({"pad": resume["pad"], "padded": resume["dropped"]["padded"]})
+        self.workers.load_identities(resume["shards"])
+
+    def _start(self, planned: EpochPlanned | None, resume: Mapping[str, Any] | None) -> LaneMerge:
+        """Start the workers (each lane where ``resume`` says), give the shuffle buffer its
+        state back while they read ahead, and merge what they send."""
+        clocks = planned.clocks if planned else None
+        starts, live = None, None
+        if resume is not None:
+            live, starts = resume_points(resume["mixer"])
         if live is not None and not live:
             sent: Iterator[Chunk] = iter(())
             num_lanes = len(starts or ())
         else:
-            with self._worker_start_named():
-                sent, num_lanes, self._workers = start_workers(
-                    dataset,
-                    epoch=epoch,
-                    rank=rank,
-                    world_size=world_size,
-                    starts=starts,
-                    epoch_pass=epoch_pass,
-                    lane_pieces=self.plan,
-                    clocks=clocks,
-                    options=settings.workers,
-                    pool=self._pool,
-                    identities=dict(self.identities),
-                )
-            sent = self._checked(settings.stats.timed(sent))
+            sent, num_lanes = self.workers.start(starts, clocks)
+        dropped = None
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
             self.shuffle.load_state_dict(resume["buffer"], pushing=bool(live))
-        self._first_wave_due = resume is not None
-        self.merge = LaneMerge(
+            dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
+        merge = LaneMerge(
             sent,
             num_lanes,
             self.store,
             clocks=clocks,
-            lane_pieces=lane_pieces,
+            lane_pieces=planned.lane_pieces if planned else None,
             dropped=dropped,
             ledger=self.skipped,
-            note_filtered=len(getattr(dataset, "urls", ())) if self._learn is not False else 0,
+            note_filtered=len(getattr(self.dataset, "urls", ())) if self._learn is not False else 0,
         )
         if resume is not None:
-            self.merge.load_state_dict(resume["mixer"])
+            merge.load_state_dict(resume["mixer"])
+        return merge
 
     def __iter__(self) -> EpochIterator:
         return self
-
-    @contextlib.contextmanager
-    def _worker_start_named(self) -> Iterator[None]:
-        """A worker that dies while the workers start (torch raises it from its SIGCHLD
-        handler wherever the main process is) is a named WorkerError there too."""
-        try:
-            yield
-        except RuntimeError as error:
-            if isinstance(error, ShardmixError) or not is_worker_failure(error):
-                raise
-            raise self.named_failure(error) from error
-
-    def _checked(self, sent: Iterator[Chunk]) -> Iterator[Chunk]:
-        """``sent``, each chunk's shard identities checked against those seen before."""
-        identities = self.identities
-        for chunk in sent:
-            for shard, identity in chunk.identities.items():
-                known = identities.get(shard)
-                if known is None:
-                    identities[shard] = identity
-                elif known != identity:
-                    assert isinstance(self.dataset, ShardDataset)  # only its chunks say
-                    check_identity(self.dataset.urls[shard], known, identity)
-            yield chunk
 
     def __next__(self) -> Any:
         if self.finished or self.closed:
@@ -316,26 +233,21 @@ class EpochIterator:
         the padding, and (under several ranks) the kept samples past the ranks' common end."""
         return {
             "dropped": self.merge.dropped[FILTERED],
-            "padded": self.padded,
+            "padded": self.padding.padded,
             "undelivered": self.undelivered or 0,
         }
 
     def named_failure(self, error: RuntimeError) -> WorkerError:
         """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
         shards; the epoch and its workers are stopped."""
-        processes = (
-            self._pool.processes() if self._pool is not None else worker_processes(self._workers)
-        )
-        urls = getattr(self.dataset, "urls", None)
-        message = failure_message(self.epoch, error, processes, self.plan, urls)
+        failure = self.workers.named_failure(error)
         self._fail()
-        return WorkerError(message)
+        return failure
 
     def _fail(self) -> None:
         """Stop this epoch and the workers it ran on, persistent or not."""
         self.close()
-        if self._pool is not None:
-            self._pool.close()
+        self.workers.fail()
 
     def close(self) -> None:
         """Stop this epoch's workers now.
@@ -345,11 +257,9 @@ class EpochIterator:
         """
         self.closed = True
         # getattr: an __init__ that raised (a refused plan) leaves some attributes unset.
-        workers, self._workers = getattr(self, "_workers", None), None
-        stop_workers(workers)
-        shuffle = getattr(self, "shuffle", None)
-        if shuffle is not None:
-            shuffle.close()
+        for stage in (getattr(self, "workers", None), getattr(self, "shuffle", None)):
+            if stage is not None:
+                stage.close()
 
     def __del__(self) -> None:
         self.close()
@@ -413,26 +323,27 @@ class EpochIterator:
         if self._simulated_filter and self.merge.dropped[FILTERED]:
             raise refuse_simulated_filter(self.epoch, self.rank, self._world_size, "a sample")
         room = max(0, min(count, self.quota - self.emitted))
-        own_room = max(0, min(room, self.own + self.padded - self.emitted))
+        padding = self.padding
+        own_room = max(0, min(room, self.own + padding.padded - self.emitted))
         ids = self._next_ids(own_room)
-        reserve = max(self.quota - self.own, min(self.quota, PAD_RESERVE)) - len(self.pad_refs)
-        if reserve > 0 and self._world_size > 1:
-            self.pad_refs.extend(self.shuffle.refs(ids[:reserve]))
+        if self._world_size > 1:
+            padding.keep(
+                self.shuffle.refs, ids, max(self.quota - self.own, min(self.quota, PAD_RESERVE))
+            )
         self.emitted += len(ids)
         short = room - len(ids)
         pads = []
         if short > 0:
-            if self._kept_claim is not None and self.emitted - self.padded < self.own:
+            own = self.emitted - padding.padded
+            if self._kept_claim is not None and own < self.own:
                 assert isinstance(self.dataset, ShardDataset) and self.dataset.kept_counts
-                kept = self.dataset.kept_counts
-                raise stale_kept(kept, self.epoch, self.rank, self.emitted - self.padded, self.own)
-            if self.emitted - self.padded < self.own and not self._dropped_any():
+                raise stale_kept(self.dataset.kept_counts, self.epoch, self.rank, own, self.own)
+            if own < self.own and not self._dropped_any():
                 raise ConfigError(
                     f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
                     f"but were counted at {self.own}; the shards changed while being read"
                 )
-            pads = [self._next_pad(self.padded + extra) for extra in range(short)]
-            self.padded += short
+            pads = self.padding.take(short)
             self.emitted += short
         return ids, pads
 
@@ -442,9 +353,7 @@ class EpochIterator:
         room = rank_end.room(self.emitted, count, self._lookahead)
         ids = self._next_ids(room)
         if self.even_ranks is EvenRanks.PAD:
-            reserve = min(self.quota or 0, PAD_RESERVE) - len(self.pad_refs)
-            if reserve > 0:
-                self.pad_refs.extend(self.shuffle.refs(ids[:reserve]))
+            self.padding.keep(self.shuffle.refs, ids, min(self.quota or 0, PAD_RESERVE))
         self.emitted += len(ids)
         short = room - len(ids)
         pads = []
@@ -455,8 +364,7 @@ class EpochIterator:
                     f"short of the {self.emitted + short} it had ready; the shards changed "
                     "while being read"
                 )
-            pads = [self._next_pad(self.padded + extra) for extra in range(short)]
-            self.padded += short
+            pads = self.padding.take(short)
             self.emitted += short
         self._end_if_over(0)
         return ids, pads
@@ -475,7 +383,7 @@ class EpochIterator:
         if claim is not None:
             if self.undelivered is None:
                 self.undelivered = undelivered(self.buffer, self.merge, self.store)
-            found = self.emitted - self.padded + self.undelivered
+            found = self.emitted - self.padding.padded + self.undelivered
             if found != claim:
                 raise stale_kept(kept, self.epoch, self.rank, found, claim)
             return
@@ -496,26 +404,7 @@ class EpochIterator:
 
     def _next_ids(self, count: int) -> np.ndarray:
         """The ids the buffer gives out next, ``count`` of them unless the epoch ends."""
-        out = []
-        got = 0
-        buffer, merge = self.buffer, self.merge
-        while got < count:
-            wanted = count - got
-            ids, sizes = merge.peek(buffer.pushes_for(wanted))
-            if not len(ids):
-                merge.consume(0)  # the tombstones left after the last sample
-                popped = buffer.pop(wanted)
-                if len(popped):
-                    out.append(popped)
-                break
-            evicted, used = buffer.push(ids, sizes, wanted)
-            merge.consume(used)
-            if len(evicted):
-                out.append(evicted)
-                got += len(evicted)
-        if not out:
-            return np.empty(0, dtype=np.int64)
-        return out[0] if len(out) == 1 else np.concatenate(out)
+        return self.shuffle.next_ids(self.merge, count)
 
     def _as_samples(self, ids: np.ndarray, pads: list[Sample]) -> list[Sample]:
         """``ids`` as sample dicts, then ``pads``."""
@@ -525,37 +414,28 @@ class EpochIterator:
         """Whether this rank's epoch lost records: filtered, or skipped as damage."""
         return sum(self.merge.dropped.values()) > 0 or bool(self.skipped)
 
-    def _next_pad(self, position: int) -> Sample:
-        if self._pad is None:
-            assert isinstance(self.dataset, ShardDataset)
-            self._pad = read_refs(self.dataset, self.pad_refs, self.epoch, self.epoch_pass)
-        if not self._pad:
-            raise ConfigError(f"epoch {self.epoch}: this rank has no records to pad with")
-        return dict(self._pad[position % len(self._pad)])
-
     def position(self) -> dict[str, Any]:
+        """The epoch's state: its counts, and each stage's own under its key."""
         mixer = self.merge.state_dict()
+        padding = self.padding.state_dict()
         referenced = chain(
             (lane[3] for lane in mixer["lanes"]),
             self.shuffle.shards(),
-            (ref[0] for ref in self.pad_refs),
+            (ref[0] for ref in self.padding.refs),
         )
-        return {
-            "epoch": self.epoch,
-            "batches": self.batches,
-            "emitted": self.emitted,
-            "pad": pack_refs(self.pad_refs),
-            "dropped": {
-                FILTERED: self.merge.dropped[FILTERED],
-                SKIPPED: self.merge.dropped[SKIPPED],
-                "padded": self.padded,
+        dropped = self.merge.dropped
+        return epoch_position(
+            self.epoch,
+            self.batches,
+            self.emitted,
+            pad=padding["pad"],
+            dropped={
+                FILTERED: dropped[FILTERED],
+                SKIPPED: dropped[SKIPPED],
+                "padded": padding["padded"],
             },
-            "mixer": mixer,
-            "buffer": self.shuffle.state_dict(),
-            "shards": pack_identities(_as_json(self.identities), referenced),
-            "phase": dict(self.phase),
-        }
-
-
-def _as_json(identities: Mapping[int, ShardIdentity]) -> dict[int, Any]:
-    return {shard: identity.to_json() for shard, identity in identities.items()}
+            mixer=mixer,
+            buffer=self.shuffle.state_dict(),
+            shards=self.workers.identities_state(referenced),
+            phase=dict(self.phase),
+        )

@@ -5,10 +5,14 @@ their clocks, and the samples this rank yields; and how a position names a lane'
 since the last epoch are counted again first (:mod:`shardmix.recount`), then the lanes' pieces
 come from the dataset's plan, or after a resume on another world or batch size from the
 state's phase (:mod:`shardmix.elastic`). Under several ranks it says the quota every rank
-yields and this rank's own total (:mod:`shardmix.sharding`).
+yields and this rank's own total (:mod:`shardmix.sharding`); :func:`plan_ends` says how the
+rank knows where its epoch ends (a quota known ahead, learned kept counts, or an exchange with
+the other ranks as it goes).
 
-A resumed merge's lanes must name the pieces of this plan (:func:`check_lanes`);
-:func:`epoch_start` is the position before an epoch's first batch.
+:func:`epoch_position` lays out an epoch's position (its counts, and each stage's own state
+under its key); :func:`epoch_start` is the position before an epoch's first batch, made of
+each stage's start state. A resumed merge's lanes must name this plan's pieces
+(:func:`check_lanes`).
 
 Left to others: reading the pieces (:mod:`shardmix.workers`), merging the lanes
 (:mod:`shardmix.mixing`), the epoch's batches and where it ends (:mod:`shardmix.epoch`).
@@ -20,11 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.checkpoint import pack_refs, pack_sizes, pack_tags, unpack_pieces
+from shardmix.bufferstage import buffer_start
+from shardmix.checkpoint import unpack_pieces
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
+from shardmix.kept import Exchange, agreed_totals
 from shardmix.mergekeys import LaneClocks
 from shardmix.mixing import NO_PIECE, piece_name, start_state
+from shardmix.padding import padding_state
+from shardmix.rankend import refuse_simulated_filter
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.transforms import FILTERED, SKIPPED
@@ -87,6 +95,62 @@ def plan_epoch(
     return EpochPlanned(plan, lane_pieces, clocks, quota, own, filters)
 
 
+@dataclass(frozen=True)
+class EpochEnds:
+    """How this rank knows where its epoch ends: a ``quota`` (with this rank's ``own`` total)
+    known ahead, or an ``exchange`` with the other ranks as it goes (:mod:`shardmix.rankend`),
+    or neither (the epoch ends with its lanes). ``kept_claim``: this rank's kept samples as
+    learned (checked at the end); ``learn``: learn the kept counts from this epoch (with the
+    ranks' gather); ``simulated_filter``: ranks simulated in one process, where a filtered
+    sample is refused."""
+
+    quota: int | None
+    own: int | None
+    exchange: Exchange | None = None
+    kept_claim: int | None = None
+    learn: Exchange | bool = False
+    simulated_filter: bool = False
+
+
+def plan_ends(
+    settings: EpochSettings,
+    epoch: int,
+    epoch_pass: int,
+    planned: EpochPlanned | None,
+    phase: Mapping[str, Any],
+    resumed: bool,
+) -> EpochEnds:
+    """Where this rank's epoch (planned as ``planned``) ends."""
+    dataset = settings.dataset
+    rank, world_size = settings.rank, settings.world_size
+    quota, own = (planned.quota, planned.own) if planned else (None, None)
+    # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
+    # (Not in a resized phase, whose totals are fixed: a drop there is refused instead.)
+    agree = bool(planned and planned.filters) and not phase
+    exchange = end_exchange(world_size, settings.group) if agree else None
+    # With learned kept counts every rank knows ahead where the epoch ends.
+    claim: int | None = None
+    learn: Exchange | bool = False
+    kept = getattr(dataset, "kept_counts", None)
+    if kept is not None and not phase:
+        assert isinstance(dataset, ShardDataset)  # only a ShardDataset has kept counts
+        if agree and exchange is None:  # ranks simulated in one process
+            totals = dataset.kept_totals(epoch, world_size, epoch_pass)
+            if totals is None:
+                raise refuse_simulated_filter(epoch, rank, world_size, "samples", kept.transform_id)
+        else:
+            totals = agreed_totals(
+                dataset.kept_totals(epoch, world_size, epoch_pass), exchange, world_size
+            )
+        if totals is not None:
+            quota, own = rank_quota(totals, settings.even_ranks), totals[rank]
+            claim, agree, exchange = own, False, None
+        elif not resumed:
+            learn = exchange if exchange is not None else True
+    simulated = agree and exchange is None and getattr(dataset, "transform", None) is not None
+    return EpochEnds(quota, own, exchange, claim, learn, simulated)
+
+
 def _rank_quota(
     dataset: ShardDataset,
     epoch: int,
@@ -122,21 +186,46 @@ def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -
             )
 
 
-def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
-    """The position at the start of ``epoch``, before any batch."""
+def epoch_position(
+    epoch: int,
+    batches: int,
+    emitted: int,
+    *,
+    pad: str,
+    dropped: Mapping[str, int],
+    mixer: dict[str, Any],
+    buffer: dict[str, Any],
+    shards: list[list[Any]],
+    phase: dict[str, Any],
+) -> dict[str, Any]:
+    """An epoch's position as the state lays it out: the epoch's counts, the padding's
+    references (``pad``; its count is under ``dropped``, beside the merge's tombstones), the
+    merge's state under ``"mixer"``, the shuffle stage's under ``"buffer"``, the identities of
+    the shards these name, and the resized phase."""
     return {
         "epoch": epoch,
-        "batches": 0,
-        "emitted": 0,
-        "pad": pack_refs([]),
-        "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "mixer": start_state(num_lanes),
-        "buffer": {
-            "draws": 0,
-            "items": pack_refs([]),
-            "sizes": pack_sizes([]),
-            "tags": pack_tags([]),
-        },
-        "shards": [],
-        "phase": {},
+        "batches": batches,
+        "emitted": emitted,
+        "pad": pad,
+        "dropped": dict(dropped),
+        "mixer": mixer,
+        "buffer": buffer,
+        "shards": shards,
+        "phase": phase,
     }
+
+
+def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
+    """The position at the start of ``epoch``, before any batch: each stage's start state."""
+    padding = padding_state([], 0)
+    return epoch_position(
+        epoch,
+        0,
+        0,
+        pad=padding["pad"],
+        dropped={FILTERED: 0, SKIPPED: 0, "padded": padding["padded"]},
+        mixer=start_state(num_lanes),
+        buffer=buffer_start(),
+        shards=[],
+        phase={},
+    )
