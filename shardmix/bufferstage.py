@@ -35,6 +35,8 @@ from shardmix.mixing import LaneMerge
 from shardmix.reader import Sample
 from shardmix.residents import ResidentReads
 from shardmix.rows import RowStore
+from shardmix.settings import EpochSettings
+from shardmix.sharding import shuffle_warmup
 from shardmix.shuffle import eviction_order
 from shardmix.slotbuffer import SlotBuffer
 
@@ -142,6 +144,25 @@ class BufferStage:
         if not out:
             return np.empty(0, dtype=np.int64)
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+    @classmethod
+    def for_epoch(
+        cls, settings: EpochSettings, store: RowStore, epoch: int, epoch_pass: int
+    ) -> BufferStage:
+        """The stage of ``epoch`` under ``settings``: its buffer seeded by ``(seed, epoch)``,
+        warming up over four batches, a restore's first wave a batch."""
+        buffer = SlotBuffer(
+            settings.shuffle_buffer,
+            seed=settings.seed,
+            epoch=epoch,
+            max_bytes=settings.shuffle_buffer_bytes,
+            warmup=shuffle_warmup(settings.batch_size),
+        )
+        first_wave = settings.batch_size
+        dataset = settings.dataset
+        return cls(
+            buffer, store, dataset, epoch=epoch, epoch_pass=epoch_pass, first_wave=first_wave
+        )
 
     def read_first_wave(self) -> None:
         """Read the first wave of a restore's residents now (its errors come first)."""

@@ -4,13 +4,9 @@ An :class:`EpochIterator` starts the workers (:mod:`shardmix.epochworkers`), mer
 (:mod:`shardmix.mixing`), passes the samples through the shuffle buffer
 (:mod:`shardmix.bufferstage`) and cuts batches; under several ranks it cuts or pads the epoch
 to the same number of samples on every rank (:mod:`shardmix.padding`). Between two batches its
-:meth:`EpochIterator.position` is the loader's state: the epoch's counts, and each stage's own
-state under its key (:func:`~shardmix.epochplan.epoch_position`): the merge's (each lane's
-position, the turn) under ``"mixer"``, the shuffle buffer's (its residents as ``(shard,
-record, byte offset)`` references with their sizes and tags, its draw count) under
-``"buffer"``, the padding's under ``"pad"``, and the identities of the shards named. Resuming
-gives each stage its state back; the residents are read when the buffer evicts them, in waves
-asked for in order of need while the workers start (:mod:`shardmix.residents`).
+:meth:`EpochIterator.position` is the loader's state: the epoch's counts and each stage's own
+state under its key (:func:`~shardmix.epochplan.epoch_position`). Resuming gives each stage
+its state back; the buffer's residents, references in the state, are read when it evicts them.
 """
 
 from __future__ import annotations
@@ -25,10 +21,17 @@ from shardmix.bufferstage import BufferStage
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.epochplan import EpochPlanned, check_lanes, epoch_position, plan_ends, plan_epoch
+from shardmix.epochplan import (
+    EpochPlanned,
+    check_lanes,
+    dropped_in,
+    epoch_position,
+    padding_in,
+    plan_ends,
+    plan_epoch,
+)
 from shardmix.epochworkers import EpochWorkers
-from shardmix.errors import ConfigError, ShardmixError, WorkerError
-from shardmix.kept import learn_epoch, stale_kept
+from shardmix.errors import ConfigError, WorkerError
 from shardmix.mixing import LaneMerge, resume_points
 from shardmix.padding import PAD_RESERVE, Padding
 from shardmix.policy import SkipLedger
@@ -42,10 +45,8 @@ from shardmix.rankend import (
 from shardmix.reader import Sample
 from shardmix.rows import RowStore
 from shardmix.settings import EpochSettings
-from shardmix.sharding import EvenRanks, shuffle_warmup
-from shardmix.slotbuffer import SlotBuffer
+from shardmix.sharding import EvenRanks
 from shardmix.transforms import FILTERED, SKIPPED
-from shardmix.workers import is_worker_failure
 
 T = TypeVar("T")
 
@@ -94,21 +95,8 @@ class EpochIterator:
         self.workers = EpochWorkers(settings, epoch, epoch_pass, self.plan)
         self.padding = Padding(dataset, epoch, epoch_pass)
         self.store = RowStore(dataset.urls if isinstance(dataset, ShardDataset) else None)
-        self.buffer = SlotBuffer(
-            settings.shuffle_buffer,
-            seed=settings.seed,
-            epoch=epoch,
-            max_bytes=settings.shuffle_buffer_bytes,
-            warmup=shuffle_warmup(self.batch_size),
-        )
-        self.shuffle = BufferStage(
-            self.buffer,
-            self.store,
-            dataset,
-            epoch=epoch,
-            epoch_pass=epoch_pass,
-            first_wave=self.batch_size,
-        )
+        self.shuffle = BufferStage.for_epoch(settings, self.store, epoch, epoch_pass)
+        self.buffer = self.shuffle.buffer  # the epoch's own reads of it (rank ends) go straight
         if resume is not None:
             self._load_counts(resume)
         if isinstance(dataset, ShardDataset):
@@ -116,8 +104,7 @@ class EpochIterator:
             dataset.read_versions.watch(self.workers.identities)  # what the next epoch checks
         ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
         self.quota, self.own = ends.quota, ends.own
-        self._kept_claim = ends.kept_claim  # this rank's kept samples, as learned
-        self._learn = ends.learn  # learn from this epoch (with the ranks' gather)
+        self.kept = ends.kept
         self._simulated_filter = ends.simulated_filter
         exchange = ends.exchange
         self.rank_end = (
@@ -133,21 +120,18 @@ class EpochIterator:
     def _load_counts(self, resume: Mapping[str, Any]) -> None:
         """Take the epoch's counts, the padding and the shards' identities from ``resume``,
         once its lanes are found to name this plan's pieces."""
-        assert isinstance(self.dataset, ShardDataset)  # load_state_dict checked it
-        assert self.plan is not None
+        assert self.plan is not None  # a ShardDataset's: load_state_dict checked it
         check_lanes(resume["mixer"], self.plan, self.epoch)
         self.batches = resume["batches"]
         self.emitted = resume["emitted"]
-        self.padding.load_state_dict({"pad": resume["pad"], "padded": resume["dropped"]["padded"]})
+        self.padding.load_state_dict(padding_in(resume))
         self.workers.load_identities(resume["shards"])
 
     def _start(self, planned: EpochPlanned | None, resume: Mapping[str, Any] | None) -> LaneMerge:
         """Start the workers (each lane where ``resume`` says), give the shuffle buffer its
         state back while they read ahead, and merge what they send."""
         clocks = planned.clocks if planned else None
-        starts, live = None, None
-        if resume is not None:
-            live, starts = resume_points(resume["mixer"])
+        live, starts = resume_points(resume["mixer"]) if resume is not None else (None, None)
         if live is not None and not live:
             sent: Iterator[Chunk] = iter(())
             num_lanes = len(starts or ())
@@ -157,7 +141,7 @@ class EpochIterator:
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
             self.shuffle.load_state_dict(resume["buffer"], pushing=bool(live))
-            dropped = {kind: resume["dropped"][kind] for kind in (FILTERED, SKIPPED)}
+            dropped = dropped_in(resume)
         merge = LaneMerge(
             sent,
             num_lanes,
@@ -166,7 +150,9 @@ class EpochIterator:
             lane_pieces=planned.lane_pieces if planned else None,
             dropped=dropped,
             ledger=self.skipped,
-            note_filtered=len(getattr(self.dataset, "urls", ())) if self._learn is not False else 0,
+            note_filtered=len(getattr(self.dataset, "urls", ()))
+            if self.kept.learn is not False
+            else 0,
         )
         if resume is not None:
             merge.load_state_dict(resume["mixer"])
@@ -185,15 +171,15 @@ class EpochIterator:
         takes samples)."""
         if self.closed:
             return []
-        return self._guarded(lambda: self._as_samples(*self._take_to_end(count)))
+        return self._guarded(lambda: self._samples_to_end(count))
 
-    def _take_to_end(self, count: int) -> tuple[np.ndarray, list[Sample]]:
-        """:meth:`_take`, kept counts settled once it comes back short (the epoch's end)."""
+    def _samples_to_end(self, count: int) -> list[Sample]:
+        """:meth:`_take`'s samples, kept counts settled once it comes back short (the epoch's
+        end)."""
         ids, pads = self._take(count)
-        settle = self._kept_claim is not None or self._learn is not False
-        if len(ids) + len(pads) < count and settle:
+        if len(ids) + len(pads) < count and self.kept.due:
             self._settle_kept()
-        return ids, pads
+        return self.shuffle.samples(ids) + pads
 
     def available(self, count: int) -> int | None:
         """How many of the next ``count`` samples there are, read ahead as :meth:`_at_end`
@@ -208,24 +194,14 @@ class EpochIterator:
         if held >= count:
             return count
         ready = self._guarded(lambda: min(count, held + self.merge.lookahead(count - held)))
-        if ready < count and self._learn is not False:  # every lane ended: learn from them
+        if ready < count and self.kept.learn is not False:  # every lane ended: learn from them
             self._guarded(self._settle_kept)
         return ready
 
     def _guarded(self, step: Callable[[], T]) -> T:
-        """``step()``; on an error the workers stop at once, and a dead one is named."""
-        try:
-            return step()
-        except StopIteration:
-            raise
-        except RuntimeError as error:
-            if isinstance(error, ShardmixError) or not is_worker_failure(error):
-                self._fail()
-                raise
-            raise self.named_failure(error) from error
-        except BaseException:
-            self._fail()
-            raise
+        """``step()``; on an error the epoch and its workers stop at once, and a dead worker
+        is named (:meth:`~shardmix.epochworkers.EpochWorkers.guarded`)."""
+        return self.workers.guarded(step, self._fail)
 
     @property
     def filtered(self) -> dict[str, int]:
@@ -280,13 +256,13 @@ class EpochIterator:
                 finished = self._end_if_over(batch_size - 1 if self.drop_last else 0)
             else:
                 finished = self._at_end()
-            if finished and (self._kept_claim is not None or self._learn is not False):
+            if finished and self.kept.due:
                 self._settle_kept()
             self.finished = finished
         except Exception as error:  # raised by the next next(), after this batch
             self._deferred = error
         if pads or (len(ids) and ids.min() < 0):
-            collated = self.collate_fn(self._as_samples(ids, pads))
+            collated = self.collate_fn(self.shuffle.samples(ids) + pads)
         else:
             collated = self.store.batch(ids, self.collate_fn)
             self.shuffle.release(ids)
@@ -317,7 +293,7 @@ class EpochIterator:
         if self.rank_end is not None:
             return self._take_agreed(self.rank_end, count)
         if self.quota is None or self.own is None:
-            ids = self._next_ids(count)
+            ids = self.shuffle.next_ids(self.merge, count)
             self.emitted += len(ids)
             return ids, []
         if self._simulated_filter and self.merge.dropped[FILTERED]:
@@ -325,7 +301,7 @@ class EpochIterator:
         room = max(0, min(count, self.quota - self.emitted))
         padding = self.padding
         own_room = max(0, min(room, self.own + padding.padded - self.emitted))
-        ids = self._next_ids(own_room)
+        ids = self.shuffle.next_ids(self.merge, own_room)
         if self._world_size > 1:
             padding.keep(
                 self.shuffle.refs, ids, max(self.quota - self.own, min(self.quota, PAD_RESERVE))
@@ -335,10 +311,10 @@ class EpochIterator:
         pads = []
         if short > 0:
             own = self.emitted - padding.padded
-            if self._kept_claim is not None and own < self.own:
-                assert isinstance(self.dataset, ShardDataset) and self.dataset.kept_counts
-                raise stale_kept(self.dataset.kept_counts, self.epoch, self.rank, own, self.own)
-            if own < self.own and not self._dropped_any():
+            if self.kept.claim is not None and own < self.own:
+                raise self.kept.stale(own)
+            # Short of the count with no record lost (filtered, or skipped as damage).
+            if own < self.own and not (sum(self.merge.dropped.values()) or self.skipped):
                 raise ConfigError(
                     f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
                     f"but were counted at {self.own}; the shards changed while being read"
@@ -351,7 +327,7 @@ class EpochIterator:
         """:meth:`_take` where the ranks agree on the end: this rank's samples up to it, and
         under ``pad`` the padding once this rank's own ran out."""
         room = rank_end.room(self.emitted, count, self._lookahead)
-        ids = self._next_ids(room)
+        ids = self.shuffle.next_ids(self.merge, room)
         if self.even_ranks is EvenRanks.PAD:
             self.padding.keep(self.shuffle.refs, ids, min(self.quota or 0, PAD_RESERVE))
         self.emitted += len(ids)
@@ -374,66 +350,46 @@ class EpochIterator:
         return look_ahead(self.emitted, self.buffer, self.merge, count + self.batch_size)
 
     def _settle_kept(self) -> None:
-        """At the epoch's last batch: check the learned kept count this epoch claimed (the
-        rest of this rank's records read and counted as undelivered), or learn from it."""
-        assert isinstance(self.dataset, ShardDataset)
-        kept = self.dataset.kept_counts
-        assert kept is not None
-        claim, self._kept_claim, learn, self._learn = self._kept_claim, None, self._learn, False
-        if claim is not None:
-            if self.undelivered is None:
-                self.undelivered = undelivered(self.buffer, self.merge, self.store)
-            found = self.emitted - self.padding.padded + self.undelivered
-            if found != claim:
-                raise stale_kept(kept, self.epoch, self.rank, found, claim)
-            return
+        """At the epoch's last batch: check the kept count this epoch claimed (the rest of this
+        rank's records read and counted as undelivered), or learn from the epoch."""
         merge = self.merge
-        valid = merge.exhausted and not merge.dropped[SKIPPED]
-        exchange = learn if callable(learn) else None
-        counts = self.dataset.shard_counts(self._world_size) if exchange is not None else None
-        learn_epoch(kept, counts, merge.filtered_refs, merge.records_seen, exchange, valid)
+        self.kept.settle(
+            lambda: self.emitted - self.padding.padded + self._undelivered(),
+            merge.filtered_refs,
+            merge.records_seen,
+            lambda: self.dataset.shard_counts(self._world_size),  # type: ignore[attr-defined]
+            valid=merge.exhausted and not merge.dropped[SKIPPED],
+        )
+
+    def _undelivered(self) -> int:
+        """What this rank read but does not yield (:func:`~shardmix.rankend.undelivered`),
+        counted the first time it is asked."""
+        if self.undelivered is None:
+            self.undelivered = undelivered(self.buffer, self.merge, self.store)
+        return self.undelivered
 
     def _end_if_over(self, slack: int) -> bool:
         """Whether the agreed end is within ``slack`` samples; the first time, count what
         this rank read but does not yield (:func:`~shardmix.rankend.undelivered`)."""
         if self.rank_end is None or not self.rank_end.over(self.emitted + slack):
             return False
-        if self.undelivered is None:
-            self.undelivered = undelivered(self.buffer, self.merge, self.store)
+        self._undelivered()
         return True
-
-    def _next_ids(self, count: int) -> np.ndarray:
-        """The ids the buffer gives out next, ``count`` of them unless the epoch ends."""
-        return self.shuffle.next_ids(self.merge, count)
-
-    def _as_samples(self, ids: np.ndarray, pads: list[Sample]) -> list[Sample]:
-        """``ids`` as sample dicts, then ``pads``."""
-        return self.shuffle.samples(ids) + pads
-
-    def _dropped_any(self) -> bool:
-        """Whether this rank's epoch lost records: filtered, or skipped as damage."""
-        return sum(self.merge.dropped.values()) > 0 or bool(self.skipped)
 
     def position(self) -> dict[str, Any]:
         """The epoch's state: its counts, and each stage's own under its key."""
         mixer = self.merge.state_dict()
-        padding = self.padding.state_dict()
         referenced = chain(
             (lane[3] for lane in mixer["lanes"]),
             self.shuffle.shards(),
             (ref[0] for ref in self.padding.refs),
         )
-        dropped = self.merge.dropped
         return epoch_position(
             self.epoch,
             self.batches,
             self.emitted,
-            pad=padding["pad"],
-            dropped={
-                FILTERED: dropped[FILTERED],
-                SKIPPED: dropped[SKIPPED],
-                "padded": padding["padded"],
-            },
+            padding=self.padding.state_dict(),
+            dropped=self.merge.dropped,
             mixer=mixer,
             buffer=self.shuffle.state_dict(),
             shards=self.workers.identities_state(referenced),

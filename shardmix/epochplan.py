@@ -1,5 +1,6 @@
 """What one epoch reads on this rank, settled before any worker starts: each lane's pieces,
-their clocks, and the samples this rank yields; and how a position names a lane's piece.
+their clocks, the samples this rank yields and how it knows where they end; and the layout of
+the epoch's position.
 
 :func:`plan_epoch` makes an :class:`EpochPlanned` of a ShardDataset's epoch: shards rewritten
 since the last epoch are counted again first (:mod:`shardmix.recount`), then the lanes' pieces
@@ -15,7 +16,9 @@ each stage's start state. A resumed merge's lanes must name this plan's pieces
 (:func:`check_lanes`).
 
 Left to others: reading the pieces (:mod:`shardmix.workers`), merging the lanes
-(:mod:`shardmix.mixing`), the epoch's batches and where it ends (:mod:`shardmix.epoch`).
+(:mod:`shardmix.mixing`), each stage's own state (the merge's, the shuffle stage's:
+:mod:`shardmix.bufferstage`, the padding's: :mod:`shardmix.padding`), the epoch's batches and
+the agreement on its end as it goes (:mod:`shardmix.epoch`, :mod:`shardmix.rankend`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from shardmix.bufferstage import buffer_start
 from shardmix.checkpoint import unpack_pieces
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.kept import Exchange, agreed_totals
+from shardmix.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.mergekeys import LaneClocks
 from shardmix.mixing import NO_PIECE, piece_name, start_state
 from shardmix.padding import padding_state
@@ -99,17 +102,15 @@ def plan_epoch(
 class EpochEnds:
     """How this rank knows where its epoch ends: a ``quota`` (with this rank's ``own`` total)
     known ahead, or an ``exchange`` with the other ranks as it goes (:mod:`shardmix.rankend`),
-    or neither (the epoch ends with its lanes). ``kept_claim``: this rank's kept samples as
-    learned (checked at the end); ``learn``: learn the kept counts from this epoch (with the
-    ranks' gather); ``simulated_filter``: ranks simulated in one process, where a filtered
-    sample is refused."""
+    or neither (the epoch ends with its lanes). ``kept``: what the epoch's end settles with
+    learned kept counts (a claim to check, or counts to learn); ``simulated_filter``: ranks
+    simulated in one process, where a filtered sample is refused."""
 
     quota: int | None
     own: int | None
-    exchange: Exchange | None = None
-    kept_claim: int | None = None
-    learn: Exchange | bool = False
-    simulated_filter: bool = False
+    exchange: Exchange | None
+    kept: KeptClaim
+    simulated_filter: bool
 
 
 def plan_ends(
@@ -148,7 +149,8 @@ def plan_ends(
         elif not resumed:
             learn = exchange if exchange is not None else True
     simulated = agree and exchange is None and getattr(dataset, "transform", None) is not None
-    return EpochEnds(quota, own, exchange, claim, learn, simulated)
+    claimed = KeptClaim(kept, claim, learn, epoch, rank)
+    return EpochEnds(quota, own, exchange, claimed, simulated)
 
 
 def _rank_quota(
@@ -191,23 +193,28 @@ def epoch_position(
     batches: int,
     emitted: int,
     *,
-    pad: str,
+    padding: Mapping[str, Any],
     dropped: Mapping[str, int],
     mixer: dict[str, Any],
     buffer: dict[str, Any],
     shards: list[list[Any]],
     phase: dict[str, Any],
 ) -> dict[str, Any]:
-    """An epoch's position as the state lays it out: the epoch's counts, the padding's
-    references (``pad``; its count is under ``dropped``, beside the merge's tombstones), the
-    merge's state under ``"mixer"``, the shuffle stage's under ``"buffer"``, the identities of
-    the shards these name, and the resized phase."""
+    """An epoch's position as the state lays it out: the epoch's counts, the padding's state
+    (its references under ``"pad"``, its count under ``"dropped"``, beside the tombstones the
+    merge counted, ``dropped``), the merge's state under ``"mixer"``, the shuffle stage's under
+    ``"buffer"``, the identities of the shards these name, and the resized phase.
+    :func:`padding_in` and :func:`dropped_in` read the padding's and the tombstones back."""
     return {
         "epoch": epoch,
         "batches": batches,
         "emitted": emitted,
-        "pad": pad,
-        "dropped": dict(dropped),
+        "pad": padding["pad"],
+        "dropped": {
+            FILTERED: dropped[FILTERED],
+            SKIPPED: dropped[SKIPPED],
+            "padded": padding["padded"],
+        },
         "mixer": mixer,
         "buffer": buffer,
         "shards": shards,
@@ -215,15 +222,24 @@ def epoch_position(
     }
 
 
+def padding_in(position: Mapping[str, Any]) -> dict[str, Any]:
+    """The padding's state in an epoch's position (:func:`epoch_position`)."""
+    return {"pad": position["pad"], "padded": position["dropped"]["padded"]}
+
+
+def dropped_in(position: Mapping[str, Any]) -> dict[str, int]:
+    """The tombstones the merge counted, by kind, in an epoch's position."""
+    return {kind: position["dropped"][kind] for kind in (FILTERED, SKIPPED)}
+
+
 def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
     """The position at the start of ``epoch``, before any batch: each stage's start state."""
-    padding = padding_state([], 0)
     return epoch_position(
         epoch,
         0,
         0,
-        pad=padding["pad"],
-        dropped={FILTERED: 0, SKIPPED: 0, "padded": padding["padded"]},
+        padding=padding_state([], 0),
+        dropped={FILTERED: 0, SKIPPED: 0},
         mixer=start_state(num_lanes),
         buffer=buffer_start(),
         shards=[],

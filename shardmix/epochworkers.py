@@ -14,8 +14,8 @@ the merge of what they send (:mod:`shardmix.mixing`), the epoch (:mod:`shardmix.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from shardmix.checkpoint import pack_identities, unpack_identities
 from shardmix.chunks import Chunk
@@ -35,6 +35,8 @@ from shardmix.workers import (
 )
 
 __all__ = ["EpochWorkers"]
+
+T = TypeVar("T")
 
 
 class EpochWorkers:
@@ -123,6 +125,24 @@ class EpochWorkers:
                 elif known != identity:
                     check_identity(urls[shard], known, identity)
             yield chunk
+
+    def guarded(self, step: Callable[[], T], fail: Callable[[], None]) -> T:
+        """``step()``; on an error ``fail()`` stops the epoch and its workers at once, and a
+        dead worker is named."""
+        try:
+            return step()
+        except StopIteration:
+            raise
+        except RuntimeError as error:
+            if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                fail()
+                raise
+            failure = self.named_failure(error)
+            fail()
+            raise failure from error
+        except BaseException:
+            fail()
+            raise
 
     def named_failure(self, error: RuntimeError) -> WorkerError:
         """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
