@@ -210,7 +210,14 @@ class BufferStage:
 
     def shards(self) -> list[int]:
         """The shard index of each resident, in slot order (the shards the state names)."""
-        return [shard for shard, _, _ in self.refs(self.buffer.slots)]
+        ids = self.buffer.slots
+        stored = ids >= 0
+        shards = np.zeros(len(ids), dtype=np.int64)
+        shards[stored] = self.store.refs(ids[stored])[:, 0]
+        for position in np.flatnonzero(~stored).tolist():
+            assert self.residents is not None  # only a restore puts residents in
+            shards[position] = self.residents.residents[-1 - int(ids[position])].ref[0]
+        return shards.tolist()
 
     def close(self) -> None:
         """Let go of the residents not read yet (:meth:`ResidentReads.close`)."""
