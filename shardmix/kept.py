@@ -13,7 +13,8 @@ then on, for every shard so learned:
   simulated in one process can filter too;
 - every count is still a claim: an epoch that keeps another number of samples than learned
   raises a :class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what
-  was learned (the transform changed under the same name).
+  was learned (the transform changed under the same name). An epoch's :class:`KeptClaim` says
+  what its end settles: the claim to check, or the counts to learn.
 
 What is learned is kept for the life of the dataset object and, when the dataset has a count
 cache file, in ``kept-counts.json`` beside it, each shard's entry used only while the shard's

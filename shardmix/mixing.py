@@ -12,10 +12,11 @@ releases, in one sort, every pending item below that threshold, and the shuffle 
 them as ids (:meth:`LaneMerge.peek`, :meth:`LaneMerge.consume`). Tombstones (samples the
 transform dropped) are counted and passed over without using a place.
 
-The merge also records, per lane, the provenance of the last item it handed out. Its state is
-that position per lane, plus the turn when lanes take turns (the lanes still live, and how
-many of them had their turn in the current round): restoring it and re-reading each lane from
-its position gives exactly the items that would have followed.
+The merge also records, per lane, the provenance of the last item it handed out. Its state
+(:meth:`LaneMerge.state_dict`) is that position per lane, plus the turn when lanes take turns
+(the lanes still live, and how many of them had their turn in the current round): restoring it
+(:meth:`LaneMerge.load_state_dict`) and re-reading each lane from its position
+(:func:`resume_points`) gives exactly the items that would have followed.
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ class LaneMerge:
             provenance of the last item taken into a :class:`LanePosition`.
         dropped: the tombstones counted before the merge starts (on resume; the state keeps
             them beside the padding, not in the merge's own state).
-
-    A resumed merge is given its state (:meth:`load_state_dict`) before its first item.
         ledger: where the workers' skip counts are merged.
         note_filtered: the number of shards, to keep ``(shard, record)`` of every record the
             transform filtered out (:attr:`filtered_refs`) and the records that arrived of
             each shard (:attr:`records_seen`), as they arrive: how kept counts are learned.
             0: neither is kept.
+
+    A resumed merge is given its state (:meth:`load_state_dict`) before its first item.
     """
 
     def __init__(
