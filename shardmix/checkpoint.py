@@ -1,4 +1,5 @@
-"""Checkpoint: the loader state as small, plain, versioned JSON, and its checks on load.
+"""Checkpoint: the loader state as small, plain, versioned JSON; its packings, and the checks of
+its version and settings on load (its fields are checked by :mod:`shardmix.statefields`).
 
 The state holds positions and references, never sample bytes. The shuffle buffer's residents
 are written as ``(shard, record, offset)`` references packed into one base64 string: per
@@ -47,6 +48,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.sharding import Piece
+from shardmix.statefields import is_count, refuse_field
 
 STATE_VERSION = 11
 
@@ -193,10 +195,10 @@ def unpack_identities(saved: Sequence[Any], num_shards: int, field: str) -> dict
     identities = {}
     for at, entry in enumerate(saved):
         if not (isinstance(entry, list) and len(entry) == 3 and _is_identity(entry[1:])):
-            _refuse(f"{field}[{at}]", "[shard, size, 'kind:value']", entry)
+            refuse_field(f"{field}[{at}]", "[shard, size, 'kind:value']", entry)
         shard = entry[0]
-        if not (_is_count(shard) and shard < num_shards):
-            _refuse(f"{field}[{at}]", f"an entry of a shard 0 to {num_shards - 1}", entry)
+        if not (is_count(shard) and shard < num_shards):
+            refuse_field(f"{field}[{at}]", f"an entry of a shard 0 to {num_shards - 1}", entry)
         identities[shard] = entry[1:]
     return identities
 
@@ -205,7 +207,7 @@ def _is_identity(value: Any) -> bool:
     return (
         isinstance(value, list)
         and len(value) == 2
-        and (value[0] is None or _is_count(value[0]))
+        and (value[0] is None or is_count(value[0]))
         and (value[1] is None or (isinstance(value[1], str) and ":" in value[1]))
     )
 
@@ -307,127 +309,3 @@ def _varints(data: bytes) -> list[int]:
             value |= (byte & 0x7F) << shift
             shift += 7
     return values
-
-
-# The fields of one dataset's position and what each holds: a non-negative int ("count"),
-# a packed string ("packed"), ints ("ints"), lists of seven ints ("lanes"), or nested fields.
-_POSITION: dict[str, Any] = {
-    "epoch": "count",
-    "batches": "count",
-    "emitted": "count",
-    "pad": "packed",
-    "dropped": {"filtered": "count", "skipped": "count", "padded": "count"},
-    "mixer": {"live": "ints", "cursor": "count", "lanes": "lanes"},
-    "buffer": {"draws": "count", "items": "packed", "sizes": "packed", "tags": "packed"},
-    "shards": "list",
-    "phase": "phase",
-}
-_MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
-
-
-def check_state(state: Any) -> None:
-    """Refuse a state whose fields are missing or of the wrong type, naming the field.
-
-    A mixture's state is checked down to each dataset's position."""
-    if not isinstance(state, Mapping):
-        raise ConfigError(f"cannot resume: a loader state is a dict, not {type(state).__name__}")
-    _check_fields(state, {"config": "mapping", "ranks": "mapping"}, "")
-    positions = [state, *state["ranks"].values()]
-    for at, position in enumerate(positions):
-        where = "" if at == 0 else f"ranks.{list(state['ranks'])[at - 1]}."
-        _check_position(position, where)
-
-
-def _check_position(position: Any, where: str) -> None:
-    if not isinstance(position, Mapping):
-        _refuse(where.rstrip("."), "a dict of fields", position)
-    if "mixture" not in position:
-        _check_fields(position, _POSITION, where)
-        return
-    _check_fields(position, _MIXTURE, where)
-    datasets = position["mixture"].get("datasets")
-    if not isinstance(datasets, Mapping):
-        _refuse(f"{where}mixture.datasets", "a dict of positions", datasets)
-    for name, member in datasets.items():
-        _check_position(member, f"{where}mixture.datasets.{name}.")
-
-
-def _check_fields(values: Mapping[str, Any], fields: Mapping[str, Any], where: str) -> None:
-    for name, kind in fields.items():
-        field = f"{where}{name}"
-        if name not in values:
-            raise ConfigError(
-                f"cannot resume: the loader state has no {field!r} field; the state was edited "
-                "or damaged since it was saved, or another program wrote it"
-            )
-        value = values[name]
-        if isinstance(kind, Mapping):
-            if not isinstance(value, Mapping):
-                _refuse(field, "a dict of fields", value)
-            _check_fields(value, kind, f"{field}.")
-        elif not _holds(kind, value):
-            _refuse(field, _KINDS[kind], value)
-
-
-_KINDS = {
-    "count": "a non-negative int",
-    "packed": "a packed string",
-    "ints": "a list of non-negative ints",
-    "lanes": "a list of lane positions, seven ints each",
-    "mapping": "a dict",
-    "list": "a list",
-    "phase": "{} or a dict of 'pieces' (a packed string), 'quota', 'own' and 'batches' (counts)",
-}
-
-
-def _holds(kind: str, value: Any) -> bool:
-    if kind == "count":
-        return _is_count(value)
-    if kind == "packed":
-        return isinstance(value, str)
-    if kind == "ints":
-        return isinstance(value, list) and all(map(_is_count, value))
-    if kind == "lanes":
-        return isinstance(value, list) and all(_is_lane(lane) for lane in value)
-    if kind == "list":
-        return isinstance(value, list)
-    if kind == "phase":
-        return _is_phase(value)
-    return isinstance(value, Mapping)
-
-
-def _is_phase(value: Any) -> bool:
-    if not isinstance(value, Mapping):
-        return False
-    if not value:
-        return True
-    counts = ("quota", "own", "batches")
-    return (
-        set(value) == {"pieces", *counts}
-        and isinstance(value["pieces"], str)
-        and all(_is_count(value[name]) for name in counts)
-    )
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_lane(lane: Any) -> bool:
-    return (
-        isinstance(lane, list)
-        and len(lane) == 7
-        and all(isinstance(value, int) and not isinstance(value, bool) for value in lane)
-        and lane[0] >= 0
-        and lane[1] >= 0
-        and lane[2] >= -1
-        and 0 <= lane[6] < 1 << 16
-    )
-
-
-def _refuse(field: str, expected: str, found: Any) -> None:
-    shown = repr(found) if len(repr(found)) <= 60 else f"{type(found).__name__} value"
-    raise ConfigError(
-        f"cannot resume: the loader state's {field!r} should be {expected}, found {shown}; the "
-        "state was edited or damaged since it was saved"
-    )

@@ -1,18 +1,24 @@
 """What one epoch reads on this rank, settled before any worker starts: each lane's pieces,
-their clocks, and the samples this rank yields; and how a position names a lane's piece.
+their clocks, the samples this rank yields and how it knows where they end; and the layout of
+the epoch's position.
 
 :func:`plan_epoch` makes an :class:`EpochPlanned` of a ShardDataset's epoch: shards rewritten
 since the last epoch are counted again first (:mod:`shardmix.recount`), then the lanes' pieces
 come from the dataset's plan, or after a resume on another world or batch size from the
 state's phase (:mod:`shardmix.elastic`). Under several ranks it says the quota every rank
-yields and this rank's own total (:mod:`shardmix.sharding`).
+yields and this rank's own total (:mod:`shardmix.sharding`); :func:`plan_ends` says how the
+rank knows where its epoch ends (a quota known ahead, learned kept counts, or an exchange with
+the other ranks as it goes).
 
-A lane's position in the state is ``[slot, record, offset, shard, start, stop, tag]``:
-:func:`piece_ref` names the piece, :func:`lane_starts` reads the positions back against a
-plan, :func:`epoch_start` is the position before an epoch's first batch.
+:func:`epoch_position` lays out an epoch's position (its counts, and each stage's own state
+under its key); :func:`epoch_start` is the position before an epoch's first batch, made of
+each stage's start state. A resumed merge's lanes must name this plan's pieces
+(:func:`check_lanes`).
 
 Left to others: reading the pieces (:mod:`shardmix.workers`), merging the lanes
-(:mod:`shardmix.mixing`), the epoch's batches and where it ends (:mod:`shardmix.epoch`).
+(:mod:`shardmix.mixing`), each stage's own state (the merge's, the shuffle stage's:
+:mod:`shardmix.bufferstage`, the padding's: :mod:`shardmix.padding`), the epoch's batches and
+the agreement on its end as it goes (:mod:`shardmix.epoch`, :mod:`shardmix.rankend`).
 """
 
 from __future__ import annotations
@@ -21,20 +27,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.checkpoint import pack_refs, pack_sizes, pack_tags, unpack_pieces
+from shardmix.bufferstage import buffer_start
+from shardmix.checkpoint import unpack_pieces
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.formats.tags import NO_TAG
-from shardmix.lanes import LanePosition
+from shardmix.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.mergekeys import LaneClocks
+from shardmix.mixing import NO_PIECE, piece_name, start_state
+from shardmix.padding import padding_state
+from shardmix.rankend import refuse_simulated_filter
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.world import end_exchange
-
-# A position past a lane's last piece (or at the start of an epoch, before the plan is made)
-# names no piece: ``(shard, start, stop)`` of none.
-NO_PIECE = (-1, 0, -1)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,61 @@ def plan_epoch(
     return EpochPlanned(plan, lane_pieces, clocks, quota, own, filters)
 
 
+@dataclass(frozen=True)
+class EpochEnds:
+    """How this rank knows where its epoch ends: a ``quota`` (with this rank's ``own`` total)
+    known ahead, or an ``exchange`` with the other ranks as it goes (:mod:`shardmix.rankend`),
+    or neither (the epoch ends with its lanes). ``kept``: what the epoch's end settles with
+    learned kept counts (a claim to check, or counts to learn); ``simulated_filter``: ranks
+    simulated in one process, where a filtered sample is refused."""
+
+    quota: int | None
+    own: int | None
+    exchange: Exchange | None
+    kept: KeptClaim
+    simulated_filter: bool
+
+
+def plan_ends(
+    settings: EpochSettings,
+    epoch: int,
+    epoch_pass: int,
+    planned: EpochPlanned | None,
+    phase: Mapping[str, Any],
+    resumed: bool,
+) -> EpochEnds:
+    """Where this rank's epoch (planned as ``planned``) ends."""
+    dataset = settings.dataset
+    rank, world_size = settings.rank, settings.world_size
+    quota, own = (planned.quota, planned.own) if planned else (None, None)
+    # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.rankend`).
+    # (Not in a resized phase, whose totals are fixed: a drop there is refused instead.)
+    agree = bool(planned and planned.filters) and not phase
+    exchange = end_exchange(world_size, settings.group) if agree else None
+    # With learned kept counts every rank knows ahead where the epoch ends.
+    claim: int | None = None
+    learn: Exchange | bool = False
+    kept = getattr(dataset, "kept_counts", None)
+    if kept is not None and not phase:
+        assert isinstance(dataset, ShardDataset)  # only a ShardDataset has kept counts
+        if agree and exchange is None:  # ranks simulated in one process
+            totals = dataset.kept_totals(epoch, world_size, epoch_pass)
+            if totals is None:
+                raise refuse_simulated_filter(epoch, rank, world_size, "samples", kept.transform_id)
+        else:
+            totals = agreed_totals(
+                dataset.kept_totals(epoch, world_size, epoch_pass), exchange, world_size
+            )
+        if totals is not None:
+            quota, own = rank_quota(totals, settings.even_ranks), totals[rank]
+            claim, agree, exchange = own, False, None
+        elif not resumed:
+            learn = exchange if exchange is not None else True
+    simulated = agree and exchange is None and getattr(dataset, "transform", None) is not None
+    claimed = KeptClaim(kept, claim, learn, epoch, rank)
+    return EpochEnds(quota, own, exchange, claimed, simulated)
+
+
 def _rank_quota(
     dataset: ShardDataset,
     epoch: int,
@@ -113,20 +173,11 @@ def _rank_quota(
     return quota, totals[rank]
 
 
-def piece_ref(plan: list[list[Piece]] | None, lane: int, slot: int) -> tuple[int, int, int]:
-    """``(shard, start, stop)`` of the piece in ``slot`` of ``lane``, as the state names it
-    (stop -1: to the shard's end)."""
-    if plan is None or slot >= len(plan[lane]):
-        return NO_PIECE
-    piece = plan[lane][slot]
-    return piece.shard, piece.start, -1 if piece.stop is None else piece.stop
-
-
-def lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> list[LanePosition]:
-    """Where each lane resumes, checking that the state names the pieces of this plan."""
-    starts = []
-    for lane, (slot, record, offset, *named, tag) in enumerate(saved):
-        planned = piece_ref(plan, lane, slot)
+def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -> None:
+    """Refuse a merge's state (:meth:`~shardmix.mixing.LaneMerge.state_dict`) whose lanes
+    name other pieces than this plan's."""
+    for lane, (slot, record, _, *named, _) in enumerate(merge["lanes"]):
+        planned = piece_name(plan, lane, slot)
         at_start = (slot, record) == (0, 0) and tuple(named) == NO_PIECE
         if tuple(named) != planned and not at_start:
             raise ConfigError(
@@ -135,29 +186,62 @@ def lane_starts(saved: list[list[int]], plan: list[list[Piece]], epoch: int) -> 
                 f"has {planned} there; the shards' record counts changed since the checkpoint "
                 "(a manifest or count cache was rewritten): resume with the same data"
             )
-        starts.append(LanePosition(slot, record, offset, tag))
-    return starts
+
+
+def epoch_position(
+    epoch: int,
+    batches: int,
+    emitted: int,
+    *,
+    padding: Mapping[str, Any],
+    dropped: Mapping[str, int],
+    mixer: dict[str, Any],
+    buffer: dict[str, Any],
+    shards: list[list[Any]],
+    phase: dict[str, Any],
+) -> dict[str, Any]:
+    """An epoch's position as the state lays it out: the epoch's counts, the padding's state
+    (its references under ``"pad"``, its count under ``"dropped"``, beside the tombstones the
+    merge counted, ``dropped``), the merge's state under ``"mixer"``, the shuffle stage's under
+    ``"buffer"``, the identities of the shards these name, and the resized phase.
+    :func:`padding_in` and :func:`dropped_in` read the padding's and the tombstones back."""
+    return {
+        "epoch": epoch,
+        "batches": batches,
+        "emitted": emitted,
+        "pad": padding["pad"],
+        "dropped": {
+            FILTERED: dropped[FILTERED],
+            SKIPPED: dropped[SKIPPED],
+            "padded": padding["padded"],
+        },
+        "mixer": mixer,
+        "buffer": buffer,
+        "shards": shards,
+        "phase": phase,
+    }
+
+
+def padding_in(position: Mapping[str, Any]) -> dict[str, Any]:
+    """The padding's state in an epoch's position (:func:`epoch_position`)."""
+    return {"pad": position["pad"], "padded": position["dropped"]["padded"]}
+
+
+def dropped_in(position: Mapping[str, Any]) -> dict[str, int]:
+    """The tombstones the merge counted, by kind, in an epoch's position."""
+    return {kind: position["dropped"][kind] for kind in (FILTERED, SKIPPED)}
 
 
 def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
-    """The position at the start of ``epoch``, before any batch."""
-    return {
-        "epoch": epoch,
-        "batches": 0,
-        "emitted": 0,
-        "pad": pack_refs([]),
-        "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "mixer": {
-            "live": list(range(num_lanes)),
-            "cursor": 0,
-            "lanes": [[0, 0, -1, *NO_PIECE, NO_TAG] for _ in range(num_lanes)],
-        },
-        "buffer": {
-            "draws": 0,
-            "items": pack_refs([]),
-            "sizes": pack_sizes([]),
-            "tags": pack_tags([]),
-        },
-        "shards": [],
-        "phase": {},
-    }
+    """The position at the start of ``epoch``, before any batch: each stage's start state."""
+    return epoch_position(
+        epoch,
+        0,
+        0,
+        padding=padding_state([], 0),
+        dropped={FILTERED: 0, SKIPPED: 0},
+        mixer=start_state(num_lanes),
+        buffer=buffer_start(),
+        shards=[],
+        phase={},
+    )

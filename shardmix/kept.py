@@ -13,7 +13,8 @@ then on, for every shard so learned:
   simulated in one process can filter too;
 - every count is still a claim: an epoch that keeps another number of samples than learned
   raises a :class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what
-  was learned (the transform changed under the same name).
+  was learned (the transform changed under the same name). An epoch's :class:`KeptClaim` says
+  what its end settles: the claim to check, or the counts to learn.
 
 What is learned is kept for the life of the dataset object and, when the dataset has a count
 cache file, in ``kept-counts.json`` beside it, each shard's entry used only while the shard's
@@ -217,6 +218,58 @@ def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int
         "The learned counts were discarded; run again to learn them anew, and give the "
         "transform a new transform_id whenever what it drops changes"
     )
+
+
+class KeptClaim:
+    """What an epoch does with learned kept counts at its end: check the number of samples
+    this rank claimed from them ahead (``claim``), or learn them from the epoch (``learn``:
+    True, or the ranks' gather); neither where there is nothing to settle."""
+
+    def __init__(
+        self,
+        kept: KeptCounts | None,
+        claim: int | None,
+        learn: Exchange | bool,
+        epoch: int,
+        rank: int,
+    ) -> None:
+        self._kept = kept
+        self.claim = claim
+        self.learn = learn
+        self._where = epoch, rank
+
+    @property
+    def due(self) -> bool:
+        """Whether the epoch's end has something to settle (it is settled once)."""
+        return self.claim is not None or self.learn is not False
+
+    def stale(self, found: int) -> ConfigError:
+        """The error for this rank's samples ending at ``found``, short of the claim."""
+        assert self._kept is not None and self.claim is not None
+        return stale_kept(self._kept, *self._where, found, self.claim)
+
+    def settle(
+        self,
+        found: Callable[[], int],
+        filtered: Sequence[np.ndarray],
+        seen: np.ndarray,
+        counts: Callable[[], Sequence[int]],
+        valid: bool,
+    ) -> None:
+        """At the epoch's last batch: check the claim against ``found()`` (this rank's kept
+        samples, yielded or not), or learn from the epoch (:func:`learn_epoch`; ``counts()``
+        is asked under the ranks' gather only)."""
+        kept = self._kept
+        assert kept is not None
+        claim, self.claim, learn, self.learn = self.claim, None, self.learn, False
+        if claim is not None:
+            kept_here = found()
+            if kept_here != claim:
+                raise stale_kept(kept, *self._where, kept_here, claim)
+            return
+        exchange = learn if callable(learn) else None
+        totals = counts() if exchange is not None else None
+        learn_epoch(kept, totals, filtered, seen, exchange, valid)
 
 
 def learn_epoch(

@@ -33,7 +33,6 @@ from shardmix.canonical import (
 from shardmix.checkpoint import (
     STATE_VERSION,
     check_config,
-    check_state,
     check_version,
     shards_digest,
 )
@@ -44,6 +43,7 @@ from shardmix.epochplan import epoch_start
 from shardmix.loaderlength import LoaderLength
 from shardmix.mixture import MixtureEpoch, mixture_start
 from shardmix.rankstate import gather_positions, own_position
+from shardmix.statefields import check_state
 
 
 class LoaderCheckpoint(LoaderLength):

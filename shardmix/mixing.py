@@ -12,16 +12,18 @@ releases, in one sort, every pending item below that threshold, and the shuffle 
 them as ids (:meth:`LaneMerge.peek`, :meth:`LaneMerge.consume`). Tombstones (samples the
 transform dropped) are counted and passed over without using a place.
 
-The merge also records, per lane, the provenance of the last item it handed out. Its state is
-that position per lane, plus the turn when lanes take turns (the lanes still live, and how
-many of them had their turn in the current round): restoring it and re-reading each lane from
-its position gives exactly the items that would have followed.
+The merge also records, per lane, the provenance of the last item it handed out. Its state
+(:meth:`LaneMerge.state_dict`) is that position per lane, plus the turn when lanes take turns
+(the lanes still live, and how many of them had their turn in the current round): restoring it
+(:meth:`LaneMerge.load_state_dict`) and re-reading each lane from its position
+(:func:`resume_points`) gives exactly the items that would have followed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +50,8 @@ from shardmix.policy import SkipLedger
 from shardmix.rows import RowStore
 
 _INT = np.int64
+# Each lane's pieces as ``(shard index, start, stop)`` (stop None: to the shard's end).
+Pieces = Sequence[Sequence[tuple[int, int, int | None]]]
 # Taken items are accounted in the lanes' positions in batches of about this many.
 _TAKEN_BACKLOG = 1 << 13
 
@@ -62,15 +66,15 @@ class LaneMerge:
         clocks: the lanes' sizes, when the items are keyed by clock; ``None``: by turn.
         lane_pieces: each lane's pieces as ``(shard index, start, stop)``, to turn the
             provenance of the last item taken into a :class:`LanePosition`.
-        live: the lanes still in the turn, in order (default: all).
-        cursor: index into ``live`` of the lane whose turn is next.
-        start: each lane's position when the merge starts (where its reading began).
-        dropped: the tombstones counted before the merge starts (on resume).
+        dropped: the tombstones counted before the merge starts (on resume; the state keeps
+            them beside the padding, not in the merge's own state).
         ledger: where the workers' skip counts are merged.
         note_filtered: the number of shards, to keep ``(shard, record)`` of every record the
             transform filtered out (:attr:`filtered_refs`) and the records that arrived of
             each shard (:attr:`records_seen`), as they arrive: how kept counts are learned.
             0: neither is kept.
+
+    A resumed merge is given its state (:meth:`load_state_dict`) before its first item.
     """
 
     def __init__(
@@ -80,10 +84,7 @@ class LaneMerge:
         store: RowStore,
         *,
         clocks: LaneClocks | None = None,
-        lane_pieces: Sequence[Sequence[tuple[int, int, int | None]]] | None = None,
-        live: Sequence[int] | None = None,
-        cursor: int = 0,
-        start: Sequence[LanePosition] | None = None,
+        lane_pieces: Pieces | None = None,
         dropped: Mapping[str, int] | None = None,
         ledger: SkipLedger | None = None,
         note_filtered: int = 0,
@@ -95,24 +96,15 @@ class LaneMerge:
         self.num_lanes = num_lanes
         self.store = store
         self._clocks = clocks
-        self._lane_pieces = (
-            lane_pieces if lane_pieces is not None else clocks and clocks.lane_pieces
-        )
+        if lane_pieces is None and clocks is not None:
+            lane_pieces = clocks.lane_pieces
+        self._lane_pieces = lane_pieces
         self._ledger = ledger
-        live = list(range(num_lanes)) if live is None else list(live)
-        self._in_play = np.zeros(num_lanes, dtype=bool)
-        self._in_play[live] = True
-        # By turn: the turns each lane has had, counting the current round's from ``cursor``.
-        self.turns = np.zeros(num_lanes, dtype=_INT)
-        if clocks is None:
-            self.turns[live[:cursor]] = 1
-        self._turns_at_start = self.turns.copy()  # the workers count turns from 0
-        self._ended = ~self._in_play  # a lane out of the turn has nothing left to send
+        self._begin(list(range(num_lanes)), 0, [LanePosition()] * num_lanes)
         self._last_key = np.full(num_lanes, -np.inf)
         self._pending = NO_ITEMS  # arrived, not released: in arrival order
         self._ready = NO_ITEMS  # released, in merge order; taken up to ``_head``
         self._head = 0
-        self.start = list(start) if start is not None else [LanePosition()] * num_lanes
         self._moved = np.zeros(num_lanes, dtype=bool)
         self._last = np.zeros((num_lanes, 3), dtype=_INT)  # (shard, record, offset) taken last
         self._last_tag = np.zeros(num_lanes, dtype=_INT)  # and its record's tag
@@ -276,6 +268,34 @@ class LaneMerge:
 
     # -- position --------------------------------------------------------------------------
 
+    def _begin(self, live: Sequence[int], cursor: int, start: Sequence[LanePosition]) -> None:
+        """Start with the lanes ``live`` in the turn, ``live[cursor]``'s turn next, each lane
+        read from its ``start``."""
+        live = list(live)
+        self._in_play = np.zeros(self.num_lanes, dtype=bool)
+        self._in_play[live] = True
+        # By turn: the turns each lane has had, counting the current round's from ``cursor``.
+        self.turns = np.zeros(self.num_lanes, dtype=_INT)
+        if self._clocks is None:
+            self.turns[live[:cursor]] = 1
+        self._turns_at_start = self.turns.copy()  # the workers count turns from 0
+        self._ended = ~self._in_play  # a lane out of the turn has nothing left to send
+        self.start = list(start)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"live": lanes, "cursor": index, "lanes": positions}``: the lanes still in the
+        turn, the index into them of the next turn, and each lane's position as
+        ``[slot, record, offset, shard, start, stop, tag]`` (:func:`lane_state`)."""
+        live = self.live()
+        lanes = self.lane_positions()
+        return merge_state(live, self.cursor(live), lanes, self._lane_pieces)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on where :meth:`state_dict` was taken; before the first chunk arrives (the
+        workers read each lane from its position, :func:`resume_points`)."""
+        live, start = resume_points(state)
+        self._begin(live, state["cursor"], start)
+
     def live(self) -> list[int]:
         """The lanes still in the turn: not ended, or with items not yet taken."""
         left = np.concatenate((self._pending[:, LANE], self._ready[self._head :, LANE]))
@@ -305,3 +325,50 @@ class LaneMerge:
             tag = int(self._last_tag[lane])
             positions[lane] = LanePosition(slot, record + 1, offset, tag)
         return positions
+
+
+# A position past a lane's last piece (or at the start of an epoch, before the plan is made)
+# names no piece: ``(shard, start, stop)`` of none.
+NO_PIECE = (-1, 0, -1)
+
+
+def piece_name(lane_pieces: Pieces | None, lane: int, slot: int) -> tuple[int, int, int]:
+    """``(shard, start, stop)`` of the piece in ``slot`` of ``lane``, as the state names it
+    (stop -1: to the shard's end)."""
+    if lane_pieces is None or slot >= len(lane_pieces[lane]):
+        return NO_PIECE
+    shard, start, stop = lane_pieces[lane][slot]
+    return shard, start, -1 if stop is None else stop
+
+
+def lane_state(position: LanePosition, named: tuple[int, int, int]) -> list[int]:
+    """A lane's position in the state: ``[slot, record, offset, shard, start, stop, tag]``."""
+    return [position.slot, position.record, position.offset, *named, position.tag]
+
+
+def merge_state(
+    live: list[int], cursor: int, lanes: Sequence[LanePosition], lane_pieces: Pieces | None
+) -> dict[str, Any]:
+    """A merge's state (:meth:`LaneMerge.state_dict`); :func:`start_state` is the first."""
+    return {
+        "live": live,
+        "cursor": cursor,
+        "lanes": [
+            lane_state(position, piece_name(lane_pieces, lane, position.slot))
+            for lane, position in enumerate(lanes)
+        ],
+    }
+
+
+def start_state(num_lanes: int) -> dict[str, Any]:
+    """The state of a merge of ``num_lanes`` lanes before any item: every lane live, at the
+    start of its first piece (named before the plan is made: :data:`NO_PIECE`)."""
+    return merge_state(list(range(num_lanes)), 0, [LanePosition()] * num_lanes, None)
+
+
+def resume_points(state: Mapping[str, Any]) -> tuple[list[int], list[LanePosition]]:
+    """``(live lanes, where each lane resumes)`` of a merge's state."""
+    starts = [
+        LanePosition(slot, record, offset, tag) for slot, record, offset, *_, tag in state["lanes"]
+    ]
+    return list(state["live"]), starts

@@ -15,19 +15,19 @@ then one per two pushes, holding half of all it took in, until it is full, and o
 from then on. Until it is full, a sample leaves a buffer that holds at least half of what came
 before it, drawn uniformly among them.
 
-The buffer's state is the list of what it holds, in slot order, plus the number of random draws
-made. ``arrivals`` needs no field of its own: every push takes a slot or makes one draw and
-every pop frees a slot with one draw, so it is the number held plus the draw count. The draws
-come from a counter-based stream, drawn in blocks from ``(seed, epoch, block)``: nothing to
-pickle, nothing that depends on time or process, and which residents the next evictions take
-can be worked out ahead (:func:`eviction_order`), which is how a restore reads first the
-residents it needs first.
+The buffer's state (:meth:`ShuffleBuffer.state_dict`) is the list of what it holds, in slot
+order, their sizes, and the number of random draws made. ``arrivals`` needs no field of its
+own: every push takes a slot or makes one draw and every pop frees a slot with one draw, so it
+is the number held plus the draw count. The draws come from a counter-based stream, drawn in
+blocks from ``(seed, epoch, block)``: nothing to pickle, nothing that depends on time or
+process, and which residents the next evictions take can be worked out ahead
+(:func:`eviction_order`), which is how a restore reads first the residents it needs first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -152,6 +152,16 @@ class ShuffleBuffer(Generic[T]):
         if self._size_of is not None:
             self._sizes = [self._size_of(item) for item in self.items]
             self.bytes = sum(self._sizes)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"draws": the draw count, "slots": the residents in slot order, "sizes": theirs}``
+        (plain JSON where the items are); nothing else is needed to go on (see the module)."""
+        return {"draws": self.draws.count, "slots": list(self.items), "sizes": self.sizes()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on where :meth:`state_dict` was taken (the sizes are ``size_of``'s again)."""
+        self.restore(list(state["slots"]))
+        self.draws.count = state["draws"]
 
     def sizes(self) -> list[int]:
         """Each resident's size, in slot order, as the byte budget counts it (0 without)."""

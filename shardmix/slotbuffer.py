@@ -4,11 +4,14 @@ arrays of sample ids.
 The main process moves samples as integer ids (:mod:`shardmix.rows`); this buffer takes and
 gives them in arrays, a run of pushes in a few numpy calls, and makes exactly the choices the
 one-item-at-a-time :class:`~shardmix.shuffle.ShuffleBuffer` makes: the same draws, slots,
-warm-up and byte budget (what they are is :mod:`shardmix.shuffle`'s to say). Its state is its
-residents in slot order, their sizes, and its draws' count.
+warm-up and byte budget (what they are is :mod:`shardmix.shuffle`'s to say). Its state
+(:meth:`SlotBuffer.state_dict`) is its residents in slot order, their sizes, and its draws' count.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +74,21 @@ class SlotBuffer:
         self._sizes = np.asarray(sizes, dtype=np.int64).copy()
         self._length = len(self._ids)
         self.bytes = int(self._sizes.sum())
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"draws": the draw count, "slots": the residents' ids in slot order, "sizes":
+        theirs}``, as :meth:`ShuffleBuffer.state_dict <shardmix.shuffle.ShuffleBuffer.state_dict>`
+        says it (plain ints)."""
+        return {
+            "draws": self.draws.count,
+            "slots": self.slots.tolist(),
+            "sizes": self.sizes.tolist(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on where :meth:`state_dict` was taken."""
+        self.restore(np.asarray(state["slots"], dtype=np.int64), np.asarray(state["sizes"]))
+        self.draws.count = state["draws"]
 
     def _make_room(self, count: int) -> None:
         """Have the arrays hold ``count`` slots past the residents (doubling, not one by one)."""

@@ -1,10 +1,12 @@
+import json
+
 import pytest
 
 from shardmix.chunks import ChunkBuilder
 from shardmix.errors import WorkerError
 from shardmix.lanes import LanePosition, round_robin, round_robin_chunks
 from shardmix.mergekeys import LaneClocks
-from shardmix.mixing import LaneMerge
+from shardmix.mixing import LaneMerge, resume_points, start_state
 from shardmix.rows import RowStore
 from shardmix.transforms import DROPPED, FILTERED
 
@@ -100,7 +102,8 @@ def test_a_lane_resumes_its_turn_where_the_state_left_it():
     # After l0-0 and l1-0: lane 2's turn is next (cursor 2), each lane resumes after them.
     rest = {0: contents[0][1:], 1: contents[1][1:], 2: contents[2]}
     store = RowStore(URLS)
-    merge = LaneMerge(iter(arrivals(rest, 2, 1)), 3, store, live=[0, 1, 2], cursor=2)
+    merge = LaneMerge(iter(arrivals(rest, 2, 1)), 3, store)
+    merge.load_state_dict({"live": [0, 1, 2], "cursor": 2, "lanes": [[0, 0, -1, -1, 0, -1, 0]] * 3})
     assert merged_keys(merge, store) == full[2:]
 
 
@@ -131,3 +134,56 @@ def test_a_workers_turns_double_from_chunk_to_chunk_up_to_the_steady_turn():
     taken = [key for chunk in turns for _, keys, _ in chunk for key in keys]
     assert sorted(taken) == sorted(s["__key__"] for samples in contents.values() for s in samples)
     assert turns[2][0][1] == ["l0-6", "l0-7", "l0-8", "l0-9", "l0-10"]
+
+
+def take_keys(merge, store, count):
+    """The next ``count`` samples the merge hands out (fewer at the end), by key."""
+    keys = []
+    while len(keys) < count:
+        ids, _ = merge.peek(count - len(keys))
+        if not len(ids):
+            break
+        keys.extend(store.sample(row)["__key__"] for row in ids.tolist())
+        merge.consume(len(ids))
+    return keys
+
+
+@pytest.mark.parametrize("stop", [0, 1, 4, 11, 23])
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_merge_restored_from_its_state_hands_out_the_rest_in_the_same_order(stop, num_workers):
+    """The state through JSON after any sample, each live lane read again from where it says,
+    and the samples that follow are exactly those of the uninterrupted merge."""
+    sizes = [5, 0, 9, 2, 7]
+    contents = lanes_of(sizes)
+    pieces = [[(lane, 0, None)] for lane in range(len(sizes))]
+    store = RowStore(URLS)
+    whole = LaneMerge(
+        iter(arrivals(contents, num_workers, 3)), len(sizes), store, lane_pieces=pieces
+    )
+    expected = merged_keys(whole, store)
+    store = RowStore(URLS)
+    first = LaneMerge(
+        iter(arrivals(contents, num_workers, 3)), len(sizes), store, lane_pieces=pieces
+    )
+    before = take_keys(first, store, stop)
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state == first.state_dict()  # taking it changed nothing
+    live, starts = resume_points(state)
+    rest = {
+        lane: contents[lane][starts[lane].record :] if lane in live else [] for lane in contents
+    }
+    store = RowStore(URLS)
+    restored = LaneMerge(
+        iter(arrivals(rest, num_workers, 3)), len(sizes), store, lane_pieces=pieces
+    )
+    restored.load_state_dict(state)
+    assert before + merged_keys(restored, store) == expected
+
+
+def test_a_fresh_merges_state_is_the_start_state_with_its_first_pieces_named():
+    """Before the plan is made the start state names no piece; a merge names its first."""
+    pieces = [[(lane, 0, None)] for lane in range(3)]
+    fresh = LaneMerge(iter(()), 3, RowStore(URLS), lane_pieces=pieces).state_dict()
+    start = start_state(3)
+    assert start == {"live": [0, 1, 2], "cursor": 0, "lanes": [[0, 0, -1, -1, 0, -1, 0]] * 3}
+    assert fresh == {**start, "lanes": [[0, 0, -1, lane, 0, -1, 0] for lane in range(3)]}

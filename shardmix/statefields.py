@@ -1,0 +1,136 @@
+"""The loader state's fields: which a position holds, of what kind, and the refusal of a state
+whose fields are missing or of the wrong type, naming the field.
+
+A position's layout is the epoch's and its stages' (:mod:`shardmix.epoch`); what each
+packed string holds, and the state's versions, are :mod:`shardmix.checkpoint`'s to say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shardmix.errors import ConfigError
+
+# The fields of one dataset's position and what each holds: a non-negative int ("count"),
+# a packed string ("packed"), ints ("ints"), lists of seven ints ("lanes"), or nested fields.
+_POSITION: dict[str, Any] = {
+    "epoch": "count",
+    "batches": "count",
+    "emitted": "count",
+    "pad": "packed",
+    "dropped": {"filtered": "count", "skipped": "count", "padded": "count"},
+    "mixer": {"live": "ints", "cursor": "count", "lanes": "lanes"},
+    "buffer": {"draws": "count", "items": "packed", "sizes": "packed", "tags": "packed"},
+    "shards": "list",
+    "phase": "phase",
+}
+_MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
+
+
+def check_state(state: Any) -> None:
+    """Refuse a state whose fields are missing or of the wrong type, naming the field.
+
+    A mixture's state is checked down to each dataset's position."""
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"cannot resume: a loader state is a dict, not {type(state).__name__}")
+    _check_fields(state, {"config": "mapping", "ranks": "mapping"}, "")
+    positions = [state, *state["ranks"].values()]
+    for at, position in enumerate(positions):
+        where = "" if at == 0 else f"ranks.{list(state['ranks'])[at - 1]}."
+        _check_position(position, where)
+
+
+def _check_position(position: Any, where: str) -> None:
+    if not isinstance(position, Mapping):
+        refuse_field(where.rstrip("."), "a dict of fields", position)
+    if "mixture" not in position:
+        _check_fields(position, _POSITION, where)
+        return
+    _check_fields(position, _MIXTURE, where)
+    datasets = position["mixture"].get("datasets")
+    if not isinstance(datasets, Mapping):
+        refuse_field(f"{where}mixture.datasets", "a dict of positions", datasets)
+    for name, member in datasets.items():
+        _check_position(member, f"{where}mixture.datasets.{name}.")
+
+
+def _check_fields(values: Mapping[str, Any], fields: Mapping[str, Any], where: str) -> None:
+    for name, kind in fields.items():
+        field = f"{where}{name}"
+        if name not in values:
+            raise ConfigError(
+                f"cannot resume: the loader state has no {field!r} field; the state was edited "
+                "or damaged since it was saved, or another program wrote it"
+            )
+        value = values[name]
+        if isinstance(kind, Mapping):
+            if not isinstance(value, Mapping):
+                refuse_field(field, "a dict of fields", value)
+            _check_fields(value, kind, f"{field}.")
+        elif not _holds(kind, value):
+            refuse_field(field, _KINDS[kind], value)
+
+
+_KINDS = {
+    "count": "a non-negative int",
+    "packed": "a packed string",
+    "ints": "a list of non-negative ints",
+    "lanes": "a list of lane positions, seven ints each",
+    "mapping": "a dict",
+    "list": "a list",
+    "phase": "{} or a dict of 'pieces' (a packed string), 'quota', 'own' and 'batches' (counts)",
+}
+
+
+def _holds(kind: str, value: Any) -> bool:
+    if kind == "count":
+        return is_count(value)
+    if kind == "packed":
+        return isinstance(value, str)
+    if kind == "ints":
+        return isinstance(value, list) and all(map(is_count, value))
+    if kind == "lanes":
+        return isinstance(value, list) and all(_is_lane(lane) for lane in value)
+    if kind == "list":
+        return isinstance(value, list)
+    if kind == "phase":
+        return _is_phase(value)
+    return isinstance(value, Mapping)
+
+
+def _is_phase(value: Any) -> bool:
+    if not isinstance(value, Mapping):
+        return False
+    if not value:
+        return True
+    counts = ("quota", "own", "batches")
+    return (
+        set(value) == {"pieces", *counts}
+        and isinstance(value["pieces"], str)
+        and all(is_count(value[name]) for name in counts)
+    )
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_lane(lane: Any) -> bool:
+    return (
+        isinstance(lane, list)
+        and len(lane) == 7
+        and all(isinstance(value, int) and not isinstance(value, bool) for value in lane)
+        and lane[0] >= 0
+        and lane[1] >= 0
+        and lane[2] >= -1
+        and 0 <= lane[6] < 1 << 16
+    )
+
+
+def refuse_field(field: str, expected: str, found: Any) -> None:
+    shown = repr(found) if len(repr(found)) <= 60 else f"{type(found).__name__} value"
+    raise ConfigError(
+        f"cannot resume: the loader state's {field!r} should be {expected}, found {shown}; the "
+        "state was edited or damaged since it was saved"
+    )
