@@ -64,10 +64,12 @@ OnOpen = Callable[[ShardIdentity | None], None]
 # Re-reading records by range: a record whose length is not known from its neighbour's offset
 # is fetched with this many bytes at least (grown to the longest record seen in the shard),
 # plus RANGE_TAIL (a tar record is known to end only at the next header). Ranges closer than
-# RANGE_GAP bytes are fetched in one request.
+# RANGE_GAP bytes are fetched in one request: about one 4 KiB record between two residents (a
+# restore at 90% of a short epoch fetched 21.8 MB of tar for 17.3 MB of residents at 8 KiB, 29.6
+# MB at 16 KiB, in the same time to its first batch).
 RANGE_GUESS = 8 * 1024
 RANGE_TAIL = 1024
-RANGE_GAP = 16 * 1024
+RANGE_GAP = 8 * 1024
 # Sources that count their bytes as they arrive (:mod:`shardmix.sources.traffic`).
 _SELF_COUNTING = frozenset({"http", "https"})
 
