@@ -747,3 +747,50 @@ def test_blocks_hold_records_of_one_layout() -> None:
     assert all(block.fields == ("cls", "txt") for block in blocks if block is not odd[0])
     assert [record for block in blocks for record in block.records] == list(range(40))
     assert len(blocks) <= 6 and len(blocks[0]) >= 16
+
+
+def test_a_few_headers_are_checked_as_many_are():
+    """Up to a handful of headers are checked one by one in Python, more at once with numpy:
+    both say how many of the first headers are plain, whichever bytes a damage changed."""
+    import random
+
+    from shardmix.formats.tar.headers import BLOCK, plain_count
+
+    buffer = io.BytesIO()
+    with TarWriter(buffer) as writer:
+        for index in range(12):
+            writer.write({"__key__": f"k{index:02d}", "bin": bytes(index * 37 % 700)})
+    data = buffer.getvalue()
+    headers, at = [], 0
+    while data[at : at + BLOCK] != bytes(BLOCK):
+        headers.append(at)
+        at += BLOCK + -(-int(data[at + 124 : at + 135], 8) // BLOCK) * BLOCK
+    assert len(headers) == 12
+    chance = random.Random(5)
+    mismatched = []
+    for trial in range(400):
+        damaged = bytearray(data)
+        for _ in range(chance.randrange(3)):
+            where = chance.choice(headers[:4]) + chance.choice(
+                [0, 100, 135, 148, 150, 153, 154, 156]
+            )
+            damaged[where] = chance.randrange(256)
+        damaged_bytes = bytes(damaged)
+        every = plain_count(damaged_bytes, 0, headers)  # the numpy path
+        for few in range(1, 5):
+            if plain_count(damaged_bytes, 0, headers[:few]) != min(few, every):
+                mismatched.append((trial, few))
+    assert mismatched == []
+
+
+def test_a_buffer_far_larger_than_a_run_reads_as_members_do():
+    """A range read's buffer holds the whole range: runs walk it a window at a time."""
+    buffer = io.BytesIO()
+    with TarWriter(buffer) as writer:
+        for index in range(300):
+            writer.write({"__key__": f"k{index:03d}", "bin": bytes(index % 9000), "cls": b"1"})
+    data = buffer.getvalue()
+    expected = _reading(io.BytesIO(data))
+    assert len(expected[0]) == 300
+    assert _reading(io.BufferedReader(io.BytesIO(data), 1 << 24)) == expected
+    assert _reading_blocks(io.BufferedReader(io.BytesIO(data), 1 << 24)) == expected
