@@ -40,6 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "reading",
         (
             "reader",
+            "shardplan",
+            "shardreads",
             "lanes",
             "claims",
             "transforms",
