@@ -33,7 +33,6 @@ from shardmix.checkpoint import (
 )
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
-from shardmix.dataset import ShardDataset
 from shardmix.epochplan import lane_starts, piece_ref, plan_epoch
 from shardmix.errors import ConfigError, ShardmixError, WorkerError
 from shardmix.kept import Exchange, agreed_totals, learn_epoch, stale_kept
@@ -51,6 +50,7 @@ from shardmix.residents import ResidentReads, read_refs
 from shardmix.rows import RowStore
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, rank_quota, shuffle_warmup
+from shardmix.shardreads import ShardReads as ShardDataset
 from shardmix.shuffle import eviction_order
 from shardmix.slotbuffer import SlotBuffer
 from shardmix.sources.identity import ShardIdentity, check_identity

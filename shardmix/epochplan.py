@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardmix.checkpoint import pack_refs, pack_sizes, pack_tags, unpack_pieces
-from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.formats.tags import NO_TAG
 from shardmix.lanes import LanePosition
 from shardmix.mergekeys import LaneClocks
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
+from shardmix.shardreads import ShardReads as ShardDataset
 from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.world import end_exchange
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.chunks import Chunk
-from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.lanechunks import EpochPlan, LaneChunks, as_sent, steady_turn
 from shardmix.lanes import LanePosition
@@ -31,6 +30,7 @@ from shardmix.lifeline import WorkerInit
 from shardmix.mergekeys import LaneClocks
 from shardmix.progress import Heartbeat, watch_progress
 from shardmix.sharding import Piece, worker_lanes
+from shardmix.shardreads import ShardReads as ShardDataset
 from shardmix.sources import is_local
 from shardmix.sources.bounded import plan_reads
 from shardmix.sources.identity import ShardIdentity
