@@ -20,7 +20,6 @@ import numpy as np
 from shardmix.bufferstage import BufferStage
 from shardmix.chunks import Chunk
 from shardmix.collate import pin_batch
-from shardmix.dataset import ShardDataset
 from shardmix.epochplan import (
     EpochPlanned,
     check_lanes,
@@ -46,6 +45,7 @@ from shardmix.reader import Sample
 from shardmix.rows import RowStore
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks
+from shardmix.shardreads import ShardReads
 from shardmix.transforms import FILTERED, SKIPPED
 
 T = TypeVar("T")
@@ -88,18 +88,18 @@ class EpochIterator:
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         planned = (
             plan_epoch(settings, epoch, epoch_pass, self.phase, resume is not None)
-            if isinstance(dataset, ShardDataset)
+            if isinstance(dataset, ShardReads)
             else None
         )
         self.plan = planned.plan if planned else None
         self.workers = EpochWorkers(settings, epoch, epoch_pass, self.plan)
         self.padding = Padding(dataset, epoch, epoch_pass)
-        self.store = RowStore(dataset.urls if isinstance(dataset, ShardDataset) else None)
+        self.store = RowStore(dataset.urls if isinstance(dataset, ShardReads) else None)
         self.shuffle = BufferStage.for_epoch(settings, self.store, epoch, epoch_pass)
         self.buffer = self.shuffle.buffer  # the epoch's own reads of it (rank ends) go straight
         if resume is not None:
             self._load_counts(resume)
-        if isinstance(dataset, ShardDataset):
+        if isinstance(dataset, ShardReads):
             dataset.expected = self.workers.identities
             dataset.read_versions.watch(self.workers.identities)  # what the next epoch checks
         ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
@@ -111,7 +111,7 @@ class EpochIterator:
             None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
         )
         self.skipped: SkipLedger | None = None
-        if isinstance(dataset, ShardDataset) and dataset.policy.skips:
+        if isinstance(dataset, ShardReads) and dataset.policy.skips:
             damaged = dataset.record_counts.damaged  # warned about by the counting pass
             self.skipped = SkipLedger.for_policy(dataset.policy, reported=damaged)
         self.merge = self._start(planned, resume)

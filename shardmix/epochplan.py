@@ -29,7 +29,6 @@ from typing import Any
 
 from shardmix.bufferstage import buffer_start
 from shardmix.checkpoint import unpack_pieces
-from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.mergekeys import LaneClocks
@@ -38,6 +37,7 @@ from shardmix.padding import padding_state
 from shardmix.rankend import refuse_simulated_filter
 from shardmix.settings import EpochSettings
 from shardmix.sharding import EvenRanks, Piece, phase_lanes, rank_quota
+from shardmix.shardreads import ShardReads
 from shardmix.transforms import FILTERED, SKIPPED
 from shardmix.world import end_exchange
 
@@ -65,7 +65,7 @@ def plan_epoch(
     a resized phase's state (empty: the epoch runs as planned); ``resumed``: a restore,
     whose shards must be as the checkpoint saw them, so nothing is counted again."""
     dataset = settings.dataset
-    assert isinstance(dataset, ShardDataset)
+    assert isinstance(dataset, ShardReads)
     rank, world_size = settings.rank, settings.world_size
     if not resumed and epoch_pass == 0:
         # A new epoch: shards changed since the last one are counted again before the plan
@@ -134,7 +134,7 @@ def plan_ends(
     learn: Exchange | bool = False
     kept = getattr(dataset, "kept_counts", None)
     if kept is not None and not phase:
-        assert isinstance(dataset, ShardDataset)  # only a ShardDataset has kept counts
+        assert isinstance(dataset, ShardReads)  # only a ShardDataset has kept counts
         if agree and exchange is None:  # ranks simulated in one process
             totals = dataset.kept_totals(epoch, world_size, epoch_pass)
             if totals is None:
@@ -154,7 +154,7 @@ def plan_ends(
 
 
 def _rank_quota(
-    dataset: ShardDataset,
+    dataset: ShardReads,
     epoch: int,
     rank: int,
     world_size: int,

@@ -9,7 +9,7 @@ fetched.
 
 Left to others: planning the epoch and starting, stopping and naming the workers
 (:mod:`shardmix.workers`), the chunk's layout (:mod:`shardmix.chunks`), reading a lane
-(:class:`~shardmix.dataset.ShardDataset`).
+(:class:`~shardmix.shardreads.ShardReads`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from torch.utils.data import IterableDataset
 
 from shardmix.chunks import Chunk, ChunkBuilder
 from shardmix.counts import ShardCount
-from shardmix.dataset import ShardDataset
 from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.mergekeys import LaneClocks
 from shardmix.policy import SkipLedger
 from shardmix.progress import Heartbeat
 from shardmix.sharding import Piece, worker_lanes
+from shardmix.shardreads import ShardReads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import take_traffic
 from shardmix.world import detect_world
@@ -109,7 +109,7 @@ def lane_chunks(
     shares = None
     shard_index = None
     iterators: dict[int, Iterator[Any] | BlockTurns]
-    if isinstance(dataset, ShardDataset) and plan.lane_pieces is not None:
+    if isinstance(dataset, ShardReads) and plan.lane_pieces is not None:
         shard_index = dataset.shard_index
         dataset.ledger = ledger  # this process's copy of the dataset
         dataset.expected = plan.identities
@@ -139,13 +139,13 @@ def lane_chunks(
     )
     chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
     if shard_index is not None:
-        assert isinstance(dataset, ShardDataset)
+        assert isinstance(dataset, ShardReads)
         chunks = _with_identities(chunks, dataset)
     return collected_between(_with_traffic(chunks))
 
 
 def _read_lane(
-    dataset: ShardDataset,
+    dataset: ShardReads,
     plan: EpochPlan,
     lane: int,
     beat: Callable[[Iterator[Any]], Iterator[Any]],
@@ -162,7 +162,7 @@ def _read_lane(
     return beat(dataset.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
 
 
-def _with_identities(chunks: Iterator[Chunk], dataset: ShardDataset) -> Iterator[Chunk]:
+def _with_identities(chunks: Iterator[Chunk], dataset: ShardReads) -> Iterator[Chunk]:
     """``chunks``, each with the identities of the shards opened until it was made."""
     for chunk in chunks:
         chunk.identities = dataset.take_opened()

@@ -34,12 +34,12 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardmix.checkpoint import Ref
-from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, CorruptShardError, describe_position
 from shardmix.formats import is_gzipped
 from shardmix.formats.tags import NO_TAG, TAG_KEY, tags_differ
 from shardmix.policy import SkipLedger
 from shardmix.reader import Sample, longest_record_of, record_ranges
+from shardmix.shardreads import ShardReads
 from shardmix.sources import SourceOptions
 from shardmix.sources.ranges import reads_ranges
 from shardmix.transforms import DROPPED
@@ -64,7 +64,7 @@ class _Wave:
 
     def __init__(
         self,
-        dataset: ShardDataset,
+        dataset: ShardReads,
         refs: Sequence[Ref],
         epoch: int,
         epoch_pass: int,
@@ -151,7 +151,7 @@ def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key
 
 
 def read_refs(
-    dataset: ShardDataset, refs: Sequence[Ref], epoch: int, epoch_pass: int = 0
+    dataset: ShardReads, refs: Sequence[Ref], epoch: int, epoch_pass: int = 0
 ) -> list[Sample]:
     """The samples that ``refs`` name, in order, each shard opened once.
 
@@ -174,7 +174,7 @@ class ResidentReads:
 
     def __init__(
         self,
-        dataset: ShardDataset,
+        dataset: ShardReads,
         refs: Sequence[Ref],
         sizes: Sequence[int],
         order: Sequence[int],

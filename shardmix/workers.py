@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.chunks import Chunk
-from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.lanechunks import EpochPlan, LaneChunks, as_sent, steady_turn
 from shardmix.lanes import LanePosition
@@ -31,6 +30,7 @@ from shardmix.lifeline import WorkerInit
 from shardmix.mergekeys import LaneClocks
 from shardmix.progress import Heartbeat, watch_progress
 from shardmix.sharding import Piece, worker_lanes
+from shardmix.shardreads import ShardReads
 from shardmix.sources import is_local
 from shardmix.sources.bounded import plan_reads
 from shardmix.sources.identity import ShardIdentity
@@ -112,9 +112,9 @@ def start_workers(
         epoch_pass,
         identities=identities if identities is not None else {},
         steady=steady,
-        recounts=dataset.record_counts.recounts() if isinstance(dataset, ShardDataset) else {},
+        recounts=dataset.record_counts.recounts() if isinstance(dataset, ShardReads) else {},
     )
-    if isinstance(dataset, ShardDataset):
+    if isinstance(dataset, ShardReads):
         _tell_cache(dataset, plan)
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
@@ -144,7 +144,7 @@ def _checked_lanes(
     """``(lanes, samples per lane in a worker's first chunk, in its steady chunks)`` of a
     plan, once checked against the process's limits (a ShardDataset's; any other dataset is
     one lane per worker)."""
-    if not isinstance(dataset, ShardDataset) or lane_pieces is None:
+    if not isinstance(dataset, ShardReads) or lane_pieces is None:
         return max(1, num_workers), FIRST_CHUNK_SAMPLES, CHUNK_SAMPLES
     lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
     check_open_limits(lane_urls, num_workers)
@@ -180,7 +180,7 @@ def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
         )
 
 
-def _tell_cache(dataset: ShardDataset, plan: EpochPlan) -> None:
+def _tell_cache(dataset: ShardReads, plan: EpochPlan) -> None:
     """Tell a bounded cache the shards the lanes read this epoch, in order (the workers, this
     process's children, mark them read as they open them)."""
     options = dataset.source_options
