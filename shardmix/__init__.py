@@ -7,7 +7,6 @@
 
 from shardmix.convert import ShardWriter, write_shards
 from shardmix.dataset import ShardDataset
-from shardmix.decode import Decoder
 from shardmix.errors import (
     CacheFullError,
     ConfigError,
@@ -33,11 +32,12 @@ from shardmix.errors import (
 )
 from shardmix.formats import Format, TFRecordPayload
 from shardmix.loader import MixingLoader
+from shardmix.plan.sharding import EvenRanks
+from shardmix.plan.urls import expand_urls
 from shardmix.policy import OnError
 from shardmix.rankstate import join_states
-from shardmix.sharding import EvenRanks
+from shardmix.reading.decode import Decoder
 from shardmix.sources import RetryPolicy, SourceOptions
-from shardmix.urls import expand_urls
 
 __version__ = "0.1.0"
 

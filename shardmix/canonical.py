@@ -3,7 +3,7 @@
 ``MixingLoader(..., canonical_ranks=C)`` plans every epoch for ``C`` ranks whatever the job's
 world size ``W``. Each *canonical rank* ``c`` is read exactly as a loader with the simulated
 world ``rank=c, world_size=C`` reads it: its own lanes, mixer and shuffle buffer (an
-:class:`~shardmix.epoch.EpochIterator`). Physical rank ``r`` runs the canonical ranks
+:class:`~shardmix.batching.epoch.EpochIterator`). Physical rank ``r`` runs the canonical ranks
 ``r * C/W`` to ``(r + 1) * C/W - 1`` side by side and joins their batches of ``batch_size``,
 in canonical order, into one batch of ``C/W * batch_size`` samples. So the sequence of global
 batches (one step's samples over all ranks) does not depend on ``W``, and a state saved on one
@@ -26,14 +26,14 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from shardmix.batching.collate import collate_samples, join_batches, pin_batch
+from shardmix.batching.epoch import EpochIterator
+from shardmix.batching.epochplan import epoch_start
+from shardmix.batching.settings import EpochSettings
 from shardmix.checkpoint import STATE_VERSION
-from shardmix.collate import collate_samples, join_batches, pin_batch
 from shardmix.dataset import ShardDataset
-from shardmix.epoch import EpochIterator
-from shardmix.epochplan import epoch_start
 from shardmix.errors import ConfigError
-from shardmix.pool import WorkerPool
-from shardmix.settings import EpochSettings
+from shardmix.reading.pool import WorkerPool
 from shardmix.world import state_exchange
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class CanonicalEpoch:
 
     With one canonical rank per physical rank its batches are that rank's, as they are.
     With more, the default collate's batches are joined column by column
-    (:func:`~shardmix.collate.join_batches`: the batch it would make of all their samples);
+    (:func:`~shardmix.batching.collate.join_batches`: the batch it would make of all their samples);
     under another ``collate_fn`` each canonical rank's epoch hands out its samples, and
     ``collate_fn`` collates them once, joined.
     """
@@ -183,7 +183,7 @@ class CanonicalEpoch:
 
     @property
     def filtered(self) -> dict[str, int]:
-        """The canonical ranks' :attr:`~shardmix.epoch.EpochIterator.filtered`, summed."""
+        """The canonical ranks' :attr:`~shardmix.batching.epoch.EpochIterator.filtered`, summed."""
         total = {"dropped": 0, "padded": 0, "undelivered": 0}
         for stream in self.streams:
             for kind, count in stream.filtered.items():

@@ -18,8 +18,8 @@ where the lane's last record began, -1 if unknown); version 6 every rank's posit
 (:mod:`shardmix.rankstate`: ``"rank"`` and ``"ranks"``), and ``"rank"`` left the config;
 version 7 each resident's size (``buffer.sizes``: what the buffer's byte budget counts for its
 sample, packed by :func:`pack_sizes`), so that a restore can hold residents it has not read
-yet (:mod:`shardmix.residents`); version 8 the buffer's residents in slot order, with
-eviction by swapping (:mod:`shardmix.shuffle`: the same seeds give other batches than
+yet (:mod:`shardmix.batching.residents`); version 8 the buffer's residents in slot order, with
+eviction by swapping (:mod:`shardmix.batching.shuffle`: the same seeds give other batches than
 version 7's); version 9 the identity of every shard the state references (``"shards"``: a list of
 ``[shard index, size, validator]`` for the lanes' pieces, the buffer's residents and the
 padding: :class:`~shardmix.sources.identity.ShardIdentity`), so that a restore refuses a shard
@@ -31,7 +31,7 @@ resident is positioned on (:mod:`shardmix.formats.tags`: 16 bits of a hash of th
 data CRC or key and its index), a seventh int in each ``mixer.lanes`` entry and
 ``buffer.tags`` (2 bytes per resident, packed by :func:`pack_tags`), so that a restore refuses
 a position moved onto another record; and the shuffle buffer's warm-up (it emits from four
-batches on and grows to its capacity as it reads: :mod:`shardmix.shuffle`; the same seeds
+batches on and grows to its capacity as it reads: :mod:`shardmix.batching.shuffle`; the same seeds
 give other batches than version 10). A state of an older version is refused, naming both
 versions (:func:`check_version`).
 """
@@ -47,7 +47,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from shardmix.errors import ConfigError
-from shardmix.sharding import Piece
+from shardmix.plan.sharding import Piece
 from shardmix.statefields import is_count, refuse_field
 
 STATE_VERSION = 11

@@ -1,10 +1,10 @@
 """ShardDataset: the shards of a URL pattern as a torch IterableDataset, what users build.
 
 It owns the user's arguments: checked, resolved into the settings and counts that
-:class:`~shardmix.shardreads.ShardReads` reads with (and :class:`~shardmix.shardplan.ShardPlan`
-plans with), and direct iteration (``set_epoch``, ``iter``).
-Iterated directly, or by a plain DataLoader, each worker reads its lanes interleaved. Under
-:class:`~shardmix.loader.MixingLoader` the loader asks for lanes one by one
+:class:`~shardmix.reading.shardreads.ShardReads` reads with (and
+:class:`~shardmix.reading.shardplan.ShardPlan` plans with), and direct iteration (``set_epoch``,
+``iter``). Iterated directly, or by a plain DataLoader, each worker reads its lanes interleaved.
+Under :class:`~shardmix.loader.MixingLoader` the loader asks for lanes one by one
 (:meth:`ShardDataset.read_lane`) so that the mixing order does not depend on the workers.
 """
 
@@ -14,19 +14,19 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from shardmix.arguments import check_not_empty, given_counts, refuse_arguments
-from shardmix.counts import COUNTS_CACHE_NAME, RecordCounts
-from shardmix.decode import Decoder, as_decoder
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
-from shardmix.kept import KeptCounts, kept_cache_path
+from shardmix.plan.arguments import check_not_empty, given_counts, refuse_arguments
+from shardmix.plan.counts import COUNTS_CACHE_NAME, RecordCounts
+from shardmix.plan.kept import KeptCounts, kept_cache_path
+from shardmix.plan.urls import check_sources, expand_urls
 from shardmix.policy import ErrorPolicy, OnError, SkipLedger
-from shardmix.reader import Sample
-from shardmix.shardplan import DEFAULT_NUM_LANES
-from shardmix.shardreads import ShardReads
+from shardmix.reading.decode import Decoder, as_decoder
+from shardmix.reading.reader import Sample
+from shardmix.reading.shardplan import DEFAULT_NUM_LANES
+from shardmix.reading.shardreads import ShardReads
+from shardmix.reading.transforms import SampleTransform
 from shardmix.sources import SourceOptions
-from shardmix.transforms import SampleTransform
-from shardmix.urls import check_sources, expand_urls
 from shardmix.world import detect_world
 
 __all__ = ["DEFAULT_NUM_LANES", "ShardDataset"]
@@ -54,12 +54,12 @@ class ShardDataset(ShardReads):
             augmentation that is reproducible and resumes exactly.
         transform_id: a name for ``transform`` that changes whenever which records it drops
             changes. With it, an epoch read whole teaches the dataset which records each
-            shard keeps (:mod:`shardmix.kept`, kept beside the count cache): ``len()`` is then
+            shard keeps (:mod:`shardmix.plan.kept`, kept beside the count cache): ``len()`` is then
             exact under a filter, and ranks know the epoch's end ahead. Not with
             ``transform_rng=True`` (its drops may differ per epoch) or ``on_error="skip"``.
-        decode: decode fields before ``transform`` (:mod:`shardmix.decode`): ``True`` for
+        decode: decode fields before ``transform`` (:mod:`shardmix.reading.decode`): ``True`` for
             the webdataset conventions, an image mode (``"numpy"``, ``"pil"``, ``"torch"``),
-            a :class:`~shardmix.decode.Decoder`, or any function of a sample.
+            a :class:`~shardmix.reading.decode.Decoder`, or any function of a sample.
         tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
             each record's bytes under ``"record"``.
         max_record_bytes: a TFRecord length field above this is refused as damage.

@@ -5,10 +5,10 @@ lane has delivered (the rest of each lane's pieces) and the shuffle buffer's res
 references, with their sizes). :func:`resized_position` computes it from the state alone and
 deals it to the W' ranks, the same way on every rank: each saved rank's residents (by shard
 and record) then its remaining pieces (lane by lane), the saved ranks in order, are laid end
-to end and cut into runs (:func:`~shardmix.sharding.cut_pieces`) whose totals (residents
+to end and cut into runs (:func:`~shardmix.plan.sharding.cut_pieces`) whose totals (residents
 plus records) are within one of each other (:func:`deal_shares`). Each rank reads its pieces
 in a *resized phase*: its own lanes (``num_lanes`` or the default for W' and the batch size,
-:func:`~shardmix.sharding.phase_lanes`), its residents back in its buffer, and a quota that
+:func:`~shardmix.plan.sharding.phase_lanes`), its residents back in its buffer, and a quota that
 is the same on every rank (``drop`` and ``pad`` as in any epoch, so fewer than W' samples are
 left out or repeated at the epoch's end). The next epoch is planned for W' as usual.
 
@@ -16,13 +16,13 @@ The phase is in the state (``"phase"``: the rank's pieces, its quota, its own to
 batch it began at), so the state of a resized phase is resized the same way, any number of
 times. A state saved at an epoch's start resumes that epoch as planned for W'.
 
-Left to others: the epoch's plan (:mod:`shardmix.sharding`), the state's format and checks
-(:mod:`shardmix.checkpoint`), reading the phase (:mod:`shardmix.epoch`). Refused by name: a
+Left to others: the epoch's plan (:mod:`shardmix.plan.sharding`), the state's format and checks
+(:mod:`shardmix.checkpoint`), reading the phase (:mod:`shardmix.batching.epoch`). Refused by name: a
 mixture, and a state that does not hold every saved rank's position. A transform (a decoder,
 an augmentation) and ``on_error="skip"`` are read as usual, but the phase's totals are fixed
 ahead, so a sample one of them drops in a resized phase is refused by name where the phase
-meets it (:func:`shardmix.rankend.refuse_phase_drop`): the ranks would otherwise end the phase
-at different steps.
+meets it (:func:`shardmix.batching.rankend.refuse_phase_drop`): the ranks would otherwise end the
+phase at different steps.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardmix.batching.epochplan import epoch_start
 from shardmix.checkpoint import (
     Ref,
     check_refs,
@@ -46,11 +47,10 @@ from shardmix.checkpoint import (
     unpack_tags,
 )
 from shardmix.dataset import ShardDataset
-from shardmix.epochplan import epoch_start
 from shardmix.errors import ConfigError
+from shardmix.plan.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota
 from shardmix.rankstate import every_position
-from shardmix.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota
-from shardmix.transforms import FILTERED, SKIPPED
+from shardmix.reading.transforms import FILTERED, SKIPPED
 
 # The settings a resume may change: the rest of the epoch is then dealt again. ``num_lanes``
 # and ``shuffle_buffer`` only where the loader leaves them to their defaults.
@@ -121,7 +121,7 @@ def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int)
     [([(1, 0, 0), (1, 1, 9)], [Piece(0, 2, 4)]), ([], [Piece(0, 4, 7)]), ([], [Piece(0, 7, None)])]
     """
     # Each block's residents as a piece of a shard of its own (numbered past the real ones),
-    # so that one cut (:func:`~shardmix.sharding.cut_pieces`) deals residents and records.
+    # so that one cut (:func:`~shardmix.plan.sharding.cut_pieces`) deals residents and records.
     first = len(counts)
     sizes = [*counts, *(len(block.residents) for block in blocks)]
     laid: list[Piece] = []

@@ -1,16 +1,17 @@
 """MixingLoader: what a training loop holds.
 
 DataLoader workers read lanes and send their samples to the main process in columnar chunks
-(one pickle per chunk, one array per column: :mod:`shardmix.workers`, :mod:`shardmix.chunks`).
-In the main process the samples are kept as columns (:mod:`shardmix.rows`), and the lanes are
-merged in a fixed order (:mod:`shardmix.mixing`), passed through a seeded shuffle buffer
-(:mod:`shardmix.shuffle`) and cut into batches (:mod:`shardmix.epoch`), all on integer ids.
-Every batch therefore draws on all the shards open in all workers, and the batches are a
-function of the data, the seeds and the epoch alone.
+(one pickle per chunk, one array per column: :mod:`shardmix.reading.workers`,
+:mod:`shardmix.reading.chunks`). In the main process the samples are kept as columns
+(:mod:`shardmix.batching.rows`), and the lanes are merged in a fixed order
+(:mod:`shardmix.batching.mixing`), passed through a seeded shuffle buffer
+(:mod:`shardmix.batching.shuffle`) and cut into batches (:mod:`shardmix.batching.epoch`), all on
+integer ids. Every batch therefore draws on all the shards open in all workers, and the batches are
+a function of the data, the seeds and the epoch alone.
 
 This module takes the settings, starts an epoch at the first ``next()`` of each ``iter()``
 (like a DataLoader: an iterator dropped before its first batch starts nothing and uses up no
-epoch), keeps the worker processes across epochs (:mod:`shardmix.pool`), and reports what
+epoch), keeps the worker processes across epochs (:mod:`shardmix.reading.pool`), and reports what
 the current epoch filtered, skipped and waited for.
 
 Left to the loader's other parts, which :class:`MixingLoader` inherits: checking the
@@ -27,12 +28,12 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from shardmix.apportion import Stopping, normalized_weights
-from shardmix.cacheroom import CacheReaders, check_cache_room, remote_lanes
+from shardmix.batching.collate import collate_samples
+from shardmix.batching.epoch import EpochIterator
+from shardmix.batching.rankend import refuse_simulated_filter
+from shardmix.batching.stats import LoaderStats, StatsRecorder
 from shardmix.canonical import CanonicalEpoch, canonical_slots
-from shardmix.collate import collate_samples
 from shardmix.dataset import ShardDataset
-from shardmix.epoch import EpochIterator
 from shardmix.errors import ConfigError, ShardmixError
 from shardmix.loadercheckpoint import LoaderCheckpoint
 from shardmix.loaderlength import Reading
@@ -45,12 +46,12 @@ from shardmix.loadersettings import (
     refuse_torch_arguments,
 )
 from shardmix.mixture import MixtureEpoch
-from shardmix.rankend import refuse_simulated_filter
-from shardmix.reader import Sample
-from shardmix.sharding import EvenRanks
-from shardmix.stats import LoaderStats, StatsRecorder
+from shardmix.plan.apportion import Stopping, normalized_weights
+from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
+from shardmix.plan.sharding import EvenRanks
+from shardmix.reading.reader import Sample
+from shardmix.reading.workers import is_worker_failure
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
-from shardmix.workers import is_worker_failure
 from shardmix.world import count_exchange, data_parallel_ranks
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
@@ -67,13 +68,13 @@ class MixingLoader(LoaderCheckpoint):
         num_workers: DataLoader worker processes; 0 reads in the main process.
         shuffle_buffer: samples held by the main-process shuffle buffer (0 disables it);
             default 64 per sample of a batch, at least 8,192
-            (:func:`~shardmix.sharding.default_shuffle_buffer`).
+            (:func:`~shardmix.plan.sharding.default_shuffle_buffer`).
         shuffle_buffer_bytes: the buffer also stops growing once its samples hold this many
             bytes (default 64 MiB; ``None``: no byte budget), so that large or decoded
             samples cannot fill the main process's memory.
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
         collate_fn: turns a list of samples into a batch; default
-            :func:`~shardmix.collate.collate_samples`.
+            :func:`~shardmix.batching.collate.collate_samples`.
         drop_last: drop the last batch of an epoch when it is short.
         timeout: seconds the worker the loop waits for may read nothing before a WorkerError
             (0 waits forever); time without progress, as in docs/workers.md.
@@ -203,8 +204,8 @@ class MixingLoader(LoaderCheckpoint):
 
         Refused here (a ConfigError, before a worker starts or a shard is asked for): a world
         size that does not divide ``canonical_ranks``, a ``cache_limit`` below what the
-        epoch's lanes hold in the cache at once (:mod:`shardmix.cacheroom`), a named filter
-        not yet learned under ranks simulated in one process (:mod:`shardmix.kept`)."""
+        epoch's lanes hold in the cache at once (:mod:`shardmix.plan.cacheroom`), a named filter
+        not yet learned under ranks simulated in one process (:mod:`shardmix.plan.kept`)."""
         processes = 1
         if self.canonical_ranks is not None:
             processes = len(canonical_slots(*self.rank_and_world_size(), self.canonical_ranks))

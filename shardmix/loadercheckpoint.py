@@ -11,7 +11,7 @@ and keeps this rank's position for the next ``iter()``. :class:`LoaderCheckpoint
 part of the loader.
 
 Left to others: the state's JSON and its checks (:mod:`shardmix.checkpoint`), each epoch's
-position (:mod:`shardmix.epoch`, :mod:`shardmix.mixture`, :mod:`shardmix.canonical`),
+position (:mod:`shardmix.batching.epoch`, :mod:`shardmix.mixture`, :mod:`shardmix.canonical`),
 whether an epoch goes on (:mod:`shardmix.loaderlength`).
 """
 
@@ -21,7 +21,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from shardmix.apportion import member_seed
+from shardmix.batching.epoch import EpochIterator
+from shardmix.batching.epochplan import epoch_start
 from shardmix.canonical import (
     CanonicalEpoch,
     canonical_slots,
@@ -38,10 +39,9 @@ from shardmix.checkpoint import (
 )
 from shardmix.dataset import ShardDataset
 from shardmix.elastic import ELASTIC_FIELDS, resized_position
-from shardmix.epoch import EpochIterator
-from shardmix.epochplan import epoch_start
 from shardmix.loaderlength import LoaderLength
 from shardmix.mixture import MixtureEpoch, mixture_start
+from shardmix.plan.apportion import member_seed
 from shardmix.rankstate import gather_positions, own_position
 from shardmix.statefields import check_state
 

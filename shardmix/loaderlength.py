@@ -5,12 +5,14 @@ record counts (a manifest, the count cache or a counting pass, shared out over t
 job at the first call): this rank's samples in the epoch (the ranks' quota under
 ``even_ranks``, or the kept counts learned under a filtering transform), cut into batches; a
 resized phase's batches after those before it (:mod:`shardmix.elastic`); a mixture's batches
-from each dataset's samples per pass and the weights (:func:`~shardmix.apportion.mixture_batches`).
-:class:`LoaderLength` is that part of the loader, with the epoch it is in.
+from each dataset's samples per pass and the weights
+(:func:`~shardmix.plan.apportion.mixture_batches`). :class:`LoaderLength` is that part of the
+loader, with the epoch it is in.
 
-Left to others: the record counts themselves (:mod:`shardmix.counts`, :mod:`shardmix.kept`),
-each rank's share of them (:mod:`shardmix.sharding`), the settings the counts are planned by
-(:mod:`shardmix.loadersettings`), starting and reading the epochs (:mod:`shardmix.loader`).
+Left to others: the record counts themselves (:mod:`shardmix.plan.counts`,
+:mod:`shardmix.plan.kept`), each rank's share of them (:mod:`shardmix.plan.sharding`), the settings
+the counts are planned by (:mod:`shardmix.loadersettings`), starting and reading the epochs
+(:mod:`shardmix.loader`).
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from shardmix.apportion import Stopping, mixture_batches
+from shardmix.batching.epoch import EpochIterator
 from shardmix.canonical import CanonicalEpoch
 from shardmix.dataset import ShardDataset
-from shardmix.epoch import EpochIterator
 from shardmix.errors import UnknownLengthError
 from shardmix.loadersettings import LoaderSettings
 from shardmix.mixture import MixtureEpoch
-from shardmix.sharding import rank_quota
+from shardmix.plan.apportion import Stopping, mixture_batches
+from shardmix.plan.sharding import rank_quota
 from shardmix.world import count_exchange, job_count_exchange
 
 # What reads an epoch: one dataset's, a mixture's, or the canonical ranks' of this rank.
@@ -69,7 +71,7 @@ class LoaderLength(LoaderSettings):
 
         Exact without filtering; with a filtering transform (or skipped damage) an upper
         bound, on one rank as under several, since the samples kept are known only once read
-        (the ranks then agree on the epoch's end as they near it: :mod:`shardmix.rankend`).
+        (the ranks then agree on the epoch's end as they near it: :mod:`shardmix.batching.rankend`).
         """
         dataset = self.dataset
         if not isinstance(dataset, ShardDataset):

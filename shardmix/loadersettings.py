@@ -3,7 +3,7 @@
 :class:`~shardmix.loader.MixingLoader` takes its arguments through the checks here (each a
 :class:`~shardmix.errors.ConfigError` that names the argument and what to use instead), keeps
 them as attributes, and resolves them at each epoch into frozen values: an
-:class:`~shardmix.settings.EpochSettings` for one dataset, a
+:class:`~shardmix.batching.settings.EpochSettings` for one dataset, a
 :class:`~shardmix.mixture.MixtureSettings` for a mixture, the rank and world size an epoch is
 planned for, its lanes and shuffle buffer. :class:`LoaderSettings` is the part of the loader
 that does that, and no more: it holds no epoch and no position.
@@ -23,17 +23,17 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
-from shardmix.apportion import Stopping
+from shardmix.batching.settings import EpochSettings
+from shardmix.batching.stats import StatsRecorder
 from shardmix.canonical import canonical_slots
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixWarning
 from shardmix.mixture import MixtureSettings, mixture_settings
-from shardmix.pool import WorkerPool
-from shardmix.reader import Sample
-from shardmix.settings import EpochSettings
-from shardmix.sharding import EvenRanks, default_shuffle_buffer
-from shardmix.stats import StatsRecorder
-from shardmix.workers import WorkerOptions
+from shardmix.plan.apportion import Stopping
+from shardmix.plan.sharding import EvenRanks, default_shuffle_buffer
+from shardmix.reading.pool import WorkerPool
+from shardmix.reading.reader import Sample
+from shardmix.reading.workers import WorkerOptions
 from shardmix.world import Ranks
 
 

@@ -1,9 +1,9 @@
 """Mixtures: batches that hold several named datasets in fixed proportions.
 
 Each dataset of a mixture is read as a single dataset is (its own lanes, workers, mixer and
-shuffle buffer: an :class:`~shardmix.epoch.EpochIterator` used sample by sample), by the
+shuffle buffer: an :class:`~shardmix.batching.epoch.EpochIterator` used sample by sample), by the
 loader's settings with that dataset, its own seed and its workers (:class:`MixtureSettings`),
-and the :class:`~shardmix.apportion.Apportioner` decides how many samples each dataset gives
+and the :class:`~shardmix.plan.apportion.Apportioner` decides how many samples each dataset gives
 each batch: ``floor(w * batch_size)`` or one more, so every batch holds each dataset's share
 to within one sample. Within a batch the samples are put in a seeded random order. Every
 sample carries ``__dataset__``, its name.
@@ -18,7 +18,7 @@ The state is the batch count, the weights, the apportioner's credits (exact frac
 dataset's pass and its own single-dataset position: resume is exact, as for one dataset.
 
 Left to others: the apportioning arithmetic and the count of an epoch's batches
-(:mod:`shardmix.apportion`), each dataset's epoch (:mod:`shardmix.epoch`).
+(:mod:`shardmix.plan.apportion`), each dataset's epoch (:mod:`shardmix.batching.epoch`).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from shardmix.apportion import Apportioner, Stopping, last_counts, member_seed
-from shardmix.collate import pin_batch
+from shardmix.batching.collate import pin_batch
+from shardmix.batching.epoch import EpochIterator
+from shardmix.batching.epochplan import epoch_start
+from shardmix.batching.settings import EpochSettings
 from shardmix.dataset import ShardDataset
-from shardmix.epoch import EpochIterator
-from shardmix.epochplan import epoch_start
 from shardmix.errors import ConfigError
-from shardmix.pool import WorkerPool
-from shardmix.reader import Sample
-from shardmix.settings import EpochSettings
+from shardmix.plan.apportion import Apportioner, Stopping, last_counts, member_seed
+from shardmix.reading.pool import WorkerPool
+from shardmix.reading.reader import Sample
 
 # Keeps the in-batch order stream apart from every other stream drawn from the same seed.
 _BATCH_ORDER_STREAM = 0xB47C
@@ -64,7 +64,7 @@ def mixture_settings(
     stopping: Stopping,
 ) -> MixtureSettings:
     """The settings of a mixture of ``datasets``: dataset ``i`` reads by ``shared`` with its
-    own shuffle seed (:func:`~shardmix.apportion.member_seed`) and its persistent workers, if
+    own shuffle seed (:func:`~shardmix.plan.apportion.member_seed`) and its persistent workers, if
     any (``pools`` by dataset name)."""
     members = {
         name: shared.member(dataset, member_seed(shared.seed, index), pools.get(name))

@@ -16,7 +16,7 @@ names it, or the shard is remote; the command line says "unverified (no manifest
 Damage does not stop the walk: each damaged shard is reported with the error's message (which
 names the URL, the record index and the byte offset) and the position as fields, and the other
 shards are still read. Opening shards is left to :mod:`shardmix.sources`, parsing to
-:mod:`shardmix.formats`, the counting pass to :mod:`shardmix.counts`; the CLI shell is
+:mod:`shardmix.formats`, the counting pass to :mod:`shardmix.plan.counts`; the CLI shell is
 :mod:`shardmix.cli.stat`.
 
 JSON (``StatReport.to_dict()``, ``schema_version`` 1)::
@@ -50,11 +50,11 @@ from enum import Enum
 from typing import Any
 
 from shardmix.convert.identity import stale_inputs
-from shardmix.counts import count_records, manifest_shards
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, reader_for
+from shardmix.plan.counts import count_records, manifest_shards
+from shardmix.plan.urls import expand_urls
 from shardmix.sources import is_local, local_path, open_shard
-from shardmix.urls import expand_urls
 
 STAT_SCHEMA_VERSION = 1
 # TFRecord payloads are verified by their CRC, not decoded: a checksum says nothing of meaning.

@@ -1,7 +1,7 @@
 """The loader state's fields: which a position holds, of what kind, and the refusal of a state
 whose fields are missing or of the wrong type, naming the field.
 
-A position's layout is the epoch's and its stages' (:mod:`shardmix.epoch`); what each
+A position's layout is the epoch's and its stages' (:mod:`shardmix.batching.epoch`); what each
 packed string holds, and the state's versions, are :mod:`shardmix.checkpoint`'s to say.
 """
 

@@ -1,6 +1,6 @@
 """Detect this process's distributed rank and DataLoader worker, once, at the edge.
 
-Everything below receives a :class:`~shardmix.sharding.World` explicitly; this is the only
+Everything below receives a :class:`~shardmix.plan.sharding.World` explicitly; this is the only
 module that asks torch where it runs, and the only one that talks to the other ranks (sharing
 record counts: :func:`count_exchange`; the state: :func:`state_exchange`; where an epoch ends:
 :func:`end_exchange`).
@@ -24,7 +24,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import get_worker_info
 
 from shardmix.errors import ConfigError
-from shardmix.sharding import World
+from shardmix.plan.sharding import World
 
 T = TypeVar("T")
 

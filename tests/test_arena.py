@@ -7,11 +7,11 @@ import pickle
 import numpy as np
 import pytest
 
-import shardmix.arena as arena_module
-import shardmix.pool as pool_module
+import shardmix.reading.arena as arena_module
+import shardmix.reading.pool as pool_module
 from shardmix import MixingLoader, ShardDataset
-from shardmix.arena import Arena, InArena
-from shardmix.chunks import Chunk, ChunkBuilder
+from shardmix.reading.arena import Arena, InArena
+from shardmix.reading.chunks import Chunk, ChunkBuilder
 
 from shards import UNEVEN_SIZES, batch_keys, expected_keys, write_shards
 

@@ -1,11 +1,11 @@
 """The batches are what their definition says, sample by sample.
 
-The loader moves columns and ids in arrays (:mod:`shardmix.chunks`, :mod:`shardmix.rows`,
-:class:`~shardmix.slotbuffer.SlotBuffer`). Here the same epoch is built the slow, plain way: each
-lane read as sample dicts, the lanes merged by ``(clock, lane)`` with :func:`heapq.merge`, the
-dropped samples left out, and the rest passed one by one through a
-:class:`~shardmix.shuffle.ShuffleBuffer` that warms up as the loader's does. The loader's
-batches must be exactly those.
+The loader moves columns and ids in arrays (:mod:`shardmix.reading.chunks`,
+:mod:`shardmix.batching.rows`, :class:`~shardmix.batching.slotbuffer.SlotBuffer`). Here the same
+epoch is built the slow, plain way: each lane read as sample dicts, the lanes merged by ``(clock,
+lane)`` with :func:`heapq.merge`, the dropped samples left out, and the rest passed one by one
+through a :class:`~shardmix.batching.shuffle.ShuffleBuffer` that warms up as the loader's does. The
+loader's batches must be exactly those.
 """
 
 import heapq
@@ -14,10 +14,10 @@ import math
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.reader import sample_bytes
-from shardmix.sharding import shuffle_warmup
-from shardmix.shuffle import ShuffleBuffer
-from shardmix.transforms import DROPPED
+from shardmix.batching.shuffle import ShuffleBuffer
+from shardmix.plan.sharding import shuffle_warmup
+from shardmix.reading.reader import sample_bytes
+from shardmix.reading.transforms import DROPPED
 
 from shards import UNEVEN_SIZES, write_shards
 

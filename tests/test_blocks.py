@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.chunks import Chunk, ChunkBuilder
 from shardmix.formats.tar_writer import TarWriter
-from shardmix.lanes import BlockTurns, LanePosition, round_robin_chunks
-from shardmix.mergekeys import LaneClocks
+from shardmix.reading.chunks import Chunk, ChunkBuilder
+from shardmix.reading.lanes import BlockTurns, LanePosition, round_robin_chunks
+from shardmix.reading.mergekeys import LaneClocks
 
 from shards import UNEVEN_SIZES, write_shards
 

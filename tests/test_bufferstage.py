@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from shardmix import ShardDataset
-from shardmix.bufferstage import BufferStage, buffer_start
+from shardmix.batching.bufferstage import BufferStage, buffer_start
+from shardmix.batching.rows import RowStore
+from shardmix.batching.slotbuffer import SlotBuffer
 from shardmix.checkpoint import unpack_refs
-from shardmix.chunks import ID, SIZE, ChunkBuilder
-from shardmix.rows import RowStore
-from shardmix.slotbuffer import SlotBuffer
+from shardmix.reading.chunks import ID, SIZE, ChunkBuilder
 
 
 def stage_over(dataset, samples):

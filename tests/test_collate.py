@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from shardmix.collate import collate_samples
+from shardmix.batching.collate import collate_samples
 from shardmix.errors import DecodeError
 
 

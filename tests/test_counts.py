@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-import shardmix.counts as counts
-import shardmix.reader
+import shardmix.plan.counts as counts
+import shardmix.reading.reader
 from shardmix import ManifestMismatchWarning, ShardDataset
 from shardmix.convert import ConvertOptions, convert
 from shardmix.sources import SourceOptions
@@ -113,7 +113,7 @@ def test_a_range_read_seeks_to_the_nearest_index_entry(tmp_path, monkeypatch):
     url = dataset.urls[0]
     offsets = [s["__offset__"] for s in dataset.read_shard(url)]
     seeks = []
-    real_open = shardmix.reader.open_shard
+    real_open = shardmix.reading.reader.open_shard
 
     def spying_open(url, **kwargs):
         stream = real_open(url, **kwargs)
@@ -127,7 +127,7 @@ def test_a_range_read_seeks_to_the_nearest_index_entry(tmp_path, monkeypatch):
         stream.seek = seek
         return stream
 
-    monkeypatch.setattr(shardmix.reader, "open_shard", spying_open)
+    monkeypatch.setattr(shardmix.reading.reader, "open_shard", spying_open)
     samples = list(dataset.read_shard(url, 150, stop=160))
     assert [s["__index__"] for s in samples] == list(range(150, 160))
     assert [s["__key__"] for s in samples] == [record_key(0, r) for r in range(150, 160)]

@@ -1,4 +1,5 @@
-"""Tests for shardmix.decode: golden tars from GNU tar and webdataset, safety, errors, options."""
+"""Tests for shardmix.reading.decode: golden tars from GNU tar and webdataset, safety, errors,
+options."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ import torch
 from PIL import Image
 
 import shardmix
-from shardmix.collate import collate_samples
-from shardmix.decode import Decoder, ImageOutput, as_decoder
+from shardmix.batching.collate import collate_samples
 from shardmix.errors import ConfigError, DecodeError
 from shardmix.formats.example import decode_example, encode_example
+from shardmix.reading.decode import Decoder, ImageOutput, as_decoder
 
 import reads
 
@@ -463,9 +464,9 @@ def test_a_bad_gzipped_field_is_a_decode_error(data: bytes, found: str) -> None:
 def test_a_gzipped_field_past_the_bound_is_a_decode_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import gzip
 
-    import shardmix.decode
+    import shardmix.reading.decode
 
-    monkeypatch.setattr(shardmix.decode, "MAX_GUNZIP_BYTES", 1000)
+    monkeypatch.setattr(shardmix.reading.decode, "MAX_GUNZIP_BYTES", 1000)
     assert Decoder()({"__key__": "k", "txt.gz": gzip.compress(b"a" * 1000)})["txt.gz"] == "a" * 1000
     with pytest.raises(DecodeError, match="at most 1000 bytes decompressed.*past the bound"):
         Decoder()({"__key__": "k", "txt.gz": gzip.compress(b"a" * 1001)})

@@ -1,7 +1,7 @@
 """An epoch's position is each stage's own state under its key, laid out by one piece of code."""
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.epochplan import dropped_in, epoch_start, padding_in
+from shardmix.batching.epochplan import dropped_in, epoch_start, padding_in
 
 
 def shape(value):

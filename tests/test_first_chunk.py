@@ -1,7 +1,12 @@
 """What a worker sends first: a small chunk, then turns that double up to the steady size."""
 
 from shardmix import ShardDataset
-from shardmix.workers import CHUNK_SAMPLES, FIRST_CHUNK_SAMPLES, WorkerOptions, start_workers
+from shardmix.reading.workers import (
+    CHUNK_SAMPLES,
+    FIRST_CHUNK_SAMPLES,
+    WorkerOptions,
+    start_workers,
+)
 
 from shards import write_shards
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
+from shardmix.batching.stats import LoaderStats
 from shardmix.sources import RetryPolicy, SourceOptions
-from shardmix.stats import LoaderStats
 
 from shards import expected_keys, write_shards
 

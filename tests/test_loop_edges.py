@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-import shardmix.counts as counts
+import shardmix.plan.counts as counts
 from shardmix import ConfigError, MixingLoader, ShardDataset, TruncatedShardError
 
 from shards import record_key, write_shards

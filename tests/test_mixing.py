@@ -2,13 +2,13 @@ import json
 
 import pytest
 
-from shardmix.chunks import ChunkBuilder
+from shardmix.batching.mixing import LaneMerge, resume_points, start_state
+from shardmix.batching.rows import RowStore
 from shardmix.errors import WorkerError
-from shardmix.lanes import LanePosition, round_robin, round_robin_chunks
-from shardmix.mergekeys import LaneClocks
-from shardmix.mixing import LaneMerge, resume_points, start_state
-from shardmix.rows import RowStore
-from shardmix.transforms import DROPPED, FILTERED
+from shardmix.reading.chunks import ChunkBuilder
+from shardmix.reading.lanes import LanePosition, round_robin, round_robin_chunks
+from shardmix.reading.mergekeys import LaneClocks
+from shardmix.reading.transforms import DROPPED, FILTERED
 
 URLS = [f"s{lane}" for lane in range(10)]
 

@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.apportion import member_seed
+from shardmix.plan.apportion import member_seed
 from shardmix.testing import check_resume, run_steps
 
 from shards import record_key, write_shards

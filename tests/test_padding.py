@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from shardmix import ConfigError, ShardDataset
+from shardmix.batching.padding import Padding, padding_state
 from shardmix.checkpoint import unpack_refs
-from shardmix.padding import Padding, padding_state
 
 
 def refs_of(samples):

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from shardmix.rankend import RankEnd
-from shardmix.sharding import EvenRanks
+from shardmix.batching.rankend import RankEnd
+from shardmix.plan.sharding import EvenRanks
 
 
 def run_ranks(kept, even_ranks, batch_size, ahead):

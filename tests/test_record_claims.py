@@ -19,8 +19,8 @@ from shardmix import (
 )
 from shardmix.convert.manifest import Manifest, ShardEntry, write_manifest
 from shardmix.formats import Format
-from shardmix.reader import read_shard
-from shardmix.sharding import World
+from shardmix.plan.sharding import World
+from shardmix.reading.reader import read_shard
 from shardmix.sources import SourceOptions
 
 from shards import expected_keys, record_key, write_shards

@@ -13,9 +13,9 @@ import pytest
 from test_record_claims import write_manifest_beside
 
 from shardmix import MixingLoader, ShardChangedError, ShardDataset
-from shardmix.counts import RecordCounts
 from shardmix.formats import Format, ReadOptions
-from shardmix.recount import ReadVersions, local_identity, recount_changed
+from shardmix.plan.counts import RecordCounts
+from shardmix.plan.recount import ReadVersions, local_identity, recount_changed
 
 from shards import expected_keys, record_key, write_shard, write_shards
 

@@ -151,7 +151,7 @@ def test_pipe_streams_resume_exactly_by_walking(tmp_path, caplog):
 
     state, _, remaining = checkpoint_at_90(make)
     assert any(lane[2] >= 0 for lane in state["mixer"]["lanes"])
-    with caplog.at_level("DEBUG", logger="shardmix.reader"):
+    with caplog.at_level("DEBUG", logger="shardmix.reading.reader"):
         batches, _ = restore(make, state, lambda: 0)
     assert batches == remaining
     assert "walking the framing from the start" in caplog.text

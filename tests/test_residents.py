@@ -10,9 +10,9 @@ import json
 import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
+from shardmix.batching.residents import ResidentReads
 from shardmix.checkpoint import pack_sizes, unpack_refs, unpack_sizes
-from shardmix.reader import sample_bytes
-from shardmix.residents import ResidentReads
+from shardmix.reading.reader import sample_bytes
 from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import UNEVEN_SIZES, write_shards

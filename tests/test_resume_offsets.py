@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import shardmix.reader
+import shardmix.reading.reader
 from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
 from shardmix.checkpoint import pack_refs, unpack_refs
 from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
@@ -45,7 +45,7 @@ def test_residents_are_read_at_their_offsets_without_walking_the_shards(uneven_s
     def walk(*args, **kwargs):
         raise AssertionError("a shard was walked by its framing")
 
-    monkeypatch.setattr(shardmix.reader, "read_samples_at", walk)
+    monkeypatch.setattr(shardmix.reading.reader, "read_samples_at", walk)
     make = loader_factory(uneven_shards)
     report = check_resume(make, epochs=2, steps=[1, 5, 11, 17, 23, 30])
     assert report.steps_checked == 6
@@ -68,13 +68,13 @@ def test_a_transform_that_returns_a_new_dict_resumes_exactly(uneven_shards):
 
 def test_residents_without_offsets_are_found_by_record_index(uneven_shards, monkeypatch):
     walked = []
-    walk = shardmix.reader.read_samples_at
+    walk = shardmix.reading.reader.read_samples_at
 
     def spy(stream, url, *args, **kwargs):
         walked.append(url)
         return walk(stream, url, *args, **kwargs)
 
-    monkeypatch.setattr(shardmix.reader, "read_samples_at", spy)
+    monkeypatch.setattr(shardmix.reading.reader, "read_samples_at", spy)
     make = loader_factory(uneven_shards)
     reference = [batch_fingerprint(b) for _, b in run_steps(make(), 2)]
     state = state_after(make, 9)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from shardmix.chunks import ChunkBuilder
-from shardmix.collate import collate_samples
+from shardmix.batching.collate import collate_samples
+from shardmix.batching.rows import RowStore
 from shardmix.errors import DecodeError
-from shardmix.rows import RowStore
+from shardmix.reading.chunks import ChunkBuilder
 
 
 def stored(*groups):
@@ -133,7 +133,7 @@ def test_bytes_of_mixed_lengths_come_back_exactly(chunks):
 
 
 def test_short_bytes_of_mixed_lengths_travel_as_one_array():
-    from shardmix.columns import BYTES, OBJECTS, column_of, sizes_of
+    from shardmix.reading.columns import BYTES, OBJECTS, column_of, sizes_of
 
     labels = column_of([b"7", b"12", b"3"])
     assert labels.kind == BYTES and labels.values.dtype == np.dtype("S2")

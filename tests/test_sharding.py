@@ -3,7 +3,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardmix.sharding import (
+from shardmix.plan.sharding import (
     Piece,
     World,
     balanced_pieces,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardmix.shuffle import Draws, ShuffleBuffer, eviction_order, shuffled
-from shardmix.slotbuffer import SlotBuffer
+from shardmix.batching.shuffle import Draws, ShuffleBuffer, eviction_order, shuffled
+from shardmix.batching.slotbuffer import SlotBuffer
 
 
 def test_shuffled_is_a_permutation_fixed_by_seed_and_epoch():

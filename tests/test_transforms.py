@@ -281,7 +281,7 @@ def break_png(sample):
 
 
 def test_a_sample_that_fails_to_decode_is_skipped_and_counted(tmp_path):
-    from shardmix.decode import Decoder
+    from shardmix.reading.decode import Decoder
 
     decoder = Decoder()
     dataset = ShardDataset(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardmix.errors import ConfigError, ShardNotFoundError, UnsupportedURLError
-from shardmix.urls import expand_urls, split_patterns
+from shardmix.plan.urls import expand_urls, split_patterns
 
 pytest.importorskip("fsspec")
 

@@ -591,7 +591,7 @@ def ranks_section(config: Config) -> list[Row]:
     import numpy as np
 
     from shardmix import ShardDataset
-    from shardmix.sharding import epoch_shard_order, rank_shards
+    from shardmix.plan.sharding import epoch_shard_order, rank_shards
 
     sizes = [int(n) for n in np.random.default_rng(config.seed).integers(100, 301, RANKS_SHARDS)]
     urls = [f"http://bench.invalid/uneven-{i:06d}.tar" for i in range(RANKS_SHARDS)]
@@ -906,8 +906,8 @@ def _read_ahead(plan: dict[str, Any], config: Config) -> int:
     """The most samples a loader's workers read past what the main process took: each worker's
     chunk in the making and ``prefetch_factor`` (2) chunks per worker in flight, a chunk being
     a turn of the worker's lanes."""
-    from shardmix.lanechunks import steady_turn
-    from shardmix.workers import lane_turn
+    from shardmix.reading.lanechunks import steady_turn
+    from shardmix.reading.workers import lane_turn
 
     workers = max(1, config.num_workers)
     lanes_per_worker = math.ceil(plan["num_lanes"] / workers)

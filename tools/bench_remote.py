@@ -195,8 +195,8 @@ class Run:
 
 def _counting_cost_per_chunk() -> float:
     """What :meth:`StatsRecorder.timed` costs per chunk, traffic included (seconds)."""
+    from shardmix.batching.stats import StatsRecorder
     from shardmix.sources.traffic import Traffic
-    from shardmix.stats import StatsRecorder
 
     class Chunk:
         traffic = Traffic({"http://127.0.0.1:1": 1 << 20}, {"http://127.0.0.1:1": 1})
@@ -211,8 +211,8 @@ def _counting_cost_per_chunk() -> float:
 
 def read_one_epoch(name: str, urls: list[str], shape: Shape, options: Any, server: Any) -> Run:
     from shardmix import MixingLoader, ShardDataset
-    from shardmix.lanechunks import CHUNK_BYTES
-    from shardmix.workers import CHUNK_SAMPLES
+    from shardmix.reading.lanechunks import CHUNK_BYTES
+    from shardmix.reading.workers import CHUNK_SAMPLES
 
     dataset = ShardDataset(urls, num_lanes=shape.num_lanes, source_options=options)
     loader = MixingLoader(

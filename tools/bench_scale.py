@@ -130,18 +130,18 @@ def run_epoch(
 
 def count_opens(log_path: str) -> None:
     """Wrap ``open_shard`` where shards are read and counted: one line per open, any process."""
-    import shardmix.counts
-    import shardmix.reader
+    import shardmix.plan.counts
+    import shardmix.reading.reader
 
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    opened = shardmix.reader.open_shard
+    opened = shardmix.reading.reader.open_shard
 
     def open_counted(url: str, **options: Any) -> Any:
         os.write(log, (url + "\n").encode())
         return opened(url, **options)
 
-    shardmix.reader.open_shard = open_counted  # type: ignore[assignment]
-    shardmix.counts.open_shard = open_counted  # type: ignore[assignment]
+    shardmix.reading.reader.open_shard = open_counted  # type: ignore[assignment]
+    shardmix.plan.counts.open_shard = open_counted  # type: ignore[assignment]
 
 
 def run_plan(data_dir: Path, num_workers: int) -> dict[str, Any]:

@@ -12,7 +12,8 @@ below, and writes:
 - ``gnu.tar``: the members written to a temporary folder and archived by GNU tar
   (``--format=gnu``, sorted names, mtime 0, owner 0: reproducible);
 - ``webdataset.tar``: the same members written by ``webdataset.TarWriter`` (mtime 0);
-- ``expected.json``: what :class:`shardmix.decode.Decoder` must make of each sample, computed
+- ``expected.json``: what :class:`shardmix.reading.decode.Decoder` must make of each sample,
+computed
   from the source values, not by decoding: ints, strings and JSON objects as such; for PNG
   the shape, dtype, Pillow mode and the SHA-256 of the source pixels (PNG is lossless, so the
   decoded array must match to the bit); for JPEG the shape, dtype, mode and the mean of the

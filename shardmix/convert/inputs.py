@@ -23,8 +23,8 @@ from typing import Any, BinaryIO
 from shardmix.errors import BadInputError, ShardmixError
 from shardmix.formats import Format, infer_format, reader_for
 from shardmix.formats._common import samples_only
+from shardmix.plan.urls import expand_urls
 from shardmix.sources import open_shard
-from shardmix.urls import expand_urls
 
 Sample = dict[str, Any]
 KEY = "__key__"

@@ -4,7 +4,7 @@ A :class:`~shardmix.formats.registry.BlockReader` (tar's) gives, from ``blocks()
 it reads as :class:`RecordBlock` objects rather than one sample dict each: per record its index,
 byte offset and key, per field one list of values. On shards of small records, a dict per
 sample (built by the reader, given its provenance by the lane, taken apart again into columns
-by the worker's :class:`~shardmix.chunks.ChunkBuilder`) costs a worker more than reading the
+by the worker's :class:`~shardmix.reading.chunks.ChunkBuilder`) costs a worker more than reading the
 record; a block goes from the reader to the chunk's columns with a few list operations per
 record. Every record of a block has the same fields, in the same order; a record that has
 others comes in a block of its own. :class:`BlockColumns` holds the records a reader has read
@@ -83,7 +83,7 @@ class RecordBlock:
 
     def sample_bytes(self) -> int:
         """About how much memory the first record's values hold (see
-        :func:`~shardmix.reader.sample_bytes`), with its key and source URL."""
+        :func:`~shardmix.reading.reader.sample_bytes`), with its key and source URL."""
         if not self.records:
             return 0
         total = len(self.keys[0]) + len(self.source or "")

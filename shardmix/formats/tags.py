@@ -9,8 +9,8 @@ too, so a reference whose record index was changed while its offset was not is c
 well as one whose offset points at another record. A tag is never 0: :data:`NO_TAG` stands
 for a tag not known (a sample that is not a shard's record, or a state that does not say).
 
-Tags are how :mod:`shardmix.reader` labels the records it reads (under :data:`TAG_KEY`, a key
-the user's transform and batches never see) and what :mod:`shardmix.checkpoint` stores. A
+Tags are how :mod:`shardmix.reading.reader` labels the records it reads (under :data:`TAG_KEY`, a
+key the user's transform and batches never see) and what :mod:`shardmix.checkpoint` stores. A
 reader whose samples carry a tag of their own (TFRecord's) has a ``with_tags()`` method that
 gives the reader that puts it there (:func:`tagging_reader`).
 """

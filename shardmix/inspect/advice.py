@@ -24,7 +24,7 @@ from shardmix.inspect.report import (
     RunSummary,
     Suggestion,
 )
-from shardmix.sharding import default_num_lanes, default_shuffle_buffer
+from shardmix.plan.sharding import default_num_lanes, default_shuffle_buffer
 
 # The defaults are reported as better than explicit settings only by more than this.
 _MARGIN = 0.01

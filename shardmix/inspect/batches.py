@@ -50,7 +50,6 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from shardmix.apportion import Stopping
 from shardmix.errors import ConfigError
 from shardmix.inspect.advice import Context
 from shardmix.inspect.advice import advise as advise_run
@@ -66,7 +65,8 @@ from shardmix.inspect.reading import (
 from shardmix.inspect.report import InspectReport, InspectSettings
 from shardmix.inspect.summary import Ideal
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES, MixingLoader
-from shardmix.sharding import EvenRanks
+from shardmix.plan.apportion import Stopping
+from shardmix.plan.sharding import EvenRanks
 
 
 def inspect_batches(

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 
 from torch.utils.data import get_worker_info
 
-from shardmix.apportion import Stopping
 from shardmix.dataset import ShardDataset
 from shardmix.formats import TFRecordPayload
 from shardmix.inspect.reading import progress_bar, rank_shards
@@ -42,7 +41,8 @@ from shardmix.inspect.report import (
 )
 from shardmix.inspect.summary import Ideal, summarize
 from shardmix.loader import MixingLoader
-from shardmix.reader import SIZE_KEY, Sample, sample_bytes
+from shardmix.plan.apportion import Stopping
+from shardmix.reading.reader import SIZE_KEY, Sample, sample_bytes
 
 # What a batch becomes: per sample, (dataset, shard URL, payload bytes, worker id).
 Provenance = list[tuple[str, str, int, int]]

@@ -20,8 +20,8 @@ from shardmix.dataset import ShardDataset
 from shardmix.formats import TFRecordPayload
 from shardmix.inspect.report import BatchStats, InspectSettings, RunStats
 from shardmix.inspect.summary import Ideal, summarize
-from shardmix.reader import SIZE_KEY, Sample, sample_bytes
-from shardmix.sharding import Piece
+from shardmix.plan.sharding import Piece
+from shardmix.reading.reader import SIZE_KEY, Sample, sample_bytes
 from shardmix.world import detect_world
 
 T = TypeVar("T")

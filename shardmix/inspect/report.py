@@ -14,7 +14,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES
-from shardmix.sharding import EvenRanks
+from shardmix.plan.sharding import EvenRanks
 
 INSPECT_SCHEMA_VERSION = 3
 # Under this share of the uniformly random ideal (or a tenth of the epoch under the second),

@@ -148,7 +148,7 @@ class HttpShardStream(io.RawIOBase):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UnsupportedURLError(f"{url}: not an http(s) URL with a host name", url=url)
         self.url = url
-        self._where = host_of(url)  # what its bytes are counted under (shardmix.stats)
+        self._where = host_of(url)  # what its bytes are counted under (shardmix.batching.stats)
         self._retry = retry if retry is not None else RetryPolicy()
         self._retries = Retries(url, self._retry)
         self._rate = RateWatch(self._retries, min_bytes_per_s)

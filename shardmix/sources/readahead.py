@@ -23,7 +23,7 @@ and its :class:`BlockStream` waits in this process until the lane opens it
 only a wait for it that happens anyway is counted as a stall (``loader.stats().lane_stalls``).
 A lane that ends early drops what it had started (:func:`forget`).
 
-Left to others: which shards a lane reads (:mod:`shardmix.reader`), caching
+Left to others: which shards a lane reads (:mod:`shardmix.reading.reader`), caching
 (:mod:`shardmix.sources.cache`, :mod:`shardmix.sources.bounded`, which fetch through these streams
 too).
 """

@@ -6,12 +6,12 @@ and evictions, and the *stalls*, the times a lane had to wait for the first byte
 because read-ahead had not brought them yet (with the seconds it waited). Openers and the
 read-ahead add to them (:func:`count_bytes`, :func:`count_request`, :func:`count_cache`,
 :func:`count_stall`); a worker takes what was counted since its last chunk with
-:func:`take_traffic` and sends it along (:mod:`shardmix.lanechunks`), and the main process adds
-the parts up (:mod:`shardmix.stats`).
+:func:`take_traffic` and sends it along (:mod:`shardmix.reading.lanechunks`), and the main process
+adds the parts up (:mod:`shardmix.batching.stats`).
 
 Counting is a dict update under a lock per read of up to a read buffer (64 KiB and more), so
 that threads reading ahead count beside the lane's own reads. What the counts mean to a user
-(rates, per-step waits) is left to :mod:`shardmix.stats`.
+(rates, per-step waits) is left to :mod:`shardmix.batching.stats`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.collate import collate_samples
+from shardmix.batching.collate import collate_samples
 from shardmix.dcp import LoaderState
 
 EPOCHS = 2

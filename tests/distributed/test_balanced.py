@@ -74,7 +74,7 @@ def test_pad_loses_none_and_repeats_fewer_than_world_size(shards_1024, world_siz
 
 def test_the_shard_level_plan_would_lose_much_more(shards_1024):
     """What the balanced plan replaces: whole shards dealt to ranks (issue #13's figures)."""
-    from shardmix.sharding import epoch_shard_order, rank_shards
+    from shardmix.plan.sharding import epoch_shard_order, rank_shards
 
     order = epoch_shard_order(len(SIZES), seed=3, epoch=0, shuffle=True)
     for world_size in (8, 64, 256):

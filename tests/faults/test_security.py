@@ -70,7 +70,7 @@ _FORBIDDEN_CALLS = {
     ("yaml", "load"),
 }
 # numpy.load unpickles object arrays unless told not to: allowed only with a literal
-# allow_pickle=False (shardmix.decode reads .npy fields so).
+# allow_pickle=False (shardmix.reading.decode reads .npy fields so).
 _NUMPY_LOADS = {("np", "load"), ("numpy", "load")}
 
 

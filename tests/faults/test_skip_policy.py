@@ -16,8 +16,8 @@ from shardmix.errors import (
     SkippedDataWarning,
     TooManySkipsError,
 )
+from shardmix.plan.urls import expand_urls
 from shardmix.policy import Damage, ErrorPolicy, OnError, SkipLedger
-from shardmix.urls import expand_urls
 
 from faultkit import read_shard, tar_members, tfrecord_offsets
 from shards import expected_keys, record_key, write_shards

@@ -18,7 +18,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, TrainerCallback, TrainingArguments
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.collate import collate_samples
+from shardmix.batching.collate import collate_samples
 from shardmix.hf import ShardmixTrainer
 
 TOKENS = 8

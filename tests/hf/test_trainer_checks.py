@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
-from shardmix.collate import collate_samples
+from shardmix.batching.collate import collate_samples
 
 from shards import write_shards
 

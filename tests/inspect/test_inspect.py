@@ -19,7 +19,7 @@ from shardmix import MixingLoader, ShardDataset
 from shardmix.cli.main import main
 from shardmix.inspect import INSPECT_SCHEMA_VERSION, ideal_distinct_sources, inspect_batches
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES
-from shardmix.urls import expand_urls
+from shardmix.plan.urls import expand_urls
 
 
 def inspect_json(capsys, *args: str) -> dict:

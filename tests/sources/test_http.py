@@ -14,7 +14,7 @@ import pytest
 
 from shardmix.errors import ConfigError, ShardNotFoundError
 from shardmix.formats import Format
-from shardmix.reader import read_shard
+from shardmix.reading.reader import read_shard
 from shardmix.sources import (
     RemoteAccessError,
     RemoteReadError,

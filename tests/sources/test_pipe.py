@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from shardmix.errors import UnsupportedURLError
+from shardmix.plan.urls import check_sources, expand_urls
 from shardmix.sources import SourceOptions, open_shard
 from shardmix.sources.pipe import PipeCommandError
-from shardmix.urls import check_sources, expand_urls
 
 ALLOWED = SourceOptions(allow_pipe=True)
 

@@ -1,0 +1,226 @@
+"""The epoch's shuffle stage: the shuffle buffer of sample ids, and the samples its ids name.
+
+An id at or above 0 is a row of the :class:`~shardmix.batching.rows.RowStore`; an id below 0 is
+``-1 - n``, the ``n``-th resident a restore put back as a reference, read when the buffer
+evicts it (:class:`~shardmix.batching.residents.ResidentReads`).
+
+The stage's state is the buffer's own (:meth:`~shardmix.batching.slotbuffer.SlotBuffer.state_dict`)
+with each id written as what it names: the ``(shard, record, offset)`` reference of its sample
+and its record's tag. ``{"draws", "items", "sizes", "tags"}``: the draw count, then the
+references, sizes and tags in slot order, packed (:mod:`shardmix.checkpoint`).
+:func:`buffer_start` is the state of an empty buffer, written by the same code.
+
+Left to others: the buffer's choices (:mod:`shardmix.batching.shuffle`,
+:mod:`shardmix.batching.slotbuffer`), the rows (:mod:`shardmix.batching.rows`), re-reading the
+residents (:mod:`shardmix.batching.residents`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from shardmix.batching.mixing import LaneMerge
+from shardmix.batching.residents import ResidentReads
+from shardmix.batching.rows import RowStore
+from shardmix.batching.settings import EpochSettings
+from shardmix.batching.shuffle import eviction_order
+from shardmix.batching.slotbuffer import SlotBuffer
+from shardmix.checkpoint import (
+    Ref,
+    check_refs,
+    pack_refs,
+    pack_sizes,
+    pack_tags,
+    unpack_refs,
+    unpack_sizes,
+    unpack_tags,
+)
+from shardmix.plan.sharding import shuffle_warmup
+from shardmix.reading.reader import Sample
+
+__all__ = ["BufferStage", "buffer_start", "buffer_state"]
+
+
+def buffer_state(
+    draws: int, refs: Sequence[Ref], sizes: Sequence[int], tags: Sequence[int]
+) -> dict[str, Any]:
+    """The stage's state of a buffer that made ``draws`` draws and holds, in slot order, the
+    samples of ``refs``, of ``sizes``, with ``tags``."""
+    return {
+        "draws": draws,
+        "items": pack_refs(refs),
+        "sizes": pack_sizes(sizes),
+        "tags": pack_tags(tags),
+    }
+
+
+def buffer_start() -> dict[str, Any]:
+    """The state of an empty buffer, before any draw."""
+    return buffer_state(0, [], [], [])
+
+
+class BufferStage:
+    """A :class:`SlotBuffer` and what its ids name; its state names the residents' samples.
+
+    It moves samples from a merge through ``buffer`` (:meth:`next_ids`), turns ids into
+    samples, references and tags, says the state and restores it. A restore's residents are
+    read in waves of ``first_wave`` samples, then twice as many, ... of ``dataset``'s
+    ``epoch`` (and pass ``epoch_pass``).
+    """
+
+    def __init__(
+        self,
+        buffer: SlotBuffer,
+        store: RowStore,
+        dataset: Any,
+        *,
+        epoch: int,
+        epoch_pass: int,
+        first_wave: int,
+    ) -> None:
+        self.buffer = buffer
+        self.store = store
+        self._dataset = dataset
+        self._epoch = epoch
+        self._epoch_pass = epoch_pass
+        self._first_wave = first_wave
+        # Until it is evicted, a restored resident is a reference, held as id ``-1 - n``.
+        self.residents: ResidentReads | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer's state, each resident as its sample's reference and tag (see above)."""
+        state = self.buffer.state_dict()
+        slots = np.asarray(state["slots"], dtype=np.int64)
+        return buffer_state(state["draws"], self.refs(slots), state["sizes"], self.tags(slots))
+
+    def load_state_dict(self, state: Mapping[str, Any], *, pushing: bool = True) -> None:
+        """Hold the residents ``state`` names, as references read when needed; every wave's
+        reads are asked for now. ``pushing``: lanes are left, so pushes displace residents
+        (else the epoch ends popping them), which says the order the residents are needed in.
+        """
+        dataset = self._dataset  # a ShardDataset: the loader restores no other
+        refs = unpack_refs(state["items"])
+        check_refs(refs, len(dataset.urls), "buffer.items")
+        draws = self.buffer.draws.fork()
+        draws.count = state["draws"]
+        limit = self.buffer.limit
+        order = eviction_order(draws, len(refs), 2 * len(refs), pushing=pushing, limit=limit)
+        self.residents = ResidentReads(
+            dataset,
+            refs,
+            unpack_sizes(state["sizes"]),
+            order,
+            first_wave=self._first_wave,
+            epoch=self._epoch,
+            epoch_pass=self._epoch_pass,
+            tags=unpack_tags(state["tags"], len(refs)),
+        )
+        sizes = [resident.size for resident in self.residents.residents]
+        slots = (-1 - np.arange(len(refs), dtype=np.int64)).tolist()
+        self.buffer.load_state_dict({"draws": state["draws"], "slots": slots, "sizes": sizes})
+
+    def next_ids(self, merge: LaneMerge, count: int) -> np.ndarray:
+        """The ids the buffer gives out next, ``count`` of them unless ``merge`` ended: runs
+        of its samples pushed in, the residents they displace out (popped at the end)."""
+        out = []
+        got = 0
+        buffer = self.buffer
+        while got < count:
+            wanted = count - got
+            ids, sizes = merge.peek(buffer.pushes_for(wanted))
+            if not len(ids):
+                merge.consume(0)  # the tombstones left after the last sample
+                popped = buffer.pop(wanted)
+                if len(popped):
+                    out.append(popped)
+                break
+            evicted, used = buffer.push(ids, sizes, wanted)
+            merge.consume(used)
+            if len(evicted):
+                out.append(evicted)
+                got += len(evicted)
+        if not out:
+            return np.empty(0, dtype=np.int64)
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    @classmethod
+    def for_epoch(
+        cls, settings: EpochSettings, store: RowStore, epoch: int, epoch_pass: int
+    ) -> BufferStage:
+        """The stage of ``epoch`` under ``settings``: its buffer seeded by ``(seed, epoch)``,
+        warming up over four batches, a restore's first wave a batch."""
+        buffer = SlotBuffer(
+            settings.shuffle_buffer,
+            seed=settings.seed,
+            epoch=epoch,
+            max_bytes=settings.shuffle_buffer_bytes,
+            warmup=shuffle_warmup(settings.batch_size),
+        )
+        first_wave = settings.batch_size
+        dataset = settings.dataset
+        return cls(
+            buffer, store, dataset, epoch=epoch, epoch_pass=epoch_pass, first_wave=first_wave
+        )
+
+    def read_first_wave(self) -> None:
+        """Read the first wave of a restore's residents now (its errors come first)."""
+        if self.residents is not None:
+            self.residents.read_wave(0)
+
+    def samples(self, ids: np.ndarray) -> list[Sample]:
+        """``ids`` as sample dicts (a restored resident read now, or its wave was); their rows
+        are freed."""
+        samples = []
+        residents = self.residents
+        for row in ids.tolist():
+            if row >= 0:
+                samples.append(self.store.sample(row))
+            else:
+                assert residents is not None  # only a restore puts residents in
+                samples.append(residents.sample(residents.residents[-1 - row]))
+        self.release(ids)
+        return samples
+
+    def release(self, ids: np.ndarray) -> None:
+        """The samples of ``ids`` left with their batch: free their rows."""
+        self.store.release(ids[ids >= 0])
+
+    def refs(self, ids: np.ndarray) -> list[Ref]:
+        """``(shard_index, record, offset)`` of each id: a stored sample's or a resident's."""
+        stored = ids >= 0
+        table = np.zeros((len(ids), 3), dtype=np.int64)
+        table[stored] = self.store.refs(ids[stored])
+        refs: list[Ref] = [(shard, record, offset) for shard, record, offset in table.tolist()]
+        for position in np.flatnonzero(~stored).tolist():
+            assert self.residents is not None  # only a restore puts residents in
+            refs[position] = self.residents.residents[-1 - int(ids[position])].ref
+        return refs
+
+    def tags(self, ids: np.ndarray) -> list[int]:
+        """The record tag of each id: a stored sample's or a resident's."""
+        stored = ids >= 0
+        tags = np.zeros(len(ids), dtype=np.int64)
+        tags[stored] = self.store.tags(ids[stored])
+        for position in np.flatnonzero(~stored).tolist():
+            assert self.residents is not None  # only a restore puts residents in
+            tags[position] = self.residents.residents[-1 - int(ids[position])].tag
+        return tags.tolist()
+
+    def shards(self) -> list[int]:
+        """The shard index of each resident, in slot order (the shards the state names)."""
+        ids = self.buffer.slots
+        stored = ids >= 0
+        shards = np.zeros(len(ids), dtype=np.int64)
+        shards[stored] = self.store.refs(ids[stored])[:, 0]
+        for position in np.flatnonzero(~stored).tolist():
+            assert self.residents is not None  # only a restore puts residents in
+            shards[position] = self.residents.residents[-1 - int(ids[position])].ref[0]
+        return shards.tolist()
+
+    def close(self) -> None:
+        """Let go of the residents not read yet (:meth:`ResidentReads.close`)."""
+        if self.residents is not None:
+            self.residents.close()

@@ -1,0 +1,166 @@
+"""One epoch's workers as the trainer process sees them: started, watched, named, stopped.
+
+:class:`EpochWorkers` starts the workers of an epoch
+(:func:`~shardmix.reading.workers.start_workers`), checks each chunk they send against the shard
+identities seen before (a shard rewritten while the epoch reads it is refused:
+:mod:`shardmix.sources.identity`), names a worker that died (which one, its lanes and shards) and
+stops them. The identities are part of the epoch's state: ``"shards"``, the ``[shard, size,
+validator]`` of every shard the state references (:func:`~shardmix.checkpoint.pack_identities`),
+which a restore holds the shards to.
+
+Left to others: what a worker reads (:mod:`shardmix.reading.workers`,
+:mod:`shardmix.reading.lanechunks`), the merge of what they send (:mod:`shardmix.batching.mixing`),
+the epoch (:mod:`shardmix.batching.epoch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from shardmix.batching.settings import EpochSettings
+from shardmix.checkpoint import pack_identities, unpack_identities
+from shardmix.errors import ShardmixError, WorkerError
+from shardmix.plan.sharding import Piece
+from shardmix.reading.chunks import Chunk
+from shardmix.reading.lanes import LanePosition
+from shardmix.reading.mergekeys import LaneClocks
+from shardmix.reading.pool import WorkerPool
+from shardmix.reading.workers import (
+    failure_message,
+    is_worker_failure,
+    start_workers,
+    stop_workers,
+    worker_processes,
+)
+from shardmix.sources.identity import ShardIdentity, check_identity
+
+__all__ = ["EpochWorkers"]
+
+T = TypeVar("T")
+
+
+class EpochWorkers:
+    """The workers of ``epoch`` (and pass ``epoch_pass``) of ``settings.dataset``, reading the
+    lanes of ``plan`` (a ShardDataset's; None for another dataset).
+
+    ``pool``'s persistent workers, when the loader keeps them, are stopped only when an epoch
+    fails (:meth:`fail`); an epoch's own are stopped by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        settings: EpochSettings,
+        epoch: int,
+        epoch_pass: int,
+        plan: list[list[Piece]] | None,
+    ) -> None:
+        self._settings = settings
+        self.dataset = settings.dataset
+        self.epoch = epoch
+        self.epoch_pass = epoch_pass
+        self.plan = plan
+        self.pool: WorkerPool | None = settings.pool
+        self._workers: Any = None
+        # By shard index, the identity each shard read this epoch had (or the checkpoint says
+        # it had): a shard found otherwise later in the epoch is refused.
+        self.identities: dict[int, ShardIdentity] = {}
+
+    def identities_state(self, shards: Iterable[int]) -> list[list[Any]]:
+        """The ``"shards"`` entry of the state: the identities of ``shards`` (those the state
+        references) that were seen, in shard order."""
+        seen = {shard: identity.to_json() for shard, identity in self.identities.items()}
+        return pack_identities(seen, shards)
+
+    def load_identities(self, saved: Sequence[Any]) -> None:
+        """Hold the shards to the identities a state's ``"shards"`` entry says they had."""
+        urls = getattr(self.dataset, "urls", ())  # a ShardDataset's: the loader restores no other
+        found = unpack_identities(saved, len(urls), "shards")
+        self.identities = {shard: ShardIdentity.from_json(v) for shard, v in found.items()}
+
+    def start(
+        self, starts: list[LanePosition] | None, clocks: LaneClocks | None
+    ) -> tuple[Iterator[Chunk], int]:
+        """Start reading each lane from its ``starts`` (None: from its beginning), the lanes'
+        ``clocks`` when their sizes are known: ``(what the workers send, each chunk checked,
+        the number of lanes)``."""
+        settings = self._settings
+        with self._start_named():
+            sent, num_lanes, self._workers = start_workers(
+                self.dataset,
+                epoch=self.epoch,
+                rank=settings.rank,
+                world_size=settings.world_size,
+                starts=starts,
+                epoch_pass=self.epoch_pass,
+                lane_pieces=self.plan,
+                clocks=clocks,
+                options=settings.workers,
+                pool=self.pool,
+                identities=dict(self.identities),
+            )
+        return self._checked(settings.stats.timed(sent)), num_lanes
+
+    @contextlib.contextmanager
+    def _start_named(self) -> Iterator[None]:
+        """A worker that dies while the workers start (torch raises it from its SIGCHLD
+        handler wherever the main process is) is a named WorkerError there too."""
+        try:
+            yield
+        except RuntimeError as error:
+            if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                raise
+            failure = self.named_failure(error)
+            self.fail()
+            raise failure from error
+
+    def _checked(self, sent: Iterator[Chunk]) -> Iterator[Chunk]:
+        """``sent``, each chunk's shard identities checked against those seen before."""
+        identities = self.identities
+        urls = getattr(self.dataset, "urls", ())  # only a ShardDataset's chunks say identities
+        for chunk in sent:
+            for shard, identity in chunk.identities.items():
+                known = identities.get(shard)
+                if known is None:
+                    identities[shard] = identity
+                elif known != identity:
+                    check_identity(urls[shard], known, identity)
+            yield chunk
+
+    def guarded(self, step: Callable[[], T], fail: Callable[[], None]) -> T:
+        """``step()``; on an error ``fail()`` stops the epoch and its workers at once, and a
+        dead worker is named."""
+        try:
+            return step()
+        except StopIteration:
+            raise
+        except RuntimeError as error:
+            if isinstance(error, ShardmixError) or not is_worker_failure(error):
+                fail()
+                raise
+            failure = self.named_failure(error)
+            fail()
+            raise failure from error
+        except BaseException:
+            fail()
+            raise
+
+    def named_failure(self, error: RuntimeError) -> WorkerError:
+        """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
+        shards (asked before the workers are stopped)."""
+        pool = self.pool
+        processes = pool.processes() if pool is not None else worker_processes(self._workers)
+        urls = getattr(self.dataset, "urls", None)
+        return WorkerError(failure_message(self.epoch, error, processes, self.plan, urls))
+
+    def close(self) -> None:
+        """Stop this epoch's workers now (a pool's persistent workers stay)."""
+        workers, self._workers = self._workers, None
+        stop_workers(workers)
+
+    def fail(self) -> None:
+        """Stop the workers this epoch ran on, persistent or not."""
+        self.close()
+        if self.pool is not None:
+            self.pool.close()

@@ -1,0 +1,374 @@
+"""Mixing: the main-process stage that merges all lanes in one fixed order.
+
+Workers send :class:`~shardmix.reading.chunks.Chunk` objects, each item keyed by the worker
+(:mod:`shardmix.reading.chunks`): a clock (the share of its lane read before it) or a turn.
+Whichever worker's chunk arrives first, the merge hands items out in ascending ``(key, lane)``
+order, a lane's own items in the order it read them. The output is therefore a function of the
+lanes' contents alone, not of worker timing or of how many workers host them.
+
+An item can go once no lane can still send one that sorts before it: every lane that has not
+ended has sent an item with a higher key. The merge works on arrays: each arriving chunk
+releases, in one sort, every pending item below that threshold, and the shuffle buffer takes
+them as ids (:meth:`LaneMerge.peek`, :meth:`LaneMerge.consume`). Tombstones (samples the
+transform dropped) are counted and passed over without using a place.
+
+The merge also records, per lane, the provenance of the last item it handed out. Its state
+(:meth:`LaneMerge.state_dict`) is that position per lane, plus the turn when lanes take turns
+(the lanes still live, and how many of them had their turn in the current round): restoring it
+(:meth:`LaneMerge.load_state_dict`) and re-reading each lane from its position
+(:func:`resume_points`) gives exactly the items that would have followed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from shardmix.batching.rows import RowStore
+from shardmix.errors import WorkerError
+from shardmix.policy import SkipLedger
+from shardmix.reading.chunks import (
+    DROPPED,
+    FILTERED_ITEM,
+    ID,
+    KEPT,
+    KIND_NAMES,
+    LANE,
+    NO_ITEMS,
+    OFFSET,
+    RECORD,
+    SHARD,
+    SIZE,
+    TAG,
+    Chunk,
+    keys_of,
+)
+from shardmix.reading.lanes import LanePosition
+from shardmix.reading.mergekeys import LaneClocks, slot_of
+
+_INT = np.int64
+# Each lane's pieces as ``(shard index, start, stop)`` (stop None: to the shard's end).
+Pieces = Sequence[Sequence[tuple[int, int, int | None]]]
+# Taken items are accounted in the lanes' positions in batches of about this many.
+_TAKEN_BACKLOG = 1 << 13
+
+
+class LaneMerge:
+    """All lanes' items in one fixed order, from the chunks that carry them.
+
+    Args:
+        chunks: the workers' chunks, in any arrival order.
+        num_lanes: lanes ``0 .. num_lanes - 1`` all appear in the chunks.
+        store: where the chunks' samples are kept, by id.
+        clocks: the lanes' sizes, when the items are keyed by clock; ``None``: by turn.
+        lane_pieces: each lane's pieces as ``(shard index, start, stop)``, to turn the
+            provenance of the last item taken into a :class:`LanePosition`.
+        dropped: the tombstones counted before the merge starts (on resume; the state keeps
+            them beside the padding, not in the merge's own state).
+        ledger: where the workers' skip counts are merged.
+        note_filtered: the number of shards, to keep ``(shard, record)`` of every record the
+            transform filtered out (:attr:`filtered_refs`) and the records that arrived of
+            each shard (:attr:`records_seen`), as they arrive: how kept counts are learned.
+            0: neither is kept.
+
+    A resumed merge is given its state (:meth:`load_state_dict`) before its first item.
+    """
+
+    def __init__(
+        self,
+        chunks: Iterator[Chunk],
+        num_lanes: int,
+        store: RowStore,
+        *,
+        clocks: LaneClocks | None = None,
+        lane_pieces: Pieces | None = None,
+        dropped: Mapping[str, int] | None = None,
+        ledger: SkipLedger | None = None,
+        note_filtered: int = 0,
+    ) -> None:
+        self._chunks = chunks
+        self._note_filtered = note_filtered > 0
+        self.filtered_refs: list[np.ndarray] = []
+        self.records_seen = np.zeros(note_filtered, dtype=_INT)
+        self.num_lanes = num_lanes
+        self.store = store
+        self._clocks = clocks
+        if lane_pieces is None and clocks is not None:
+            lane_pieces = clocks.lane_pieces
+        self._lane_pieces = lane_pieces
+        self._ledger = ledger
+        self._begin(list(range(num_lanes)), 0, [LanePosition()] * num_lanes)
+        self._last_key = np.full(num_lanes, -np.inf)
+        self._pending = NO_ITEMS  # arrived, not released: in arrival order
+        self._ready = NO_ITEMS  # released, in merge order; taken up to ``_head``
+        self._head = 0
+        self._moved = np.zeros(num_lanes, dtype=bool)
+        self._last = np.zeros((num_lanes, 3), dtype=_INT)  # (shard, record, offset) taken last
+        self._last_tag = np.zeros(num_lanes, dtype=_INT)  # and its record's tag
+        self._dropped: Counter[str] = Counter(dropped or {})
+        self.exhausted = False
+        self._tombstones = False  # whether any item that arrived is a tombstone
+        # Items taken but not yet accounted in the positions (see :meth:`_settle`).
+        self._taken: list[np.ndarray] = []
+        self._taken_count = 0
+
+    # -- taking items ----------------------------------------------------------------------
+
+    def peek(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, sizes)`` of up to ``count`` next samples, not yet taken.
+
+        Fewer than ``count`` only when no more have been released yet; none at the end.
+        """
+        while True:
+            ahead = self._ready[self._head :]
+            if self._tombstones:
+                ahead = ahead[ahead[:, ID] >= 0]
+            if len(ahead) or self.exhausted:
+                break
+            self._release()
+        ahead = ahead[:count]
+        return ahead[:, ID], ahead[:, SIZE]
+
+    def lookahead(self, count: int) -> int:
+        """The samples released and not yet taken, pulling chunks until there are ``count``
+        of them or the lanes ended (then :attr:`exhausted`, and that is every one left)."""
+        while True:
+            ahead = self._ready[self._head :]
+            ready = int((ahead[:, ID] >= 0).sum()) if self._tombstones else len(ahead)
+            if ready >= count or self.exhausted:
+                return ready
+            self._release()
+
+    def consume(self, count: int) -> None:
+        """Take the next ``count`` samples (as :meth:`peek` gave them) and the tombstones
+        before them; ``count`` 0 at the end takes the tombstones left."""
+        ready, head = self._ready, self._head
+        if count and self._tombstones:
+            kept = np.flatnonzero(ready[head:, ID] >= 0)
+            end = head + int(kept[count - 1]) + 1
+        elif count:
+            end = head + count
+        elif self.exhausted:
+            end = len(ready)
+        else:
+            return
+        taken = ready[head:end]
+        self._head = end
+        if not len(taken):
+            return
+        self._taken.append(taken)
+        self._taken_count += len(taken)
+        if self._taken_count > _TAKEN_BACKLOG:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Bring the lanes' positions, turns and tombstone counts up to the items taken."""
+        if not self._taken:
+            return
+        taken = self._taken[0] if len(self._taken) == 1 else np.concatenate(self._taken)
+        self._taken, self._taken_count = [], 0
+        lanes = taken[:, LANE]
+        moved, last_from_end = np.unique(lanes[::-1], return_index=True)
+        last = taken[len(lanes) - 1 - last_from_end]
+        self._moved[moved] = True
+        self._last[moved] = last[:, SHARD : OFFSET + 1]
+        self._last_tag[moved] = last[:, TAG]
+        dropped = taken[:, DROPPED]
+        kept_mask = dropped == KEPT
+        if self._clocks is None:
+            self.turns += np.bincount(lanes[kept_mask], minlength=self.num_lanes)
+        if not kept_mask.all():
+            for kind, number in Counter(dropped[~kept_mask].tolist()).items():
+                self._dropped[KIND_NAMES[kind]] += number
+
+    @property
+    def dropped(self) -> Counter[str]:
+        """The tombstones taken, by why (``"filtered"``, ``"skipped"``)."""
+        self._settle()
+        return self._dropped
+
+    # -- arrivals --------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        """Pull one chunk, and release every pending item no lane can still precede."""
+        if not self._ended.all():
+            self._arrive(self._pull())
+        pending = self._pending
+        waiting = np.flatnonzero(~self._ended)
+        if len(waiting):
+            keys = self._last_key[waiting]
+            lowest = np.lexsort((waiting, keys))[0]
+            key, lane = keys[lowest], waiting[lowest]
+            pending_keys = keys_of(pending)
+            free = (pending_keys < key) | ((pending_keys == key) & (pending[:, LANE] <= lane))
+            released = pending[free]
+            self._pending = pending[~free]
+        else:
+            released, self._pending = pending, NO_ITEMS
+            self.exhausted = True
+        if len(released):
+            released = released[np.lexsort((released[:, LANE], keys_of(released)))]
+        rest = self._ready[self._head :]
+        self._ready = np.concatenate((rest, released)) if len(rest) else released
+        self._head = 0
+        if self.exhausted:
+            self._finish()
+
+    def _arrive(self, chunk: Chunk) -> None:
+        if chunk.skipped is not None and self._ledger is not None:
+            self._ledger.merge(chunk.skipped)
+        if len(chunk):
+            items = chunk.items
+            self.store.add(chunk)
+            lanes = items[:, LANE]
+            if self._clocks is None:
+                keys_of(items)[:] += self._turns_at_start[lanes]
+            late = self._ended[lanes]
+            if late.any():
+                stray = sorted(set(lanes[late].tolist()))
+                raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")
+            if not self._tombstones and (items[:, DROPPED] != KEPT).any():
+                self._tombstones = True
+            if self._note_filtered:
+                self._note(items)
+            pending = self._pending
+            self._pending = np.concatenate((pending, items)) if len(pending) else items
+            seen, last_from_end = np.unique(lanes[::-1], return_index=True)
+            self._last_key[seen] = keys_of(items)[len(items) - 1 - last_from_end]
+        self._ended[chunk.ended] = True
+
+    def _note(self, items: np.ndarray) -> None:
+        """Keep what kept counts are learned from: the records of each shard that arrived,
+        and the ``(shard, record)`` of those the transform filtered out."""
+        self.records_seen += np.bincount(items[:, SHARD], minlength=len(self.records_seen))
+        if self._tombstones:
+            filtered = items[items[:, DROPPED] == FILTERED_ITEM]
+            if len(filtered):
+                self.filtered_refs.append(filtered[:, [SHARD, RECORD]])
+
+    def _pull(self) -> Chunk:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            waiting = np.flatnonzero(~self._ended).tolist()
+            raise WorkerError(
+                f"the workers stopped sending before lanes {waiting} ended; a worker exited early"
+            ) from None
+
+    def _finish(self) -> None:
+        """Read the chunk stream to its end, so the DataLoader shuts its workers down."""
+        for chunk in self._chunks:
+            if len(chunk):
+                stray = sorted(set(chunk.items[:, LANE].tolist()))
+                raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")
+        self._chunks = iter(())
+
+    # -- position --------------------------------------------------------------------------
+
+    def _begin(self, live: Sequence[int], cursor: int, start: Sequence[LanePosition]) -> None:
+        """Start with the lanes ``live`` in the turn, ``live[cursor]``'s turn next, each lane
+        read from its ``start``."""
+        live = list(live)
+        self._in_play = np.zeros(self.num_lanes, dtype=bool)
+        self._in_play[live] = True
+        # By turn: the turns each lane has had, counting the current round's from ``cursor``.
+        self.turns = np.zeros(self.num_lanes, dtype=_INT)
+        if self._clocks is None:
+            self.turns[live[:cursor]] = 1
+        self._turns_at_start = self.turns.copy()  # the workers count turns from 0
+        self._ended = ~self._in_play  # a lane out of the turn has nothing left to send
+        self.start = list(start)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"live": lanes, "cursor": index, "lanes": positions}``: the lanes still in the
+        turn, the index into them of the next turn, and each lane's position as
+        ``[slot, record, offset, shard, start, stop, tag]`` (:func:`lane_state`)."""
+        live = self.live()
+        lanes = self.lane_positions()
+        return merge_state(live, self.cursor(live), lanes, self._lane_pieces)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on where :meth:`state_dict` was taken; before the first chunk arrives (the
+        workers read each lane from its position, :func:`resume_points`)."""
+        live, start = resume_points(state)
+        self._begin(live, state["cursor"], start)
+
+    def live(self) -> list[int]:
+        """The lanes still in the turn: not ended, or with items not yet taken."""
+        left = np.concatenate((self._pending[:, LANE], self._ready[self._head :, LANE]))
+        active = ~self._ended
+        active[left] = True
+        return np.flatnonzero(active & self._in_play).tolist()
+
+    def cursor(self, live: list[int]) -> int:
+        """Index into ``live`` of the lane whose turn is next (0 when keyed by clock)."""
+        if self._clocks is not None or not live:
+            return 0
+        self._settle()
+        turns = self.turns[live]
+        return int(np.count_nonzero(turns > turns.min()))
+
+    def lane_positions(self) -> list[LanePosition]:
+        """Where each lane resumes: just after the last item taken from it."""
+        self._settle()
+        positions = list(self.start)
+        moved = np.flatnonzero(self._moved)
+        if len(moved) and self._lane_pieces is None:
+            raise TypeError("lane positions need the lanes' pieces (lane_pieces)")
+        for lane in moved.tolist():
+            shard, record, offset = self._last[lane].tolist()
+            pieces = self._lane_pieces[lane]  # type: ignore[index]
+            slot = slot_of(pieces, shard, record, self.start[lane].slot, lane)
+            tag = int(self._last_tag[lane])
+            positions[lane] = LanePosition(slot, record + 1, offset, tag)
+        return positions
+
+
+# A position past a lane's last piece (or at the start of an epoch, before the plan is made)
+# names no piece: ``(shard, start, stop)`` of none.
+NO_PIECE = (-1, 0, -1)
+
+
+def piece_name(lane_pieces: Pieces | None, lane: int, slot: int) -> tuple[int, int, int]:
+    """``(shard, start, stop)`` of the piece in ``slot`` of ``lane``, as the state names it
+    (stop -1: to the shard's end)."""
+    if lane_pieces is None or slot >= len(lane_pieces[lane]):
+        return NO_PIECE
+    shard, start, stop = lane_pieces[lane][slot]
+    return shard, start, -1 if stop is None else stop
+
+
+def lane_state(position: LanePosition, named: tuple[int, int, int]) -> list[int]:
+    """A lane's position in the state: ``[slot, record, offset, shard, start, stop, tag]``."""
+    return [position.slot, position.record, position.offset, *named, position.tag]
+
+
+def merge_state(
+    live: list[int], cursor: int, lanes: Sequence[LanePosition], lane_pieces: Pieces | None
+) -> dict[str, Any]:
+    """A merge's state (:meth:`LaneMerge.state_dict`); :func:`start_state` is the first."""
+    return {
+        "live": live,
+        "cursor": cursor,
+        "lanes": [
+            lane_state(position, piece_name(lane_pieces, lane, position.slot))
+            for lane, position in enumerate(lanes)
+        ],
+    }
+
+
+def start_state(num_lanes: int) -> dict[str, Any]:
+    """The state of a merge of ``num_lanes`` lanes before any item: every lane live, at the
+    start of its first piece (named before the plan is made: :data:`NO_PIECE`)."""
+    return merge_state(list(range(num_lanes)), 0, [LanePosition()] * num_lanes, None)
+
+
+def resume_points(state: Mapping[str, Any]) -> tuple[list[int], list[LanePosition]]:
+    """``(live lanes, where each lane resumes)`` of a merge's state."""
+    starts = [
+        LanePosition(slot, record, offset, tag) for slot, record, offset, *_, tag in state["lanes"]
+    ]
+    return list(state["live"]), starts

@@ -1,0 +1,79 @@
+"""Padding under several ranks: a rank that runs short repeats its first samples of the epoch.
+
+Under ``pad`` every rank yields as many samples as the rank with the most; a rank whose own ran
+out repeats its first samples of the epoch. It keeps them as ``(shard, record, offset)``
+references while it yields them (:meth:`Padding.keep`: at least :data:`PAD_RESERVE`, more
+where the quota asks for more) and re-reads them by reference when it pads
+(:func:`~shardmix.batching.residents.read_refs`), so the state holds references only: ``"pad"``, the
+references packed (:func:`~shardmix.checkpoint.pack_refs`), and ``"padded"``, the samples
+repeated so far (:meth:`Padding.state_dict`; the epoch writes the count under ``"dropped"``).
+
+Left to others: how many samples each rank yields (:mod:`shardmix.batching.epochplan`,
+:mod:`shardmix.batching.rankend`), and when the epoch pads (:mod:`shardmix.batching.epoch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from shardmix.batching.residents import read_refs
+from shardmix.checkpoint import Ref, check_refs, pack_refs, unpack_refs
+from shardmix.errors import ConfigError
+from shardmix.reading.reader import Sample
+
+__all__ = ["PAD_RESERVE", "Padding", "padding_state"]
+
+# Under several ranks, at least this many of the epoch's first samples are kept by reference
+# to pad with, should the transform drop so many samples that this rank falls short.
+PAD_RESERVE = 1024
+
+
+def padding_state(refs: list[Ref], padded: int) -> dict[str, Any]:
+    """The padding's state: ``{"pad": refs packed, "padded": padded}`` (an epoch's start is
+    ``padding_state([], 0)``)."""
+    return {"pad": pack_refs(refs), "padded": padded}
+
+
+class Padding:
+    """This rank's samples to pad with, as references, and the samples padded so far."""
+
+    def __init__(self, dataset: Any, epoch: int, epoch_pass: int) -> None:
+        self._dataset = dataset
+        self._epoch = epoch
+        self._epoch_pass = epoch_pass
+        self.refs: list[Ref] = []
+        self.padded = 0  # samples repeated to reach the quota
+        self._samples: list[Sample] | None = None  # the references, read at the first pad
+
+    def keep(self, refs_of: Callable[[np.ndarray], list[Ref]], ids: np.ndarray, most: int) -> None:
+        """Keep the references (``refs_of``) of ``ids``, just yielded, up to ``most`` in all."""
+        wanted = most - len(self.refs)
+        if wanted > 0:
+            self.refs.extend(refs_of(ids[:wanted]))
+
+    def take(self, count: int) -> list[Sample]:
+        """The next ``count`` samples to pad with: the kept ones, read now, in turn."""
+        pads = [self._sample(self.padded + extra) for extra in range(count)]
+        self.padded += count
+        return pads
+
+    def _sample(self, position: int) -> Sample:
+        if self._samples is None:
+            self._samples = read_refs(self._dataset, self.refs, self._epoch, self._epoch_pass)
+        if not self._samples:
+            raise ConfigError(f"epoch {self._epoch}: this rank has no records to pad with")
+        return dict(self._samples[position % len(self._samples)])
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"pad": the references packed, "padded": the samples padded so far}``."""
+        return padding_state(self.refs, self.padded)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on where :meth:`state_dict` was taken."""
+        self.refs = unpack_refs(state["pad"], "pad")
+        check_refs(self.refs, len(self._dataset.urls), "pad")
+        self.padded = state["padded"]
+        self._samples = None

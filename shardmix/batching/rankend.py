@@ -1,0 +1,153 @@
+"""Where an epoch ends under several ranks when the transform filters (or damage is skipped).
+
+The plan gives every rank record counts equal to within one, but a filter keeps a different
+number of samples on each rank, known only once read. So the ranks agree on the end as they
+go: every rank yields the same number of samples, ``min`` of the kept counts (``drop``: none
+twice, the rest counted as *undelivered*) or ``max`` (``pad``: a rank that ran out repeats its
+first samples of the epoch, only as many as needed).
+
+A :class:`RankEnd` knows a *horizon*: a number of samples every rank surely yields. Up to it
+the ranks run without talking; a batch that would go past it first makes each rank look ahead
+(its shuffle buffer and the samples its workers already sent: its *certain* count, exact once
+its lanes ended) and exchange ``(certain, ended)`` with the others, a small ``all_gather`` on
+a gloo group (:func:`~shardmix.world.end_exchange`). That moves the horizon on by about a
+shuffle buffer, so the exchanges are rare until a rank nears its end, and then one per batch.
+The end is a function of the data alone (the kept counts), not of when the ranks exchanged,
+so a resumed epoch, which exchanges at its first batch, ends where the live one did.
+
+With ranks simulated in one process there is no one to agree with: a filter is refused
+(:func:`refuse_simulated_filter`). Nor in the rest of an epoch resumed on another world or
+batch size, whose equal shares were dealt ahead (:mod:`shardmix.elastic`): a sample dropped
+there is refused (:func:`refuse_phase_drop`). A single rank needs none of this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from shardmix.errors import ConfigError
+from shardmix.plan.sharding import EvenRanks
+from shardmix.reading.transforms import FILTERED
+
+if TYPE_CHECKING:
+    from shardmix.batching.mixing import LaneMerge
+    from shardmix.batching.rows import RowStore
+    from shardmix.batching.slotbuffer import SlotBuffer
+
+Exchange = Callable[[list[int]], list[list[int]]]
+# ``lookahead(count)``: ``(certain, ended)`` of this rank, having looked ``count`` samples on.
+Lookahead = Callable[[int], tuple[int, bool]]
+
+
+class RankEnd:
+    """The samples every rank yields this epoch, agreed with the other ranks as they near it.
+
+    Args:
+        exchange: gathers every rank's list of ints (:func:`~shardmix.world.end_exchange`).
+        even_ranks: ``drop``: end at the smallest kept count; ``pad``: at the largest.
+        emitted: the samples this rank already yielded (a resumed epoch's), where the first
+            exchange is due.
+    """
+
+    def __init__(self, exchange: Exchange, even_ranks: EvenRanks, emitted: int = 0) -> None:
+        self._exchange = exchange
+        self.even_ranks = even_ranks
+        self.horizon = emitted
+        self.final: int | None = None
+        self.exchanges = 0
+
+    def room(self, emitted: int, count: int, lookahead: Lookahead) -> int:
+        """How many of the next ``count`` samples this rank yields, having yielded
+        ``emitted``; an exchange first when they would pass the horizon (all ranks call
+        this with the same numbers, so they exchange at the same step)."""
+        if self.final is None and emitted + count > self.horizon:
+            self._agree(*lookahead(count))
+        if self.final is None:
+            return count
+        return max(0, min(count, self.final - emitted))
+
+    def over(self, emitted: int) -> bool:
+        """Whether the epoch's last sample was yielded."""
+        return self.final is not None and emitted >= self.final
+
+    def _agree(self, certain: int, ended: bool) -> None:
+        """Share ``(certain, ended)``; fix the end once the kept counts decide it.
+
+        Each rank's ``certain`` covers the count it was asked for unless its lanes ended, so
+        one exchange always moves the horizon past that count or fixes the end.
+        """
+        ranks = self._exchange([certain, int(ended)])
+        self.exchanges += 1
+        done = [count for count, ended in ranks if ended]
+        going = [count for count, ended in ranks if not ended]
+        if self.even_ranks is EvenRanks.DROP:
+            # A rank still reading keeps at least its certain count: the smallest ended one
+            # below every such count is the smallest kept count.
+            if done and (not going or min(done) <= min(going)):
+                self.final = min(done)
+            self.horizon = min(count for count, _ in ranks)
+        else:
+            if not going:
+                self.final = max(done)
+            self.horizon = max(count for count, _ in ranks)
+
+
+def look_ahead(emitted: int, buffer: SlotBuffer, merge: LaneMerge, count: int) -> tuple[int, bool]:
+    """``(certain, ended)``: the samples this rank surely yields (``emitted``, those in the
+    buffer and those the workers sent, read on until the pushes that give ``count`` more
+    samples are there), and whether its lanes ended (``certain`` is then its kept count)."""
+    ready = merge.lookahead(buffer.pushes_for(count))
+    return emitted + len(buffer) + ready, merge.exhausted
+
+
+def undelivered(buffer: SlotBuffer, merge: LaneMerge, store: RowStore) -> int:
+    """The samples this rank read but does not yield, once the ranks' end is reached: those
+    in the buffer, and the rest of its lanes (read now, so that every record is counted)."""
+    left = len(buffer)
+    while True:
+        ids, _ = merge.peek(1 << 16)
+        if not len(ids):
+            merge.consume(0)  # the tombstones after the last sample
+            return left
+        merge.consume(len(ids))
+        store.release(ids)
+        left += len(ids)
+
+
+def refuse_simulated_filter(
+    epoch: int, rank: int, world_size: int, where: str, transform_id: str | None = None
+) -> ConfigError:
+    """The error for a filter under ranks simulated in one process (no process group):
+    at its first drop, or at ``iter()`` for a transform with a ``transform_id`` whose kept
+    counts are not all learned yet."""
+    if transform_id is not None:
+        return ConfigError(
+            f"epoch {epoch}: rank {rank} of world_size {world_size}, ranks given to "
+            "MixingLoader(rank=, world_size=) with no torch.distributed process group, reads "
+            f"a transform (transform_id={transform_id!r}) whose kept counts are not learned "
+            "for every shard, so the ranks cannot know where the epoch ends; read one epoch "
+            "of the dataset on one rank first (it learns them: shardmix.plan.kept), or run the "
+            "ranks under torch.distributed (torchrun)"
+        )
+    return ConfigError(
+        f"epoch {epoch}: the transform dropped {where} on rank {rank} of world_size "
+        f"{world_size}, ranks given to MixingLoader(rank=, world_size=) with no "
+        "torch.distributed process group, so the ranks cannot agree where the epoch ends and "
+        "some would repeat or lose samples; give the transform a transform_id= and read one "
+        "epoch on one rank first (the ranks then use the kept counts it learned), run the "
+        "ranks under torch.distributed (torchrun), where they agree over gloo, or filter the "
+        "shards beforehand (shardmix convert) so that their record counts are the kept ones"
+    )
+
+
+def refuse_phase_drop(epoch: int, rank: int, kind: str, phase: Mapping[str, Any]) -> ConfigError:
+    """The error for a sample dropped (``kind``: filtered or skipped) in a resized phase."""
+    what = "the transform dropped" if kind == FILTERED else 'on_error="skip" skipped'
+    return ConfigError(
+        f"epoch {epoch}: {what} a sample on rank {rank} in the rest of the epoch resumed on "
+        f"another world size or batch size (from batch {phase.get('batches')}), whose equal "
+        "shares were dealt ahead from the record counts, so the ranks would end it at "
+        "different steps; resume with the saved world_size and batch_size, or from a state "
+        "saved at an epoch's start"
+    )

@@ -1,0 +1,299 @@
+"""Re-reading records a checkpoint names: the shuffle buffer's residents, in order of need.
+
+A checkpoint names the buffer's residents as ``(shard, record, byte offset)`` references and
+their sizes, never their bytes. A restore puts a :class:`Resident` (reference and size) in
+the buffer in place of each sample, and :class:`ResidentReads` turns it into its sample when
+the buffer evicts it. The buffer's draws are counter-based, so which residents the next
+evictions take is known in advance (:func:`~shardmix.batching.shuffle.eviction_order`): the
+residents are cut, in that order, into waves of one batch, then two, four, ... batches. Every wave's
+reads are asked for when the epoch starts, the first wave's first (remote ranges go to one shared
+pool, which serves them in the order they were asked for: :mod:`shardmix.sources.ranges`),
+and a wave is read, all its shards, when one of its residents is first needed. The first batch
+so waits for about a batch of residents, not for the whole buffer; the rest arrives behind it.
+The buffer's byte budget counts the sizes the checkpoint carries, so the order stays exact.
+
+Each resident's reference carries its record's tag (:mod:`shardmix.formats.tags`): the record
+read again must have it, so a reference that was shifted onto another record (an edited state)
+is refused, not read as another sample.
+
+When errors are raised: a resident that cannot be read again (its shard changed or lost it,
+the data is damaged there, the transform now drops it, its tag differs, the storage fails)
+raises when the first resident of its wave is needed: the first wave's at the first batch (it
+is read before that batch takes its first sample), any other at the latest when that resident
+leaves the buffer. It is the :class:`~shardmix.errors.ConfigError` an eager re-read raises,
+naming the shard and the record (storage errors as they come).
+
+:func:`read_refs` reads a list of references at once (what padding under several ranks
+re-reads). What a reference is, and how it is packed: :mod:`shardmix.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from shardmix.checkpoint import Ref
+from shardmix.errors import ConfigError, CorruptShardError, describe_position
+from shardmix.formats import is_gzipped
+from shardmix.formats.tags import NO_TAG, TAG_KEY, tags_differ
+from shardmix.policy import SkipLedger
+from shardmix.reading.reader import Sample, longest_record_of, record_ranges
+from shardmix.reading.shardreads import ShardReads
+from shardmix.reading.transforms import DROPPED
+from shardmix.sources import SourceOptions
+from shardmix.sources.ranges import reads_ranges
+
+__all__ = ["Resident", "ResidentReads", "read_refs"]
+
+Key = tuple[int, int]  # (shard index, record)
+
+
+@dataclass(frozen=True, slots=True)
+class Resident:
+    """A buffer resident not read yet: its reference, its sample's size, the wave it is in."""
+
+    ref: Ref
+    size: int
+    wave: int
+    tag: int = NO_TAG  # its record's tag (:mod:`shardmix.formats.tags`), 0 if not known
+
+
+class _Wave:
+    """Reads of some references, asked for at construction, read by :meth:`samples`."""
+
+    def __init__(
+        self,
+        dataset: ShardReads,
+        refs: Sequence[Ref],
+        epoch: int,
+        epoch_pass: int,
+        longest: Mapping[int, int | None] | None = None,
+        tags: Sequence[int] | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.refs = refs
+        self.tags = tags
+        wanted: dict[int, dict[int, int]] = {}
+        for shard_index, record, offset in refs:
+            wanted.setdefault(shard_index, {})[record] = offset
+        # Damage met again here was counted when it was first skipped.
+        quiet = SkipLedger(max_skips=None, warn=False)
+        # Every shard's reads are asked for first (remote ranges go out together), then read.
+        self._reads = {
+            shard_index: dataset.read_records(
+                dataset.urls[shard_index],
+                sorted(records.items()),
+                epoch=epoch,
+                epoch_pass=epoch_pass,
+                on_damage=quiet,
+                longest_record=(longest or {}).get(shard_index),
+            )
+            for shard_index, records in wanted.items()
+        }
+
+    def samples(self) -> dict[Key, Sample]:
+        """Every reference's sample, by ``(shard, record)``; a ConfigError if one is missing
+        or, where ``tags`` says what each reference's record has, has another tag."""
+        found: dict[Key, Sample] = {}
+        for shard_index, samples in self._reads.items():
+            _take(self.dataset.urls[shard_index], shard_index, samples, found)
+        self._reads = {}
+        tags = self.tags if self.tags is not None else [NO_TAG] * len(self.refs)
+        for (shard_index, record, offset), tag in zip(self.refs, tags, strict=True):
+            url = self.dataset.urls[shard_index]
+            sample = found.get((shard_index, record))
+            if sample is None:
+                raise ConfigError(
+                    f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
+                    f"{url}, which no longer has it or which the transform now drops; the data "
+                    "changed, or the transform is not deterministic",
+                    url=url,
+                    record=record,
+                )
+            _check_tag(url, record, offset, tag, sample.get(TAG_KEY, NO_TAG))
+        for sample in found.values():
+            sample.pop(TAG_KEY, None)
+        return found
+
+
+def _check_tag(url: str, record: int, offset: int, expected: int, found: int) -> None:
+    """Refuse a resident re-read whose record has another tag than the checkpoint says."""
+    if not tags_differ(expected, found):
+        return
+    raise ConfigError(
+        f"cannot resume: the checkpoint's shuffle buffer holds record {record} of {url} at "
+        f"byte offset {offset} with tag {expected:#06x}, but the record read there has tag "
+        f"{found:#06x}: the buffer's references in the state were edited or damaged, or the "
+        "shard was rewritten in place since the checkpoint; resume from an untouched "
+        "checkpoint over the same data",
+        url=url,
+        offset=None if offset < 0 else offset,
+        record=record,
+    )
+
+
+def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key, Sample]) -> None:
+    try:
+        for sample in samples:
+            if DROPPED not in sample:
+                found[shard_index, sample["__index__"]] = sample
+    except CorruptShardError as error:
+        where = describe_position(url, offset=error.offset, record=error.record)
+        raise ConfigError(
+            f"cannot resume: re-reading the checkpoint's shuffle buffer found no valid "
+            f"record at {where}; the data changed (or was damaged) since the checkpoint "
+            "was written",
+            url=url,
+            offset=error.offset,
+            record=error.record,
+        ) from error
+
+
+def read_refs(
+    dataset: ShardReads, refs: Sequence[Ref], epoch: int, epoch_pass: int = 0
+) -> list[Sample]:
+    """The samples that ``refs`` name, in order, each shard opened once.
+
+    Each record is read at its byte offset where the shard allows it (seekable, not gzip),
+    so the cost follows the number of references, not where they lie in their shards (remote
+    shards: bounded range requests, all shards' at once); else the shard is walked by its
+    framing up to its last wanted record.
+    """
+    found = _Wave(dataset, refs, epoch, epoch_pass).samples()
+    return [dict(found[shard_index, record]) for shard_index, record, _ in refs]
+
+
+class ResidentReads:
+    """A restored buffer's residents: asked for in waves, in order of need, read when needed.
+
+    ``order`` lists positions in ``refs`` in the order the buffer is expected to evict them
+    (:func:`_waves` says how they are cut into waves). Nothing is read here, but every wave's
+    reads are asked for (remote ranges start arriving).
+    """
+
+    def __init__(
+        self,
+        dataset: ShardReads,
+        refs: Sequence[Ref],
+        sizes: Sequence[int],
+        order: Sequence[int],
+        *,
+        first_wave: int,
+        epoch: int,
+        epoch_pass: int = 0,
+        tags: Sequence[int] | None = None,
+    ) -> None:
+        if len(sizes) != len(refs):
+            raise ConfigError(
+                f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
+                f"but gives {len(sizes)} sizes; the state was edited or damaged"
+            )
+        tags = [NO_TAG] * len(refs) if tags is None else tags
+        if len(tags) != len(refs):
+            raise ConfigError(
+                f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
+                f"but gives {len(tags)} tags ('buffer.tags'); the state was edited or damaged"
+            )
+        options = dataset.source_options or SourceOptions()
+        ranged = {
+            shard_index
+            for shard_index in {ref[0] for ref in refs}
+            if reads_ranges(dataset.urls[shard_index], options)
+            and not is_gzipped(dataset.urls[shard_index])
+        }
+        wave_of = _waves(refs, order, first_wave, ranged)
+        waves: list[list[Ref]] = [[] for _ in range(max(wave_of, default=-1) + 1)]
+        wave_tags: list[list[int]] = [[] for _ in waves]
+        for ref, wave, tag in zip(refs, wave_of, tags, strict=True):
+            waves[wave].append(ref)
+            wave_tags[wave].append(tag)
+        self.residents = [
+            Resident(ref, sizes[position], wave_of[position], tags[position])
+            for position, ref in enumerate(refs)
+        ]
+        # A wave's ranges guess a record's length as the whole buffer shows it, not the wave.
+        by_shard: dict[int, list[tuple[int, int]]] = {}
+        for shard_index, record, offset in refs:
+            if offset >= 0:
+                by_shard.setdefault(shard_index, []).append((record, offset))
+        longest = {shard: longest_record_of(positions) for shard, positions in by_shard.items()}
+        self._pending: list[_Wave | None] = [
+            _Wave(dataset, wave, epoch, epoch_pass, longest, tags)
+            for wave, tags in zip(waves, wave_tags, strict=True)
+        ]
+        self._read: dict[int, dict[Key, Sample]] = {}
+        self._left = [len(wave) for wave in waves]  # residents of each wave not yet handed out
+
+    def read_wave(self, wave: int) -> dict[Key, Sample]:
+        """Wave ``wave``'s samples, read now unless they were (the epoch reads the first wave
+        before its first batch takes a sample, so that its errors come first)."""
+        found = self._read.get(wave)
+        if found is None:
+            pending = self._pending[wave] if wave < len(self._pending) else None
+            if pending is None:
+                return {}  # no such wave, or every one of its residents was handed out
+            self._pending[wave] = None
+            found = self._read[wave] = pending.samples()
+        return found
+
+    def sample(self, resident: Resident) -> Sample:
+        """``resident``'s sample, reading its wave first if this is the wave's first need."""
+        wave = resident.wave
+        found = self.read_wave(wave)
+        shard_index, record, _ = resident.ref
+        sample = dict(found[shard_index, record])
+        self._left[wave] -= 1
+        if not self._left[wave]:
+            del self._read[wave]  # every resident of the wave was handed out
+        return sample
+
+    def close(self) -> None:
+        """Let go of the waves not read: their ranges still to fetch are cancelled as the
+        streams are collected (:class:`~shardmix.sources.ranges.RangedStream`)."""
+        self._pending = [None] * len(self._pending)
+        self._read.clear()
+
+
+def _waves(
+    refs: Sequence[Ref], order: Sequence[int], first_wave: int, ranged: Collection[int]
+) -> list[int]:
+    """The wave of each reference: by need, then whole ranges of a shard in their first's.
+
+    In ``order`` (then the references it does not list, in slot order), the first
+    ``first_wave`` references are wave 0, the next twice as many wave 1, and so on. Then the
+    references of one ``ranged`` shard (read by range requests) that one request would fetch
+    together
+    (:func:`~shardmix.reading.reader.record_ranges`: nearby records) all go in the earliest wave of
+    any of them: nearby residents cost one request, as when the buffer is read all at once,
+    and the later ones are read early at no cost in requests.
+
+    >>> refs = [(0, 0, 0), (0, 1, 4608), (1, 5, 900000), (0, 99, 900000)]
+    >>> _waves(refs, [3, 2], 1, ranged={0, 1}), _waves(refs, [3, 2], 1, ranged=())
+    ([1, 1, 1, 0], [1, 2, 1, 0])
+    """
+    listed = set(order)
+    need = [*order, *(position for position in range(len(refs)) if position not in listed)]
+    wave_of = [0] * len(refs)
+    wave, size, taken = 0, max(1, first_wave), 0
+    for position in need:
+        if taken == size:
+            wave, size, taken = wave + 1, size * 2, 0
+        wave_of[position] = wave
+        taken += 1
+    by_shard: dict[int, list[int]] = {}
+    for position, (shard_index, _, offset) in enumerate(refs):
+        if offset >= 0 and shard_index in ranged:
+            by_shard.setdefault(shard_index, []).append(position)
+    for positions in by_shard.values():
+        ranges = record_ranges([refs[position][1:] for position in positions])
+        starts = [start for start, _ in ranges]
+        earliest = [len(need)] * len(ranges)
+        range_of = {}
+        for position in positions:
+            index = bisect.bisect_right(starts, refs[position][2]) - 1
+            range_of[position] = index
+            earliest[index] = min(earliest[index], wave_of[position])
+        for position, index in range_of.items():
+            wave_of[position] = earliest[index]
+    return wave_of

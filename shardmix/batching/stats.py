@@ -1,0 +1,158 @@
+"""Loader statistics: where an epoch's time goes, and what it fetched.
+
+:class:`StatsRecorder` lives in the main process, one per MixingLoader, and is started again
+at each epoch. It is told three things: each wait of the main process for a worker's next
+chunk (:meth:`StatsRecorder.timed`, around the workers' iterator: the time a training step
+spends waiting on data), each batch handed out (:meth:`StatsRecorder.step`), and the traffic
+each chunk brings from its worker (:class:`~shardmix.sources.traffic.Traffic`: bytes and
+requests per host, the cache's events, the lanes' stalls at a shard's start), and what the
+main process fetched itself (a manifest, restored residents). What it costs is two clock
+reads and a few dict additions per chunk, never per sample.
+
+``loader.stats()`` freezes the counts into a :class:`LoaderStats`. Counting the bytes is
+left to the sources (:mod:`shardmix.sources.traffic`), carrying them to the main process to
+:mod:`shardmix.reading.lanechunks`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from shardmix.sources.traffic import take_traffic
+
+T = TypeVar("T")
+
+__all__ = ["LoaderStats", "StatsRecorder"]
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """What the current epoch (else the last one) has done so far, in the main process.
+
+    ``wait_seconds`` is the time ``next()`` spent waiting for the workers' samples (with
+    ``num_workers=0``: reading them), over ``steps`` batches; ``elapsed_seconds`` the time
+    since the epoch's first ``next()``. ``bytes`` and ``requests`` are per ``scheme://host``
+    (``file://`` for local shards), counted as they arrived in the workers; ``lane_stalls`` the
+    times a lane waited for the first bytes of its next shard (read-ahead had not brought
+    them), ``lane_stall_seconds`` how long, all lanes together.
+    """
+
+    epoch: int = 0
+    steps: int = 0
+    wait_seconds: float = 0.0
+    elapsed_seconds: float = 0.0
+    bytes: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_evictions: int = 0
+    lane_stalls: int = 0
+    lane_stall_seconds: float = 0.0
+
+    @property
+    def wait_per_step(self) -> float:
+        """Seconds waited for data per batch (0 before the first)."""
+        return self.wait_seconds / self.steps if self.steps else 0.0
+
+    @property
+    def bytes_per_second(self) -> dict[str, float]:
+        """Per ``scheme://host``, the bytes fetched over the epoch's elapsed time."""
+        elapsed = self.elapsed_seconds
+        return {host: count / elapsed if elapsed else 0.0 for host, count in self.bytes.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types, the derived figures included (``wait_per_step``,
+        ``bytes_per_second``)."""
+        return {
+            **asdict(self),
+            "wait_per_step": self.wait_per_step,
+            "bytes_per_second": self.bytes_per_second,
+        }
+
+    def scalars(self) -> dict[str, float]:
+        """The figures as flat ``name: number`` pairs, as a trainer's logger takes them
+        (per host: ``bytes_per_second/<scheme://host>``)."""
+        flat: dict[str, float] = {
+            "steps": float(self.steps),
+            "wait_seconds": self.wait_seconds,
+            "wait_per_step": self.wait_per_step,
+            "cache_hits": float(self.cache_hits),
+            "cache_misses": float(self.cache_misses),
+            "cache_evictions": float(self.cache_evictions),
+            "lane_stalls": float(self.lane_stalls),
+            "lane_stall_seconds": self.lane_stall_seconds,
+        }
+        for host, rate in self.bytes_per_second.items():
+            flat[f"bytes_per_second/{host}"] = rate
+        return flat
+
+
+class StatsRecorder:
+    """The counts behind :class:`LoaderStats`, kept by the main process."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+        self.start(0)
+
+    def start(self, epoch: int) -> None:
+        """Count from zero for ``epoch``; its clock starts at its first wait."""
+        self.epoch = epoch
+        self.steps = 0
+        self.wait_seconds = 0.0
+        # What this process fetched to prepare the epoch (a manifest, record counts) is its.
+        self.traffic = take_traffic()
+        self._started = None
+        self._last = 0.0
+
+    def timed(self, chunks: Iterator[T]) -> Iterator[T]:
+        """``chunks``, the time each ``next()`` waits added to the epoch's wait, and each
+        chunk's traffic (a ``traffic`` attribute, when set) to its counts."""
+        clock = time.perf_counter
+        while True:
+            before = clock()
+            if self._started is None:
+                self._started = before
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                self.wait_seconds += clock() - before
+                return
+            after = clock()
+            self.wait_seconds += after - before
+            self._last = after
+            traffic = getattr(chunk, "traffic", None)
+            if traffic:
+                self.traffic.add(traffic)
+            yield chunk
+            self.traffic.add(take_traffic())  # this process's own (restored residents)
+
+    def step(self) -> None:
+        """One batch was handed out."""
+        self.steps += 1
+        self._last = time.perf_counter()
+
+    def snapshot(self, *, live: bool) -> LoaderStats:
+        """The counts so far; ``live``: the epoch goes on, so its clock runs to now."""
+        started = self._started
+        if started is None:
+            elapsed = 0.0
+        else:
+            elapsed = (time.perf_counter() if live else max(self._last, started)) - started
+        traffic = self.traffic
+        traffic.add(take_traffic())
+        return LoaderStats(
+            epoch=self.epoch,
+            steps=self.steps,
+            wait_seconds=self.wait_seconds,
+            elapsed_seconds=elapsed,
+            bytes=dict(traffic.bytes),
+            requests=dict(traffic.requests),
+            cache_hits=traffic.cache.get("hits", 0),
+            cache_misses=traffic.cache.get("misses", 0),
+            cache_evictions=traffic.cache.get("evictions", 0),
+            lane_stalls=traffic.stalls,
+            lane_stall_seconds=traffic.stall_seconds,
+        )

@@ -1,0 +1,101 @@
+"""The room an epoch's plan needs in a bounded cache, refused at ``iter()`` when it is not there.
+
+Every lane keeps one shard open at a time (:func:`shardmix.reading.reader.read_lane` closes a shard
+before it opens the next), and every lane of a rank reads at once, a mixture's datasets
+included. Through a bounded cache (:mod:`shardmix.sources.bounded`) a lane that opens a
+remote shard holds one entry of the ledger while it reads: the copy it leased, or the copy
+it fills, of the whole shard or of its first block at least
+(:data:`~shardmix.sources.bounded.MIN_PART_BYTES`); no lane ever holds two. So the lanes that
+read at once need ``lanes × one block`` of the limit together: below that, some lane always
+finds the limit held by the others' copies in use and reads its shard without one, epoch
+after epoch, and the cache mostly streams (the thrashing of a limit too low). Nothing waits
+for room, so no limit deadlocks. At the minimum every lane can hold its block, but room is
+first come: a lane that finds more free takes more (its whole shard, if it fits), and a lane
+that then finds none streams its shard, as above. Read-ahead adds nothing to the minimum:
+the blocks it fetches ahead wait in the reading process's memory, not in the cache, and
+become a copy only as the lane reads them.
+
+The lanes of remote shards that read at once are counted from the plan's settings alone, so
+that the refusal comes before a worker starts or a request is made: ``num_lanes`` (given, or
+from the batch size), at most one lane per remote shard (two lanes reading pieces of one
+shard share one entry), times the canonical ranks a process runs. Datasets whose caches share
+a folder add up. Each rank counts its own: ranks on one node that share a folder need the
+room each.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from shardmix.errors import ConfigError
+from shardmix.sources import SourceOptions, is_local
+from shardmix.sources.bounded import MIN_PART_BYTES
+
+__all__ = ["CacheReaders", "check_cache_room", "remote_lanes"]
+
+
+@dataclass(frozen=True)
+class CacheReaders:
+    """One dataset of an epoch, as a bounded cache sees it: its source options and the lanes
+    of its remote shards that read at once."""
+
+    options: SourceOptions
+    lanes: int
+
+
+def remote_lanes(urls: Sequence[str], num_lanes: int, processes: int = 1) -> int:
+    """The lanes of remote shards that read at once: ``num_lanes`` per planned rank, at most
+    one per remote shard, times the ranks one process runs (``processes``).
+
+    >>> remote_lanes(["https://h/a.tar", "https://h/b.tar", "/x/c.tar"], 8)
+    2
+    >>> remote_lanes([f"s3://b/{n}.tar" for n in range(100)], 8, processes=2)
+    16
+    """
+    remote: set[str] = set()
+    for url in urls:  # counted up to num_lanes only: iter() stays cheap over many shards
+        if len(remote) >= num_lanes:
+            break
+        if not is_local(url):
+            remote.add(url)
+    return len(remote) * processes
+
+
+def check_cache_room(readers: Mapping[str, CacheReaders]) -> None:
+    """Refuse, with a :class:`~shardmix.errors.ConfigError` naming the limit, the minimum and
+    how it is made up, a ``cache_limit`` below what the lanes of ``readers`` (by dataset
+    name; ``""`` for a dataset alone) that read at once hold in its folder together."""
+    by_folder: dict[str, dict[str, CacheReaders]] = {}
+    for name, reader in readers.items():
+        options = reader.options
+        if options.cache_limit is None or options.cache_dir is None or reader.lanes == 0:
+            continue
+        by_folder.setdefault(os.path.abspath(options.cache_dir), {})[name] = reader
+    for folder, members in by_folder.items():
+        lanes = sum(reader.lanes for reader in members.values())
+        minimum = lanes * MIN_PART_BYTES
+        for name, reader in members.items():
+            limit = reader.options.cache_limit or 0  # every reader here has one
+            if limit < minimum:
+                raise ConfigError(_refusal(name, folder, limit, minimum, members))
+
+
+def _refusal(
+    name: str, folder: str, limit: int, minimum: int, members: Mapping[str, CacheReaders]
+) -> str:
+    lanes = sum(reader.lanes for reader in members.values())
+    whose = f"dataset {name!r}'s " if name else ""
+    split = ""
+    if len(members) > 1 or name:
+        split = ", ".join(f"{key!r}: {reader.lanes}" for key, reader in members.items())
+        split = f" ({split})"
+    return (
+        f"{whose}cache_limit={limit:,} bytes is below the {minimum:,} bytes the epoch's plan "
+        f"holds in the cache {folder} at once: {lanes} lanes of remote shards read at "
+        f"once{split} × one block of {MIN_PART_BYTES:,} bytes (each lane keeps the copy of "
+        "the shard it reads, or its first block, while it reads it; read-ahead adds none, "
+        "its blocks wait in memory); set cache_limit to at least "
+        f"{minimum:,} bytes, or pass ShardDataset(num_lanes=...) lower"
+    )

@@ -1,0 +1,369 @@
+"""Record counts per shard: what balanced plans are made from, and where range reads seek.
+
+Counts come, in this order, from what the user gave, from a manifest that ``shardmix convert``
+wrote beside the shards, local or remote (:mod:`shardmix.plan.manifests`; a local shard whose size
+is not the manifest's is warned about, and its count stays a claim the read checks), from the
+count cache (an entry is used only while the shard's
+version, :func:`~shardmix.sources.version.shard_version`, still matches it: a stale entry is
+counted again, never trusted), or from a counting pass that walks the shard's framing only
+(TFRecord length fields, tar headers; payloads are seeked past, not decoded). The counting
+pass also notes the byte offset of every :data:`INDEX_EVERY`-th record: a sparse index, kept
+with the count, that a range read seeks to instead of walking from byte 0.
+
+Once per job: :meth:`RecordCounts.resolve_all` splits the shards over the ranks (shard ``i``
+of the distinct URLs is resolved by rank ``i % world_size``) and shares the results through
+the ``exchange`` its caller passes (``all_gather_object`` under torch.distributed; this module
+does not import torch), so that each shard's framing is walked by one process of the job.
+Each process keeps the counts for the life of the :class:`RecordCounts`. Every count is a claim:
+:meth:`RecordCounts.claim` says what it is and where it came from, and the read of the shard
+checks it (:mod:`shardmix.reading.claims`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardmix.formats import Format, ReadOptions, RecordPosition, reader_for
+from shardmix.plan.manifests import (  # noqa: F401 (manifest_counts, manifest_shards: re-exported)
+    MANIFEST_VERSION,
+    Manifests,
+    manifest_counts,
+    manifest_shards,
+)
+from shardmix.policy import Damage, DamageHandler
+from shardmix.sources import SourceOptions, open_shard
+from shardmix.sources.version import shard_version
+
+CACHE_VERSION = 1
+COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
+INDEX_EVERY = 64  # the counting pass notes the byte offset of every 64th record
+
+# Shares each process's results with every process of the job: one entry per process, in rank
+# order (``torch.distributed.all_gather_object``).
+Exchange = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardCount:
+    """A shard's record count, its sparse offset index, and the version it was counted at."""
+
+    records: int
+    index: tuple[int, ...] = ()  # byte offsets of records 0, every, 2 * every, ...
+    every: int = INDEX_EVERY
+    version: str | None = None
+
+    def seek_from(self, start: int) -> RecordPosition | None:
+        """The indexed ``(record, offset)`` nearest at or before record ``start``, if any.
+
+        >>> ShardCount(200, (0, 900, 1800, 2700), every=64).seek_from(150)
+        (128, 1800)
+        >>> ShardCount(200).seek_from(150) is None
+        True
+        """
+        if not self.index or start <= 0:
+            return None
+        entry = min(start // self.every, len(self.index) - 1)
+        return entry * self.every, self.index[entry]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "every": self.every,
+            "index": list(self.index),
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> ShardCount:
+        return cls(
+            int(entry["records"]),
+            tuple(int(offset) for offset in entry["index"]),
+            int(entry["every"]),
+            None if entry["version"] is None else str(entry["version"]),
+        )
+
+
+def count_records(
+    url: str,
+    fmt: Format,
+    options: ReadOptions = ReadOptions(),
+    source_options: SourceOptions | None = None,
+) -> int:
+    """The number of records (samples) in one shard, by walking its framing (gzip inflated)."""
+    with open_shard(url, options=source_options) as stream:
+        return reader_for(fmt, options).count(stream, url)
+
+
+def index_records(
+    url: str,
+    fmt: Format,
+    options: ReadOptions = ReadOptions(),
+    source_options: SourceOptions | None = None,
+    every: int = INDEX_EVERY,
+    on_damage: DamageHandler | None = None,
+) -> ShardCount:
+    """One shard's count and sparse offset index, by walking its framing once.
+
+    With ``on_damage`` (``on_error="skip"``), a shard whose framing is lost is reported to it
+    and counted up to the damage: the records a read can reach.
+    """
+    cut: list[int] = []
+
+    def report(damage: Damage) -> None:
+        if damage.rest_of_shard and damage.record is not None:
+            cut.append(damage.record)
+        assert on_damage is not None
+        on_damage(damage)
+
+    with open_shard(url, options=source_options) as stream:
+        handler = report if on_damage is not None else None
+        records, index = reader_for(fmt, options).index(stream, url, every, handler)
+    if cut:
+        records = min(records, cut[0])
+        index = [offset for entry, offset in enumerate(index) if entry * every < records]
+    return ShardCount(records, tuple(index), every)
+
+
+class RecordCounts:
+    """Record counts of a fixed shard list, found on first use and then kept.
+
+    ``cache_path``: a JSON file where counted shards are kept for later jobs (None: none).
+    ``on_damage``: under ``on_error="skip"``, the counting pass reports a shard whose framing
+    is lost to it (a :class:`~shardmix.policy.SkipLedger`) and counts the records before the
+    damage; such a shard is counted again by each job, never cached.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        formats: Mapping[str, Format],
+        options: ReadOptions,
+        known: Mapping[str, int] | None = None,
+        source_options: SourceOptions | None = None,
+        cache_path: str | None = None,
+        on_damage: DamageHandler | None = None,
+    ) -> None:
+        self._urls = list(urls)
+        self._on_damage = on_damage
+        self.damaged: set[str] = set()  # shards the counting pass found damaged
+        self._formats = formats
+        self._options = options
+        self._source_options = source_options or SourceOptions()
+        self._cache_path = cache_path
+        self._counts: dict[str, ShardCount] = {
+            url: ShardCount(int(records)) for url, records in (known or {}).items()
+        }
+        self._given = dict(known or {})
+        self._sources = dict.fromkeys(self._given, "record_counts=")
+        self.manifests = Manifests(self._source_options)
+        self._cached: dict[str, ShardCount] | None = None
+        self._shared = False  # resolve_all ran its exchange: every count is known
+        # Counted again after a change (shardmix.plan.recount): ``{url: (count, its source)}``.
+        self._recounted: dict[str, tuple[ShardCount, str]] = {}
+
+    def known(self, url: str) -> int | None:
+        """The count of ``url`` if given or in a manifest; never counted here (None then)."""
+        again = self._recounted.get(url)
+        count = self._given.get(url) if again is None else again[0].records
+        if count is None:
+            entry = self.manifests.entry(url)
+            count = None if entry is None else entry.records
+        return count
+
+    def claim(self, url: str) -> tuple[int, str] | None:
+        """``(records, where the count comes from)`` for ``url`` when this process knows its
+        count without a request (given, resolved, or in a manifest already read), else None."""
+        found = self._counts.get(url)
+        if found is not None:
+            return found.records, self._sources.get(url, "the plan")
+        entry = self.manifests.entry(url, fetch=False)
+        if entry is None:
+            return None
+        return entry.records, f"the manifest {entry.manifest}"
+
+    def holds(self, url: str) -> bool:
+        """Whether this process holds a count of ``url`` (given, resolved, or in a manifest
+        already read): one a change of the shard makes stale."""
+        return self.claim(url) is not None
+
+    def recount(self, url: str) -> ShardCount:
+        """Count ``url`` again by walking its framing (a shard changed since it was counted),
+        the count cache written; :meth:`adopt` makes it the count."""
+        version = None
+        if self._cache_path is not None:
+            version = shard_version(url, self._source_options)
+        entry = self._index(url)
+        if url in self.damaged:
+            version = None
+        found = ShardCount(entry.records, entry.index, entry.every, version)
+        self._save({url: found})
+        return found
+
+    def adopt(self, found: Mapping[str, ShardCount], source: str) -> None:
+        """Make the counts of ``found`` (:meth:`recount`'s, here or on another rank) the
+        counts of their shards, over any given, manifest or cached count; ``source`` names
+        where they come from in a claim's error."""
+        for url, entry in found.items():
+            self._counts[url] = entry
+            self._sources[url] = source
+            self._recounted[url] = entry, source
+
+    def recounts(self) -> dict[str, tuple[ShardCount, str]]:
+        """The counts made again so far, with their sources: what a copy of this dataset made
+        before them (a persistent worker's) must :meth:`adopt` too."""
+        return dict(self._recounted)
+
+    def of(self, url: str) -> int:
+        """The record count of shard ``url``."""
+        found = self._counts.get(url)
+        if found is None:
+            resolved = self._resolve([url])
+            self._save(resolved)
+            found = self._counts[url] = resolved[url]
+        return found.records
+
+    def seek_from(self, url: str, start: int) -> RecordPosition | None:
+        """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known."""
+        found = self._counts.get(url)
+        return found.seek_from(start) if found is not None else None
+
+    def total(self, shard_indices: Sequence[int]) -> int:
+        """The records in the shards ``shard_indices`` (indices into the shard list)."""
+        return sum(self.of(self._urls[i]) for i in shard_indices)
+
+    def resolve_all(
+        self, *, rank: int = 0, world_size: int = 1, exchange: Exchange | None = None
+    ) -> list[int]:
+        """Every shard's count, in URL order; with ``exchange``, each found by one rank.
+
+        With ``exchange``, every process of the job must call this at the same point (it is a
+        collective), once: later calls answer from what was shared.
+        """
+        if exchange is not None and not self._shared:
+            distinct = list(dict.fromkeys(self._urls))
+            mine = [url for url in distinct[rank::world_size] if url not in self._counts]
+            resolved = self._resolve(mine)
+            shared = {url: entry.to_json() for url, entry in resolved.items()}
+            found: dict[str, ShardCount] = {}
+            for part in exchange(shared):
+                found.update((url, ShardCount.from_json(entry)) for url, entry in part.items())
+            self._counts.update(found)
+            self._save(found)
+            self._shared = True
+        return [self.of(url) for url in self._urls]
+
+    def _resolve(self, urls: Sequence[str]) -> dict[str, ShardCount]:
+        """Counts of ``urls``: from a manifest, the cache (when current), or by counting."""
+        resolved: dict[str, ShardCount] = {}
+        for url in urls:
+            listed = self.manifests.entry(url)
+            if listed is not None:
+                resolved[url] = ShardCount(listed.records)
+                self._sources[url] = f"the manifest {listed.manifest}"
+                continue
+            version = None
+            if self._cache_path is not None:
+                version = shard_version(url, self._source_options)
+                cached = self._cache().get(url)
+                if version is not None and cached is not None and cached.version == version:
+                    resolved[url] = cached
+                    self._sources[url] = f"the count cache {self._cache_path}"
+                    continue
+            entry = self._index(url)
+            if url in self.damaged:
+                version = None  # counted again next time, so the damage is reported again
+            resolved[url] = ShardCount(entry.records, entry.index, entry.every, version)
+            self._sources[url] = "the counting pass"
+        return resolved
+
+    def _index(self, url: str) -> ShardCount:
+        """Count ``url`` by walking its framing, damage reported to ``on_damage`` if given."""
+        on_damage = self._on_damage
+        handler = None
+        if on_damage is not None:
+
+            def handler(damage: Damage) -> None:
+                self.damaged.add(url)
+                on_damage(damage)
+
+        options, source_options = self._options, self._source_options
+        return index_records(url, self._formats[url], options, source_options, on_damage=handler)
+
+    def _cache(self) -> dict[str, ShardCount]:
+        if self._cached is None:
+            self._cached = read_counts_cache(self._cache_path) if self._cache_path else {}
+        return self._cached
+
+    def _save(self, resolved: Mapping[str, ShardCount]) -> None:
+        """Add the newly counted shards of ``resolved`` to the cache file, if there is one."""
+        if self._cache_path is None:
+            return
+        cached = self._cache()
+        new = {
+            url: entry
+            for url, entry in resolved.items()
+            if entry.version is not None and cached.get(url) != entry
+        }
+        if new:
+            self._cached = write_counts_cache(self._cache_path, new)
+
+
+def read_counts_cache(path: str) -> dict[str, ShardCount]:
+    """``{url: ShardCount}`` from a count cache file (missing or unreadable: empty)."""
+    shards = read_json_file(path, ("shardmix_counts", CACHE_VERSION), "shards", "the count cache")
+    try:
+        return {str(url): ShardCount.from_json(entry) for url, entry in shards.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        log.warning("ignoring the count cache %s (%s); counting the shards instead", path, error)
+        return {}
+
+
+def read_json_file(path: str, version: tuple[str, int], field: str, what: str) -> dict[str, Any]:
+    """The dict under ``field`` of the JSON file at ``path`` when its ``version`` field is
+    as given; missing, of another version or unreadable: empty (logged), never an error."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            document = json.load(file)
+        if document.get(version[0]) != version[1]:
+            return {}
+        return dict(document[field])
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        log.warning("ignoring %s %s (%s)", what, path, error)
+        return {}
+
+
+def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str, ShardCount]:
+    """Merge ``entries`` into the count cache at ``path``; returns the cache as written."""
+    merged = {**read_counts_cache(path), **entries}
+    document = {
+        "shardmix_counts": CACHE_VERSION,
+        "shards": {url: entry.to_json() for url, entry in sorted(merged.items())},
+    }
+    write_json_file(path, document, "the count cache")
+    return merged
+
+
+def write_json_file(path: str, document: Any, what: str) -> None:
+    """Write ``document`` to ``path`` under a temporary name and rename it, so that the
+    processes of a job, which may all write the same file, never leave a half-written one.
+    A file that cannot be written (a read-only folder) is logged and left out: a cache
+    missed is slower, never wrong."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", dir=folder)
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(document, file)
+        os.replace(temporary, path)
+    except OSError as error:
+        log.warning("could not write %s %s (%s)", what, path, error)

@@ -1,0 +1,329 @@
+"""Kept counts: which records a filtering transform drops, learned per shard, by ``transform_id``.
+
+A transform that returns ``None`` filters: the samples it keeps are known only once read, so
+``len()`` is the unfiltered count (an upper bound) and several ranks agree on the epoch's end as
+they near it (:mod:`shardmix.batching.rankend`). When the user names the transform with
+``ShardDataset(transform_id=...)`` (a promise: the same id keeps the same records), an epoch
+read whole from its start teaches the dataset which records of each shard were dropped. From
+then on, for every shard so learned:
+
+- ``len()`` is exact, on one rank and under several (each rank's kept total is known from the
+  plan's pieces, a split piece included: the dropped record indices are kept, not a count);
+- the ranks know ahead where the epoch ends, as without a filter: no exchange, and ranks
+  simulated in one process can filter too;
+- every count is still a claim: an epoch that keeps another number of samples than learned
+  raises a :class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what
+  was learned (the transform changed under the same name). An epoch's :class:`KeptClaim` says
+  what its end settles: the claim to check, or the counts to learn.
+
+What is learned is kept for the life of the dataset object and, when the dataset has a count
+cache file, in ``kept-counts.json`` beside it, each shard's entry used only while the shard's
+version (:func:`~shardmix.sources.version.shard_version`) and record count are unchanged.
+Under several ranks, each rank sends the records it saw dropped to the others at the epoch's
+end (one gather of integers), so every rank learns the whole epoch. This module imports no
+torch: the gather is a function its caller passes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardmix.errors import ConfigError
+from shardmix.plan.counts import read_json_file, write_json_file
+from shardmix.plan.sharding import Piece
+from shardmix.sources import SourceOptions
+from shardmix.sources.version import shard_version
+
+KEPT_VERSION = 1
+KEPT_CACHE_NAME = "kept-counts.json"  # beside the count cache file
+
+# ``exchange(values)``: every rank's list of ints, of equal lengths on every rank
+# (:func:`~shardmix.world.end_exchange`).
+Exchange = Callable[[list[int]], list[list[int]]]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardKept:
+    """What the transform kept of one shard: its record count and the records it dropped."""
+
+    records: int
+    dropped: tuple[int, ...]  # sorted record indices
+    version: str | None = None
+
+    def kept(self, start: int, stop: int | None) -> int:
+        """The records of ``[start, stop)`` the transform keeps.
+
+        >>> ShardKept(10, (1, 4, 5)).kept(0, None), ShardKept(10, (1, 4, 5)).kept(2, 5)
+        (7, 2)
+        """
+        stop = self.records if stop is None else stop
+        dropped = bisect.bisect_left(self.dropped, stop) - bisect.bisect_left(self.dropped, start)
+        return stop - start - dropped
+
+    def to_json(self) -> dict[str, Any]:
+        return {"records": self.records, "dropped": list(self.dropped), "version": self.version}
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> ShardKept:
+        dropped = tuple(sorted(int(record) for record in entry["dropped"]))
+        return cls(int(entry["records"]), dropped, entry.get("version"))
+
+
+class KeptCounts:
+    """The kept counts one dataset learned for its ``transform_id``.
+
+    Args:
+        transform_id: the user's name for the transform.
+        urls: the dataset's shard list (entries are keyed by URL).
+        cache_path: ``kept-counts.json``, read at first use and written as shards are learned
+            (None: kept in memory only).
+        source_options: how a cached entry's shard version is looked up.
+    """
+
+    def __init__(
+        self,
+        transform_id: str,
+        urls: Sequence[str],
+        cache_path: str | None = None,
+        source_options: SourceOptions | None = None,
+    ) -> None:
+        self.transform_id = transform_id
+        self._urls = list(urls)
+        self._cache_path = cache_path
+        self._source_options = source_options or SourceOptions()
+        self._shards: dict[str, ShardKept] = {}
+        self._loaded = cache_path is None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers never read kept counts: they travel without them.
+        return {**self.__dict__, "_shards": {}, "_loaded": True}
+
+    def totals(self, plan: Sequence[Sequence[Piece]], counts: Sequence[int]) -> list[int] | None:
+        """Each rank's kept samples under ``plan`` (one list of pieces per rank), given every
+        shard's record count; None unless every shard of the plan was learned at that count."""
+        self._load(counts)
+        totals = []
+        for pieces in plan:
+            total = 0
+            for piece in pieces:
+                entry = self._shards.get(self._urls[piece.shard])
+                if entry is None or entry.records != counts[piece.shard]:
+                    return None
+                total += entry.kept(piece.start, piece.stop)
+            totals.append(total)
+        return totals
+
+    def learn(self, counts: Sequence[int], dropped: Iterable[tuple[int, int]]) -> None:
+        """Learn every shard from one whole epoch: ``dropped`` holds ``(shard, record)`` of
+        each record the transform dropped, over every rank; ``counts`` every shard's count."""
+        by_shard: dict[int, list[int]] = {shard: [] for shard in range(len(self._urls))}
+        for shard, record in dropped:
+            by_shard[shard].append(record)
+        learned = {}
+        for shard, records in by_shard.items():
+            url = self._urls[shard]
+            learned[url] = ShardKept(counts[shard], tuple(sorted(set(records))))
+        self._shards.update(learned)
+        self._save(learned)
+
+    def forget(self) -> None:
+        """Discard everything learned, here and in the cache file (a count proved wrong)."""
+        forgotten = set(self._shards) | set(self._urls)
+        self._shards = {}
+        if self._cache_path is not None:
+            document = _read(self._cache_path)
+            entries = document.get(self.transform_id, {})
+            for url in forgotten:
+                entries.pop(url, None)
+            _write(self._cache_path, document)
+
+    def forget_urls(self, urls: Iterable[str]) -> None:
+        """Discard what was learned of the shards ``urls`` (they changed), here and in the
+        cache file."""
+        gone = set(urls)
+        for url in gone:
+            self._shards.pop(url, None)
+        if self._cache_path is not None:
+            document = _read(self._cache_path)
+            entries = document.get(self.transform_id, {})
+            if any(url in entries for url in gone):
+                for url in gone:
+                    entries.pop(url, None)
+                _write(self._cache_path, document)
+
+    def _load(self, counts: Sequence[int]) -> None:
+        """Take the cache file's entries still current (same version and record count)."""
+        if self._loaded:
+            return
+        self._loaded = True
+        assert self._cache_path is not None
+        entries = _read(self._cache_path).get(self.transform_id, {})
+        for shard, url in enumerate(self._urls):
+            if url in self._shards or url not in entries:
+                continue
+            try:
+                entry = ShardKept.from_json(entries[url])
+            except (KeyError, TypeError, ValueError) as error:
+                log.warning(
+                    "ignoring the kept count of %s in %s (%s)", url, self._cache_path, error
+                )
+                continue
+            current = shard_version(url, self._source_options)
+            if current is not None and entry.version == current and entry.records == counts[shard]:
+                self._shards[url] = entry
+
+    def _save(self, learned: Mapping[str, ShardKept]) -> None:
+        if self._cache_path is None:
+            return
+        document = _read(self._cache_path)
+        entries = document.setdefault(self.transform_id, {})
+        for url, entry in learned.items():
+            version = shard_version(url, self._source_options)
+            if version is not None:
+                entries[url] = ShardKept(entry.records, entry.dropped, version).to_json()
+        _write(self._cache_path, document)
+
+
+def agreed_totals(
+    totals: list[int] | None, exchange: Exchange | None, world_size: int
+) -> list[int] | None:
+    """``totals`` where every rank has the same (one gather under ``exchange``), else None:
+    the ranks use learned kept counts all together, or none of them does."""
+    if exchange is None:
+        return totals
+    mine = [0] * (1 + world_size) if totals is None else [1, *totals]
+    gathered = exchange(mine)
+    if totals is None or any(theirs != mine for theirs in gathered):
+        return None
+    return totals
+
+
+def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int) -> ConfigError:
+    """The error for an epoch that kept another number of samples than learned; what was
+    learned is discarded first, so that the next run learns it again."""
+    kept.forget()
+    return ConfigError(
+        f"epoch {epoch}, rank {rank}: the transform kept {found} samples of this rank's "
+        f"records where the kept counts learned for transform_id={kept.transform_id!r} say "
+        f"{claimed}: the transform changed under the same transform_id (or the shards did). "
+        "The learned counts were discarded; run again to learn them anew, and give the "
+        "transform a new transform_id whenever what it drops changes"
+    )
+
+
+class KeptClaim:
+    """What an epoch does with learned kept counts at its end: check the number of samples
+    this rank claimed from them ahead (``claim``), or learn them from the epoch (``learn``:
+    True, or the ranks' gather); neither where there is nothing to settle."""
+
+    def __init__(
+        self,
+        kept: KeptCounts | None,
+        claim: int | None,
+        learn: Exchange | bool,
+        epoch: int,
+        rank: int,
+    ) -> None:
+        self._kept = kept
+        self.claim = claim
+        self.learn = learn
+        self._where = epoch, rank
+
+    @property
+    def due(self) -> bool:
+        """Whether the epoch's end has something to settle (it is settled once)."""
+        return self.claim is not None or self.learn is not False
+
+    def stale(self, found: int) -> ConfigError:
+        """The error for this rank's samples ending at ``found``, short of the claim."""
+        assert self._kept is not None and self.claim is not None
+        return stale_kept(self._kept, *self._where, found, self.claim)
+
+    def settle(
+        self,
+        found: Callable[[], int],
+        filtered: Sequence[np.ndarray],
+        seen: np.ndarray,
+        counts: Callable[[], Sequence[int]],
+        valid: bool,
+    ) -> None:
+        """At the epoch's last batch: check the claim against ``found()`` (this rank's kept
+        samples, yielded or not), or learn from the epoch (:func:`learn_epoch`; ``counts()``
+        is asked under the ranks' gather only)."""
+        kept = self._kept
+        assert kept is not None
+        claim, self.claim, learn, self.learn = self.claim, None, self.learn, False
+        if claim is not None:
+            kept_here = found()
+            if kept_here != claim:
+                raise stale_kept(kept, *self._where, kept_here, claim)
+            return
+        exchange = learn if callable(learn) else None
+        totals = counts() if exchange is not None else None
+        learn_epoch(kept, totals, filtered, seen, exchange, valid)
+
+
+def learn_epoch(
+    kept: KeptCounts,
+    counts: Sequence[int] | None,
+    filtered: Sequence[np.ndarray],
+    seen: np.ndarray,
+    exchange: Exchange | None,
+    valid: bool,
+) -> None:
+    """Learn from an epoch read whole from its start on every rank: ``filtered`` holds this
+    rank's filtered ``(shard, record)`` rows, ``seen`` the records that arrived per shard.
+    ``counts``: every shard's count (known under several ranks); None on one rank, where
+    ``seen`` is the count. Under ``exchange`` every rank calls this at the same step."""
+    mine = np.concatenate(filtered) if filtered else np.empty((0, 2), dtype=np.int64)
+    pairs: list[tuple[int, int]] | None = [(int(a), int(b)) for a, b in mine.tolist()]
+    if exchange is not None:
+        pairs = gather_dropped(exchange, pairs or [], valid)
+    if pairs is None or not valid:
+        return
+    kept.learn(seen.tolist() if counts is None else counts, pairs)
+
+
+def gather_dropped(
+    exchange: Exchange, mine: Sequence[tuple[int, int]], valid: bool
+) -> list[tuple[int, int]] | None:
+    """Every rank's dropped ``(shard, record)`` pairs, or None unless every rank's are
+    ``valid`` (two gathers, the same on every rank: the lengths, then the padded pairs)."""
+    flat = [value for pair in mine for value in pair]
+    sizes = exchange([len(flat), int(valid)])
+    if not all(ok for _, ok in sizes):
+        return None
+    longest = max(size for size, _ in sizes)
+    if longest == 0:
+        return []
+    gathered = exchange(flat + [-1] * (longest - len(flat)))
+    pairs: list[tuple[int, int]] = []
+    for (size, _), values in zip(sizes, gathered, strict=True):
+        pairs.extend(zip(values[0:size:2], values[1:size:2], strict=True))
+    return pairs
+
+
+def kept_cache_path(counts_cache: str | None) -> str | None:
+    """Where kept counts are kept: beside the count cache file, if there is one."""
+    if counts_cache is None:
+        return None
+    return os.path.join(os.path.dirname(os.path.abspath(counts_cache)), KEPT_CACHE_NAME)
+
+
+def _read(path: str) -> dict[str, Any]:
+    return read_json_file(path, ("shardmix_kept", KEPT_VERSION), "transforms", "the kept counts")
+
+
+def _write(path: str, transforms: Mapping[str, Any]) -> None:
+    write_json_file(
+        path, {"shardmix_kept": KEPT_VERSION, "transforms": dict(transforms)}, "the kept counts"
+    )

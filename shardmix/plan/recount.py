@@ -1,0 +1,207 @@
+"""A new epoch re-plans a shard that changed since the last one: re-counted once, counts shared.
+
+An epoch is planned from record counts (:mod:`shardmix.plan.counts`). A shard rewritten between two
+epochs with another number of records would make the next plan wrong, so at the start of each
+new epoch (never within one, never at a restore: nothing half-read crosses versions) the
+loader compares the identity each local shard had when this process last read it
+(:mod:`shardmix.sources.identity`: the chunks of the last epoch carry it) with the shard's
+``os.stat`` now. A shard found changed whose count the loader holds is counted again (one
+counting pass over that shard alone), its count and sparse index replaced (and the count
+cache written), what a named filter learned of it forgotten, and the epoch planned from the
+new counts.
+
+Remote shards are not checked here: that would cost a request per shard and epoch. A remote
+shard changed between epochs is seen by the read, as within an epoch (its count checked,
+:mod:`shardmix.reading.claims`).
+
+Several ranks plan from the same counts, or all refuse:
+
+- under torch.distributed, each rank stats the shards it has read, the ranks gather which changed
+  (one gather of one int per epoch; two more only when a shard changed), each changed shard is
+  counted by one rank and the counts are shared, so every rank adopts the same counts; a count
+  that fails raises the same :class:`~shardmix.errors.ShardChangedError` on every rank;
+- ranks simulated in one process share nothing, so each stats every local shard of the
+  dataset at each epoch's start (the first one included, for the shards it never reads) and
+  counts again every changed one itself: every rank then finds the same.
+
+This module imports no torch: the gather is a function its caller passes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+
+from shardmix.errors import ShardChangedError, ShardmixError
+from shardmix.plan.counts import RecordCounts, ShardCount
+from shardmix.plan.kept import KeptCounts
+from shardmix.sources import is_local, local_path
+from shardmix.sources.identity import ShardIdentity
+
+# ``exchange(values)``: every rank's list of ints, of equal lengths on every rank
+# (:func:`~shardmix.world.end_exchange`).
+Exchange = Callable[[list[int]], list[list[int]]]
+
+
+class ReadVersions:
+    """The identity each shard of one dataset had when this process last read or checked it.
+
+    Each epoch hands over its live ``{shard index: identity}`` (:meth:`watch`); the next
+    epoch's start folds them in (:meth:`settle`) before comparing.
+    """
+
+    def __init__(self) -> None:
+        self.known: dict[int, ShardIdentity] = {}
+        self._watched: list[Mapping[int, ShardIdentity]] = []
+
+    def __getstate__(self) -> dict[str, object]:
+        # Workers never check: a dataset travels to them without what was read.
+        return {"known": {}, "_watched": []}
+
+    def watch(self, identities: Mapping[int, ShardIdentity]) -> None:
+        """Fold ``identities`` (an epoch's, filled as it reads) in at the next :meth:`settle`."""
+        self._watched.append(identities)
+
+    def settle(self) -> dict[int, ShardIdentity]:
+        """The identities known now, the epochs watched so far folded in (later ones win)."""
+        for identities in self._watched:
+            self.known.update(identities)
+        self._watched = []
+        return self.known
+
+
+def local_identity(url: str) -> ShardIdentity | None:
+    """A local shard's identity now (one ``os.stat``), as its opener records it; None for a
+    remote shard, or a local one that cannot be stat'ed (its read names what is wrong)."""
+    if not is_local(url):
+        return None
+    try:
+        status = os.stat(local_path(url))
+    except OSError:
+        return None
+    return ShardIdentity(status.st_size, f"mtime_ns:{status.st_mtime_ns}")
+
+
+def changed_shards(
+    urls: Sequence[str], versions: ReadVersions, every_shard: bool
+) -> list[tuple[int, ShardIdentity, ShardIdentity]]:
+    """``(shard, identity known, identity now)`` of each local shard that changed since it was
+    last read or checked: those read (``every_shard``: every local shard, one ``stat`` each,
+    the first time only noted). What each is now becomes what is known."""
+    known = versions.settle()
+    shards = range(len(urls)) if every_shard else sorted(known)
+    changed = []
+    seen: set[str] = set()
+    for shard in shards:
+        url = urls[shard]
+        if url in seen:  # a URL listed twice: checked once, by its first index
+            continue
+        seen.add(url)
+        now = local_identity(url)
+        if now is None:
+            continue
+        before = known.get(shard)
+        if before is not None and before.conflicts(now):
+            changed.append((shard, before, now))
+        known[shard] = now
+    return changed
+
+
+def recount_changed(
+    urls: Sequence[str],
+    counts: RecordCounts,
+    versions: ReadVersions,
+    *,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    exchange: Exchange | None,
+    kept: KeptCounts | None = None,
+) -> list[int]:
+    """Count again every shard changed since the last epoch whose count ``counts`` holds (see
+    the module); the indices of the shards found changed, the same on every rank under
+    ``exchange``.
+
+    Under ``exchange`` every rank calls this at the same step (a collective); without it,
+    ``world_size`` > 1 means ranks simulated in one process (every local shard is checked).
+    """
+    every_shard = world_size > 1 and exchange is None
+    changed = [shard for shard, _, _ in changed_shards(urls, versions, every_shard)]
+    if exchange is not None:
+        changed = sorted({shard for part in gather_ints(exchange, changed) for shard in part})
+    stale = [shard for shard in changed if counts.holds(urls[shard])]
+    source = f"the count made again at epoch {epoch}"
+    if exchange is not None and stale:
+        counts.adopt(
+            shared_recounts(urls, counts, stale, epoch, rank, world_size, exchange), source
+        )
+    elif stale:
+        found = {}
+        for shard in stale:
+            try:
+                found[urls[shard]] = counts.recount(urls[shard])
+            except (OSError, ShardmixError) as error:
+                raise recount_failed(urls[shard], epoch, None) from error
+        counts.adopt(found, source)
+    if kept is not None and changed:
+        kept.forget_urls([urls[shard] for shard in changed])
+    return changed
+
+
+def shared_recounts(
+    urls: Sequence[str],
+    counts: RecordCounts,
+    agreed: Sequence[int],
+    epoch: int,
+    rank: int,
+    world_size: int,
+    exchange: Exchange,
+) -> dict[str, ShardCount]:
+    """The new counts of the ``agreed`` shards, each counted by rank ``i % world_size`` (its
+    place in ``agreed``) and shared; a count that failed anywhere is raised on every rank."""
+    payload: list[int] = []
+    failure: BaseException | None = None
+    for shard in agreed[rank::world_size]:
+        try:
+            entry = counts.recount(urls[shard])
+        except (OSError, ShardmixError) as error:
+            failure = failure or error
+            payload += [shard, 0]
+            continue
+        payload += [shard, 1, entry.records, entry.every, len(entry.index), *entry.index]
+    found: dict[str, ShardCount] = {}
+    for sender, part in enumerate(gather_ints(exchange, payload)):
+        at = 0
+        while at < len(part):
+            shard, ok = part[at], part[at + 1]
+            if not ok:
+                refused = recount_failed(urls[shard], epoch, sender)
+                raise refused from (failure if sender == rank else None)
+            records, every, size = part[at + 2 : at + 5]
+            index = tuple(part[at + 5 : at + 5 + size])
+            found[urls[shard]] = ShardCount(records, index, every)
+            at += 5 + size
+    return found
+
+
+def recount_failed(url: str, epoch: int, rank: int | None) -> ShardChangedError:
+    """The error for a shard that changed since the last epoch and could not be counted again
+    (the same on every rank)."""
+    where = "" if rank is None else f" on rank {rank} (its error says what was found)"
+    return ShardChangedError(
+        f"{url}: the shard changed since the last epoch, and counting its records again for "
+        f"epoch {epoch} failed{where}; no rank plans the epoch. Restore the shard, or build the "
+        "dataset without it",
+        url=url,
+    )
+
+
+def gather_ints(exchange: Exchange, mine: Sequence[int]) -> list[list[int]]:
+    """Every rank's list of ints, of any lengths: one gather of the lengths, and one of the
+    padded lists unless every list is empty."""
+    lengths = [part[0] for part in exchange([len(mine)])]
+    longest = max(lengths)
+    if longest == 0:
+        return [[] for _ in lengths]
+    gathered = exchange(list(mine) + [0] * (longest - len(mine)))
+    return [part[:length] for part, length in zip(gathered, lengths, strict=True)]

@@ -1,0 +1,130 @@
+"""A count is a claim the read checks: a shard must hold the records its count says.
+
+The plan is made from record counts (a manifest, the count cache, ``record_counts=``, or a
+counting pass: :mod:`shardmix.plan.counts`). A read of records ``[start, stop)`` of a shard whose
+count is known checks, as the records pass, that it reaches record ``stop - 1`` (fewer records:
+the shard was cut, at a record boundary perhaps) and, for a read to the shard's end, that no
+record lies past the count (more records: it grew, or the count was edited). Either is a
+:class:`~shardmix.errors.RecordCountError` naming the shard, where the count came from and
+both numbers; under ``on_error="skip"`` it is reported to the damage handler instead (the
+shard's rest counted as cut short, the surplus records left out), never a silently shorter
+or longer epoch. Damage the reader already reported counts as reached: a record skipped for
+its CRC is not a missing record, and a shard whose rest was dropped is not checked again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from shardmix.errors import RecordCountError, ShardmixError
+from shardmix.formats import RecordBlock
+from shardmix.policy import Damage, DamageHandler
+
+Sample = dict[str, Any]
+
+
+class CountCheck:
+    """Checks one read of records ``[start, stop)`` of ``url`` against the claimed count.
+
+    ``claim`` is ``(records, where the count comes from)``. Pass :attr:`on_damage` to the
+    reader (it forwards to ``on_damage``), then read through :meth:`samples` or :meth:`blocks`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        claim: tuple[int, str],
+        start: int,
+        stop: int | None,
+        on_damage: DamageHandler | None,
+    ) -> None:
+        self.url = url
+        self.expected, self.source = claim
+        self.start = start
+        self.stop = stop
+        self._forward = on_damage
+        self._reached = start - 1  # the last record read or reported damaged
+        self._cut = False  # the reader dropped the shard's rest (already reported)
+
+    @property
+    def on_damage(self) -> DamageHandler | None:
+        return None if self._forward is None else self._damaged
+
+    def _damaged(self, damage: Damage) -> None:
+        if damage.rest_of_shard:
+            self._cut = True
+        elif damage.record is not None:
+            self._reached = max(self._reached, damage.record)
+        if self._forward is not None:
+            self._forward(damage)
+
+    def samples(self, samples: Iterator[Sample]) -> Iterator[Sample]:
+        """``samples`` (each with its ``__index__``), checked."""
+        for sample in samples:
+            index = sample["__index__"]
+            if self.stop is None and index >= self.expected:
+                self._surplus(index, sample["__offset__"], *counted_rest(samples, lambda _: 1))
+                return
+            self._reached = index
+            yield sample
+        self._ended()
+
+    def blocks(self, blocks: Iterator[RecordBlock]) -> Iterator[RecordBlock]:
+        """``blocks`` of records, checked."""
+        for block in blocks:
+            if self.stop is None and block.records[-1] >= self.expected:
+                keep = sum(1 for record in block.records if record < self.expected)
+                head, tail = block.split(keep)
+                if keep:
+                    yield head
+                rest, whole = counted_rest(blocks, len)
+                self._surplus(tail.records[0], tail.offsets[0], len(tail) - 1 + rest, whole)
+                return
+            self._reached = block.records[-1]
+            yield block
+        self._ended()
+
+    def _ended(self) -> None:
+        end = self.expected if self.stop is None else self.stop
+        if self._cut or self._reached >= end - 1:
+            return
+        found = self._reached + 1
+        error = RecordCountError(
+            f"{self.url}: {self.source} says {self.expected} records, but the shard ends "
+            f"after {found}: it was cut short (an interrupted copy?) or changed since it was "
+            "counted; restore the shard, or re-create its manifest or count",
+            url=self.url,
+            record=found,
+        )
+        self._report(error, found, None)
+
+    def _surplus(self, record: int, offset: int, rest: int, whole: bool) -> None:
+        found = f"{record + 1 + rest}" if whole else f"at least {record + 1 + rest}"
+        error = RecordCountError(
+            f"{self.url}: {self.source} says {self.expected} records, but the shard holds "
+            f"{found} (record {record} at byte offset {offset} is past the count): it grew or "
+            "changed since it was counted, or the count is wrong; re-create its manifest or "
+            "count, or pass the right record_counts=",
+            url=self.url,
+            offset=offset,
+            record=record,
+        )
+        self._report(error, record, offset)
+
+    def _report(self, error: RecordCountError, record: int, offset: int | None) -> None:
+        if self._forward is None:
+            raise error
+        self._forward(Damage(error, record, offset, rest_of_shard=True))
+
+
+def counted_rest(items: Iterator[Any], size: Callable[[Any], int]) -> tuple[int, bool]:
+    """``(records, whole)``: the records ``items`` still gives (``size`` of each), and whether
+    all were counted (damage found on the way ends the count)."""
+    count = 0
+    try:
+        for item in items:
+            count += size(item)
+    except ShardmixError:
+        return count, False
+    return count, True

@@ -1,0 +1,221 @@
+"""Columns: a group of samples as one column per field, the form in which they cross from a
+worker to the main process (:mod:`shardmix.reading.chunks`) and are stored there
+(:mod:`shardmix.batching.rows`).
+
+A column of numbers, of equal-shaped arrays or tensors, of bytes of one length or of strings
+is one numpy array: it pickles as one buffer, and the main process gathers a batch's rows
+with one indexing call. Anything else (bytes of mixed lengths, decoded JSON, images, values of
+mixed types) stays a list. :func:`sizes_of` measures each sample as
+:func:`~shardmix.reading.reader.sample_bytes` would, per column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardmix.reading.reader import SIZE_KEY, Sample
+
+
+class Kind(Enum):
+    """How a column holds its values: a list (``OBJECTS``), or a numpy array whose first
+    axis is the rows. Bytes of one length travel as a void array, short bytes of mixed
+    lengths as a NUL-padded bytes array, and strings as a unicode array, which ``tolist()``
+    turns back into a list of bytes or str."""
+
+    OBJECTS = "objects"
+    INTS = "ints"
+    FLOATS = "floats"
+    BOOLS = "bools"
+    ARRAYS = "arrays"
+    TENSORS = "tensors"
+    BYTES = "bytes"
+    STRINGS = "strings"
+
+
+OBJECTS, INTS, FLOATS, BOOLS = Kind.OBJECTS, Kind.INTS, Kind.FLOATS, Kind.BOOLS
+ARRAYS, TENSORS, BYTES, STRINGS = Kind.ARRAYS, Kind.TENSORS, Kind.BYTES, Kind.STRINGS
+_SCALAR_KINDS = {int: (INTS, np.int64), float: (FLOATS, np.float64), bool: (BOOLS, np.bool_)}
+# What must be equal for arrays or tensors to stack into one column.
+_LAYOUT = attrgetter("dtype", "shape")
+# Tensors of a dtype numpy lacks travel as integers of the same width.
+_TENSOR_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# Bytes per value that padding bytes of mixed lengths to the longest may add beyond doubling.
+_PADDING_SLACK = 16
+
+
+class Missing:
+    """Stands in a column for a field a sample does not have."""
+
+    _instance: Missing | None = None
+
+    def __new__(cls) -> Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Missing, ())
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = Missing()
+
+
+@dataclass
+class Column:
+    """One field's values for a chunk's kept samples, in item order.
+
+    ``kind`` says how ``values`` holds them: :data:`OBJECTS` is a list (with :data:`MISSING`
+    where a sample lacks the field); the others are numpy arrays whose first axis is the
+    rows. ``dtype`` is the tensor dtype of a :data:`TENSORS` column whose array holds the bits
+    under another dtype (bfloat16 as int16), else None.
+    """
+
+    kind: Kind
+    values: Any
+    dtype: torch.dtype | None = None
+    missing: bool = False  # whether some value is MISSING
+
+
+def sizes_of(columns: dict[str, Column], count: int) -> np.ndarray:
+    """Each sample's size as :func:`~shardmix.reading.reader.sample_bytes` counts it, per column:
+    the size a sample states (and that column leaves), else its bytes, strings and arrays."""
+    stated = columns.pop(SIZE_KEY, None)
+    if stated is not None and stated.kind == INTS:
+        return np.asarray(stated.values, dtype=np.int64)
+    if stated is not None:
+        columns[SIZE_KEY] = stated  # not a size: a field like any other
+    sizes = np.zeros(count, dtype=np.int64)
+    for column in columns.values():
+        values = column.values
+        if column.kind == BYTES and values.dtype.kind == "S":
+            sizes += np.char.str_len(values)
+        elif column.kind == BYTES:
+            sizes += values.dtype.itemsize
+        elif column.kind == STRINGS:
+            sizes += np.char.str_len(values)
+        elif column.kind in (ARRAYS, TENSORS):
+            sizes += values.itemsize * int(np.prod(values.shape[1:]))
+        elif column.kind == OBJECTS:
+            sizes += np.fromiter(map(_value_bytes, values), dtype=np.int64, count=count)
+    return sizes
+
+
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    return int(getattr(value, "nbytes", 0) or 0)
+
+
+def columns_of(samples: list[Sample], skip: tuple[str, ...] = ()) -> dict[str, Column]:
+    """The samples' fields but ``skip`` as columns; a sample lacking a field has
+    :data:`MISSING` there."""
+    if not samples:
+        return {}
+    names = tuple(samples[0])
+    uniform = set(map(len, samples)) == {len(names)}
+    if skip:
+        names = tuple(name for name in names if name not in skip)
+    if uniform and names:
+        try:
+            rows = list(map(itemgetter(*names), samples))
+        except KeyError:
+            uniform = False
+    if not uniform or not names:
+        every: dict[str, None] = {}
+        for sample in samples:
+            every.update(dict.fromkeys(sample))
+        names = tuple(name for name in every if name not in skip)
+        rows = [tuple(sample.get(name, MISSING) for name in names) for sample in samples]
+    if uniform and len(names) == 1:  # itemgetter of one name gives the value, not a tuple
+        values: list[Any] = [rows]
+    else:
+        values = [list(column) for column in zip(*rows, strict=True)]
+    columns = {name: column_of(column) for name, column in zip(names, values, strict=True)}
+    if not uniform:
+        for column in columns.values():
+            column.missing = column.kind == OBJECTS and any(v is MISSING for v in column.values)
+    return columns
+
+
+def column_of(values: list[Any]) -> Column:
+    """``values`` as one array where they are numbers, or equal-shaped arrays or tensors."""
+    types = set(map(type, values))
+    if len(types) != 1:
+        return Column(OBJECTS, values)
+    kind = types.pop()
+    scalar = _SCALAR_KINDS.get(kind)
+    if scalar is not None:
+        try:
+            return Column(scalar[0], np.asarray(values, dtype=scalar[1]))
+        except OverflowError:
+            return Column(OBJECTS, values)
+    if kind is bytes:
+        return _bytes_column(values)
+    if kind is str:
+        return _strings_column(values)
+    if kind is np.ndarray:
+        layouts = set(map(_LAYOUT, values))
+        dtype = values[0].dtype
+        if len(layouts) != 1 or dtype.kind in "OSUVaMm" or not dtype.isnative:
+            return Column(OBJECTS, values)
+        return Column(ARRAYS, np.stack(values))
+    if kind is torch.Tensor:
+        return _tensor_column(values)
+    return Column(OBJECTS, values)
+
+
+def _bytes_column(values: list[bytes]) -> Column:
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    width = int(lengths.max())
+    if not width:
+        return Column(OBJECTS, values)
+    if int(lengths.min()) == width:
+        return Column(BYTES, np.frombuffer(b"".join(values), dtype=f"V{width}"))
+    # Short bytes of mixed lengths (labels, ids) as NUL-padded bytes, which ``tolist()`` gives
+    # back stripped: exact unless a value ends in NUL, and kept so only while the padding
+    # stays small.
+    if width * len(values) > 2 * int(lengths.sum()) + _PADDING_SLACK * len(values):
+        return Column(OBJECTS, values)
+    packed = np.array(values, dtype=bytes)
+    if not np.array_equal(np.char.str_len(packed), lengths):
+        return Column(OBJECTS, values)
+    return Column(BYTES, packed)
+
+
+def _strings_column(values: list[str]) -> Column:
+    packed = np.array(values, dtype=str)
+    # A unicode array drops trailing NULs: keep such strings as they are.
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    if packed.dtype.itemsize == 0 or not np.array_equal(np.char.str_len(packed), lengths):
+        return Column(OBJECTS, values)
+    return Column(STRINGS, packed)
+
+
+def _tensor_column(values: list[torch.Tensor]) -> Column:
+    if len(set(map(_LAYOUT, values))) != 1 or values[0].device.type != "cpu":
+        return Column(OBJECTS, values)
+    try:  # the common case: tensors without grad of a dtype numpy has, stacked by numpy
+        return Column(TENSORS, np.stack([value.numpy() for value in values]))
+    except (RuntimeError, TypeError):
+        pass
+    try:
+        with torch.no_grad():
+            stacked = torch.stack(values)
+    except RuntimeError:  # on several devices
+        return Column(OBJECTS, values)
+    try:
+        return Column(TENSORS, stacked.numpy())
+    except TypeError:  # no numpy dtype (bfloat16, ...): carry the same bits as integers
+        bits = _TENSOR_BITS.get(stacked.element_size())
+        if bits is None:
+            return Column(OBJECTS, values)
+        return Column(TENSORS, stacked.view(bits).numpy(), stacked.dtype)

@@ -1,0 +1,336 @@
+"""Decoders: a sample's fields from bytes to the values a training loop wants, opt in.
+
+This module owns :class:`Decoder`, one sample dict in, a new sample dict out, and
+:func:`as_decoder`, which turns what a user passes as ``ShardDataset(decode=...)`` into a
+``Decoder`` (or ``None``). Reading records is the format readers' job; applying the decoder
+in the workers, and what ``on_error`` does with a :class:`~shardmix.errors.DecodeError`, is
+the dataset's.
+
+A tar field is chosen by its name's last extension part, case-insensitively (``seg.png`` is
+a PNG). The conventions are webdataset's, so that shards written for it decode here as users
+expect:
+
+- ``cls``, ``cls2``, ``index``, ``id``: ``int``, from ASCII digits (an optional ``-``;
+  surrounding whitespace is stripped);
+- ``txt``, ``text``: ``str`` (UTF-8); ``json``: ``json.loads``;
+- ``npy``: ``numpy.load(..., allow_pickle=False)``;
+- ``png``, ``jpg``, ``jpeg``, ``ppm``, ``pgm``, ``pbm``, ``bmp``, ``webp``, ``tif``, ``tiff``,
+  ``gif``: an image, with Pillow (``pip install 'shardmix[image]'``), see :class:`ImageOutput`;
+- ``gz``: gunzipped (to at most :data:`MAX_GUNZIP_BYTES`), then decoded by the extension
+  before it, so ``txt.gz`` is ``str`` and ``json.gz`` is JSON; ``x.gz`` of an unknown ``x``
+  gives the decompressed bytes;
+- anything else, and every ``__provenance__`` key, stays as it is.
+
+Nothing is ever unpickled. webdataset decodes ``pyd``/``pickle`` fields with ``pickle.loads``
+and ``pth`` with ``torch.load``; both run code chosen by whoever wrote the shard, and shards
+come from buckets, mirrors and colleagues. So those fields stay ``bytes`` (unpickle them
+yourself in a ``transform`` if you trust the source), ``npy`` is loaded with
+``allow_pickle=False`` (an object array is a :class:`~shardmix.errors.DecodeError`), and Pillow
+is only allowed the image formats above (not EPS, which runs Ghostscript, nor any other
+plugin a mislabelled field might pick).
+
+``Decoder(scalars=True)`` is for TFRecord ``tf.train.Example`` samples, whose int64 and float
+features arrive as 1-D arrays: a one-element ``int64`` or ``float32`` array becomes a numpy
+scalar of the same dtype. Not a Python ``int``/``float``: collate makes a batch of numpy
+scalars a tensor of shape ``(B,)`` and keeps float32 (Python floats would become float64).
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import json
+import re
+import zlib
+from collections.abc import Callable, Collection
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardmix.errors import ConfigError, DecodeError
+
+__all__ = ["Decoder", "ImageOutput", "as_decoder"]
+
+
+class ImageOutput(enum.Enum):
+    """What an image field decodes to (``Decoder(images=...)``; ``None`` keeps the bytes).
+
+    - ``NUMPY``: a ``uint8`` array, ``(H, W, 3)`` RGB for colour images (alpha and palettes
+      are converted away), ``(H, W, 1)`` for grayscale in the image's own depth (8-bit as
+      ``uint8``, 16-bit as ``uint16``, bilevel as ``uint8`` 0/255);
+    - ``PIL``: the ``PIL.Image.Image`` as stored (its own mode: palette indices, alpha),
+      fully loaded;
+    - ``TORCH``: that numpy array as a ``(C, H, W)`` tensor (``C`` is 1 for grayscale).
+
+    A palette image (a segmentation mask saved in mode ``P``) becomes RGB colours under
+    ``NUMPY`` and ``TORCH``; take ``PIL`` and ``numpy.asarray(image)`` for its indices.
+    Animated GIFs and multi-page TIFFs give their first frame.
+    """
+
+    NUMPY = "numpy"
+    PIL = "pil"
+    TORCH = "torch"
+
+
+# Field kinds, by the last extension part of the field name (lower case).
+_INT_EXTENSIONS = frozenset({"cls", "cls2", "index", "id"})
+_TEXT_EXTENSIONS = frozenset({"txt", "text"})
+_IMAGE_EXTENSIONS = frozenset(
+    {"png", "jpg", "jpeg", "ppm", "pgm", "pbm", "bmp", "webp", "tif", "tiff", "gif"}
+)
+# The Pillow plugins those extensions need (PPM reads pbm and pgm too); no other is tried.
+_PILLOW_FORMATS = ("PNG", "JPEG", "PPM", "BMP", "WEBP", "TIFF", "GIF")
+# Grayscale modes kept as they are (one channel, own depth); "1" and "LA" become "L".
+_GRAY_MODES = frozenset({"L", "I", "I;16", "I;16L", "I;16B", "I;16N", "F"})
+_TO_GRAY_MODES = frozenset({"1", "LA", "La"})
+_INTEGER = re.compile(rb"-?[0-9]+")
+_NPY_MAGIC = b"\x93NUMPY"
+_SCALAR_DTYPES = (np.dtype(np.int64), np.dtype(np.float32))
+_INSTALL_HINT = "pip install 'shardmix[image]'"
+MAX_GUNZIP_BYTES = 256 << 20  # a .gz field larger than this decompressed is a DecodeError
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """Decodes the fields of a sample dict by their extension: ``Decoder(images="pil")``.
+
+    ``images`` is an :class:`ImageOutput` or its value (``"numpy"``, ``"pil"``, ``"torch"``),
+    or ``None`` to leave image fields as bytes. ``scalars`` turns one-element int64/float32
+    arrays (TFRecord features) into numpy scalars. ``raw_fields`` names fields (exactly as
+    in the sample) left as they are whatever their extension: a TFRecord ``id`` feature that
+    holds text rather than digits, say.
+
+    Calling it returns a new dict; the sample given is not changed. A field that cannot be
+    decoded raises :class:`~shardmix.errors.DecodeError` naming the field and the sample.
+    """
+
+    images: ImageOutput | None = ImageOutput.NUMPY
+    scalars: bool = False
+    raw_fields: AbstractSet[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.images is not None:
+            try:
+                object.__setattr__(self, "images", ImageOutput(self.images))
+            except ValueError:
+                choices = ", ".join(repr(choice.value) for choice in ImageOutput)
+                raise ConfigError(
+                    f"images must be one of {choices} or None, got {self.images!r}"
+                ) from None
+        if not isinstance(self.scalars, bool):
+            raise ConfigError(f"scalars must be True or False, got {self.scalars!r}")
+        raw: Any = self.raw_fields
+        if isinstance(raw, (str, bytes)) or not isinstance(raw, Collection):
+            raise ConfigError(
+                f"raw_fields must be a collection of field names such as {{'id'}}, got {raw!r}"
+            )
+        if not all(isinstance(name, str) for name in raw):
+            raise ConfigError(
+                f"raw_fields must hold field names (str), got {sorted(raw, key=repr)}"
+            )
+        object.__setattr__(self, "raw_fields", frozenset(raw))
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """A new sample with every field this decoder knows decoded."""
+        return {name: self._decode_field(sample, name, value) for name, value in sample.items()}
+
+    def _decode_field(self, sample: dict[str, Any], name: str, value: Any) -> Any:
+        if name.startswith("__") or name in self.raw_fields:
+            return value
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            decode = self._decoder_for(name.lower())
+            if decode is None:
+                return value
+            try:
+                return decode(bytes(value))
+            except _Undecodable as error:
+                raise DecodeError(
+                    _message(sample, name, value, error.expected, error.__cause__),
+                    **_position(sample),
+                ) from error.__cause__
+        if self.scalars and _is_scalar_array(value):
+            return value[0]
+        return value
+
+    def _decoder_for(self, name: str) -> Callable[[bytes], Any] | None:
+        stem, _, extension = name.rpartition(".")
+        if extension == "gz":
+            inner = self._decoder_for(stem) if stem else None
+            return lambda data: (inner or bytes)(_gunzip(data))
+        if extension in _IMAGE_EXTENSIONS:
+            images = self.images
+            if images is None:
+                return None
+            return lambda data: _decode_image(data, images, extension)
+        return _DECODERS.get(extension)
+
+
+def as_decoder(value: bool | str | Decoder | None) -> Decoder | None:
+    """The decoder that ``ShardDataset(decode=value)`` means.
+
+    >>> as_decoder(True)
+    Decoder(images=<ImageOutput.NUMPY: 'numpy'>, scalars=False, raw_fields=frozenset())
+    >>> as_decoder("pil").images
+    <ImageOutput.PIL: 'pil'>
+    >>> as_decoder(False) is None and as_decoder(None) is None
+    True
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Decoder()
+    if isinstance(value, Decoder):
+        return value
+    try:
+        if isinstance(value, (str, ImageOutput)):
+            return Decoder(images=ImageOutput(value))
+    except ValueError:
+        pass
+    choices = ", ".join(repr(choice.value) for choice in ImageOutput)
+    raise ConfigError(
+        f"decode must be True, False, None, an image output ({choices}) or a "
+        f"shardmix.reading.decode.Decoder, got {value!r}"
+    )
+
+
+# ----------------------------------------------------------------------------- field decoders
+
+
+class _Undecodable(Exception):
+    """Raised by a field decoder, from the original error, with what it expected."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+def _decode_int(data: bytes) -> int:
+    digits = data.strip()
+    if not _INTEGER.fullmatch(digits):
+        raise _Undecodable("an integer in ASCII digits") from ValueError("not an integer")
+    try:
+        return int(digits)
+    except ValueError as error:  # more digits than Python converts (sys.set_int_max_str_digits)
+        raise _Undecodable("an integer in ASCII digits") from error
+
+
+def _decode_text(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _Undecodable("UTF-8 text") from error
+
+
+def _decode_json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise _Undecodable("a JSON document") from error
+
+
+def _decode_npy(data: bytes) -> np.ndarray:
+    expected = "a .npy array (numpy.save) without Python objects"
+    if not data.startswith(_NPY_MAGIC):
+        raise _Undecodable(expected) from ValueError("no .npy magic string")
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)  # type: ignore[no-any-return]
+    except (ValueError, OSError, EOFError) as error:
+        raise _Undecodable(expected) from error
+
+
+def _gunzip(data: bytes) -> bytes:
+    expected = f"gzip data of at most {MAX_GUNZIP_BYTES} bytes decompressed"
+    parts: list[bytes] = []
+    room = MAX_GUNZIP_BYTES
+    while True:  # a gzip file may hold several members, one after another
+        inflate = zlib.decompressobj(wbits=31)
+        try:
+            part = inflate.decompress(data, room + 1)
+        except zlib.error as error:
+            raise _Undecodable(expected) from error
+        room -= len(part)
+        if room < 0:
+            raise _Undecodable(expected) from ValueError("decompresses past the bound")
+        if not inflate.eof:
+            raise _Undecodable(expected) from ValueError("the gzip stream is cut short")
+        parts.append(part)
+        data = inflate.unused_data
+        if not data:
+            return b"".join(parts)
+
+
+_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    **dict.fromkeys(_INT_EXTENSIONS, _decode_int),
+    **dict.fromkeys(_TEXT_EXTENSIONS, _decode_text),
+    "json": _decode_json,
+    "npy": _decode_npy,
+}
+
+
+def _decode_image(data: bytes, output: ImageOutput, extension: str) -> Any:
+    try:
+        from PIL import Image
+    except ImportError as error:
+        raise ConfigError(
+            f"decoding .{extension} images needs Pillow: {_INSTALL_HINT} "
+            "(or Decoder(images=None) to keep image bytes)"
+        ) from error
+    expected = "an image (PNG, JPEG, PPM/PGM/PBM, BMP, WebP, TIFF or GIF)"
+    try:
+        image: Image.Image = Image.open(io.BytesIO(data), formats=_PILLOW_FORMATS)
+        image.load()
+    except Exception as error:  # Pillow raises many types (OSError, SyntaxError, bomb errors)
+        raise _Undecodable(expected) from error
+    if output is ImageOutput.PIL:
+        return image
+    if image.mode in _TO_GRAY_MODES:
+        image = image.convert("L")
+    elif image.mode not in _GRAY_MODES and image.mode != "RGB":
+        image = image.convert("RGB")
+    array = np.array(image)  # a writable copy; np.asarray would be read-only
+    if array.ndim == 2:
+        array = array[:, :, np.newaxis]  # HWC for every image, as documented: C is 1
+    if output is ImageOutput.NUMPY:
+        return array
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+
+
+def _is_scalar_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.shape == (1,) and value.dtype in _SCALAR_DTYPES
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+def _position(sample: dict[str, Any]) -> dict[str, Any]:
+    """The error's url, record and offset keywords, from the sample's provenance keys."""
+    return {
+        "url": sample.get("__source__"),
+        "record": sample.get("__index__"),
+        "offset": sample.get("__offset__"),
+    }
+
+
+def _message(
+    sample: dict[str, Any], name: str, value: Any, expected: str, cause: BaseException | None
+) -> str:
+    where = f"sample {sample.get('__key__')!r}"
+    source = sample.get("__source__")
+    if source is not None:
+        details = []
+        if sample.get("__index__") is not None:
+            details.append(f"record {sample['__index__']}")
+        if sample.get("__offset__") is not None:
+            details.append(f"at byte offset {sample['__offset__']}")
+        where += f" in {source}" + (f" ({' '.join(details)})" if details else "")
+    data = bytes(value)
+    found = f"{data[:16]!r}{'...' if len(data) > 16 else ''} ({len(data)} bytes"
+    found += f"; {type(cause).__name__}: {cause})" if cause is not None else ")"
+    return (
+        f"cannot decode field {name!r} of {where}: expected {expected}, found {found}; "
+        f"keep it as bytes with Decoder(raw_fields={{{name!r}}})"
+    )

@@ -1,0 +1,206 @@
+"""What runs in each worker: its lanes of one epoch, read into chunks for the main process.
+
+A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or through a persistent
+worker's queue: :mod:`shardmix.reading.pool`), reads the lanes it hosts in turn
+(:func:`~shardmix.reading.lanes.round_robin_chunks`) and sends them as columnar
+:class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its last
+chunk (``on_error="skip"``), the identities of the shards it opened and the bytes its sources
+fetched.
+
+Left to others: planning the epoch and starting, stopping and naming the workers
+(:mod:`shardmix.reading.workers`), the chunk's layout (:mod:`shardmix.reading.chunks`), reading a
+lane (:class:`~shardmix.reading.shardreads.ShardReads`).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from torch.utils.data import IterableDataset
+
+from shardmix.plan.counts import ShardCount
+from shardmix.plan.sharding import Piece, worker_lanes
+from shardmix.policy import SkipLedger
+from shardmix.reading.chunks import Chunk, ChunkBuilder
+from shardmix.reading.lanes import BlockTurns, LanePosition, round_robin_chunks
+from shardmix.reading.mergekeys import LaneClocks
+from shardmix.reading.progress import Heartbeat
+from shardmix.reading.shardreads import ShardReads
+from shardmix.sources.identity import ShardIdentity
+from shardmix.sources.traffic import take_traffic
+from shardmix.world import detect_world
+
+T = TypeVar("T")
+
+# Per lane, at least this many samples in one stretch once a worker's turns have grown to it (as
+# CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
+# CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
+# third more CPU per small record. The turns start at the lanes' share of
+# :data:`~shardmix.reading.workers.FIRST_CHUNK_SAMPLES` and double from chunk to chunk up to their
+# steady size, so that only the first few chunks are small. The main process holds about one
+# turn of every lane (CHUNK_BYTES bounds it).
+MIN_TURN = 64
+# A chunk holds at most about this many bytes of samples, so that the chunks in flight (two per
+# worker, prefetch_factor) stay small whatever the record size.
+CHUNK_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What a worker needs to read one epoch, beside the dataset it already holds.
+
+    ``generation`` tells the chunks of one ``iter()`` from those of the one before it (a pool's
+    workers serve many).
+    """
+
+    epoch: int
+    rank: int
+    world_size: int
+    lane_pieces: list[list[Piece]] | None
+    clocks: LaneClocks | None  # the lanes' sizes, when known: chunks are keyed by clock
+    per_lane: int  # each lane's turn in a worker's first chunk
+    starts: list[LanePosition] | None
+    epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
+    generation: int = 0
+    steady: int = 0  # the turn the turns double up to (0: per_lane, as they start)
+    # By shard index, the identity each shard must have (a restored checkpoint's).
+    identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
+    # The counts the main process made again since the shards changed
+    # (:mod:`shardmix.plan.recount`), which a worker's older copy of the dataset adopts: ``{url:
+    # (count, its source)}``.
+    recounts: Mapping[str, tuple[ShardCount, str]] = field(default_factory=dict)
+
+
+def steady_turn(per_lane: int) -> int:
+    """A lane's turn once a worker's turns have grown, ``per_lane`` being its share of
+    :data:`~shardmix.reading.workers.CHUNK_SAMPLES`
+    (:func:`~shardmix.reading.workers.lane_turn`)."""
+    return max(MIN_TURN, per_lane)
+
+
+def as_sent(chunk: Any) -> Any:
+    """Pass chunks through untouched (the DataLoader would turn arrays into tensors)."""
+    return chunk
+
+
+class LaneChunks(IterableDataset[Chunk]):
+    """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
+
+    def __init__(
+        self, dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None
+    ) -> None:
+        self.dataset = dataset
+        self.plan = plan
+        self.heartbeat = heartbeat
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return lane_chunks(self.dataset, self.plan, self.heartbeat)
+
+
+def lane_chunks(
+    dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None = None
+) -> Iterator[Chunk]:
+    """This process's lanes of ``plan``, in chunks, with what was skipped since the last;
+    each sample read (each record block) counted into ``heartbeat``, if given."""
+    world = detect_world(plan.rank, plan.world_size)
+    beat = _counter(heartbeat, world.worker)
+    ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
+    shares = None
+    shard_index = None
+    iterators: dict[int, Iterator[Any] | BlockTurns]
+    if isinstance(dataset, ShardReads) and plan.lane_pieces is not None:
+        shard_index = dataset.shard_index
+        dataset.ledger = ledger  # this process's copy of the dataset
+        dataset.expected = plan.identities
+        for url, (count, source) in plan.recounts.items():
+            dataset.record_counts.adopt({url: count}, source)
+        lanes = worker_lanes(
+            num_lanes=len(plan.lane_pieces), worker=world.worker, num_workers=world.num_workers
+        )
+        blocks = dataset.reads_blocks  # once: it looks at every shard's format
+        iterators = {lane: _read_lane(dataset, plan, lane, beat, blocks) for lane in lanes}
+        if plan.clocks is not None:
+            every = plan.clocks.shares()
+            shares = {lane: every[lane] for lane in lanes}
+    else:
+        set_epoch = getattr(dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(plan.epoch)
+        iterators = {world.worker: beat(iter(dataset))}
+    builder = ChunkBuilder(shard_index, plan.clocks if shard_index is not None else None)
+    groups = round_robin_chunks(
+        iterators,
+        plan.per_lane,
+        CHUNK_BYTES,
+        shares,
+        lambda: builder.mean_size,
+        steady=plan.steady or plan.per_lane,
+    )
+    chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
+    if shard_index is not None:
+        assert isinstance(dataset, ShardReads)
+        chunks = _with_identities(chunks, dataset)
+    return collected_between(_with_traffic(chunks))
+
+
+def _read_lane(
+    dataset: ShardReads,
+    plan: EpochPlan,
+    lane: int,
+    beat: Callable[[Iterator[Any]], Iterator[Any]],
+    blocks: bool,
+) -> Iterator[Any] | BlockTurns:
+    """Lane ``lane`` of ``plan`` from its start, what it reads counted by ``beat``: with
+    ``blocks`` (the dataset's ``reads_blocks``: no transform) in record blocks, which go to
+    the chunk's columns as they are, else as samples."""
+    assert plan.lane_pieces is not None
+    pieces = plan.lane_pieces[lane]
+    start = plan.starts[lane] if plan.starts else LanePosition()
+    if blocks:
+        return BlockTurns(beat(dataset.read_lane_blocks(pieces, start)))
+    return beat(dataset.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
+
+
+def _with_identities(chunks: Iterator[Chunk], dataset: ShardReads) -> Iterator[Chunk]:
+    """``chunks``, each with the identities of the shards opened until it was made."""
+    for chunk in chunks:
+        chunk.identities = dataset.take_opened()
+        yield chunk
+
+
+def _with_traffic(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """``chunks``, each with what this process's sources fetched since the one before."""
+    for chunk in chunks:
+        chunk.traffic = take_traffic() or None
+        yield chunk
+
+
+def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:
+    """Wrap a lane's iterator so that what it reads is counted into ``heartbeat`` (if any)."""
+    if heartbeat is None:
+        return lambda items: items
+    return lambda items: heartbeat.counted(items, worker)
+
+
+def collected_between(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """``chunks``, with Python's cycle collector paused while each is made.
+
+    A chunk's samples are thousands of dicts alive at once: left running, the collector would
+    scan them over and over while they pile up (about a quarter of a worker's CPU time on
+    small records). Paused, it runs once the chunk is made and its dicts are freed, so cyclic
+    garbage waits at most one chunk. Where the collector was off already, it stays off.
+    """
+    while True:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            chunk = next(chunks, None)
+        finally:
+            if enabled:
+                gc.enable()
+        if chunk is None:
+            return
+        yield chunk

@@ -1,0 +1,251 @@
+"""Lanes: shards read one after another, and open lanes taken in turn.
+
+A *lane* reads a list of pieces of shards one after another (:func:`read_lane`), from a
+:class:`LanePosition` on when it resumes. A process reading several lanes keeps one shard open
+per lane and takes samples from the lanes in turn (:func:`round_robin`), so consecutive samples
+come from different files; a worker takes them in turns sized for the trip to the main process
+(:func:`round_robin_chunks`, a chunk per group of turns).
+
+Left to others: reading one shard's records with their provenance (:mod:`shardmix.reading.reader`),
+which lanes a worker hosts (:mod:`shardmix.plan.sharding`), turning a group of turns into a columnar
+chunk (:mod:`shardmix.reading.chunks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, TypeVar
+
+from shardmix.formats import RecordBlock
+from shardmix.formats.tags import NO_TAG
+from shardmix.plan.sharding import Piece
+from shardmix.reading.reader import Sample, sample_bytes
+
+T = TypeVar("T")  # what a lane yields: samples, or record blocks
+
+
+@dataclass(frozen=True)
+class LanePosition:
+    """Where a lane resumes: the piece in slot ``slot`` of the lane's list, at record ``record``.
+
+    ``slot`` is a position in the lane's list of pieces, not an index into the dataset's URL
+    list (that is a ``shard_index``); ``record`` is a record index in the piece's shard.
+    ``offset`` is the byte offset of record ``record - 1``, the last one the lane delivered,
+    or -1 when not known: the lane resumes by reading that record there and dropping it, so
+    the shard is neither walked nor downloaded from its start. ``tag`` is that record's tag
+    (:mod:`shardmix.formats.tags`; 0: not known): the record read there must have it.
+    """
+
+    slot: int = 0
+    record: int = 0
+    offset: int = -1
+    tag: int = NO_TAG
+
+
+def read_lane(
+    pieces: Sequence[Piece],
+    read_one: Callable[[Piece, int, int, int], Iterator[T]],
+    start: LanePosition = LanePosition(),
+    ahead: Callable[[Piece, Piece | None], None] | None = None,
+) -> Iterator[T]:
+    """The samples of a lane's pieces, one after another, from ``start`` on.
+
+    ``read_one(piece, record, before_offset, before_tag)`` reads ``piece`` from record
+    ``record`` (in the shard) on; ``before_offset`` is where record ``record - 1`` begins, or
+    -1, and ``before_tag`` that record's tag, or 0 (see
+    :func:`~shardmix.reading.reader.read_shard`): ``start``'s, in the piece the lane resumes in.
+    ``ahead(piece, following)``, when given, is told before each piece is opened which piece follows
+    it (None: none, which is also said when the lane ends early).
+    """
+    piece = None
+    try:
+        for slot in range(start.slot, len(pieces)):
+            piece = pieces[slot]
+            if ahead is not None:
+                ahead(piece, pieces[slot + 1] if slot + 1 < len(pieces) else None)
+            if slot == start.slot and start.record > piece.start:
+                yield from read_one(piece, start.record, start.offset, start.tag)
+            else:
+                yield from read_one(piece, piece.start, -1, NO_TAG)
+    finally:
+        if ahead is not None and piece is not None:
+            ahead(piece, None)
+
+
+def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:
+    """One sample from each live lane in turn; an exhausted lane drops out of the turn."""
+    live = list(lanes)
+    while live:
+        still_live = []
+        for lane in live:
+            sample = next(lane, _ENDED)
+            if sample is not _ENDED:
+                yield sample
+                still_live.append(lane)
+        live = still_live
+
+
+_ENDED: Any = object()  # a lane's end: ``None`` or any other value could be a sample
+
+
+# A chunk's lanes: ``(lane, what it gave, whether it ended)``, what it gave being samples or,
+# from a :class:`BlockTurns` lane, record blocks.
+LaneChunk = list[tuple[int, list[Sample] | list[RecordBlock], bool]]
+
+
+class BlockTurns:
+    """A lane read in record blocks, taken a turn at a time: a block is split where a turn
+    ends, and its rest begins the next turn."""
+
+    def __init__(self, blocks: Iterator[RecordBlock]) -> None:
+        self._blocks = blocks
+        self._rest: RecordBlock | None = None
+
+    def take(self, count: int) -> tuple[list[RecordBlock], int]:
+        """Blocks of the next ``count`` records (fewer at the lane's end), and how many."""
+        taken: list[RecordBlock] = []
+        have = 0
+        block, self._rest = self._rest, None
+        while have < count:
+            if block is None:
+                block = next(self._blocks, None)
+                if block is None:
+                    break
+            size = len(block.records)
+            if have + size > count:
+                block, self._rest = block.split(count - have)
+                size = count - have
+            taken.append(block)
+            have += size
+            block = None
+        return taken, have
+
+
+def round_robin_chunks(
+    lanes: Mapping[int, Iterator[Sample] | BlockTurns],
+    per_lane: int,
+    max_bytes: int | None = None,
+    shares: Mapping[int, float] | None = None,
+    sample_size: Callable[[], float | None] | None = None,
+    steady: int | None = None,
+) -> Iterator[LaneChunk]:
+    """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane.
+
+    Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. A lane is an
+    iterator of samples, or :class:`BlockTurns`, whose entries hold record blocks. Lanes are
+    sent at the rate the main process consumes them, so that little waits in its stash: the
+    same number from each (it takes lanes in turn), or, with ``shares``, ``per_lane`` times
+    each lane's share (it takes lanes in proportion to their sizes), the fractions carried
+    from chunk to chunk, so that a small lane may send nothing in a turn. A chunk closes
+    early, after the lane that takes it past ``max_bytes``, and the next chunk goes on from
+    the next lane: what is in flight stays bounded in bytes whatever the record size, and
+    fewer than ``per_lane`` are taken from each
+    lane where a turn of all of them would pass ``max_bytes``. The bytes are counted roughly:
+    each sample at ``sample_size()`` (the mean the last chunk measured, say), or where that
+    gives None, at the :func:`~shardmix.reading.reader.sample_bytes` of its lane's first sample in
+    the chunk. With ``steady``, the turns double from chunk to chunk, from ``per_lane`` up to
+    ``steady``.
+    """
+    live = dict(lanes)
+    chunker = _Chunker(live, per_lane, max_bytes, shares, sample_size, steady)
+    while live:
+        for lane, iterator in list(live.items()):
+            wanted = chunker.wanted(lane)
+            if not wanted:
+                continue  # a small lane's turn: it owes less than one sample yet
+            taken, count = _take(iterator, wanted)
+            ended = count < wanted
+            if ended:
+                del live[lane]
+            if chunker.add(lane, taken, count, ended):
+                yield from chunker.cut(len(live))
+        yield from chunker.cut(len(live))
+
+
+def _take(
+    lane: Iterator[Sample] | BlockTurns, wanted: int
+) -> tuple[list[Sample] | list[RecordBlock], int]:
+    """A lane's next ``wanted`` samples (fewer at its end), and how many."""
+    if isinstance(lane, BlockTurns):
+        return lane.take(wanted)
+    taken = list(islice(lane, wanted))
+    return taken, len(taken)
+
+
+class _Chunker:
+    """The chunk :func:`round_robin_chunks` is filling: each lane's turn and the bytes so far."""
+
+    def __init__(
+        self,
+        lanes: Mapping[int, Any],
+        per_lane: int,
+        max_bytes: int | None,
+        shares: Mapping[int, float] | None,
+        sample_size: Callable[[], float | None] | None,
+        steady: int | None,
+    ) -> None:
+        self.per_lane = per_lane
+        self.max_bytes = max_bytes
+        self.shares = shares
+        self.sample_size = sample_size
+        self.steady = steady
+        self.owed = dict.fromkeys(lanes, 1.0)  # every lane's first sample goes in the first chunk
+        self.chunk: LaneChunk = []
+        self.size = 0
+        self.each, self.rate = _chunk_rate(per_lane, max_bytes, len(lanes), sample_size)
+
+    def wanted(self, lane: int) -> int:
+        """How many samples ``lane`` gives in this turn (0: none yet, under ``shares``)."""
+        if self.shares is None:
+            return self.rate
+        self.owed[lane] += self.rate * self.shares[lane]
+        wanted = int(self.owed[lane])
+        self.owed[lane] -= wanted
+        return wanted
+
+    def add(
+        self, lane: int, taken: list[Sample] | list[RecordBlock], count: int, ended: bool
+    ) -> bool:
+        """Put a lane's turn in the chunk; whether the chunk is full (past ``max_bytes``)."""
+        self.chunk.append((lane, taken, ended))
+        if self.max_bytes is None or not count:
+            return False
+        if self.each is None:
+            first = taken[0]
+            one = first.sample_bytes() if isinstance(first, RecordBlock) else sample_bytes(first)
+            self.size += int(one * count)
+        else:
+            self.size += int(self.each * count)
+        return self.size >= self.max_bytes
+
+    def cut(self, live: int) -> Iterator[LaneChunk]:
+        """The chunk so far, if any; then the next one's turns, once the chunk is made (its
+        maker measures the mean sample size that ``sample_size()`` gives)."""
+        if not self.chunk:
+            return
+        chunk, self.chunk, self.size = self.chunk, [], 0
+        yield chunk
+        self.per_lane = _grown(self.per_lane, self.steady)
+        self.each, self.rate = _chunk_rate(self.per_lane, self.max_bytes, live, self.sample_size)
+
+
+def _grown(per_lane: int, steady: int | None) -> int:
+    """The next chunk's turn: twice ``per_lane``, up to ``steady`` (None: unchanged)."""
+    return per_lane if steady is None or per_lane >= steady else min(steady, 2 * per_lane)
+
+
+def _chunk_rate(
+    per_lane: int,
+    max_bytes: int | None,
+    lanes: int,
+    sample_size: Callable[[], float | None] | None,
+) -> tuple[float | None, int]:
+    """``(bytes per sample, samples per lane and turn)`` for the next chunk: one turn of every
+    lane stays within a chunk's bytes, since the main process holds about a turn of every
+    lane before it can merge them."""
+    each = sample_size() if sample_size is not None else None
+    if max_bytes is None or not each or not lanes:
+        return each, per_lane
+    return each, max(1, min(per_lane, int(max_bytes / (lanes * each))))

@@ -1,0 +1,179 @@
+"""Merge keys: what orders the lanes' samples when the main process merges them.
+
+With the lanes' sizes known, a sample's key is its *clock*, the share of its lane read before
+it (:class:`LaneClocks`); else its *turn*, how many samples its lane gave before it, so that
+the lanes take turns. :class:`MergeKeys` works the keys out in the workers, a chunk at a time,
+where it costs the main process nothing.
+
+Left to others: the chunk that carries the keys (:mod:`shardmix.reading.chunks`), the merge that
+orders by them (:mod:`shardmix.batching.mixing`), the plan of each lane's pieces
+(:mod:`shardmix.plan.sharding`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class LaneClocks:
+    """How far through its lane a sample is, from the sizes of the lane's pieces.
+
+    ``lane_pieces[lane]`` is the lane's pieces as ``(shard index, start, stop)`` and
+    ``weights[lane][slot]`` the size of its piece ``slot``, in records (``unit="records"``: a
+    sample is placed by its record index) or bytes (``"bytes"``, whole shards only: by its
+    byte offset). A sample's clock is the share of its lane read before it, from 0 to 1.
+    Taking the sample with the lowest clock next makes every lane progress at the same
+    relative pace, so all lanes end together and the last batches of an epoch mix as many
+    files as the first.
+    """
+
+    def __init__(
+        self,
+        lane_pieces: Sequence[Sequence[tuple[int, int, int | None]]],
+        weights: Sequence[Sequence[float]],
+        unit: str,
+    ) -> None:
+        if unit not in ("records", "bytes"):
+            raise ValueError(f"unit must be 'records' or 'bytes', got {unit!r}")
+        self.lane_pieces = lane_pieces
+        self.by_offset = unit == "bytes"
+        self.starts: list[list[float]] = []
+        self.totals: list[float] = []
+        for lane_weights in weights:
+            starts, total = [], 0.0
+            for weight in lane_weights:
+                starts.append(total)
+                total += weight
+            self.starts.append(starts)
+            self.totals.append(total)
+
+    def shares(self) -> list[float]:
+        """Each lane's size over the mean lane's: the rate at which the mixer takes it."""
+        mean = sum(self.totals) / len(self.totals) if self.totals else 1.0
+        return [total / (mean or 1.0) for total in self.totals]
+
+
+def slot_of(
+    pieces: Sequence[tuple[int, int, int | None]],
+    shard: int,
+    record: int,
+    from_slot: int,
+    lane: int,
+) -> int:
+    """The first slot at or after ``from_slot`` of ``lane``'s ``pieces`` that holds ``record``
+    of ``shard``."""
+    for slot in range(from_slot, len(pieces)):
+        piece_shard, start, stop = pieces[slot]
+        if piece_shard == shard and start <= record and (stop is None or record < stop):
+            return slot
+    raise ValueError(
+        f"shard {shard} record {record} is not in lane {lane}'s remaining pieces; "
+        "the lane was read past its plan"
+    )
+
+
+class MergeKeys:
+    """The merge keys of one worker's items, chunk after chunk: clocks when ``clocks`` gives
+    the lanes' sizes, else turns (counted from 0: the merge adds the turns before a resume)."""
+
+    def __init__(self, clocks: LaneClocks | None) -> None:
+        self._clocks = clocks
+        self._turns: dict[int, int] = {}
+        self._slots: dict[int, int] = {}
+        # Per lane, the piece its last item was in: (shard, start, stop, share before, total).
+        lanes = len(clocks.lane_pieces) if clocks is not None else 0
+        self._piece = {
+            "shard": np.full(lanes, -2, dtype=np.int64),
+            "start": np.zeros(lanes, dtype=np.int64),
+            "stop": np.zeros(lanes, dtype=np.float64),
+            "before": np.zeros(lanes, dtype=np.float64),
+            "total": np.ones(lanes, dtype=np.float64),
+        }
+
+    def keys(
+        self,
+        lanes: np.ndarray,
+        records: np.ndarray,
+        offsets: np.ndarray,
+        shards: np.ndarray,
+        kept: np.ndarray,
+    ) -> np.ndarray:
+        """The keys of the items of a chunk, given per item its lane, record, offset, shard
+        and whether it carries a sample (an item the transform left none for, a tombstone,
+        takes no turn of its own)."""
+        clocks = self._clocks
+        if clocks is None:
+            return self._turn_keys(lanes, kept)
+        placed = offsets if clocks.by_offset else records
+        return self._clock_keys(clocks, lanes, shards, records, placed)
+
+    def _turn_keys(self, lanes: np.ndarray, kept: np.ndarray) -> np.ndarray:
+        keys = np.empty(len(lanes), dtype=np.float64)
+        turns = self._turns
+        for position, (lane, sample) in enumerate(zip(lanes.tolist(), kept.tolist(), strict=True)):
+            turn = turns.get(lane, 0)
+            keys[position] = turn  # a tombstone goes just before its lane's next sample
+            if sample:
+                turns[lane] = turn + 1
+        return keys
+
+    def _clock_keys(
+        self,
+        clocks: LaneClocks,
+        lanes: np.ndarray,
+        shards: np.ndarray,
+        records: np.ndarray,
+        placed: np.ndarray,
+    ) -> np.ndarray:
+        """Each item's clock: where its piece starts in its lane, plus where it is in the
+        piece, over the lane's size. The piece of each lane's last item is kept (as arrays
+        by lane), so that only an item that enters a new piece looks it up."""
+        piece = self._piece
+        inside = (piece["shard"][lanes] == shards) & (piece["start"][lanes] <= records)
+        inside &= records < piece["stop"][lanes]
+        keys = np.empty(len(lanes), dtype=np.float64)
+        fast = inside
+        if not inside.all():
+            slow = np.isin(lanes, lanes[~inside])
+            fast = ~slow
+            keys[slow] = self._entering_keys(
+                clocks, lanes[slow], shards[slow], records[slow], placed[slow]
+            )
+        lanes = lanes[fast]
+        within = placed[fast] if clocks.by_offset else (records[fast] - piece["start"][lanes]) + 0.5
+        # As a float sum in this order, so that equal clocks tie the same way everywhere.
+        keys[fast] = (piece["before"][lanes] + within) / piece["total"][lanes]
+        return keys
+
+    def _entering_keys(
+        self,
+        clocks: LaneClocks,
+        lanes: np.ndarray,
+        shards: np.ndarray,
+        records: np.ndarray,
+        placed: np.ndarray,
+    ) -> list[float]:
+        """The clocks of the items of lanes that enter a new piece in this chunk, one by one."""
+        piece = self._piece
+        rows = zip(lanes.tolist(), shards.tolist(), records.tolist(), placed.tolist(), strict=True)
+        keys = []
+        for lane, shard, record, at in rows:
+            same_shard = piece["shard"][lane] == shard
+            if not (same_shard and piece["start"][lane] <= record < piece["stop"][lane]):
+                self._enter_piece(clocks, lane, shard, record)
+            within = at if clocks.by_offset else at - int(piece["start"][lane]) + 0.5
+            keys.append((float(piece["before"][lane]) + within) / float(piece["total"][lane]))
+        return keys
+
+    def _enter_piece(self, clocks: LaneClocks, lane: int, shard: int, record: int) -> None:
+        pieces = clocks.lane_pieces[lane]
+        slot = self._slots[lane] = slot_of(pieces, shard, record, self._slots.get(lane, 0), lane)
+        _, start, stop = pieces[slot]
+        piece = self._piece
+        piece["shard"][lane] = shard
+        piece["start"][lane] = start
+        piece["stop"][lane] = np.inf if stop is None else stop
+        piece["before"][lane] = clocks.starts[lane][slot]
+        piece["total"][lane] = clocks.totals[lane] or 1.0

@@ -1,0 +1,178 @@
+"""Persistent workers: DataLoader worker processes that serve every epoch of a MixingLoader.
+
+torch's DataLoader with ``persistent_workers=True`` keeps its workers and calls ``iter()`` on
+each worker's copy of the dataset again at every ``iter()`` of the DataLoader; an
+IterableDataset has no other way to learn what the new epoch is. So the pool gives each
+worker its own queue, created before the workers start, and puts the epoch's
+:class:`~shardmix.reading.lanechunks.EpochPlan` (epoch, lane pieces, start positions, shares) into
+every queue just before ``iter()``: each worker takes exactly one plan per ``iter()``.
+
+Every chunk travels tagged with its plan's ``generation``; the main process drops chunks of
+an earlier generation, so an epoch left early (a ``break``) never leaks into the next (torch
+also drains them when it resets its workers). A worker failure, or :meth:`WorkerPool.close`,
+stops the processes; the next epoch starts new ones.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from shardmix.lifeline import WorkerInit
+from shardmix.reading.arena import Arena, InArena
+from shardmix.reading.chunks import Chunk
+from shardmix.reading.lanechunks import EpochPlan, as_sent, lane_chunks
+from shardmix.reading.progress import Heartbeat, watch_progress
+from shardmix.reading.workers import stop_workers, worker_processes
+
+# Pools with running workers: closed at interpreter exit, before module teardown, so that a
+# script that never calls ``close()`` stops its workers cleanly and prints nothing.
+_LIVE: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    for pool in list(_LIVE):
+        pool.close()
+
+
+class WorkerPool:
+    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch.
+
+    Created without processes; they start at the first :meth:`start_epoch`.
+    """
+
+    def __init__(
+        self,
+        dataset: IterableDataset[Any],
+        *,
+        num_workers: int,
+        timeout: float,
+        prefetch_factor: int,
+        multiprocessing_context: Any,
+        worker_init_fn: Callable[[int], None] | None,
+    ) -> None:
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.timeout = timeout
+        self.prefetch_factor = prefetch_factor
+        self.multiprocessing_context = multiprocessing_context
+        self.worker_init_fn = worker_init_fn
+        self.generation = 0
+        self._loader: DataLoader[Any] | None = None
+        self._queues: list[Any] = []
+        self._arena: Arena | None = None
+        self._heartbeat: Heartbeat | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether worker processes are running (or were started and not stopped)."""
+        return self._loader is not None
+
+    def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
+        """The chunks of ``plan``'s epoch, read by the pool's workers (started if need be)."""
+        if self._loader is None:
+            self._start()
+        assert self._loader is not None
+        self.generation += 1
+        plan = replace(plan, generation=self.generation)
+        for queue in self._queues:
+            queue.put(plan)
+        iterator = iter(self._loader)
+        if self._heartbeat is not None:
+            watch_progress(iterator, self._heartbeat, self.timeout)
+        return self._chunks(iterator, self.generation)
+
+    def _chunks(self, iterator: Iterator[Any], generation: int) -> Iterator[Chunk]:
+        for tagged, chunk in iterator:
+            if generation != self.generation:  # a newer epoch took the workers over
+                return
+            if tagged == generation:
+                yield chunk
+
+    def _start(self) -> None:
+        context = self.multiprocessing_context
+        if context is None or isinstance(context, str):
+            context = multiprocessing.get_context(context)
+        self._queues = [context.Queue() for _ in range(self.num_workers)]
+        self._arena = Arena.create(self.num_workers)
+        self._heartbeat = Heartbeat(self.num_workers) if self.timeout > 0 else None
+        self._loader = DataLoader(
+            _PlannedChunks(self.dataset, self._queues, self._arena, self._heartbeat),
+            batch_size=None,
+            collate_fn=as_sent,
+            num_workers=self.num_workers,
+            timeout=self.timeout,
+            prefetch_factor=self.prefetch_factor,
+            multiprocessing_context=self.multiprocessing_context,
+            worker_init_fn=WorkerInit(self.worker_init_fn),
+            persistent_workers=True,
+        )
+        _LIVE.add(self)
+
+    def processes(self) -> list[Any]:
+        """The worker processes, in worker order (empty before the first epoch and after close)."""
+        return worker_processes(getattr(self._loader, "_iterator", None))
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the running workers (empty before the first epoch and after close)."""
+        iterator = getattr(self._loader, "_iterator", None)
+        return [worker.pid for worker in getattr(iterator, "_workers", [])]
+
+    def close(self) -> None:
+        """Stop the workers now; a later :meth:`start_epoch` starts new ones."""
+        loader, self._loader = self._loader, None
+        _LIVE.discard(self)
+        self.generation += 1  # chunks still in flight belong to no epoch
+        if loader is not None:
+            stop_workers(getattr(loader, "_iterator", None))
+            loader._iterator = None
+        queues, self._queues = self._queues, []
+        arena, self._arena = self._arena, None
+        self._heartbeat = None
+        if arena is not None:
+            arena.close()
+        for queue in queues:
+            queue.close()
+            # The workers are gone, so a plan none of them took cannot block its feeder thread
+            # (the pipe has no reader left); joining it closes the pipe now, not at some point.
+            queue.join_thread()
+
+    def __del__(self) -> None:
+        if sys.is_finalizing():  # modules torn down; the atexit hook closed live pools
+            return
+        self.close()
+
+
+class _PlannedChunks(IterableDataset[tuple[int, Chunk | InArena]]):
+    """Runs in each worker: at every ``iter()``, takes the epoch's plan from its own queue."""
+
+    def __init__(
+        self,
+        dataset: IterableDataset[Any],
+        queues: list[Any],
+        arena: Arena | None,
+        heartbeat: Heartbeat | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.queues = queues
+        self.arena = arena
+        self.heartbeat = heartbeat
+
+    def __iter__(self) -> Iterator[tuple[int, Chunk | InArena]]:
+        info = get_worker_info()
+        worker = 0 if info is None else info.id
+        plan: EpochPlan = self.queues[worker].get()
+        generation = plan.generation
+        chunks = lane_chunks(self.dataset, plan, self.heartbeat)
+        arena = self.arena
+        if arena is None:
+            return ((generation, chunk) for chunk in chunks)
+        return ((generation, arena.send(worker, chunk)) for chunk in chunks)

@@ -1,0 +1,209 @@
+"""ShardPlan: which pieces of which shards each rank and lane reads in an epoch.
+
+It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data: the shard order,
+the pieces per rank, dealt to lanes by size), the record counts it is made from, and the
+totals a rank reads or keeps. Reading the pieces is
+:class:`~shardmix.reading.shardreads.ShardReads`'s; checking the user's arguments is
+:class:`~shardmix.dataset.ShardDataset`'s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from shardmix.formats import is_gzipped
+from shardmix.plan.counts import RecordCounts
+from shardmix.plan.kept import KeptCounts
+from shardmix.plan.recount import Exchange, ReadVersions, recount_changed
+from shardmix.plan.sharding import (
+    Piece,
+    balanced_pieces,
+    deal_balanced,
+    deal_to_lanes,
+    default_num_lanes,
+    epoch_shard_order,
+    whole_shards,
+)
+from shardmix.sources import is_local, local_path
+from shardmix.world import count_exchange
+
+DEFAULT_NUM_LANES = 32
+
+
+class ShardPlan:
+    """The plan of every epoch over ``urls``, from ``(seed, epoch, world size)`` and the
+    shards' record counts (counted when several ranks need them)."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        record_counts: RecordCounts,
+        kept_counts: KeptCounts | None,
+        *,
+        seed: int,
+        shuffle_shards: bool,
+        num_lanes: int | None,
+    ) -> None:
+        self.urls = urls
+        self.record_counts = record_counts
+        self.kept_counts = kept_counts
+        self.seed = seed
+        self.shuffle_shards = shuffle_shards
+        self.num_lanes = num_lanes
+        # What this process's epochs read of each shard, which the next epoch's start checks.
+        self.read_versions = ReadVersions()
+        self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
+        # The shards' sizes as the mixer weighs lanes: found once, on first use (see below).
+        self._weights: tuple[str, dict[str, float]] | None = None
+        self._weights_found = False
+
+    def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
+        """The number of lanes: ``num_lanes`` when given, else from the batch size.
+
+        See :func:`~shardmix.plan.sharding.default_num_lanes`; without a batch size (direct
+        iteration, a plain DataLoader) the default is 32.
+        """
+        if self.num_lanes is not None:
+            return self.num_lanes
+        if batch_size is None:
+            return DEFAULT_NUM_LANES
+        shards_per_rank = max(1, len(self.urls) // max(1, world_size))
+        return default_num_lanes(batch_size=batch_size, shards_per_rank=shards_per_rank)
+
+    def rank_pieces(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[list[Piece]]:
+        """Each rank's pieces in ``epoch``: the epoch's plan (:mod:`shardmix.plan.sharding`).
+
+        One rank reads every shard whole, in the epoch's order. Several ranks get a balanced
+        plan, made from every shard's record count (:meth:`shard_counts`).
+        """
+        key = (epoch, world_size, epoch_pass)
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
+        order = epoch_shard_order(
+            len(self.urls),
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle_shards,
+            epoch_pass=epoch_pass,
+        )
+        if world_size == 1:
+            plan = [whole_shards(order)]
+        else:
+            plan = balanced_pieces(self.shard_counts(world_size), order, world_size)
+        self._plan = key, plan
+        return plan
+
+    def recount_changed(
+        self, epoch: int, rank: int, world_size: int, exchange: Exchange | None
+    ) -> list[int]:
+        """At the start of a new epoch (not a restore): count again each shard that changed
+        since this process last read it, so that the epoch is planned from its new count
+        (:mod:`shardmix.plan.recount`); the indices of the shards found changed. A collective under
+        ``exchange``."""
+        changed = recount_changed(
+            self.urls,
+            self.record_counts,
+            self.read_versions,
+            epoch=epoch,
+            rank=rank,
+            world_size=world_size,
+            exchange=exchange,
+            kept=self.kept_counts,
+        )
+        if changed:  # plans and lane weights made from the old counts or sizes are made again
+            self._plan = None
+            self._weights, self._weights_found = None, False
+        return changed
+
+    def shard_counts(self, world_size: int = 1) -> list[int]:
+        """Every shard's record count, in URL order, found once per job.
+
+        Under torch.distributed with ``world_size`` ranks, called in the main process of
+        every rank at the same point (the first epoch, or ``len()``), each shard is counted
+        by one rank and the counts are shared; elsewhere this process counts what no
+        manifest or count cache has.
+        """
+        shared = count_exchange(world_size)
+        if shared is None:
+            return self.record_counts.resolve_all()
+        rank, exchange = shared
+        return self.record_counts.resolve_all(rank=rank, world_size=world_size, exchange=exchange)
+
+    def lane_pieces(
+        self,
+        epoch: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        num_lanes: int | None = None,
+        epoch_pass: int = 0,
+    ) -> list[list[Piece]]:
+        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order.
+
+        With sizes known (:meth:`piece_weights`), pieces are dealt so that lanes hold about
+        the same size; else like cards.
+        """
+        pieces = self.rank_pieces(epoch, world_size, epoch_pass)[rank]
+        lanes = num_lanes or self.lanes_for(None, world_size)
+        weights = self.piece_weights(pieces, world_size)
+        if weights is None:
+            return deal_to_lanes(pieces, lanes)
+        return deal_balanced(pieces, weights[1], lanes)
+
+    def lane_shards(
+        self, epoch: int, *, rank: int = 0, world_size: int = 1, num_lanes: int | None = None
+    ) -> list[list[int]]:
+        """For each lane, the indices into ``self.urls`` of the shards its pieces are of."""
+        lanes = self.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
+        return [[piece.shard for piece in lane] for lane in lanes]
+
+    def piece_weights(
+        self, pieces: Sequence[Piece], world_size: int
+    ) -> tuple[str, list[float]] | None:
+        """``(unit, size of each piece)`` when the sizes are known, else None.
+
+        Records under several ranks (the plan counted every shard) or when every shard's count
+        is given or in a manifest; else bytes when every shard is a local, uncompressed file
+        (one rank reads whole shards: a piece's size is its file's); else unknown. The mixer
+        then takes samples from the lanes in proportion to these sizes, so that all lanes end
+        together. A function of the data and the world size alone.
+        """
+        if world_size > 1:
+            counts = self.shard_counts(world_size)
+            return "records", [float(piece.size(counts)) for piece in pieces]
+        if not self._weights_found:
+            self._weights = _known_weights(self.urls, self.record_counts)
+            self._weights_found = True
+        known = self._weights
+        if known is None:
+            return None
+        unit, by_url = known
+        return unit, [by_url[self.urls[piece.shard]] for piece in pieces]
+
+    def rank_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int]:
+        """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
+        plan = self.rank_pieces(epoch, world_size, epoch_pass)
+        if world_size == 1:
+            return [self.record_counts.total(range(len(self.urls)))]
+        counts = self.shard_counts(world_size)
+        return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
+
+    def kept_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int] | None:
+        """How many samples each rank keeps in ``epoch`` under the filter, when every shard's
+        kept count was learned (:mod:`shardmix.plan.kept`); else None."""
+        if self.kept_counts is None:
+            return None
+        plan = self.rank_pieces(epoch, world_size, epoch_pass)
+        return self.kept_counts.totals(plan, self.shard_counts(world_size))
+
+
+def _known_weights(
+    urls: Sequence[str], counts: RecordCounts
+) -> tuple[str, dict[str, float]] | None:
+    known = {url: counts.known(url) for url in urls}
+    if all(count is not None for count in known.values()):
+        return "records", {url: float(count or 0) for url, count in known.items()}
+    if all(is_local(url) and not is_gzipped(url) for url in urls):
+        return "bytes", {url: float(os.path.getsize(local_path(url))) for url in urls}
+    return None

@@ -1,0 +1,345 @@
+"""ShardReads: the reading core of a dataset of shards, what a worker needs to read its lanes.
+
+It owns the settings a read is made with (formats, read and source options, error policy,
+the sample transform), a lane's samples or record blocks from a position, and what the reads
+found (identities of the shards opened, skips, drops). It is what the workers and the epoch
+are given; :class:`~shardmix.dataset.ShardDataset` subclasses it with the user's arguments
+checked. The plan of what to read is :class:`~shardmix.reading.shardplan.ShardPlan`'s.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+from shardmix.formats import BlockReader, Format, ReadOptions, RecordBlock, reader_for
+from shardmix.formats.tags import NO_TAG
+from shardmix.plan.counts import RecordCounts
+from shardmix.plan.kept import KeptCounts
+from shardmix.plan.sharding import Piece, World, worker_lanes
+from shardmix.policy import DamageHandler, ErrorPolicy, SkipLedger
+from shardmix.reading import reader
+from shardmix.reading.claims import CountCheck
+from shardmix.reading.lanes import LanePosition, read_lane, round_robin
+from shardmix.reading.reader import Sample
+from shardmix.reading.shardplan import ShardPlan
+from shardmix.reading.transforms import SampleTransform, without_tags, without_tombstones
+from shardmix.sources import SourceOptions, readahead, scheme_of
+from shardmix.sources.identity import ShardIdentity
+
+
+class ShardReads(ShardPlan, IterableDataset[Sample]):
+    """The samples of ``urls`` as planned by :class:`ShardPlan`, read with these settings.
+
+    Picklable: every worker reads with its own copy.
+    """
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        format_of: dict[str, Format],
+        options: ReadOptions,
+        source_options: SourceOptions,
+        policy: ErrorPolicy,
+        sample_transform: SampleTransform,
+        record_counts: RecordCounts,
+        kept_counts: KeptCounts | None,
+        seed: int,
+        shuffle_shards: bool,
+        num_lanes: int | None,
+    ) -> None:
+        super().__init__(
+            urls,
+            record_counts,
+            kept_counts,
+            seed=seed,
+            shuffle_shards=shuffle_shards,
+            num_lanes=num_lanes,
+        )
+        # A URL's index in ``urls`` (its first, if listed twice): how checkpoints name shards.
+        self.shard_index = {url: i for i, url in reversed(list(enumerate(urls)))}
+        self._format_of = format_of
+        self.options = options
+        self.source_options = source_options
+        self.policy = policy
+        self.sample_transform = sample_transform
+        # Counts what this copy of the dataset skipped (set per iteration; see ``skipped``).
+        self.ledger: SkipLedger | None = None
+        # What the last direct iteration dropped: {"filtered": n, "skipped": n}.
+        self.dropped: Counter[str] = Counter()
+        # By shard index: the identities a read of a shard must find (a checkpoint's, set per
+        # epoch), and those this copy's reads found since :meth:`take_opened`.
+        self.expected: Mapping[int, ShardIdentity] = {}
+        self.opened: dict[int, ShardIdentity] = {}
+
+    @property
+    def transform(self) -> Callable[..., Sample | None] | None:
+        """The user's transform (None: samples are kept as read, or only decoded)."""
+        return self.sample_transform.transform
+
+    def read_lane(
+        self,
+        lane: int,
+        epoch: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        start: LanePosition = LanePosition(),
+    ) -> Iterator[Sample]:
+        """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
+        pieces = self.lane_pieces(epoch, rank=rank, world_size=world_size)[lane]
+        return self.read_lane_pieces(pieces, epoch, start)
+
+    def read_lane_pieces(
+        self,
+        pieces: Sequence[Piece],
+        epoch: int,
+        start: LanePosition = LanePosition(),
+        epoch_pass: int = 0,
+    ) -> Iterator[Sample]:
+        """The samples of a lane that reads ``pieces`` in ``epoch``, from ``start`` on."""
+        read = partial(self.read_piece, epoch=epoch, epoch_pass=epoch_pass)
+        return read_lane(pieces, read, start, self._ahead())
+
+    @property
+    def reads_blocks(self) -> bool:
+        """Whether lanes can be read in record blocks (:meth:`read_lane_blocks`): no decoder
+        or transform needs a dict per sample, and every shard's reader gives blocks."""
+        if self.sample_transform.active:
+            return False
+        formats = set(self._format_of.values())
+        return all(isinstance(reader_for(fmt, self.options), BlockReader) for fmt in formats)
+
+    def read_lane_blocks(
+        self, pieces: Sequence[Piece], start: LanePosition = LanePosition()
+    ) -> Iterator[RecordBlock]:
+        """The records :meth:`read_lane_pieces` gives, in record blocks (see
+        :attr:`reads_blocks`; with no transform, the epoch changes nothing in them)."""
+        return read_lane(pieces, self.read_piece_blocks, start, self._ahead())
+
+    def _ahead(self) -> Callable[[Piece, Piece | None], None] | None:
+        """What tells read-ahead which shard a lane reads next (None: no read-ahead)."""
+        options = self.source_options
+        if options.read_ahead is None:
+            return None
+        urls = self.urls
+
+        def ahead(piece: Piece, following: Piece | None) -> None:
+            url = urls[piece.shard]
+            if scheme_of(url) not in ("http", "https"):
+                return
+            if following is None:
+                readahead.forget(url)
+            elif options.cache_limit is not None and _has_copy(options, urls[following.shard]):
+                readahead.follow(url, None, options)  # the next one is read from its copy
+            else:
+                readahead.follow(url, urls[following.shard], options)
+
+        return ahead
+
+    def read_piece_blocks(
+        self, piece: Piece, record: int, before_offset: int = -1, before_tag: int = NO_TAG
+    ) -> Iterator[RecordBlock]:
+        """The records :meth:`read_piece` gives, in record blocks."""
+        url = self.urls[piece.shard]
+        check = self._count_check(url, record, piece.stop, self.ledger)
+        on_damage = self.ledger if check is None else check.on_damage
+        arguments = self._read_arguments(url, record, before_offset, piece.stop, on_damage)
+        arguments["before_tag"] = before_tag
+        blocks = reader.read_shard_blocks(url, self._format_of[url], **arguments)
+        return blocks if check is None else check.blocks(blocks)
+
+    def _count_check(
+        self, url: str, start: int, stop: int | None, on_damage: DamageHandler | None
+    ) -> CountCheck | None:
+        """What checks a read of ``url`` against its record count, when the count is known."""
+        claim = self.record_counts.claim(url)
+        if claim is None:
+            return None
+        return CountCheck(url, claim, start, stop, on_damage if self.policy.skips else None)
+
+    def take_opened(self) -> dict[int, ShardIdentity]:
+        """The identities of the shards read since the last call, by shard index."""
+        opened, self.opened = self.opened, {}
+        return opened
+
+    def _note_opened(self, shard: int, identity: ShardIdentity | None) -> None:
+        if identity is not None:
+            self.opened[shard] = identity
+
+    def _read_arguments(
+        self,
+        url: str,
+        start: int,
+        before_offset: int,
+        stop: int | None,
+        on_damage: DamageHandler | None,
+    ) -> dict[str, Any]:
+        """What a read of records ``[start, stop)`` of ``url`` passes the reader module."""
+        shard = self.shard_index[url]
+        return {
+            "expect": self.expected.get(shard),
+            "on_open": partial(self._note_opened, shard),
+            "start": start,
+            "stop": stop,
+            "seek_from": self.record_counts.seek_from(url, start),
+            "options": self.options,
+            "source_options": self.source_options,
+            "on_damage": on_damage if self.policy.skips else None,
+            "before_offset": before_offset,
+            "listed": self._listed(url),
+        }
+
+    def _listed(self, url: str) -> tuple[int, str | None] | None:
+        """The size and sha256 the manifest gives ``url``, which a cached copy must have."""
+        if self.source_options.cache_dir is None:
+            return None
+        entry = self.record_counts.manifests.entry(url, fetch=False)
+        return None if entry is None else (entry.bytes, entry.sha256)
+
+    @property
+    def skipped(self) -> dict[str, Any] | None:
+        """What the last direct iteration skipped (``on_error="skip"``), as plain JSON."""
+        return self.ledger.summary() if self.ledger is not None else None
+
+    @property
+    def filtered(self) -> int:
+        """Samples the transform dropped (returned ``None``) in the last direct iteration."""
+        return self.dropped["filtered"]
+
+    def iter_world(self, world: World, epoch: int) -> Iterator[Sample]:
+        """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
+        if self.policy.skips:
+            self.ledger = SkipLedger.for_policy(self.policy, reported=self.record_counts.damaged)
+        self.dropped = Counter()
+        num_lanes = self.lanes_for(None, world.world_size)
+        lanes = worker_lanes(
+            num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
+        )
+        plan = self.lane_pieces(
+            epoch, rank=world.rank, world_size=world.world_size, num_lanes=num_lanes
+        )
+        read = partial(self.read_piece, epoch=epoch)
+        lane_samples = [read_lane(plan[lane], read) for lane in lanes]
+        samples = without_tombstones(round_robin(lane_samples), self._count_dropped)
+        return without_tags(samples)
+
+    def _count_dropped(self, kind: str) -> None:
+        self.dropped[kind] += 1
+
+    def read_piece(
+        self,
+        piece: Piece,
+        record: int,
+        before_offset: int = -1,
+        before_tag: int = NO_TAG,
+        *,
+        epoch: int = 0,
+        epoch_pass: int = 0,
+    ) -> Iterator[Sample]:
+        """The samples of ``piece`` in ``epoch`` from record ``record`` (in its shard) on;
+        ``before_offset`` and ``before_tag``: see :meth:`read_shard`."""
+        url = self.urls[piece.shard]
+        return self.read_shard(
+            url,
+            record,
+            before_offset,
+            stop=piece.stop,
+            epoch=epoch,
+            epoch_pass=epoch_pass,
+            before_tag=before_tag,
+        )
+
+    def read_shard(
+        self,
+        url: str,
+        start: int = 0,
+        before_offset: int = -1,
+        *,
+        stop: int | None = None,
+        epoch: int = 0,
+        epoch_pass: int = 0,
+        on_damage: DamageHandler | None = None,
+        before_tag: int = NO_TAG,
+    ) -> Iterator[Sample]:
+        """The samples of records ``[start, stop)`` of shard ``url`` in ``epoch``, transformed.
+
+        ``stop`` None reads to the shard's end. ``before_offset``: where record ``start - 1``
+        begins, when known (a lane's resume position): reading starts there instead of walking
+        the shard from its start; ``before_tag``, when not 0, the tag that record has there
+        (another is a ConfigError: :func:`~shardmix.reading.reader.check_resumed`). Else a read from
+        ``start`` > 0 enters the shard at the nearest entry of its sparse offset index, when the
+        counting pass made one. Each sample carries its record's tag under ``__tag__``
+        (:mod:`shardmix.formats.tags`), which the loader's batches leave out.
+
+        Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
+        dataset's ledger) and left out. A sample the transform drops or fails on (skipped)
+        leaves a tombstone (:mod:`shardmix.reading.transforms`).
+        """
+        if self.policy.skips and on_damage is None:
+            on_damage = self.ledger
+        check = self._count_check(url, start, stop, on_damage)
+        read_damage = on_damage if check is None else check.on_damage
+        arguments = self._read_arguments(url, start, before_offset, stop, read_damage)
+        arguments["before_tag"] = before_tag
+        samples = reader.read_shard(url, self._format_of[url], **arguments)
+        if check is not None:
+            samples = check.samples(samples)
+        return self._transformed(samples, url, epoch, on_damage, epoch_pass)
+
+    def read_records(
+        self,
+        url: str,
+        positions: Sequence[tuple[int, int]],
+        *,
+        epoch: int = 0,
+        epoch_pass: int = 0,
+        on_damage: DamageHandler | None = None,
+        longest_record: int | None = None,
+    ) -> Iterator[Sample]:
+        """The samples at the ``(record, byte offset)`` pairs of shard ``url``, transformed.
+
+        Each is read by seeking to its offset (by walking the framing on gzip shards and
+        streams that cannot seek): how a checkpoint's shuffle buffer is restored.
+        ``longest_record``: see :func:`~shardmix.reading.reader.record_ranges`.
+        """
+        samples = reader.read_shard_at(
+            url,
+            self._format_of[url],
+            positions,
+            options=self.options,
+            source_options=self.source_options,
+            on_damage=on_damage if self.policy.skips else None,
+            longest_record=longest_record,
+            expect=self.expected.get(self.shard_index[url]),
+        )
+        return self._transformed(samples, url, epoch, on_damage, epoch_pass)
+
+    def _transformed(
+        self,
+        samples: Iterator[Sample],
+        url: str,
+        epoch: int,
+        on_damage: DamageHandler | None,
+        epoch_pass: int = 0,
+    ) -> Iterator[Sample]:
+        if not self.sample_transform.active:
+            return samples
+        return self.sample_transform.apply(
+            samples,
+            epoch=epoch,
+            epoch_pass=epoch_pass,
+            shard_index=self.shard_index[url],
+            on_damage=on_damage if self.policy.skips else None,
+        )
+
+
+def _has_copy(options: SourceOptions, url: str) -> bool:
+    from shardmix.sources.bounded import has_copy
+
+    return options.cache_dir is not None and has_copy(options.cache_dir, url)

@@ -1,0 +1,262 @@
+"""Workers: an epoch's reading planned, started, stopped, and named when a worker dies.
+
+:func:`start_workers` checks a plan against the process's limits (open files, connections, the
+cache's size), tells a bounded cache what the epoch will read, and starts the reading: in this
+process, in torch's DataLoader workers, or through a :class:`~shardmix.reading.pool.WorkerPool`'s
+persistent ones. It is the one place that touches torch's DataLoader, so the rest of the loader
+never does. :func:`failure_message` says which worker ended, how, and what it hosted.
+
+Left to others: what runs in each worker, its lanes read into chunks
+(:mod:`shardmix.reading.lanechunks`); the persistent workers (:mod:`shardmix.reading.pool`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import signal
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from shardmix.errors import ConfigError
+from shardmix.lifeline import WorkerInit
+from shardmix.plan.sharding import Piece, worker_lanes
+from shardmix.reading.chunks import Chunk
+from shardmix.reading.lanechunks import EpochPlan, LaneChunks, as_sent, steady_turn
+from shardmix.reading.lanes import LanePosition
+from shardmix.reading.mergekeys import LaneClocks
+from shardmix.reading.progress import Heartbeat, watch_progress
+from shardmix.reading.shardreads import ShardReads
+from shardmix.sources import is_local
+from shardmix.sources.bounded import plan_reads
+from shardmix.sources.identity import ShardIdentity
+from shardmix.sources.owners import this_owner
+
+if TYPE_CHECKING:
+    from shardmix.reading.pool import WorkerPool
+
+# Remote shards open at once per process, at most: one connection each.
+MAX_CONNECTIONS = 512
+# Descriptors kept free beside the shards (pipes, sockets, imports).
+_SPARE_DESCRIPTORS = 8
+# How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
+KILL_WAIT_SECONDS = 5.0
+# Samples in a worker's chunk once its turns have grown: enough to amortise one pickle and one
+# queue trip (a lane's turn is at least :data:`~shardmix.reading.lanechunks.MIN_TURN`, within its
+# CHUNK_BYTES).
+CHUNK_SAMPLES = 2048
+# Samples in a worker's first chunk: the first batch waits for every worker's first chunk (the
+# merge needs every lane's first samples), and for the shuffle buffer's warm-up (four batches),
+# not for 2,048 samples a worker. The turns start at the lanes' share of this and double from
+# chunk to chunk up to their steady size, so that only the first few chunks are small.
+FIRST_CHUNK_SAMPLES = 256
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How an epoch's lanes are read: in this process (``num_workers`` 0) or in DataLoader
+    workers, with these settings of torch's (see :class:`~shardmix.loader.MixingLoader`)."""
+
+    num_workers: int = 0
+    timeout: float = 0.0
+    prefetch_factor: int = 2
+    multiprocessing_context: Any = None
+    worker_init_fn: Callable[[int], None] | None = None
+
+
+def lane_turn(num_lanes: int, num_workers: int, samples: int = CHUNK_SAMPLES) -> int:
+    """How many samples each of ``num_lanes`` lanes gives per turn in a worker's chunk of
+    ``samples`` (:data:`~shardmix.reading.lanechunks.CHUNK_BYTES` may cut it): of
+    :data:`FIRST_CHUNK_SAMPLES` for the first, whose turns then double up to
+    :func:`~shardmix.reading.lanechunks.steady_turn` of the share of :data:`CHUNK_SAMPLES`."""
+    return max(1, math.ceil(samples * max(1, num_workers) / num_lanes))
+
+
+def start_workers(
+    dataset: IterableDataset[Any],
+    *,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    starts: list[LanePosition] | None,
+    lane_pieces: list[list[Piece]] | None,
+    clocks: LaneClocks | None,
+    options: WorkerOptions,
+    epoch_pass: int = 0,
+    pool: WorkerPool | None = None,
+    identities: Mapping[int, ShardIdentity] | None = None,
+) -> tuple[Iterator[Chunk], int, Any]:
+    """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
+
+    ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``clocks`` their sizes, when
+    the mixer takes lanes in proportion to them. The workers are torch's
+    DataLoader iterator (``None`` when ``options.num_workers`` is 0 and the lanes are read in this
+    process, or when ``pool``'s persistent workers read them); stop them with
+    :func:`stop_workers`. ``identities``: what each shard must be, by shard index (a
+    checkpoint's); each chunk says the identities of the shards read for it.
+    """
+    num_workers, timeout = options.num_workers, options.timeout
+    num_lanes, per_lane, steady = _checked_lanes(dataset, lane_pieces, num_workers)
+    plan = EpochPlan(
+        epoch,
+        rank,
+        world_size,
+        lane_pieces,
+        clocks,
+        per_lane,
+        starts,
+        epoch_pass,
+        identities=identities if identities is not None else {},
+        steady=steady,
+        recounts=dataset.record_counts.recounts() if isinstance(dataset, ShardReads) else {},
+    )
+    if isinstance(dataset, ShardReads):
+        _tell_cache(dataset, plan)
+    if pool is not None and num_workers > 0:
+        return pool.start_epoch(plan), num_lanes, None
+    heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
+    source = LaneChunks(dataset, plan, heartbeat)
+    if num_workers == 0:
+        return iter(source), num_lanes, None
+    loader = DataLoader(
+        source,
+        batch_size=None,
+        collate_fn=as_sent,
+        num_workers=num_workers,
+        timeout=timeout,
+        prefetch_factor=options.prefetch_factor,
+        multiprocessing_context=options.multiprocessing_context,
+        worker_init_fn=WorkerInit(options.worker_init_fn),
+    )
+    workers = iter(loader)
+    if heartbeat is not None:
+        watch_progress(workers, heartbeat, timeout)
+    return workers, num_lanes, workers
+
+
+def _checked_lanes(
+    dataset: IterableDataset[Any], lane_pieces: list[list[Piece]] | None, num_workers: int
+) -> tuple[int, int, int]:
+    """``(lanes, samples per lane in a worker's first chunk, in its steady chunks)`` of a
+    plan, once checked against the process's limits (a ShardDataset's; any other dataset is
+    one lane per worker)."""
+    if not isinstance(dataset, ShardReads) or lane_pieces is None:
+        return max(1, num_workers), FIRST_CHUNK_SAMPLES, CHUNK_SAMPLES
+    lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
+    check_open_limits(lane_urls, num_workers)
+    num_lanes = len(lane_pieces)
+    steady = steady_turn(lane_turn(num_lanes, num_workers))
+    return num_lanes, min(steady, lane_turn(num_lanes, num_workers, FIRST_CHUNK_SAMPLES)), steady
+
+
+def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
+    """Refuse, naming the settings to change, a plan whose open shards per process would pass
+    the open-file limit (RLIMIT_NOFILE) or, for remote shards, :data:`MAX_CONNECTIONS`.
+
+    Each lane keeps one shard open; lane ``l`` lives in worker ``l % num_workers``.
+    """
+    num_lanes = len(lane_urls)
+    per_process = math.ceil(num_lanes / max(1, num_workers))
+    where = "per worker" if num_workers else "in this process (num_workers=0)"
+    remote = any(not is_local(url) for urls in lane_urls for url in urls)
+    if remote and per_process > MAX_CONNECTIONS:
+        raise ConfigError(
+            f"{num_lanes} lanes over {max(1, num_workers)} processes would hold {per_process} "
+            f"connections to remote shards open {where}, more than shardmix's cap of "
+            f"{MAX_CONNECTIONS}; raise num_workers or pass ShardDataset(num_lanes=...) lower"
+        )
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = _open_descriptors()
+    if soft != resource.RLIM_INFINITY and in_use + per_process + _SPARE_DESCRIPTORS > soft:
+        raise ConfigError(
+            f"{num_lanes} lanes over {max(1, num_workers)} processes would open {per_process} "
+            f"shards at once {where}, with {in_use} files already open, past the open-file "
+            f"limit of {soft} (RLIMIT_NOFILE); raise it (ulimit -n), raise num_workers, or "
+            "pass ShardDataset(num_lanes=...) lower"
+        )
+
+
+def _tell_cache(dataset: ShardReads, plan: EpochPlan) -> None:
+    """Tell a bounded cache the shards the lanes read this epoch, in order (the workers, this
+    process's children, mark them read as they open them)."""
+    options = dataset.source_options
+    if options.cache_limit is None or options.cache_dir is None or plan.lane_pieces is None:
+        return
+    starts = plan.starts or [LanePosition()] * len(plan.lane_pieces)
+    urls = [
+        [dataset.urls[piece.shard] for piece in plan.lane_pieces[lane][starts[lane].slot :]]
+        for lane in range(len(plan.lane_pieces))
+    ]
+    plan_reads(options.cache_dir, f"{this_owner()}/{id(dataset)}", urls)
+
+
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux: assume a small process
+        return 32
+
+
+def stop_workers(workers: Any) -> None:
+    """Stop the DataLoader workers that :func:`start_workers` started (``None``: nothing)."""
+    processes = worker_processes(workers)
+    shutdown = getattr(workers, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()  # asks each worker to end, waits a grace period, then sends SIGTERM
+    for process in processes:
+        # A stopped worker (SIGSTOP) holds SIGTERM pending forever, and Python's exit would
+        # join it forever: what outlived the grace period is killed, which a stop cannot hold.
+        if process.is_alive():
+            process.kill()
+            process.join(KILL_WAIT_SECONDS)
+
+
+def is_worker_failure(error: RuntimeError) -> bool:
+    """Whether torch's DataLoader raised ``error`` for a worker that died or stalled."""
+    message = str(error)
+    return "DataLoader worker" in message or "DataLoader timed out" in message
+
+
+def worker_processes(workers: Any) -> list[Any]:
+    """The processes of a DataLoader iterator (``None``: none), in worker order."""
+    return list(getattr(workers, "_workers", None) or [])
+
+
+def failure_message(
+    epoch: int, error: RuntimeError, processes: list[Any], plan: list[list[Piece]] | None, urls: Any
+) -> str:
+    """What a :class:`~shardmix.errors.WorkerError` says: which worker ended, how, and the
+    lanes and shards it hosted, whose samples the epoch will never have."""
+    dead = []
+    for worker, process in enumerate(processes):
+        code = process.exitcode if not process.is_alive() else None
+        if code is None:
+            continue
+        how = f"exited with status {code}"
+        if code < 0:
+            how = f"was killed by signal {-code} ({_signal_name(-code)})"
+        what = ""
+        if plan is not None:
+            lanes = worker_lanes(num_lanes=len(plan), worker=worker, num_workers=len(processes))
+            shards = sorted({str(urls[piece.shard]) for lane in lanes for piece in plan[lane]})
+            shown = ", ".join(shards[:4]) + (
+                f" and {len(shards) - 4} more" if len(shards) > 4 else ""
+            )
+            what = f", hosting lanes {lanes} (shards {shown or 'none'})"
+        dead.append(f"worker {worker} (pid {process.pid}) {how}{what}")
+    if not dead:
+        return f"epoch {epoch}: {error}"
+    return (
+        f"epoch {epoch}: {'; '.join(dead)}; the epoch cannot complete without its samples ({error})"
+    )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
