@@ -33,6 +33,7 @@ from shardmix.batching.settings import EpochSettings
 from shardmix.checkpoint import STATE_VERSION
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
+from shardmix.plan.sharding import canonical_slots
 from shardmix.reading.pool import WorkerPool
 from shardmix.world import state_exchange
 
@@ -43,37 +44,6 @@ CANONICAL_VERSION = 1
 
 # The top-level keys of a canonical state that are not its first canonical rank's position.
 _NOT_POSITION = ("version", "config", "rank", "ranks", "canonical")
-
-
-def valid_world_sizes(canonical_ranks: int) -> list[int]:
-    """The world sizes that can run ``canonical_ranks`` canonical ranks: its divisors.
-
-    >>> valid_world_sizes(8)
-    [1, 2, 4, 8]
-    """
-    return [size for size in range(1, canonical_ranks + 1) if canonical_ranks % size == 0]
-
-
-def canonical_slots(rank: int, world_size: int, canonical_ranks: int) -> range:
-    """The canonical ranks physical ``rank`` of ``world_size`` runs, in order.
-
-    >>> canonical_slots(1, 4, 8)
-    range(2, 4)
-    >>> canonical_slots(0, 3, 8)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    shardmix.errors.ConfigError: canonical_ranks=8 ... (1, 2, 4, 8), not on world_size=3; ...
-    """
-    if canonical_ranks % world_size:
-        valid = valid_world_sizes(canonical_ranks)
-        listed = ", ".join(map(str, valid[:-1])) + f" or {valid[-1]}" if len(valid) > 1 else "1"
-        raise ConfigError(
-            f"canonical_ranks={canonical_ranks} runs on a world size that divides it "
-            f"({', '.join(map(str, valid))}), not on world_size={world_size}; run {listed} "
-            f"ranks, or choose a canonical_ranks that {world_size} divides"
-        )
-    per_rank = canonical_ranks // world_size
-    return range(rank * per_rank, (rank + 1) * per_rank)
 
 
 class CanonicalEpoch:

@@ -32,7 +32,7 @@ from shardmix.batching.collate import collate_samples
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.stats import LoaderStats, StatsRecorder
-from shardmix.canonical import CanonicalEpoch, canonical_slots
+from shardmix.canonical import CanonicalEpoch
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixError
 from shardmix.loadercheckpoint import LoaderCheckpoint
@@ -48,7 +48,7 @@ from shardmix.loadersettings import (
 from shardmix.mixture import MixtureEpoch
 from shardmix.plan.apportion import Stopping, normalized_weights
 from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
-from shardmix.plan.sharding import EvenRanks
+from shardmix.plan.sharding import EvenRanks, canonical_slots
 from shardmix.reading.reader import Sample
 from shardmix.reading.workers import is_worker_failure
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered

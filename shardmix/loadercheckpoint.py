@@ -25,7 +25,6 @@ from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.epochplan import epoch_start
 from shardmix.canonical import (
     CanonicalEpoch,
-    canonical_slots,
     check_canonical,
     gather_canonical,
     own_positions,
@@ -42,6 +41,7 @@ from shardmix.elastic import ELASTIC_FIELDS, resized_position
 from shardmix.loaderlength import LoaderLength
 from shardmix.mixture import MixtureEpoch, mixture_start
 from shardmix.plan.apportion import member_seed
+from shardmix.plan.sharding import canonical_slots
 from shardmix.rankstate import gather_positions, own_position
 from shardmix.statefields import check_state
 

@@ -25,12 +25,11 @@ from torch.utils.data import IterableDataset
 
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.stats import StatsRecorder
-from shardmix.canonical import canonical_slots
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixWarning
 from shardmix.mixture import MixtureSettings, mixture_settings
 from shardmix.plan.apportion import Stopping
-from shardmix.plan.sharding import EvenRanks, default_shuffle_buffer
+from shardmix.plan.sharding import EvenRanks, canonical_slots, default_shuffle_buffer
 from shardmix.reading.pool import WorkerPool
 from shardmix.reading.reader import Sample
 from shardmix.reading.workers import WorkerOptions

@@ -56,12 +56,7 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 # Imports that close a cycle today (importer, imported; a trailing ``.*`` matches every
 # submodule). The graph without them has no cycle; each must still close one.
-KNOWN_BACK_EDGES = {
-    ("canonical", "loadersettings"),
-    ("reading.workers", "reading.pool"),
-    ("formats.registry", "formats.blocks"),
-    ("sources.*", "sources"),
-}
+KNOWN_BACK_EDGES: set[tuple[str, str]] = set()
 
 
 def module_names() -> dict[str, Path]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.formats.registry import LocatedSample
+from shardmix.formats.located import LocatedSample
 
 
 @dataclass

@@ -27,14 +27,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from shardmix.errors import UnsupportedURLError
+from shardmix.formats.located import LocatedSample, RecordPosition
 from shardmix.formats.options import ReadOptions
 from shardmix.policy import DamageHandler
 
 if TYPE_CHECKING:
     from shardmix.formats.blocks import RecordBlock
-
-LocatedSample = tuple[int, int, dict[str, Any]]  # (record index, byte offset, sample)
-RecordPosition = tuple[int, int]  # (record index, byte offset)
 
 
 class Format(enum.Enum):

@@ -41,6 +41,8 @@ from typing import NamedTuple, TypeVar
 
 import numpy as np
 
+from shardmix.errors import ConfigError
+
 # Distinguishes the shard-order stream from other streams drawn from the same seed.
 _SHARD_ORDER_STREAM = 0x5AD0
 
@@ -269,3 +271,34 @@ def shuffle_warmup(batch_size: int) -> int:
 def worker_lanes(*, num_lanes: int, worker: int, num_workers: int) -> list[int]:
     """The lanes that DataLoader worker ``worker`` hosts."""
     return list(range(worker, num_lanes, num_workers))
+
+
+def valid_world_sizes(canonical_ranks: int) -> list[int]:
+    """The world sizes that can run ``canonical_ranks`` canonical ranks: its divisors.
+
+    >>> valid_world_sizes(8)
+    [1, 2, 4, 8]
+    """
+    return [size for size in range(1, canonical_ranks + 1) if canonical_ranks % size == 0]
+
+
+def canonical_slots(rank: int, world_size: int, canonical_ranks: int) -> range:
+    """The canonical ranks physical ``rank`` of ``world_size`` runs, in order.
+
+    >>> canonical_slots(1, 4, 8)
+    range(2, 4)
+    >>> canonical_slots(0, 3, 8)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    shardmix.errors.ConfigError: canonical_ranks=8 ... (1, 2, 4, 8), not on world_size=3; ...
+    """
+    if canonical_ranks % world_size:
+        valid = valid_world_sizes(canonical_ranks)
+        listed = ", ".join(map(str, valid[:-1])) + f" or {valid[-1]}" if len(valid) > 1 else "1"
+        raise ConfigError(
+            f"canonical_ranks={canonical_ranks} runs on a world size that divides it "
+            f"({', '.join(map(str, valid))}), not on world_size={world_size}; run {listed} "
+            f"ranks, or choose a canonical_ranks that {world_size} divides"
+        )
+    per_rank = canonical_ranks // world_size
+    return range(rank * per_rank, (rank + 1) * per_rank)

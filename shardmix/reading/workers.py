@@ -18,7 +18,7 @@ import resource
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -35,9 +35,6 @@ from shardmix.sources import is_local
 from shardmix.sources.bounded import plan_reads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.owners import this_owner
-
-if TYPE_CHECKING:
-    from shardmix.reading.pool import WorkerPool
 
 # Remote shards open at once per process, at most: one connection each.
 MAX_CONNECTIONS = 512
@@ -68,6 +65,15 @@ class WorkerOptions:
     worker_init_fn: Callable[[int], None] | None = None
 
 
+class PersistentWorkers(Protocol):
+    """Workers that outlive an epoch and read each epoch's plan as it comes (a
+    :class:`~shardmix.reading.pool.WorkerPool`)."""
+
+    def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
+        """The chunks of ``plan``'s epoch, read by these workers."""
+        ...
+
+
 def lane_turn(num_lanes: int, num_workers: int, samples: int = CHUNK_SAMPLES) -> int:
     """How many samples each of ``num_lanes`` lanes gives per turn in a worker's chunk of
     ``samples`` (:data:`~shardmix.reading.lanechunks.CHUNK_BYTES` may cut it): of
@@ -87,7 +93,7 @@ def start_workers(
     clocks: LaneClocks | None,
     options: WorkerOptions,
     epoch_pass: int = 0,
-    pool: WorkerPool | None = None,
+    pool: PersistentWorkers | None = None,
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.

@@ -12,198 +12,53 @@ same :class:`SourceOptions`, a small picklable value that travels to DataLoader 
 ``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache` (bounded with
 ``cache_limit``: :mod:`shardmix.sources.bounded`).
 
-This module also holds the errors that several openers share (they belong beside the other
-shardmix errors and may move to :mod:`shardmix.errors`).
+The options and the errors several openers share are :mod:`shardmix.sources.options`'; the
+registry of schemes is :mod:`shardmix.sources.schemes`'. Both are re-exported here.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from shardmix.errors import ConfigError, ShardmixError, UnsupportedURLError
+from shardmix.errors import UnsupportedURLError
 from shardmix.sources.identity import ShardIdentity, check_identity, stream_identity
+from shardmix.sources.options import (
+    READ_BUFFER_BYTES,
+    ReadAhead,
+    RemoteAccessError,
+    RemoteReadError,
+    RemoteStallError,
+    RetryPolicy,
+    SourceOptions,
+)
+from shardmix.sources.schemes import (
+    _NOT_CACHED,
+    _OPENERS,
+    _OPENERS_AT,
+    Opener,
+    OpenerAt,
+    is_local,
+    local_path,
+    register_opener,
+    scheme_of,
+)
 
-# The read buffer of a shard's stream. Large enough that a 4 KiB record costs one system call
-# per ~16 records; small enough that a worker with a hundred shards open holds a few MiB of
-# buffers, and that a format reader's look at the whole buffer (``peek``, one copy of it) is
-# served from malloc's heap: copies of 128 KiB and more get fresh pages, a page fault per
-# 4 KiB, which cost more than the read itself.
-READ_BUFFER_BYTES = 64 * 1024
-
-
-class RemoteReadError(ShardmixError, OSError):
-    """A remote shard could not be read: retries spent, or the server broke the protocol."""
-
-
-class RemoteStallError(RemoteReadError):
-    """A server kept sending fewer than ``SourceOptions.min_bytes_per_s``, retries spent."""
-
-
-class RemoteAccessError(RemoteReadError, PermissionError):
-    """The storage refused access to a shard (401, 403): credentials or permissions."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a remote stream retries transient failures and how long it waits for a server.
-
-    ``max_attempts`` counts every try at the same byte offset, the first included; progress
-    (bytes delivered) starts the count again. Backoff doubles from ``initial_backoff`` up to
-    ``max_backoff`` seconds, with jitter; a server's ``Retry-After`` is honoured up to
-    ``max_backoff``. ``read_timeout`` bounds each wait for bytes from a stalled server.
-    """
-
-    max_attempts: int = 5
-    initial_backoff: float = 0.2
-    max_backoff: float = 10.0
-    read_timeout: float = 30.0
-    connect_timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise ConfigError(f"max_attempts must be an int, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if not 0 <= self.initial_backoff <= self.max_backoff:
-            raise ConfigError(
-                "backoff must satisfy 0 <= initial_backoff <= max_backoff, got "
-                f"initial_backoff={self.initial_backoff}, max_backoff={self.max_backoff}"
-            )
-        for name in ("read_timeout", "connect_timeout"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
-
-    def backoff(self, failures: int) -> float:
-        """The wait before the next try after ``failures`` failed tries, before jitter."""
-        return min(self.max_backoff, self.initial_backoff * 2 ** (failures - 1))
-
-
-@dataclass(frozen=True)
-class ReadAhead:
-    """How far an ``http(s)://`` shard is fetched ahead of its reader
-    (:mod:`shardmix.sources.readahead`): up to ``blocks`` range requests of ``block_bytes``
-    each in flight per shard, and a lane's next shard started once its current one's last
-    block is asked for. More blocks raise what a lane gets from a server that caps each
-    connection's bandwidth; each costs ``block_bytes`` of memory per open shard.
-    """
-
-    blocks: int = 4
-    block_bytes: int = 4 << 20
-
-    def __post_init__(self) -> None:
-        for name in ("blocks", "block_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"ReadAhead({name}=...) must be an int >= 1, got {value!r}")
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """What every opener may need: storage options, retries, a cache folder, pipe permission.
-
-        ``storage_options`` go to the fsspec backend as keyword arguments (``key``, ``secret``,
-        ``client_kwargs={"endpoint_url": ...}``); ``storage_options["headers"]`` also adds HTTP
-        headers to ``http(s)://`` requests. Left out, backends take credentials the standard way
-        (AWS environment variables, ``AWS_ENDPOINT_URL``, ...). It is left out of ``repr`` because
-        it may hold secrets. ``allow_pipe`` lets ``pipe:`` URLs run shell commands; it is off so
-        that a list of URLs never runs a command unless asked to. ``min_bytes_per_s``: an HTTP read
-    that brings fewer bytes than this rate over ``retry.read_timeout`` is a stall, retried from
-    the byte reached (0 turns the check off); a whole shard in one request stays legal however
-    long it takes, as long as its bytes keep coming at that rate. ``cache_limit`` (bytes, with
-    ``cache_dir``) bounds the cache, shared by every process that uses the folder
-    (:func:`shardmix.sources.bounded.open_bounded`); None keeps every copy. ``read_ahead``
-    (a :class:`ReadAhead`) fetches ``http(s)://`` shards in blocks ahead of their readers, a
-    lane's next shard included; None reads each shard in one request, opened when reached.
-    """
-
-    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    cache_dir: str | None = None
-    allow_pipe: bool = False
-    min_bytes_per_s: float = 1024.0
-    cache_limit: int | None = None
-    read_ahead: ReadAhead | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.storage_options, Mapping):
-            raise ConfigError(
-                f"storage_options must be a mapping, got {type(self.storage_options).__name__}"
-            )
-        # A plain dict copy: picklable, and safe from later changes to the caller's mapping.
-        object.__setattr__(self, "storage_options", dict(self.storage_options))
-        if not isinstance(self.retry, RetryPolicy):
-            raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
-        if self.cache_dir is not None:
-            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
-        rate = self.min_bytes_per_s
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate >= 0:
-            raise ConfigError(f"min_bytes_per_s must be a number >= 0, got {rate!r}")
-        if not isinstance(self.allow_pipe, bool):
-            raise ConfigError(f"allow_pipe must be a bool, got {self.allow_pipe!r}")
-        if self.read_ahead is not None and not isinstance(self.read_ahead, ReadAhead):
-            raise ConfigError(
-                f"read_ahead must be a ReadAhead or None, got {type(self.read_ahead).__name__}"
-            )
-        limit = self.cache_limit
-        if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-                raise ConfigError(f"cache_limit must be a number of bytes > 0, got {limit!r}")
-            if self.cache_dir is None:
-                raise ConfigError(
-                    f"cache_limit={limit} bounds a cache, but cache_dir is not set; "
-                    "pass SourceOptions(cache_dir=..., cache_limit=...)"
-                )
-
-
-Opener = Callable[[str, SourceOptions], BinaryIO]
-# An opener told where the first read will be (``offset``): it may ask for that range at once.
-OpenerAt = Callable[[str, SourceOptions, int], BinaryIO]
-
-_OPENERS: dict[str, Opener] = {}
-_OPENERS_AT: dict[str, OpenerAt] = {}
-_NOT_CACHED = frozenset({"file", "pipe"})  # already local, or a command that may not repeat
-
-
-def scheme_of(url: str) -> str:
-    """The URL's scheme; ``"file"`` for plain paths, ``"pipe"`` for ``pipe:COMMAND``.
-
-    >>> scheme_of("s3://bucket/x.tar"), scheme_of("data/x.tar"), scheme_of("C:/x.tar")
-    ('s3', 'file', 'file')
-    >>> scheme_of("pipe:cat a-*.tar"), scheme_of("simplecache::s3://bucket/x.tar")
-    ('pipe', 'simplecache')
-    """
-    if url.startswith("pipe:"):
-        return "pipe"
-    head, sep, _ = url.partition("://")
-    if "::" in head:  # an fsspec chain, "simplecache::s3://...": its outermost filesystem
-        head = head.split("::", 1)[0]
-    if not sep or len(head) < 2 or not head.replace("+", "").replace("-", "").isalnum():
-        return "file"
-    return head.lower()
-
-
-def is_local(url: str) -> bool:
-    """Whether the URL names a file on this machine."""
-    return scheme_of(url) == "file"
-
-
-def local_path(url: str) -> str:
-    """The filesystem path of a local URL (``file:///x`` → ``/x``)."""
-    return url[len("file://") :] if url.startswith("file://") else url
-
-
-def register_opener(scheme: str, opener: Opener, *, override: bool = False) -> None:
-    """Make ``opener(url, options)`` read URLs of ``scheme``; refuse to replace one silently."""
-    scheme = scheme.lower()
-    if scheme in _OPENERS and not override:
-        raise ValueError(
-            f"an opener for {scheme!r} URLs is already registered; pass override=True to replace it"
-        )
-    _OPENERS[scheme] = opener
-    _OPENERS_AT.pop(scheme, None)
+__all__ = [
+    "READ_BUFFER_BYTES",
+    "Opener",
+    "OpenerAt",
+    "ReadAhead",
+    "RemoteAccessError",
+    "RemoteReadError",
+    "RemoteStallError",
+    "RetryPolicy",
+    "SourceOptions",
+    "is_local",
+    "local_path",
+    "open_shard",
+    "register_opener",
+    "scheme_of",
+]
 
 
 def open_shard(

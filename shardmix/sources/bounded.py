@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from shardmix.errors import ShardChangedError
-from shardmix.sources import READ_BUFFER_BYTES
 from shardmix.sources.cache import Listed, cache_path
 from shardmix.sources.identity import (
     ShardIdentity,
@@ -36,6 +35,7 @@ from shardmix.sources.identity import (
     stream_identity,
 )
 from shardmix.sources.ledger import CacheLedger, Entry, ledger_for
+from shardmix.sources.options import READ_BUFFER_BYTES
 from shardmix.sources.owners import this_owner
 from shardmix.sources.splice import SplicedStream
 from shardmix.sources.tee import TeeStream

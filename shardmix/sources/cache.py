@@ -40,7 +40,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from shardmix.errors import CacheFullError, ShardChangedError
-from shardmix.sources import READ_BUFFER_BYTES
+from shardmix.sources.options import READ_BUFFER_BYTES
 
 __all__ = ["Listed", "cache_path", "download", "open_cached"]
 

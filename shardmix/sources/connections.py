@@ -28,7 +28,7 @@ from urllib.parse import urljoin, urlsplit
 import urllib3
 import urllib3.exceptions
 
-from shardmix.sources import RemoteReadError
+from shardmix.sources.options import RemoteReadError
 
 __all__ = ["MAX_REDIRECTS", "connection_pool", "follow_redirects", "headers_for"]
 

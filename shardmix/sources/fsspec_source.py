@@ -22,7 +22,8 @@ from types import ModuleType
 from typing import Any, BinaryIO, cast
 
 from shardmix.errors import ShardNotFoundError, UnsupportedURLError, describe_position
-from shardmix.sources import RemoteAccessError, RemoteReadError, scheme_of
+from shardmix.sources.options import RemoteAccessError, RemoteReadError
+from shardmix.sources.schemes import scheme_of
 
 __all__ = ["filesystem_of", "install_hint", "open_fsspec"]
 

@@ -37,7 +37,6 @@ from urllib.parse import urlsplit
 import urllib3
 
 from shardmix.errors import ConfigError, UnsupportedURLError
-from shardmix.sources import READ_BUFFER_BYTES, RetryPolicy, SourceOptions
 from shardmix.sources.connections import connection_pool, follow_redirects
 from shardmix.sources.http_retry import (
     RateWatch,
@@ -49,6 +48,7 @@ from shardmix.sources.http_retry import (
 )
 from shardmix.sources.http_version import ShardVersion
 from shardmix.sources.identity import ShardIdentity, attach_identity
+from shardmix.sources.options import READ_BUFFER_BYTES, RetryPolicy, SourceOptions
 from shardmix.sources.traffic import count_bytes, count_request, host_of
 from shardmix.sources.validators import changed, precondition
 

@@ -32,7 +32,12 @@ import urllib3.exceptions
 
 from shardmix.errors import ShardmixError, ShardNotFoundError
 from shardmix.errors import describe_position as _where
-from shardmix.sources import RemoteAccessError, RemoteReadError, RemoteStallError, RetryPolicy
+from shardmix.sources.options import (
+    RemoteAccessError,
+    RemoteReadError,
+    RemoteStallError,
+    RetryPolicy,
+)
 
 # Under the stream's module, where a user looks for its retries.
 logger = logging.getLogger("shardmix.sources.http")

@@ -20,9 +20,9 @@ import re
 import urllib3
 
 from shardmix.errors import describe_position
-from shardmix.sources import RemoteReadError
 from shardmix.sources.http_retry import Transient, transient_io
 from shardmix.sources.identity import ShardIdentity
+from shardmix.sources.options import RemoteReadError
 from shardmix.sources.traffic import count_bytes
 from shardmix.sources.validators import (
     SEAM_BYTES,

@@ -6,8 +6,9 @@ import os
 from typing import BinaryIO
 
 from shardmix.errors import ShardNotFoundError
-from shardmix.sources import READ_BUFFER_BYTES, local_path
 from shardmix.sources.identity import ShardIdentity, attach_identity
+from shardmix.sources.options import READ_BUFFER_BYTES
+from shardmix.sources.schemes import local_path
 
 
 def open_local(url: str) -> BinaryIO:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 from shardmix.errors import ShardmixError, UnsupportedURLError
 from shardmix.errors import describe_position as _where
-from shardmix.sources import READ_BUFFER_BYTES, SourceOptions, commands
+from shardmix.sources import commands
+from shardmix.sources.options import READ_BUFFER_BYTES, SourceOptions
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from shardmix.sources import _OPENERS, SourceOptions, scheme_of
 from shardmix.sources.fetchpool import FETCH_THREADS, fetch_pool
 from shardmix.sources.identity import ShardIdentity, check_identity
+from shardmix.sources.options import SourceOptions
 from shardmix.sources.positioned import PositionedStream
+from shardmix.sources.schemes import _OPENERS, scheme_of
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

@@ -39,10 +39,10 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from shardmix.errors import ShardmixError
-from shardmix.sources import READ_BUFFER_BYTES, ReadAhead, SourceOptions
 from shardmix.sources.fetchpool import fetch_pool
 from shardmix.sources.http import HttpShardStream, _headers_of, open_http
 from shardmix.sources.identity import ShardIdentity, attach_identity
+from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
 from shardmix.sources.traffic import count_stall
 from shardmix.sources.validators import SEAM_BYTES, changed, check_seam, seam_before
 

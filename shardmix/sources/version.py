@@ -19,8 +19,9 @@ import urllib3
 import urllib3.exceptions
 
 from shardmix.errors import ShardmixError
-from shardmix.sources import SourceOptions, local_path, scheme_of
 from shardmix.sources.connections import connection_pool, follow_redirects
+from shardmix.sources.options import SourceOptions
+from shardmix.sources.schemes import local_path, scheme_of
 
 
 def shard_version(url: str, options: SourceOptions) -> str | None:
