@@ -86,44 +86,64 @@ def open_shard(
     elif options.cache_dir is None or scheme in _NOT_CACHED:
         stream = _open_direct(url, scheme, options)
     elif options.cache_limit is not None:
-        from shardmix.sources.bounded import open_bounded
-        from shardmix.sources.version import revalidated
-
-        def fetch_from(at: int) -> BinaryIO:
-            if at and scheme in _OPENERS_AT:
-                return _OPENERS_AT[scheme](url, options, at)
-            return _open_direct(url, scheme, options)
-
-        stream = open_bounded(
-            url,
-            options.cache_dir,
-            options.cache_limit,
-            fetch_from,
-            lambda: revalidated(url, options),
-            listed,
-            offset,
-        )
+        stream = _open_bounded(url, scheme, options, listed, offset)
     else:
-        from shardmix.sources.cache import open_cached
-        from shardmix.sources.traffic import count_cache
-        from shardmix.sources.version import revalidated
-
-        fetched = []
-
-        def fetch() -> BinaryIO:
-            fetched.append(True)
-            return _open_direct(url, scheme, options)
-
-        stream = open_cached(
-            url, options.cache_dir, fetch, lambda: revalidated(url, options), listed
-        )
-        count_cache("misses" if fetched else "hits")  # a miss fetched the shard first
+        stream = _open_cached(url, scheme, options, listed)
     if expect is not None:
         try:
             check_identity(url, expect, stream_identity(stream))
         except BaseException:
             stream.close()
             raise
+    return stream
+
+
+def _open_bounded(
+    url: str,
+    scheme: str,
+    options: SourceOptions,
+    listed: tuple[int, str | None] | None,
+    offset: int,
+) -> BinaryIO:
+    """The shard through a cache of at most ``options.cache_limit`` bytes."""
+    from shardmix.sources.bounded import open_bounded
+    from shardmix.sources.version import revalidated
+
+    assert options.cache_dir is not None and options.cache_limit is not None
+
+    def fetch_from(at: int) -> BinaryIO:
+        if at and scheme in _OPENERS_AT:
+            return _OPENERS_AT[scheme](url, options, at)
+        return _open_direct(url, scheme, options)
+
+    return open_bounded(
+        url,
+        options.cache_dir,
+        options.cache_limit,
+        fetch_from,
+        lambda: revalidated(url, options),
+        listed,
+        offset,
+    )
+
+
+def _open_cached(
+    url: str, scheme: str, options: SourceOptions, listed: tuple[int, str | None] | None
+) -> BinaryIO:
+    """The shard through the cache in ``options.cache_dir``, a hit or a miss counted."""
+    from shardmix.sources.cache import open_cached
+    from shardmix.sources.traffic import count_cache
+    from shardmix.sources.version import revalidated
+
+    assert options.cache_dir is not None
+    fetched = []
+
+    def fetch() -> BinaryIO:
+        fetched.append(True)
+        return _open_direct(url, scheme, options)
+
+    stream = open_cached(url, options.cache_dir, fetch, lambda: revalidated(url, options), listed)
+    count_cache("misses" if fetched else "hits")  # a miss fetched the shard first
     return stream
 
 
