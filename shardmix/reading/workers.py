@@ -237,11 +237,15 @@ def failure_message(
 ) -> str:
     """What a :class:`~shardmix.errors.WorkerError` says: which worker ended, how, and the
     lanes and shards it hosted, whose samples the epoch will never have."""
+    ended = [
+        (worker, process, process.exitcode)
+        for worker, process in enumerate(processes)
+        if not process.is_alive() and process.exitcode is not None
+    ]
+    if any(code for _, _, code in ended):  # a worker that finished its lanes exits with 0
+        ended = [(worker, process, code) for worker, process, code in ended if code]
     dead = []
-    for worker, process in enumerate(processes):
-        code = process.exitcode if not process.is_alive() else None
-        if code is None:
-            continue
+    for worker, process, code in ended:
         how = f"exited with status {code}"
         if code < 0:
             how = f"was killed by signal {-code} ({_signal_name(-code)})"
