@@ -97,16 +97,8 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
     while at + BLOCK <= end:
         size_text = buffer[at + 124 : at + 135]
         size = sizes_of(size_text)
-        if size is None:
-            if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
-                break
-            try:
-                size = int(size_text, 8)
-            except ValueError:  # digits 8 or 9
-                break
-            if len(_SIZES) >= _MAX_SIZES:
-                _SIZES.clear()
-            _SIZES[size_text] = size
+        if size is None and (size := _new_size(size_text)) is None:
+            break
         after = at + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))
         if after > end:
             break
@@ -142,6 +134,21 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
     if not headers:
         return None
     return checked, headers, sizes, entries, metas
+
+
+def _new_size(size_text: bytes) -> int | None:
+    """The size a size field not in :data:`_SIZES` holds (kept there), or None when it is not
+    octal digits."""
+    if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
+        return None
+    try:
+        size = int(size_text, 8)
+    except ValueError:  # digits 8 or 9
+        return None
+    if len(_SIZES) >= _MAX_SIZES:
+        _SIZES.clear()
+    _SIZES[size_text] = size
+    return size
 
 
 def _names(buffer: bytes, headers: list[int]) -> list[str]:
