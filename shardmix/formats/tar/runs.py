@@ -37,10 +37,14 @@ from shardmix.formats.tar.pax import SHAPE, PaxShapes
 
 _PAX, _LONG_NAME = ord("x"), ord("L")
 _MEMBER_TYPES = frozenset(b"07")
+# Size fields already read, by their text: a dict look-up costs half of ``isdigit`` and
+# ``int(text, 8)``, and the members of one data set have few sizes (pax headers fewer still).
+_SIZES: dict[bytes, int] = {}
+_MAX_SIZES = 4096  # past this many the ones known are forgotten
 
 # ``(headers, sizes, names, entries)`` of a run's members, offsets in the buffer.
 Found = tuple[list[int], list[int], list[str], list[int]]
-_Walked = tuple[list[int], list[int], list[int], list[int], list[int], dict[int, list[int]]]
+_Walked = tuple[list[int], list[int], list[int], list[int], dict[int, list[int]]]
 
 
 def plain_members(
@@ -59,10 +63,13 @@ def plain_members(
     walked = _walk(buffer, first, max_size, shapes)
     if walked is None:
         return None
-    checked, positions, headers, sizes, entries, metas = walked
-    # The members whose headers (their entry's others come before) are all plain.
-    taken = bisect.bisect_left(positions, plain_count(buffer, first, checked))
-    del headers[taken:], sizes[taken:], entries[taken:]
+    checked, headers, sizes, entries, metas = walked
+    # The members whose headers (their entry's others come before) are all plain: those
+    # whose own header lies before the first that is not.
+    plain = plain_count(buffer, first, checked)
+    if plain < len(checked):
+        taken = bisect.bisect_left(headers, checked[plain])
+        del headers[taken:], sizes[taken:], entries[taken:]
     names = _names(buffer, headers)
     if metas:
         taken = _named(buffer, headers, sizes, names, entries, metas, shapes)
@@ -72,14 +79,13 @@ def plain_members(
 
 def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walked | None:
     """Every header of the buffer's complete entries by their size fields: ``(checked,
-    positions, headers, sizes, entries, metas)``: ``positions`` says where each member's header
-    is in ``checked``, ``metas`` the pax and long-name headers of each member (by its index)
-    that may change it (a pax header of a shape ``shapes`` knows to change nothing is stepped
-    over: a ``translate`` and a look-up, :meth:`PaxShapes.changes_nothing`'s first step)."""
+    headers, sizes, entries, metas)``: ``metas`` the pax and long-name headers of each member
+    (by its index) that may change it (a pax header of a shape ``shapes`` knows to change nothing
+    is stepped over: a ``translate`` and a look-up, :meth:`PaxShapes.changes_nothing`'s first
+    step)."""
     at = first
     end = len(buffer)
     checked: list[int] = []  # every header, metadata ones included
-    positions: list[int] = []
     headers: list[int] = []
     sizes: list[int] = []
     entries: list[int] = []
@@ -87,31 +93,19 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
     pending: list[int] = []  # the pax and long-name headers of the entry in progress
     entry = -1  # where the entry in progress began, if at a pax or long-name header
     known, shape_of, changes_nothing = shapes.known, SHAPE, shapes.changes_nothing
+    sizes_of = _SIZES.get
     while at + BLOCK <= end:
         size_text = buffer[at + 124 : at + 135]
-        if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
-            break
-        try:
-            size = int(size_text, 8)
-        except ValueError:  # digits 8 or 9
+        size = sizes_of(size_text)
+        if size is None and (size := _new_size(size_text)) is None:
             break
         after = at + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))
         if after > end:
             break
         typeflag = buffer[at + 156]
-        if typeflag in (_PAX, _LONG_NAME):
-            if size > MAX_META_BYTES:
+        if typeflag in _MEMBER_TYPES:  # first: most headers are members'
+            if size > max_size:
                 break
-            if entry < 0:
-                entry = at
-            if typeflag == _PAX:
-                data = buffer[at + BLOCK : at + BLOCK + size]
-                shape = known.get(data.translate(shape_of))
-                if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
-                    pending.append(at)
-            else:
-                pending.append(at)
-        elif typeflag in _MEMBER_TYPES and size <= max_size:
             if pending:
                 metas[len(headers)] = pending
                 pending = []
@@ -120,16 +114,41 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
             else:
                 entries.append(entry)
                 entry = -1
-            positions.append(len(checked))
             headers.append(at)
             sizes.append(size)
+        elif typeflag == _PAX and size <= MAX_META_BYTES:
+            if entry < 0:
+                entry = at
+            data = buffer[at + BLOCK : at + BLOCK + size]
+            shape = known.get(data.translate(shape_of))
+            if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
+                pending.append(at)
+        elif typeflag == _LONG_NAME and size <= MAX_META_BYTES:
+            if entry < 0:
+                entry = at
+            pending.append(at)
         else:
             break
         checked.append(at)
         at = after
     if not headers:
         return None
-    return checked, positions, headers, sizes, entries, metas
+    return checked, headers, sizes, entries, metas
+
+
+def _new_size(size_text: bytes) -> int | None:
+    """The size a size field not in :data:`_SIZES` holds (kept there), or None when it is not
+    octal digits."""
+    if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
+        return None
+    try:
+        size = int(size_text, 8)
+    except ValueError:  # digits 8 or 9
+        return None
+    if len(_SIZES) >= _MAX_SIZES:
+        _SIZES.clear()
+    _SIZES[size_text] = size
+    return size
 
 
 def _names(buffer: bytes, headers: list[int]) -> list[str]:
