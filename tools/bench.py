@@ -40,6 +40,7 @@ import bench_writers  # noqa: E402
 from benchdata import make_bench_shards, record_key, shard_of_key, shard_sizes  # noqa: E402
 
 from shardmix.inspect import ideal_distinct_sources  # noqa: E402
+from shardmix.testing import checkpoint_after  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -507,11 +508,9 @@ def resume_section(config: Config) -> list[Row]:
         epoch_seconds = time.perf_counter() - start
         stop = int(total * 0.9)
         interrupted = make()
-        held = iter(interrupted)  # held: a state taken inside the loop is the mid-epoch position
-        for _ in range(stop):
-            next(held)
-        state = json_module.dumps(interrupted.state_dict())
-        del held, interrupted
+        _, taken = checkpoint_after(interrupted, 1, stop)  # inside the loop: mid-epoch
+        state = json_module.dumps(taken)
+        del interrupted
         gc.collect()
         start = time.perf_counter()
         restored = make()
@@ -757,12 +756,10 @@ def remote_section(config: Config) -> list[Row]:
         gc.collect()
         stop = int(total * 0.9)
         interrupted = make()
-        held = iter(interrupted)  # held: a state taken inside the loop is the mid-epoch position
-        for _ in range(stop):
-            next(held)
-        state = json.dumps(interrupted.state_dict())
+        _, taken = checkpoint_after(interrupted, 1, stop)  # inside the loop: mid-epoch
+        state = json.dumps(taken)
         interrupted.close()
-        del held, interrupted
+        del interrupted
         gc.collect()
         sent, requests = server.sent, server.requests
         start = time.perf_counter()
