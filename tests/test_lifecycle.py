@@ -92,6 +92,35 @@ def test_breaking_mid_epoch_then_iterating_again_is_exact(pattern):
     assert keys_of([first]) + keys_of(restored) == epochs[2]
 
 
+def open_shards(folder: Path) -> list[str]:
+    """The files under ``folder`` this process holds open."""
+    fds = Path("/proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        try:
+            targets.append(os.readlink(fd))
+        except OSError:  # the listing's own descriptor, closed since
+            continue
+    return sorted(target for target in targets if target.startswith(str(folder)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_close_shuts_the_shards_an_epoch_read_in_this_process(tmp_path):
+    # Shards long enough that the lanes are mid-shard after three batches.
+    pattern = write_shards(tmp_path / "shards", "tar", [900, 700, 800, 600])
+    reference = make(pattern, num_workers=0)
+    epochs = [keys_of(reference) for _ in range(2)]
+    loader = make(pattern, num_workers=0)
+    batches = iter(loader)
+    first = [next(batches) for _ in range(3)]
+    assert keys_of(first) == epochs[0][: len(keys_of(first))]
+    assert open_shards(tmp_path / "shards")  # the lanes' shards, open mid-epoch
+    loader.close()
+    assert open_shards(tmp_path / "shards") == []
+    assert keys_of(loader) == epochs[1]  # the next iter() is the next epoch, whole
+    assert open_shards(tmp_path / "shards") == []  # an epoch read to its end closed them too
+
+
 @pytest.mark.parametrize("persistent", [True, False])
 def test_resume_is_exact_with_persistent_workers_or_not(pattern, persistent):
     check_resume(lambda: make(pattern, persistent_workers=persistent), steps=[1, 5, 11, 20, 25])

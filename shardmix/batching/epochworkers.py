@@ -16,7 +16,7 @@ the epoch (:mod:`shardmix.batching.epoch`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from shardmix.batching.settings import EpochSettings
@@ -63,6 +63,7 @@ class EpochWorkers:
         self.plan = plan
         self.pool: WorkerPool | None = settings.pool
         self._workers: Any = None
+        self._sent: Generator[Chunk, None, None] | None = None  # what start() gave
         # By shard index, the identity each shard read this epoch had (or the checkpoint says
         # it had): a shard found otherwise later in the epoch is refused.
         self.identities: dict[int, ShardIdentity] = {}
@@ -100,7 +101,8 @@ class EpochWorkers:
                 pool=self.pool,
                 identities=dict(self.identities),
             )
-        return self._checked(settings.stats.timed(sent)), num_lanes
+        self._sent = self._checked(settings.stats.timed(sent))
+        return self._sent, num_lanes
 
     @contextlib.contextmanager
     def _start_named(self) -> Iterator[None]:
@@ -115,7 +117,7 @@ class EpochWorkers:
             self.fail()
             raise failure from error
 
-    def _checked(self, sent: Iterator[Chunk]) -> Iterator[Chunk]:
+    def _checked(self, sent: Iterator[Chunk]) -> Generator[Chunk, None, None]:
         """``sent``, each chunk's shard identities checked against those seen before."""
         identities = self.identities
         urls = getattr(self.dataset, "urls", ())  # only a ShardDataset's chunks say identities
@@ -158,6 +160,11 @@ class EpochWorkers:
         """Stop this epoch's workers now (a pool's persistent workers stay)."""
         workers, self._workers = self._workers, None
         stop_workers(workers)
+        # With no worker processes the lanes are read in this one, their shards open until
+        # the generators that read them are closed (left to the collector: at exit, if ever).
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            sent.close()
 
     def fail(self) -> None:
         """Stop the workers this epoch ran on, persistent or not."""

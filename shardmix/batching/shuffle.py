@@ -26,6 +26,7 @@ process, and which residents the next evictions take can be worked out ahead
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -238,6 +239,10 @@ class ShuffleBuffer(Generic[T]):
             yield self.pop()  # type: ignore[misc]
 
 
+def _no_room(arrivals: int) -> int:
+    return 0
+
+
 def eviction_order(
     draws: Draws,
     residents: int,
@@ -250,10 +255,10 @@ def eviction_order(
 
     In the order they leave, each once; those not taken within ``steps`` are left out. With
     ``pushing``, every step is a push; one that finds room under ``limit(arrivals)`` (the
-    buffer's ``limit``; None: no push finds room) takes a new slot and no
-    step, any other displaces a resident. Else every step is a pop, as at the epoch's end.
-    ``draws`` is not advanced. The prediction is exact but for the byte budget: a push it
-    holds back takes a draw where none was foreseen, and shifts the rest.
+    buffer's ``limit``, which never falls as arrivals grow; None: no push finds room) takes a
+    new slot and no step, any other displaces a resident. Else every step is a pop, as at the
+    epoch's end. ``draws`` is not advanced. The prediction is exact but for the byte budget:
+    a push it holds back takes a draw where none was foreseen, and shifts the rest.
 
     >>> buffer = ShuffleBuffer(4, seed=0, epoch=0)
     >>> buffer.restore(["a", "b", "c", "d"])
@@ -265,8 +270,11 @@ def eviction_order(
     slots = list(range(residents))  # -1: a sample pushed since, not a resident
     order: list[int] = []
     taken = 0
+    room = limit if pushing and limit is not None else _no_room
+    # A limit never falls as arrivals grow: once the slots reach its ceiling, no push finds room.
+    ceiling = room(sys.maxsize)
     while taken < steps and slots:
-        if pushing and limit is not None and len(slots) < limit(len(slots) + ahead.count):
+        if len(slots) < ceiling and len(slots) < room(len(slots) + ahead.count):
             slots.append(-1)
             continue
         index = ahead.below(len(slots))

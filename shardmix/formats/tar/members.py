@@ -79,7 +79,9 @@ class TarMembers(FramingErrors):
         self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
         self.link: str | None = None  # the current member's target, when it is a hard link
-        self._run_bytes = _FIRST_RUN_BYTES  # how much of the buffer the next run may walk
+        # How much of the buffer the next run may walk: all of it from where the stream was
+        # opened (its records are read in order), a little after a seek (one record's read).
+        self._run_bytes = _MAX_RUN_BYTES
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
