@@ -1,17 +1,20 @@
 """What carrying shard identities in the checkpoint costs: state size, an epoch, a restore.
 
-``python tools/bench_state.py [--before REV] [--after REV] [--rounds N]`` checks out ``REV``
-(default: the parent of the commit that made the state version 9) in a temporary git worktree
-beside this tree, then runs both revisions' shardmix, round after round, interleaved (before,
-after, before, ...), each run in a fresh process over the same 1,024 tar shards. "after" is
-this tree, or with ``--after`` another revision checked out beside it too (the commit that
-made the state version 9, say, to tell its cost from that of later work). A run measures the
+``python tools/bench_state.py [--before REV] [--after REV] [--rounds N] [--repeats N]`` checks
+out ``REV`` (default: the parent of the commit that made the state version 9) in a temporary
+git worktree beside this tree, then runs both revisions' shardmix, round after round,
+interleaved (before, after, before, ...), each run in a fresh process over the same 1,024 tar
+shards. "after" is this tree, or with ``--after`` another revision checked out beside it too
+(the commit that made the state version 9, say, to tell its cost from that of later work). A
+run measures the
 main process's CPU time (``getrusage``, user + system; ``num_workers=0``, so all reading is
 in the measured process) of one whole epoch, and of a restore: ``load_state_dict()`` of the
-state taken at half the epoch into a new loader, up to its first batch. The state's size is
-measured once per revision: 8 ranks simulated in one process (``rank=``, ``world_size=8``),
-each at half its epoch, their positions gathered as ``torch.distributed`` would
-(``"ranks"``), as compact JSON. Prints per revision the median and range of each cost, and
+state taken at half the epoch into a new loader, up to its first batch; each the median of
+``--repeats`` (3) in the process, epochs and restores in turn, every loader built afresh (one
+epoch per process moves by more than the 5% this bench is for, on a shared 2-core machine).
+The state's size is measured once per revision: 8 ranks simulated in one process (``rank=``,
+``world_size=8``), each at half its epoch, their positions gathered as ``torch.distributed``
+would (``"ranks"``), as compact JSON. Prints per revision the median and range of each cost, and
 after/before of the medians.
 """
 
@@ -63,21 +66,28 @@ def _half_state(urls: list[str], rank: int = 0, world_size: int = 1) -> dict[str
     return state
 
 
-def child_costs(urls: list[str]) -> dict[str, float]:
-    """CPU seconds of one epoch and of one restore (to its first batch)."""
+def child_costs(urls: list[str], repeats: int) -> dict[str, float]:
+    """CPU seconds of an epoch and of a restore (to its first batch): the median of
+    ``repeats`` of each, each through a loader built afresh, epochs and restores in turn."""
     state = _half_state(urls)
-    loader = _loader(urls)
-    start = _cpu()
-    samples = sum(len(batch["__key__"]) for batch in loader)
-    epoch = _cpu() - start
-    loader.close()
-    start = _cpu()
-    restored = _loader(urls)
-    restored.load_state_dict(state)
-    next(iter(restored))
-    restore = _cpu() - start
-    restored.close()
-    return {"epoch_s": epoch, "restore_s": restore, "samples": samples}
+    epochs, restores, samples = [], [], 0
+    for _ in range(repeats):
+        loader = _loader(urls)
+        start = _cpu()
+        samples = sum(len(batch["__key__"]) for batch in loader)
+        epochs.append(_cpu() - start)
+        loader.close()
+        start = _cpu()
+        restored = _loader(urls)
+        restored.load_state_dict(state)
+        next(iter(restored))
+        restores.append(_cpu() - start)
+        restored.close()
+    return {
+        "epoch_s": statistics.median(epochs),
+        "restore_s": statistics.median(restores),
+        "samples": samples,
+    }
 
 
 def child_size(urls: list[str]) -> dict[str, int]:
@@ -94,9 +104,10 @@ def child_size(urls: list[str]) -> dict[str, int]:
     return {"state_bytes": len(json.dumps(own, separators=(",", ":")))}
 
 
-def _run(tree: Path, what: str, data: Path) -> dict[str, Any]:
+def _run(tree: Path, what: str, data: Path, repeats: int = 1) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
     command = [sys.executable, str(HERE / "bench_state.py"), "--child", what, str(data)]
+    command += ["--repeats", str(repeats)]
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -117,12 +128,16 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="the revision to compare with")
     parser.add_argument("--after", default=None, help="a revision instead of this tree")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="epochs and restores measured in each process"
+    )
     parser.add_argument("--child", nargs=2, metavar=("WHAT", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         what, data = args.child
         urls = sorted(str(path) for path in Path(data).glob("*.tar"))
-        print(json.dumps(child_costs(urls) if what == "costs" else child_size(urls)))
+        costs = what == "costs"
+        print(json.dumps(child_costs(urls, args.repeats) if costs else child_size(urls)))
         return
     before = args.before or _default_before()
     with tempfile.TemporaryDirectory() as scratch:
@@ -142,7 +157,7 @@ def main() -> None:
             _compare(
                 {"before": trees["before"], "after": trees.get("after", ROOT)},
                 data,
-                args.rounds,
+                (args.rounds, args.repeats),
                 f"{before}, after = {after}",
             )
         finally:
@@ -151,17 +166,21 @@ def main() -> None:
                     subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
 
 
-def _compare(trees: dict[str, Path], data: Path, rounds: int, before: str) -> None:
+def _compare(trees: dict[str, Path], data: Path, runs: tuple[int, int], before: str) -> None:
+    rounds, repeats = runs
     sizes = {name: _run(tree, "size", data)["state_bytes"] for name, tree in trees.items()}
     costs: dict[str, dict[str, list[float]]] = {
         name: {"epoch_s": [], "restore_s": []} for name in trees
     }
     for _ in range(rounds):
         for name, tree in trees.items():
-            result = _run(tree, "costs", data)
+            result = _run(tree, "costs", data, repeats)
             for key in ("epoch_s", "restore_s"):
                 costs[name][key].append(result[key])
-    print(f"before = {before}; {SHARDS} tar shards, {rounds} interleaved rounds, CPU s")
+    print(
+        f"before = {before}; {SHARDS} tar shards, {rounds} interleaved rounds, each the median "
+        f"of {repeats} in one process, CPU s"
+    )
     for name in trees:
         print(f"{name}: state of {RANKS} ranks {sizes[name]:,} bytes")
     for key in ("epoch_s", "restore_s"):
