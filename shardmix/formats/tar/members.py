@@ -46,8 +46,9 @@ from shardmix.formats.tar.headers import (
 from shardmix.formats.tar.pax import PaxShapes
 from shardmix.formats.tar.runs import plain_members
 
-# A run walks a window of the stream's buffer, from the first size after a seek doubling up to
-# the last: a range read's buffer holds the whole range, which one record's read must not walk.
+# A run walks a window of the stream's buffer: all of it where the stream was opened (records
+# read in order), after a seek from the first size doubling up to the last (a range read's
+# buffer holds the whole range, which one record's read must not walk).
 _FIRST_RUN_BYTES = 16 << 10
 _MAX_RUN_BYTES = 4 << 20
 
@@ -79,9 +80,7 @@ class TarMembers(FramingErrors):
         self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
         self.link: str | None = None  # the current member's target, when it is a hard link
-        # How much of the buffer the next run may walk: all of it from where the stream was
-        # opened (its records are read in order), a little after a seek (one record's read).
-        self._run_bytes = _MAX_RUN_BYTES
+        self._run_bytes = _MAX_RUN_BYTES  # of the buffer, the next run's walk (see above)
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
