@@ -46,9 +46,8 @@ from shardmix.formats.tar.headers import (
 from shardmix.formats.tar.pax import PaxShapes
 from shardmix.formats.tar.runs import plain_members
 
-# A run walks a window of the stream's buffer: all of it where the stream was opened (records
-# read in order), after a seek from the first size doubling up to the last (a range read's
-# buffer holds the whole range, which one record's read must not walk).
+# A run walks a window of the stream's buffer: all of it where the stream was opened, after a
+# seek from the first size doubling to the last (a range read's buffer holds the whole range).
 _FIRST_RUN_BYTES = 16 << 10
 _MAX_RUN_BYTES = 4 << 20
 
