@@ -1,5 +1,6 @@
 """The bench's ``throughput`` section (tools/bench_remote.py) on a tiny set: each run, from
-local disk, read ahead over HTTP and over plain HTTP, delivers every sample exactly once, and
+local disk, read ahead over HTTP (unpaced and with a training step per batch) and over plain
+HTTP, delivers every sample exactly once, and
 the figures the docs quote are all there. Speed itself is the bench's to measure."""
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ def test_tiny_throughput_run_reads_every_sample_once_and_reports_its_figures():
     shape = br.Shape(shards=6, shard_mb=1, num_lanes=3, blocks=2, block_mb=1, latency=0.005)
     result = br.run(shape)
     runs = {run["name"]: run for run in result["runs"]}
-    assert list(runs) == [
-        "local disk",
-        "HTTP, read ahead 2 x 1 MB",
-        "HTTP, no read-ahead",
-        "local disk, again",
-    ]
+    names = list(runs)
+    assert names[:3] == ["local disk", "HTTP, read ahead 2 x 1 MB", "HTTP, no read-ahead"]
+    assert names[3].startswith("HTTP, read ahead 2 x 1 MB, step ") and names[3].endswith(" ms")
+    assert names[4:] == ["local disk, again"]
     samples = shape.shards * shape.records_per_shard
     for run in runs.values():
         assert run["exactly_once"] and run["samples"] == samples
@@ -31,7 +30,10 @@ def test_tiny_throughput_run_reads_every_sample_once_and_reports_its_figures():
         assert 1 <= run["boundary_batches"] <= run["batches"]
         assert 0 <= run["stats_share"] < 1 and run["stats_call_us"] > 0
         assert run["loader_cpu_seconds"] > 0
-    local, ahead, plain, again = runs.values()
+    local, ahead, plain, paced, again = runs.values()
+    # The paced run takes a step of 1/PACE of the read-ahead run's interval after each batch.
+    step = ahead["batch_interval"] / br.PACE
+    assert paced["batch_interval"] >= step and paced["requests"] == ahead["requests"]
     assert (local["requests"], local["server_cpu_seconds"]) == (0, None)
     assert (again["requests"], again["server_cpu_seconds"]) == (0, None)
     assert ahead["server_cpu_seconds"] is not None and plain["server_cpu_seconds"] is not None
@@ -43,4 +45,4 @@ def test_tiny_throughput_run_reads_every_sample_once_and_reports_its_figures():
     fetched = [round(run["bytes_per_s"] * run["seconds"]) for run in (ahead, plain)]
     assert fetched[0] == fetched[1] > 0
     assert set(result["speed_vs_local"]) == {ahead["name"], plain["name"]}
-    assert len(result["lines"]) == 4
+    assert len(result["lines"]) == 5

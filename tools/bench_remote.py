@@ -3,8 +3,11 @@
 
 Shards of ``--shard-mb`` MB of ``--record-bytes`` records (written to a fresh folder under
 ``/tmp``, deleted at the end) are read for one epoch by ``MixingLoader(batch_size, num_workers,
-num_lanes)``: from local disk, over HTTP with ``read_ahead=ReadAhead(...)``, and over HTTP
-without it. ``shuffle_buffer=0``, so that a batch holds the samples the main process pulled at
+num_lanes)``: from local disk, over HTTP with ``read_ahead=ReadAhead(...)``, over HTTP
+without it, and over HTTP read ahead again *paced*: a training step after each batch (a sleep,
+as an accelerator's step is to the main process) of the read-ahead run's batch interval over
+:data:`PACE`, so that the loader, not the step, has time to spare and any wait is a stall.
+``shuffle_buffer=0``, so that a batch holds the samples the main process pulled at
 its step: a batch that holds a shard's first record, and the batches of one chunk
 (CHUNK_SAMPLES) before it, one of which pulled that record's chunk, are *at a shard
 boundary* (a lane's first shard starts with the epoch: only the shards after it count).
@@ -46,6 +49,9 @@ from benchdata import make_bench_shards, record_key  # noqa: E402
 
 # A tar record of the bench: a header and the payload, a header and the class id, padded.
 _TAR_OVERHEAD = 3 * 512
+# The paced run's step: the batch interval read ahead gave, over this (the loader has that much
+# more to give than the step takes, as a loader that keeps an accelerator busy must).
+PACE = 0.8
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,11 @@ def _counting_cost_per_chunk() -> float:
     return (time.perf_counter() - began) / len(chunks)
 
 
-def read_one_epoch(name: str, urls: list[str], shape: Shape, options: Any, server: Any) -> Run:
+def read_one_epoch(
+    name: str, urls: list[str], shape: Shape, options: Any, server: Any, step: float = 0.0
+) -> Run:
+    """One epoch of ``urls``; ``step`` seconds of a training step after each batch (a sleep:
+    the accelerator's time, in which the main process waits on nothing of the loader's)."""
     from shardmix import MixingLoader, ShardDataset
     from shardmix.reading.lanechunks import CHUNK_BYTES
     from shardmix.reading.workers import CHUNK_SAMPLES
@@ -247,6 +257,8 @@ def read_one_epoch(name: str, urls: list[str], shape: Shape, options: Any, serve
         }
         if starts - first_shards:  # a lane went on to its next shard by this batch
             boundary.append(len(waits) - 1)
+        if step:
+            time.sleep(step)
     seconds = time.perf_counter() - began
     # The chunk that brought a new shard's first record was pulled by this batch or by one of
     # the batches a chunk holds before it: all of them are at the boundary.
@@ -309,6 +321,12 @@ def run(shape: Shape, *, plain: bool = True) -> dict[str, Any]:
             runs.append(read_one_epoch(label, urls, shape, SourceOptions(read_ahead=ahead), server))
             if plain:
                 runs.append(read_one_epoch("HTTP, no read-ahead", urls, shape, None, server))
+            # A training step per batch, taking 1/PACE of the batch interval read ahead gave:
+            # then the loader is not what bounds the run, and a wait is a stall of its own.
+            step = runs[1].batch_interval / PACE
+            label = f"{label}, step {1e3 * step:.2f} ms"
+            options = SourceOptions(read_ahead=ahead)
+            runs.append(read_one_epoch(label, urls, shape, options, server, step=step))
         finally:
             server.close()
         # Local disk again, last: the page cache then holds what the server read, as it held
@@ -324,7 +342,7 @@ def run(shape: Shape, *, plain: bool = True) -> dict[str, Any]:
         "speed_vs_local": {
             one.name: one.samples_per_s / local
             for one in runs
-            if not one.name.startswith("local disk")
+            if not one.name.startswith("local disk") and "step" not in one.name
         },
         "lines": [one.line() for one in runs],
     }
