@@ -7,6 +7,8 @@ per worker process started.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,6 +121,23 @@ def test_close_shuts_the_shards_an_epoch_read_in_this_process(tmp_path):
     assert open_shards(tmp_path / "shards") == []
     assert keys_of(loader) == epochs[1]  # the next iter() is the next epoch, whole
     assert open_shards(tmp_path / "shards") == []  # an epoch read to its end closed them too
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_script_that_leaves_its_loader_open_exits_without_a_word(tmp_path, num_workers):
+    pattern = write_shards(tmp_path / "shards", "tar", [900, 700, 800, 600])
+    script = f"""
+from shardmix import MixingLoader, ShardDataset
+loader = MixingLoader(ShardDataset({pattern!r}, seed=5), batch_size=8, num_workers={num_workers})
+seen = sum(len(batch["__key__"]) for batch in loader)  # a whole epoch
+batches = iter(loader)
+next(batches)  # and one begun, left open
+print(seen)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout.split(), done.stderr) == (0, ["3000"], "")
 
 
 @pytest.mark.parametrize("persistent", [True, False])

@@ -12,6 +12,7 @@ evicts them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from itertools import chain
 from typing import Any, TypeVar
@@ -239,7 +240,8 @@ class EpochIterator:
                 stage.close()
 
     def __del__(self) -> None:
-        self.close()
+        if not sys.is_finalizing():  # at exit, modules are torn down and torch reaps workers
+            self.close()
 
     def _next_batch(self) -> Any:
         if self._deferred is not None:
