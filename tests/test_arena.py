@@ -84,6 +84,38 @@ def test_a_chunk_the_free_ring_cannot_hold_goes_whole_through_the_pipe():
         arena.close()
 
 
+def big_chunk(data_bytes: int, first: int) -> Chunk:
+    """A chunk of 4 KiB records whose columns hold about ``data_bytes``."""
+    samples = [
+        {"__key__": f"k{first + i:09d}", "data": bytes([i % 256]) * 4096}
+        for i in range(data_bytes // 4096)
+    ]
+    return ChunkBuilder(None, None).build([(0, samples, False)])
+
+
+def test_the_largest_chunks_a_worker_has_in_flight_stay_in_the_ring():
+    # A worker has up to prefetch_factor (2) chunks in flight, each up to CHUNK_BYTES and a
+    # lane's turn (64 samples) past it; the main process receives the oldest as the next
+    # is sent. Whatever their offsets in the ring, every chunk goes through the ring.
+    from shardmix.reading.lanechunks import CHUNK_BYTES, MIN_TURN
+
+    arena = Arena(1)
+    try:
+        in_flight: list[tuple[Chunk, InArena]] = []
+        for number in range(12):
+            extra = (number % 3) * MIN_TURN * 4096 // 2  # the sizes vary, the laps shift
+            chunk = big_chunk(CHUNK_BYTES + extra, number * 10_000)
+            sent = arena.send(0, chunk)
+            assert isinstance(sent, InArena), number
+            in_flight.append((chunk, sent))
+            if len(in_flight) == 2:
+                oldest, placed = in_flight.pop(0)
+                assert_same_chunk(through_pipe(placed), oldest)
+        assert int(arena.released.numpy()[0]) > 2 * arena_module.RING_BYTES  # laps
+    finally:
+        arena.close()
+
+
 def test_a_chunk_of_a_closed_pool_is_refused():
     arena = Arena(1, ring_bytes=16 << 10)
     sent = pickle.dumps(arena.send(0, chunk_of(5, 0)))

@@ -18,9 +18,10 @@ chunks arrive in the order it sent them, so one counter per worker says how much
 is free. A chunk that does not fit in the free part of the ring (one larger than the ring, or
 the main process behind) goes through the pipe as before: nothing ever waits for room.
 
-Rings take :data:`RING_BYTES` per worker; torch's, only when ``/dev/shm`` has twice that free
-for all workers (a container's default 64 MiB holds two workers' rings), else every chunk goes
-through the pipe.
+Rings take :data:`RING_BYTES` (32 MiB) per worker; torch's, only when ``/dev/shm`` has twice
+that free for all workers (a container's default 64 MiB does not hold two workers' rings:
+``memfd``, which is not in ``/dev/shm``, is the way there), else every chunk goes through the
+pipe.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ import torch
 
 from shardmix.reading.chunks import Chunk
 from shardmix.reading.columns import OBJECTS, Column
+from shardmix.reading.lanechunks import CHUNK_BYTES
 
-# Shared memory per worker: about nine chunks of 2,048 samples of 256 B records.
-RING_BYTES = 16 << 20
+# Shared memory per worker. A worker has up to the DataLoader's prefetch_factor (2) chunks in
+# its ring, each up to CHUNK_BYTES (and one lane's turn past it), and a chunk that would cross
+# the ring's end starts over at its start: room for four keeps chunks of 4 KiB records in the
+# ring, where 16 MiB sent about one in ten through the pipe.
+RING_BYTES = 4 * CHUNK_BYTES
 _ALIGN = 64  # each array starts on a cache line
 _SHM = "/dev/shm"
 
