@@ -133,3 +133,51 @@ def test_pax_data_damaged_in_a_length_reads_the_same_on_every_path() -> None:
         changed[found - 1] ^= 1  # the length's last digit
         assert differences(bytes(changed), report=True) == []
         assert differences(bytes(changed), report=False) == []
+
+
+def test_pax_header_blocks_known_plain_give_the_runs_a_cold_walk_gives() -> None:
+    """A pax header block found plain once is not checked again, only compared: every byte of
+    one changed (its checksum then wrong, or a size, a name), the run a walk with the blocks
+    known finds is the one a walk knowing nothing finds."""
+    from shardmix.formats.tar.runs import plain_members
+
+    data = _PAX_ARCHIVE
+    warm = PaxShapes()
+    found = plain_members(data, 0, 1 << 30, warm)
+    assert found is not None and found == plain_members(data, 0, 1 << 30, PaxShapes())
+    assert [block for block in warm.blocks.values() if block is not None]
+    pax = [at for at in range(0, len(data), 512) if data[at + 156] == ord("x")]
+    assert len(pax) == 20
+    for header in pax[2:4]:
+        for position in range(header, header + 512):
+            for value in (data[position] ^ 1, ord("0")):
+                changed = bytearray(data)
+                changed[position] = value
+                cold = plain_members(bytes(changed), 0, 1 << 30, PaxShapes())
+                assert plain_members(bytes(changed), 0, 1 << 30, warm) == cold, position
+
+
+def test_pax_header_blocks_that_differ_in_one_size_are_compared_no_more() -> None:
+    """Blocks of one size that differ (a name in each, as one tool writes them) are each
+    checked, and the size is not compared again; the runs are what a cold walk finds."""
+    from shardmix.formats.tar.runs import plain_members
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for number in range(8):
+            info = tarfile.TarInfo(f"r{number}.txt")
+            info.size, info.mtime = 5, 1_700_000_000.5
+            info.pax_headers = {"comment": f"c{number}"}
+            archive.addfile(info, io.BytesIO(b"12345"))
+    data = bytearray(out.getvalue())
+    pax = [at for at in range(0, len(data), 512) if data[at + 156] == ord("x")]
+    for number, at in enumerate(pax):  # each pax header its own name, its checksum made good
+        data[at : at + 16] = (b"PaxHeaders/r%d" % number).ljust(16, b"\0")
+        data[at + 148 : at + 156] = b"        "
+        data[at + 148 : at + 155] = b"%06o\0" % sum(data[at : at + 512])
+    shapes = PaxShapes()
+    cold = plain_members(bytes(data), 0, 1 << 30, PaxShapes())
+    assert cold is not None and len(cold[0]) == 8
+    assert plain_members(bytes(data), 0, 1 << 30, shapes) == cold
+    assert plain_members(bytes(data), 0, 1 << 30, shapes) == cold
+    assert list(shapes.blocks.values()) == [None]

@@ -8,6 +8,7 @@ and the shapes (:class:`Run`, ``Member``) in which members reach the grouping of
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import NamedTuple, Protocol
 
@@ -111,13 +112,11 @@ _CHECKSUM_MATCH = -(8 * ord(" ") + ord("0") * int(_PLACES.sum()))
 # The bytes of a header that make it plain, and the values each may hold: the size field's NUL,
 # six octal digits and a NUL in the checksum field, and the typeflag of a regular file ("0" or
 # "7"; an old-style NUL may be a directory, which the slow path tells), a pax header ("x") or a
-# GNU long name ("L").
-_LAYOUT_BYTES = np.array([135, *range(148, 154), 154, 156])
-_LAYOUT = np.zeros((len(_LAYOUT_BYTES), 256), bool)
-_LAYOUT[[0, 7], 0] = True
-_LAYOUT[1:7, ord("0") : ord("8")] = True
-_LAYOUT[8, list(b"07xL")] = True
-_LAYOUT_ROWS = np.arange(len(_LAYOUT_BYTES))
+# GNU long name ("L"). Matched against bytes 135 to 156 of every header, one after another, by
+# a regular expression: where its match ends tells how many headers in a row have them.
+_LAYOUT_SPAN = slice(135, 157)
+_LAYOUT = re.compile(rb"(?:\x00.{12}[0-7]{6}\x00.[07xL])*", re.DOTALL)
+_LAYOUT_WIDTH = _LAYOUT_SPAN.stop - _LAYOUT_SPAN.start
 
 
 def pax_size(text: bytes) -> int | None:
@@ -171,7 +170,7 @@ def long_name_of(data: bytes) -> str:
 
 def plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
     """How many of the headers at ``headers`` in ``buffer`` are plain, up to the first that is
-    not: the field layout :data:`_LAYOUT` allows and a checksum that matches (the header's
+    not: the field layout :data:`_LAYOUT` matches and a checksum that matches (the header's
     bytes, the checksum field counted as spaces). ``buffer[first:]`` holds whole 512-byte
     blocks from ``first`` on, and every header lies on that grid.
     """
@@ -179,10 +178,15 @@ def plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
         return _plain_few(buffer, headers)
     blocks = (len(buffer) - first) // BLOCK
     grid = np.frombuffer(buffer, np.uint8, blocks * BLOCK, first).reshape(blocks, BLOCK)
-    rows = grid[(np.array(headers) - first) >> 9]
-    plain = np.einsum("ij,j->i", rows, _CHECKSUM_WEIGHTS) == _CHECKSUM_MATCH
-    plain &= _LAYOUT[_LAYOUT_ROWS, rows[:, _LAYOUT_BYTES]].all(axis=1)
-    return len(headers) if plain.all() else int(plain.argmin())
+    index = np.fromiter(headers, np.intp, len(headers))
+    if first:
+        index -= first
+    rows = grid.take(index >> 9, 0)
+    layouts = _LAYOUT.match(rows[:, _LAYOUT_SPAN].tobytes())  # matches, if only none of them
+    count = layouts.end() // _LAYOUT_WIDTH if layouts else 0
+    wrong = np.einsum("ij,j->i", rows, _CHECKSUM_WEIGHTS) != _CHECKSUM_MATCH
+    first_wrong = int(wrong.argmax())  # 0 also when none is wrong
+    return min(count, first_wrong) if first_wrong or wrong[0] else count
 
 
 # Up to this many headers are checked one by one in Python: a record read at its offset (a

@@ -16,6 +16,13 @@ decision it takes depends on a byte that is not a digit (a space, ``=``, a newli
 on those lengths. Its keywords are the same but for digits, and ``path``, ``size`` and
 ``GNU.sparse.`` hold none. So such a header changes nothing either, which costs one
 ``translate``, one look-up and one comparison.
+
+The header blocks before those data repeat too where a tool writes no name or time of the member
+in them (``tarfile``'s PAX format and the writers built on it): one block for each size of the
+data. A block the fast path has found plain (its field layout and checksum) is kept by its size
+field (:attr:`PaxShapes.blocks`), and a pax header that is that very block needs no check again:
+one comparison of 512 bytes. Where the blocks of one size differ (GNU tar names the member in
+each) that size is not compared again.
 """
 
 from __future__ import annotations
@@ -23,13 +30,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import itemgetter
 
-from shardmix.formats.tar.headers import read_pax
+from shardmix.formats.tar.headers import BLOCK, read_pax
 
 # Every digit as a "0": what two headers of one shape have in common.
 SHAPE = bytes.maketrans(b"123456789", b"000000000")
 _CHANGING = frozenset({"path", "size"})  # what a member takes from its pax records
 _SPARSE = "GNU.sparse."  # sparse data, which the slow path refuses
 _MAX_SHAPES = 64  # a few per writer; past this many the known ones are forgotten
+
+
+# A pax header block found plain, its size and its step to the next header.
+_Block = tuple[bytes, int, int]
+_Blocks = dict[bytes, _Block | None]
 
 
 def _no_lengths(data: bytes) -> tuple[()]:
@@ -42,6 +54,22 @@ class PaxShapes:
     def __init__(self) -> None:
         # shape -> (what picks a header's length fields, the digits they held)
         self.known: dict[bytes, tuple[Callable[[bytes], object], object]] = {}
+        # size field -> (a pax header block found plain, its size, its step to the next
+        # header), or None where the blocks of that size were found to differ
+        self.blocks: _Blocks = {}
+
+    def learn_blocks(self, buffer: bytes, headers: list[int], before: int) -> None:
+        """Keep the blocks of the pax headers at ``headers`` in ``buffer`` before ``before``,
+        which the caller has found plain, in :attr:`blocks` (the first of each size)."""
+        blocks = self.blocks
+        for at in headers:
+            if at >= before:
+                break
+            if len(blocks) >= _MAX_SHAPES:
+                blocks.clear()
+            size = int(buffer[at + 124 : at + 135], 8)
+            step = BLOCK + (size + BLOCK - 1) // BLOCK * BLOCK
+            blocks.setdefault(buffer[at + 124 : at + 135], (buffer[at : at + BLOCK], size, step))
 
     def changes_nothing(self, data: bytes) -> bool:
         """Whether :func:`read_pax` reads ``data`` (a pax header's) as well-formed records none

@@ -12,7 +12,9 @@ posix format one with ``atime`` and ``ctime``, so a run covers those members too
 costs the same whoever wrote it. Of a pax header's records only ``path`` and ``size`` change a
 member (as on the slow path); a ``size`` other than the header's, a ``GNU.sparse`` record or a
 malformed header end the run before its member. A pax header whose shape is known to change
-nothing (:class:`~shardmix.formats.tar.pax.PaxShapes`: the times one tool writes) is not read.
+nothing (:class:`~shardmix.formats.tar.pax.PaxShapes`: the times one tool writes) is not read,
+and one whose very block was found plain before (the block a tool writes for every header of
+one size: :attr:`~shardmix.formats.tar.pax.PaxShapes.blocks`) is compared, not checked again.
 A run stops at anything else (a link, a directory, a checksum to look at closer, the
 end-of-archive blocks, a member cut by the buffer's end), which the slow path reads, errors
 included. On shards of small records this is most of a reader's time: a few calls per buffer
@@ -44,7 +46,11 @@ _MAX_SIZES = 4096  # past this many the ones known are forgotten
 
 # ``(headers, sizes, names, entries)`` of a run's members, offsets in the buffer.
 Found = tuple[list[int], list[int], list[str], list[int]]
-_Walked = tuple[list[int], list[int], list[int], list[int], dict[int, list[int]]]
+# ``(checked, headers, sizes, entries, metas, learn)`` of a walk: ``checked`` the headers that
+# :func:`plain_count` is to check (not the pax headers whose very block was found plain before:
+# :attr:`PaxShapes.blocks`), ``metas`` the pax and long-name headers of each member (by its
+# index) that may change it, ``learn`` the pax headers of a size whose block is not known yet.
+_Walked = tuple[list[int], list[int], list[int], list[int], dict[int, list[int]], list[int]]
 
 
 def plain_members(
@@ -63,10 +69,12 @@ def plain_members(
     walked = _walk(buffer, first, max_size, shapes)
     if walked is None:
         return None
-    checked, headers, sizes, entries, metas = walked
+    checked, headers, sizes, entries, metas, learn = walked
     # The members whose headers (their entry's others come before) are all plain: those
     # whose own header lies before the first that is not.
     plain = plain_count(buffer, first, checked)
+    if learn:
+        shapes.learn_blocks(buffer, learn, checked[plain] if plain < len(checked) else len(buffer))
     if plain < len(checked):
         taken = bisect.bisect_left(headers, checked[plain])
         del headers[taken:], sizes[taken:], entries[taken:]
@@ -78,62 +86,64 @@ def plain_members(
 
 
 def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walked | None:
-    """Every header of the buffer's complete entries by their size fields: ``(checked,
-    headers, sizes, entries, metas)``: ``metas`` the pax and long-name headers of each member
-    (by its index) that may change it (a pax header of a shape ``shapes`` knows to change nothing
-    is stepped over: a ``translate`` and a look-up, :meth:`PaxShapes.changes_nothing`'s first
-    step)."""
-    at = first
-    end = len(buffer)
-    checked: list[int] = []  # every header, metadata ones included
+    """Every header of the buffer's complete entries by their size fields (:data:`_Walked`). A
+    pax header of a shape ``shapes`` knows to change nothing is stepped over: a ``translate``
+    and a look-up, :meth:`PaxShapes.changes_nothing`'s first step."""
+    at, end = first, len(buffer)
     headers: list[int] = []
-    sizes: list[int] = []
-    entries: list[int] = []
+    checked, sizes, entries = [], [], []
     metas: dict[int, list[int]] = {}
     pending: list[int] = []  # the pax and long-name headers of the entry in progress
     entry = -1  # where the entry in progress began, if at a pax or long-name header
     known, shape_of, changes_nothing = shapes.known, SHAPE, shapes.changes_nothing
-    sizes_of = _SIZES.get
+    blocks, learn, sizes_of = shapes.blocks, [], _SIZES.get
     while at + BLOCK <= end:
         size_text = buffer[at + 124 : at + 135]
+        typeflag = buffer[at + 156]
+        if typeflag == _PAX and (block := blocks.get(size_text)) is not None:
+            if buffer.startswith(block[0], at):  # the very block found plain: size known, no check
+                if (after := at + block[2]) > end:
+                    break
+                entry = at if entry < 0 else entry
+                data = buffer[at + BLOCK : at + BLOCK + block[1]]
+                shape = known.get(data.translate(shape_of))
+                if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
+                    pending.append(at)
+                at = after
+                continue
+            blocks[size_text] = None  # this size's blocks differ (names, times): no more tries
         size = sizes_of(size_text)
         if size is None and (size := _new_size(size_text)) is None:
             break
         after = at + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))
         if after > end:
             break
-        typeflag = buffer[at + 156]
         if typeflag in _MEMBER_TYPES:  # first: most headers are members'
             if size > max_size:
                 break
             if pending:
                 metas[len(headers)] = pending
                 pending = []
-            if entry < 0:
-                entries.append(at)
-            else:
-                entries.append(entry)
-                entry = -1
+            entries.append(at if entry < 0 else entry)
+            entry = -1
             headers.append(at)
             sizes.append(size)
         elif typeflag == _PAX and size <= MAX_META_BYTES:
-            if entry < 0:
-                entry = at
+            entry = at if entry < 0 else entry
             data = buffer[at + BLOCK : at + BLOCK + size]
             shape = known.get(data.translate(shape_of))
             if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
                 pending.append(at)
+            if size_text not in blocks:
+                learn.append(at)
         elif typeflag == _LONG_NAME and size <= MAX_META_BYTES:
-            if entry < 0:
-                entry = at
+            entry = at if entry < 0 else entry
             pending.append(at)
         else:
             break
         checked.append(at)
         at = after
-    if not headers:
-        return None
-    return checked, headers, sizes, entries, metas
+    return (checked, headers, sizes, entries, metas, learn) if headers else None
 
 
 def _new_size(size_text: bytes) -> int | None:
