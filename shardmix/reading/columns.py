@@ -19,6 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
+# With this module, not in a worker's first chunk: numpy imports ``numpy.char`` on first use,
+# and a worker forked before that pays for the import (milliseconds) before its first chunk.
+from numpy.char import str_len
+
 from shardmix.reading.reader import SIZE_KEY, Sample
 
 
@@ -97,11 +101,11 @@ def sizes_of(columns: dict[str, Column], count: int) -> np.ndarray:
     for column in columns.values():
         values = column.values
         if column.kind == BYTES and values.dtype.kind == "S":
-            sizes += np.char.str_len(values)
+            sizes += str_len(values)
         elif column.kind == BYTES:
             sizes += values.dtype.itemsize
         elif column.kind == STRINGS:
-            sizes += np.char.str_len(values)
+            sizes += str_len(values)
         elif column.kind in (ARRAYS, TENSORS):
             sizes += values.itemsize * int(np.prod(values.shape[1:]))
         elif column.kind == OBJECTS:
@@ -186,7 +190,7 @@ def _bytes_column(values: list[bytes]) -> Column:
     if width * len(values) > 2 * int(lengths.sum()) + _PADDING_SLACK * len(values):
         return Column(OBJECTS, values)
     packed = np.array(values, dtype=bytes)
-    if not np.array_equal(np.char.str_len(packed), lengths):
+    if not np.array_equal(str_len(packed), lengths):
         return Column(OBJECTS, values)
     return Column(BYTES, packed)
 
@@ -195,7 +199,7 @@ def _strings_column(values: list[str]) -> Column:
     packed = np.array(values, dtype=str)
     # A unicode array drops trailing NULs: keep such strings as they are.
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-    if packed.dtype.itemsize == 0 or not np.array_equal(np.char.str_len(packed), lengths):
+    if packed.dtype.itemsize == 0 or not np.array_equal(str_len(packed), lengths):
         return Column(OBJECTS, values)
     return Column(STRINGS, packed)
 
