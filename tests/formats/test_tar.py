@@ -667,6 +667,19 @@ def test_runs_read_damaged_header_fields_as_members_do(
     assert_runs_read_as_members_do(data, start=3, max_member_bytes=1000, report=report)
 
 
+def test_an_empty_pax_header_is_part_of_the_entry_of_the_member_after_it() -> None:
+    """A pax header that holds no record (the first member's typeflag made 'x': its data, all
+    zeros, holds none) still begins the next member's entry, on both paths: the record starts
+    at the pax header, and the two headers share one member number."""
+    data = with_header_field(_RUNS, 156, ord("x"))
+    assert data[512:1024] == bytes(512)  # the first member's data: no pax record in it
+    for stream in (io.BytesIO(data), io.BufferedReader(io.BytesIO(data), 1 << 16)):
+        located, reported, ended = _reading(stream)
+        assert located[0] == (0, 0, {"__key__": "shard0/r00000", "txt": b"0:0"})
+        assert not reported and ended is None
+    assert_runs_read_as_members_do(data)
+
+
 @pytest.mark.parametrize("report", [False, True])
 def test_runs_report_a_reappearing_key_and_a_repeated_field_as_members_do(report: bool) -> None:
     import tarfile

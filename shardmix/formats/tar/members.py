@@ -100,8 +100,7 @@ class TarMembers(FramingErrors):
         data = self._read(min(count, READ_CHUNK))
         if len(data) == count or not data:
             return data
-        parts = [data]
-        missing = count - len(data)
+        parts, missing = [data], count - len(data)
         while missing:
             part = self._read(min(missing, READ_CHUNK))
             if not part:
@@ -304,10 +303,10 @@ class TarMembers(FramingErrors):
         long_name: str | None = None
         long_link: str | None = None
         pax: dict[str, bytes] = {}
+        entry_begins = True  # no long-name or pax header (an empty one too) before this one
         while True:
             header = self._next_block()
             self.link = None
-            entry_begins = long_name is None and long_link is None and not pax
             if entry_begins:
                 self.entry_offset = self.offset
             if header == ZERO_BLOCK:
@@ -320,6 +319,7 @@ class TarMembers(FramingErrors):
                 self.member += 1
             size = self._parse_header(header)
             typeflag = header[156]
+            entry_begins = entry_begins and typeflag not in b"LKx"  # the member's own come next
             self._set_size(size)
             if typeflag == ord("L"):
                 long_name = long_name_of(self._read_meta("long name"))
@@ -335,7 +335,7 @@ class TarMembers(FramingErrors):
                     self.link = link_name(header, long_link, pax)
                 if "size" in pax:
                     self._set_size(self._pax_size(pax["size"]))
-                long_name, long_link, pax = None, None, {}
+                long_name, long_link, pax, entry_begins = None, None, {}, True
                 if typeflag == ord("S"):
                     self.corrupt(f"tar member {self.member} is sparse, which shardmix cannot read")
                 if typeflag in NO_DATA or (typeflag == 0 and name.endswith("/")):
