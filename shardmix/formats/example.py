@@ -8,7 +8,9 @@ process never clashes with them.
 Decoding is on the per-sample hot path; it maps each feature to the cheapest useful Python
 value: ``int64_list`` to an ``int64`` array, ``float_list`` to a ``float32`` array,
 ``bytes_list`` to ``bytes`` (one value) or ``list[bytes]`` (any other count), and a feature
-with no kind set to ``[]``. Framing (the TFRecord container) is :mod:`shardmix.formats.tfrecord`'s.
+with no kind set to ``[]``. A record laid out as one before it is decoded by slicing, without
+protobuf (:mod:`shardmix.formats.example_layout`: the same values, found faster). Framing
+(the TFRecord container) is :mod:`shardmix.formats.tfrecord`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
 
 from shardmix.errors import DecodedSizeError, DecodeError
-from shardmix.formats.example_size import DEFAULT_MAX_DECODED_BYTES, decoded_size_over
+from shardmix.formats.example_layout import Layouts
+from shardmix.formats.example_size import (
+    DEFAULT_MAX_DECODED_BYTES,
+    MAX_EXPANSION,
+    decoded_size_over,
+)
 
 __all__ = ["decode_example", "encode_example"]
 
@@ -135,6 +142,9 @@ def _decode_unset(feature: Any) -> list[bytes]:
     return []
 
 
+# The layouts of the records this process has decoded (a cache: it changes no result).
+_LAYOUTS = Layouts()
+
 _DECODERS: dict[str | None, Callable[[Any], Any]] = {
     "bytes_list": _decode_bytes,
     "float_list": _decode_float,
@@ -156,6 +166,17 @@ def decode_example(
     :class:`~shardmix.errors.DecodedSizeError` when it would decode to more than
     ``max_decoded_bytes`` (checked on the wire, before anything is allocated).
     """
+    if len(payload) * MAX_EXPANSION <= max_decoded_bytes:  # under the bound, whatever it holds
+        sample = _LAYOUTS.decode(payload)
+        if sample is None:
+            sample = _parsed(payload, max_decoded_bytes)
+            _LAYOUTS.missed(payload, sample)
+        return sample
+    return _parsed(payload, max_decoded_bytes)
+
+
+def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
+    """:func:`decode_example` by protobuf."""
     example: Any = Example()
     try:
         over = decoded_size_over(payload, max_decoded_bytes)

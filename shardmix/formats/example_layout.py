@@ -1,0 +1,248 @@
+"""Example layouts: decode ``tf.train.Example`` records that share one wire layout by slicing.
+
+The records of a shard are mostly alike: the same feature names in the same order, one
+``bytes`` value of the same length each, one small integer. Protobuf parses each one anew,
+and reading its features back out of the message costs a worker several times the parse (a
+map lookup, a ``WhichOneof`` and a list per feature). A :class:`Layout` is learned from one
+record by walking its wire: where each value lies, and the bytes around the values (tags,
+lengths, feature names). A record of the same length holding the same bytes around its values
+is that layout with other values, so its features are slices of the payload (and varints read
+in place), and nothing else is parsed.
+
+Only the plainest layout is learned: one ``features`` field; map entries of a key (UTF-8) then
+a value, names all different; each feature a ``bytes_list`` of one or more values, or a packed
+``int64_list`` of one or more varints of at most 9 bytes (values in ``0 .. 2**63 - 1``). Anything
+else (floats, empty or unset features, negative integers, unknown or repeated fields) is left
+to protobuf, as is every record that differs from a known layout anywhere but inside its values.
+A layout is checked once as it is learned: it must decode its record to what protobuf gives,
+values, types and the order of the names, else it is not kept. The decoded size is bounded
+before a layout is used (:mod:`shardmix.formats.example_size`'s bound, on the record's length).
+
+:class:`Layouts` keeps the layouts learned in a process, by record length, and learns one only
+while the records they decoded pay for the walks (a shard whose records all differ is left to
+protobuf after a few walks). It changes how fast records decode, never what they decode to.
+The decoding itself is :mod:`shardmix.formats.example`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Layout", "Layouts", "learn_layout"]
+
+_INT64 = np.dtype(np.int64)
+BYTES_ONE, BYTES_MANY, INT64 = 0, 1, 2  # how a feature's values become its value
+_MAX_VARINT = 9  # bytes: values below 2**63, a non-negative int64
+MAX_LAYOUTS = 64
+FREE_WALKS = 8  # walks a process may make before its layouts have decoded anything
+HITS_PER_WALK = 16  # records decoded by layout that earn one more walk
+
+Span = tuple[int, int]
+
+
+class _Unlike(Exception):
+    """The record is not of a layout this module learns."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Records of ``size`` bytes holding ``constants`` (``(start, bytes)``) around their values;
+    ``fields`` are ``(name, kind, spans)`` in the order protobuf's decoding gives the names,
+    ``spans`` where the field's values lie (one per value)."""
+
+    size: int
+    constants: tuple[tuple[int, bytes], ...]
+    fields: tuple[tuple[str, int, tuple[Span, ...]], ...]
+
+    def decode(self, payload: bytes) -> dict[str, Any] | None:
+        """The features of ``payload``, or None when it is not of this layout."""
+        if len(payload) != self.size:
+            return None
+        startswith = payload.startswith
+        for start, constant in self.constants:
+            if not startswith(constant, start):
+                return None
+        sample: dict[str, Any] = {}
+        for name, kind, spans in self.fields:
+            if kind == BYTES_ONE:
+                start, stop = spans[0]
+                sample[name] = payload[start:stop]
+            elif kind == BYTES_MANY:
+                sample[name] = [payload[start:stop] for start, stop in spans]
+            else:
+                values = []
+                for start, stop in spans:
+                    value = _exact_varint(payload, start, stop)
+                    if value < 0:
+                        return None
+                    values.append(value)
+                sample[name] = np.array(values, dtype=_INT64)
+        return sample
+
+
+def _exact_varint(payload: bytes, start: int, stop: int) -> int:
+    """The varint that fills ``payload[start:stop]`` exactly, or -1 when none does."""
+    last = payload[stop - 1]
+    if last >= 0x80:
+        return -1
+    value = 0
+    shift = 0
+    for at in range(start, stop - 1):
+        byte = payload[at]
+        if byte < 0x80:
+            return -1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+    return value | (last << shift)
+
+
+def _varint(payload: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The varint at ``pos`` (at most :data:`_MAX_VARINT` bytes) and the position after it."""
+    value = shift = 0
+    for at in range(pos, min(end, pos + _MAX_VARINT)):
+        byte = payload[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at + 1
+        shift += 7
+    raise _Unlike
+
+
+def _field(payload: bytes, pos: int, end: int, tag: int) -> tuple[int, int]:
+    """The span of the length-delimited field with tag byte ``tag`` at ``pos``."""
+    if pos >= end or payload[pos] != tag:
+        raise _Unlike
+    length, start = _varint(payload, pos + 1, end)
+    stop = start + length
+    if stop > end:
+        raise _Unlike
+    return start, stop
+
+
+def _feature(payload: bytes, start: int, end: int) -> tuple[int, tuple[Span, ...]]:
+    """The kind and value spans of one ``Feature`` message at ``payload[start:end]``."""
+    if start >= end or payload[start] not in (0x0A, 0x1A):  # bytes_list, int64_list
+        raise _Unlike
+    is_bytes = payload[start] == 0x0A
+    begin, stop = _field(payload, start, end, payload[start])
+    if stop != end:
+        raise _Unlike
+    spans: list[Span] = []
+    if is_bytes:
+        while begin < stop:
+            value_start, begin = _field(payload, begin, stop, 0x0A)
+            spans.append((value_start, begin))
+        kind = BYTES_ONE if len(spans) == 1 else BYTES_MANY
+    else:
+        packed, packed_end = _field(payload, begin, stop, 0x0A)
+        if packed_end != stop:
+            raise _Unlike
+        while packed < packed_end:
+            _, after = _varint(payload, packed, packed_end)
+            spans.append((packed, after))
+            packed = after
+        kind = INT64
+    if not spans:
+        raise _Unlike
+    return kind, tuple(spans)
+
+
+def _walk(payload: bytes) -> list[tuple[str, int, tuple[Span, ...]]]:
+    """The features of ``payload`` in wire order: ``(name, kind, spans)``."""
+    end = len(payload)
+    pos, features_end = _field(payload, 0, end, 0x0A)
+    if features_end != end:
+        raise _Unlike
+    fields = []
+    while pos < end:
+        entry, pos = _field(payload, pos, end, 0x0A)
+        key_start, key_end = _field(payload, entry, pos, 0x0A)
+        value_start, value_end = _field(payload, key_end, pos, 0x12)
+        if value_end != pos:
+            raise _Unlike
+        try:
+            name = payload[key_start:key_end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Unlike from None
+        fields.append((name, *_feature(payload, value_start, value_end)))
+    return fields
+
+
+def _same(found: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """Whether two decodings of a record are equal: names in order, values and their types."""
+    if list(found) != list(expected):
+        return False
+    for name, value in found.items():
+        other = expected[name]
+        if type(value) is not type(other):
+            return False
+        if isinstance(value, np.ndarray):
+            if value.dtype != other.dtype or not np.array_equal(value, other):
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+def learn_layout(payload: bytes, decoded: dict[str, Any]) -> Layout | None:
+    """The layout of ``payload``, which protobuf's decoding gives as ``decoded``; None when it
+    is not of a layout this module learns, or the layout would decode it otherwise."""
+    try:
+        fields = _walk(payload)
+    except _Unlike:
+        return None
+    names = [name for name, _, _ in fields]
+    if len(set(names)) != len(names) or set(names) != set(decoded):
+        return None
+    order = {name: at for at, name in enumerate(decoded)}
+    fields.sort(key=lambda field: order[field[0]])
+    values = sorted(span for _, _, spans in fields for span in spans)
+    constants = []
+    at = 0
+    for start, stop in values:
+        if start > at:
+            constants.append((at, payload[at:start]))
+        at = stop
+    if at < len(payload):
+        constants.append((at, payload[at:]))
+    layout = Layout(len(payload), tuple(constants), tuple(fields))
+    found = layout.decode(payload)
+    if found is None or not _same(found, decoded):
+        return None
+    return layout
+
+
+class Layouts:
+    """The layouts learned in one process, by record length, and what decides when to learn
+    another (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, Layout] = {}
+        self.hits = 0
+        self.walks = 0
+
+    def decode(self, payload: bytes) -> dict[str, Any] | None:
+        """The features of ``payload`` by a known layout, or None."""
+        layout = self.by_size.get(len(payload))
+        if layout is None or type(payload) is not bytes:
+            return None
+        sample = layout.decode(payload)
+        if sample is not None:
+            self.hits += 1
+        return sample
+
+    def missed(self, payload: bytes, decoded: dict[str, Any]) -> None:
+        """Protobuf decoded ``payload`` to ``decoded``: learn its layout, if walks are due."""
+        if (
+            type(payload) is not bytes
+            or self.walks >= FREE_WALKS + self.hits // HITS_PER_WALK
+            or (len(self.by_size) >= MAX_LAYOUTS and len(payload) not in self.by_size)
+        ):
+            return
+        self.walks += 1
+        layout = learn_layout(payload, decoded)
+        if layout is not None:
+            self.by_size[layout.size] = layout
