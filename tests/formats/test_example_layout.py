@@ -22,9 +22,9 @@ def parsed(payload: bytes) -> dict[str, Any]:
     return example._parsed(payload, LIMIT)
 
 
-def as_plain(sample: dict[str, Any]) -> list[tuple[str, Any]]:
+def as_plain(sample: dict[str, Any]) -> list[tuple[Any, ...]]:
     """A decoded sample's names in order, each value with its type (and dtype)."""
-    found = []
+    found: list[tuple[Any, ...]] = []
     for name, value in sample.items():
         if isinstance(value, np.ndarray):
             found.append((name, "array", str(value.dtype), value.tolist()))
