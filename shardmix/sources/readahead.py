@@ -8,11 +8,14 @@ in flight ahead of the reader, on the process's range threads
 per host, so read-ahead never holds more connections than the pool). A server that caps the
 bandwidth of one connection then gives a lane up to ``blocks`` connections' worth. Each block
 goes through :class:`~shardmix.sources.http.HttpShardStream` (its retries, resume, stall
-check, and the bytes counted for ``loader.stats()``); every block must come from the version
-of the first one (size and validator), else :class:`~shardmix.errors.ShardChangedError`. From
-a server that gives no validator, each block after a run's first asks for the bytes before it
-too, the seam a range resume asks for (:func:`~shardmix.sources.validators.seam_before`), and
-the reader compares them with the end of the block it just left
+check, and the bytes counted for ``loader.stats()``), received straight into one buffer that
+serves a later block once the reader has left it (:mod:`shardmix.sources.blockbuffers`: a
+fresh buffer per block cost more than its copy from the socket); every block must come from
+the version of the first one (size and validator), else
+:class:`~shardmix.errors.ShardChangedError`. From a server that gives no validator, each block
+after a run's first asks for the bytes before it too, the seam a range resume asks for
+(:func:`~shardmix.sources.validators.seam_before`), and the reader compares them with the end
+of the block it just left
 (:func:`~shardmix.sources.validators.check_seam`): a shard replaced by one of the same size
 between two blocks is refused there, never read as a mix of two versions.
 
@@ -39,6 +42,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from shardmix.errors import ShardmixError
+from shardmix.sources.blockbuffers import give_back, take
 from shardmix.sources.fetchpool import fetch_pool
 from shardmix.sources.http import HttpShardStream, _headers_of, open_http
 from shardmix.sources.identity import ShardIdentity, attach_identity
@@ -53,9 +57,10 @@ __all__ = ["BlockStream", "follow", "forget", "open_blocks", "open_web"]
 
 
 class _Block(NamedTuple):
-    data: bytes
+    data: memoryview  # the block's bytes, a view of the buffer they were received into
     identity: ShardIdentity
-    seam: bytes = b""  # the bytes just before the block, asked for again (no validator)
+    seam: bytes  # the bytes just before the block, asked for again (no validator)
+    buffer: bytearray  # given back (blockbuffers) once the reader leaves the block
 
 
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
@@ -68,7 +73,7 @@ def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
 
 def _fetch(url: str, options: SourceOptions, start: int, stop: int, seam: int = 0) -> _Block:
     """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried,
-    and the ``seam`` bytes before ``start``."""
+    and the ``seam`` bytes before ``start``: received straight into one buffer, the block's."""
     first = start - seam
     stream = HttpShardStream(
         url,
@@ -78,15 +83,14 @@ def _fetch(url: str, options: SourceOptions, start: int, stop: int, seam: int = 
         stop=stop,
         min_bytes_per_s=options.min_bytes_per_s,
     )
+    buffer = take(stop - first)
+    view = memoryview(buffer)[: stop - first]
+    filled = 0
     with stream:
         stream.seek(first)
-        parts = []
-        while part := stream.read(stop - stream.tell()):
-            parts.append(part)
-        data = b"".join(parts)
-        if not seam:
-            return _Block(data, stream.identity)
-        return _Block(data[seam:], stream.identity, data[:seam])
+        while filled < len(view) and (count := stream.readinto(view[filled:])):
+            filled += count
+    return _Block(view[seam:filled], stream.identity, bytes(view[:seam]), buffer)
 
 
 class BlockStream(io.RawIOBase):
@@ -183,7 +187,7 @@ class BlockStream(io.RawIOBase):
         if within >= len(data):
             return 0  # a short block: the shard ends there
         count = min(len(view), len(data) - within)
-        view[:count] = data[within : within + count]
+        view[:count] = data[within : within + count]  # a view of the block: one copy
         self._position = position + count
         if within + count == len(data):
             self._done_with(index)
@@ -277,9 +281,12 @@ class BlockStream(io.RawIOBase):
         fire = False
         with self._lock:
             future = self._futures.pop(index, None)
-            if future is not None and self._identity and self._identity.validator is None:
-                data = future.result().data
-                self._left = (self._base + index * self._block + len(data), data[-SEAM_BYTES:])
+            if future is not None:
+                block = future.result()
+                if self._identity and self._identity.validator is None:
+                    ended = self._base + index * self._block + len(block.data)
+                    self._left = (ended, bytes(block.data[-SEAM_BYTES:]))
+                give_back(block.buffer)  # the reader copied what it read: nothing refers to it
             self._reading = index + 1
             fire = self._fill()
         if fire and self.on_tail is not None:
