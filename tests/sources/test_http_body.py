@@ -1,5 +1,5 @@
 """An answer's body received straight into the reader's buffer (shardmix.sources.http_body),
-and read-ahead's block buffers used again (shardmix.sources.blockbuffers): exact bytes, the
+and read-ahead's block buffers used again (shardmix.sources.blockfetch): exact bytes, the
 connection kept for the next request, resumes within a block, every byte counted once."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import urllib3
 
 from shardmix.errors import UnvalidatedShardWarning
-from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions, blockbuffers
+from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions, blockfetch
 from shardmix.sources.connections import connection_pool
 from shardmix.sources.http import HttpShardStream
 from shardmix.sources.http_body import _direct, read_into
-from shardmix.sources.readahead import open_blocks
+from shardmix.sources.readahead import BlockStream, open_blocks
 from shardmix.sources.traffic import take_traffic
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.05, read_timeout=5.0)
@@ -124,28 +124,58 @@ def test_a_block_cut_short_is_resumed_within_the_block(server):
 
 def test_block_buffers_serve_the_next_blocks_and_shards_read_whole(server, monkeypatch):
     base, state = server
-    monkeypatch.setattr(blockbuffers, "_kept", [])
+    monkeypatch.setattr(blockfetch, "_kept", [])
     shards = [put(state, f"s{index}.bin", 7 * BLOCK + index * 1000) for index in range(4)]
     options = SourceOptions(retry=FAST, read_ahead=ReadAhead(blocks=2, block_bytes=BLOCK))
     for _ in range(2):
         for index, data in enumerate(shards):
             with open_blocks(f"{base}/s{index}.bin", options) as stream:
                 assert stream.read() == data
-    kept = blockbuffers._kept  # the blocks' buffers came back, to serve the next blocks
+    kept = blockfetch._kept  # the blocks' buffers came back, to serve the next blocks
     assert 0 < len(kept) <= 3 and all(len(buffer) == BLOCK for buffer in kept)
 
 
 def test_block_buffers_are_used_again_within_a_bound(monkeypatch):
-    monkeypatch.setattr(blockbuffers, "_kept", [])
-    monkeypatch.setattr(blockbuffers, "KEPT_BYTES", 3 * 1000)
-    first = blockbuffers.take(1000)
+    monkeypatch.setattr(blockfetch, "_kept", [])
+    monkeypatch.setattr(blockfetch, "KEPT_BYTES", 3 * 1000)
+    first = blockfetch.take(1000)
     assert len(first) == 1000
-    blockbuffers.give_back(first)
-    assert blockbuffers.take(990) is first  # close enough in size
-    blockbuffers.give_back(first)
-    assert blockbuffers.take(500) is not first  # far too large for it: a new one
-    assert blockbuffers.take(1001) is not first  # too small
+    blockfetch.give_back(first)
+    assert blockfetch.take(990) is first  # close enough in size
+    blockfetch.give_back(first)
+    assert blockfetch.take(500) is not first  # far too large for it: a new one
+    assert blockfetch.take(1001) is not first  # too small
     buffers = [bytearray(1000) for _ in range(4)]
     for buffer in buffers:
-        blockbuffers.give_back(buffer)
-    assert blockbuffers._kept == [first, buffers[0], buffers[1]]  # 3,000 bytes at most
+        blockfetch.give_back(buffer)
+    assert blockfetch._kept == [first, buffers[0], buffers[1]]  # 3,000 bytes at most
+
+
+def read_exact(stream: BlockStream, count: int) -> bytes:
+    """``count`` bytes (fewer at the end): a raw read stops at its block's end."""
+    read = b""
+    while len(read) < count and (piece := stream.read(count - len(read))):
+        read += piece
+    return read
+
+
+def test_reads_and_seeks_within_and_across_blocks_give_the_shard_bytes(server):
+    base, state = server
+    data = put(state, "e.bin", 5 * BLOCK + 321)
+    options = SourceOptions(retry=FAST, read_ahead=ReadAhead(blocks=2, block_bytes=BLOCK))
+    stream = BlockStream(f"{base}/e.bin", options)
+    with stream:
+        read = b""
+        while piece := stream.read(1000):  # unbuffered: across each block's end
+            read += piece
+        assert read == data
+        for at, count in [(10, 100), (5, 50), (BLOCK - 3, 10), (BLOCK + 1, 3000), (7, 4)]:
+            assert stream.seek(at) == at
+            assert read_exact(stream, count) == data[at : at + count]
+        stream.seek(2 * BLOCK + 10)
+        assert read_exact(stream, 20) == data[2 * BLOCK + 10 : 2 * BLOCK + 30]
+        stream.seek(2 * BLOCK + 15)  # back, within the block the reader is in
+        assert read_exact(stream, BLOCK) == data[2 * BLOCK + 15 : 3 * BLOCK + 15]
+        assert read_exact(stream, BLOCK) == data[3 * BLOCK + 15 : 4 * BLOCK + 15]
+        stream.seek(len(data) - 2)
+        assert read_exact(stream, 10) == data[-2:] and read_exact(stream, 10) == b""
