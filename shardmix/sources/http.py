@@ -38,6 +38,7 @@ import urllib3
 
 from shardmix.errors import ConfigError, UnsupportedURLError
 from shardmix.sources.connections import connection_pool, follow_redirects
+from shardmix.sources.http_body import read_into
 from shardmix.sources.http_retry import (
     RateWatch,
     Retries,
@@ -317,10 +318,8 @@ class HttpShardStream(io.RawIOBase):
                 return 0
             self._rate.check(self._position)  # before a read: a stall loses no byte taken
             with transient_io(self.url, "reading"):
-                # read1: what has arrived, so a slow server's bytes count as progress at once.
-                chunk = self._response.read1(len(view))
-            count = len(chunk)
-            view[:count] = chunk
+                # What has arrived, so a slow server's bytes count as progress at once.
+                count = read_into(self._response, view)
             if count:
                 self._position += count
                 count_bytes(self._where, count)

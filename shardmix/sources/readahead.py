@@ -8,11 +8,13 @@ in flight ahead of the reader, on the process's range threads
 per host, so read-ahead never holds more connections than the pool). A server that caps the
 bandwidth of one connection then gives a lane up to ``blocks`` connections' worth. Each block
 goes through :class:`~shardmix.sources.http.HttpShardStream` (its retries, resume, stall
-check, and the bytes counted for ``loader.stats()``); every block must come from the version
-of the first one (size and validator), else :class:`~shardmix.errors.ShardChangedError`. From
-a server that gives no validator, each block after a run's first asks for the bytes before it
-too, the seam a range resume asks for (:func:`~shardmix.sources.validators.seam_before`), and
-the reader compares them with the end of the block it just left
+check, and the bytes counted for ``loader.stats()``), into a buffer used again once the
+reader has left the block (:mod:`shardmix.sources.blockfetch`); every block must come from
+the version of the first one (size and validator), else a
+:class:`~shardmix.errors.ShardChangedError`. From a server that gives no validator, each block
+after a run's first asks for the bytes before it too, the seam a range resume asks for
+(:func:`~shardmix.sources.validators.seam_before`), and the reader compares them with the end
+of the block it just left
 (:func:`~shardmix.sources.validators.check_seam`): a shard replaced by one of the same size
 between two blocks is refused there, never read as a mix of two versions.
 
@@ -36,11 +38,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from shardmix.errors import ShardmixError
+from shardmix.sources.blockfetch import Block, fetch_block, give_back
 from shardmix.sources.fetchpool import fetch_pool
-from shardmix.sources.http import HttpShardStream, _headers_of, open_http
+from shardmix.sources.http import open_http
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
 from shardmix.sources.traffic import count_stall
@@ -52,41 +55,12 @@ if TYPE_CHECKING:
 __all__ = ["BlockStream", "follow", "forget", "open_blocks", "open_web"]
 
 
-class _Block(NamedTuple):
-    data: bytes
-    identity: ShardIdentity
-    seam: bytes = b""  # the bytes just before the block, asked for again (no validator)
-
-
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     """Open an ``http(s)://`` shard (the opener registered for both schemes): read ahead in
     blocks with ``options.read_ahead``, else one stream (:func:`.http.open_http`)."""
     if options.read_ahead is not None:
         return open_blocks(url, options, offset)
     return open_http(url, options, offset)
-
-
-def _fetch(url: str, options: SourceOptions, start: int, stop: int, seam: int = 0) -> _Block:
-    """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried,
-    and the ``seam`` bytes before ``start``."""
-    first = start - seam
-    stream = HttpShardStream(
-        url,
-        options.retry,
-        headers=_headers_of(url, options),
-        first_at=first,
-        stop=stop,
-        min_bytes_per_s=options.min_bytes_per_s,
-    )
-    with stream:
-        stream.seek(first)
-        parts = []
-        while part := stream.read(stop - stream.tell()):
-            parts.append(part)
-        data = b"".join(parts)
-        if not seam:
-            return _Block(data, stream.identity)
-        return _Block(data[seam:], stream.identity, data[:seam])
 
 
 class BlockStream(io.RawIOBase):
@@ -114,11 +88,13 @@ class BlockStream(io.RawIOBase):
         self._position = 0
         self._size: int | None = None
         self._identity: ShardIdentity | None = None
-        self._futures: dict[int, Future[_Block]] = {}
+        self._futures: dict[int, Future[Block]] = {}
         self._base = 0  # where block 0 of the current run starts
         self._next = 0  # the next block of the run to ask for
         self._reading = 0  # the block the reader is in
         self._run = 0  # tells the runs apart (a seek starts a new one)
+        # The block the reader is in, its version and seam checked: index, offset, bytes.
+        self._current: tuple[int, int, memoryview] | None = None
         # Where the block the reader left last ended, and its last bytes: what the next
         # block's seam must be (no validator).
         self._left: tuple[int, bytes] = (-1, b"")
@@ -172,20 +148,30 @@ class BlockStream(io.RawIOBase):
             raise ValueError(f"{self.url}: read from a closed stream")
         view = memoryview(buffer).cast("B")
         position = self._position
+        current = self._current
+        if current is not None and len(view):  # most reads: on in the block already checked
+            index, start, data = current
+            if 0 <= position - start < len(data):
+                return self._copy(view, index, data, position - start)
         if not len(view) or (self._size is not None and position >= self._size):
             return 0
         index, within = divmod(position - self._base, self._block)
         if position < self._base or index not in self._futures:
             self._start_run(position)
             index, within = 0, 0
-        block = self._result(index)
-        data = block.data
+        data = self._result(index).data
         if within >= len(data):
             return 0  # a short block: the shard ends there
+        self._current = (index, position - within, data)
+        return self._copy(view, index, data, within)
+
+    def _copy(self, view: memoryview, index: int, data: memoryview, within: int) -> int:
+        """Copy into ``view`` from ``within`` block ``index`` on; leave the block at its end."""
         count = min(len(view), len(data) - within)
-        view[:count] = data[within : within + count]
-        self._position = position + count
+        view[:count] = data[within : within + count]  # a view of the block: one copy
+        self._position += count
         if within + count == len(data):
+            self._current = None
             self._done_with(index)
         return count
 
@@ -196,6 +182,7 @@ class BlockStream(io.RawIOBase):
                 for future in self._futures.values():
                     future.cancel()
                 self._futures.clear()
+                self._current = None
         super().close()
 
     # -- blocks --------------------------------------------------------------------------
@@ -207,13 +194,14 @@ class BlockStream(io.RawIOBase):
             for future in self._futures.values():
                 future.cancel()
             self._futures = {}
+            self._current = None
             self._base, self._next, self._reading = base, 0, 0
             run = self._run
             self._submit()
         first = self._futures[0]
         first.add_done_callback(lambda done: self._first_arrived(done, run))
 
-    def _first_arrived(self, future: Future[_Block], run: int) -> None:
+    def _first_arrived(self, future: Future[Block], run: int) -> None:
         """Once the size is known, ask for the rest of the window (in a fetch thread)."""
         if future.cancelled() or future.exception() is not None:
             return  # the reader meets the error when it gets there
@@ -249,10 +237,12 @@ class BlockStream(io.RawIOBase):
         seam = seam_before(identity.validator, start) if identity and self._next else 0
         seam = min(seam, self._block)  # within the block before, which the reader keeps
         pool = fetch_pool()
-        self._futures[self._next] = pool.submit(_fetch, self.url, self._options, start, stop, seam)
+        self._futures[self._next] = pool.submit(
+            fetch_block, self.url, self._options, start, stop, seam
+        )
         self._next += 1
 
-    def _result(self, index: int) -> _Block:
+    def _result(self, index: int) -> Block:
         block = self._futures[index].result()
         start = self._base + index * self._block
         self._note(block, start)
@@ -262,7 +252,7 @@ class BlockStream(io.RawIOBase):
                 check_seam(self.url, start, last[-len(block.seam) :], block.seam)
         return block
 
-    def _note(self, block: _Block, offset: int) -> None:
+    def _note(self, block: Block, offset: int) -> None:
         """Take the first block's version as the shard's; refuse any other."""
         found = block.identity
         if self._identity is None:
@@ -277,9 +267,12 @@ class BlockStream(io.RawIOBase):
         fire = False
         with self._lock:
             future = self._futures.pop(index, None)
-            if future is not None and self._identity and self._identity.validator is None:
-                data = future.result().data
-                self._left = (self._base + index * self._block + len(data), data[-SEAM_BYTES:])
+            if future is not None:
+                block = future.result()
+                if self._identity and self._identity.validator is None:
+                    ended = self._base + index * self._block + len(block.data)
+                    self._left = (ended, bytes(block.data[-SEAM_BYTES:]))
+                give_back(block.buffer)  # the reader copied what it read: nothing refers to it
             self._reading = index + 1
             fire = self._fill()
         if fire and self.on_tail is not None:
