@@ -181,3 +181,39 @@ def test_pax_header_blocks_that_differ_in_one_size_are_compared_no_more() -> Non
     assert plain_members(bytes(data), 0, 1 << 30, shapes) == cold
     assert plain_members(bytes(data), 0, 1 << 30, shapes) == cold
     assert list(shapes.blocks.values()) == [None]
+
+
+def test_pax_records_after_a_block_known_plain_give_the_runs_a_cold_walk_gives() -> None:
+    """A pax header's one record after a block found plain is taken by its length, keyword and
+    end alone: every byte of one record changed (to another digit, a delimiter, a NUL, a
+    ``path`` or a second record), the run a walk with the block known finds is the one a walk
+    knowing nothing finds, and a record of a size known, unchanged, keeps its block known."""
+    from shardmix.formats.tar.runs import plain_members
+
+    data = _PAX_ARCHIVE
+    warm = PaxShapes()
+    found = plain_members(data, 0, 1 << 30, warm)
+    assert found is not None and found == plain_members(data, 0, 1 << 30, PaxShapes())
+    pax = [at for at in range(0, len(data), 512) if data[at + 156] == ord("x")]
+    record = pax[3] + 512
+    size = int(data[pax[3] + 124 : pax[3] + 135], 8)
+    known = warm.blocks[data[pax[3] + 124 : pax[3] + 135]]
+    assert known is not None and known[3] is not None  # its one record is compared
+    variants = [
+        b"%d path=%s\n" % (size, b"a" * (size - 9)),
+        b"%d size=%s\n" % (size, b"1" * (size - 9)),
+    ]
+    variants.append(b"12 mtime=12\n%d mtime=%s\n" % (size - 12, b"1" * (size - 22)))
+    for value in variants:
+        assert len(value) == size
+        changed = bytearray(data)
+        changed[record : record + size] = value
+        cold = plain_members(bytes(changed), 0, 1 << 30, PaxShapes())
+        assert plain_members(bytes(changed), 0, 1 << 30, warm) == cold, value
+    for position in range(record, record + size + 2):
+        for value in (data[position] ^ 1, ord("0"), ord(" "), ord("="), ord("\n"), 0):
+            changed = bytearray(data)
+            changed[position] = value
+            cold = plain_members(bytes(changed), 0, 1 << 30, PaxShapes())
+            assert plain_members(bytes(changed), 0, 1 << 30, warm) == cold, (position, value)
+    assert plain_members(data, 0, 1 << 30, warm) == found

@@ -23,6 +23,12 @@ data. A block the fast path has found plain (its field layout and checksum) is k
 field (:attr:`PaxShapes.blocks`), and a pax header that is that very block needs no check again:
 one comparison of 512 bytes. Where the blocks of one size differ (GNU tar names the member in
 each) that size is not compared again.
+
+Where that block's data held one record (``tarfile``'s and webdataset's ``mtime``), its bytes up
+to the ``=`` are kept after the block, and the byte that ends the record (a newline, with a NUL
+if one followed): a pax header with both is read by :func:`read_pax` as that one record, whatever
+its value holds (the length, the keyword and the end fix each step), so it changes nothing. Two
+comparisons, without a copy, instead of a ``translate`` and its look-ups.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ _SPARSE = "GNU.sparse."  # sparse data, which the slow path refuses
 _MAX_SHAPES = 64  # a few per writer; past this many the known ones are forgotten
 
 
-# A pax header block found plain, its size and its step to the next header.
-_Block = tuple[bytes, int, int]
+# A pax header block found plain, its size and its step to the next header; and where its data
+# held one record that changes nothing: the block and that record up to its "=", what ends the
+# record and where (from the block's start), else None.
+_Block = tuple[bytes, int, int, tuple[bytes, bytes, int] | None]
 _Blocks = dict[bytes, _Block | None]
 
 
@@ -67,9 +75,15 @@ class PaxShapes:
                 break
             if len(blocks) >= _MAX_SHAPES:
                 blocks.clear()
-            size = int(buffer[at + 124 : at + 135], 8)
+            size_text = buffer[at + 124 : at + 135]
+            if size_text in blocks:
+                continue
+            size = int(size_text, 8)
             step = BLOCK + (size + BLOCK - 1) // BLOCK * BLOCK
-            blocks.setdefault(buffer[at + 124 : at + 135], (buffer[at : at + BLOCK], size, step))
+            block = buffer[at : at + BLOCK]
+            record = _one_record(buffer[at + BLOCK : at + BLOCK + size])
+            whole = None if record is None else (block + record[0], record[1], BLOCK + record[2])
+            blocks[size_text] = (block, size, step, whole)
 
     def changes_nothing(self, data: bytes) -> bool:
         """Whether :func:`read_pax` reads ``data`` (a pax header's) as well-formed records none
@@ -96,3 +110,20 @@ class PaxShapes:
             self.known.clear()
         self.known[shape] = (lengths, lengths(data))
         return True
+
+
+def _one_record(data: bytes) -> tuple[bytes, bytes, int] | None:
+    """Where ``data`` (a pax header's) is one record that changes nothing: its bytes up to its
+    ``=``, what ends it (its newline, and the NUL after it if the data go on) and where."""
+    records = read_pax(data)
+    if (
+        records is None
+        or len(records) != 1
+        or any(key in _CHANGING or key.startswith(_SPARSE) for key in records)
+    ):
+        return None
+    space = data.find(b" ")
+    length = int(data[:space])
+    if length < len(data) and data[length] != 0:
+        return None  # a second record of the same keyword
+    return data[: data.index(b"=", space) + 1], data[length - 1 : length + 1], length - 1

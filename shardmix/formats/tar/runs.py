@@ -14,7 +14,8 @@ member (as on the slow path); a ``size`` other than the header's, a ``GNU.sparse
 malformed header end the run before its member. A pax header whose shape is known to change
 nothing (:class:`~shardmix.formats.tar.pax.PaxShapes`: the times one tool writes) is not read,
 and one whose very block was found plain before (the block a tool writes for every header of
-one size: :attr:`~shardmix.formats.tar.pax.PaxShapes.blocks`) is compared, not checked again.
+one size: :attr:`~shardmix.formats.tar.pax.PaxShapes.blocks`) is compared, not checked again,
+its data too where they are one record like the one after that block (its length, keyword, end).
 A run stops at anything else (a link, a directory, a checksum to look at closer, the
 end-of-archive blocks, a member cut by the buffer's end), which the slow path reads, errors
 included. On shards of small records this is most of a reader's time: a few calls per buffer
@@ -101,6 +102,16 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
         size_text = buffer[at + 124 : at + 135]
         typeflag = buffer[at + 156]
         if typeflag == _PAX and (block := blocks.get(size_text)) is not None:
+            if (
+                (whole := block[3]) is not None
+                and buffer.startswith(whole[0], at)
+                and buffer.startswith(whole[1], at + whole[2])
+            ):  # the very block found plain, then its one record: changes nothing (pax.py)
+                if (after := at + block[2]) > end:
+                    break
+                entry = at if entry < 0 else entry
+                at = after
+                continue
             if buffer.startswith(block[0], at):  # the very block found plain: size known, no check
                 if (after := at + block[2]) > end:
                     break
