@@ -19,7 +19,7 @@ import os
 import threading
 from typing import NamedTuple
 
-from shardmix.sources.http import HttpShardStream, _headers_of
+from shardmix.sources.http import shard_stream
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.options import SourceOptions
 
@@ -44,14 +44,7 @@ def fetch_block(url: str, options: SourceOptions, start: int, stop: int, seam: i
     """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried,
     and the ``seam`` bytes before ``start``, received into one buffer."""
     first = start - seam
-    stream = HttpShardStream(
-        url,
-        options.retry,
-        headers=_headers_of(url, options),
-        first_at=first,
-        stop=stop,
-        min_bytes_per_s=options.min_bytes_per_s,
-    )
+    stream = shard_stream(url, options, first, stop)
     buffer = take(stop - first)
     view = memoryview(buffer)[: stop - first]
     filled = 0

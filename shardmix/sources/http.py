@@ -56,7 +56,14 @@ from shardmix.sources.validators import changed, precondition
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["HttpShardStream", "RetryPolicy", "connection_pool", "fetch_range", "open_http"]
+__all__ = [
+    "HttpShardStream",
+    "RetryPolicy",
+    "connection_pool",
+    "fetch_range",
+    "open_http",
+    "shard_stream",
+]
 
 # Forward seeks up to this many bytes read and drop them; a longer one asks for a new range,
 # which costs a round trip but no transfer.
@@ -82,15 +89,29 @@ def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     registered for http(s) is :func:`shardmix.sources.readahead.open_web`, which reads ahead
     in blocks instead when ``options.read_ahead`` asks for it.
     """
-    stream = HttpShardStream(
+    stream = shard_stream(url, options, offset)
+    buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
+    return attach_identity(buffered, stream.identity)
+
+
+def shard_stream(
+    url: str,
+    options: SourceOptions,
+    first_at: int,
+    stop: int | None = None,
+    expect: ShardIdentity | None = None,
+) -> HttpShardStream:
+    """An :class:`HttpShardStream` of ``url`` whose first request asks for ``first_at``, with
+    ``options``' retries, headers and stall check (bounded at ``stop``, held to ``expect``)."""
+    return HttpShardStream(
         url,
         options.retry,
         headers=_headers_of(url, options),
-        first_at=offset,
+        first_at=first_at,
+        stop=stop,
         min_bytes_per_s=options.min_bytes_per_s,
+        expect=expect,
     )
-    buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
-    return attach_identity(buffered, stream.identity)
 
 
 def fetch_range(
@@ -106,15 +127,7 @@ def fetch_range(
     ``expect``: the version the bytes must come from (a checkpoint's); an answer of another
     size or validator is a :class:`~shardmix.errors.ShardChangedError`.
     """
-    stream = HttpShardStream(
-        url,
-        options.retry,
-        headers=_headers_of(url, options),
-        first_at=start,
-        stop=stop,
-        min_bytes_per_s=options.min_bytes_per_s,
-        expect=expect,
-    )
+    stream = shard_stream(url, options, start, stop, expect)
     with stream:
         stream.seek(start)
         chunks = []
