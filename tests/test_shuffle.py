@@ -134,6 +134,27 @@ def test_a_slot_buffer_makes_the_choices_a_shuffle_buffer_makes(
     assert slots.draws.count == one.draws.count and len(slots) == 0 and slots.bytes == 0
 
 
+@pytest.mark.parametrize(("held", "counts"), [(1, [1]), (7, [3, 4]), (300, [1, 64, 100, 135])])
+def test_pops_in_runs_leave_the_slots_pops_one_at_a_time_leave(held, counts):
+    """After each run of pops: the ids popped, the residents in slot order, their sizes and
+    the bytes held are those of a ShuffleBuffer popping one at a time."""
+    sizes = [(7 * item) % 23 + 1 for item in range(held)]
+    one: ShuffleBuffer[int] = ShuffleBuffer(
+        held, seed=5, epoch=2, max_bytes=1 << 40, size_of=sizes.__getitem__
+    )
+    slots = SlotBuffer(held, seed=5, epoch=2, max_bytes=1 << 40, warmup=None)
+    for item in range(held):
+        assert one.push(item) is None
+    slots.push(np.arange(held, dtype=np.int64), np.asarray(sizes, dtype=np.int64), held)
+    assert slots.slots.tolist() == one.items
+    for count in counts:
+        assert slots.pop(count).tolist() == [one.pop() for _ in range(count)]
+        assert slots.slots.tolist() == one.items
+        assert slots.sizes.tolist() == one.sizes() and slots.bytes == one.bytes
+        assert slots.draws.count == one.draws.count
+    assert len(slots) == 0
+
+
 def one_bytes(sizes, slots):
     return sum(sizes[slot] for slot in slots.tolist())
 

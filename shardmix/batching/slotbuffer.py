@@ -250,37 +250,29 @@ class SlotBuffer:
         moves into the emptied slot (as :meth:`ShuffleBuffer.pop`)."""
         held = self._length
         count = min(count, held)
-        # Only the popped slots and the last ``count`` (which move into them) change, so the
-        # loop runs on those: the tail as lists, the rest of the slots through ``moved``.
         kept = held - count
-        tail = self._ids[kept:held].tolist()
-        tail_sizes = self._sizes[kept:held].tolist()
-        moved: dict[int, tuple[int, int]] = {}  # slot below ``kept`` -> (id, size) now in it
+        # The k-th pop draws among the first ``held - k`` slots. The loop follows which slot's
+        # first resident each changed slot holds (``moved``), so that it handles plain ints
+        # only; the ids and sizes are gathered once, before the residents moved are written.
+        draws = self.draws.take(count) % np.arange(held, kept, -1, dtype=np.int64)
+        moved: dict[int, int] = {}  # slot -> the slot whose resident it holds now
+        taken, came = moved.pop, moved.get
         out = []
-        for draw in self.draws.take(count).tolist():
-            index = draw % (kept + len(tail))
-            last, last_size = tail.pop(), tail_sizes.pop()
-            if index >= kept + len(tail):
-                out.append(last)
-                self.bytes -= last_size
-                continue
-            if index >= kept:
-                out.append(tail[index - kept])
-                self.bytes -= tail_sizes[index - kept]
-                tail[index - kept], tail_sizes[index - kept] = last, last_size
-                continue
-            held_id, held_size = moved.get(index) or (
-                int(self._ids[index]),
-                int(self._sizes[index]),
-            )
-            out.append(held_id)
-            self.bytes -= held_size
-            moved[index] = (last, last_size)
+        for last, index in zip(range(held - 1, kept - 1, -1), draws.tolist(), strict=True):
+            resident = taken(last, last)  # what the last slot holds leaves it
+            if index == last:
+                out.append(resident)
+            else:
+                out.append(came(index, index))
+                moved[index] = resident
         self.draws.count += count
         self._length = kept
-        if moved:
+        slots = np.asarray(out, dtype=np.int64)
+        popped = self._ids[slots]
+        self.bytes -= int(self._sizes[slots].sum())
+        if moved:  # every slot left in it is below ``kept``; what it holds came from above
             where = np.fromiter(moved, dtype=np.int64, count=len(moved))
-            values = np.array(list(moved.values()), dtype=np.int64)
-            self._ids[where] = values[:, 0]
-            self._sizes[where] = values[:, 1]
-        return np.asarray(out, dtype=np.int64)
+            sources = np.fromiter(moved.values(), dtype=np.int64, count=len(moved))
+            self._ids[where] = self._ids[sources]
+            self._sizes[where] = self._sizes[sources]
+        return popped
