@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from shardmix.errors import DecodeError
+from shardmix.formats.example_size import varint_at
+
 __all__ = ["Layout", "Layouts", "learn_layout"]
 
 _INT64 = np.dtype(np.int64)
@@ -100,15 +103,15 @@ def _exact_varint(payload: bytes, start: int, stop: int) -> int:
 
 
 def _varint(payload: bytes, pos: int, end: int) -> tuple[int, int]:
-    """The varint at ``pos`` (at most :data:`_MAX_VARINT` bytes) and the position after it."""
-    value = shift = 0
-    for at in range(pos, min(end, pos + _MAX_VARINT)):
-        byte = payload[at]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at + 1
-        shift += 7
-    raise _Unlike
+    """:func:`~shardmix.formats.example_size.varint_at`, of at most :data:`_MAX_VARINT` bytes
+    (any other is not of a layout learned here)."""
+    try:
+        value, after = varint_at(payload, pos, end)
+    except DecodeError:
+        raise _Unlike from None
+    if after - pos > _MAX_VARINT:
+        raise _Unlike
+    return value, after
 
 
 def _field(payload: bytes, pos: int, end: int, tag: int) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from shardmix.errors import DecodeError
 
-__all__ = ["DEFAULT_MAX_DECODED_BYTES", "MAX_EXPANSION", "decoded_size_over"]
+__all__ = ["DEFAULT_MAX_DECODED_BYTES", "MAX_EXPANSION", "decoded_size_over", "varint_at"]
 
 DEFAULT_MAX_DECODED_BYTES = 256 << 20
 
@@ -42,7 +42,7 @@ class _Over(Exception):
         self.size = size
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def varint_at(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """The varint at ``pos`` and the position after it."""
     result = shift = 0
     while pos < end:
@@ -60,11 +60,11 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
     """The position after an unknown field's value of wire type ``wire``."""
     if wire == 0:
-        return _varint(buf, pos, end)[1]
+        return varint_at(buf, pos, end)[1]
     if wire == 1:
         pos += 8
     elif wire == 2:
-        length, pos = _varint(buf, pos, end)
+        length, pos = varint_at(buf, pos, end)
         pos += length
     elif wire == 5:
         pos += 4
@@ -78,10 +78,10 @@ def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
 def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """``(number, wire, start, stop)`` of each field; for wire type 2 the value's span."""
     while pos < end:
-        tag, pos = _varint(buf, pos, end)
+        tag, pos = varint_at(buf, pos, end)
         number, wire = tag >> 3, tag & 7
         if wire == 2:
-            length, start = _varint(buf, pos, end)
+            length, start = varint_at(buf, pos, end)
             pos = start + length
             if pos > end:
                 raise DecodeError(f"a field of {length} bytes runs past its message's end")
