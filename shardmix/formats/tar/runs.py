@@ -102,24 +102,19 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
         size_text = buffer[at + 124 : at + 135]
         typeflag = buffer[at + 156]
         if typeflag == _PAX and (block := blocks.get(size_text)) is not None:
-            if (
-                (whole := block[3]) is not None
-                and buffer.startswith(whole[0], at)
-                and buffer.startswith(whole[1], at + whole[2])
-            ):  # the very block found plain, then its one record: changes nothing (pax.py)
+            # The very block found plain, then its one record (changes nothing: pax.py)?
+            one = (whole := block[3]) is not None and (
+                buffer.startswith(whole[0], at) and buffer.startswith(whole[1], at + whole[2])
+            )
+            if one or buffer.startswith(block[0], at):  # the very block: size known, no check
                 if (after := at + block[2]) > end:
                     break
                 entry = at if entry < 0 else entry
-                at = after
-                continue
-            if buffer.startswith(block[0], at):  # the very block found plain: size known, no check
-                if (after := at + block[2]) > end:
-                    break
-                entry = at if entry < 0 else entry
-                data = buffer[at + BLOCK : at + BLOCK + block[1]]
-                shape = known.get(data.translate(shape_of))
-                if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
-                    pending.append(at)
+                if not one:
+                    data = buffer[at + BLOCK : at + BLOCK + block[1]]
+                    shape = known.get(data.translate(shape_of))
+                    if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
+                        pending.append(at)
                 at = after
                 continue
             blocks[size_text] = None  # this size's blocks differ (names, times): no more tries
