@@ -13,11 +13,12 @@ from __future__ import annotations
 import io
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from torchrun import run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
@@ -69,9 +70,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-    done = subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    done = run_job(command, timeout=600, env=env, cwd=cwd)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert "Traceback" not in done.stderr, done.stderr[-6000:]
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 from shardmix import MixingLoader, ShardDataset
 
 from shards import expected_keys, write_shards
+from torchrun import torchrun
 
 pytest.importorskip("accelerate")
 
@@ -35,11 +34,7 @@ def train(pattern: str, out: Path, *args: str) -> tuple[list[list[dict]], str]:
     """Run the job; what each rank trained on (one line per step), and its stderr."""
     out.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc_per_node={RANKS}", str(JOB), pattern, str(out), *args,
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
+    done = torchrun(JOB, pattern, str(out), *args, nproc=RANKS, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     steps = [
         [json.loads(line) for line in (out / f"steps-{rank}.jsonl").read_text().splitlines()]

@@ -7,8 +7,6 @@ other, and ends with the same weights. The loader is one entry, the same on both
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,16 +16,14 @@ from shardmix import ConfigError, MixingLoader, ShardDataset
 from shardmix.dcp import LoaderState
 
 from shards import write_shards
+from torchrun import torchrun
 
 JOB = Path(__file__).with_name("dcp_job.py")
 SIZES = [9, 14, 3, 11, 7, 12, 5, 10]
 
 
 def run_job(pattern: str, out: Path, *args: str) -> list[dict]:
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    done = subprocess.run(
-        [*launch, str(JOB), pattern, str(out), *args], capture_output=True, text=True, timeout=300
-    )
+    done = torchrun(JOB, pattern, str(out), *args, nproc=2, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(2)]
 

@@ -1,14 +1,13 @@
 """A real torchrun job resized: 4 ranks (gloo, CPU) checkpoint mid-epoch, 2 and 3 resume."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from shards import expected_keys, write_shards
+from torchrun import torchrun
 
 SIZES = [31, 5, 17, 40, 2, 26, 9, 33, 12, 21, 7, 14]  # 217 records: neither 2 nor 3 divides
 JOB = Path(__file__).with_name("elastic_job.py")
@@ -16,11 +15,7 @@ JOB = Path(__file__).with_name("elastic_job.py")
 
 def run_job(shards, out, *args, nproc):
     out.mkdir()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        str(JOB), shards, str(out), *args,
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = torchrun(str(JOB), shards, str(out), *args, nproc=nproc, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(nproc)]
 

@@ -6,14 +6,13 @@ ranks' kept counts differ a lot.
 """
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from shards import record_key, write_shards
+from torchrun import torchrun
 
 SIZES = [31, 5, 17, 40, 2, 26, 9, 33, 12, 21]
 JOB = Path(__file__).with_name("filter_job.py")
@@ -40,11 +39,7 @@ def job(request, tmp_path_factory):
     pattern = write_shards(tmp / "shards", "tar", SIZES)
     out = tmp / "out"
     out.mkdir()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        str(JOB), pattern, str(out),
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    result = torchrun(str(JOB), pattern, str(out), nproc=nproc, timeout=500)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(nproc)]
 

@@ -3,14 +3,13 @@ shard once, share the count and plan the next epoch from it (every record of the
 exactly once), or all refuse it with the same error (tests/distributed/recount_job.py)."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from shards import expected_keys, record_key, write_shards
+from torchrun import torchrun
 
 SIZES = [20, 24, 16, 28]  # 88 records, and 94 after the rewrite: the same on both ranks
 JOB = Path(__file__).with_name("recount_job.py")
@@ -24,11 +23,7 @@ def job(request, tmp_path_factory):
     pattern = write_shards(folder, fmt, SIZES)
     out = tmp / "out"
     out.mkdir()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(JOB), pattern, str(folder), fmt, str(out),
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    result = torchrun(str(JOB), pattern, str(folder), fmt, str(out), nproc=2, timeout=500)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(2)]
     return ranks, folder, fmt

@@ -3,14 +3,13 @@ same readable records, so len() holds, the ranks step together, and a resume is 
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from shards import expected_keys, record_key, write_shards
+from torchrun import torchrun
 
 SIZES = [31, 5, 17, 40, 2, 26, 9, 33, 12, 21]
 CUT_SHARD = 3  # truncated inside a record, after about 60% of its bytes
@@ -26,11 +25,7 @@ def job(request, tmp_path_factory):
     os.truncate(path, os.path.getsize(path) * 6 // 10 + 5)  # a record's framing cut short
     out = tmp / "out"
     out.mkdir()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(JOB), pattern, str(out),
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    result = torchrun(str(JOB), pattern, str(out), nproc=2, timeout=500)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(2)]
     return ranks, str(path)

@@ -1,8 +1,6 @@
 """Real torchrun jobs: ranks (gloo, CPU) with 2 workers each, a tiny DDP model, 2 epochs."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import pytest
 from shardmix import ShardDataset
 
 from shards import expected_keys, write_shards
+from torchrun import torchrun
 
 SIZES = [31, 5, 17, 40, 2, 26, 9, 33, 12, 21]
 JOB = Path(__file__).with_name("ddp_job.py")
@@ -18,11 +17,7 @@ JOB = Path(__file__).with_name("ddp_job.py")
 
 def run_job(shards, out, *args, nproc=2):
     out.mkdir()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        str(JOB), shards, str(out), *args,
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = torchrun(str(JOB), shards, str(out), *args, nproc=nproc, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(nproc)]
 

@@ -2,8 +2,6 @@
 state resumes on 4 ranks and on 1, and the global batches are those of 4 simulated ranks."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 from shardmix import MixingLoader, ShardDataset
 
 from shards import batch_keys, expected_keys, write_shards
+from torchrun import torchrun
 
 SIZES = [31, 5, 17, 40, 2, 26, 9, 33, 12, 21]  # 196 records: 49 per canonical rank
 JOB = Path(__file__).with_name("canonical_job.py")
@@ -19,11 +18,7 @@ JOB = Path(__file__).with_name("canonical_job.py")
 
 def run_job(shards, out, *args, nproc):
     out.mkdir()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        str(JOB), shards, str(out), *args,
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = torchrun(str(JOB), shards, str(out), *args, nproc=nproc, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(nproc)]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 from shardmix import MixingLoader, ShardDataset
 
 from shards import write_shards
+from torchrun import run_job
 
 pytest.importorskip("transformers")
 
@@ -39,7 +39,7 @@ def train(pattern: str, out: Path, *args: str, ranks: int) -> list[dict]:
     else:
         launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
         command = [sys.executable, *launch, *job]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
+    done = run_job(command, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     return [
         {
