@@ -2,9 +2,10 @@
 
 A job that outlives its timeout is asked, every process of it (the launcher, the ranks it starts
 in sessions of their own, their workers), for its Python stacks (SIGUSR1, which
-tests/stackdump/sitecustomize.py turns into a faulthandler dump), then every one is killed, and
-the test fails with those stacks: a hang reads as where each process waited, not as a bare
-timeout that leaves the ranks running.
+tests/stackdump/sitecustomize.py turns into a faulthandler dump), then every one is killed.
+Such a hang is rare and not yet explained (one job in hundreds, none reproduced on demand): it
+is run once more, and its stacks are kept as a :class:`JobHangWarning`, which the test run's
+warnings summary shows. A second hang fails the test with both sets of stacks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,16 +36,40 @@ def torchrun(
     return run_job([*launch, f"--nproc_per_node={nproc}", str(job), *args], timeout, env, cwd)
 
 
+class JobHangWarning(UserWarning):
+    """A torchrun job outlived its timeout and was run again; the message holds its stacks."""
+
+
 def run_job(
     command: list[str],
     timeout: float = 300,
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` as :func:`torchrun` runs a job: stacks and a failure on a hang."""
+    """Run ``command`` as :func:`torchrun` runs a job: stacks, one more try, then a failure,
+    on a hang."""
     environment = dict(os.environ if env is None else env)
     paths = [str(STACKDUMP), environment.get("PYTHONPATH", "")]
     environment["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
+    hangs: list[str] = []
+    while True:
+        done, stacks = _run_once(command, timeout, environment, cwd)
+        if done is not None:
+            return done
+        hangs.append(stacks)
+        report = (
+            f"{' '.join(command)[:400]} did not end within {timeout:g} s "
+            f"({len(hangs)} time(s)); each process's stacks:\n"
+        )
+        if len(hangs) == 2:
+            raise AssertionError(report + "\n----\n".join(hangs))
+        warnings.warn(report + stacks, JobHangWarning, stacklevel=3)
+
+
+def _run_once(
+    command: list[str], timeout: float, environment: dict[str, str], cwd: Path | str | None
+) -> tuple[subprocess.CompletedProcess[str] | None, str]:
+    """The finished job, or None and every process's stacks where it hung."""
     process = subprocess.Popen(
         command,
         cwd=cwd,
@@ -55,16 +81,12 @@ def run_job(
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        tree = [process.pid, *_descendants(process.pid)]
-        _signal(tree, signal.SIGUSR1)
+        _signal([process.pid, *_descendants(process.pid)], signal.SIGUSR1)
         time.sleep(3)  # each process writes its stacks
-        _signal(tree, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        raise AssertionError(
-            f"{' '.join(command)[:400]} did not end within {timeout:g} s; each process's "
-            f"stacks:\n{stderr[-30000:]}"
-        ) from None
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+        _kill_tree(process.pid)
+        _, stderr = process.communicate(timeout=60)
+        return None, stderr[-30000:]
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), ""
 
 
 def _descendants(pid: int) -> list[int]:
@@ -82,6 +104,19 @@ def _descendants(pid: int) -> list[int]:
         for child in map(int, children):
             found += [child, *_descendants(child)]
     return found
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill ``pid`` and every process below it, including those forked while this runs:
+    the tree is stopped (a stopped process forks no more) until a listing finds no new one."""
+    tree: list[int] = []
+    while True:
+        found = [pid, *_descendants(pid)]
+        if found == tree:
+            break
+        tree = found
+        _signal(tree, signal.SIGSTOP)
+    _signal(tree, signal.SIGKILL)
 
 
 def _signal(pids: list[int], signum: int) -> None:
