@@ -1,4 +1,5 @@
-"""Real torchrun jobs for the tests: ``python -m torch.distributed.run --standalone``.
+"""Real torchrun jobs for the tests (``python -m torch.distributed.run --standalone``), and other
+scripts that run loaders in processes of their own (:func:`run_job`).
 
 A job that outlives its timeout is asked, every process of it (the launcher, the ranks it starts
 in sessions of their own, their workers), for its Python stacks (SIGUSR1, which
