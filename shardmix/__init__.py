@@ -29,6 +29,7 @@ from shardmix.errors import (
     UnsupportedURLError,
     UnvalidatedShardWarning,
     WorkerError,
+    WorkerRestartWarning,
 )
 from shardmix.formats import Format, TFRecordPayload
 from shardmix.loader import MixingLoader
@@ -52,6 +53,7 @@ __all__ = [
     "ManifestMismatchWarning",
     "RecordCountError",
     "UnvalidatedShardWarning",
+    "WorkerRestartWarning",
     "EvenRanks",
     "Format",
     "MixingLoader",

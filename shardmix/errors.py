@@ -142,6 +142,11 @@ class UnregisteredLoaderWarning(ShardmixWarning):
     resumed run would start its epoch over."""
 
 
+class WorkerRestartWarning(ShardmixWarning):
+    """A DataLoader worker hung at its fork (before running any Python) and the epoch's
+    workers were started again, before any of their samples were read."""
+
+
 class UnvalidatedShardWarning(ShardmixWarning):
     """A server gives no ETag or Last-Modified: a shard replaced there by one of the same size
     cannot be detected (warned once per host)."""

@@ -19,7 +19,9 @@ then moves every object the worker inherited from its parent (torch's modules, t
 out of reach of the worker's cycle collector (``gc.freeze``): a full collection then scans only
 what the worker made itself, not the hundreds of thousands of objects of the imports, and
 the inherited pages are not written to (copy-on-write stays shared). It then calls the
-user's ``worker_init_fn``. Nothing here waits on the data pipe.
+user's ``worker_init_fn``. Nothing here waits on the data pipe. Before all that, it marks that
+the worker runs, for the main process, which starts again workers that hang at their fork
+(:mod:`shardmix.reading.forkstart`).
 """
 
 from __future__ import annotations
@@ -46,11 +48,16 @@ class WorkerInit:
     Picklable (it travels to workers under ``spawn`` and ``forkserver``) as long as ``user`` is.
     """
 
-    def __init__(self, user: Callable[[int], None] | None) -> None:
+    def __init__(
+        self, user: Callable[[int], None] | None, started: Callable[[int], None] | None = None
+    ) -> None:
         self.user = user
+        self.started = started
         self.trainer = (os.getpid(), _start_time(os.getpid()))
 
     def __call__(self, worker_id: int) -> None:
+        if self.started is not None:  # the main process waits for it (a fork may hang)
+            self.started(worker_id)
         die_with_parent(trainer=self.trainer)
         gc.freeze()  # what the worker inherited: never scanned by its collector again
         if self.user is not None:

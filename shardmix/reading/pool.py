@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from shardmix.lifeline import WorkerInit
 from shardmix.reading.arena import Arena, InArena
 from shardmix.reading.chunks import Chunk
+from shardmix.reading.forkstart import StartFlags, forks, start_forked
 from shardmix.reading.lanechunks import EpochPlan, as_sent, lane_chunks
 from shardmix.reading.progress import Heartbeat, watch_progress
 from shardmix.reading.workers import stop_workers, worker_processes
@@ -78,17 +79,34 @@ class WorkerPool:
 
     def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
         """The chunks of ``plan``'s epoch, read by the pool's workers (started if need be)."""
-        if self._loader is None:
-            self._start()
+        if self._loader is not None:
+            iterator = self._handed(plan)
+        elif forks(self.multiprocessing_context):  # a forked worker may hang at its start
+            iterator = start_forked(
+                lambda flags: self._started(plan, flags),
+                lambda _: self.close(),
+                self.num_workers,
+                lambda _: self.processes(),
+            )
+        else:
+            iterator = self._started(plan, None)
+        if self._heartbeat is not None:
+            watch_progress(iterator, self._heartbeat, self.timeout)
+        return self._chunks(iterator, self.generation)
+
+    def _started(self, plan: EpochPlan, flags: StartFlags | None) -> Any:
+        """The workers started, reading ``plan``; each marks ``flags`` as it runs."""
+        self._start(flags)
+        return self._handed(plan)
+
+    def _handed(self, plan: EpochPlan) -> Any:
+        """Every worker's copy of ``plan``, and torch's iterator over what they send."""
         assert self._loader is not None
         self.generation += 1
         plan = replace(plan, generation=self.generation)
         for queue in self._queues:
             queue.put(plan)
-        iterator = iter(self._loader)
-        if self._heartbeat is not None:
-            watch_progress(iterator, self._heartbeat, self.timeout)
-        return self._chunks(iterator, self.generation)
+        return iter(self._loader)
 
     def _chunks(self, iterator: Iterator[Any], generation: int) -> Iterator[Chunk]:
         for tagged, chunk in iterator:
@@ -97,7 +115,7 @@ class WorkerPool:
             if tagged == generation:
                 yield chunk
 
-    def _start(self) -> None:
+    def _start(self, flags: StartFlags | None) -> None:
         context = self.multiprocessing_context
         if context is None or isinstance(context, str):
             context = multiprocessing.get_context(context)
@@ -112,7 +130,7 @@ class WorkerPool:
             timeout=self.timeout,
             prefetch_factor=self.prefetch_factor,
             multiprocessing_context=self.multiprocessing_context,
-            worker_init_fn=WorkerInit(self.worker_init_fn),
+            worker_init_fn=WorkerInit(self.worker_init_fn, None if flags is None else flags.mark),
             persistent_workers=True,
         )
         _LIVE.add(self)

@@ -26,6 +26,7 @@ from shardmix.errors import ConfigError
 from shardmix.lifeline import WorkerInit
 from shardmix.plan.sharding import Piece, worker_lanes
 from shardmix.reading.chunks import Chunk
+from shardmix.reading.forkstart import StartFlags, forks, start_forked
 from shardmix.reading.lanechunks import EpochPlan, LaneChunks, as_sent, steady_turn
 from shardmix.reading.lanes import LanePosition
 from shardmix.reading.mergekeys import LaneClocks
@@ -128,17 +129,25 @@ def start_workers(
     source = LaneChunks(dataset, plan, heartbeat)
     if num_workers == 0:
         return iter(source), num_lanes, None
-    loader = DataLoader(
-        source,
-        batch_size=None,
-        collate_fn=as_sent,
-        num_workers=num_workers,
-        timeout=timeout,
-        prefetch_factor=options.prefetch_factor,
-        multiprocessing_context=options.multiprocessing_context,
-        worker_init_fn=WorkerInit(options.worker_init_fn),
-    )
-    workers = iter(loader)
+
+    def start(flags: StartFlags | None) -> Any:
+        started = None if flags is None else flags.mark
+        loader = DataLoader(
+            source,
+            batch_size=None,
+            collate_fn=as_sent,
+            num_workers=num_workers,
+            timeout=timeout,
+            prefetch_factor=options.prefetch_factor,
+            multiprocessing_context=options.multiprocessing_context,
+            worker_init_fn=WorkerInit(options.worker_init_fn, started),
+        )
+        return iter(loader)
+
+    if forks(options.multiprocessing_context):  # a forked worker may hang at its start
+        workers = start_forked(start, stop_workers, num_workers, worker_processes)
+    else:
+        workers = start(None)
     if heartbeat is not None:
         watch_progress(workers, heartbeat, timeout)
     return workers, num_lanes, workers

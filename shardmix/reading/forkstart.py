@@ -1,0 +1,119 @@
+"""Fork starts: a DataLoader worker that hangs at its fork is forked again, never waited on.
+
+CPython 3.11 re-initialises a forked child's thread states under the runtime's lock on its list
+of them (``HEAD_LOCK``) before the child runs any Python, and that lock may be held at the
+moment of the fork by another thread of the parent: a C++ thread that takes the interpreter
+lock for the first time (torch.distributed's gloo threads, for one) creates its thread state
+under it, without the interpreter lock that ``os.fork`` holds. The child then waits on that
+lock forever, and torch's DataLoader waits on the child as on any live worker: the epoch hangs
+without a word. Measured here: one worker in about ten thousand forks of a 2-rank gloo job
+with fresh workers each epoch, stuck in ``PyOS_AfterFork_Child`` ->
+``_PyThreadState_DeleteExcept`` (gdb on the worker).
+
+So every worker marks, first thing in :class:`~shardmix.lifeline.WorkerInit`, that it runs
+(:class:`StartFlags`: a shared byte per worker), and after ``fork`` starts the workers, the main
+process waits for every mark (:func:`start_forked`), milliseconds for a healthy worker. A live
+worker unmarked after :data:`START_SECONDS` is stuck at its fork: the workers are stopped and
+started again, before any of their chunks reached the epoch (so nothing is read twice), with a
+:class:`~shardmix.errors.WorkerRestartWarning`; after :data:`START_ATTEMPTS` such starts, a
+:class:`~shardmix.errors.WorkerError`. Workers started by ``spawn`` or ``forkserver`` fork from a
+process of one thread and are not waited on.
+
+Left to others: starting and stopping the workers (:mod:`shardmix.reading.workers`,
+:mod:`shardmix.reading.pool`), a worker that stops reading later (:mod:`shardmix.reading.progress`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import warnings
+from collections.abc import Callable
+from multiprocessing.sharedctypes import RawArray
+from typing import Any, TypeVar
+
+from shardmix.errors import WorkerError, WorkerRestartWarning
+
+T = TypeVar("T")
+
+# How long a forked worker may take to run its first line of Python. A healthy one takes
+# milliseconds (seconds on a machine loaded many times over); a stuck one never does.
+START_SECONDS = 20.0
+# Starts of an epoch's workers before a worker stuck at each of them is an error.
+START_ATTEMPTS = 3
+
+
+class StartFlags:
+    """One byte per worker in shared memory: whether that worker runs (set by the worker)."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.flags = RawArray("b", max(1, num_workers))
+
+    def mark(self, worker: int) -> None:
+        """In worker ``worker``, first thing: it runs."""
+        if 0 <= worker < len(self.flags):
+            self.flags[worker] = 1
+
+    def started(self, worker: int) -> bool:
+        return bool(self.flags[worker])
+
+
+def forks(context: Any) -> bool:
+    """Whether a DataLoader with ``multiprocessing_context=context`` forks its workers from
+    this process (``None``: the default start method)."""
+    if context is None or isinstance(context, str):
+        context = multiprocessing.get_context(context)
+    return bool(context.get_start_method() == "fork")
+
+
+def start_forked(
+    start: Callable[[StartFlags], T],
+    stop: Callable[[T], None],
+    num_workers: int,
+    processes: Callable[[T], list[Any]],
+) -> T:
+    """``start(flags)`` (the workers, which mark ``flags`` as they run), started again while a
+    worker hangs at its fork; ``stop`` stops what a start started, ``processes`` its worker
+    processes in worker order."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        flags = StartFlags(num_workers)
+        workers = start(flags)
+        stuck = _stuck(processes(workers), flags)
+        if not stuck:
+            return workers
+        stop(workers)
+        named = ", ".join(f"worker {worker} (pid {pid})" for worker, pid in stuck)
+        if attempt == START_ATTEMPTS:
+            raise WorkerError(
+                f"{named} did not start within {START_SECONDS:g} seconds of its fork, at each "
+                f"of {START_ATTEMPTS} starts; a forked worker hangs before its first line of "
+                "Python when another thread of this process holds an interpreter lock at the "
+                "fork: pass multiprocessing_context='forkserver' (or 'spawn')"
+            )
+        warnings.warn(
+            f"{named} had not started {START_SECONDS:g} seconds after its fork (another "
+            "thread of this process held an interpreter lock at the fork, as torch.distributed's "
+            f"may): the epoch's workers were started again (start {attempt + 1} of "
+            f"{START_ATTEMPTS}) before any of their samples were read; "
+            "multiprocessing_context='forkserver' forks from a process of one thread",
+            WorkerRestartWarning,
+            stacklevel=2,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _stuck(processes: list[Any], flags: StartFlags) -> list[tuple[int, int]]:
+    """``(worker, pid)`` of the live workers that did not mark ``flags`` in time; none where one
+    died (its death is the epoch's error, named where chunks are awaited)."""
+    deadline = time.monotonic() + START_SECONDS
+    pause = 0.0005
+    while True:
+        waiting = [w for w in range(len(processes)) if not flags.started(w)]
+        if not waiting:
+            return []
+        if any(not processes[w].is_alive() for w in waiting):
+            return []
+        if time.monotonic() >= deadline:
+            return [(w, processes[w].pid) for w in waiting]
+        time.sleep(pause)
+        pause = min(pause * 2, 0.002)
