@@ -12,6 +12,7 @@ warnings summary shows. A second hang fails the test with both sets of stacks.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 STACKDUMP = Path(__file__).with_name("stackdump")
+REPO = Path(__file__).resolve().parent.parent
 
 
 def torchrun(
@@ -35,6 +37,16 @@ def torchrun(
     """Run ``job`` on ``nproc`` ranks; its stdout and stderr as text. Fails on a hang."""
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     return run_job([*launch, f"--nproc_per_node={nproc}", str(job), *args], timeout, env, cwd)
+
+
+def script_report(script: str, *args: str, timeout: float = 120) -> dict:
+    """Run ``python -c script *args`` with the repository importable, as :func:`run_job` runs a
+    job; the JSON object the script printed last."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = run_job([sys.executable, "-c", script, *args], timeout=timeout, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
 
 
 class JobHangWarning(UserWarning):

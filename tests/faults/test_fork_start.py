@@ -9,18 +9,14 @@ an ``os.register_at_fork`` hook that blocks the chosen fork's child before torch
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from shards import expected_keys, write_shards
-from torchrun import run_job
+from torchrun import script_report
 
-REPO = Path(__file__).resolve().parents[2]
 SIZES = [40, 25, 33, 18]
 
 SCRIPT = r"""
@@ -67,15 +63,7 @@ print(json.dumps(report))
 
 def run_case(tmp_path: Path, persistent: bool, hang_at: str) -> dict:
     pattern = write_shards(tmp_path / "shards", "tar", SIZES)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = run_job(
-        [sys.executable, "-c", SCRIPT, pattern, "1" if persistent else "0", hang_at],
-        timeout=240,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
+    return script_report(SCRIPT, pattern, "1" if persistent else "0", hang_at, timeout=240)
 
 
 @pytest.mark.slow

@@ -8,18 +8,14 @@ worker 0 kills itself with ``os.kill(SIGKILL)`` from a real DataLoader worker pr
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from shards import record_key, write_shards
-from torchrun import run_job
+from torchrun import script_report
 
-REPO = Path(__file__).resolve().parents[2]
 SIZES = [100, 100, 100, 100]
 
 SCRIPT = r"""
@@ -69,17 +65,9 @@ print(json.dumps(report))
 
 def run_case(tmp_path: Path, moment: str, persistent: bool) -> dict:
     pattern = write_shards(tmp_path / "shards", "tar", SIZES)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     # A hang here is the script not exiting after its report (seen once in hundreds of runs):
-    # run_job keeps every process's stacks and runs it once more.
-    done = run_job(
-        [sys.executable, "-c", SCRIPT, pattern, moment, "1" if persistent else "0"],
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
+    # script_report keeps every process's stacks and runs it once more.
+    return script_report(SCRIPT, pattern, moment, "1" if persistent else "0")
 
 
 @pytest.mark.slow
