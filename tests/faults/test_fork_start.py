@@ -25,7 +25,7 @@ import shardmix.reading.forkstart as forkstart
 from shardmix import MixingLoader, ShardDataset, WorkerError, WorkerRestartWarning
 
 pattern, persistent, hang_at = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
-forkstart.START_SECONDS = 1.0
+forkstart.START_SECONDS = 4.0  # a healthy fork marks in milliseconds, even on a loaded machine
 forks = 0
 
 
@@ -82,7 +82,7 @@ def test_a_worker_hung_at_its_fork_is_forked_again_and_no_sample_is_lost_or_repe
     assert report["epochs"][0] != report["epochs"][1]  # a new epoch's order
     [warning] = report["warnings"]
     assert warning.startswith(f"worker {worker} (pid ")
-    assert "had not started 1 seconds after its fork" in warning
+    assert "had not started 4 seconds after its fork" in warning
     assert "(start 2 of 3)" in warning
 
 
@@ -93,5 +93,5 @@ def test_a_worker_hung_at_every_fork_is_a_named_error(tmp_path: Path) -> None:
     assert len(report["warnings"]) == 2
     assert report["error"].startswith("worker 0 (pid ")
     assert "worker 1 (pid " in report["error"]
-    assert "did not start within 1 seconds of its fork, at each of 3 starts" in report["error"]
+    assert "did not start within 4 seconds of its fork, at each of 3 starts" in report["error"]
     assert "multiprocessing_context='forkserver'" in report["error"]
