@@ -25,11 +25,11 @@ Left to others: starting and stopping the workers (:mod:`shardmix.reading.worker
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import time
 import warnings
 from collections.abc import Callable
-from multiprocessing.sharedctypes import RawArray
 from typing import Any, TypeVar
 
 from shardmix.errors import WorkerError, WorkerRestartWarning
@@ -44,10 +44,14 @@ START_ATTEMPTS = 3
 
 
 class StartFlags:
-    """One byte per worker in shared memory: whether that worker runs (set by the worker)."""
+    """One byte per worker in shared memory: whether that worker runs (set by the worker).
+
+    An anonymous shared mapping, which forked workers inherit: no descriptor (a
+    ``multiprocessing`` shared array keeps a file open in the main process for good).
+    """
 
     def __init__(self, num_workers: int) -> None:
-        self.flags = RawArray("b", max(1, num_workers))
+        self.flags = mmap.mmap(-1, max(1, num_workers))
 
     def mark(self, worker: int) -> None:
         """In worker ``worker``, first thing: it runs."""
