@@ -239,8 +239,10 @@ class EpochIterator:
             if stage is not None:
                 stage.close()
 
-    def __del__(self) -> None:
-        if not sys.is_finalizing():  # at exit, modules are torn down and torch reaps workers
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # At exit, modules are torn down (``sys`` may be None here by then, hence the bound
+        # default) and torch reaps the workers.
+        if not _finalizing():
             self.close()
 
     def _next_batch(self) -> Any:

@@ -163,8 +163,10 @@ class WorkerPool:
             # (the pipe has no reader left); joining it closes the pipe now, not at some point.
             queue.join_thread()
 
-    def __del__(self) -> None:
-        if sys.is_finalizing():  # modules torn down; the atexit hook closed live pools
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # Bound at definition: a pool collected after this module's globals were cleared at
+        # exit (``sys`` among them) must not raise there; the atexit hook closed live pools.
+        if _finalizing():
             return
         self.close()
 
