@@ -22,6 +22,8 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from descendants import descendants
+
 STACKDUMP = Path(__file__).with_name("stackdump")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -94,7 +96,7 @@ def _run_once(
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _signal([process.pid, *_descendants(process.pid)], signal.SIGUSR1)
+        _signal(_tree(process.pid), signal.SIGUSR1)
         time.sleep(3)  # each process writes its stacks
         _kill_tree(process.pid)
         _, stderr = process.communicate(timeout=60)
@@ -102,21 +104,9 @@ def _run_once(
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), ""
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, from /proc (ranks start sessions of their own)."""
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            found += [child, *_descendants(child)]
-    return found
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every live process below it (ranks start sessions of their own)."""
+    return [pid, *sorted(process for process, _ in descendants(pid))]
 
 
 def _kill_tree(pid: int) -> None:
@@ -124,7 +114,7 @@ def _kill_tree(pid: int) -> None:
     the tree is stopped (a stopped process forks no more) until a listing finds no new one."""
     tree: list[int] = []
     while True:
-        found = [pid, *_descendants(pid)]
+        found = _tree(pid)
         if found == tree:
             break
         tree = found

@@ -62,12 +62,18 @@ class StartFlags:
         return bool(self.flags[worker])
 
 
+def worker_context(context: Any) -> Any:
+    """The multiprocessing context of a DataLoader given ``multiprocessing_context=context``
+    (``None``: the default start method's; a name: that method's)."""
+    if context is None or isinstance(context, str):
+        return multiprocessing.get_context(context)
+    return context
+
+
 def forks(context: Any) -> bool:
     """Whether a DataLoader with ``multiprocessing_context=context`` forks its workers from
-    this process (``None``: the default start method)."""
-    if context is None or isinstance(context, str):
-        context = multiprocessing.get_context(context)
-    return bool(context.get_start_method() == "fork")
+    this process."""
+    return bool(worker_context(context).get_start_method() == "fork")
 
 
 def start_forked(

@@ -16,7 +16,6 @@ stops the processes; the next epoch starts new ones.
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import sys
 import weakref
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from shardmix.lifeline import WorkerInit
 from shardmix.reading.arena import Arena, InArena
 from shardmix.reading.chunks import Chunk
-from shardmix.reading.forkstart import StartFlags, forks, start_forked
+from shardmix.reading.forkstart import StartFlags, forks, start_forked, worker_context
 from shardmix.reading.lanechunks import EpochPlan, as_sent, lane_chunks
 from shardmix.reading.progress import Heartbeat, watch_progress
 from shardmix.reading.workers import stop_workers, worker_processes
@@ -116,9 +115,7 @@ class WorkerPool:
                 yield chunk
 
     def _start(self, flags: StartFlags | None) -> None:
-        context = self.multiprocessing_context
-        if context is None or isinstance(context, str):
-            context = multiprocessing.get_context(context)
+        context = worker_context(self.multiprocessing_context)
         self._queues = [context.Queue() for _ in range(self.num_workers)]
         self._arena = Arena.create(self.num_workers)
         self._heartbeat = Heartbeat(self.num_workers) if self.timeout > 0 else None

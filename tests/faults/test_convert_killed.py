@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from descendants import descendants, survivors
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from descendants import descendants, survivors
 
+from descendants import descendants, survivors
 from shards import write_shards
 
 REPO = Path(__file__).resolve().parents[2]
