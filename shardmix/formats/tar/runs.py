@@ -16,6 +16,9 @@ nothing (:class:`~shardmix.formats.tar.pax.PaxShapes`: the times one tool writes
 and one whose very block was found plain before (the block a tool writes for every header of
 one size: :attr:`~shardmix.formats.tar.pax.PaxShapes.blocks`) is compared, not checked again,
 its data too where they are one record like the one after that block (its length, keyword, end).
+A writer that puts that very header before member after member (``tarfile``'s PAX format, and
+webdataset's TarWriter for each length of its float mtimes) is walked in pairs, the pax header
+and the member's, one step of the loop each.
 A run stops at anything else (a link, a directory, a checksum to look at closer, the
 end-of-archive blocks, a member cut by the buffer's end), which the slow path reads, errors
 included. On shards of small records this is most of a reader's time: a few calls per buffer
@@ -115,7 +118,40 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
                     shape = known.get(data.translate(shape_of))
                     if (shape is None or shape[0](data) != shape[1]) and not changes_nothing(data):
                         pending.append(at)
-                at = after
+                    at = after
+                    continue
+                # A writer puts this block before every member of a size: walk them in pairs,
+                # the member's header as below, until the next header is not this block.
+                assert whole is not None  # ``one``
+                head, tail, tail_at = whole
+                step = block[2]
+                while True:
+                    member = after
+                    if member + BLOCK > end or buffer[member + 156] not in _MEMBER_TYPES:
+                        break  # the loop below reads what follows this pax header
+                    size_text = buffer[member + 124 : member + 135]
+                    size = sizes_of(size_text)
+                    if size is None and (size := _new_size(size_text)) is None:
+                        break
+                    after = member + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))
+                    if after > end or size > max_size:
+                        break
+                    if pending:
+                        metas[len(headers)] = pending
+                        pending = []
+                    entries.append(entry)
+                    headers.append(member)
+                    sizes.append(size)
+                    checked.append(member)
+                    entry, at = -1, after
+                    if not (buffer.startswith(head, at) and buffer.startswith(tail, at + tail_at)):
+                        break
+                    if (after := at + step) > end:
+                        break
+                    entry = at
+                if entry < 0:  # past a member: the loop below reads the header at ``at``
+                    continue
+                at = member  # the header after the pax header, which the loop below reads
                 continue
             blocks[size_text] = None  # this size's blocks differ (names, times): no more tries
         size = sizes_of(size_text)
