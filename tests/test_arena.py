@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -45,7 +46,18 @@ def assert_same_chunk(got: Chunk, sent: Chunk) -> None:
 
 
 def through_pipe(sent: Chunk | InArena) -> Chunk:
-    return pickle.loads(pickle.dumps(sent))
+    """``sent`` as the main process gets it, then stores it: its columns copied out, its
+    ring freed."""
+    got: Chunk = pickle.loads(pickle.dumps(sent))
+    columns = {
+        name: replace(column, values=column.values.copy())
+        if isinstance(column.values, np.ndarray)
+        else column
+        for name, column in got.columns.items()
+    }
+    kept = replace(got, columns=columns, release=None)
+    got.stored()
+    return kept
 
 
 def test_chunks_cross_the_ring_exactly_lap_after_lap():
@@ -80,6 +92,28 @@ def test_a_chunk_the_free_ring_cannot_hold_goes_whole_through_the_pipe():
         assert isinstance(arena.send(0, chunks[0]), InArena)  # received: room again
         big = chunk_of(1000, 0)  # more than the whole ring
         assert arena.send(0, big) is big
+    finally:
+        arena.close()
+
+
+def test_a_received_chunk_holds_its_ring_until_it_is_stored():
+    """The main process reads a chunk's columns in the ring until its store has copied them:
+    receiving it frees nothing, storing it does."""
+    arena = Arena(1, ring_bytes=16 << 10)
+    try:
+        chunks = [chunk_of(20, 100 * n) for n in range(20)]
+        sent = [arena.send(0, chunk) for chunk in chunks]
+        in_ring = sum(isinstance(one, InArena) for one in sent)
+        assert 1 < in_ring < len(sent)
+        got = [pickle.loads(pickle.dumps(one)) for one in sent[:in_ring]]  # not stored
+        assert not isinstance(arena.send(0, chunks[0]), InArena)  # the ring is still full
+        for one, chunk in zip(got, chunks, strict=False):
+            assert_same_chunk(one, chunk)
+            assert one.release is not None
+        for one in got:
+            one.stored()
+            assert one.release is None
+        assert isinstance(arena.send(0, chunks[0]), InArena)
     finally:
         arena.close()
 

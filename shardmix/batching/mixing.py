@@ -218,11 +218,15 @@ class LaneMerge:
             self._finish()
 
     def _arrive(self, chunk: Chunk) -> None:
+        try:
+            if len(chunk):
+                self.store.add(chunk)
+        finally:
+            chunk.stored()  # its columns are the store's rows now
         if chunk.skipped is not None and self._ledger is not None:
             self._ledger.merge(chunk.skipped)
         if len(chunk):
             items = chunk.items
-            self.store.add(chunk)
             lanes = items[:, LANE]
             if self._clocks is None:
                 keys_of(items)[:] += self._turns_at_start[lanes]
@@ -261,6 +265,7 @@ class LaneMerge:
     def _finish(self) -> None:
         """Read the chunk stream to its end, so the DataLoader shuts its workers down."""
         for chunk in self._chunks:
+            chunk.stored()
             if len(chunk):
                 stray = sorted(set(chunk.items[:, LANE].tolist()))
                 raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")

@@ -13,10 +13,13 @@ would allocate every page first, 0.3 ms a MiB (10 ms of two workers' rings befor
 batch), and stays the fallback where there is no ``memfd``. The worker copies a
 chunk's arrays into its ring and sends, through the pipe, only where they lie and the rest of
 the chunk (lists of objects, the lanes that ended, what was skipped). Unpickling that in the
-main process copies the arrays out and marks the ring free up to the chunk's end: a worker's
-chunks arrive in the order it sent them, so one counter per worker says how much of its ring
-is free. A chunk that does not fit in the free part of the ring (one larger than the ring, or
-the main process behind) goes through the pipe as before: nothing ever waits for room.
+main process copies the items out and leaves the columns in the ring, which the main process's
+store copies once into its rows (a copy at unpickling as well cost a chunk of 4 KiB records 8
+MB more); then the chunk is :meth:`~shardmix.reading.chunks.Chunk.stored` and marks the ring
+free up to its end. A worker's chunks are stored in the order it sent them, so one counter per
+worker says how much of its ring is free. A chunk that does not fit in the free part of the
+ring (one larger than the ring, or the main process behind) goes through the pipe as before:
+nothing ever waits for room.
 
 Rings take :data:`RING_BYTES` (32 MiB) per worker; torch's, only when ``/dev/shm`` has twice
 that free for all workers (a container's default 64 MiB does not hold two workers' rings:
@@ -201,11 +204,21 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
         count = int(np.prod(shape, dtype=np.int64))
         first = at + offset
         flat = ring[first : first + count * kind.itemsize]
-        arrays.append(flat.view(kind).reshape(shape).copy())
-    arena.released.numpy()[worker] = end
+        arrays.append(flat.view(kind).reshape(shape))
     arena.received += 1
     columns: dict[str, Column] = {}
     rest = iter(arrays[1:])
     for name, column in shell.columns.items():
         columns[name] = column if column.kind == OBJECTS else replace(column, values=next(rest))
-    return replace(shell, items=arrays[0], columns=columns)
+    items = arrays[0].copy()  # the merge keeps them
+    return replace(shell, items=items, columns=columns, release=_Release(arena, worker, end))
+
+
+class _Release:
+    """Frees a worker's ring up to a chunk's end (:meth:`Chunk.stored`)."""
+
+    def __init__(self, arena: Arena, worker: int, end: int) -> None:
+        self.arena, self.worker, self.end = arena, worker, end
+
+    def __call__(self) -> None:
+        self.arena.released.numpy()[self.worker] = self.end

@@ -17,6 +17,7 @@ Left to others: taking the lanes in turn (:mod:`shardmix.reading.lanes`), the co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import contains, itemgetter, methodcaller
@@ -82,9 +83,19 @@ class Chunk:
     identities: dict[int, ShardIdentity] = field(default_factory=dict)
     # What the worker's sources fetched since its last chunk (:mod:`shardmix.batching.stats`).
     traffic: Traffic | None = None
+    # Where the columns' arrays still lie in the worker's shared memory: what frees it once
+    # they are stored (:meth:`stored`); None where they are the chunk's own.
+    release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def stored(self) -> None:
+        """Say the columns were copied out: their shared memory, if any, may take new
+        chunks (:mod:`shardmix.reading.arena`), and the columns must not be read again."""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
 
 def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
