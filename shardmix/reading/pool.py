@@ -110,7 +110,7 @@ class WorkerPool:
     def _chunks(self, iterator: Iterator[Any], generation: int) -> Iterator[Chunk]:
         for tagged, chunk in iterator:
             if generation != self.generation or tagged != generation:
-                chunk.stored()  # an older epoch's: its shared memory is free
+                chunk.stored()  # dropped, stored by no epoch: its shared memory is free
             if generation != self.generation:  # a newer epoch took the workers over
                 return
             if tagged == generation:

@@ -122,7 +122,7 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
                     continue
                 # A writer puts this block before every member of a size: walk them in pairs,
                 # the member's header as below, until the next header is not this block.
-                assert whole is not None  # ``one``
+                assert whole is not None  # as ``one`` is true
                 head, tail, tail_at = whole
                 step = block[2]
                 while True:
