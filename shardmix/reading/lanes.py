@@ -13,7 +13,10 @@ chunk (:mod:`shardmix.reading.chunks`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import atexit
+import contextlib
+import weakref
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, TypeVar
@@ -58,7 +61,34 @@ def read_lane(
     :func:`~shardmix.reading.reader.read_shard`): ``start``'s, in the piece the lane resumes in.
     ``ahead(piece, following)``, when given, is told before each piece is opened which piece follows
     it (None: none, which is also said when the lane ends early).
+
+    A lane left open is closed at the process's exit (:func:`_close_open_lanes`), its shard
+    closed while the modules it uses still stand.
     """
+    lane = _read_lane(pieces, read_one, start, ahead)
+    _OPEN_LANES.add(lane)
+    return lane
+
+
+# The lanes not finished or closed yet: a generator left suspended (a loop left with ``break``,
+# the process then ending) would be closed only as the interpreter tears its modules down, and
+# its shard's clean-up, running then, found their globals gone ("Exception ignored").
+_OPEN_LANES: weakref.WeakSet[Generator[Any, None, None]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_lanes() -> None:
+    for lane in list(_OPEN_LANES):
+        with contextlib.suppress(ValueError):  # running in another thread: left as it is
+            lane.close()
+
+
+def _read_lane(
+    pieces: Sequence[Piece],
+    read_one: Callable[[Piece, int, int, int], Iterator[T]],
+    start: LanePosition,
+    ahead: Callable[[Piece, Piece | None], None] | None,
+) -> Generator[T, None, None]:
     piece = None
     try:
         for slot in range(start.slot, len(pieces)):

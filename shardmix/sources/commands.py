@@ -11,6 +11,7 @@ broken pipe would ever end, ends with its reader.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import subprocess
@@ -66,6 +67,27 @@ def _tell(line: str) -> None:
             stdin.flush()
         except OSError:  # the watcher died (killed by hand): start another one next time
             _watcher = None
+
+
+def _stop_watcher() -> None:
+    """At this process's exit: end its watcher's input, as its death would, and reap it, so
+    that the exit reports no process or pipe left open (``ResourceWarning``)."""
+    global _watcher
+    with _lock:
+        watcher, _watcher = _watcher, None
+    if watcher is None or watcher[0] != os.getpid():  # none, or a forked parent's
+        return
+    process = watcher[1]
+    with contextlib.suppress(OSError):
+        if process.stdin is not None:
+            process.stdin.close()  # the watcher kills what still runs, then ends
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(_EXIT_WAIT_SECONDS)
+
+
+# How long an exit waits for its watcher to end (it does at once: its input ended).
+_EXIT_WAIT_SECONDS = 5.0
+atexit.register(_stop_watcher)
 
 
 def _start() -> subprocess.Popen[bytes]:

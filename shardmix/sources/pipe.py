@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import signal
 import subprocess
+import sys
 import tempfile
+from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 from shardmix.errors import ShardmixError, UnsupportedURLError
@@ -86,9 +88,17 @@ class PipeStream(io.RawIOBase):
         self._position += count
         return count
 
-    def close(self) -> None:
+    def close(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # ``_finalizing`` bound at definition: a stream left open (a lane left midway) may be
+        # closed at exit after this module's globals were cleared.
         if not self.closed:
-            self._stop()
+            if _finalizing():
+                # The exit told the watcher to end, and it killed the command's group
+                # (:mod:`.commands`): reap what it killed, quietly.
+                self._stdout.close()
+                self._process.poll()
+            else:
+                self._stop()
             self._stderr.close()
         super().close()
 

@@ -96,3 +96,46 @@ def test_a_script_that_leaves_an_epoch_midway_exits_with_empty_stderr(
     # WorkerPool.__del__" here.
     assert done.stderr == ""
     assert done.stdout == "8\n"
+
+
+LEFT_MID_SHARD = r"""
+import sys
+from shardmix import ShardDataset
+from shardmix.sources import SourceOptions
+
+urls = sys.argv[1:]
+options = SourceOptions(allow_pipe=True)
+samples = iter(ShardDataset(urls, seed=0, format="tar", source_options=options))
+print(next(samples)["__key__"], next(samples)["__key__"])
+"""
+
+
+@pytest.mark.parametrize("source", ["file", "pipe"])
+def test_a_script_that_leaves_a_shard_midway_exits_quietly(tmp_path: Path, source: str) -> None:
+    """A dataset iterated in the script's own process, left after two samples: the exit
+    prints nothing, warnings on. An open shard's clean-up ran as the modules were torn down
+    ("Exception ignored"), and a ``pipe:`` command's watcher process and its pipe were left
+    open (two ``ResourceWarning``)."""
+    from shards import record_key, write_shards
+
+    sizes = [30, 12]
+    pattern = write_shards(tmp_path / "shards", "tar", sizes)
+    written = {
+        record_key(shard, record) for shard, size in enumerate(sizes) for record in range(size)
+    }
+    paths = sorted(str(path) for path in (tmp_path / "shards").glob("*.tar"))
+    assert len(paths) == 2, pattern
+    urls = paths if source == "file" else [f"pipe:cat {path}" for path in paths]
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", LEFT_MID_SHARD, *urls],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    first, second = done.stdout.split()
+    assert first != second and {first, second} <= written
