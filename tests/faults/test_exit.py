@@ -134,3 +134,34 @@ def test_a_script_that_leaves_a_shard_midway_exits_quietly(tmp_path: Path, sourc
     urls = paths if source == "file" else [f"pipe:cat {path}" for path in paths]
     first, second = quiet_run(tmp_path, "-W", "default", "-c", LEFT_MID_SHARD, *urls).split()
     assert first != second and {first, second} <= written
+
+
+FORKED_MID_SHARD = r"""
+import os
+import sys
+from shardmix import ShardDataset
+from shardmix.sources import SourceOptions
+
+options = SourceOptions(allow_pipe=True)
+samples = iter(ShardDataset(sys.argv[1:], seed=0, format="tar", source_options=options))
+keys = [next(samples)["__key__"]]
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # the child's exit runs the exit hooks it inherited
+os.waitpid(child, 0)
+keys += [sample["__key__"] for sample in samples]
+print(len(keys), len(set(keys)))
+"""
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_shards_to_it(tmp_path: Path) -> None:
+    """A child forked mid-shard that exits the normal way closes its copies of the open lanes
+    and prints nothing; its parent's ``pipe:`` commands, still running, are not its children
+    and are left alone, and the parent reads every record once."""
+    from shards import write_shards
+
+    sizes = [30, 12]
+    write_shards(tmp_path / "shards", "tar", sizes)
+    paths = sorted(str(path) for path in (tmp_path / "shards").glob("*.tar"))
+    urls = [f"pipe:cat {path}; sleep 0.5" for path in paths]
+    assert quiet_run(tmp_path, "-c", FORKED_MID_SHARD, *urls) == f"{sum(sizes)} {sum(sizes)}\n"
