@@ -218,15 +218,11 @@ class LaneMerge:
             self._finish()
 
     def _arrive(self, chunk: Chunk) -> None:
-        try:
-            if len(chunk):
-                self.store.add(chunk)
-        finally:
-            chunk.stored()  # its columns are the store's rows now
         if chunk.skipped is not None and self._ledger is not None:
             self._ledger.merge(chunk.skipped)
         if len(chunk):
             items = chunk.items
+            self.store.add(chunk)
             lanes = items[:, LANE]
             if self._clocks is None:
                 keys_of(items)[:] += self._turns_at_start[lanes]
@@ -243,6 +239,7 @@ class LaneMerge:
             seen, last_from_end = np.unique(lanes[::-1], return_index=True)
             self._last_key[seen] = keys_of(items)[len(items) - 1 - last_from_end]
         self._ended[chunk.ended] = True
+        chunk.stored()  # its columns are the store's rows now
 
     def _note(self, items: np.ndarray) -> None:
         """Keep what kept counts are learned from: the records of each shard that arrived,

@@ -33,7 +33,9 @@ import itertools
 import mmap
 import os
 from dataclasses import replace
+from functools import partial
 from multiprocessing.reduction import DupFd
+from operator import setitem
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -211,14 +213,5 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
     for name, column in shell.columns.items():
         columns[name] = column if column.kind == OBJECTS else replace(column, values=next(rest))
     items = arrays[0].copy()  # the merge keeps them
-    return replace(shell, items=items, columns=columns, release=_Release(arena, worker, end))
-
-
-class _Release:
-    """Frees a worker's ring up to a chunk's end (:meth:`Chunk.stored`)."""
-
-    def __init__(self, arena: Arena, worker: int, end: int) -> None:
-        self.arena, self.worker, self.end = arena, worker, end
-
-    def __call__(self) -> None:
-        self.arena.released.numpy()[self.worker] = self.end
+    freed = partial(setitem, arena.released.numpy(), worker, end)  # the ring, up to the chunk
+    return replace(shell, items=items, columns=columns, release=freed)

@@ -109,12 +109,12 @@ class WorkerPool:
 
     def _chunks(self, iterator: Iterator[Any], generation: int) -> Iterator[Chunk]:
         for tagged, chunk in iterator:
-            if generation != self.generation or tagged != generation:
-                chunk.stored()  # dropped, stored by no epoch: its shared memory is free
+            if generation == self.generation and tagged == generation:
+                yield chunk
+                continue
+            chunk.stored()  # dropped, stored by no epoch: its shared memory is free
             if generation != self.generation:  # a newer epoch took the workers over
                 return
-            if tagged == generation:
-                yield chunk
 
     def _start(self, flags: StartFlags | None) -> None:
         context = worker_context(self.multiprocessing_context)

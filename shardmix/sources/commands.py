@@ -69,6 +69,11 @@ def _tell(line: str) -> None:
             _watcher = None
 
 
+# How long an exit waits for its watcher to end (it does at once: its input ended).
+_EXIT_WAIT_SECONDS = 5.0
+
+
+@atexit.register
 def _stop_watcher() -> None:
     """At this process's exit: end its watcher's input, as its death would, and reap it, so
     that the exit reports no process or pipe left open (``ResourceWarning``)."""
@@ -83,11 +88,6 @@ def _stop_watcher() -> None:
             process.stdin.close()  # the watcher kills what still runs, then ends
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(_EXIT_WAIT_SECONDS)
-
-
-# How long an exit waits for its watcher to end (it does at once: its input ended).
-_EXIT_WAIT_SECONDS = 5.0
-atexit.register(_stop_watcher)
 
 
 def _start() -> subprocess.Popen[bytes]:

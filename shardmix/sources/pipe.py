@@ -89,8 +89,8 @@ class PipeStream(io.RawIOBase):
         return count
 
     def close(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # ``_finalizing`` bound at definition: a stream left open (a lane left midway) may be
-        # closed at exit after this module's globals were cleared.
+        # ``_finalizing`` bound at definition: a stream its caller left open may be closed at
+        # exit after this module's globals were cleared.
         if not self.closed:
             if _finalizing():
                 # The exit told the watcher to end, and it killed the command's group
