@@ -45,4 +45,17 @@ def test_tiny_throughput_run_reads_every_sample_once_and_reports_its_figures():
     fetched = [round(run["bytes_per_s"] * run["seconds"]) for run in (ahead, plain)]
     assert fetched[0] == fetched[1] > 0
     assert set(result["speed_vs_local"]) == {ahead["name"], plain["name"]}
-    assert len(result["lines"]) == 5
+    # The transfer alone: every byte of the shards (all six: fewer than --fetch-shards), once.
+    fetch = result["fetch"]
+    assert (fetch["shards"], fetch["bytes"]) == (shape.shards, result["data_bytes"])
+    assert fetch["threads"] == shape.num_lanes * shape.blocks // shape.num_workers
+    parts = fetch["user_us_per_sample"] + fetch["system_us_per_sample"]
+    assert fetch["us_per_sample"] > 0 and math.isclose(fetch["us_per_sample"], parts)
+    bound = result["ceiling"]
+    faster = max((local, again), key=lambda one: one["samples_per_s"])
+    local_us = 1e6 * faster["loader_cpu_seconds"] / samples
+    assert math.isclose(bound["local_us_per_sample"], local_us)
+    assert math.isclose(bound["server_us_per_sample"], 1e6 * ahead["server_cpu_seconds"] / samples)
+    costs = bound["local_us_per_sample"] + fetch["us_per_sample"] + bound["server_us_per_sample"]
+    assert math.isclose(bound["samples_per_s"], bound["local_cores"] / (1e-6 * costs))
+    assert len(result["lines"]) == 5 and len(result["ceiling_lines"]) == 2

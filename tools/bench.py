@@ -877,7 +877,11 @@ def throughput_section(config: Config) -> list[Row]:
                 ideal_distinct=float("nan"),
                 exactly_once=run["exactly_once"],
                 note=line,
-                extra={**run, "speed_vs_local": result["speed_vs_local"].get(run["name"])},
+                extra={
+                    **run,
+                    "speed_vs_local": result["speed_vs_local"].get(run["name"]),
+                    "ceiling": result["ceiling"],
+                },
             )
         )
     return rows

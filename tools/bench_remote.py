@@ -17,8 +17,16 @@ every batch) and its 99th percentile at shard boundaries, beside one batch inter
 epoch's time over its batches); the bytes/s ``stats()`` saw; the CPU time of the loader's
 processes (main and workers) and of the server process; and what ``stats()`` costs: the
 per-chunk counting that is always on, over the main process's CPU time, and the CPU time of
-one ``loader.stats()`` call. Every run checks that each sample came exactly once. Run from
-the repository root::
+one ``loader.stats()`` call. Every run checks that each sample came exactly once.
+
+What the transfer alone costs on this machine is measured apart (:func:`fetch_cost`): the first
+``--fetch-shards`` shards fetched block by block as the read-ahead fetches them, with as many
+threads as one worker's share of the read-ahead window has blocks (so that its block buffers are
+kept and used again as in a worker), no parsing, the bytes thrown away; its CPU time per
+sample, with the server's per sample in the read-ahead run, gives the run over HTTP a *ceiling*:
+the samples/s that the cores the faster local run used would give if a sample cost the loader
+what it costs from disk plus the transfer, and the server its own. Run from the repository
+root::
 
     python tools/bench_remote.py [--shards 64 --shard-mb 64] [--json]
     python tools/bench_remote.py --shards 8 --shard-mb 8     # a quick run
@@ -39,6 +47,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +314,73 @@ def read_one_epoch(
     )
 
 
-def run(shape: Shape, *, plain: bool = True) -> dict[str, Any]:
+def fetch_cost(
+    urls: list[str], sizes: list[int], shape: Shape, options: Any, server: Server
+) -> dict[str, Any]:
+    """The CPU time of fetching ``urls`` (of ``sizes`` bytes) whole, block by block through the
+    read-ahead's own fetch (:func:`~shardmix.sources.blockfetch.fetch_block`), as many at a time
+    as one worker's lanes have blocks in flight, the bytes dropped: this process's (its
+    threads') and the server's, per sample, with the bytes fetched."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardmix.sources.blockfetch import fetch_block, give_back
+
+    block = shape.block_mb << 20
+    threads = max(1, shape.num_lanes * shape.blocks // max(1, shape.num_workers))
+    ranges = [
+        (url, start, min(size, start + block))
+        for url, size in zip(urls, sizes, strict=True)
+        for start in range(0, size, block)
+    ]
+
+    def fetch(where: tuple[str, int, int]) -> int:
+        got = fetch_block(where[0], options, where[1], where[2])
+        give_back(got.buffer)
+        return len(got.data)
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    server_before = server.cpu_seconds()
+    began = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        fetched = sum(pool.map(fetch, ranges))
+    seconds = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    samples = len(urls) * shape.records_per_shard
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    return {
+        "shards": len(urls),
+        "bytes": fetched,
+        "seconds": seconds,
+        "threads": threads,
+        "user_us_per_sample": 1e6 * user / samples,
+        "system_us_per_sample": 1e6 * system / samples,
+        "us_per_sample": 1e6 * (user + system) / samples,
+        "server_us_per_sample": 1e6 * (server.cpu_seconds() - server_before) / samples,
+    }
+
+
+def ceiling(runs: list[Run], fetch: dict[str, Any]) -> dict[str, float]:
+    """What the run over HTTP could reach here at most: the cores the faster local run used,
+    over what a sample would cost them from disk plus the transfer, and the server (in the
+    read-ahead run) its own."""
+    local = max(
+        (one for one in runs if one.name.startswith("local disk")), key=attrgetter("samples_per_s")
+    )
+    ahead = next(one for one in runs if one.name.startswith("HTTP, read ahead"))
+    local_us = 1e6 * local.loader_cpu_seconds / local.samples
+    server_us = 1e6 * (ahead.server_cpu_seconds or 0.0) / ahead.samples
+    cores = local.loader_cpu_seconds / local.seconds
+    samples_per_s = cores / (1e-6 * (local_us + fetch["us_per_sample"] + server_us))
+    return {
+        "local_cores": cores,
+        "local_us_per_sample": local_us,
+        "server_us_per_sample": server_us,
+        "samples_per_s": samples_per_s,
+        "vs_local": samples_per_s / local.samples_per_s,
+    }
+
+
+def run(shape: Shape, *, plain: bool = True, fetch_shards: int = 8) -> dict[str, Any]:
     """The runs (local, read ahead, plain HTTP when ``plain``, local again) and their ratios
     to the faster local run."""
     from shardmix.sources import ReadAhead, SourceOptions
@@ -330,6 +405,8 @@ def run(shape: Shape, *, plain: bool = True) -> dict[str, Any]:
             label = f"{label}, step {1e3 * step:.2f} ms"
             options = SourceOptions(read_ahead=ahead)
             runs.append(read_one_epoch(label, urls, shape, options, server, step=step))
+            sizes = [os.path.getsize(path) for path in paths[:fetch_shards]]
+            fetch = fetch_cost(urls[:fetch_shards], sizes, shape, SourceOptions(), server)
         finally:
             server.close()
         # Local disk again, last: the page cache then holds what the server read, as it held
@@ -338,17 +415,34 @@ def run(shape: Shape, *, plain: bool = True) -> dict[str, Any]:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     local = max(one.samples_per_s for one in runs if one.name.startswith("local disk"))
+    bound = ceiling(runs, fetch)
     return {
         "shape": asdict(shape),
         "data_bytes": data_bytes,
         "runs": [asdict(one) for one in runs],
+        "fetch": fetch,
+        "ceiling": bound,
         "speed_vs_local": {
             one.name: one.samples_per_s / local
             for one in runs
             if not one.name.startswith("local disk") and "step" not in one.name
         },
         "lines": [one.line() for one in runs],
+        "ceiling_lines": _ceiling_lines(fetch, bound),
     }
+
+
+def _ceiling_lines(fetch: dict[str, Any], bound: dict[str, float]) -> list[str]:
+    return [
+        f"fetch alone ({fetch['shards']} shards, {fetch['bytes'] / 1e6:,.0f} MB, "
+        f"{fetch['threads']} threads): {fetch['us_per_sample']:.2f} us of CPU a sample (user "
+        f"{fetch['user_us_per_sample']:.2f}, system {fetch['system_us_per_sample']:.2f}); the "
+        f"server {fetch['server_us_per_sample']:.2f} us a sample meanwhile",
+        f"ceiling over HTTP: {bound['local_cores']:.2f} cores (the local run's) / "
+        f"({bound['local_us_per_sample']:.2f} us from disk + {fetch['us_per_sample']:.2f} fetch "
+        f"+ {bound['server_us_per_sample']:.2f} server, a sample) = "
+        f"{bound['samples_per_s']:,.0f} samples/s, {bound['vs_local']:.2f}x the local run",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,11 +451,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in asdict(defaults).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--no-plain", action="store_true", help="skip the run without read-ahead")
+    parser.add_argument(
+        "--fetch-shards", type=int, default=8, help="shards fetched to measure the transfer alone"
+    )
     parser.add_argument("--json", action="store_true")
     args = vars(parser.parse_args(argv))
     plain = not args.pop("no_plain")
     as_json = args.pop("json")
-    result = run(Shape(**args), plain=plain)
+    fetch_shards = args.pop("fetch_shards")
+    result = run(Shape(**args), plain=plain, fetch_shards=fetch_shards)
     if as_json:
         print(json.dumps(result))
     else:
@@ -373,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{1e3 * shape['latency']:.0f} ms per request, {shape['mb_per_s']:g} MB/s per "
             "connection"
         )
-        for line in result["lines"]:
+        for line in result["lines"] + result["ceiling_lines"]:
             print(line)
         for name, ratio in result["speed_vs_local"].items():
             print(f"{name}: {ratio:.2f}x the local run's samples/s")
