@@ -140,3 +140,50 @@ def test_short_bytes_of_mixed_lengths_travel_as_one_array():
     assert sizes_of({"cls": labels}, 3).tolist() == [1, 2, 1]
     assert column_of([b"x\x00", b"y"]).kind == OBJECTS  # NUL padding would eat the NUL
     assert column_of([b"a", b"c", b"d", b"b" * 100]).kind == OBJECTS  # mostly padding
+
+
+def test_a_typed_field_is_made_once_for_its_reserve_and_keeps_every_row():
+    """4 KiB records in chunks of 256: the field's array is made for its reserve of rows at the
+    first chunk and written in place until they are used, then grows; every row exact."""
+    from shardmix.batching.rows import RESERVE_BYTES, RESERVE_ROWS
+
+    reserve = min(RESERVE_ROWS, RESERVE_BYTES // 4096)
+    total = reserve + 512
+    samples = [{"__key__": f"k{i}", "data": i.to_bytes(4, "big") * 1024} for i in range(total)]
+    store, builder, ids = RowStore(), ChunkBuilder(None, None), []
+    made = None
+    for first in range(0, total, 256):
+        chunk = builder.build([(0, [dict(s) for s in samples[first : first + 256]], False)])
+        store.add(chunk)
+        ids.extend(chunk.items[:, 0].tolist())
+        rows = store.fields["data"].rows
+        if made is None:
+            made = rows
+            assert len(rows) == reserve
+        elif first + 256 <= reserve:
+            assert rows is made  # no row copied
+        else:
+            assert rows is not made and len(rows) == 2 * reserve
+    order = np.asarray(ids)[::-1].copy()
+    got = store.batch(order, collate_samples)
+    assert got["data"] == [samples[i]["data"] for i in range(total)][::-1]
+    assert got["__key__"] == [f"k{i}" for i in range(total)][::-1]
+
+
+def test_a_typed_field_turned_to_objects_keeps_its_rows_not_its_reserve():
+    """Eight-byte ints reserve thousands of rows; a chunk of text then turns the field to
+    objects: only the rows used are converted, and every value is the one given."""
+    first = [{"__key__": f"a{i}", "v": i} for i in range(5)]
+    second = [{"__key__": f"b{i}", "v": f"t{i}"} for i in range(3)]
+    store, ids = stored(first, second)
+    assert len(store.fields["v"].rows) <= 64
+    assert [store.sample(int(i))["v"] for i in ids] == [s["v"] for s in first + second]
+
+
+def test_strings_that_widen_past_many_rows_keep_the_rows_before():
+    """A string field widened by a longer value keeps the rows it held, in its reserve."""
+    first = [{"__key__": f"a{i}", "t": f"s{i % 10}"} for i in range(300)]
+    second = [{"__key__": "b", "t": "a much longer value"}]
+    store, ids = stored(first, second)
+    got = store.batch(ids, collate_samples)
+    assert got["t"] == [s["t"] for s in first + second]
