@@ -12,11 +12,11 @@ A field's rows live in one growing numpy array: numbers, equal-shaped arrays, by
 length and strings in their own dtype, anything else as objects. A typed field grows by a
 reserve of rows at a time (:data:`RESERVE_ROWS`, up to :data:`RESERVE_BYTES`): the rows not
 written yet take address space, not memory, and a store that doubled from its first chunk copied
-each row about twice an epoch. A field whose kind changes
-between chunks (a ragged feature, a value missing) turns into objects, holding each row's
-original value. Rows leave with their batch (:meth:`RowStore.release`): object rows are
-cleared at once, and the next chunks' samples take the freed rows, so the store holds about
-as many rows as the shuffle buffer and the merge hold samples, and ids never change.
+each row about twice an epoch. A field whose kind changes between chunks (a ragged feature, a
+value missing) turns into objects, holding each row's original value. Rows leave with their
+batch (:meth:`RowStore.release`): object rows are cleared at once, and the next chunks' samples
+take the freed rows, so the store holds about as many rows as the shuffle buffer and the merge
+hold samples, and ids never change.
 """
 
 from __future__ import annotations
