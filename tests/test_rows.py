@@ -1,11 +1,13 @@
 """The main process's sample store: batches gathered per column equal collate_samples's."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from shardmix.batching.collate import collate_samples
-from shardmix.batching.rows import RowStore
+from shardmix.batching.rows import RESERVE_BYTES, RESERVE_ROWS, RowStore
 from shardmix.errors import DecodeError
 from shardmix.reading.chunks import ChunkBuilder
 
@@ -142,13 +144,16 @@ def test_short_bytes_of_mixed_lengths_travel_as_one_array():
     assert column_of([b"a", b"c", b"d", b"b" * 100]).kind == OBJECTS  # mostly padding
 
 
+def typed_bytes(store):
+    """What the store's typed fields take, in bytes, and one row of them."""
+    typed = [f.rows for f in store.fields.values() if not f.rows.dtype.hasobject]
+    return sum(r.nbytes for r in typed), sum(r.itemsize * math.prod(r.shape[1:]) for r in typed)
+
+
 def test_a_typed_field_is_made_once_for_its_reserve_and_keeps_every_row():
     """4 KiB records in chunks of 256: the field's array is made for its reserve of rows at the
     first chunk and written in place until they are used, then grows; every row exact."""
-    from shardmix.batching.rows import RESERVE_BYTES, RESERVE_ROWS
-
-    reserve = min(RESERVE_ROWS, RESERVE_BYTES // 4096)
-    total = reserve + 512
+    total = 8704
     samples = [{"__key__": f"k{i}", "data": i.to_bytes(4, "big") * 1024} for i in range(total)]
     store, builder, ids = RowStore(), ChunkBuilder(None, None), []
     made = None
@@ -159,15 +164,28 @@ def test_a_typed_field_is_made_once_for_its_reserve_and_keeps_every_row():
         rows = store.fields["data"].rows
         if made is None:
             made = rows
-            assert len(rows) == reserve
-        elif first + 256 <= reserve:
+            row_bytes = typed_bytes(store)[1]
+            assert len(rows) == min(RESERVE_ROWS, RESERVE_BYTES // row_bytes) > 7000
+        elif first + 256 <= len(made):
             assert rows is made  # no row copied
         else:
-            assert rows is not made and len(rows) == 2 * reserve
+            assert rows is not made and len(rows) == 2 * len(made)
+    assert total > len(made)
     order = np.asarray(ids)[::-1].copy()
     got = store.batch(order, collate_samples)
     assert got["data"] == [samples[i]["data"] for i in range(total)][::-1]
     assert got["__key__"] == [f"k{i}" for i in range(total)][::-1]
+
+
+def test_the_reserve_is_shared_by_a_samples_typed_fields():
+    """Twenty fields of 1 KiB: together they reserve RESERVE_BYTES of rows, not each of them."""
+    samples = [{f"f{n}": bytes([n, i % 256]) * 512 for n in range(20)} for i in range(64)]
+    store, ids = stored(samples)
+    taken, row_bytes = typed_bytes(store)
+    assert row_bytes == 20 * 1024
+    assert 64 * row_bytes < taken <= RESERVE_BYTES
+    got = store.batch(ids, collate_samples)
+    assert all(got[f"f{n}"] == [s[f"f{n}"] for s in samples] for n in range(20))
 
 
 def test_a_typed_field_turned_to_objects_keeps_its_rows_not_its_reserve():

@@ -10,13 +10,13 @@ given to ``collate_samples``, so the result and its errors are the same.
 
 A field's rows live in one growing numpy array: numbers, equal-shaped arrays, bytes of one
 length and strings in their own dtype, anything else as objects. A typed field grows by a
-reserve of rows at a time (:data:`RESERVE_ROWS`, up to :data:`RESERVE_BYTES`): the rows not
-written yet take address space, not memory, and a store that doubled from its first chunk copied
-each row about twice an epoch. A field whose kind changes between chunks (a ragged feature, a
-value missing) turns into objects, holding each row's original value. Rows leave with their
-batch (:meth:`RowStore.release`): object rows are cleared at once, and the next chunks' samples
-take the freed rows, so the store holds about as many rows as the shuffle buffer and the merge
-hold samples, and ids never change.
+reserve of rows at a time (:data:`RESERVE_ROWS`, within :data:`RESERVE_BYTES` for all of a
+sample's typed fields): the rows not written yet take address space, not memory, and a store
+that doubled from its first chunk copied each row about twice an epoch. A field whose kind
+changes between chunks (a ragged feature, a value missing) turns into objects, holding each
+row's original value. Rows leave with their batch (:meth:`RowStore.release`): object rows are
+cleared at once, and the next chunks' samples take the freed rows, so the store holds about as
+many rows as the shuffle buffer and the merge hold samples, and ids never change.
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ from shardmix.reading.columns import (
 from shardmix.reading.reader import Sample
 
 _FAST_TYPES = ({bytes}, {str})
-# A typed field's array grows by at least this many rows, within this many bytes (the pages of
-# rows not written yet take no memory). Doubling from the first chunk copied 4 KiB records about
-# twice each: a fresh loader per epoch of 15,217 such samples, 2 workers, spent 187 ms (TFRecord)
-# and 212 ms (tar) of the main process's CPU an epoch, 171 and 185 ms with this reserve (medians
-# of 11 epochs each, interleaved), and its peak RSS went from 389 to 359 MiB.
+# A typed field's array grows by at least this many rows, within this many bytes for all of a
+# sample's typed fields (the pages of rows not written yet take no memory). Doubling from the
+# first chunk copied 4 KiB records about twice each: a fresh loader per epoch of 15,217 such
+# samples, 2 workers, spent 206-215 ms (TFRecord) and 205-207 ms (tar) of the main process's CPU
+# an epoch, 186-196 and 191 ms with this reserve (medians of 11 epochs each way, interleaved, in
+# two runs), and its peak RSS over 3 epochs went from 388 to 372 MiB.
 RESERVE_ROWS = 16384
 RESERVE_BYTES = 32 << 20
 _LISTED = (BYTES, STRINGS)  # kinds a batch holds as a list (of bytes, of str)
@@ -128,16 +129,14 @@ class _Field:
             wider[:used] = self.rows[:used]
             self.rows = wider
 
-    def reserve(self, rows: int) -> None:
-        """Room for ``rows`` rows in all: doubled, and a typed field by at least its reserve
-        (:data:`RESERVE_ROWS`, :data:`RESERVE_BYTES`). Called past its length only once every
-        row is used."""
+    def reserve(self, rows: int, ahead: int = 0) -> None:
+        """Room for ``rows`` rows in all: doubled, and a typed field to at least ``ahead`` rows
+        (:func:`_rows_ahead`). Called past its length only once every row is used."""
         if rows <= len(self.rows):
             return
         size = max(rows, 2 * len(self.rows), 64)
         if not self.rows.dtype.hasobject:
-            row_bytes = self.rows.dtype.itemsize * math.prod(self.rows.shape[1:])
-            size = max(size, min(RESERVE_ROWS, RESERVE_BYTES // max(1, row_bytes)))
+            size = max(size, ahead)
         grown = np.empty((size, *self.rows.shape[1:]), self.rows.dtype)
         grown[: len(self.rows)] = self.rows
         self.rows = grown
@@ -207,6 +206,7 @@ class RowStore:
     def _place(self, rows: np.ndarray, columns: dict[str, Column], refs: np.ndarray) -> None:
         before = self.count
         self.count = max(before, int(rows[-1]) + 1)
+        ahead = _rows_ahead(columns)
         capacity = _capacity(self.count, len(self.refs_table))
         self.refs_table = _grown(self.refs_table, capacity)
         self.refs_table[rows] = refs
@@ -219,13 +219,13 @@ class RowStore:
                 )
                 if before:  # rows stored before this field appeared lack it
                     found.as_objects(0)
-                    found.reserve(self.count)
+                    found.reserve(self.count, ahead)
                     found.rows[:before] = MISSING
                     found.missing = True
             elif not found.matches(column := found.padded_alike(column, before)):
                 found.as_objects(before)
             found.widen(column, before)
-            found.reserve(self.count)
+            found.reserve(self.count, ahead)
             if found.kind == OBJECTS and column.kind != OBJECTS:
                 found.rows[rows] = _values_of(column.kind, column.values, column.dtype)
             elif found.kind == OBJECTS:
@@ -237,7 +237,7 @@ class RowStore:
         for name, found in self.fields.items():
             if name not in columns:
                 found.as_objects(before)
-                found.reserve(self.count)
+                found.reserve(self.count, ahead)
                 found.rows[rows] = MISSING
                 found.missing = True
 
@@ -304,6 +304,17 @@ def _as_padded(values: np.ndarray) -> np.ndarray | None:
     """A void array as NUL-padded bytes of its width, when no value ends in NUL."""
     padded = values.view(f"S{values.dtype.itemsize}")
     return padded if bool((np.char.str_len(padded) == values.dtype.itemsize).all()) else None
+
+
+def _rows_ahead(columns: dict[str, Column]) -> int:
+    """The rows a typed field reserves when it grows: :data:`RESERVE_ROWS`, within
+    :data:`RESERVE_BYTES` for the row of every typed column of the chunk."""
+    row_bytes = sum(
+        column.values.dtype.itemsize * math.prod(column.values.shape[1:])
+        for column in columns.values()
+        if column.kind != OBJECTS
+    )
+    return min(RESERVE_ROWS, RESERVE_BYTES // max(1, row_bytes))
 
 
 def _capacity(rows: int, current: int) -> int:
