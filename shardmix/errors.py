@@ -136,6 +136,10 @@ class ManifestMismatchWarning(ShardmixWarning):
     as it is read)."""
 
 
+class MissingShardWarning(ShardmixWarning):
+    """A glob misses shards that the manifest beside them lists: they are gone, not read."""
+
+
 class UnregisteredLoaderWarning(ShardmixWarning):
     """A MixingLoader iterated under an Accelerate ``Accelerator`` it is not registered with
     for checkpointing: ``save_state``/``load_state`` would leave its position out, and a
