@@ -156,6 +156,11 @@ class UnvalidatedShardWarning(ShardmixWarning):
     cannot be detected (warned once per host)."""
 
 
+class RangesIgnoredWarning(ShardmixWarning):
+    """A server answered a range request with the whole shard: read-ahead reads that host's
+    shards in one request each (warned once per host)."""
+
+
 def describe_position(url: str, *, offset: int | None = None, record: int | None = None) -> str:
     """The ``where`` part of an error message: ``'x.tar' record 7 at byte offset 5120'``.
 
