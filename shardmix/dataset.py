@@ -19,6 +19,7 @@ from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
 from shardmix.plan.arguments import check_not_empty, given_counts, refuse_arguments
 from shardmix.plan.counts import COUNTS_CACHE_NAME, RecordCounts
 from shardmix.plan.kept import KeptCounts, kept_cache_path
+from shardmix.plan.manifests import warn_missing_listed
 from shardmix.plan.urls import check_sources, expand_urls
 from shardmix.policy import ErrorPolicy, OnError, SkipLedger
 from shardmix.reading.decode import Decoder, as_decoder
@@ -116,6 +117,7 @@ class ShardDataset(ShardReads):
         expanded = expand_urls(urls)
         sources = source_options or SourceOptions()
         check_sources(expanded, sources)
+        warn_missing_listed(urls)
         forced = Format(format) if format is not None else None
         format_of = {url: forced or infer_format(url) for url in expanded}
         check_not_empty(format_of)

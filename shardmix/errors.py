@@ -136,6 +136,10 @@ class ManifestMismatchWarning(ShardmixWarning):
     as it is read)."""
 
 
+class MissingShardWarning(ShardmixWarning):
+    """A glob misses shards that the manifest beside them lists: they are gone, not read."""
+
+
 class UnregisteredLoaderWarning(ShardmixWarning):
     """A MixingLoader iterated under an Accelerate ``Accelerator`` it is not registered with
     for checkpointing: ``save_state``/``load_state`` would leave its position out, and a
@@ -150,6 +154,11 @@ class WorkerRestartWarning(ShardmixWarning):
 class UnvalidatedShardWarning(ShardmixWarning):
     """A server gives no ETag or Last-Modified: a shard replaced there by one of the same size
     cannot be detected (warned once per host)."""
+
+
+class RangesIgnoredWarning(ShardmixWarning):
+    """A server answered a range request with the whole shard: read-ahead reads that host's
+    shards in one request each (warned once per host)."""
 
 
 def describe_position(url: str, *, offset: int | None = None, record: int | None = None) -> str:

@@ -83,7 +83,8 @@ class Damage:
     ``error`` is what would have been raised; it names the URL and the position. ``record`` and
     ``offset`` are where the loss starts: the damaged record, or the first record of the
     shard's rest. ``size`` is the bytes of shard passed over (framing included) when known.
-    ``rest_of_shard`` says the framing was lost, so everything from ``record`` on is dropped.
+    ``rest_of_shard`` says the framing was lost, so everything from ``record`` on is dropped;
+    ``records`` is how many records that lost, when a count of the shard says (else None).
     """
 
     error: CorruptShardError | DecodeError
@@ -91,6 +92,7 @@ class Damage:
     offset: int | None
     size: int | None = None
     rest_of_shard: bool = False
+    records: int | None = None
 
     @property
     def url(self) -> str:
@@ -101,7 +103,7 @@ DamageHandler = Callable[[Damage], None]
 
 
 def _empty_shard_entry() -> dict[str, Any]:
-    return {"skips": 0, "records": 0, "bytes": 0, "cut": 0, "first": None}
+    return {"skips": 0, "records": 0, "bytes": 0, "cut": 0, "uncounted": 0, "first": None}
 
 
 class SkipLedger:
@@ -119,12 +121,16 @@ class SkipLedger:
 
     The summary, plain JSON::
 
-        {"skips": int, "records": int, "bytes": int, "shards_cut": int,
+        {"skips": int, "records": int, "bytes": int, "shards_cut": int, "uncounted_cuts": int,
          "shards": {url: {"skips": int, "records": int, "bytes": int, "cut": int,
-                          "first": str}}}    # "first": the first damage's message
+                          "uncounted": int, "first": str}}}  # "first": the first damage
 
-    ``records``/``bytes`` count records dropped one by one; ``cut``/``shards_cut`` count shards
-    whose rest was dropped (how many records that lost is not known). ``skips`` is their sum.
+    ``records`` counts every record lost: those dropped one by one, and those of a shard's rest
+    dropped (``cut``/``shards_cut``) when a count of the shard (a manifest, the count cache,
+    ``record_counts=``, a counting pass of the whole shard) says how many it held. A cut whose
+    records no count knows (the counting pass itself stopped at the damage) is counted in
+    ``uncounted``/``uncounted_cuts`` instead, its bytes in ``bytes`` when the shard's size is
+    known. ``skips`` is the records dropped one by one plus the cuts.
     """
 
     def __init__(
@@ -152,11 +158,13 @@ class SkipLedger:
         entry = _empty_shard_entry()
         entry["skips"] = 1
         entry["first"] = _describe(damage)
+        entry["bytes"] = damage.size or 0
         if damage.rest_of_shard:
             entry["cut"] = 1
+            entry["records"] = damage.records or 0
+            entry["uncounted"] = int(damage.records is None)
         else:
             entry["records"] = 1
-            entry["bytes"] = damage.size or 0
         self._add({damage.url: entry})
 
     def merge(self, other_summary: Mapping[str, Any]) -> None:
@@ -174,7 +182,7 @@ class SkipLedger:
                     entry = table[url] = _empty_shard_entry()
                     if table is self._shards and self.warn and url not in self._reported:
                         _warn_first(url, counts)
-                for name in ("skips", "records", "bytes", "cut"):
+                for name in ("skips", "records", "bytes", "cut", "uncounted"):
                     entry[name] += int(counts.get(name, 0))
                 if entry["first"] is None:
                     entry["first"] = counts.get("first")
@@ -238,6 +246,7 @@ def _summary(shards: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "records": sum(entry["records"] for entry in copied.values()),
         "bytes": sum(entry["bytes"] for entry in copied.values()),
         "shards_cut": sum(entry["cut"] for entry in copied.values()),
+        "uncounted_cuts": sum(entry["uncounted"] for entry in copied.values()),
         "shards": copied,
     }
 

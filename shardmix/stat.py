@@ -31,10 +31,14 @@ JSON (``StatReport.to_dict()``, ``schema_version`` 1)::
                  "manifest_sha256": str | null,  # what the manifest beside it says, if any
                  "checksum": "verified" | "mismatch" | "no manifest entry" | null}],
                                                # null without verify
-     "totals": {"shards": int, "records": int, "bytes": int, "damaged": int}}
+     "totals": {"shards": int, "records": int, "bytes": int, "damaged": int},
+     "missing": [str]}     # shards named (braces) or listed by a manifest (a glob), but gone
 
 ``records`` of a damaged shard counts the records before the damage (the damaged record's
-index when the error names one).
+index when the error names one). A shard is missing when a brace pattern names a local file
+that is not there, or when a manifest beside a glob's shards lists one the glob would match
+but that is gone (:func:`~shardmix.plan.manifests.missing_listed`): a glob alone finds only
+what is there.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from shardmix.convert.identity import stale_inputs
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, reader_for
 from shardmix.plan.counts import count_records, manifest_shards
+from shardmix.plan.manifests import missing_listed
 from shardmix.plan.urls import expand_urls
 from shardmix.sources import is_local, local_path, open_shard
 
@@ -112,6 +117,7 @@ class StatReport:
 
     shards: list[ShardStat]
     verify: bool
+    missing: list[str] = field(default_factory=list)
     damaged: list[ShardStat] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -137,6 +143,7 @@ class StatReport:
                 "bytes": self.bytes,
                 "damaged": len(self.damaged),
             },
+            "missing": list(self.missing),
         }
 
 
@@ -158,13 +165,15 @@ def stat_shards(
         progress: show a progress bar on stderr.
     """
     expanded = expand_urls(urls)
+    gone = [url for url in expanded if is_local(url) and not os.path.exists(local_path(url))]
     forced = Format(format) if format is not None else None
     digests = ManifestDigests()
     shards = [
         _stat_one(url, forced or infer_format(url), verify, digests)
-        for url in _progress(expanded, progress, "stat")
+        for url in _progress([url for url in expanded if url not in gone], progress, "stat")
     ]
-    return StatReport(shards=shards, verify=verify)
+    missing = list(dict.fromkeys(gone + missing_listed(urls)))
+    return StatReport(shards=shards, verify=verify, missing=missing)
 
 
 def _stat_one(url: str, fmt: Format, verify: bool, digests: ManifestDigests) -> ShardStat:

@@ -129,47 +129,40 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from shardmix.convert import ConvertOptions, LabelMode, Part, convert, parse_size
-    from shardmix.errors import ShardmixError
     from shardmix.formats import Format
 
+    if args.merge_manifests:
+        return _merge(args.paths[-1])
+    if len(args.paths) < 2:
+        print("shardmix convert: give at least one INPUT and an OUTPUT_PATTERN")
+        return 2
+    options = ConvertOptions(
+        format=Format(args.format) if args.format else None,
+        max_records=args.max_records,
+        max_bytes=parse_size(args.max_bytes) if args.max_bytes else None,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        workers=args.workers,
+        part=Part.parse(args.part) if args.part else Part(),
+        skip_bad=args.skip_bad,
+        overwrite=args.overwrite,
+        follow_links=args.follow_links,
+        labels=LabelMode(args.labels),
+        inline_columns=tuple(args.inline_column),
+        key_column=args.key_column,
+        write_index=not args.no_index,
+    )
+    if args.engine == "ray":
+        return _run_on_ray(args, options)
+    if args.address:
+        print("shardmix convert: --address is for --engine ray", file=sys.stderr)
+        return 2
+    bar, update = _progress(sys.stderr)
     try:
-        if args.merge_manifests:
-            return _merge(args.paths[-1])
-        if len(args.paths) < 2:
-            print("shardmix convert: give at least one INPUT and an OUTPUT_PATTERN")
-            return 2
-        options = ConvertOptions(
-            format=Format(args.format) if args.format else None,
-            max_records=args.max_records,
-            max_bytes=parse_size(args.max_bytes) if args.max_bytes else None,
-            shuffle=args.shuffle,
-            seed=args.seed,
-            workers=args.workers,
-            part=Part.parse(args.part) if args.part else Part(),
-            skip_bad=args.skip_bad,
-            overwrite=args.overwrite,
-            follow_links=args.follow_links,
-            labels=LabelMode(args.labels),
-            inline_columns=tuple(args.inline_column),
-            key_column=args.key_column,
-            write_index=not args.no_index,
-        )
-        if args.engine == "ray":
-            return _run_on_ray(args, options)
-        if args.address:
-            print("shardmix convert: --address is for --engine ray", file=sys.stderr)
-            return 2
-        bar, update = _progress(sys.stderr)
-        try:
-            summary = convert(args.paths[:-1], args.paths[-1], options, progress=update)  # type: ignore[arg-type]
-        finally:
-            if bar is not None:
-                bar.close()  # type: ignore[attr-defined]
-    except (ShardmixError, ImportError) as error:
-        print(f"shardmix convert: error: {error}", file=sys.stderr)
-        for note in getattr(error, "__notes__", ()):
-            print(f"  {note}", file=sys.stderr)
-        return 1
+        summary = convert(args.paths[:-1], args.paths[-1], options, progress=update)  # type: ignore[arg-type]
+    finally:
+        if bar is not None:
+            bar.close()  # type: ignore[attr-defined]
     print(
         f"{summary.shards} shards ({summary.shards_written} written now), "
         f"{summary.records} records, {summary.bytes:,} bytes in {summary.seconds:.1f} s "

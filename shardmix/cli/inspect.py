@@ -117,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from shardmix.errors import ShardmixError
     from shardmix.inspect import inspect_batches
 
     if bool(args.urls) == bool(args.datasets):
@@ -146,29 +145,25 @@ def run(args: argparse.Namespace) -> int:
     if args.datasets:
         options["weights"] = {name: weight for name, weight, _ in args.datasets}
         options["stopping"] = args.stopping
-    try:
-        report = inspect_batches(
-            urls,
-            batch_size=args.batch_size,
-            num_workers=args.num_workers,
-            seed=args.seed,
-            epoch=args.epoch,
-            batches=args.batches,
-            rank=args.rank,
-            world_size=args.world_size,
-            even_ranks=args.even_ranks,
-            compare=args.compare,
-            advise=not args.no_advice,
-            progress=sys.stderr.isatty(),
-            **options,
-        )
-        if args.plot:
-            from shardmix.plot import plot_report
+    report = inspect_batches(
+        urls,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        seed=args.seed,
+        epoch=args.epoch,
+        batches=args.batches,
+        rank=args.rank,
+        world_size=args.world_size,
+        even_ranks=args.even_ranks,
+        compare=args.compare,
+        advise=not args.no_advice,
+        progress=sys.stderr.isatty(),
+        **options,
+    )
+    if args.plot:
+        from shardmix.plot import plot_report
 
-            plot_report(report, args.plot)
-    except (ShardmixError, ModuleNotFoundError) as error:
-        print(f"shardmix inspect: {error}", file=sys.stderr)
-        return 1
+        plot_report(report, args.plot)
     data = report.to_dict()
     if args.json:
         print(json.dumps(data, indent=1))

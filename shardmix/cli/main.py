@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from shardmix import __version__
+from shardmix.errors import ShardmixError
 
 SUBCOMMANDS = ("convert", "inspect", "stat")
 
@@ -39,8 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand; bad input (a ShardmixError, OSError or ValueError) is one line on
+    stderr and exit status 2, never a traceback."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except (ShardmixError, OSError, ValueError, ImportError) as error:
+        text = " ".join([str(error), *getattr(error, "__notes__", ())]).replace("\n", " ")
+        print(f"shardmix {args.command}: error: {text}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

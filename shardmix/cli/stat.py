@@ -2,8 +2,9 @@
 
 Calls :func:`shardmix.stat.stat_shards`; ``--verify`` reads every record and checks every
 tar header and TFRecord CRC, and each shard's sha256 against the manifest beside it (a
-mismatch is damage). The exit status is 1 when a shard is damaged (every damaged
-shard is listed, with the record and byte offset of its damage), else 0.
+mismatch is damage). The exit status is 1 when a shard is damaged or missing (every damaged
+shard is listed, with the record and byte offset of its damage, and every missing one: named
+by a brace pattern, or listed by a manifest where a glob finds it gone), else 0.
 """
 
 from __future__ import annotations
@@ -28,25 +29,20 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from shardmix.errors import ShardmixError
     from shardmix.stat import stat_shards
 
-    try:
-        report = stat_shards(args.urls, verify=args.verify, progress=sys.stderr.isatty())
-    except ShardmixError as error:
-        print(f"shardmix stat: {error}", file=sys.stderr)
-        return 1
+    report = stat_shards(args.urls, verify=args.verify, progress=sys.stderr.isatty())
     data = report.to_dict()
     if args.json:
         print(json.dumps(data, indent=1))
     else:
         print(format_report(data))
-    return 1 if report.damaged else 0
+    return 1 if report.damaged or report.missing else 0
 
 
 def format_report(data: dict) -> str:
     """The report as text: one row per shard, the totals, then each damage in full."""
-    width = max([len(shard["url"]) for shard in data["shards"]] + [5])
+    width = max([len(shard["url"]) for shard in data["shards"]] + [15])
     lines = [f"{'shard':<{width}}  {'format':<8} {'records':>10} {'bytes':>14}  status"]
     for shard in data["shards"]:
         size = "?" if shard["bytes"] is None else f"{shard['bytes']:,}"
@@ -61,6 +57,8 @@ def format_report(data: dict) -> str:
         )
     totals = data["totals"]
     checked = "verified" if data["verify"] else "counted (use --verify to check every record)"
+    if data["missing"]:
+        checked += f"; {len(data['missing'])} MISSING"
     lines.append(
         f"{'total: ' + str(totals['shards']) + ' shards':<{width}}  {'':<8} "
         f"{totals['records']:>10,} {totals['bytes']:>14,}  {checked}"
@@ -69,6 +67,9 @@ def format_report(data: dict) -> str:
     if damaged:
         lines += ["", f"{len(damaged)} damaged shard(s):"]
         lines += [f"- {shard['error']}" for shard in damaged]
+    if data["missing"]:
+        lines += ["", f"{len(data['missing'])} missing shard(s), named or listed but gone:"]
+        lines += [f"- {url}" for url in data["missing"]]
     return "\n".join(lines)
 
 

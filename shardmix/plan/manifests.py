@@ -15,17 +15,21 @@ checking sha256 (``shardmix stat --verify``, the cache).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import glob
 import json
 import logging
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.errors import ManifestMismatchWarning, ShardmixError
+import braceexpand
+
+from shardmix.errors import ManifestMismatchWarning, MissingShardWarning, ShardmixError
+from shardmix.plan.urls import split_patterns
 from shardmix.sources import SourceOptions, is_local, local_path, open_shard, scheme_of
 
 MANIFEST_VERSION = 1
@@ -176,6 +180,41 @@ def _shards_of(where: str, data: bytes, ignored: str) -> list[Mapping[str, Any]]
         log.warning("ignoring manifest %s (%s); %s", where, error, ignored)
         return []
     return [shard for shard in shards if isinstance(shard, Mapping) and "name" in shard]
+
+
+def missing_listed(urls: str | Sequence[str]) -> list[str]:
+    """The local shards a manifest lists that a glob of ``urls`` would match, but that are
+    gone (a glob finds what is there; the manifest says what should be)."""
+    missing: list[str] = []
+    patterns = [urls] if isinstance(urls, str) else list(urls)
+    for part in [part for pattern in patterns for part in split_patterns(pattern)]:
+        for url in braceexpand.braceexpand(part):
+            if not is_local(url) or not set("*?[").intersection(url):
+                continue
+            path = local_path(url)
+            parent = os.path.dirname(path)
+            folders = glob.glob(parent) if set("*?[").intersection(parent) else [parent]
+            for folder in sorted(folders):
+                for name in local_entries(folder):
+                    listed = os.path.join(folder, name)
+                    if fnmatch.fnmatchcase(listed, path) and not os.path.exists(listed):
+                        missing.append(listed)
+    return list(dict.fromkeys(missing))
+
+
+def warn_missing_listed(urls: str | Sequence[str]) -> None:
+    """Warn, naming them, about the shards :func:`missing_listed` finds."""
+    missing = missing_listed(urls)
+    if missing:
+        warnings.warn(
+            MissingShardWarning(
+                f"{len(missing)} shard(s) a manifest lists match the pattern but are gone, "
+                f"and are not read: {', '.join(missing[:10])}"
+                f"{' ...' if len(missing) > 10 else ''}; restore them, or re-create the "
+                "manifest (`shardmix stat --verify` lists them)"
+            ),
+            stacklevel=3,
+        )
 
 
 def manifest_counts(folder: str) -> dict[str, tuple[int, int]]:

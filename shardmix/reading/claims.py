@@ -14,6 +14,7 @@ its CRC is not a missing record, and a shard whose rest was dropped is not check
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +39,7 @@ class CountCheck:
         start: int,
         stop: int | None,
         on_damage: DamageHandler | None,
+        whole: bool = True,
     ) -> None:
         self.url = url
         self.expected, self.source = claim
@@ -46,6 +48,7 @@ class CountCheck:
         self._forward = on_damage
         self._reached = start - 1  # the last record read or reported damaged
         self._cut = False  # the reader dropped the shard's rest (already reported)
+        self._whole = whole  # the count is of the whole shard (not cut short by damage)
 
     @property
     def on_damage(self) -> DamageHandler | None:
@@ -54,10 +57,20 @@ class CountCheck:
     def _damaged(self, damage: Damage) -> None:
         if damage.rest_of_shard:
             self._cut = True
+            damage = self._with_records(damage)
         elif damage.record is not None:
             self._reached = max(self._reached, damage.record)
         if self._forward is not None:
             self._forward(damage)
+
+    def _with_records(self, damage: Damage) -> Damage:
+        """A cut of the shard's rest, with the records of this read it lost (when the count is
+        of the whole shard; a count cut short by the damage does not know them)."""
+        end = self.expected if self.stop is None else self.stop
+        first = max(damage.record or 0, self.start, self._reached + 1)
+        if damage.records is not None or not self._whole or first > end:
+            return damage
+        return dataclasses.replace(damage, records=end - first)
 
     def samples(self, samples: Iterator[Sample]) -> Iterator[Sample]:
         """``samples`` (each with its ``__index__``), checked."""
@@ -97,7 +110,7 @@ class CountCheck:
             url=self.url,
             record=found,
         )
-        self._report(error, found, None)
+        self._report(error, found, None, end - found)
 
     def _surplus(self, record: int, offset: int, rest: int, whole: bool) -> None:
         found = f"{record + 1 + rest}" if whole else f"at least {record + 1 + rest}"
@@ -110,12 +123,14 @@ class CountCheck:
             offset=offset,
             record=record,
         )
-        self._report(error, record, offset)
+        self._report(error, record, offset, rest + 1 if whole else None)
 
-    def _report(self, error: RecordCountError, record: int, offset: int | None) -> None:
+    def _report(
+        self, error: RecordCountError, record: int, offset: int | None, records: int | None
+    ) -> None:
         if self._forward is None:
             raise error
-        self._forward(Damage(error, record, offset, rest_of_shard=True))
+        self._forward(Damage(error, record, offset, rest_of_shard=True, records=records))
 
 
 def counted_rest(items: Iterator[Any], size: Callable[[Any], int]) -> tuple[int, bool]:

@@ -161,7 +161,9 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         claim = self.record_counts.claim(url)
         if claim is None:
             return None
-        return CountCheck(url, claim, start, stop, on_damage if self.policy.skips else None)
+        whole = url not in self.record_counts.damaged  # else the count ends at the damage
+        skips = on_damage if self.policy.skips else None
+        return CountCheck(url, claim, start, stop, skips, whole)
 
     def take_opened(self) -> dict[int, ShardIdentity]:
         """The identities of the shards read since the last call, by shard index."""

@@ -19,7 +19,7 @@ import os
 import threading
 from typing import NamedTuple
 
-from shardmix.sources.http import shard_stream
+from shardmix.sources.http import HttpShardStream, shard_stream
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.options import SourceOptions
 
@@ -38,6 +38,9 @@ class Block(NamedTuple):
     identity: ShardIdentity  # the version they came from
     seam: bytes  # the bytes just before the block, asked for again (no validator)
     buffer: bytearray
+    # The answer went on past the block (a server that ignores ranges sends the whole shard):
+    # the stream that reads on from the block's end, unbounded.
+    rest: HttpShardStream | None = None
 
 
 def fetch_block(url: str, options: SourceOptions, start: int, stop: int, seam: int = 0) -> Block:
@@ -48,11 +51,20 @@ def fetch_block(url: str, options: SourceOptions, start: int, stop: int, seam: i
     buffer = take(stop - first)
     view = memoryview(buffer)[: stop - first]
     filled = 0
-    with stream:
+    try:
         stream.seek(first)
         while filled < len(view) and (count := stream.readinto(view[filled:])):
             filled += count
-    return Block(view[seam:filled], stream.identity, bytes(view[:seam]), buffer)
+    except BaseException:
+        stream.close()
+        raise
+    rest = None
+    if stream.honours_ranges:
+        stream.close()
+    else:
+        stream.unbound()
+        rest = stream
+    return Block(view[seam:filled], stream.identity, bytes(view[:seam]), buffer, rest)
 
 
 def take(size: int) -> bytearray:

@@ -192,6 +192,15 @@ class HttpShardStream(io.RawIOBase):
         """The version being read: its size and validator, as the first answer said them."""
         return self._version.identity
 
+    @property
+    def honours_ranges(self) -> bool:
+        """False once the server answered a range request with the whole shard (``200``)."""
+        return self._honours_ranges
+
+    def unbound(self) -> None:
+        """Read on past ``stop``: the answer holds the whole shard (a server ignoring ranges)."""
+        self._stop = None
+
     def readable(self) -> bool:
         return True
 
@@ -318,8 +327,9 @@ class HttpShardStream(io.RawIOBase):
         length = response.headers.get("Content-Length")
         self._end = int(length) if length is not None and length.isdigit() else None
         self._version.note_size(self._end, self._position)
-        if offset:
+        if offset or self._stop is not None:  # a range was asked for: the server ignores it
             self._honours_ranges = False
+        if offset:
             self._discard(response, offset)
 
     # -- reading -------------------------------------------------------------------------

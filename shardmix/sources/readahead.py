@@ -18,6 +18,11 @@ of the block it just left
 (:func:`~shardmix.sources.validators.check_seam`): a shard replaced by one of the same size
 between two blocks is refused there, never read as a mix of two versions.
 
+A server that ignores ``Range`` answers the first block's request with the whole shard
+(``200``): that answer is read on as the shard (no block asked for again), the host is asked
+for no more ranges (its shards then open as one stream each, nothing started ahead), and a
+:class:`~shardmix.errors.RangesIgnoredWarning` says so, once per host and process.
+
 At a shard boundary: a lane tells :func:`follow` which shard it reads after the one it opens;
 once the last block of that one is asked for, the next shard's first blocks are asked for too,
 and its :class:`BlockStream` waits in this process until the lane opens it
@@ -36,17 +41,18 @@ import io
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from shardmix.errors import ShardmixError
+from shardmix.errors import RangesIgnoredWarning, ShardmixError
 from shardmix.sources.blockfetch import Block, fetch_block, give_back
 from shardmix.sources.fetchpool import fetch_pool
-from shardmix.sources.http import open_http
+from shardmix.sources.http import HttpShardStream, open_http
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
-from shardmix.sources.traffic import count_stall
+from shardmix.sources.traffic import count_stall, host_of
 from shardmix.sources.validators import SEAM_BYTES, changed, check_seam, seam_before
 
 if TYPE_CHECKING:
@@ -58,7 +64,7 @@ __all__ = ["BlockStream", "follow", "forget", "open_blocks", "open_web"]
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     """Open an ``http(s)://`` shard (the opener registered for both schemes): read ahead in
     blocks with ``options.read_ahead``, else one stream (:func:`.http.open_http`)."""
-    if options.read_ahead is not None:
+    if options.read_ahead is not None and host_of(url) not in _ignoring:
         return open_blocks(url, options, offset)
     return open_http(url, options, offset)
 
@@ -99,6 +105,8 @@ class BlockStream(io.RawIOBase):
         # block's seam must be (no validator).
         self._left: tuple[int, bytes] = (-1, b"")
         self.on_tail = on_tail  # called once the shard's last block is asked for
+        # The server answered a range with the whole shard: what reads on past the block.
+        self._rest: HttpShardStream | None = None
         self.tail_done = False
         self._start_run(first_at)
 
@@ -157,6 +165,11 @@ class BlockStream(io.RawIOBase):
             return 0
         index, within = divmod(position - self._base, self._block)
         if position < self._base or index not in self._futures:
+            if self._rest is not None:  # the server ignores ranges: read on in its one answer
+                self._rest.seek(position)
+                count = self._rest.readinto(view)
+                self._position += count
+                return count
             self._start_run(position)
             index, within = 0, 0
         data = self._result(index).data
@@ -183,6 +196,8 @@ class BlockStream(io.RawIOBase):
                     future.cancel()
                 self._futures.clear()
                 self._current = None
+            if self._rest is not None:
+                self._rest.close()
         super().close()
 
     # -- blocks --------------------------------------------------------------------------
@@ -219,6 +234,8 @@ class BlockStream(io.RawIOBase):
     def _fill(self) -> bool:
         """Ask for blocks up to the window (lock held); whether the last one was just asked."""
         size = self._size
+        if self._rest is not None:
+            return False  # one answer holds the whole shard: no block to ask for
         while self._next < self._reading + self._window:
             if size is None or self._base + self._next * self._block >= size:
                 break
@@ -255,6 +272,13 @@ class BlockStream(io.RawIOBase):
     def _note(self, block: Block, offset: int) -> None:
         """Take the first block's version as the shard's; refuse any other."""
         found = block.identity
+        if block.rest is not None:
+            with self._lock:
+                if self._rest is None and not self.closed:
+                    self._rest = block.rest
+                    ranges_ignored(self.url)
+                elif self._rest is not block.rest:
+                    block.rest.close()
         if self._identity is None:
             self._identity = found
             self._size = found.size
@@ -282,6 +306,27 @@ class BlockStream(io.RawIOBase):
         if 0 not in self._futures:
             self._start_run(self._base)
         self._result(0)
+
+
+_ignoring: set[str] = set()  # hosts that answered a range request with the whole shard
+
+
+def ranges_ignored(url: str) -> None:
+    """``url``'s server answered a range request with the whole shard: ask that host for no
+    more ranges (its shards open as one stream), and warn once per host and process."""
+    host = host_of(url)
+    with _registry_lock:
+        if host in _ignoring:
+            return
+        _ignoring.add(host)
+    warnings.warn(
+        RangesIgnoredWarning(
+            f"{url}: the server ignores Range requests (it answered one with the whole shard, "
+            f"200): read-ahead asks {host} for no more ranges and reads each shard in one "
+            "request, without blocks ahead; serve 206 answers to ranges to read ahead"
+        ),
+        stacklevel=2,
+    )
 
 
 def _described(identity: ShardIdentity) -> str:
@@ -328,6 +373,8 @@ def _start_next(url: str) -> None:
         if entry is None or entry[0] in _waiting:
             return
         next_url, options = entry
+        if host_of(next_url) in _ignoring:
+            return
         _waiting[next_url] = BlockStream(next_url, options, on_tail=lambda: _start_next(next_url))
         _started[url] = next_url
 

@@ -85,5 +85,5 @@ def test_command_line(tmp_path, capsys):
     assert "50 records" in out and "records/s" in out
     manifest = read_manifest(str(tmp_path / "o" / "c.manifest.json"))
     assert len(manifest.shards) > 1 and manifest.index
-    assert main(argv + ["--max-records", "7"]) == 1
+    assert main(argv + ["--max-records", "7"]) == 2
     assert "--overwrite" in capsys.readouterr().err

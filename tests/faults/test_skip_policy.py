@@ -66,12 +66,14 @@ def test_one_damaged_record_among_many(tmp_path: Path, fmt: str) -> None:
         "records": 1,
         "bytes": span,
         "shards_cut": 0,
+        "uncounted_cuts": 0,
         "shards": {
             str(damaged): {
                 "skips": 1,
                 "records": 1,
                 "bytes": span,
                 "cut": 0,
+                "uncounted": 0,
                 "first": summary["shards"][str(damaged)]["first"],
             }
         },

@@ -175,7 +175,7 @@ def test_text_report_shows_first_and_last_batches_and_the_summary(capsys, shards
 
 def test_bad_settings_exit_non_zero_with_a_message(capsys, shards64):
     pattern, _ = shards64
-    assert main(["inspect", pattern, "--rank=2", "--world-size=2"]) == 1
+    assert main(["inspect", pattern, "--rank=2", "--world-size=2"]) == 2
     assert "rank 2 is outside world_size 2" in capsys.readouterr().err
 
 
