@@ -14,7 +14,11 @@ shards, big samples and 100,000 URLs, each case in a fresh process, :mod:`bench_
 register themselves in ``SECTIONS`` and return :class:`Row` values; the table printer and
 ``--json`` know nothing of what a section measures. Run from the repository root::
 
-    python tools/bench.py [--only tar] [--epochs 3] [--json]
+    python tools/bench.py [--only tar] [--epochs 3] [--json] [--doc]
+
+``--doc`` keeps the rows of the sections it ran in ``docs/benchmarks.json`` (the other
+sections' rows stay as they were) and writes ``docs/benchmarks.md`` from that file alone: the
+page is generated, never edited by hand.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -38,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_startup  # noqa: E402
 import bench_writers  # noqa: E402
 from benchdata import make_bench_shards, record_key, shard_of_key, shard_sizes  # noqa: E402
+from benchkit import RangeServer  # noqa: E402
 
 from shardmix.inspect import ideal_distinct_sources  # noqa: E402
 from shardmix.testing import checkpoint_after  # noqa: E402
@@ -648,88 +654,6 @@ def ranks_section(config: Config) -> list[Row]:
 # ---------------------------------------------------------------------------- remote section
 
 
-class _RangeServer:
-    """An HTTP server on 127.0.0.1 over a folder, in its own process (as remote storage would
-    be: it takes no time from the loader's processes): Range support, a delay per request,
-    and a count of the requests and of the body bytes its clients took."""
-
-    def __init__(self, root: Path, latency: float) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork")
-        self._counts = context.Array("q", 2)  # requests, bytes sent
-        ready = context.SimpleQueue()
-        self._process = context.Process(
-            target=_serve_ranges, args=(root, latency, self._counts, ready), daemon=True
-        )
-        self._process.start()
-        self.url = f"http://127.0.0.1:{ready.get()}"
-
-    @property
-    def requests(self) -> int:
-        return int(self._counts[0])
-
-    @property
-    def sent(self) -> int:
-        return int(self._counts[1])
-
-    def close(self) -> None:
-        self._process.terminate()
-        self._process.join()
-
-
-def _serve_ranges(root: Path, latency: float, counts: Any, ready: Any) -> None:
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # else each body waits ~40 ms for a delayed ACK
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            time.sleep(latency)
-            path = root / self.path.lstrip("/")
-            if not path.is_file():  # a manifest the set does not have, say
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            size = path.stat().st_size
-            start, stop, status = 0, size, 200
-            asked = self.headers.get("Range", "").removeprefix("bytes=")
-            if asked:
-                first, _, last = asked.partition("-")
-                start, status = int(first), 206
-                stop = min(size, int(last) + 1) if last else size
-            self.send_response(status)
-            self.send_header("Content-Length", str(max(0, stop - start)))
-            if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
-            self.end_headers()
-            with counts.get_lock():
-                counts[0] += 1
-            with path.open("rb") as source:  # the range alone, as storage serves it
-                source.seek(start)
-                for begin in range(start, stop, 1 << 16):
-                    piece = source.read(min(stop, begin + (1 << 16)) - begin)
-                    try:
-                        self.wfile.write(piece)
-                    except OSError:
-                        return
-                    with counts.get_lock():
-                        counts[1] += len(piece)
-
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 256  # a restore opens dozens of connections at once
-        daemon_threads = True
-
-    httpd = Server(("127.0.0.1", 0), Handler)
-    ready.put(httpd.server_address[1])
-    httpd.serve_forever()
-
-
 @section("remote", "shardmix over HTTP with 30 ms per request: an epoch, and a restore at 90%")
 def remote_section(config: Config) -> list[Row]:
     """Epoch time, restore time at 90% to the first batch, and the bytes the server sent for it."""
@@ -737,7 +661,7 @@ def remote_section(config: Config) -> list[Row]:
     from shardmix.checkpoint import unpack_refs
 
     paths = make_bench_shards(config.data_dir, "tar", config.sizes, config.record_bytes)
-    server = _RangeServer(Path(paths[0]).parent, latency=0.030)
+    server = RangeServer(Path(paths[0]).parent, latency=0.030)
     urls = [f"{server.url}/{Path(path).name}" for path in paths]
     data_bytes = sum(Path(path).stat().st_size for path in paths)
 
@@ -1068,6 +992,9 @@ section("startup", bench_startup.TITLE)(bench_startup.section_run(Row))
 
 # ------------------------------------------------------------------------------ reporting
 
+DOC = REPO / "docs" / "benchmarks.md"
+DOC_DATA = REPO / "docs" / "benchmarks.json"
+
 
 def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """shardmix over every other row of the same section (the cost section's notes carry its
@@ -1113,6 +1040,90 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join([fmt(header), rule, *(fmt(line) for line in body)])
 
 
+def _cell(value: float, spec: str) -> str:
+    return "" if value != value else format(value, spec)  # NaN: the section has no such figure
+
+
+def render_doc(results: dict[str, Any]) -> str:
+    """``docs/benchmarks.md`` from the saved results (one entry per section)."""
+    lines = [
+        "# Benchmarks",
+        "",
+        "<!-- Written by `python tools/bench.py --doc` from docs/benchmarks.json: do not edit. -->",
+        "",
+        "Every figure below comes from `tools/bench.py`, which runs shardmix beside the reader a",
+        "user would pick instead, on the same shards, in one run, and checks that each epoch",
+        "delivered every written key exactly once. `python tools/bench.py --only SECTION --doc`",
+        "reruns one section and rewrites this page. Speeds swing by tens of percent between runs",
+        "on a shared machine; the ratios and files per batch much less.",
+        "",
+    ]
+    for name, entry in results.items():
+        rows = [Row(**row) for row in entry["rows"]]
+        where = entry["settings"]
+        lines += [
+            f"## {name}: {entry['description']}",
+            "",
+            f"`python tools/bench.py --only {name} --doc` ({where}; {entry['date']}).",
+            "",
+        ]
+        if any(r.samples_per_s == r.samples_per_s and r.samples_per_s > 0 for r in rows):
+            lines += [
+                "| reader | samples/s | files per batch (ideal) | every key once |",
+                "|---|---|---|---|",
+                *(
+                    f"| {r.name} | {_cell(r.samples_per_s, ',.0f')} | "
+                    f"{_cell(r.distinct_per_batch, '.2f')} ({_cell(r.ideal_distinct, '.2f')}) | "
+                    f"{'yes' if r.exactly_once else 'NO'} |"
+                    for r in rows
+                ),
+                "",
+            ]
+        ratio_lines = [
+            f"- shardmix / {ratio['versus']}: {ratio['speed']:.2f}x samples/s, "
+            f"{ratio['distinct']:.2f}x files per batch"
+            for ratio in ratios(rows)
+        ]
+        notes = [f"- {note}" for note in dict.fromkeys(r.note for r in rows if r.note)]
+        if ratio_lines or notes:
+            lines += [*ratio_lines, *notes, ""]
+    lines += [
+        "## The other benches",
+        "",
+        "Each runs alone, from the repository root (`python tools/NAME.py --help`):",
+        "",
+        *(
+            f"- `tools/{path.name}`: {_first_line(path)}"
+            for path in sorted((REPO / "tools").glob("bench_*.py"))
+        ),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _first_line(path: Path) -> str:
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return doc.split("\n\n", 1)[0].replace("\n", " ")
+
+
+def write_doc(rows: Sequence[Row], settings: str) -> None:
+    """Save ``rows`` under their sections in :data:`DOC_DATA`, then write :data:`DOC` from it."""
+    results = json.loads(DOC_DATA.read_text()) if DOC_DATA.exists() else {}
+    date = time.strftime("%Y-%m-%d")
+    for name in dict.fromkeys(r.section for r in rows):
+        results[name] = {
+            "description": SECTIONS[name].description,
+            "settings": settings,
+            "date": date,
+            "rows": [asdict(r) for r in rows if r.section == name],
+        }
+    ordered = {name: results[name] for name in SECTIONS if name in results}
+    DOC_DATA.write_text(json.dumps(ordered, indent=1) + "\n")
+    DOC.write_text(render_doc(ordered))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data-dir", type=Path, default=REPO / "bench_data")
@@ -1126,6 +1137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--throughput-shards", type=int, default=64)
     parser.add_argument("--throughput-shard-mb", type=int, default=64, help="MB per shard")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--doc", action="store_true", help=f"write {DOC.relative_to(REPO)}")
     args = parser.parse_args(argv)
 
     sizes = tuple(shard_sizes(args.shards, seed=args.seed))
@@ -1146,6 +1158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.extend(SECTIONS[name].run(config))
     elapsed = time.perf_counter() - started
     ideal = ideal_distinct_sources(sizes, args.batch_size)
+    if args.doc:
+        write_doc(
+            rows,
+            f"{len(sizes)} shards of {args.record_bytes} B records, batch {args.batch_size}, "
+            f"{args.num_workers} workers, best of {args.epochs} epochs, {os.cpu_count()} cores",
+        )
 
     if args.json:
         report = {

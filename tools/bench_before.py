@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchkit import revision_tree
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -95,15 +97,9 @@ def main() -> None:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         raise SystemExit(f"unknown cases {unknown}; known: {', '.join(CASES)}")
-    with tempfile.TemporaryDirectory() as scratch:
-        before = Path(scratch) / "before"
-        git = ["git", "-C", str(ROOT)]
-        subprocess.run([*git, "worktree", "add", "--detach", str(before), args.before], check=True)
-        try:
-            data = args.data or Path(scratch) / "data"
-            lines = compare({"before": before, "after": ROOT}, cases, args.rounds, data)
-        finally:
-            subprocess.run([*git, "worktree", "remove", "--force", str(before)], check=True)
+    with tempfile.TemporaryDirectory() as scratch, revision_tree(args.before) as before:
+        data = args.data or Path(scratch) / "data"
+        lines = compare({"before": before, "after": ROOT}, cases, args.rounds, data)
     print(f"before = {args.before}, after = this tree; {args.rounds} interleaved rounds")
     print("\n".join(lines))
 

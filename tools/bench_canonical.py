@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdata import make_bench_shards, shard_sizes  # noqa: E402
+from benchkit import cpu_seconds  # noqa: E402
 
 CANONICAL = 8
 WORLD_SIZES = (8, 4, 2, 1)
@@ -51,11 +52,6 @@ def _status_kib(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
-
-
-def _cpu(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measure(world_size: int, data_dir: Path, workers: int, shards: int = SHARDS) -> dict[str, Any]:
@@ -78,14 +74,14 @@ def measure(world_size: int, data_dir: Path, workers: int, shards: int = SHARDS)
     measured = loader(0, world_size, CANONICAL)
     len(measured)  # the record counts, before the clock starts
     before = _status_kib("VmRSS")
-    start, children = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+    start, children = cpu_seconds(resource.RUSAGE_SELF), cpu_seconds(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     keys: list[list[str]] = [list(batch["__key__"]) for batch in measured]
     wall = time.perf_counter() - started
-    main = _cpu(resource.RUSAGE_SELF) - start
+    main = cpu_seconds(resource.RUSAGE_SELF) - start
     peak = _status_kib("VmHWM")
     measured.close()  # joins the workers, whose CPU time RUSAGE_CHILDREN then counts
-    total = main + _cpu(resource.RUSAGE_CHILDREN) - children
+    total = main + cpu_seconds(resource.RUSAGE_CHILDREN) - children
     worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     got = Counter(key for batch in keys for key in batch)
     expected: Counter[str] = Counter()

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdata import make_bench_shards, record_key, shard_sizes  # noqa: E402
+from benchkit import cpu_seconds  # noqa: E402
 
 SHARDS = 1024
 RECORD_BYTES = 256
@@ -44,11 +45,6 @@ CASES = ("shardmix-tar", "shardmix-tfrecord", "plain-tar", "tfrecord-pkg", "webd
 
 def sizes() -> list[int]:
     return shard_sizes(SHARDS, low=100, high=300, seed=1)
-
-
-def _cpu(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _keys(keys: Any) -> list[str]:
@@ -138,7 +134,7 @@ LOADERS: dict[str, Callable[..., Callable[[int], Iterable[Any]]]] = {
 }
 
 
-def measure_cpu(
+def measurecpu_seconds(
     loader: Callable[..., Callable[[int], Iterable[Any]]],
     urls: list[str],
     expected: Counter[str],
@@ -148,16 +144,16 @@ def measure_cpu(
     the main process over the measured epoch, and of all processes (that plus half of what the
     workers this call joined spent over both epochs), and whether every epoch delivered
     exactly ``expected``."""
-    children = _cpu(resource.RUSAGE_CHILDREN)
+    children = cpu_seconds(resource.RUSAGE_CHILDREN)
     make = loader(urls, **settings)
     exact = []
     main = 0.0
     for number in range(2):
         batches: list[Any] = []
-        start = _cpu(resource.RUSAGE_SELF)
+        start = cpu_seconds(resource.RUSAGE_SELF)
         for batch in make(number):
             batches.append(batch["__key__"])  # checked once the clock has stopped
-        main = _cpu(resource.RUSAGE_SELF) - start
+        main = cpu_seconds(resource.RUSAGE_SELF) - start
         exact.append(Counter(key for keys in batches for key in _keys(keys)) == expected)
         del batches
         gc.collect()
@@ -167,7 +163,7 @@ def measure_cpu(
     gc.collect()
     samples = sum(expected.values())
     # The workers of both epochs, joined by now (an epoch's own, or persistent ones at close).
-    total = main + (_cpu(resource.RUSAGE_CHILDREN) - children) / 2
+    total = main + (cpu_seconds(resource.RUSAGE_CHILDREN) - children) / 2
     return {
         "samples": samples,
         "main_us_per_sample": main / samples * 1e6,
@@ -183,7 +179,7 @@ def run(case: str, data_dir: Path) -> dict[str, Any]:
     urls = make_bench_shards(data_dir, fmt, sizes(), RECORD_BYTES, seed=1)
     reader = "shardmix" if case.startswith("shardmix") else case.removesuffix("-tar")
     expected = Counter(record_key(s, r) for s, n in enumerate(sizes()) for r in range(n))
-    return {"case": case, **measure_cpu(LOADERS[reader], urls, expected)}
+    return {"case": case, **measurecpu_seconds(LOADERS[reader], urls, expected)}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ batch (and their ratio), and the main process's CPU time (``getrusage``) of one 
 restore to its first batch, resized and fixed-world.
 
 ``--remote`` instead serves ``tools/bench.py``'s 64 shards (4 KiB records) over HTTP with
-30 ms per request (its ``_RangeServer``; record counts given, 2 workers, batch 64), saves W
+30 ms per request (:class:`benchkit.RangeServer`; record counts given, 2 workers, batch 64), saves W
 ranks at 90% of the epoch and prints, for W -> W' in (1 -> 1, 2 -> 3, 4 -> 2), the wall time
 of rank 0's restore to its first batch on W' against a whole epoch of a rank of W', and the
 same-world restore on W for comparison.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from benchdata import make_bench_shards, shard_sizes  # noqa: E402
+from benchkit import RangeServer, cpu_seconds  # noqa: E402
 
 from shardmix import MixingLoader, ShardDataset, join_states  # noqa: E402
 
@@ -36,11 +36,6 @@ SHARDS = 1024
 RECORD_BYTES = 256
 BATCH_SIZE = 64
 RANKS = 8
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _loaders(urls: list[str], world_size: int) -> list[MixingLoader]:
@@ -78,22 +73,20 @@ def _size(state: dict[str, Any]) -> int:
 
 def _restore_cpu(urls: list[str], world_size: int, state: dict[str, Any]) -> float:
     loader = _loaders(urls, world_size)[0]
-    start = _cpu()
+    start = cpu_seconds()
     loader.load_state_dict(state)
     next(iter(loader))
-    spent = _cpu() - start
+    spent = cpu_seconds() - start
     loader.close()
     return spent
 
 
 def remote() -> None:
     """Restores to the first batch over HTTP (30 ms per request): resized and same-world."""
-    import bench
-
     with tempfile.TemporaryDirectory() as scratch:
         sizes = shard_sizes(64)
         paths = make_bench_shards(Path(scratch), "tar", sizes, 4096)
-        server = bench._RangeServer(Path(scratch), latency=0.030)
+        server = RangeServer(Path(scratch), latency=0.030)
         urls = [f"{server.url}/{Path(path).name}" for path in paths]
 
         def make(rank: int, world_size: int) -> MixingLoader:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import resource
 import shutil
@@ -46,7 +45,6 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -55,6 +53,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdata import make_bench_shards, record_key  # noqa: E402
+from benchkit import RangeServer, cpu_seconds  # noqa: E402
 
 # A tar record of the bench: a header and the payload, a header and the class id, padded.
 _TAR_OVERHEAD = 3 * 512
@@ -81,90 +80,6 @@ class Shape:
     @property
     def records_per_shard(self) -> int:
         return max(1, self.shard_mb * (1 << 20) // (self.record_bytes + _TAR_OVERHEAD))
-
-
-# ---------------------------------------------------------------------------------- server
-
-
-def _serve(root: str, latency: float, rate: float, ready: Any) -> None:
-    """Serve ``root`` with Range support, ``latency`` s per request, ``rate`` B/s per connection."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # else each body waits ~40 ms for a delayed ACK
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            time.sleep(latency)
-            path = os.path.join(root, self.path.lstrip("/"))
-            try:
-                size = os.path.getsize(path)
-            except OSError:
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            start, stop, status = 0, size, 200
-            asked = self.headers.get("Range", "").removeprefix("bytes=")
-            if asked:
-                first, _, last = asked.partition("-")
-                start, status = int(first), 206
-                stop = min(size, int(last) + 1) if last else size
-            self.send_response(status)
-            self.send_header("Content-Length", str(max(0, stop - start)))
-            self.send_header("ETag", '"v1"')
-            if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
-            self.end_headers()
-            began, sent = time.monotonic(), 0
-            with open(path, "rb") as source:
-                while sent < stop - start:
-                    # sendfile: the kernel copies file to socket, as a storage server's does,
-                    # so that the server takes little of the CPU the loader shares with it.
-                    count = min(1 << 18, stop - start - sent)
-                    try:
-                        done = self.connection.sendfile(source, start + sent, count)
-                    except OSError:
-                        return
-                    if not done:  # the file shrank under the server
-                        return
-                    sent += done
-                    ahead = began + sent / rate - time.monotonic()  # the connection's cap
-                    if ahead > 0:
-                        time.sleep(ahead)
-
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 256
-        daemon_threads = True
-
-    httpd = Server(("127.0.0.1", 0), Handler)
-    ready.put(httpd.server_address[1])
-    httpd.serve_forever()
-
-
-class Server:
-    """:func:`_serve` in its own process, as remote storage takes no time from the loader."""
-
-    def __init__(self, root: str, latency: float, rate: float) -> None:
-        context = multiprocessing.get_context("fork")
-        ready = context.SimpleQueue()
-        self.process = context.Process(
-            target=_serve, args=(root, latency, rate, ready), daemon=True
-        )
-        self.process.start()
-        self.url = f"http://127.0.0.1:{ready.get()}"
-
-    def cpu_seconds(self) -> float:
-        """The server process's user and system CPU time so far."""
-        assert self.process.pid is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.join()
 
 
 # ------------------------------------------------------------------------------------ runs
@@ -251,8 +166,8 @@ def read_one_epoch(
     keys: Counter[str] = Counter()
     waits, boundary = [], []
     stats_seconds = 0.0
-    self_before = resource.getrusage(resource.RUSAGE_SELF)
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    self_before = cpu_seconds()
+    children_before = cpu_seconds(resource.RUSAGE_CHILDREN)
     server_before = server.cpu_seconds() if server is not None else 0.0
     began = time.perf_counter()
     last_wait = 0.0
@@ -280,14 +195,8 @@ def read_one_epoch(
     stats = loader.stats()
     server_cpu = server.cpu_seconds() - server_before if server is not None else None
     loader.close()  # the workers end and are reaped: their CPU time is the children's
-    self_after = resource.getrusage(resource.RUSAGE_SELF)
-    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    main_cpu = (self_after.ru_utime + self_after.ru_stime) - (
-        self_before.ru_utime + self_before.ru_stime
-    )
-    workers_cpu = (children_after.ru_utime + children_after.ru_stime) - (
-        children_before.ru_utime + children_before.ru_stime
-    )
+    main_cpu = cpu_seconds() - self_before
+    workers_cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - children_before
     samples = sum(keys.values())
     # Chunks, at most: each holds up to CHUNK_SAMPLES samples, and up to CHUNK_BYTES bytes.
     chunks = -(-samples // CHUNK_SAMPLES) + -(-samples * shape.record_bytes // CHUNK_BYTES)
@@ -315,7 +224,7 @@ def read_one_epoch(
 
 
 def fetch_cost(
-    urls: list[str], sizes: list[int], shape: Shape, options: Any, server: Server
+    urls: list[str], sizes: list[int], shape: Shape, options: Any, server: RangeServer
 ) -> dict[str, Any]:
     """The CPU time of fetching ``urls`` (of ``sizes`` bytes) whole, block by block through the
     read-ahead's own fetch (:func:`~shardmix.sources.blockfetch.fetch_block`), as many at a time
@@ -391,7 +300,7 @@ def run(shape: Shape, *, plain: bool = True, fetch_shards: int = 8) -> dict[str,
         paths = make_bench_shards(folder, "tar", sizes, shape.record_bytes)
         data_bytes = sum(os.path.getsize(path) for path in paths)
         runs = [read_one_epoch("local disk", paths, shape, SourceOptions(), None)]
-        server = Server(folder, shape.latency, shape.mb_per_s * 1e6)
+        server = RangeServer(folder, shape.latency, shape.mb_per_s * 1e6)
         try:
             urls = [f"{server.url}/{Path(path).name}" for path in paths]
             ahead = ReadAhead(blocks=shape.blocks, block_bytes=shape.block_mb << 20)

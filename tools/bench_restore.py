@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_remote import Server  # noqa: E402
 from benchdata import make_bench_shards, record_key, shard_sizes  # noqa: E402
+from benchkit import RangeServer  # noqa: E402
 
 SHARDS = 64
 RECORD_BYTES = 4096
@@ -102,7 +102,7 @@ def run(fmt: str, root: Path, latency: float, rounds: int) -> dict[str, Any]:
     paths = make_bench_shards(root / fmt, fmt, sizes, RECORD_BYTES)
     expected = Counter(record_key(s, r) for s, n in enumerate(sizes) for r in range(n))
     set_bytes = sum(os.path.getsize(path) for path in paths)
-    server = Server(str(root / fmt), latency, 1e12)
+    server = RangeServer(str(root / fmt), latency, 1e12)
     try:
         urls = [f"{server.url}/{Path(path).name}" for path in paths]
         epoch_seconds(urls)  # warm: the count cache, the page cache

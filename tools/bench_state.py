@@ -21,9 +21,9 @@ after/before of the medians.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,16 +35,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from benchdata import make_bench_shards, shard_sizes  # noqa: E402
+from benchkit import cpu_seconds, revision_tree  # noqa: E402
 
 SHARDS = 1024
 RECORD_BYTES = 256
 BATCH_SIZE = 64
 RANKS = 8
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _loader(urls: list[str], rank: int = 0, world_size: int = 1) -> Any:
@@ -73,15 +69,15 @@ def child_costs(urls: list[str], repeats: int) -> dict[str, float]:
     epochs, restores, samples = [], [], 0
     for _ in range(repeats):
         loader = _loader(urls)
-        start = _cpu()
+        start = cpu_seconds()
         samples = sum(len(batch["__key__"]) for batch in loader)
-        epochs.append(_cpu() - start)
+        epochs.append(cpu_seconds() - start)
         loader.close()
-        start = _cpu()
+        start = cpu_seconds()
         restored = _loader(urls)
         restored.load_state_dict(state)
         next(iter(restored))
-        restores.append(_cpu() - start)
+        restores.append(cpu_seconds() - start)
         restored.close()
     return {
         "epoch_s": statistics.median(epochs),
@@ -140,30 +136,18 @@ def main() -> None:
         print(json.dumps(child_costs(urls, args.repeats) if costs else child_size(urls)))
         return
     before = args.before or _default_before()
-    with tempfile.TemporaryDirectory() as scratch:
-        revisions = {"before": before, **({"after": args.after} if args.after else {})}
-        trees = {name: Path(scratch) / name for name in revisions}
-        git = ["git", "-C", str(ROOT)]
-        try:
-            for name, revision in revisions.items():
-                subprocess.run(
-                    [*git, "worktree", "add", "--detach", str(trees[name]), revision], check=True
-                )
-            data = Path(scratch) / "data"
-            make_bench_shards(
-                data, "tar", shard_sizes(SHARDS, low=20, high=60, seed=1), RECORD_BYTES
-            )
-            after = args.after or "this tree"
-            _compare(
-                {"before": trees["before"], "after": trees.get("after", ROOT)},
-                data,
-                (args.rounds, args.repeats),
-                f"{before}, after = {after}",
-            )
-        finally:
-            for tree in trees.values():
-                if tree.exists():
-                    subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
+    revisions = {"before": before, **({"after": args.after} if args.after else {})}
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
+        trees = {name: stack.enter_context(revision_tree(rev)) for name, rev in revisions.items()}
+        data = Path(scratch) / "data"
+        make_bench_shards(data, "tar", shard_sizes(SHARDS, low=20, high=60, seed=1), RECORD_BYTES)
+        after = args.after or "this tree"
+        _compare(
+            {"before": trees["before"], "after": trees.get("after", ROOT)},
+            data,
+            (args.rounds, args.repeats),
+            f"{before}, after = {after}",
+        )
 
 
 def _compare(trees: dict[str, Path], data: Path, runs: tuple[int, int], before: str) -> None:
