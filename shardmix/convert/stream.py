@@ -31,6 +31,7 @@ from shardmix.convert.plan import PlanDigest, Roller
 from shardmix.convert.values import cell_fields
 from shardmix.convert.writer import ShardFile, WriteSpec
 from shardmix.errors import ConfigError
+from shardmix.formats._common import MARKER_FIELDS, reserved_field, reserved_message
 
 SOURCE = "<stream>"  # the source of every streamed sample, in messages and the plan digest
 
@@ -117,6 +118,9 @@ class ShardWriter:
         key = check_key(key, where)
         if key in self._keys:
             raise BadInputError(f"{where}: sample key {key!r} was already written", url=SOURCE)
+        marker = reserved_field(map(str, sample), MARKER_FIELDS)
+        if marker is not None:
+            raise BadInputError(f"{where} (key {key!r}): {reserved_message(marker)}", url=SOURCE)
         ready: dict[str, Any] = {KEY: key}
         for column, value in sample.items():
             if not str(column).startswith("__"):
