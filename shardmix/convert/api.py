@@ -38,7 +38,7 @@ from shardmix.convert.manifest import (
     write_manifest,
 )
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
-from shardmix.convert.outfiles import OutputLock, refuse_link
+from shardmix.convert.outfiles import lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest
 from shardmix.convert.tables import is_table, list_table
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
@@ -243,8 +243,7 @@ def convert(
     settings["part"] = [options.part.index, options.part.count]
     digest = plan_digest(plans, settings)
     os.makedirs(pattern.folder, exist_ok=True)
-    manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
-    with OutputLock(manifest_path):
+    with lock_output(pattern, options.part, "convert"):
         summary = _run(plans, pattern, options, spec, digest, listing, progress)
     return dataclasses.replace(summary, seconds=time.perf_counter() - started)
 
