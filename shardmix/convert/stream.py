@@ -18,6 +18,7 @@ since a stream's plan is known only at its end, writing again needs ``overwrite=
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -73,6 +74,8 @@ class ShardWriter:
         settings |= {"limits": options.limits(), "seed": None, "classes": []}
         settings["part"] = [part.index, part.count]
         self._digest = PlanDigest(settings)
+        chosen = {name: value for name, value in settings.items() if name != "part"}
+        self._origin = {"inputs": None, "options": json.loads(json.dumps(chosen))}
         self._roller = Roller(fmt, *options.limits())
         self._problems = Problems(options.skip_bad)
         os.makedirs(self.pattern.folder, exist_ok=True)
@@ -161,6 +164,7 @@ class ShardWriter:
                 self._digest.hexdigest(),
                 (),
                 self._entries,
+                self._origin,
             )
         self.summary = dataclasses.replace(
             summary,
