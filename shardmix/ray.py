@@ -12,7 +12,9 @@ folder with whatever failed attempts left in it. **The manifest is the commit**:
 written the output holds no manifest, :func:`read_shards` refuses the folder, and readers of
 shardmix's manifest-driven paths see nothing; a failed write (``on_write_failed``) deletes the
 staging folder and leaves no manifest. A folder that already holds shards or a manifest for
-the pattern is refused unless ``overwrite=True``.
+the pattern is refused unless ``overwrite=True``. The driver holds the prefix's lock
+(:func:`~shardmix.convert.outfiles.lock_output`) from ``on_write_start`` to the commit, so a
+second writer into the prefix is an :class:`~shardmix.errors.OutputBusyError` naming it.
 
 Keys: a row's ``__key__`` column, else ``t<task>-<row>`` (the task's index and the row's place
 in it). The shards' bytes depend only on the rows and on which task gets which rows, so two
