@@ -116,7 +116,7 @@ class OutputFullError(ShardmixError, OSError):
 
 
 class OutputBusyError(ShardmixError, BlockingIOError):
-    """Another convert is writing the same output prefix and part."""
+    """Another writer (convert, ShardWriter, ShardSink) is writing the same output prefix."""
 
 
 class ShardmixWarning(UserWarning):

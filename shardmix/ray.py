@@ -12,7 +12,9 @@ folder with whatever failed attempts left in it. **The manifest is the commit**:
 written the output holds no manifest, :func:`read_shards` refuses the folder, and readers of
 shardmix's manifest-driven paths see nothing; a failed write (``on_write_failed``) deletes the
 staging folder and leaves no manifest. A folder that already holds shards or a manifest for
-the pattern is refused unless ``overwrite=True``.
+the pattern is refused unless ``overwrite=True``. The driver holds the prefix's lock
+(:func:`~shardmix.convert.outfiles.lock_output`) from ``on_write_start`` to the commit, so a
+second writer into the prefix is an :class:`~shardmix.errors.OutputBusyError` naming it.
 
 Keys: a row's ``__key__`` column, else ``t<task>-<row>`` (the task's index and the row's place
 in it). The shards' bytes depend only on the rows and on which task gets which rows, so two
@@ -32,6 +34,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from functools import partial
 from typing import Any
 
@@ -43,6 +46,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask
 from shardmix.convert.api import OutputExistsError
 from shardmix.convert.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
+from shardmix.convert.outfiles import lock_output
 from shardmix.convert.stream import ShardWriter
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, read_samples
@@ -80,19 +84,47 @@ class ShardSink(Datasink[dict[str, Any]]):
         self.manifest_path = os.path.join(self.pattern.folder, self.pattern.manifest_name(None))
         stem = self.pattern.manifest_name(None).removesuffix(".manifest.json")
         self.staging = os.path.join(self.pattern.folder, f".{stem}.staging-{uuid.uuid4().hex[:12]}")
+        self._lock: ExitStack | None = None  # the prefix's, held by the driver while it writes
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_lock": None}  # the driver's lock stays with the driver
 
     def on_write_start(self, schema: Any = None) -> None:
         os.makedirs(self.pattern.folder, exist_ok=True)
+        self._lock = lock_output(self.pattern, Part(), "ShardSink")  # until the commit
+        try:
+            self._clean_output()
+            os.makedirs(self.staging)
+        except BaseException:
+            self._release()
+            raise
+
+    def _clean_output(self) -> None:
+        """Refuse existing output (unless ``overwrite``); delete what dead runs left staged."""
         ours = self._existing()
         if ours and not self.overwrite:
+            interrupted = (
+                ""
+                if ours[-1].endswith(".manifest.json")
+                else " (no manifest: an interrupted write)"
+            )
             raise OutputExistsError(
                 f"{self.pattern.folder}: already holds {ours[0]} (and {len(ours) - 1} more) for "
-                "this pattern; pass overwrite=True to replace them, or choose another pattern",
+                f"this pattern{interrupted}; pass overwrite=True to replace them, or choose "
+                "another pattern",
                 url=self.pattern.folder,
             )
         for name in ours:
             os.unlink(os.path.join(self.pattern.folder, name))
-        os.makedirs(self.staging)
+        stem = os.path.basename(self.staging).rsplit("-", 1)[0]
+        for name in os.listdir(self.pattern.folder):
+            if name.startswith(f"{stem}-"):  # no writer holds the lock: its run is dead
+                shutil.rmtree(os.path.join(self.pattern.folder, name), ignore_errors=True)
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
         task = int(ctx.task_idx)
@@ -131,9 +163,12 @@ class ShardSink(Datasink[dict[str, Any]]):
         manifest = Manifest(self.format.value, gzip, index, None, 1, digest, (), tuple(entries))
         write_manifest(self.manifest_path, manifest)
         shutil.rmtree(self.staging, ignore_errors=True)
+        self._release()
 
     def on_write_failed(self, error: Exception) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        if self._lock is not None:  # a sink refused at its start has nothing of its own yet
+            shutil.rmtree(self.staging, ignore_errors=True)
+        self._release()
 
     def _move(self, attempt: str, staged: str, name: str, index: bool) -> None:
         folder = self.pattern.folder

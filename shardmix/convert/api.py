@@ -38,8 +38,8 @@ from shardmix.convert.manifest import (
     write_manifest,
 )
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
-from shardmix.convert.outfiles import OutputLock, refuse_link
-from shardmix.convert.plan import ShardPlan, make_plan, plan_digest
+from shardmix.convert.outfiles import lock_output, refuse_link
+from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
 from shardmix.convert.tables import is_table, list_table
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
 from shardmix.errors import ShardmixError
@@ -242,10 +242,11 @@ def convert(
     settings |= {"limits": options.limits(), "seed": shuffle_seed, "classes": listing.classes}
     settings["part"] = [options.part.index, options.part.count]
     digest = plan_digest(plans, settings)
+    given = [str(i) if isinstance(i, (str, os.PathLike)) else "<dataset>" for i in inputs]
+    origin = set_origin(given, listing.items, settings, options)
     os.makedirs(pattern.folder, exist_ok=True)
-    manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
-    with OutputLock(manifest_path):
-        summary = _run(plans, pattern, options, spec, digest, listing, progress)
+    with lock_output(pattern, options.part, "convert"):
+        summary = _run(plans, pattern, options, spec, digest, origin, listing, progress)
     return dataclasses.replace(summary, seconds=time.perf_counter() - started)
 
 
@@ -255,6 +256,7 @@ def _run(
     options: ConvertOptions,
     spec: WriteSpec,
     digest: str,
+    origin: dict[str, Any],
     listing: Listing,
     progress: Progress | None,
 ) -> ConvertSummary:
@@ -281,7 +283,7 @@ def _run(
     todo = [plan for plan in plans if plan.name not in done]
     _write_all(todo, spec, options.workers, on_result)
     shards = [entries[plan.name] for plan in plans]
-    summary = finish_output(pattern, options.part, spec, digest, listing.classes, shards)
+    summary = finish_output(pattern, options.part, spec, digest, listing.classes, shards, origin)
     journal.remove()
     return dataclasses.replace(
         summary, shards_written=len(todo), skipped=tuple(skipped), left_out=listing.left_out
@@ -295,6 +297,7 @@ def finish_output(
     digest: str,
     classes: Sequence[str],
     shards: Sequence[ShardEntry],
+    origin: dict[str, Any] | None = None,
 ) -> ConvertSummary:
     """Write the manifest of a finished set (and merge the parts' when all are done)."""
     manifest_path = os.path.join(pattern.folder, pattern.manifest_name(part))
@@ -307,6 +310,7 @@ def finish_output(
         digest,
         tuple(classes),
         tuple(shards),
+        origin,
     )
     write_manifest(manifest_path, manifest)
     merged = merge_part_manifests(pattern, part.count, required=False) if part.count > 1 else None

@@ -10,6 +10,7 @@ A manifest is a JSON file (schema version 1)::
       "part": null | I,                # this manifest covers part I of "parts" ...
       "parts": N,                      # ... or, with "part": null, all N parts (merged)
       "plan": "<sha256>",              # identifies the conversion (inputs, options, plan)
+      "origin": {"inputs": "<sha256>", "options": {...}},  # the same in every part of a set
       "classes": ["cat", "dog"],       # class names of "cls" labels, [] without labels
       "records": 20000, "bytes": 123456,
       "shards": [{"name": "train-000000.tar", "records": 1000, "bytes": 1234,
@@ -70,6 +71,9 @@ class Manifest:
     plan: str
     classes: tuple[str, ...] = ()
     shards: tuple[ShardEntry, ...] = field(default_factory=tuple)
+    # What the whole set is made from, the same in each of its parts: the sha256 of every
+    # input item's key and source (None for a stream) and the options. None: not recorded.
+    origin: dict[str, Any] | None = None
 
     @property
     def records(self) -> int:
@@ -106,6 +110,7 @@ class Manifest:
                 data["plan"],
                 tuple(data["classes"]),
                 shards,
+                data.get("origin"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptShardError(f"{where}: damaged manifest: {error!r}", url=where) from error
@@ -183,20 +188,45 @@ def merge_manifests(manifests: Sequence[Manifest]) -> Manifest:
     found = [m.part for m in ordered]
     if found != list(range(first.parts)):
         raise ConfigError(f"cannot merge: expected parts 0..{first.parts - 1}, found {found}")
-    for other in ordered:
-        same = (other.format, other.gzip, other.index, other.parts, other.classes)
-        if same != (first.format, first.gzip, first.index, first.parts, first.classes):
+    for other in ordered[1:]:
+        differences = _differences(ordered[0], other)
+        if differences:
             raise ConfigError(
-                f"cannot merge part {other.part} with part {first.part}: they differ in "
-                "format, compression, index files, part count or classes"
+                f"cannot merge part {other.part} with part {ordered[0].part}: they are parts of "
+                f"different conversions ({'; '.join(differences)}); convert every part from "
+                "the same inputs with the same options (--overwrite replaces a part)"
             )
     shards = tuple(shard for m in ordered for shard in m.shards)
     if len({shard.name for shard in shards}) != len(shards):
         raise ConfigError("cannot merge: two parts name the same shard")
     plan = hashlib.sha256(" ".join(m.plan for m in ordered).encode()).hexdigest()
     return Manifest(
-        first.format, first.gzip, first.index, None, first.parts, plan, first.classes, shards
+        first.format,
+        first.gzip,
+        first.index,
+        None,
+        first.parts,
+        plan,
+        first.classes,
+        shards,
+        first.origin,
     )
+
+
+def _differences(first: Manifest, other: Manifest) -> list[str]:
+    """What differs between two parts' manifests, named: ``["max_records 100 vs 200"]``."""
+    kept = ("format", "gzip", "index", "parts", "classes")
+    mine = {name: getattr(first, name) for name in kept} | (first.origin or {}).get("options", {})
+    theirs = {name: getattr(other, name) for name in kept} | (other.origin or {}).get("options", {})
+    found = [
+        f"{name} {mine[name]!r} vs {theirs[name]!r}"
+        for name in sorted(mine.keys() & theirs.keys())
+        if mine[name] != theirs[name]
+    ]
+    mine_in, theirs_in = ((m.origin or {}).get("inputs") for m in (first, other))
+    if mine_in and theirs_in and mine_in != theirs_in:
+        found.append(f"the inputs: their items' sha256 {mine_in[:12]}... vs {theirs_in[:12]}...")
+    return found
 
 
 def merge_part_manifests(pattern: OutputPattern, count: int, *, required: bool) -> str | None:

@@ -1,5 +1,5 @@
-"""Files convert writes in its output folder: never through a link, a full disk named, one run
-per output prefix and part.
+"""Files a writer writes in its output folder: never through a link, a full disk named, one
+writer per output prefix.
 
 Convert often runs as root over shared folders, so every file it creates there (shards,
 indexes, manifests, the journal, the input record, the lock) is opened with ``O_NOFOLLOW``, and
@@ -9,10 +9,12 @@ leftover temporary file of an interrupted run is unlinked first (unlinking a lin
 link, not its target). A write that finds the disk full (``ENOSPC``, ``EDQUOT``) is an
 :class:`~shardmix.errors.OutputFullError`; the caller deletes its temporary file.
 
-:class:`OutputLock` is an ``flock`` on ``.<manifest>.lock``: one convert at a time per prefix
-and part (the parts of ``--part I/N`` have their own manifests, so their runs go on side by
-side). The kernel releases it when the holder dies, however it dies; the holder's pid is
-written in the file so a refused run can name it.
+:class:`OutputLock` is an ``flock`` on ``.<manifest>.lock``. :func:`lock_output` takes the
+prefix's for a writer's whole run (convert, :class:`~shardmix.convert.stream.ShardWriter`,
+Ray's ``ShardSink``): exclusive, or shared by the parts of one ``--part I/N`` set, which also
+hold their own part's, so parts go on side by side while anything else is refused. The
+kernel releases a lock when its holder dies, however it dies; the holder writes its pid and
+kind in the file so a refused writer can name it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ import errno
 import fcntl
 import json
 import os
+from contextlib import ExitStack
 from typing import Any, BinaryIO
 
+from shardmix.convert.options import OutputPattern, Part
 from shardmix.errors import OutputBusyError, OutputFullError, OutputLinkError
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_HOLDER_BYTES = 64  # "<pid> <writer>" at the start of a lock file, space-padded
 _HELD: set[int] = set()  # lock descriptors of this process, closed in forked children
 
 
@@ -112,30 +117,35 @@ def lock_path(manifest_path: str) -> str:
 
 
 class OutputLock:
-    """An exclusive ``flock`` held while a convert writes one prefix and part."""
+    """An ``flock`` held while a writer writes one output prefix (or part): exclusive, or
+    ``shared`` with the other parts of one set. ``writer`` names the kind in refusals."""
 
-    def __init__(self, manifest_path: str) -> None:
+    def __init__(self, manifest_path: str, writer: str = "convert", *, shared: bool = False):
         self.path = lock_path(manifest_path)
+        self.writer = writer
+        self.shared = shared
         self.fd: int | None = None
 
     def acquire(self) -> OutputLock:
+        mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         while True:
             fd = _open(self.path, os.O_RDWR | os.O_CREAT)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+                holder = os.pread(fd, _HOLDER_BYTES, 0).decode("ascii", "replace").split()
                 os.close(fd)
+                pid, writer = (holder + ["unknown", "writer"][len(holder) :])[:2]
                 raise OutputBusyError(
-                    f"{self.path}: another convert (pid {holder}) is writing this output "
-                    "prefix and part; wait for it to end, or choose another output pattern",
+                    f"{self.path}: another {writer} (pid {pid}) is writing this output "
+                    "prefix; wait for it to end, or choose another output pattern",
                     url=self.path,
                 ) from None
             if self._current(fd):
                 break
             os.close(fd)  # the holder removed the file as we opened it: take the new one
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        line = f"{os.getpid()} {self.writer}".encode("ascii", "replace")
+        os.pwrite(fd, line.ljust(_HOLDER_BYTES - 1) + b"\n", 0)  # over any earlier holder's
         self.fd = fd
         _HELD.add(fd)
         return self
@@ -147,16 +157,42 @@ class OutputLock:
             return False
 
     def release(self) -> None:
-        """Remove the lock file, then release the lock (closing the descriptor)."""
-        if self.fd is not None:
-            if self._current(self.fd):
-                os.unlink(self.path)
-            _HELD.discard(self.fd)
-            os.close(self.fd)
-            self.fd = None
+        """Remove the lock file (shared: the last holder, the one that can take it whole),
+        then release the lock (closing the descriptor)."""
+        if self.fd is None:
+            return
+        last = True
+        if self.shared:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                last = False
+        if last and self._current(self.fd):
+            os.unlink(self.path)
+        _HELD.discard(self.fd)
+        os.close(self.fd)
+        self.fd = None
 
     def __enter__(self) -> OutputLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def lock_output(pattern: OutputPattern, part: Part, writer: str) -> ExitStack:
+    """The locks a writer into ``pattern`` (and ``part``) holds for its whole run; closing the
+    stack releases them. :class:`OutputBusyError` names the holder when another writer has
+    the prefix (or a part run has this part)."""
+    stack = ExitStack()
+    whole = os.path.join(pattern.folder, pattern.manifest_name(None))
+    try:
+        stack.enter_context(OutputLock(whole, writer, shared=part.count > 1))
+        if part.count > 1:
+            stack.enter_context(
+                OutputLock(os.path.join(pattern.folder, pattern.manifest_name(part)), writer)
+            )
+    except BaseException:
+        stack.close()
+        raise
+    return stack

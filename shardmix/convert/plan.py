@@ -18,9 +18,10 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from shardmix.convert.inputs import Item
-from shardmix.convert.options import OutputPattern, Part
+from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.formats import Format, writer_for
 
 
@@ -134,3 +135,22 @@ def plan_digest(plans: Sequence[ShardPlan], settings: dict[str, object]) -> str:
         for item in plan.items:
             digest.item(item.key, item.source)
     return digest.hexdigest()
+
+
+def set_origin(
+    given: Sequence[str],
+    items: Sequence[Item],
+    settings: dict[str, object],
+    options: ConvertOptions,
+) -> dict[str, Any]:
+    """What a whole set is made from, the same in each of its parts (a manifest's ``origin``):
+    the sha256 of every listed item's key and source, and the options (the inputs as given
+    among them) but the part."""
+    digest = PlanDigest({})
+    for item in items:
+        digest.item(item.key, item.source)
+    chosen = {name: value for name, value in settings.items() if name != "part"}
+    chosen["inputs"] = list(given)
+    chosen |= {"labels": options.labels.value, "inline_columns": list(options.inline_columns)}
+    chosen |= {"key_column": options.key_column, "follow_links": options.follow_links}
+    return {"inputs": digest.hexdigest(), "options": json.loads(json.dumps(chosen))}

@@ -8,14 +8,17 @@ writer closes. A sample is a mapping of field names to values
 (:mod:`shardmix.convert.values` says which); its key is its ``__key__``, else its position in
 the stream (``%08d``). Part ``I/N`` keeps the samples at positions ``I`` modulo ``N``.
 
-What a stream cannot do: shuffle (shuffle before writing) or use several processes. Leaving
-the writer by an exception deletes the shard being written and writes no manifest; since a
-stream's plan is known only at its end, writing again needs ``overwrite=True``.
+What a stream cannot do: shuffle (shuffle before writing) or use several processes. A writer
+holds the prefix's lock from its start to ``close()`` or ``abort()``: another writer into the
+prefix (a convert, a Ray ``ShardSink``) is an :class:`~shardmix.errors.OutputBusyError` naming
+it. Leaving the writer by an exception deletes the shard being written and writes no manifest;
+since a stream's plan is known only at its end, writing again needs ``overwrite=True``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -27,10 +30,12 @@ from shardmix.convert.hf import dataset_rows, is_hf_dataset
 from shardmix.convert.inputs import KEY, BadInputError, Item, Problems, check_key, sample_fields
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
+from shardmix.convert.outfiles import lock_output
 from shardmix.convert.plan import PlanDigest, Roller
 from shardmix.convert.values import cell_fields
 from shardmix.convert.writer import ShardFile, WriteSpec
 from shardmix.errors import ConfigError
+from shardmix.formats._common import MARKER_FIELDS, reserved_field, reserved_message
 
 SOURCE = "<stream>"  # the source of every streamed sample, in messages and the plan digest
 
@@ -69,11 +74,18 @@ class ShardWriter:
         settings |= {"limits": options.limits(), "seed": None, "classes": []}
         settings["part"] = [part.index, part.count]
         self._digest = PlanDigest(settings)
+        chosen = {name: value for name, value in settings.items() if name != "part"}
+        self._origin = {"inputs": None, "options": json.loads(json.dumps(chosen))}
         self._roller = Roller(fmt, *options.limits())
         self._problems = Problems(options.skip_bad)
         os.makedirs(self.pattern.folder, exist_ok=True)
         manifest_path = os.path.join(self.pattern.folder, self.pattern.manifest_name(part))
-        prepare_output(self.pattern, options, None, manifest_path)
+        self._lock = lock_output(self.pattern, part, "ShardWriter")  # until close or abort
+        try:
+            prepare_output(self.pattern, options, None, manifest_path)
+        except BaseException:
+            self._lock.close()
+            raise
         self._position = 0
         self._keys: set[str] = set()
         self._shard: ShardFile | None = None
@@ -117,6 +129,9 @@ class ShardWriter:
         key = check_key(key, where)
         if key in self._keys:
             raise BadInputError(f"{where}: sample key {key!r} was already written", url=SOURCE)
+        marker = reserved_field(map(str, sample), MARKER_FIELDS)
+        if marker is not None:
+            raise BadInputError(f"{where} (key {key!r}): {reserved_message(marker)}", url=SOURCE)
         ready: dict[str, Any] = {KEY: key}
         for column, value in sample.items():
             if not str(column).startswith("__"):
@@ -140,10 +155,17 @@ class ShardWriter:
         if self.summary is not None:
             return self.summary
         self._closed = True
-        self._finish_shard()
-        summary = finish_output(
-            self.pattern, self.options.part, self.spec, self._digest.hexdigest(), (), self._entries
-        )
+        with self._lock:
+            self._finish_shard()
+            summary = finish_output(
+                self.pattern,
+                self.options.part,
+                self.spec,
+                self._digest.hexdigest(),
+                (),
+                self._entries,
+                self._origin,
+            )
         self.summary = dataclasses.replace(
             summary,
             seconds=time.perf_counter() - self._started,
@@ -154,9 +176,10 @@ class ShardWriter:
     def abort(self) -> None:
         """Delete the shard being written; keep the finished ones; write no manifest."""
         self._closed = True
-        if self._shard is not None:
-            self._shard.discard()
-            self._shard = None
+        with self._lock:
+            if self._shard is not None:
+                self._shard.discard()
+                self._shard = None
 
     def __enter__(self) -> ShardWriter:
         return self

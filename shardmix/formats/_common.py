@@ -13,6 +13,34 @@ from typing import Any, BinaryIO
 
 from shardmix.formats.compression import decompressed
 
+# The names shardmix gives fields of its own in a sample: provenance, which a sample read back
+# carries (a writer leaves it out), and markers, which no sample a user sees holds. A shard's
+# field under one of them would be overwritten or taken for a marker (a sample holding
+# __dropped__ is one a filter dropped), so readers and writers refuse them by name. __key__ is
+# not among them: it is every sample's key, read and written.
+PROVENANCE_FIELDS = frozenset({"__source__", "__index__", "__offset__", "__dataset__"})
+MARKER_FIELDS = frozenset(
+    {"__tag__", "__dropped__", "__bytes__", "__worker__", "__shardmix_sample__"}
+)
+RESERVED_FIELDS = PROVENANCE_FIELDS | MARKER_FIELDS
+
+
+def reserved_field(names: Iterable[str], reserved: frozenset[str] = RESERVED_FIELDS) -> str | None:
+    """The first of ``names`` (sorted) that shardmix reserves, else None.
+
+    >>> reserved_field(["jpg", "__dropped__"]), reserved_field(["__key__", "txt"])
+    ('__dropped__', None)
+    """
+    found = reserved.intersection(names)
+    return min(found) if found else None
+
+
+def reserved_message(field: str, noun: str = "field") -> str:
+    return (
+        f"{noun} {field!r} has a name shardmix reserves for its own fields "
+        f"({', '.join(sorted(RESERVED_FIELDS))}); rename it"
+    )
+
 
 def wanted_records(records: Sequence[int]) -> list[int]:
     """``records`` as a list, checked to be record indices in ascending order without repeats.

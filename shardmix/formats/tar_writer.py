@@ -18,7 +18,12 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
-from shardmix.formats._common import deterministic_gzip
+from shardmix.formats._common import (
+    MARKER_FIELDS,
+    deterministic_gzip,
+    reserved_field,
+    reserved_message,
+)
 from shardmix.formats.registry import Format, register_writer
 from shardmix.formats.tar.headers import BLOCK as _BLOCK
 from shardmix.formats.tar.headers import POSIX_MAGIC as _POSIX_MAGIC
@@ -106,7 +111,8 @@ class TarWriter:
     """Writes samples to a tar shard that shardmix, GNU tar and webdataset read back.
 
     Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
-    ``__`` other than ``__key__`` are left out). The output is reproducible byte for byte:
+    ``__`` other than ``__key__`` are left out, shardmix's markers such as ``__dropped__``
+    refused). The output is reproducible byte for byte:
     ustar headers with mtime 0, owner 0, mode 0644, pax headers only for names over 100
     bytes, and gzip with no name or time. Leaving the ``with`` block by an exception closes
     the file without the end-of-archive blocks, so readers see the shard as truncated.
@@ -135,6 +141,9 @@ class TarWriter:
             raise ValueError(f"a sample needs a str '__key__', got {key!r}")
         if key in self._keys:
             raise ValueError(f"sample key {key!r} was already written to this shard")
+        marker = reserved_field(sample, MARKER_FIELDS)
+        if marker is not None:
+            raise ValueError(f"sample {key!r}: {reserved_message(marker)}")
         blocks: list[bytes] = []
         for field in sorted(name for name in sample if not name.startswith("__")):
             name = _member_name(key, field)
@@ -188,11 +197,8 @@ def tar_value(key: str, field: str, value: Any) -> Any:
             return value
         if len(value) == 1 and not isinstance(value[0], list):
             return value[0]
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return b""
-        if all(isinstance(item, (str, int, float)) for item in value):
-            return json.dumps(list(value))
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+        return json.dumps(list(value))  # an empty list too: "[]", as the others
     raise BadInputError(
         f"sample {key!r} field {field!r}: a {type(value).__name__} of several byte strings "
         "has no tar form; write it to TFRecord instead",

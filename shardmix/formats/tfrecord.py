@@ -47,6 +47,8 @@ from shardmix.formats._common import (
     check_range,
     check_start,
     inflated,
+    reserved_field,
+    reserved_message,
     wanted_records,
 )
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
@@ -223,6 +225,10 @@ def read_tfrecord_records(
 _KEY = "__key__"
 
 
+class _ReservedField(DecodeError):
+    """A feature under a name shardmix reserves (raised as the DecodeError it is)."""
+
+
 def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Exception) -> None:
     """Report one record whose payload is no sample (its cause a DecodeError or UTF-8's)."""
     record, offset = located
@@ -230,6 +236,8 @@ def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Excep
     kind: type[DecodeError] = DecodeError
     if isinstance(cause, DecodedSizeError):
         kind, message = DecodedSizeError, f"{where}: {cause}"
+    elif isinstance(cause, _ReservedField):
+        message = f"{where}: {cause}"
     elif isinstance(cause, UnicodeDecodeError):
         message = f"{where}: the __key__ feature is not UTF-8 text"
     else:
@@ -245,6 +253,9 @@ def _example_sample(
     """The sample of one Example record: its features plus ``__key__``; None if dropped."""
     try:
         sample = decode_example(payload, max_decoded_bytes=limit)
+        reserved = reserved_field(sample)
+        if reserved is not None:
+            raise _ReservedField(reserved_message(reserved, "feature"))
         key = sample.pop(_KEY, None)
         sample[_KEY] = key.decode("utf-8") if type(key) is bytes else f"{stem}/{located[0]:08d}"
     except (DecodeError, UnicodeDecodeError) as cause:

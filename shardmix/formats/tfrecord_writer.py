@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
-from shardmix.formats._common import deterministic_gzip
+from shardmix.formats._common import deterministic_gzip, reserved_field, reserved_message
 from shardmix.formats.example import encode_example
 from shardmix.formats.registry import Format, register_writer
 from shardmix.formats.tfrecord import _KEY
@@ -57,7 +57,11 @@ class TFRecordWriter:
         self.bytes_written += HEADER_SIZE + len(payload) + FOOTER_SIZE
 
     def write_example(self, features: Mapping[str, Any]) -> None:
-        """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature."""
+        """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature,
+        a name shardmix reserves for its own fields (``__dropped__``, ...) is refused."""
+        reserved = reserved_field(features)
+        if reserved is not None:
+            raise ValueError(reserved_message(reserved, "feature"))
         key = features.get(_KEY)
         if key is not None and not isinstance(key, str):
             raise ValueError(f"__key__ must be a str, got {type(key).__name__}")

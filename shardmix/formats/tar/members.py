@@ -113,7 +113,11 @@ class TarMembers(FramingErrors):
         """Move past the rest of the current member without keeping its bytes."""
         pending = self._pending
         if self.seekable:
-            self._stream.seek(pending, io.SEEK_CUR)
+            try:
+                self._stream.seek(pending, io.SEEK_CUR)
+            except (OSError, OverflowError):  # further than a file can go: past its end
+                self._check_seek_end(0)
+                raise
         else:
             while pending:
                 part = self._read(min(pending, READ_CHUNK))
