@@ -20,9 +20,9 @@ Left to others: the epoch's plan (:mod:`shardmix.plan.sharding`), the state's fo
 (:mod:`shardmix.checkpoint`), reading the phase (:mod:`shardmix.batching.epoch`). Refused by name: a
 mixture, and a state that does not hold every saved rank's position. A transform (a decoder,
 an augmentation) and ``on_error="skip"`` are read as usual, but the phase's totals are fixed
-ahead, so a sample one of them drops in a resized phase is refused by name where the phase
-meets it (:func:`shardmix.batching.rankend.refuse_phase_drop`): the ranks would otherwise end the
-phase at different steps.
+ahead, so a sample one of them drops in a resized phase would end the ranks at different
+steps: refused at the load where that is known (:func:`check_kept`), else where the phase
+meets it (:func:`shardmix.batching.rankend.refuse_phase_drop`).
 """
 
 from __future__ import annotations
@@ -200,6 +200,8 @@ def resized_position(
             )
         )
         identities.update(unpack_identities(position["shards"], num_shards, "shards"))
+    left = [piece for block in blocks for piece in block.pieces]
+    check_kept(dataset, positions, left, counts, f"epoch {epoch} on {world_size} ranks")
     shares = deal_shares(blocks, counts, world_size)
     totals = [share.total(counts) for share in shares]
     mine = shares[rank]
@@ -228,6 +230,54 @@ def resized_position(
             "batches": batches,
         },
     }
+
+
+def check_mixture_world(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Refuse, saying why, a mixture's state resumed on another world or batch size."""
+    was: Mapping[str, Any] = next(iter(saved.get("datasets", {}).values()), {})
+    now = next(iter(current["datasets"].values()))
+    if any(was.get(field, now[field]) != now[field] for field in ("world_size", "batch_size")):
+        raise ConfigError(
+            f"cannot resume a mixture on {now['world_size']} ranks with batch_size "
+            f"{now['batch_size']}: its state was saved on {was.get('world_size')} ranks with "
+            f"batch_size {was.get('batch_size')}, and the rest of a mixture's epoch is not dealt "
+            "again (each batch takes every dataset's samples by weight, from the saved ranks' "
+            "positions); resume it with the saved world_size and batch_size"
+        )
+
+
+def check_kept(
+    dataset: ShardDataset,
+    positions: Sequence[Mapping[str, Any]],
+    left: Sequence[Piece],
+    counts: Sequence[int],
+    where: str,
+) -> None:
+    """Refuse now, not where a rank meets it (:func:`~shardmix.batching.rankend.refuse_phase_drop`),
+    a resize whose rest of the epoch (``left``: the records no lane delivered) a filter cuts:
+    the rest is dealt in equal shares from the record counts. Known ahead: the drops learned
+    for a ``transform_id`` (unknown while not learned), or a transform seen filtering in the
+    saved epoch."""
+    cause = None
+    kept = dataset.kept_counts
+    filtered = sum(int(position["dropped"][FILTERED]) for position in positions)
+    if kept is not None:
+        totals = kept.totals([list(left)], counts)
+        named = f"the transform (transform_id={kept.transform_id!r})"
+        if totals is None:
+            cause = f"{named} filters, and its kept counts are not learned for every shard"
+        elif totals[0] < sum(piece.size(counts) for piece in left):
+            lost = sum(piece.size(counts) for piece in left) - totals[0]
+            cause = f"{named} drops {lost} of its records, as learned"
+    elif dataset.transform is not None and filtered:
+        cause = f"the transform filters (it dropped {filtered} samples of the epoch so far)"
+    if cause is not None:
+        raise ConfigError(
+            f"cannot resume {where} or with another batch size from this mid-epoch state: "
+            f"the rest of the epoch is dealt to the ranks in equal shares from the record "
+            f"counts, and {cause}, so the ranks would end it at different steps; resume with "
+            "the saved world_size and batch_size, or from a state saved at an epoch's start"
+        )
 
 
 def _at_epoch_start(position: Mapping[str, Any]) -> bool:

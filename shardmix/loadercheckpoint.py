@@ -37,7 +37,7 @@ from shardmix.checkpoint import (
     shards_digest,
 )
 from shardmix.dataset import ShardDataset
-from shardmix.elastic import ELASTIC_FIELDS, resized_position
+from shardmix.elastic import ELASTIC_FIELDS, check_mixture_world, resized_position
 from shardmix.loaderlength import LoaderLength
 from shardmix.mixture import MixtureEpoch, mixture_start
 from shardmix.plan.apportion import member_seed
@@ -101,6 +101,8 @@ class LoaderCheckpoint(LoaderLength):
         check_state(state)
         config = self._mixture_config() if self.datasets else self._config(shard_dataset)
         saved = state["config"]
+        if self.datasets is not None:
+            check_mixture_world(saved, config)
         free = self._elastic_fields(shard_dataset)
         check_config(saved, config, free=free)
         rank, world_size = self.rank_and_world_size()

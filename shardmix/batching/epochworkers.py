@@ -95,6 +95,7 @@ class EpochWorkers:
                 world_size=settings.world_size,
                 starts=starts,
                 epoch_pass=self.epoch_pass,
+                seed=settings.seed,
                 lane_pieces=self.plan,
                 clocks=clocks,
                 options=settings.workers,

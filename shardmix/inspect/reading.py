@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
@@ -91,6 +92,7 @@ def baseline(
         batch_size=settings.batch_size,
         num_workers=settings.num_workers,
         collate_fn=provenance_of,
+        generator=torch.Generator().manual_seed(settings.seed),  # never torch's global one
     )
     plan = dataset.lane_shards(
         settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes

@@ -65,6 +65,7 @@ class EpochPlan:
     starts: list[LanePosition] | None
     epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
     generation: int = 0
+    seed: int = 0  # the loader's (a mixture member's): its workers' seeds come from it
     steady: int = 0  # the turn the turns double up to (0: per_lane, as they start)
     # By shard index, the identity each shard must have (a restored checkpoint's).
     identities: Mapping[int, ShardIdentity] = field(default_factory=dict)

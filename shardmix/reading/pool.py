@@ -30,7 +30,7 @@ from shardmix.reading.chunks import Chunk
 from shardmix.reading.forkstart import StartFlags, forks, start_forked, worker_context
 from shardmix.reading.lanechunks import EpochPlan, as_sent, lane_chunks
 from shardmix.reading.progress import Heartbeat, watch_progress
-from shardmix.reading.workers import stop_workers, worker_processes
+from shardmix.reading.workers import seed_generator, stop_workers, worker_processes
 
 # Pools with running workers: closed at interpreter exit, before module teardown, so that a
 # script that never calls ``close()`` stops its workers cleanly and prints nothing.
@@ -95,7 +95,7 @@ class WorkerPool:
 
     def _started(self, plan: EpochPlan, flags: StartFlags | None) -> Any:
         """The workers started, reading ``plan``; each marks ``flags`` as it runs."""
-        self._start(flags)
+        self._start(plan, flags)
         return self._handed(plan)
 
     def _handed(self, plan: EpochPlan) -> Any:
@@ -116,7 +116,7 @@ class WorkerPool:
             if generation != self.generation:  # a newer epoch took the workers over
                 return
 
-    def _start(self, flags: StartFlags | None) -> None:
+    def _start(self, plan: EpochPlan, flags: StartFlags | None) -> None:
         context = worker_context(self.multiprocessing_context)
         self._queues = [context.Queue() for _ in range(self.num_workers)]
         self._arena = Arena.create(self.num_workers)
@@ -131,6 +131,7 @@ class WorkerPool:
             multiprocessing_context=self.multiprocessing_context,
             worker_init_fn=WorkerInit(self.worker_init_fn, None if flags is None else flags.mark),
             persistent_workers=True,
+            generator=seed_generator(plan),  # its workers' seeds: from the first epoch's plan
         )
         _LIVE.add(self)
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.errors import ConfigError
@@ -52,6 +54,8 @@ CHUNK_SAMPLES = 2048
 # not for 2,048 samples a worker. The turns start at the lanes' share of this and double from
 # chunk to chunk up to their steady size, so that only the first few chunks are small.
 FIRST_CHUNK_SAMPLES = 256
+# Keeps the workers' seeds apart from every other stream drawn from the same seed.
+_SEED_STREAM = 0x5EED
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ def start_workers(
     clocks: LaneClocks | None,
     options: WorkerOptions,
     epoch_pass: int = 0,
+    seed: int = 0,
     pool: PersistentWorkers | None = None,
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
@@ -104,7 +109,8 @@ def start_workers(
     DataLoader iterator (``None`` when ``options.num_workers`` is 0 and the lanes are read in this
     process, or when ``pool``'s persistent workers read them); stop them with
     :func:`stop_workers`. ``identities``: what each shard must be, by shard index (a
-    checkpoint's); each chunk says the identities of the shards read for it.
+    checkpoint's); each chunk says the identities of the shards read for it. ``seed`` (the
+    loader's) seeds the workers (:func:`seed_generator`).
     """
     num_workers, timeout = options.num_workers, options.timeout
     num_lanes, per_lane, steady = _checked_lanes(dataset, lane_pieces, num_workers)
@@ -119,6 +125,7 @@ def start_workers(
         epoch_pass,
         identities=identities if identities is not None else {},
         steady=steady,
+        seed=seed,
         recounts=dataset.record_counts.recounts() if isinstance(dataset, ShardReads) else {},
     )
     if isinstance(dataset, ShardReads):
@@ -141,6 +148,7 @@ def start_workers(
             prefetch_factor=options.prefetch_factor,
             multiprocessing_context=options.multiprocessing_context,
             worker_init_fn=WorkerInit(options.worker_init_fn, started),
+            generator=seed_generator(plan),
         )
         return iter(loader)
 
@@ -151,6 +159,16 @@ def start_workers(
     if heartbeat is not None:
         watch_progress(workers, heartbeat, timeout)
     return workers, num_lanes, workers
+
+
+def seed_generator(plan: EpochPlan) -> torch.Generator:
+    """The generator torch's DataLoader draws its workers' base seed from, seeded by ``plan``'s
+    ``(seed, epoch, pass, rank)``. Without it torch draws from its global generator, at the
+    start of a restored loader's workers too: the trainer's random stream (dropout's) would
+    then differ from a live run's after a resume."""
+    key = [_SEED_STREAM, plan.seed, plan.epoch, plan.epoch_pass, plan.rank]
+    state = np.random.SeedSequence(key).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(state >> 1))
 
 
 def _checked_lanes(

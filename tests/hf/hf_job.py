@@ -1,12 +1,12 @@
 """A tiny Hugging Face Trainer job over a MixingLoader, run by tests/hf/test_trainer.py.
 
-The model is a GPT-2 built from a config (one layer, random weights, no dropout; nothing is
-downloaded). Every rank appends to ``trained-<rank>.jsonl`` one JSON line per training batch
-(the keys it trained on) and to ``delivered-<rank>.jsonl`` one line per batch the loader made
-(its collate_fn), flushed at once, so that a killed run leaves what it did. ``--save-at S``
-adds a checkpoint after step S to those of ``--save-steps``; with ``--kill-at-step S`` the job
-dies (``os._exit``) once global step S is done; ``--resume CKPT`` continues from a checkpoint
-folder. At the end every rank writes ``weights-<rank>.json``.
+The model is a GPT-2 built from a config (one layer, random weights, dropout ``--dropout``,
+none by default; nothing is downloaded). Every rank appends to ``trained-<rank>.jsonl`` one
+JSON line per training batch (the keys it trained on) and to ``delivered-<rank>.jsonl`` one
+line per batch the loader made (its collate_fn), flushed at once, so that a killed run leaves
+what it did. ``--save-at S`` adds a checkpoint after step S to those of ``--save-steps``; with
+``--kill-at-step S`` the job dies (``os._exit``) once global step S is done; ``--resume CKPT``
+continues from a checkpoint folder. At the end every rank writes ``weights-<rank>.json``.
 """
 
 import argparse
@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--save-at", type=int, action="append", default=[])
     parser.add_argument("--kill-at-step", type=int, default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--dropout", type=float, default=0.0)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ.get("RANK", "0"))
@@ -98,7 +99,8 @@ def main() -> None:
     torch.manual_seed(0)
     config = GPT2Config(
         vocab_size=VOCAB, n_positions=TOKENS, n_embd=16, n_layer=1, n_head=2,
-        bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=0, eos_token_id=0,
+        resid_pdrop=args.dropout, embd_pdrop=args.dropout, attn_pdrop=args.dropout,
     )  # fmt: skip
     model = GPT2LMHeadModel(config)
     training = TrainingArguments(

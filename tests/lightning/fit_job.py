@@ -5,7 +5,9 @@ folder (``{"epoch", "keys", "total", "len"}``: the keys it trained on, the progr
 and ``len(loader)``), flushed at once, so that a killed run leaves what it trained on. With
 ``--kill-at-step S`` the job saves ``end.ckpt`` at the end of epoch 0 and ``mid.ckpt`` after
 global step S, then dies there (``os._exit``). ``--resume CKPT`` continues from a checkpoint;
-``--no-callback`` leaves ``ShardmixResume`` out.
+``--no-callback`` leaves ``ShardmixResume`` out. ``--dropout P`` puts a dropout layer after the
+model's; the checkpoints keep torch's random state (Lightning's do not) and a run that ends
+writes the model's weights to ``weights.json``.
 """
 
 import argparse
@@ -21,9 +23,10 @@ from shardmix.lightning import ShardmixResume
 
 
 class Model(pl.LightningModule):
-    def __init__(self, out: Path, loader: MixingLoader) -> None:
+    def __init__(self, out: Path, loader: MixingLoader, dropout: float = 0.0) -> None:
         super().__init__()
-        self.layer = torch.nn.Linear(1, 1)
+        torch.manual_seed(0)
+        self.layer = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.Dropout(dropout))
         self.out = out
         self.loader = loader
 
@@ -40,6 +43,12 @@ class Model(pl.LightningModule):
         with open(self.out / f"steps-{self.global_rank}.jsonl", "a") as log:
             log.write(json.dumps(line) + "\n")
         return loss
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["torch_rng_state"] = torch.get_rng_state()
+
+    def on_load_checkpoint(self, checkpoint):
+        torch.set_rng_state(checkpoint["torch_rng_state"])
 
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=1e-4)
@@ -77,6 +86,7 @@ def main() -> None:
     parser.add_argument("--kill-at-step", type=int, default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--no-callback", action="store_true", help="leave ShardmixResume out")
+    parser.add_argument("--dropout", type=float, default=0.0)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     loader = MixingLoader(
@@ -102,7 +112,10 @@ def main() -> None:
         default_root_dir=args.out,
         **ddp,
     )
-    trainer.fit(Model(args.out, loader), train_dataloaders=loader, ckpt_path=args.resume)
+    model = Model(args.out, loader, args.dropout)
+    trainer.fit(model, train_dataloaders=loader, ckpt_path=args.resume)
+    weights = {name: value.flatten().tolist() for name, value in model.state_dict().items()}
+    (args.out / "weights.json").write_text(json.dumps(weights))
 
 
 if __name__ == "__main__":
