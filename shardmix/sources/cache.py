@@ -40,6 +40,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from shardmix.errors import CacheFullError, ShardChangedError
+from shardmix.sources.identity import ShardIdentity, attach_identity, stream_identity
 from shardmix.sources.options import READ_BUFFER_BYTES
 
 __all__ = ["Listed", "cache_path", "download", "open_cached"]
@@ -73,9 +74,9 @@ def open_cached(
     or not current (``version()``: the server's version now; ``listed``: the manifest's)."""
     path = cache_path(cache_dir, url)
     current = version()
-    if os.path.isfile(path) and _stale(path, url, current, listed) is None:
-        return open(path, "rb", buffering=READ_BUFFER_BYTES)
-    record = download(fetch, path, url=url, version=current)
+    record = _read_record(path) if os.path.isfile(path) else None
+    if record is None or _stale(path, record, url, current, listed) is not None:
+        record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
         _discard(path)
         raise ShardChangedError(
@@ -85,7 +86,8 @@ def open_cached(
             "re-create the manifest, or restore the shard",
             url=url,
         )
-    return open(path, "rb", buffering=READ_BUFFER_BYTES)
+    identity = ShardIdentity(record["size"], record.get("validator"))
+    return attach_identity(open(path, "rb", buffering=READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
 
 
 def download(
@@ -102,6 +104,7 @@ def download(
         os.fchmod(handle, 0o644)  # mkstemp makes 0600; a shared cache is read by others too
         digest = hashlib.sha256()
         with os.fdopen(handle, "wb") as out, fetch() as source:
+            identity = stream_identity(source)
             while chunk := source.read(COPY_BUFFER_BYTES):
                 digest.update(chunk)
                 out.write(chunk)
@@ -112,6 +115,7 @@ def download(
         status = os.stat(path)
         record = {"url": url, "version": version, "size": status.st_size}
         record.update(mtime_ns=status.st_mtime_ns, sha256=digest.hexdigest())
+        record.update(validator=identity.validator if identity is not None else None)
         _write_record(path, record)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
@@ -129,10 +133,11 @@ def download(
     return record
 
 
-def _stale(path: str, url: str, version: str | None, listed: Listed | None) -> str | None:
-    """Why the copy at ``path`` must not be used (None: it may)."""
-    record = _read_record(path)
-    if record is None or record.get("url") != url:
+def _stale(
+    path: str, record: dict[str, Any], url: str, version: str | None, listed: Listed | None
+) -> str | None:
+    """Why the copy at ``path``, downloaded as ``record`` says, must not be used (None: it may)."""
+    if record.get("url") != url:
         return "no record of the download"
     if version is not None and record.get("version") != version:
         return f"the server has version {version}, the copy {record.get('version')}"
