@@ -241,7 +241,7 @@ def _tee(
                 "written: re-create the manifest, or restore the shard (the copy was removed)",
                 url=url,
             )
-        ledger.publish(path, current, validator, sha256)
+        ledger.publish(path, url, filled, (current, validator, sha256))
         _count(filled_bytes=filled)
 
     tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))
