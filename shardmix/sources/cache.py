@@ -75,8 +75,9 @@ def open_cached(
     path = cache_path(cache_dir, url)
     current = version()
     record = _read_record(path) if os.path.isfile(path) else None
-    if record is None or _stale(path, record, url, current, listed) is not None:
-        record = download(fetch, path, url=url, version=current)
+    if record is not None and _stale(path, record, url, current, listed) is None:
+        return _opened(path, record)
+    record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
         _discard(path)
         raise ShardChangedError(
@@ -86,6 +87,13 @@ def open_cached(
             "re-create the manifest, or restore the shard",
             url=url,
         )
+    if listed is not None and listed[1] is not None:
+        hashed(path, listed[1])  # as it was written
+    return _opened(path, record)
+
+
+def _opened(path: str, record: dict[str, Any]) -> BinaryIO:
+    """The copy at ``path``, with the identity of the shard it was downloaded from."""
     identity = ShardIdentity(record["size"], record.get("validator"))
     return attach_identity(open(path, "rb", buffering=READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
 
@@ -146,7 +154,34 @@ def _stale(
         return "the copy changed on disk since it was downloaded"
     if listed is not None and _unlike(record, listed):
         return "the copy is not the shard its manifest lists"
+    if listed is not None and listed[1] is not None and not holds_sha256(path, listed[1]):
+        return "the copy's bytes are not those its manifest lists"
     return None
+
+
+_VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha256), this process
+
+
+def hashed(path: str, sha256: str) -> None:
+    """The copy at ``path`` was hashed to ``sha256`` as it was written: trust it."""
+    status = os.stat(path)
+    _VERIFIED.add((path, status.st_size, status.st_mtime_ns, sha256))
+
+
+def holds_sha256(path: str, sha256: str) -> bool:
+    """Whether the copy at ``path`` hashes to ``sha256``: read whole at its first use in this
+    process (and again once it changed on disk), trusted after."""
+    status = os.stat(path)
+    key = (path, status.st_size, status.st_mtime_ns, sha256)
+    if key not in _VERIFIED:
+        digest = hashlib.sha256()
+        with open(path, "rb") as copy:
+            while chunk := copy.read(COPY_BUFFER_BYTES):
+                digest.update(chunk)
+        if digest.hexdigest() != sha256:
+            return False
+        _VERIFIED.add(key)
+    return True
 
 
 def _unlike(record: dict[str, Any], listed: Listed) -> bool:
