@@ -12,10 +12,12 @@ download removes its temporary file; a full disk (or file size limit) is a
 
 A copy is used only while it is what was downloaded and the server still has that version:
 the server's version (:func:`~shardmix.sources.version.shard_version`, one ``HEAD`` for HTTP)
-is asked once per process and URL, and compared with the recorded one; the copy's size and
-modification time with the record (a copy truncated or replaced on disk); and, when a manifest
-lists the shard (``listed``: its size and sha256), the record with it. A mismatch discards
-the copy and downloads it again; a fresh download that is not the manifest's shard is a
+is asked once per process, URL and epoch, and compared with the recorded one; the copy's size
+and modification time with the record (a copy truncated or replaced on disk); and, when a
+manifest lists the shard (``listed``: its size and sha256), the record with it and the copy's
+bytes with its sha256 (:func:`holds_sha256`: hashed at its first use in a process). The copy
+carries the identity of the stream it was downloaded from, which the trainer's process holds
+every worker's reads of an epoch to. A mismatch discards the copy and downloads it again; a fresh download that is not the manifest's shard is a
 :class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version (or cannot be
 reached) leaves a whole copy in use. Which shards to cache is
 :func:`shardmix.sources.open_shard`'s choice.
