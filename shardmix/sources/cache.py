@@ -17,10 +17,10 @@ and modification time with the record (a copy truncated or replaced on disk); an
 manifest lists the shard (``listed``: its size and sha256), the record with it and the copy's
 bytes with its sha256 (:func:`holds_sha256`: hashed at its first use in a process). The copy
 carries the identity of the stream it was downloaded from, which the trainer's process holds
-every worker's reads of an epoch to. A mismatch discards the copy and downloads it again; a fresh download that is not the manifest's shard is a
-:class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version (or cannot be
-reached) leaves a whole copy in use. Which shards to cache is
-:func:`shardmix.sources.open_shard`'s choice.
+every worker's reads of an epoch to. A mismatch discards the copy and downloads it again; a
+fresh download that is not the manifest's shard is a :class:`~shardmix.errors.ShardChangedError`.
+A server that cannot tell a version (or cannot be reached) leaves a whole copy in use. Which
+shards to cache is :func:`shardmix.sources.open_shard`'s choice.
 
 With ``SourceOptions(cache_limit=...)`` the cache is bounded instead
 (:mod:`shardmix.sources.bounded`, which keeps copies at the same paths, :func:`cache_path`,
