@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.sources import SourceOptions
+from shardmix.sources import SourceOptions, open_shard
 from shardmix.sources.cache import cache_path, open_cached
 from shardmix.sources.identity import ShardIdentity, stream_identity
 
@@ -69,12 +69,7 @@ def test_an_unbounded_copy_carries_the_identity_it_was_downloaded_with(server, t
     url = f"{base}/part-0000.tar"
     size = (state.root / "part-0000.tar").stat().st_size
     cache = str(tmp_path / "cache")
-    from shardmix.sources import open_shard
-
-    def fetch():
-        return open_shard(url)
-
     for _ in range(2):  # downloaded, then read from the copy
-        with open_cached(url, cache, fetch) as copy:
+        with open_cached(url, cache, lambda: open_shard(url)) as copy:
             assert stream_identity(copy) == ShardIdentity(size, 'etag:"v1"')
     assert Path(cache_path(cache, url)).stat().st_size == size
