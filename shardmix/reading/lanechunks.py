@@ -31,6 +31,7 @@ from shardmix.reading.progress import Heartbeat
 from shardmix.reading.shardreads import ShardReads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import take_traffic
+from shardmix.sources.version import forget_versions
 from shardmix.world import detect_world
 
 T = TypeVar("T")
@@ -107,6 +108,7 @@ def lane_chunks(
     """This process's lanes of ``plan``, in chunks, with what was skipped since the last;
     each sample read (each record block) counted into ``heartbeat``, if given."""
     world = detect_world(plan.rank, plan.world_size)
+    forget_versions()  # a version holds for one epoch: a persistent worker looks again
     beat = _counter(heartbeat, world.worker)
     ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
     shares = None

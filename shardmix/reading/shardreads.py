@@ -30,6 +30,7 @@ from shardmix.reading.shardplan import ShardPlan
 from shardmix.reading.transforms import SampleTransform, without_tags, without_tombstones
 from shardmix.sources import SourceOptions, readahead, scheme_of
 from shardmix.sources.identity import ShardIdentity
+from shardmix.sources.version import forget_versions
 
 
 class ShardReads(ShardPlan, IterableDataset[Sample]):
@@ -216,6 +217,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
 
     def iter_world(self, world: World, epoch: int) -> Iterator[Sample]:
         """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
+        forget_versions()  # each iteration looks at the shards' versions again
         if self.policy.skips:
             self.ledger = SkipLedger.for_policy(self.policy, reported=self.record_counts.damaged)
         self.dropped = Counter()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from shardmix.errors import ShardChangedError
-from shardmix.sources.cache import Listed, cache_path
+from shardmix.sources.cache import Listed, cache_path, hashed, holds_sha256
 from shardmix.sources.identity import (
     ShardIdentity,
     attach_identity,
@@ -140,6 +140,8 @@ def _open_leased(
             raw = io.FileIO(entry.path, "rb")
             status = os.fstat(raw.fileno())
             stale = (status.st_size, status.st_mtime_ns) != (entry.size, entry.mtime_ns)
+            sha256 = listed[1] if listed is not None and entry.size == entry.total else None
+            stale = stale or (sha256 is not None and not holds_sha256(entry.path, sha256))
         except FileNotFoundError:
             stale = True
     if stale:
@@ -241,7 +243,9 @@ def _tee(
                 "written: re-create the manifest, or restore the shard (the copy was removed)",
                 url=url,
             )
-        ledger.publish(path, current, validator, sha256)
+        ledger.publish(path, url, filled, (current, validator, sha256))
+        if filled == size and listed is not None and listed[1] is not None:
+            hashed(path, sha256)  # as it was written
         _count(filled_bytes=filled)
 
     tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))

@@ -12,13 +12,15 @@ download removes its temporary file; a full disk (or file size limit) is a
 
 A copy is used only while it is what was downloaded and the server still has that version:
 the server's version (:func:`~shardmix.sources.version.shard_version`, one ``HEAD`` for HTTP)
-is asked once per process and URL, and compared with the recorded one; the copy's size and
-modification time with the record (a copy truncated or replaced on disk); and, when a manifest
-lists the shard (``listed``: its size and sha256), the record with it. A mismatch discards
-the copy and downloads it again; a fresh download that is not the manifest's shard is a
-:class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version (or cannot be
-reached) leaves a whole copy in use. Which shards to cache is
-:func:`shardmix.sources.open_shard`'s choice.
+is asked once per process, URL and epoch, and compared with the recorded one; the copy's size
+and modification time with the record (a copy truncated or replaced on disk); and, when a
+manifest lists the shard (``listed``: its size and sha256), the record with it and the copy's
+bytes with its sha256 (:func:`holds_sha256`: hashed at its first use in a process). The copy
+carries the identity of the stream it was downloaded from, which the trainer's process holds
+every worker's reads of an epoch to. A mismatch discards the copy and downloads it again; a
+fresh download that is not the manifest's shard is a :class:`~shardmix.errors.ShardChangedError`.
+A server that cannot tell a version (or cannot be reached) leaves a whole copy in use. Which
+shards to cache is :func:`shardmix.sources.open_shard`'s choice.
 
 With ``SourceOptions(cache_limit=...)`` the cache is bounded instead
 (:mod:`shardmix.sources.bounded`, which keeps copies at the same paths, :func:`cache_path`,
@@ -40,6 +42,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from shardmix.errors import CacheFullError, ShardChangedError
+from shardmix.sources.identity import ShardIdentity, attach_identity, stream_identity
 from shardmix.sources.options import READ_BUFFER_BYTES
 
 __all__ = ["Listed", "cache_path", "download", "open_cached"]
@@ -73,8 +76,9 @@ def open_cached(
     or not current (``version()``: the server's version now; ``listed``: the manifest's)."""
     path = cache_path(cache_dir, url)
     current = version()
-    if os.path.isfile(path) and _stale(path, url, current, listed) is None:
-        return open(path, "rb", buffering=READ_BUFFER_BYTES)
+    record = _read_record(path) if os.path.isfile(path) else None
+    if record is not None and _stale(path, record, url, current, listed) is None:
+        return _opened(path, record)
     record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
         _discard(path)
@@ -85,7 +89,15 @@ def open_cached(
             "re-create the manifest, or restore the shard",
             url=url,
         )
-    return open(path, "rb", buffering=READ_BUFFER_BYTES)
+    if listed is not None and listed[1] is not None:
+        hashed(path, listed[1])  # as it was written
+    return _opened(path, record)
+
+
+def _opened(path: str, record: dict[str, Any]) -> BinaryIO:
+    """The copy at ``path``, with the identity of the shard it was downloaded from."""
+    identity = ShardIdentity(record["size"], record.get("validator"))
+    return attach_identity(open(path, "rb", buffering=READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
 
 
 def download(
@@ -102,6 +114,7 @@ def download(
         os.fchmod(handle, 0o644)  # mkstemp makes 0600; a shared cache is read by others too
         digest = hashlib.sha256()
         with os.fdopen(handle, "wb") as out, fetch() as source:
+            identity = stream_identity(source)
             while chunk := source.read(COPY_BUFFER_BYTES):
                 digest.update(chunk)
                 out.write(chunk)
@@ -112,6 +125,7 @@ def download(
         status = os.stat(path)
         record = {"url": url, "version": version, "size": status.st_size}
         record.update(mtime_ns=status.st_mtime_ns, sha256=digest.hexdigest())
+        record.update(validator=identity.validator if identity is not None else None)
         _write_record(path, record)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
@@ -129,10 +143,11 @@ def download(
     return record
 
 
-def _stale(path: str, url: str, version: str | None, listed: Listed | None) -> str | None:
-    """Why the copy at ``path`` must not be used (None: it may)."""
-    record = _read_record(path)
-    if record is None or record.get("url") != url:
+def _stale(
+    path: str, record: dict[str, Any], url: str, version: str | None, listed: Listed | None
+) -> str | None:
+    """Why the copy at ``path``, downloaded as ``record`` says, must not be used (None: it may)."""
+    if record.get("url") != url:
         return "no record of the download"
     if version is not None and record.get("version") != version:
         return f"the server has version {version}, the copy {record.get('version')}"
@@ -141,7 +156,34 @@ def _stale(path: str, url: str, version: str | None, listed: Listed | None) -> s
         return "the copy changed on disk since it was downloaded"
     if listed is not None and _unlike(record, listed):
         return "the copy is not the shard its manifest lists"
+    if listed is not None and listed[1] is not None and not holds_sha256(path, listed[1]):
+        return "the copy's bytes are not those its manifest lists"
     return None
+
+
+_VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha256), this process
+
+
+def hashed(path: str, sha256: str) -> None:
+    """The copy at ``path`` was hashed to ``sha256`` as it was written: trust it."""
+    status = os.stat(path)
+    _VERIFIED.add((path, status.st_size, status.st_mtime_ns, sha256))
+
+
+def holds_sha256(path: str, sha256: str) -> bool:
+    """Whether the copy at ``path`` hashes to ``sha256``: read whole at its first use in this
+    process (and again once it changed on disk), trusted after."""
+    status = os.stat(path)
+    key = (path, status.st_size, status.st_mtime_ns, sha256)
+    if key not in _VERIFIED:
+        digest = hashlib.sha256()
+        with open(path, "rb") as copy:
+            while chunk := copy.read(COPY_BUFFER_BYTES):
+                digest.update(chunk)
+        if digest.hexdigest() != sha256:
+            return False
+        _VERIFIED.add(key)
+    return True
 
 
 def _unlike(record: dict[str, Any], listed: Listed) -> bool:

@@ -6,7 +6,10 @@ URL is opened; a missing one raises :class:`~shardmix.errors.UnsupportedURLError
 ``pip install`` to run. Storage options (endpoint, credentials, ...) are passed explicitly;
 left out, the backend finds them the standard way (AWS environment variables,
 ``AWS_ENDPOINT_URL``, application default credentials, ...). Retries and timeouts are the
-backend's own. The streams returned are fsspec's buffered files: seekable, read ahead in blocks.
+backend's own. The streams returned are fsspec's buffered files: seekable, read ahead in blocks;
+an object replaced while it is read (s3fs's ``FileExpired``: its ``ETag`` no longer matches
+the one it was opened with) is a :class:`~shardmix.errors.ShardChangedError` naming the URL and
+the byte offset of the read that found it.
 
 A chained URL (``simplecache::s3://bucket/x.tar``) is opened by fsspec's chaining; every
 filesystem of the chain is checked for its backend. Its storage options go to the innermost
@@ -16,12 +19,18 @@ filesystem (the one that holds the data), unless their keys name the chain's pro
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, BinaryIO, cast
 
-from shardmix.errors import ShardNotFoundError, UnsupportedURLError, describe_position
+from shardmix.errors import (
+    ShardChangedError,
+    ShardNotFoundError,
+    UnsupportedURLError,
+    describe_position,
+)
 from shardmix.sources.options import RemoteAccessError, RemoteReadError
 from shardmix.sources.schemes import scheme_of
 
@@ -58,7 +67,49 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> B
     """Open ``url`` through fsspec, with ``storage_options`` given to its filesystem."""
     with fsspec_errors(url, "could not open the shard"):
         filesystem, path = filesystem_of(url, storage_options)
-        return cast(BinaryIO, filesystem.open(path, "rb"))
+        return cast(BinaryIO, _VersionChecked(url, filesystem.open(path, "rb")))
+
+
+class _VersionChecked:
+    """An fsspec file, its backend's version errors raised as ShardChangedError."""
+
+    def __init__(self, url: str, file: Any) -> None:
+        self._url = url
+        self._file = file
+
+    def read(self, size: int = -1) -> bytes:
+        with self._checked():
+            return cast(bytes, self._file.read(size))
+
+    def readinto(self, buffer: Any) -> int:
+        with self._checked():
+            return cast(int, self._file.readinto(buffer))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+    def __enter__(self) -> _VersionChecked:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._file.close()
+
+    @contextmanager
+    def _checked(self) -> Iterator[None]:
+        offset = self._file.tell()
+        try:
+            yield
+        except OSError as error:
+            expired = getattr(sys.modules.get("s3fs.utils"), "FileExpired", None)
+            if expired is None or not isinstance(error, expired):
+                raise
+            raise ShardChangedError(
+                f"{describe_position(self._url, offset=offset)}: the object changed while it "
+                f"was being read ({error}); nothing of the new version was used. Read it again "
+                "from the start (a new epoch plans it anew), or restore the version that was read",
+                url=self._url,
+                offset=offset,
+            ) from error
 
 
 @contextmanager

@@ -34,6 +34,7 @@ its lane streams it without caching. Left to others: what to cache and opening a
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import threading
@@ -41,12 +42,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardmix.errors import CacheFullError, ConfigError
 from shardmix.sources.eviction import choose_victims
 from shardmix.sources.owners import alive, owner_of, this_owner
 
 __all__ = ["LEDGER_NAME", "CacheLedger", "Entry", "ledger_for"]
 
 LEDGER_NAME = ".shardmix-cache.sqlite"
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _BUSY_TIMEOUT_MS = 60_000
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -80,15 +83,28 @@ class CacheLedger:
     """The accounts of one cache folder, for this process (see the module's docstring)."""
 
     def __init__(self, folder: str) -> None:
-        os.makedirs(folder, exist_ok=True)
         self.folder = folder
         self.owner = this_owner()
         self.evictions = 0  # copies this process evicted
         self._lock = threading.Lock()  # one connection, shared by this process's threads
         self._connection: sqlite3.Connection | None = None
-        with self._lock:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                self._db.execute(statement)
+        database = os.path.join(folder, LEDGER_NAME)
+        existed = os.path.exists(database)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with self._lock:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+        except (OSError, sqlite3.OperationalError) as error:
+            self.close()
+            if not existed:  # a ledger this process began and could not finish: not left
+                for name in (database, f"{database}-wal", f"{database}-shm", f"{database}-journal"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name)
+            named = self._named(error, None, "its tables")
+            if named is error:
+                raise
+            raise named from error
         self.reclaim(check_files=True)
 
     @property
@@ -114,17 +130,56 @@ class CacheLedger:
                 self._connection = None
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: committed whole at the end, rolled back on any error."""
+    def _write(
+        self, url: str | None = None, doing: str = "a change"
+    ) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed whole at the end, rolled back on any error. A
+        full disk or an unwritable folder is named (:meth:`_named`: the shard ``url`` and
+        what was being recorded, ``doing``)."""
         with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
             try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as error:
+                named = self._named(error, url, doing)
+                if named is error:
+                    raise
+                raise named from error
+
+    def _named(self, error: Exception, url: str | None, doing: str) -> Exception:
+        """A :class:`CacheFullError` for a full disk, a :class:`ConfigError` for a folder this
+        process cannot write; ``error`` itself otherwise."""
+        message = str(error).lower()
+        code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+; the message before
+        full = (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "full" in message
+        full = full or (isinstance(error, OSError) and error.errno in _FULL)
+        where = os.path.join(self.folder, LEDGER_NAME)
+        if full:
+            return CacheFullError(
+                f"{url or self.folder}: the disk of cache_dir {self.folder} is full: the cache's "
+                f"ledger {where} could not record {doing} ({error}); nothing of it was kept: "
+                "free space there, lower cache_limit to what the disk holds, or point cache_dir "
+                "at a larger disk",
+                url=url,
+            )
+        unwritable = isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EROFS)
+        unwritable = unwritable or any(
+            words in message for words in ("unable to open", "readonly", "read-only")
+        )
+        if unwritable:
+            return ConfigError(
+                f"cache_dir {self.folder} cannot be written by this process: the cache's ledger "
+                f"{where} could not record {doing} ({error}); a bounded cache (cache_limit) "
+                "keeps its accounts there: point cache_dir at a folder this process can write"
+            )
+        return error
 
     def _rows(self, query: str, *arguments: Any) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -176,13 +231,14 @@ class CacheLedger:
         reserved, all ``size`` or, when only less is free, the first ``minimum`` or more; 0
         when none (someone else fills it, or the limit is held by what is needed sooner or
         being read)."""
-        with self._write() as db:
+        doing = f"room for a copy of {size:,} bytes"
+        with self._write(url, doing) as db:
             kept = self._try_reserve(db, path, url, part, size, limit, minimum)
         if kept == size or not self.reclaim():
             return kept
         if kept:  # a part only: there may be room for more once the dead are reclaimed
             self.abandon(path)
-        with self._write() as db:
+        with self._write(url, doing) as db:
             return self._try_reserve(db, path, url, part, size, limit, minimum)
 
     def _try_reserve(
@@ -218,20 +274,31 @@ class CacheLedger:
         )
         return kept
 
-    def publish(self, path: str, version: str | None, validator: str | None, sha256: str) -> None:
-        """Move this process's filled copy into place at ``path`` and mark it ready."""
-        with self._write() as db:
-            (part,) = db.execute(
-                "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
-                (path, self.owner),
-            ).fetchone()
-            os.replace(part, path)  # inside the transaction: a kill here leaves a filling row
-            status = os.stat(path)
-            db.execute(
-                "UPDATE entries SET state = 'ready', owner = NULL, part = NULL, size = ?, "
-                "version = ?, validator = ?, mtime_ns = ?, sha256 = ? WHERE path = ?",
-                (status.st_size, version, validator, status.st_mtime_ns, sha256, path),
-            )
+    def publish(
+        self, path: str, url: str, filled: int, copy: tuple[str | None, str | None, str]
+    ) -> None:
+        """Move this process's copy of ``url`` (``filled`` bytes) into place at ``path`` and mark
+        it ready, validated by ``copy``: the server's version, the stream's validator and the
+        sha256. A ledger that cannot record it (a full disk) keeps neither copy nor row."""
+        version, validator, sha256 = copy
+        try:
+            with self._write(url, f"the copy of {filled:,} bytes") as db:
+                (part,) = db.execute(
+                    "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
+                    (path, self.owner),
+                ).fetchone()
+                os.replace(part, path)  # inside the transaction: a kill here leaves a filling row
+                status = os.stat(path)
+                db.execute(
+                    "UPDATE entries SET state = 'ready', owner = NULL, part = NULL, size = ?, "
+                    "version = ?, validator = ?, mtime_ns = ?, sha256 = ? WHERE path = ?",
+                    (status.st_size, version, validator, status.st_mtime_ns, sha256, path),
+                )
+        except CacheFullError:
+            _unlink(path)  # moved into place, its row rolled back: the space it took, freed
+            with contextlib.suppress(CacheFullError):
+                self.abandon(path)
+            raise
 
     def take_evictions(self) -> int:
         """The copies this process evicted since the last call."""
@@ -239,15 +306,20 @@ class CacheLedger:
         return count
 
     def abandon(self, path: str) -> None:
-        """Give up this process's copy at ``path`` being filled: its temporary file and row."""
-        with self._write() as db:
-            row = db.execute(
-                "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
+        """Give up this process's copy at ``path`` being filled: its temporary file and row
+        (the file first: on a full disk, what frees the room the row's deletion needs)."""
+        parts = self._rows(
+            "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
+            path,
+            self.owner,
+        )
+        for (part,) in parts:
+            _unlink(part)
+        with self._write(None, "a copy given up") as db:
+            db.execute(
+                "DELETE FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
                 (path, self.owner),
-            ).fetchone()
-            if row is not None:
-                db.execute("DELETE FROM entries WHERE path = ?", (path,))
-                _unlink(row[0])
+            )
 
     # Plans.
 

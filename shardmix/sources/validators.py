@@ -38,7 +38,10 @@ __all__ = [
 
 # Without a validator, a read that goes on from bytes already read asks again for this many
 # bytes before them and compares them: the seam is all a replacement of the same size can show.
-SEAM_BYTES = 64
+# Not fewer: a tar member's zero padding runs up to 511 bytes and a header's last 12 are zeros,
+# alike in every version; 1,024 bytes before any offset hold 512 or more of a member's content
+# or header (its name), which tell versions apart.
+SEAM_BYTES = 1024
 
 _warned_hosts: set[str] = set()
 _warned_lock = threading.Lock()
@@ -79,7 +82,7 @@ def seam_before(validator: str | None, offset: int) -> int:
     (none where the version has a validator, whose precondition already says it).
 
     >>> seam_before(None, 4096), seam_before(None, 10), seam_before('etag:"v1"', 4096)
-    (64, 10, 0)
+    (1024, 10, 0)
     """
     return 0 if validator is not None else min(SEAM_BYTES, max(0, offset))
 

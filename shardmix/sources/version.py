@@ -6,7 +6,9 @@ A local file's version is its size and modification time, an ``http(s)://`` shar
 fsspec shard's the size and ETag (or modification time) its backend reports. None means the version
 cannot be told (a ``pipe:`` command, a server that says nothing): such a shard's count is never
 cached, so a count is never trusted beyond what can be checked. :func:`revalidated` asks once
-per process and URL (how the shard cache checks its copies).
+per process, URL and epoch (how the shard cache checks its copies): each process's reads of an
+epoch begin with :func:`forget_versions`, so a persistent worker looks again at the next epoch,
+and the identities its copies carry tell the trainer's process which version it read.
 """
 
 from __future__ import annotations
@@ -47,11 +49,17 @@ def shard_version(url: str, options: SourceOptions) -> str | None:
         return None  # cannot tell: the shard is counted, and the counting pass says what failed
 
 
-_REVALIDATED: dict[tuple[str, str], str | None] = {}  # (cache_dir, url): version, this process
+# (cache_dir, url): version, this process and epoch
+_REVALIDATED: dict[tuple[str, str], str | None] = {}
+
+
+def forget_versions() -> None:
+    """Ask each shard's version again at its next open (an epoch's reads begin)."""
+    _REVALIDATED.clear()
 
 
 def revalidated(url: str, options: SourceOptions) -> str | None:
-    """:func:`shard_version` of ``url``, asked once per process (and cache folder)."""
+    """:func:`shard_version` of ``url``, asked once per process (and cache folder) and epoch."""
     key = (options.cache_dir or "", url)
     if key not in _REVALIDATED:
         _REVALIDATED[key] = shard_version(url, options)

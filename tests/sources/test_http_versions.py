@@ -162,7 +162,7 @@ def test_replaced_without_validator_by_one_of_the_same_size_is_refused_at_the_se
         _read_all(url)
     assert str(caught.value) == (
         f"{url}: at byte offset 100000: the shard changed while it was being read (expected "
-        "the 64 bytes before this offset as first read, found other bytes there (the server "
+        "the 1024 bytes before this offset as first read, found other bytes there (the server "
         "gives no validator; the shard was replaced by one of the same size)); nothing of the "
         "new version was used. Read it again from the start (a new epoch plans it anew), or "
         "restore the version that was read"
