@@ -12,7 +12,8 @@ since losing the batch over a ragged field helps nobody.
 A transform that returns a tuple or list, or one value, makes samples that travel as dicts
 with their provenance beside what it returned (:func:`~shardmix.reading.transforms.as_sample`).
 Their batch is the one ``default_collate`` makes, its provenance kept beside it: a tuple's or
-list's values make a :class:`ListBatch` of their columns (each collated as a field is), one
+list's values make a :class:`ListBatch` of their columns (each collated as a field is, but
+strings in a tuple, as ``default_collate`` leaves them), one
 value a tensor (or a ``ListBatch`` of str, bytes or ragged tensors), and the batch's
 ``provenance`` attribute holds the fields a dict batch would (:func:`restructured`).
 
@@ -70,12 +71,21 @@ def restructured(batch: dict[str, Any]) -> Any:
     provenance = {name: value for name, value in batch.items() if name not in names}
     if VALUE not in batch:
         prefix = TUPLE if f"{TUPLE}0" in batch else LIST
-        return ListBatch((batch[f"{prefix}{at}"] for at in range(len(names))), provenance)
+        columns = [batch[f"{prefix}{at}"] for at in range(len(names))]
+        return ListBatch(map(_as_zipped, columns), provenance)
     value = batch[VALUE]
     if isinstance(value, torch.Tensor):
         value.provenance = provenance  # type: ignore[attr-defined]
         return value
     return ListBatch(value, provenance)
+
+
+def _as_zipped(column: Any) -> Any:
+    """A column of a tuple's or list's values; its strings as the tuple ``default_collate``
+    gives (the ``zip`` of the samples)."""
+    if type(column) is list and column and isinstance(column[0], (str, bytes)):
+        return tuple(column)
+    return column
 
 
 def provenance_of(batch: Any) -> dict[str, Any]:

@@ -153,6 +153,8 @@ class SampleTransform:
         url = sample.get("__source__") or "<unknown shard>"
         record, offset = sample.get("__index__"), sample.get("__offset__")
         returned = as_returned(sample)
+        if isinstance(returned, dict):  # as returned, without the provenance added
+            returned = {k: v for k, v in returned.items() if k not in PROVENANCE_KEYS}
         function = self.transform if self.transform is not None else self.decode
         return TransformError(
             f"{describe_position(url, offset=offset, record=record)}: {_name(function)} "
