@@ -305,3 +305,14 @@ def test_direct_iteration_refuses_at_the_first_sample(uneven_shards):
     dataset = ShardDataset(uneven_shards, num_lanes=4, transform=returns_an_object)
     with pytest.raises(TransformError, match="returns_an_object returned object"):
         next(iter(dataset))
+
+
+def test_pinned_batches_keep_their_provenance(uneven_shards, monkeypatch):
+    # Page-locked memory needs CUDA: a copy stands in for it (pin_batch makes new tensors).
+    from shardmix.batching.collate import pin_batch
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda tensor: tensor.clone())
+    for transform in (as_tuple, as_int, as_str):
+        batch = next(iter(make(uneven_shards, transform, 0)))
+        pinned = pin_batch(batch)
+        assert exact(pinned) == exact(batch) and type(pinned) is type(batch)

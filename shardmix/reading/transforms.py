@@ -155,9 +155,10 @@ class SampleTransform:
         returned = as_returned(sample)
         if isinstance(returned, dict):  # as returned, without the provenance added
             returned = {k: v for k, v in returned.items() if k not in PROVENANCE_KEYS}
-        function = self.transform if self.transform is not None else self.decode
+        function = "the transform" if self.transform is not None else "the decoder"
+        name = _name(self.transform if self.transform is not None else self.decode)
         return TransformError(
-            f"{describe_position(url, offset=offset, record=record)}: {_name(function)} "
+            f"{describe_position(url, offset=offset, record=record)}: {function} {name} "
             f"returned {type(returned).__name__} {reprlib.repr(returned)} for the sample with "
             f"key {sample.get('__key__')!r}; {expected}",
             url=url,
@@ -274,8 +275,8 @@ def samples_as_returned(samples: Iterator[Sample]) -> Iterator[Any]:
 def _name(function: Callable[..., Any] | None) -> str:
     qualname = getattr(function, "__qualname__", None)
     if qualname is None:
-        return f"the function {reprlib.repr(function)}"
-    return f"the transform {getattr(function, '__module__', None)}.{qualname}"
+        return reprlib.repr(function)
+    return f"{getattr(function, '__module__', None)}.{qualname}"
 
 
 def _wrap(error: Exception, sample: Sample) -> DecodeError:
