@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.batching.collate import provenance_of
 from shardmix.loader import MixingLoader
 
 
@@ -24,7 +23,7 @@ class ResumeMismatchError(AssertionError):
 def batch_fingerprint(batch: Any) -> tuple[tuple[str, int], ...]:
     """What identifies a batch: the (source, index) of each sample, in order (a batch that is
     not a dict: of its ``provenance``)."""
-    provenance = provenance_of(batch)
+    provenance = batch if isinstance(batch, dict) else batch.provenance
     indexes = [int(i) for i in provenance["__index__"]]
     return tuple(zip(provenance["__source__"], indexes, strict=True))
 

@@ -14,13 +14,17 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 from shardmix import MixingLoader, ShardDataset, TransformError
-from shardmix.batching.collate import ListBatch, provenance_of
+from shardmix.batching.collate import ListBatch
 from shardmix.testing import check_resume, run_steps
 
 from shards import UNEVEN_SIZES, expected_keys
 
 # Module level: the transforms travel to DataLoader workers. Each value encodes its record,
 # read from the provenance every ShardDataset sample has.
+
+
+def provenance_of(batch):
+    return batch if isinstance(batch, dict) else batch.provenance
 
 
 def where(sample) -> tuple[int, int]:

@@ -13,9 +13,9 @@ A transform that returns a tuple or list, or one value, makes samples that trave
 with their provenance beside what it returned (:func:`~shardmix.reading.transforms.as_sample`).
 Their batch is the one ``default_collate`` makes, its provenance kept beside it: a tuple's or
 list's values make a :class:`ListBatch` of their columns (each collated as a field is, but
-strings in a tuple, as ``default_collate`` leaves them), one
-value a tensor (or a ``ListBatch`` of str, bytes or ragged tensors), and the batch's
-``provenance`` attribute holds the fields a dict batch would (:func:`restructured`).
+strings in a tuple, as ``default_collate`` leaves them), one value a tensor (or a ``ListBatch``
+of str, bytes or ragged tensors), and the batch's ``provenance`` attribute holds the fields a
+dict batch would (:func:`restructured`).
 
 The main process collates every batch, so the work is per column, not per sample: the columns
 are cut from the samples in one pass, and a field of numpy arrays of one dtype and shape is
@@ -71,8 +71,9 @@ def restructured(batch: dict[str, Any]) -> Any:
     provenance = {name: value for name, value in batch.items() if name not in names}
     if VALUE not in batch:
         prefix = TUPLE if f"{TUPLE}0" in batch else LIST
-        columns = [batch[f"{prefix}{at}"] for at in range(len(names))]
-        return ListBatch(map(_as_zipped, columns), provenance)
+        columns = (batch[f"{prefix}{at}"] for at in range(len(names)))
+        # Strings stay the tuple default_collate gives (the zip of the samples).
+        return ListBatch((_zipped(column) for column in columns), provenance)
     value = batch[VALUE]
     if isinstance(value, torch.Tensor):
         value.provenance = provenance  # type: ignore[attr-defined]
@@ -80,18 +81,9 @@ def restructured(batch: dict[str, Any]) -> Any:
     return ListBatch(value, provenance)
 
 
-def _as_zipped(column: Any) -> Any:
-    """A column of a tuple's or list's values; its strings as the tuple ``default_collate``
-    gives (the ``zip`` of the samples)."""
-    if type(column) is list and column and isinstance(column[0], (str, bytes)):
-        return tuple(column)
-    return column
-
-
-def provenance_of(batch: Any) -> dict[str, Any]:
-    """Where the samples of a batch :func:`collate_samples` made came from: a dict batch's own
-    fields, any other's ``provenance``."""
-    return batch if isinstance(batch, dict) else batch.provenance  # type: ignore[no-any-return]
+def _zipped(column: Any) -> Any:
+    text = type(column) is list and column and isinstance(column[0], (str, bytes))
+    return tuple(column) if text else column
 
 
 def collate_as_returned(
