@@ -26,7 +26,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from shardmix.batching.collate import collate_samples, join_batches, pin_batch
+from shardmix.batching.collate import (
+    collate_fields,
+    collate_samples,
+    join_batches,
+    pin_batch,
+    restructured,
+)
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.epochplan import epoch_start
 from shardmix.batching.settings import EpochSettings
@@ -121,7 +127,7 @@ class CanonicalEpoch:
         if not self._joined:
             return parts[0]
         if self._by_column:
-            batch = join_batches(parts)
+            batch = restructured(join_batches(parts))
         else:
             batch = self.collate_fn([sample for part in parts for sample in part])
         return pin_batch(batch) if self.pin_memory else batch
@@ -194,7 +200,8 @@ def canonical_rank_settings(
         # of simulated ranks), whichever group the physical ranks form.
         group=None,
         pool=pool,
-        collate_fn=list if samples else settings.collate_fn,
+        # Joined by column: each canonical rank's batch dict, restructured once joined.
+        collate_fn=list if samples else settings.collate_fn if alone else collate_fields,
         pin_memory=settings.pin_memory and alone,
     )
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from shardmix.batching.collate import collate_samples
+from shardmix.batching.collate import collate_as_returned, collate_samples
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.stats import LoaderStats, StatsRecorder
@@ -73,8 +74,8 @@ class MixingLoader(LoaderCheckpoint):
             bytes (default 64 MiB; ``None``: no byte budget), so that large or decoded
             samples cannot fill the main process's memory.
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
-        collate_fn: turns a list of samples into a batch; default
-            :func:`~shardmix.batching.collate.collate_samples`.
+        collate_fn: turns a list of samples, as the transform returned them, into a batch;
+            default :func:`~shardmix.batching.collate.collate_samples`.
         drop_last: drop the last batch of an epoch when it is short.
         timeout: seconds the worker the loop waits for may read nothing before a WorkerError
             (0 waits forever); time without progress, as in docs/workers.md.
@@ -164,7 +165,9 @@ class MixingLoader(LoaderCheckpoint):
         self.shuffle_buffer = shuffle_buffer
         self.shuffle_buffer_bytes = shuffle_buffer_bytes
         self.seed = seed
-        self.collate_fn = collate_fn or collate_samples
+        self.collate_fn = (
+            collate_samples if collate_fn is None else partial(collate_as_returned, collate_fn)
+        )
         self.drop_last = drop_last
         self.timeout = timeout
         self.prefetch_factor = prefetch_factor

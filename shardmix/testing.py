@@ -21,8 +21,11 @@ class ResumeMismatchError(AssertionError):
 
 
 def batch_fingerprint(batch: Any) -> tuple[tuple[str, int], ...]:
-    """What identifies a batch: the (source, index) of each sample, in order."""
-    return tuple(zip(batch["__source__"], [int(i) for i in batch["__index__"]], strict=True))
+    """What identifies a batch: the (source, index) of each sample, in order (a batch that is
+    not a dict: of its ``provenance``)."""
+    provenance = batch if isinstance(batch, dict) else batch.provenance
+    indexes = [int(i) for i in provenance["__index__"]]
+    return tuple(zip(provenance["__source__"], indexes, strict=True))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Collate: a list of sample dicts into one batch dict, the way ``default_collate`` would.
+"""Collate: a list of samples into one batch, the way ``default_collate`` would.
 
 Numbers and equal-shaped arrays become tensors, ``bytes`` and ``str`` stay lists, and so does
 anything else (decoded JSON, PIL images). A field whose values mix these kinds (a tar's ``b"3"``
@@ -9,6 +9,14 @@ int64 tensors, so every batch says where its samples came from; and a field whos
 arrays differ in shape (variable-length TFRecord features) becomes a list instead of failing,
 since losing the batch over a ragged field helps nobody.
 
+A transform that returns a tuple or list, or one value, makes samples that travel as dicts
+with their provenance beside what it returned (:func:`~shardmix.reading.transforms.as_sample`).
+Their batch is the one ``default_collate`` makes, its provenance kept beside it: a tuple's or
+list's values make a :class:`ListBatch` of their columns (each collated as a field is, but
+strings in a tuple, as ``default_collate`` leaves them), one value a tensor (or a ``ListBatch``
+of str, bytes or ragged tensors), and the batch's ``provenance`` attribute holds the fields a
+dict batch would (:func:`restructured`).
+
 The main process collates every batch, so the work is per column, not per sample: the columns
 are cut from the samples in one pass, and a field of numpy arrays of one dtype and shape is
 stacked by numpy in one call (the tensor ``default_collate`` would build from a tensor per array).
@@ -16,7 +24,7 @@ stacked by numpy in one call (the tensor ``default_collate`` would build from a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -25,13 +33,68 @@ import torch
 from torch.utils.data import default_collate
 
 from shardmix.errors import DecodeError
+from shardmix.reading.transforms import (
+    LIST,
+    TUPLE,
+    VALUE,
+    as_returned,
+    kind_of,
+    structured,
+    value_kind,
+)
 
 LIST_KEYS = ("__key__", "__source__", "__dataset__")
 _INT_KEYS = ("__index__", "__offset__")
 
 
-def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One batch dict from ``samples``, which must all have the same fields."""
+class ListBatch(list[Any]):
+    """A batch that is a list (what ``default_collate`` makes of tuples, lists, strings), with
+    the samples' provenance (``__key__``, ``__source__``, ...) as its ``provenance``."""
+
+    def __init__(self, values: Iterable[Any] = (), provenance: dict[str, Any] | None = None):
+        super().__init__(values)
+        self.provenance = provenance or {}
+
+
+def collate_samples(samples: Sequence[dict[str, Any]]) -> Any:
+    """One batch from ``samples``, which must all have the same fields: a dict, or what
+    :func:`restructured` makes of samples a transform returned as other than dicts."""
+    return restructured(collate_fields(samples))
+
+
+def restructured(batch: dict[str, Any]) -> Any:
+    """A batch dict of samples a transform returned as a tuple, a list or one value, as the
+    batch ``default_collate`` makes of them, its provenance beside it; any other unchanged."""
+    names = structured(batch)
+    if not names:
+        return batch
+    provenance = {name: value for name, value in batch.items() if name not in names}
+    if VALUE not in batch:
+        prefix = TUPLE if f"{TUPLE}0" in batch else LIST
+        columns = (batch[f"{prefix}{at}"] for at in range(len(names)))
+        # Strings stay the tuple default_collate gives (the zip of the samples).
+        return ListBatch((_zipped(column) for column in columns), provenance)
+    value = batch[VALUE]
+    if isinstance(value, torch.Tensor):
+        value.provenance = provenance  # type: ignore[attr-defined]
+        return value
+    return ListBatch(value, provenance)
+
+
+def _zipped(column: Any) -> Any:
+    text = type(column) is list and column and isinstance(column[0], (str, bytes))
+    return tuple(column) if text else column
+
+
+def collate_as_returned(
+    collate_fn: Callable[[list[Any]], Any], samples: Sequence[dict[str, Any]]
+) -> Any:
+    """``collate_fn`` of the samples as the transform returned them (a tuple as a tuple)."""
+    return collate_fn([as_returned(sample) for sample in samples])
+
+
+def collate_fields(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One batch dict from ``samples``, one collated field per field of theirs."""
     if not samples:
         raise ValueError("cannot collate an empty batch")
     fields = samples[0].keys()
@@ -58,10 +121,28 @@ def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _odd_fields(odd: dict[str, Any], fields: Any) -> DecodeError:
     return DecodeError(
-        f"sample {odd.get('__key__')!r} from {odd.get('__source__')} has fields "
-        f"{sorted(odd)} but the batch's first sample has {sorted(fields)}; "
-        "make the fields uniform with a transform or pass collate_fn"
+        f"sample {odd.get('__key__')!r} from {odd.get('__source__')} {_shape(odd)} but "
+        f"the batch's first sample {_shape(dict.fromkeys(fields))}; make the fields "
+        "uniform with a transform or pass collate_fn"
     )
+
+
+def _shape(sample: dict[str, Any]) -> str:
+    """What a sample is, for a message: its fields, or what the transform returned."""
+    if VALUE in sample:
+        return "is one value"
+    kind = kind_of(sample)
+    return f"has fields {sorted(sample)}" if kind == "a dict" else f"is {kind}"
+
+
+def _label(field: str) -> str:
+    """How a message names a field (or what stands for a tuple's value, a list's or one)."""
+    if field == VALUE:
+        return "the samples' values"
+    for prefix, kind in ((TUPLE, "tuples"), (LIST, "lists")):
+        if field.startswith(prefix):
+            return f"value {field[len(prefix) :]} of the samples' {kind}"
+    return f"field {field!r}"
 
 
 def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, Any]]) -> Any:
@@ -71,7 +152,7 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
         return torch.tensor(values, dtype=torch.int64)
     # A value's kind follows from its type: look at one value per type (almost always one).
     by_type = {type(value): value for value in values}
-    kinds = {_kind(value) for value in by_type.values()}
+    kinds = {value_kind(value) for value in by_type.values()}
     if len(kinds) > 1:
         raise DecodeError(_mixed_kinds_message(field, values, samples))
     if kinds == {"other"}:
@@ -90,7 +171,7 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
     except (TypeError, ValueError) as error:
         example = samples[0]
         raise DecodeError(
-            f"cannot collate field {field!r} (types {_type_names(values)}, e.g. sample "
+            f"cannot collate {_label(field)} (types {_type_names(values)}, e.g. sample "
             f"{example.get('__key__')!r} from {example.get('__source__')}): {error}; "
             "convert it in the transform or pass collate_fn"
         ) from error
@@ -110,17 +191,6 @@ def _stack_arrays(values: list[Any]) -> torch.Tensor | None:
         return None  # shapes differ, or a dtype torch lacks: default_collate decides
 
 
-def _kind(value: Any) -> str:
-    """What collates together: numbers with numbers, arrays with arrays, text with text."""
-    if isinstance(value, (bool, int, float, np.number)):
-        return "number"
-    if isinstance(value, (np.ndarray, torch.Tensor)):
-        return "array"
-    if isinstance(value, (bytes, str)):
-        return "text"
-    return "other"
-
-
 def _type_names(values: list[Any]) -> str:
     return ", ".join(sorted({type(value).__name__ for value in values}))
 
@@ -134,7 +204,7 @@ def _mixed_kinds_message(field: str, values: list[Any], samples: Sequence[dict[s
         for name, sample in first.items()
     )
     return (
-        f"cannot collate field {field!r}: its values have different types ({seen}); give it "
+        f"cannot collate {_label(field)}: its values have different types ({seen}); give it "
         "one type in the transform (e.g. decode=True turns a tar's .cls bytes into int), or "
         "pass collate_fn"
     )
@@ -143,18 +213,18 @@ def _mixed_kinds_message(field: str, values: list[Any], samples: Sequence[dict[s
 def _missing_field_message(samples: Sequence[dict[str, Any]], field: str) -> str:
     odd = next(sample for sample in samples if field not in sample)
     return (
-        f"sample {odd.get('__key__')!r} from {odd.get('__source__')} has no field {field!r} "
-        f"that the batch's first sample has (it has {sorted(odd)}); "
+        f"sample {odd.get('__key__')!r} from {odd.get('__source__')} has no {_label(field)} "
+        f"that the batch's first sample has (it {_shape(odd)}); "
         "make the fields uniform with a transform or pass collate_fn"
     )
 
 
 def join_batches(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Batches :func:`collate_samples` made, joined into the one it makes of all their samples
+    """Batches :func:`collate_fields` made, joined into the one it makes of all their samples
     in order (a rank's canonical ranks: :mod:`shardmix.canonical`), column by column.
 
-    >>> a = collate_samples([{"__key__": "a", "x": 1}])
-    >>> b = collate_samples([{"__key__": "b", "x": 2}, {"__key__": "c", "x": 3}])
+    >>> a = collate_fields([{"__key__": "a", "x": 1}])
+    >>> b = collate_fields([{"__key__": "b", "x": 2}, {"__key__": "c", "x": 3}])
     >>> join_batches([a, b])
     {'__key__': ['a', 'b', 'c'], 'x': tensor([1, 2, 3])}
     """
@@ -175,7 +245,7 @@ def _join_field(field: str, columns: list[Any]) -> Any:
     ):
         return torch.cat(columns)  # one shape: what stacking all the arrays would give
     # A ragged field (a list of tensors in some batch, or shapes that differ between
-    # batches): a list of tensors, as collate_samples gives for arrays of several shapes.
+    # batches): a list of tensors, as collate_fields gives for arrays of several shapes.
     rows: list[Any] = []
     for column in columns:
         rows.extend(column.unbind(0) if isinstance(column, torch.Tensor) else column)
@@ -189,11 +259,17 @@ def _join_field(field: str, columns: list[Any]) -> Any:
 
 
 def pin_batch(batch: Any) -> Any:
-    """``batch`` with every tensor in page-locked memory, for fast asynchronous copies to GPU."""
+    """``batch`` with every tensor in page-locked memory, for fast asynchronous copies to GPU
+    (its ``provenance`` kept)."""
     if isinstance(batch, torch.Tensor):
-        return batch.pin_memory()
+        pinned = batch.pin_memory()
+        if hasattr(batch, "provenance"):
+            pinned.provenance = pin_batch(batch.provenance)  # type: ignore[attr-defined]
+        return pinned
     if isinstance(batch, dict):
         return {key: pin_batch(value) for key, value in batch.items()}
+    if isinstance(batch, ListBatch):
+        return ListBatch(map(pin_batch, batch), pin_batch(batch.provenance))
     if isinstance(batch, (list, tuple)):
         return type(batch)(pin_batch(value) for value in batch)
     return batch

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardmix.batching.collate import LIST_KEYS, collate_samples
+from shardmix.batching.collate import LIST_KEYS, collate_fields, collate_samples, restructured
 from shardmix.reading.chunks import (
     DROPPED,
     ID,
@@ -58,6 +58,7 @@ from shardmix.reading.columns import (
 from shardmix.reading.reader import Sample
 
 _FAST_TYPES = ({bytes}, {str})
+_COLUMNS_COLLATE = (collate_samples, collate_fields)  # the collates RowStore.batch does itself
 # A typed field's array grows by at least this many rows, within this many bytes for all of a
 # sample's typed fields (the pages of rows not written yet take no memory). Doubling from the
 # first chunk copied 4 KiB records about twice each: a fresh loader per epoch of 15,217 such
@@ -268,8 +269,9 @@ class RowStore:
         return [self.sample(row) for row in ids.tolist()]
 
     def batch(self, ids: np.ndarray, collate: Callable[[list[Sample]], Any]) -> Any:
-        """The batch of ``ids``: gathered per column when ``collate`` is the default one."""
-        if collate is not collate_samples or WHOLE in self.fields:
+        """The batch of ``ids``: gathered per column when ``collate`` is the default one (or
+        :func:`~shardmix.batching.collate.collate_fields`, its batch dict)."""
+        if collate not in _COLUMNS_COLLATE or WHOLE in self.fields:
             return collate(self.samples(ids))
         batch: dict[str, Any] = {}
         for name, found in self.fields.items():
@@ -288,7 +290,7 @@ class RowStore:
                 batch[name] = tensor if found.dtype is None else tensor.view(found.dtype)
         if not batch:
             return collate(self.samples(ids))
-        return batch
+        return batch if collate is collate_fields else restructured(batch)
 
     def release(self, ids: np.ndarray) -> None:
         """The rows of ``ids`` left with their batch: drop what their objects hold, and let
@@ -338,9 +340,10 @@ def _values_of(kind: Kind, rows: np.ndarray, dtype: torch.dtype | None) -> np.nd
     """Rows of a typed column as the objects the transform gave: numbers, arrays, tensors."""
     if kind in (INTS, FLOATS, BOOLS, BYTES, STRINGS):
         return _objects(rows.tolist())
+    # rows[at, ...], not a row of list(rows): a 0-dim value stays an array, not a numpy scalar.
     if kind == ARRAYS:
-        return _objects(list(rows))
+        return _objects([rows[at, ...] for at in range(len(rows))])
     if kind == TENSORS:
-        tensors = [torch.from_numpy(row.copy()) for row in rows]
+        tensors = [torch.from_numpy(rows[at, ...].copy()) for at in range(len(rows))]
         return _objects([t if dtype is None else t.view(dtype) for t in tensors])
     return rows

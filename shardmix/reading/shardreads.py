@@ -27,7 +27,11 @@ from shardmix.reading.claims import CountCheck
 from shardmix.reading.lanes import LanePosition, read_lane, round_robin
 from shardmix.reading.reader import Sample
 from shardmix.reading.shardplan import ShardPlan
-from shardmix.reading.transforms import SampleTransform, without_tags, without_tombstones
+from shardmix.reading.transforms import (
+    SampleTransform,
+    samples_as_returned,
+    without_tombstones,
+)
 from shardmix.sources import SourceOptions, readahead, scheme_of
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.version import forget_versions
@@ -215,7 +219,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         """Samples the transform dropped (returned ``None``) in the last direct iteration."""
         return self.dropped["filtered"]
 
-    def iter_world(self, world: World, epoch: int) -> Iterator[Sample]:
+    def iter_world(self, world: World, epoch: int) -> Iterator[Any]:
         """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
         forget_versions()  # each iteration looks at the shards' versions again
         if self.policy.skips:
@@ -231,7 +235,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         read = partial(self.read_piece, epoch=epoch)
         lane_samples = [read_lane(plan[lane], read) for lane in lanes]
         samples = without_tombstones(round_robin(lane_samples), self._count_dropped)
-        return without_tags(samples)
+        return samples_as_returned(samples)
 
     def _count_dropped(self, kind: str) -> None:
         self.dropped[kind] += 1

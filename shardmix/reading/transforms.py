@@ -12,6 +12,13 @@ or the main process with no workers), one record at a time:
 - A decode or transform that raises is wrapped in :class:`~shardmix.errors.TransformError`
   naming the shard, record, byte offset and key, chained to the original. Under
   ``on_error="skip"`` it is reported to the error policy's ledger and counted like damage.
+- What it returns must be what torch's ``default_collate`` takes at the top: a dict of fields,
+  a tuple or list of values, or one tensor, numpy array, number, str or bytes, the same kind
+  for every sample. Anything else is refused at once with a ``TransformError`` (never skipped).
+  A sample that is not a dict travels as one all the same, its provenance beside it: a tuple's
+  values under :data:`TUPLE` and their position, a list's under :data:`LIST`, a single value
+  under :data:`VALUE` (:func:`as_sample`); :func:`as_returned` gives it back as returned, and
+  the default collate makes its batch (:func:`~shardmix.batching.collate.restructured`).
 
 A record that is filtered out or skipped does not vanish: it leaves a *tombstone*, a small
 dict holding only its provenance and :data:`DROPPED` (``"filtered"`` or ``"skipped"``). The
@@ -23,11 +30,13 @@ twice. Direct iteration drops tombstones at once (:func:`without_tombstones`).
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from shardmix.errors import DecodeError, TransformError, describe_position
 from shardmix.formats.tags import TAG_KEY
@@ -41,6 +50,9 @@ PROVENANCE_KEYS = ("__key__", "__source__", "__index__", "__offset__")
 DROPPED = "__dropped__"
 FILTERED = "filtered"
 SKIPPED = "skipped"
+
+# The fields a sample that is not a dict travels in (see the module docstring).
+VALUE, TUPLE, LIST = "\x00value", "\x00tuple", "\x00list"
 
 # Keeps transform draws apart from every other stream seeded from the same numbers.
 _TRANSFORM_STREAM = 0x7A5F
@@ -57,10 +69,12 @@ class SampleTransform:
         seed: the dataset's seed, the first part of every record's generator seed.
     """
 
-    transform: Callable[..., Sample | None] | None = None
+    transform: Callable[..., Any] | None = None
     decode: Callable[[Sample], Sample] | None = None
     rng: bool = False
     seed: int = 0
+    # The first kept sample's kind in this process, and which sample it was: all must match.
+    first: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def active(self) -> bool:
@@ -78,12 +92,13 @@ class SampleTransform:
         """``samples`` decoded and transformed, a tombstone in place of each one dropped.
 
         A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
-        decoder and the transform, and put back in what they give (a dict) or the tombstone.
+        decoder and the transform, and put back in what they give or the tombstone.
         """
         for sample in samples:
             tag = sample.pop(TAG_KEY, None)
+            provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
             try:
-                result = self._one(sample, epoch, epoch_pass, shard_index)
+                result = self._one(sample, provenance, epoch, epoch_pass, shard_index)
             except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
                 wrapped = _wrap(error, sample)
                 if on_damage is None:
@@ -91,27 +106,124 @@ class SampleTransform:
                 on_damage(Damage(wrapped, sample.get("__index__"), sample.get("__offset__")))
                 result = tombstone(sample, SKIPPED)
             else:
-                if result is None:
-                    result = tombstone(sample, FILTERED)
-            if tag is not None and isinstance(result, dict):
+                result = tombstone(sample, FILTERED) if result is None else self._kept(result)
+            if tag is not None:
                 result[TAG_KEY] = tag
             yield result
 
-    def _one(self, sample: Sample, epoch: int, epoch_pass: int, shard_index: int) -> Sample | None:
-        provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
+    def _one(
+        self,
+        sample: Sample,
+        provenance: Sample,
+        epoch: int,
+        epoch_pass: int,
+        shard_index: int,
+    ) -> Any:
         if self.decode is not None:
             sample = self.decode(sample)
         if self.transform is None:
-            return sample
-        if self.rng:
+            result: Any = sample
+        elif self.rng:
             rng = record_rng(self.seed, epoch, epoch_pass, shard_index, provenance["__index__"])
             result = self.transform(sample, rng)
         else:
             result = self.transform(sample)
-        if isinstance(result, dict):
-            for key, value in provenance.items():
-                result.setdefault(key, value)
+        return None if result is None else as_sample(result, provenance)
+
+    def _kept(self, sample: Sample) -> Sample:
+        """``sample``, checked to be one a batch can hold, of the first one's kind."""
+        kind = kind_of(sample)
+        if kind is None:
+            raise self._refused(
+                sample,
+                "a sample must be what torch's default_collate takes: a dict of fields, a "
+                "tuple or list of values, or one tensor, numpy array (of numbers), number, "
+                "str or bytes; return one of these (e.g. a tuple (image, label))",
+            )
+        where = f"the sample with key {sample.get('__key__')!r} of {sample.get('__source__')}"
+        first_kind, first = self.first.setdefault("kind", (kind, where))
+        if kind != first_kind:
+            raise self._refused(
+                sample,
+                f"but {first_kind} for {first}; return the same kind of sample for every record",
+            )
+        return sample
+
+    def _refused(self, sample: Sample, expected: str) -> TransformError:
+        url = sample.get("__source__") or "<unknown shard>"
+        record, offset = sample.get("__index__"), sample.get("__offset__")
+        returned = as_returned(sample)
+        if isinstance(returned, dict):  # as returned, without the provenance added
+            returned = {k: v for k, v in returned.items() if k not in PROVENANCE_KEYS}
+        function = "the transform" if self.transform is not None else "the decoder"
+        name = _name(self.transform if self.transform is not None else self.decode)
+        return TransformError(
+            f"{describe_position(url, offset=offset, record=record)}: {function} {name} "
+            f"returned {type(returned).__name__} {reprlib.repr(returned)} for the sample with "
+            f"key {sample.get('__key__')!r}; {expected}",
+            url=url,
+            offset=offset,
+            record=record,
+        )
+
+
+def as_sample(result: Any, provenance: Sample) -> Sample:
+    """What the transform returned as a sample dict with ``provenance`` (a dict's own
+    provenance fields are kept)."""
+    if isinstance(result, dict):
+        for key, value in provenance.items():
+            result.setdefault(key, value)
         return result
+    if isinstance(result, (tuple, list)) and result:
+        prefix = TUPLE if isinstance(result, tuple) else LIST
+        sample = {f"{prefix}{at}": value for at, value in enumerate(result)}
+    else:
+        sample = {VALUE: result}
+    sample.update(provenance)
+    return sample
+
+
+def as_returned(sample: Sample) -> Any:
+    """The sample as the transform returned it (:func:`as_sample` undone)."""
+    if not isinstance(sample, dict):
+        return sample  # any iterable dataset's
+    if VALUE in sample:
+        return sample[VALUE]
+    for prefix, kind in ((TUPLE, tuple), (LIST, list)):
+        if f"{prefix}0" in sample:
+            return kind(sample[f"{prefix}{at}"] for at in range(len(structured(sample))))
+    return sample
+
+
+def structured(sample: Sample) -> list[str]:
+    """The fields of ``sample`` that hold what the transform returned as other than a dict."""
+    return [name for name in sample if name[:1] == "\x00"]
+
+
+def kind_of(sample: Sample) -> str | None:
+    """What kind of sample this is, in words (None: not one a batch can hold)."""
+    if VALUE in sample:
+        value = sample[VALUE]
+        kind = value_kind(value)
+        if kind == "other" or (isinstance(value, np.ndarray) and value.dtype.kind in "OSUV"):
+            return None
+        return f"a single {kind}"
+    if f"{TUPLE}0" in sample:
+        return f"a tuple of {len(structured(sample))} values"
+    if f"{LIST}0" in sample:
+        return f"a list of {len(structured(sample))} values"
+    return "a dict"
+
+
+def value_kind(value: Any) -> str:
+    """What collates together: numbers with numbers, arrays with arrays, text with text."""
+    if isinstance(value, (bool, int, float, np.number)):
+        return "number"
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return "array"
+    if isinstance(value, (bytes, str)):
+        return "text"
+    return "other"
 
 
 def record_rng(
@@ -151,12 +263,20 @@ def without_tombstones(
         yield sample
 
 
-def without_tags(samples: Iterator[Sample]) -> Iterator[Sample]:
-    """``samples`` without their records' tags (what direct iteration gives)."""
+def samples_as_returned(samples: Iterator[Sample]) -> Iterator[Any]:
+    """``samples`` without their records' tags, as the transform returned them (what direct
+    iteration gives)."""
     for sample in samples:
         if isinstance(sample, dict):
             sample.pop(TAG_KEY, None)
-        yield sample
+        yield as_returned(sample)
+
+
+def _name(function: Callable[..., Any] | None) -> str:
+    qualname = getattr(function, "__qualname__", None)
+    if qualname is None:
+        return reprlib.repr(function)
+    return f"{getattr(function, '__module__', None)}.{qualname}"
 
 
 def _wrap(error: Exception, sample: Sample) -> DecodeError:
