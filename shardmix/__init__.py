@@ -36,9 +36,9 @@ from shardmix.loader import MixingLoader
 from shardmix.plan.sharding import EvenRanks
 from shardmix.plan.urls import expand_urls
 from shardmix.policy import OnError
-from shardmix.rankstate import join_states
 from shardmix.reading.decode import Decoder
 from shardmix.sources import RetryPolicy, SourceOptions
+from shardmix.state.ranks import join_states
 
 __version__ = "0.1.0"
 

@@ -51,7 +51,7 @@ from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
 from shardmix.plan.sharding import EvenRanks, canonical_slots
 from shardmix.reading.reader import Sample
 from shardmix.reading.workers import is_worker_failure
-from shardmix.trainerstate import adopt_pending_state, warn_unregistered
+from shardmix.state.trainers import adopt_pending_state, warn_unregistered
 from shardmix.world import count_exchange, data_parallel_ranks
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20

@@ -23,8 +23,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "policy", "lifeline")),
     ("bytes", ("sources", "formats")),
-    ("plan", ("plan", "checkpoint", "statefields")),
-    ("world", ("world", "rankstate")),
+    ("plan", ("plan",)),
+    ("world", ("world", "state")),
     ("reading", ("reading",)),
     ("batching", ("batching",)),
     (
@@ -43,7 +43,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "hf",
             "dcp",
             "testing",
-            "trainerstate",
         ),
     ),
     ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "rayconvert", "__main__", "")),

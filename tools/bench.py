@@ -734,7 +734,7 @@ def _serve_ranges(root: Path, latency: float, counts: Any, ready: Any) -> None:
 def remote_section(config: Config) -> list[Row]:
     """Epoch time, restore time at 90% to the first batch, and the bytes the server sent for it."""
     from shardmix import MixingLoader, ShardDataset
-    from shardmix.checkpoint import unpack_refs
+    from shardmix.state.codec import unpack_refs
 
     paths = make_bench_shards(config.data_dir, "tar", config.sizes, config.record_bytes)
     server = _RangeServer(Path(paths[0]).parent, latency=0.030)

@@ -33,13 +33,13 @@ from shardmix.batching.mixing import NO_PIECE, piece_name, start_state
 from shardmix.batching.padding import padding_state
 from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.settings import EpochSettings
-from shardmix.checkpoint import unpack_pieces
 from shardmix.errors import ConfigError
 from shardmix.plan.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.plan.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.shardreads import ShardReads
 from shardmix.reading.transforms import FILTERED, SKIPPED
+from shardmix.state.codec import unpack_pieces
 from shardmix.world import end_exchange
 
 

@@ -5,7 +5,7 @@
 identities seen before (a shard rewritten while the epoch reads it is refused:
 :mod:`shardmix.sources.identity`), names a worker that died (which one, its lanes and shards) and
 stops them. The identities are part of the epoch's state: ``"shards"``, the ``[shard, size,
-validator]`` of every shard the state references (:func:`~shardmix.checkpoint.pack_identities`),
+validator]`` of every shard the state references (:func:`~shardmix.state.codec.pack_identities`),
 which a restore holds the shards to.
 
 Left to others: what a worker reads (:mod:`shardmix.reading.workers`,
@@ -20,7 +20,6 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from shardmix.batching.settings import EpochSettings
-from shardmix.checkpoint import pack_identities, unpack_identities
 from shardmix.errors import ShardmixError, WorkerError
 from shardmix.plan.sharding import Piece
 from shardmix.reading.chunks import Chunk
@@ -35,6 +34,7 @@ from shardmix.reading.workers import (
     worker_processes,
 )
 from shardmix.sources.identity import ShardIdentity, check_identity
+from shardmix.state.codec import pack_identities, unpack_identities
 
 __all__ = ["EpochWorkers"]
 
