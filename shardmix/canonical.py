@@ -33,8 +33,8 @@ from shardmix.batching.settings import EpochSettings
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import canonical_slots
-from shardmix.reading.pool import WorkerPool
 from shardmix.state.codec import STATE_VERSION
+from shardmix.workers.pool import WorkerPool
 from shardmix.world import state_exchange
 
 if TYPE_CHECKING:

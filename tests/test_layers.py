@@ -18,14 +18,16 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 
 # Bottom to top. A module is matched by its longest listed prefix; "" is the package itself.
-# The stages' folders are layers whole: plan/ (which records), reading/ (what runs in a worker),
+# The stages' folders are layers whole: plan/ (which records), state/ (the checkpoint's format),
+# reading/ (what runs in a worker), workers/ (the process boundary, seen from the trainer),
 # batching/ (what runs in the trainer's process).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("errors", "policy", "lifeline")),
+    ("base", ("errors", "policy")),
     ("bytes", ("sources", "formats")),
     ("plan", ("plan",)),
     ("world", ("world", "state")),
     ("reading", ("reading",)),
+    ("workers", ("workers",)),
     ("batching", ("batching",)),
     (
         "api",

@@ -908,7 +908,7 @@ def _read_ahead(plan: dict[str, Any], config: Config) -> int:
     chunk in the making and ``prefetch_factor`` (2) chunks per worker in flight, a chunk being
     a turn of the worker's lanes."""
     from shardmix.reading.lanechunks import steady_turn
-    from shardmix.reading.workers import lane_turn
+    from shardmix.workers.dataloader import lane_turn
 
     workers = max(1, config.num_workers)
     lanes_per_worker = math.ceil(plan["num_lanes"] / workers)

@@ -234,7 +234,7 @@ def read_one_epoch(
     the accelerator's time, in which the main process waits on nothing of the loader's)."""
     from shardmix import MixingLoader, ShardDataset
     from shardmix.reading.lanechunks import CHUNK_BYTES
-    from shardmix.reading.workers import CHUNK_SAMPLES
+    from shardmix.workers.dataloader import CHUNK_SAMPLES
 
     dataset = ShardDataset(urls, num_lanes=shape.num_lanes, source_options=options)
     loader = MixingLoader(

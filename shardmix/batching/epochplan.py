@@ -15,7 +15,7 @@ under its key); :func:`epoch_start` is the position before an epoch's first batc
 each stage's start state. A resumed merge's lanes must name this plan's pieces
 (:func:`check_lanes`).
 
-Left to others: reading the pieces (:mod:`shardmix.reading.workers`), merging the lanes
+Left to others: reading the pieces (:mod:`shardmix.workers.dataloader`), merging the lanes
 (:mod:`shardmix.batching.mixing`), each stage's own state (the merge's, the shuffle stage's:
 :mod:`shardmix.batching.bufferstage`, the padding's: :mod:`shardmix.batching.padding`), the epoch's
 batches and the agreement on its end as it goes (:mod:`shardmix.batching.epoch`,
