@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "testing",
         ),
     ),
-    ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "rayconvert", "__main__", "")),
+    ("tools", ("convert", "inspect", "cli", "ray", "__main__", "")),
 ]
 
 NO_TORCH = ("bytes", "plan", "base")

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
             **options,
         )
         if args.plot:
-            from shardmix.plot import plot_report
+            from shardmix.inspect.plot import plot_report
 
             plot_report(report, args.plot)
     except (ShardmixError, ModuleNotFoundError) as error:

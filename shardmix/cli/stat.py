@@ -1,6 +1,6 @@
 """``shardmix stat``: per shard its format, records and bytes, and totals.
 
-Calls :func:`shardmix.stat.stat_shards`; ``--verify`` reads every record and checks every
+Calls :func:`shardmix.inspect.stat.stat_shards`; ``--verify`` reads every record and checks every
 tar header and TFRecord CRC, and each shard's sha256 against the manifest beside it (a
 mismatch is damage). The exit status is 1 when a shard is damaged (every damaged
 shard is listed, with the record and byte offset of its damage), else 0.
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from shardmix.errors import ShardmixError
-    from shardmix.stat import stat_shards
+    from shardmix.inspect.stat import stat_shards
 
     try:
         report = stat_shards(args.urls, verify=args.verify, progress=sys.stderr.isatty())

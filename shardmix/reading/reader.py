@@ -50,9 +50,9 @@ from shardmix.formats import (
 from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag, tagging_reader, tags_differ
 from shardmix.policy import DamageHandler
 from shardmix.sources import SourceOptions, is_local, open_shard, scheme_of
+from shardmix.sources.http.readahead import opened_ahead
 from shardmix.sources.identity import ShardIdentity, stream_identity
 from shardmix.sources.ranges import open_ranges
-from shardmix.sources.readahead import opened_ahead
 from shardmix.sources.traffic import count_bytes, count_stall, host_of
 
 logger = logging.getLogger(__name__)

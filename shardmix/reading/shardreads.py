@@ -28,7 +28,8 @@ from shardmix.reading.lanes import LanePosition, read_lane, round_robin
 from shardmix.reading.reader import Sample
 from shardmix.reading.shardplan import ShardPlan
 from shardmix.reading.transforms import SampleTransform, without_tags, without_tombstones
-from shardmix.sources import SourceOptions, readahead, scheme_of
+from shardmix.sources import SourceOptions, scheme_of
+from shardmix.sources.http import readahead
 from shardmix.sources.identity import ShardIdentity
 
 
@@ -340,6 +341,6 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
 
 
 def _has_copy(options: SourceOptions, url: str) -> bool:
-    from shardmix.sources.bounded import has_copy
+    from shardmix.sources.cache.bounded import has_copy
 
     return options.cache_dir is not None and has_copy(options.cache_dir, url)

@@ -31,9 +31,9 @@ from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.progress import Heartbeat, watch_progress
 from shardmix.reading.shardreads import ShardReads
 from shardmix.sources import is_local
-from shardmix.sources.bounded import plan_reads
+from shardmix.sources.cache.bounded import plan_reads
+from shardmix.sources.cache.owners import this_owner
 from shardmix.sources.identity import ShardIdentity
-from shardmix.sources.owners import this_owner
 from shardmix.workers.forkstart import StartFlags, forks, start_forked
 from shardmix.workers.lifeline import WorkerInit
 
