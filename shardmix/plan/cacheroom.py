@@ -1,7 +1,7 @@
 """The room an epoch's plan needs in a bounded cache, refused at ``iter()`` when it is not there.
 
-Every lane keeps one shard open at a time (:func:`shardmix.reading.reader.read_lane` closes a shard
-before it opens the next), and every lane of a rank reads at once, a mixture's datasets
+Every lane keeps one shard open at a time (:func:`shardmix.reading.lanes.read_lane` closes a
+shard before it opens the next), and every lane of a rank reads at once, a mixture's datasets
 included. Through a bounded cache (:mod:`shardmix.sources.cache.bounded`) a lane that opens a
 remote shard holds one entry of the ledger while it reads: the copy it leased, or the copy
 it fills, of the whole shard or of its first block at least

@@ -83,19 +83,6 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         """The user's transform (None: samples are kept as read, or only decoded)."""
         return self.sample_transform.transform
 
-    def read_lane(
-        self,
-        lane: int,
-        epoch: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        start: LanePosition = LanePosition(),
-    ) -> Iterator[Sample]:
-        """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
-        pieces = self.lane_pieces(epoch, rank=rank, world_size=world_size)[lane]
-        return self.read_lane_pieces(pieces, epoch, start)
-
     def read_lane_pieces(
         self,
         pieces: Sequence[Piece],
