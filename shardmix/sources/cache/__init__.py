@@ -1,9 +1,9 @@
-"""The shard cache (``SourceOptions(cache_dir=..., cache_limit=...)``): remote shards kept on
-local disk, each copy read while it is the shard the server still has.
+"""The shard cache (``SourceOptions(cache_dir=..., cache_limit=...)``): remote shards on disk.
 
-Design: a copy lives at one path per URL (:mod:`~shardmix.sources.cache.store`), written
-under a temporary name and moved into place, so a reader finds no copy or a whole one. Without
-a limit, a JSON record beside each copy validates it. With ``cache_limit`` the cache is bounded
+Design: each copy is read while it is the shard the server still has. A copy lives at one path
+per URL (:mod:`~shardmix.sources.cache.store`), written under a temporary name and moved into
+place, so a reader finds no copy or a whole one. Without a limit, a JSON record beside each copy
+validates it. With ``cache_limit`` the cache is bounded
 (:mod:`~shardmix.sources.cache.bounded`): a SQLite ledger in the folder, shared by every process
 on the node (:mod:`~shardmix.sources.cache.ledger`), reserves room before a byte is written,
 leases the copies being read, learns from the lanes' plans which copies are needed next and
