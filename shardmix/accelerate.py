@@ -18,7 +18,7 @@ epoch's last batch. The last batch is known from the loader's count
 Accelerate's own loaders do, so the state saved after a batch is that batch's position.
 
 A MixingLoader iterated where an Accelerator is in reach, without being registered, warns
-(:func:`shardmix.trainerstate.warn_unregistered`). This module imports Accelerate; shardmix
+(:func:`shardmix.state.trainers.warn_unregistered`). This module imports Accelerate; shardmix
 itself never does.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.loader import MixingLoader
-from shardmix.trainerstate import registered_with
+from shardmix.state.trainers import registered_with
 
 try:
     from accelerate.utils import send_to_device

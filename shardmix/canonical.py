@@ -9,7 +9,7 @@ in canonical order, into one batch of ``C/W * batch_size`` samples. So the seque
 batches (one step's samples over all ranks) does not depend on ``W``, and a state saved on one
 world size resumes on any other that divides ``C``, mid-epoch included.
 
-The state is a ``C``-rank state keyed by canonical rank (:mod:`shardmix.rankstate`'s layout:
+The state is a ``C``-rank state keyed by canonical rank (:mod:`shardmix.state.ranks`'s layout:
 the lowest canonical rank held at the top level, the others under ``"ranks"``), with a
 ``"canonical"`` field of its own version. Under torch.distributed :func:`gather_canonical`
 collects every physical rank's canonical ranks; with ranks simulated in one process each
@@ -36,11 +36,11 @@ from shardmix.batching.collate import (
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.epochplan import epoch_start
 from shardmix.batching.settings import EpochSettings
-from shardmix.checkpoint import STATE_VERSION
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import canonical_slots
-from shardmix.reading.pool import WorkerPool
+from shardmix.state.codec import STATE_VERSION
+from shardmix.workers.pool import WorkerPool
 from shardmix.world import state_exchange
 
 if TYPE_CHECKING:

@@ -4,8 +4,9 @@ It owns the user's arguments: checked, resolved into the settings and counts tha
 :class:`~shardmix.reading.shardreads.ShardReads` reads with (and
 :class:`~shardmix.reading.shardplan.ShardPlan` plans with), and direct iteration (``set_epoch``,
 ``iter``). Iterated directly, or by a plain DataLoader, each worker reads its lanes interleaved.
-Under :class:`~shardmix.loader.MixingLoader` the loader asks for lanes one by one
-(:meth:`ShardDataset.read_lane`) so that the mixing order does not depend on the workers.
+Under :class:`~shardmix.loader.MixingLoader` the workers read the lanes the epoch's plan
+gives them (:mod:`shardmix.reading.lanechunks`) and the trainer merges them in one fixed order,
+so that the mixing order does not depend on the workers.
 """
 
 from __future__ import annotations

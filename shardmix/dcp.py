@@ -7,7 +7,7 @@ position there, beside the others'), so handed to DCP as it is, a rank could res
 rank's ``"rank"`` and another rank's position.
 
 :class:`LoaderState` gives DCP one entry instead: the gathered state of every rank, as rank 0
-would have saved it (:func:`~shardmix.rankstate.as_saved_by`), as one JSON string, which is
+would have saved it (:func:`~shardmix.state.ranks.as_saved_by`), as one JSON string, which is
 therefore the same on every rank. On load every rank reads that entry whole and takes its own
 position from it, as with any saved state. ``state_dict()`` is a collective under
 torch.distributed, as DCP's own calls are: every rank takes part in ``dcp.save`` and
@@ -22,7 +22,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.loader import MixingLoader
-from shardmix.rankstate import as_saved_by
+from shardmix.state.ranks import as_saved_by
 
 STATE_KEY = "state"
 

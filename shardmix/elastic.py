@@ -17,8 +17,8 @@ batch it began at), so the state of a resized phase is resized the same way, any
 times. A state saved at an epoch's start resumes that epoch as planned for W'.
 
 Left to others: the epoch's plan (:mod:`shardmix.plan.sharding`), the state's format and checks
-(:mod:`shardmix.checkpoint`), reading the phase (:mod:`shardmix.batching.epoch`). Refused by name: a
-mixture, and a state that does not hold every saved rank's position. A transform (a decoder,
+(:mod:`shardmix.state.codec`), reading the phase (:mod:`shardmix.batching.epoch`). Refused by
+name: a mixture, and a state that does not hold every saved rank's position. A transform (a decoder,
 an augmentation) and ``on_error="skip"`` are read as usual, but the phase's totals are fixed
 ahead, so a sample one of them drops in a resized phase would end the ranks at different
 steps: refused at the load where that is known (:func:`check_kept`), else where the phase
@@ -32,7 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardmix.batching.epochplan import epoch_start
-from shardmix.checkpoint import (
+from shardmix.dataset import ShardDataset
+from shardmix.errors import ConfigError
+from shardmix.plan.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota
+from shardmix.reading.transforms import FILTERED, SKIPPED
+from shardmix.state.codec import (
     Ref,
     check_refs,
     pack_identities,
@@ -46,11 +50,7 @@ from shardmix.checkpoint import (
     unpack_sizes,
     unpack_tags,
 )
-from shardmix.dataset import ShardDataset
-from shardmix.errors import ConfigError
-from shardmix.plan.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota
-from shardmix.rankstate import every_position
-from shardmix.reading.transforms import FILTERED, SKIPPED
+from shardmix.state.ranks import every_position
 
 # The settings a resume may change: the rest of the epoch is then dealt again. ``num_lanes``
 # and ``shuffle_buffer`` only where the loader leaves them to their defaults.

@@ -6,7 +6,7 @@ Lightning 2.6 saves ``loader.state_dict()`` in every checkpoint by itself (under
 data was set up before the checkpoint was restored, as ``trainer.estimated_stepping_batches``
 does (an LR scheduler sized by it, in ``configure_optimizers``), Lightning never loads the
 state itself. A MixingLoader then takes the state from Lightning's fit loop at its epoch's
-first batch (:mod:`shardmix.trainerstate`), so the callback is optional.
+first batch (:mod:`shardmix.state.trainers`), so the callback is optional.
 
 :class:`ShardmixResume` loads it at ``on_train_start``, which comes after the restore and
 before the first batch. That is in time because a MixingLoader's ``iter()`` starts nothing:

@@ -1,7 +1,7 @@
 """MixingLoader: what a training loop holds.
 
 DataLoader workers read lanes and send their samples to the main process in columnar chunks
-(one pickle per chunk, one array per column: :mod:`shardmix.reading.workers`,
+(one pickle per chunk, one array per column: :mod:`shardmix.workers.dataloader`,
 :mod:`shardmix.reading.chunks`). In the main process the samples are kept as columns
 (:mod:`shardmix.batching.rows`), and the lanes are merged in a fixed order
 (:mod:`shardmix.batching.mixing`), passed through a seeded shuffle buffer
@@ -11,7 +11,7 @@ a function of the data, the seeds and the epoch alone.
 
 This module takes the settings, starts an epoch at the first ``next()`` of each ``iter()``
 (like a DataLoader: an iterator dropped before its first batch starts nothing and uses up no
-epoch), keeps the worker processes across epochs (:mod:`shardmix.reading.pool`), and reports what
+epoch), keeps the worker processes across epochs (:mod:`shardmix.workers.pool`), and reports what
 the current epoch filtered, skipped and waited for.
 
 Left to the loader's other parts, which :class:`MixingLoader` inherits: checking the
@@ -51,8 +51,8 @@ from shardmix.plan.apportion import Stopping, normalized_weights
 from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
 from shardmix.plan.sharding import EvenRanks, canonical_slots
 from shardmix.reading.reader import Sample
-from shardmix.reading.workers import is_worker_failure
-from shardmix.trainerstate import adopt_pending_state, warn_unregistered
+from shardmix.state.trainers import adopt_pending_state, warn_unregistered
+from shardmix.workers.dataloader import is_worker_failure
 from shardmix.world import count_exchange, data_parallel_ranks
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20

@@ -2,7 +2,7 @@
 
 A state is the version, the settings it was taken under (``config``: the shards' digest, the
 seeds, the batch, lanes and buffer, the world; a mixture's per dataset) and the positions:
-under several ranks every rank's, gathered over the ranks (:mod:`shardmix.rankstate`), or
+under several ranks every rank's, gathered over the ranks (:mod:`shardmix.state.ranks`), or
 this rank's canonical ranks' (:mod:`shardmix.canonical`). The position is the current
 epoch's, the start of the next one, or the one a ``load_state_dict()`` left to resume from.
 Taking a state back checks its version and shape, then its settings against the loader's
@@ -10,7 +10,7 @@ Taking a state back checks its version and shape, then its settings against the 
 and keeps this rank's position for the next ``iter()``. :class:`LoaderCheckpoint` is that
 part of the loader.
 
-Left to others: the state's JSON and its checks (:mod:`shardmix.checkpoint`), each epoch's
+Left to others: the state's JSON and its checks (:mod:`shardmix.state.codec`), each epoch's
 position (:mod:`shardmix.batching.epoch`, :mod:`shardmix.mixture`, :mod:`shardmix.canonical`),
 whether an epoch goes on (:mod:`shardmix.loaderlength`).
 """
@@ -30,20 +30,20 @@ from shardmix.canonical import (
     own_positions,
     start_positions,
 )
-from shardmix.checkpoint import (
-    STATE_VERSION,
-    check_config,
-    check_version,
-    shards_digest,
-)
 from shardmix.dataset import ShardDataset
 from shardmix.elastic import ELASTIC_FIELDS, check_mixture_world, resized_position
 from shardmix.loaderlength import LoaderLength
 from shardmix.mixture import MixtureEpoch, mixture_start
 from shardmix.plan.apportion import member_seed
 from shardmix.plan.sharding import canonical_slots
-from shardmix.rankstate import gather_positions, own_position
-from shardmix.statefields import check_state
+from shardmix.state.codec import (
+    STATE_VERSION,
+    check_config,
+    check_version,
+    shards_digest,
+)
+from shardmix.state.fields import check_state
+from shardmix.state.ranks import gather_positions, own_position
 
 
 class LoaderCheckpoint(LoaderLength):

@@ -30,9 +30,9 @@ from shardmix.errors import ConfigError, ShardmixWarning
 from shardmix.mixture import MixtureSettings, mixture_settings
 from shardmix.plan.apportion import Stopping
 from shardmix.plan.sharding import EvenRanks, canonical_slots, default_shuffle_buffer
-from shardmix.reading.pool import WorkerPool
 from shardmix.reading.reader import Sample
-from shardmix.reading.workers import WorkerOptions
+from shardmix.workers.dataloader import WorkerOptions
+from shardmix.workers.pool import WorkerPool
 from shardmix.world import Ranks
 
 

@@ -37,8 +37,8 @@ from shardmix.batching.settings import EpochSettings
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.plan.apportion import Apportioner, Stopping, last_counts, member_seed
-from shardmix.reading.pool import WorkerPool
 from shardmix.reading.reader import Sample
+from shardmix.workers.pool import WorkerPool
 
 # Keeps the in-batch order stream apart from every other stream drawn from the same seed.
 _BATCH_ORDER_STREAM = 0xB47C

@@ -1,4 +1,5 @@
-"""Ray Data in and out: write a Dataset as shards (:class:`ShardSink`), read shards as one.
+"""Ray Data in and out: write a Dataset as shards (:class:`ShardSink`), read shards as one,
+convert inputs into shards on Ray (:func:`convert_on_ray`).
 
 ``pip install 'shardmix[ray]'``. Ray is imported here only, when this module is.
 
@@ -24,6 +25,23 @@ write identical shards.
 Reading: :func:`read_shards` makes one read task per shard, each telling Ray its record count
 from the manifest, and yields a row per sample (``__key__``, ``__source__`` and the fields as
 bytes).
+
+Converting (:func:`convert_on_ray`, ``shardmix convert --engine ray``): the reading and writing
+run as Ray tasks. The inputs are listed by the local engine's own code
+(:func:`shardmix.convert.api.list_inputs`): folders, JSON Lines, CSV and Parquet tables, saved
+Hugging Face datasets and existing shards give the same keys, fields, class labels and counted
+left-out inputs, and a bad input is refused (or, with ``skip_bad``, skipped and counted) the
+same way. Ray then loads every sample's bytes (files, inlined columns, rows, records of input
+shards) in parallel read tasks and writes them through :class:`ShardSink`, so the manifest is
+written last, as the commit, and a task Ray retries leaves nothing behind.
+
+Samples travel from the read tasks to the write tasks as Python objects in one column of Ray
+blocks (Ray serializes them as it does any object): the values shardmix itself just loaded,
+whose types an Arrow column per field would change (a list field would become an array).
+The order is the listing's (``shuffle`` permutes it with the local engine's seeded
+permutation), each write task rolls its own shards within ``max_records`` and ``max_bytes``,
+and the driver names them in task order. ``part`` and ``workers`` are the local engine's way
+of spreading the work and are refused here: Ray spreads it.
 """
 
 from __future__ import annotations
@@ -32,31 +50,37 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import ray
 import ray.data
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
-from shardmix.convert.api import OutputExistsError
+from shardmix.convert.api import InputLike, OutputExistsError, list_inputs
+from shardmix.convert.inputs import Item, Problems, ShardCursor
 from shardmix.convert.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.outfiles import lock_output
+from shardmix.convert.plan import shuffled
 from shardmix.convert.stream import ShardWriter
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, read_samples
 from shardmix.sources import open_shard
 
-__all__ = ["ShardSink", "read_shards"]
+__all__ = ["RayConvertSummary", "ShardSink", "convert_on_ray", "read_shards"]
 
 ROWS_PER_BLOCK = 1024
 # A column of whole samples as Python objects, made by shardmix's own read tasks
-# (shardmix.rayconvert): the values as loaded, which an Arrow column of each field would retype.
+# (:func:`convert_on_ray`): the values as loaded, which an Arrow column of each field would retype.
 SAMPLE_COLUMN = "__shardmix_sample__"
 
 
@@ -253,3 +277,89 @@ def read_shards(pattern: str) -> ray.data.Dataset:
     return ray.data.read_datasource(
         _ShardsDatasource(manifest, urls), override_num_blocks=max(1, len(urls))
     )
+
+
+ITEMS_PER_TASK = 2048
+
+
+@dataclass(frozen=True)
+class RayConvertSummary:
+    """What a conversion on Ray wrote."""
+
+    shards: int
+    records: int
+    bytes: int
+    seconds: float
+    manifest: str
+    skipped: list[str]
+    left_out: dict[str, int]
+
+
+def convert_on_ray(
+    inputs: Sequence[InputLike],
+    output: str,
+    options: ConvertOptions | None = None,
+    *,
+    address: str | None = None,
+) -> RayConvertSummary:
+    """Convert ``inputs`` into the shards ``output`` names, reading and writing on Ray.
+
+    ``address`` is a Ray cluster's (``ray.init(address=...)``); None starts a local Ray, or
+    uses the one this process already joined.
+    """
+    options = options or ConvertOptions()
+    if options.part != Part() or options.workers != 1:
+        raise ConfigError(
+            "--engine ray spreads the work itself: leave out --part and --workers (they are "
+            "the local engine's)"
+        )
+    began = time.monotonic()
+    OutputPattern.parse(output)  # a bad pattern fails before Ray starts
+    problems = Problems(options.skip_bad)
+    listing = list_inputs(inputs, options, problems)
+    items = listing.items
+    if options.shuffle:
+        items = shuffled(items, options.seed, Part())
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True  # the listing's order, in every run
+    blocks = max(1, -(-len(items) // ITEMS_PER_TASK))
+    held = ray.put(items)
+    rows = ray.data.range(len(items), override_num_blocks=blocks)
+    samples = rows.map_batches(
+        _load_items,  # type: ignore[arg-type]  # the fn_kwargs argument is not in Ray's type
+        fn_kwargs={"held": [held]},
+        batch_size=ITEMS_PER_TASK,
+        batch_format="numpy",
+    )
+    sink = ShardSink(
+        output,
+        max_records=options.max_records,
+        max_bytes=options.max_bytes,
+        overwrite=options.overwrite,
+    )
+    samples.write_datasink(sink)
+    manifest, _ = committed_shards(output)
+    return RayConvertSummary(
+        shards=len(manifest.shards),
+        records=sum(shard.records for shard in manifest.shards),
+        bytes=sum(shard.bytes for shard in manifest.shards),
+        seconds=time.monotonic() - began,
+        manifest=os.path.abspath(sink.manifest_path),
+        skipped=list(listing.skipped),
+        left_out=dict(listing.left_out),
+    )
+
+
+def _load_items(batch: dict[str, np.ndarray], held: list[Any]) -> dict[str, Any]:
+    """The samples of a read task's items, as objects in the sample column."""
+    items: list[Item] = ray.get(held[0])
+    cursor = ShardCursor()
+    try:
+        loaded = [items[int(i)].load(cursor) for i in batch["id"]]
+    finally:
+        cursor.close()
+    column = np.empty(len(loaded), dtype=object)
+    column[:] = loaded
+    return {SAMPLE_COLUMN: column}

@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import shardmix.reading.arena as arena_module
-import shardmix.reading.pool as pool_module
+import shardmix.workers.arena as arena_module
+import shardmix.workers.pool as pool_module
 from shardmix import MixingLoader, ShardDataset
-from shardmix.reading.arena import Arena, InArena
 from shardmix.reading.chunks import Chunk, ChunkBuilder
+from shardmix.workers.arena import Arena, InArena
 
 from shards import UNEVEN_SIZES, batch_keys, expected_keys, write_shards
 

@@ -9,8 +9,8 @@ from shardmix import ShardDataset
 from shardmix.batching.bufferstage import BufferStage, buffer_start
 from shardmix.batching.rows import RowStore
 from shardmix.batching.slotbuffer import SlotBuffer
-from shardmix.checkpoint import unpack_refs
 from shardmix.reading.chunks import ID, SIZE, ChunkBuilder
+from shardmix.state.codec import unpack_refs
 
 
 def stage_over(dataset, samples):

@@ -12,7 +12,7 @@ import pytest
 from shardmix import MixingLoader, ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.sources import SourceOptions
-from shardmix.sources.bounded import MIN_PART_BYTES
+from shardmix.sources.cache.bounded import MIN_PART_BYTES
 
 from shards import expected_keys, write_shards
 

@@ -11,7 +11,7 @@ from shardmix import ConfigError, MixingLoader, ShardDataset
 from shardmix.batching.collate import collate_samples, join_batches
 from shardmix.canonical import held_positions, merge_states
 from shardmix.errors import DecodeError
-from shardmix.rankstate import own_position
+from shardmix.state.ranks import own_position
 
 from shards import batch_keys, expected_keys, write_shards
 

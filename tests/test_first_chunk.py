@@ -1,7 +1,7 @@
 """What a worker sends first: a small chunk, then turns that double up to the steady size."""
 
 from shardmix import ShardDataset
-from shardmix.reading.workers import (
+from shardmix.workers.dataloader import (
     CHUNK_SAMPLES,
     FIRST_CHUNK_SAMPLES,
     WorkerOptions,

@@ -14,7 +14,7 @@ import pytest
 from golden_state import BATCHES, GOLDEN, golden_path, make_loader, state_after_batches
 
 from shardmix import ConfigError
-from shardmix.checkpoint import STATE_VERSION
+from shardmix.state.codec import STATE_VERSION
 
 from shards import batch_keys
 

@@ -18,19 +18,22 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 
 # Bottom to top. A module is matched by its longest listed prefix; "" is the package itself.
-# The stages' folders are layers whole: plan/ (which records), reading/ (what runs in a worker),
-# batching/ (what runs in the trainer's process).
+# The stages' folders are layers whole: plan/ (which records), state/ (the checkpoint's format),
+# reading/ (what runs in a worker), workers/ (the process boundary, seen from the trainer),
+# batching/ (what runs in the trainer's process for one epoch).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("errors", "policy", "lifeline")),
+    ("base", ("errors", "policy")),
     ("bytes", ("sources", "formats")),
-    ("plan", ("plan", "checkpoint", "statefields")),
-    ("world", ("world", "rankstate")),
+    ("plan", ("plan",)),
+    ("world", ("world", "state")),
     ("reading", ("reading",)),
+    ("workers", ("workers",)),
     ("batching", ("batching",)),
+    ("dataset", ("dataset",)),
+    ("epochs", ("epochs",)),  # the loader's epochs: a folder of its own, to come
     (
         "api",
         (
-            "dataset",
             "loader",
             "loadersettings",
             "loaderlength",
@@ -43,10 +46,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "hf",
             "dcp",
             "testing",
-            "trainerstate",
         ),
     ),
-    ("tools", ("convert", "inspect", "stat", "plot", "cli", "ray", "rayconvert", "__main__", "")),
+    ("tools", ("convert", "inspect", "cli", "ray", "__main__", "")),
 ]
 
 NO_TORCH = ("bytes", "plan", "base")

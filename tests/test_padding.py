@@ -7,7 +7,7 @@ import pytest
 
 from shardmix import ConfigError, ShardDataset
 from shardmix.batching.padding import Padding, padding_state
-from shardmix.checkpoint import unpack_refs
+from shardmix.state.codec import unpack_refs
 
 
 def refs_of(samples):

@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
-from shardmix.checkpoint import pack_refs, unpack_refs, unpack_tags
 from shardmix.formats import infer_format
 from shardmix.reading.reader import read_shard
+from shardmix.state.codec import pack_refs, unpack_refs, unpack_tags
 from shardmix.testing import checkpoint_after
 
 from shards import batch_keys, expected_keys, write_shards

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.checkpoint import unpack_refs
 from shardmix.formats import Format
 from shardmix.sources import RetryPolicy, SourceOptions
+from shardmix.state.codec import unpack_refs
 from shardmix.testing import batch_fingerprint, checkpoint_after
 
 import reads

@@ -11,8 +11,8 @@ import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
 from shardmix.batching.residents import ResidentReads
-from shardmix.checkpoint import pack_sizes, unpack_refs, unpack_sizes
 from shardmix.reading.reader import sample_bytes
+from shardmix.state.codec import pack_sizes, unpack_refs, unpack_sizes
 from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import UNEVEN_SIZES, write_shards

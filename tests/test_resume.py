@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
-from shardmix.checkpoint import unpack_refs
+from shardmix.state.codec import unpack_refs
 from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import write_shards

@@ -16,9 +16,9 @@ import pytest
 from test_record_claims import write_manifest_beside
 
 from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
-from shardmix.checkpoint import unpack_refs
 from shardmix.formats.tar_writer import TarWriter
 from shardmix.formats.tfrecord_writer import TFRecordWriter
+from shardmix.state.codec import unpack_refs
 
 SIZES = [20, 24, 16, 28]
 MTIME_NS = 1_700_000_000_000_000_000

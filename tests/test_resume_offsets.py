@@ -8,7 +8,7 @@ import pytest
 
 import shardmix.reading.reader
 from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
-from shardmix.checkpoint import pack_refs, unpack_refs
+from shardmix.state.codec import pack_refs, unpack_refs
 from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
 from shards import UNEVEN_SIZES, write_shards

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
-from shardmix.checkpoint import pack_refs
+from shardmix.state.codec import pack_refs
 
 from shards import write_shards
 

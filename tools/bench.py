@@ -658,7 +658,7 @@ def ranks_section(config: Config) -> list[Row]:
 def remote_section(config: Config) -> list[Row]:
     """Epoch time, restore time at 90% to the first batch, and the bytes the server sent for it."""
     from shardmix import MixingLoader, ShardDataset
-    from shardmix.checkpoint import unpack_refs
+    from shardmix.state.codec import unpack_refs
 
     paths = make_bench_shards(config.data_dir, "tar", config.sizes, config.record_bytes)
     server = RangeServer(Path(paths[0]).parent, latency=0.030)
@@ -832,7 +832,7 @@ def _read_ahead(plan: dict[str, Any], config: Config) -> int:
     chunk in the making and ``prefetch_factor`` (2) chunks per worker in flight, a chunk being
     a turn of the worker's lanes."""
     from shardmix.reading.lanechunks import steady_turn
-    from shardmix.reading.workers import lane_turn
+    from shardmix.workers.dataloader import lane_turn
 
     workers = max(1, config.num_workers)
     lanes_per_worker = math.ceil(plan["num_lanes"] / workers)

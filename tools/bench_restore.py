@@ -92,7 +92,7 @@ def restore(urls: list[str], expected: Counter[str]) -> dict[str, Any]:
 
 def _residents(state: dict[str, Any]) -> int:
     """How many samples the state's shuffle buffer holds."""
-    from shardmix.checkpoint import unpack_sizes
+    from shardmix.state.codec import unpack_sizes
 
     return len(unpack_sizes(state["buffer"]["sizes"]))
 

@@ -110,7 +110,9 @@ def _run(tree: Path, what: str, data: Path, repeats: int = 1) -> dict[str, Any]:
 
 def _default_before() -> str:
     found = subprocess.run(
-        ["git", "log", "--format=%H", "-S", "STATE_VERSION = 9", "--", "shardmix/checkpoint.py"],
+        # the file's name before and after it moved into state/
+        ["git", "log", "--format=%H", "-S", "STATE_VERSION = 9", "--", "shardmix/checkpoint.py"]
+        + ["shardmix/state/codec.py"],
         cwd=ROOT,
         check=True,
         capture_output=True,

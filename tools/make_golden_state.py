@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from golden_state import golden_path, state_after_batches  # noqa: E402
 
-from shardmix.checkpoint import STATE_VERSION  # noqa: E402
+from shardmix.state.codec import STATE_VERSION  # noqa: E402
 
 
 def main() -> None:

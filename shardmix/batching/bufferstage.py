@@ -7,7 +7,7 @@ evicts it (:class:`~shardmix.batching.residents.ResidentReads`).
 The stage's state is the buffer's own (:meth:`~shardmix.batching.slotbuffer.SlotBuffer.state_dict`)
 with each id written as what it names: the ``(shard, record, offset)`` reference of its sample
 and its record's tag. ``{"draws", "items", "sizes", "tags"}``: the draw count, then the
-references, sizes and tags in slot order, packed (:mod:`shardmix.checkpoint`).
+references, sizes and tags in slot order, packed (:mod:`shardmix.state.codec`).
 :func:`buffer_start` is the state of an empty buffer, written by the same code.
 
 Left to others: the buffer's choices (:mod:`shardmix.batching.shuffle`,
@@ -28,7 +28,9 @@ from shardmix.batching.rows import RowStore
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.shuffle import eviction_order
 from shardmix.batching.slotbuffer import SlotBuffer
-from shardmix.checkpoint import (
+from shardmix.plan.sharding import shuffle_warmup
+from shardmix.reading.reader import Sample
+from shardmix.state.codec import (
     Ref,
     check_refs,
     pack_refs,
@@ -38,8 +40,6 @@ from shardmix.checkpoint import (
     unpack_sizes,
     unpack_tags,
 )
-from shardmix.plan.sharding import shuffle_warmup
-from shardmix.reading.reader import Sample
 
 __all__ = ["BufferStage", "buffer_start", "buffer_state"]
 

@@ -1,6 +1,6 @@
 """One epoch of a MixingLoader: the batches, and the position between them.
 
-An :class:`EpochIterator` starts the workers (:mod:`shardmix.batching.epochworkers`), merges their
+An :class:`EpochIterator` starts the workers (:mod:`shardmix.workers.epoch`), merges their
 lanes (:mod:`shardmix.batching.mixing`), passes the samples through the shuffle buffer
 (:mod:`shardmix.batching.bufferstage`) and cuts batches; under several ranks it cuts or pads the
 epoch to the same number of samples on every rank (:mod:`shardmix.batching.padding`). Between two
@@ -30,7 +30,6 @@ from shardmix.batching.epochplan import (
     plan_ends,
     plan_epoch,
 )
-from shardmix.batching.epochworkers import EpochWorkers
 from shardmix.batching.mixing import LaneMerge, resume_points
 from shardmix.batching.padding import PAD_RESERVE, Padding
 from shardmix.batching.rankend import (
@@ -49,6 +48,7 @@ from shardmix.reading.chunks import Chunk
 from shardmix.reading.reader import Sample
 from shardmix.reading.shardreads import ShardReads
 from shardmix.reading.transforms import FILTERED, SKIPPED
+from shardmix.workers.epoch import EpochWorkers
 
 T = TypeVar("T")
 
@@ -94,7 +94,18 @@ class EpochIterator:
             else None
         )
         self.plan = planned.plan if planned else None
-        self.workers = EpochWorkers(settings, epoch, epoch_pass, self.plan)
+        self.workers = EpochWorkers(
+            dataset,
+            settings.workers,
+            settings.pool,
+            self.plan,
+            settings.stats.timed,
+            epoch=epoch,
+            epoch_pass=epoch_pass,
+            rank=settings.rank,
+            world_size=settings.world_size,
+            seed=settings.seed,
+        )
         self.padding = Padding(dataset, epoch, epoch_pass)
         self.store = RowStore(dataset.urls if isinstance(dataset, ShardReads) else None)
         self.shuffle = BufferStage.for_epoch(settings, self.store, epoch, epoch_pass)
@@ -202,7 +213,7 @@ class EpochIterator:
 
     def _guarded(self, step: Callable[[], T]) -> T:
         """``step()``; on an error the epoch and its workers stop at once, and a dead worker
-        is named (:meth:`~shardmix.batching.epochworkers.EpochWorkers.guarded`)."""
+        is named (:meth:`~shardmix.workers.epoch.EpochWorkers.guarded`)."""
         return self.workers.guarded(step, self._fail)
 
     @property

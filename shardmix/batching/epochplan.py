@@ -15,7 +15,7 @@ under its key); :func:`epoch_start` is the position before an epoch's first batc
 each stage's start state. A resumed merge's lanes must name this plan's pieces
 (:func:`check_lanes`).
 
-Left to others: reading the pieces (:mod:`shardmix.reading.workers`), merging the lanes
+Left to others: reading the pieces (:mod:`shardmix.workers.dataloader`), merging the lanes
 (:mod:`shardmix.batching.mixing`), each stage's own state (the merge's, the shuffle stage's:
 :mod:`shardmix.batching.bufferstage`, the padding's: :mod:`shardmix.batching.padding`), the epoch's
 batches and the agreement on its end as it goes (:mod:`shardmix.batching.epoch`,
@@ -33,13 +33,13 @@ from shardmix.batching.mixing import NO_PIECE, piece_name, start_state
 from shardmix.batching.padding import padding_state
 from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.settings import EpochSettings
-from shardmix.checkpoint import unpack_pieces
 from shardmix.errors import ConfigError
 from shardmix.plan.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.plan.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.shardreads import ShardReads
 from shardmix.reading.transforms import FILTERED, SKIPPED
+from shardmix.state.codec import unpack_pieces
 from shardmix.world import end_exchange
 
 

@@ -5,7 +5,7 @@ out repeats its first samples of the epoch. It keeps them as ``(shard, record, o
 references while it yields them (:meth:`Padding.keep`: at least :data:`PAD_RESERVE`, more
 where the quota asks for more) and re-reads them by reference when it pads
 (:func:`~shardmix.batching.residents.read_refs`), so the state holds references only: ``"pad"``, the
-references packed (:func:`~shardmix.checkpoint.pack_refs`), and ``"padded"``, the samples
+references packed (:func:`~shardmix.state.codec.pack_refs`), and ``"padded"``, the samples
 repeated so far (:meth:`Padding.state_dict`; the epoch writes the count under ``"dropped"``).
 
 Left to others: how many samples each rank yields (:mod:`shardmix.batching.epochplan`,
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from shardmix.batching.residents import read_refs
-from shardmix.checkpoint import Ref, check_refs, pack_refs, unpack_refs
 from shardmix.errors import ConfigError
 from shardmix.reading.reader import Sample
+from shardmix.state.codec import Ref, check_refs, pack_refs, unpack_refs
 
 __all__ = ["PAD_RESERVE", "Padding", "padding_state"]
 

@@ -24,7 +24,7 @@ leaves the buffer. It is the :class:`~shardmix.errors.ConfigError` an eager re-r
 naming the shard and the record (storage errors as they come).
 
 :func:`read_refs` reads a list of references at once (what padding under several ranks
-re-reads). What a reference is, and how it is packed: :mod:`shardmix.checkpoint`.
+re-reads). What a reference is, and how it is packed: :mod:`shardmix.state.codec`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import bisect
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from shardmix.checkpoint import Ref
 from shardmix.errors import ConfigError, CorruptShardError, describe_position
 from shardmix.formats import is_gzipped
 from shardmix.formats.tags import NO_TAG, TAG_KEY, tags_differ
@@ -43,6 +42,7 @@ from shardmix.reading.shardreads import ShardReads
 from shardmix.reading.transforms import DROPPED
 from shardmix.sources import SourceOptions
 from shardmix.sources.ranges import reads_ranges
+from shardmix.state.codec import Ref
 
 __all__ = ["Resident", "ResidentReads", "read_refs"]
 

@@ -8,7 +8,7 @@ ranks side by side), each reads by the same settings with what differs replaced
 (:meth:`EpochSettings.member`, ``dataclasses.replace``).
 
 Left to others: checking the settings (:class:`~shardmix.loader.MixingLoader` does, at
-construction), what the workers are (:mod:`shardmix.reading.workers`, :mod:`shardmix.reading.pool`).
+construction), what the workers are (:mod:`shardmix.workers`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from torch.utils.data import IterableDataset
 
 from shardmix.batching.stats import StatsRecorder
 from shardmix.plan.sharding import EvenRanks
-from shardmix.reading.pool import WorkerPool
 from shardmix.reading.reader import Sample
-from shardmix.reading.workers import WorkerOptions
+from shardmix.workers.dataloader import WorkerOptions
+from shardmix.workers.pool import WorkerPool
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 It parses the options, shows a progress bar (tqdm) when stderr is a terminal, calls the
 library once and prints a summary. ``--merge-manifests`` instead merges the manifests of all
 parts of ``OUTPUT_PATTERN`` (for parts that ran on machines without a shared folder).
-``--engine ray`` runs the conversion as Ray tasks instead (:mod:`shardmix.rayconvert`).
+``--engine ray`` runs the conversion as Ray tasks instead (:mod:`shardmix.ray`).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _merge(pattern_text: str) -> int:
 
 
 def _run_on_ray(args: argparse.Namespace, options: object) -> int:
-    from shardmix.rayconvert import convert_on_ray
+    from shardmix.ray import convert_on_ray
 
     summary = convert_on_ray(args.paths[:-1], args.paths[-1], options, address=args.address)  # type: ignore[arg-type]
     print(

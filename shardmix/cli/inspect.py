@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         **options,
     )
     if args.plot:
-        from shardmix.plot import plot_report
+        from shardmix.inspect.plot import plot_report
 
         plot_report(report, args.plot)
     data = report.to_dict()

@@ -1,6 +1,6 @@
 """``shardmix stat``: per shard its format, records and bytes, and totals.
 
-Calls :func:`shardmix.stat.stat_shards`; ``--verify`` reads every record and checks every
+Calls :func:`shardmix.inspect.stat.stat_shards`; ``--verify`` reads every record and checks every
 tar header and TFRecord CRC, and each shard's sha256 against the manifest beside it (a
 mismatch is damage). The exit status is 1 when a shard is damaged or missing (every damaged
 shard is listed, with the record and byte offset of its damage, and every missing one: named
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from shardmix.stat import stat_shards
+    from shardmix.inspect.stat import stat_shards
 
     report = stat_shards(args.urls, verify=args.verify, progress=sys.stderr.isatty())
     data = report.to_dict()

@@ -43,7 +43,7 @@ from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
 from shardmix.convert.tables import is_table, list_table
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
 from shardmix.errors import ShardmixError
-from shardmix.lifeline import die_with_parent
+from shardmix.workers.lifeline import die_with_parent
 
 Progress = Callable[[int, int], None]  # (records written so far, records planned)
 # A path (folder, table, shard pattern, saved Hugging Face dataset) or a datasets.Dataset /

@@ -1,4 +1,9 @@
-"""Record blocks: consecutive records of one shard, their fields as columns.
+"""Record blocks: consecutive records of one shard, their fields as columns; and the located
+sample, what a record read alone becomes.
+
+:data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by
+and a reader seeks to; :data:`LocatedSample` is ``(record index, byte offset, sample)``, what
+every :class:`~shardmix.formats.registry.ShardReader` gives.
 
 A :class:`~shardmix.formats.registry.BlockReader` (tar's) gives, from ``blocks()``, the records
 it reads as :class:`RecordBlock` objects rather than one sample dict each: per record its index,
@@ -19,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.formats.located import LocatedSample
+LocatedSample = tuple[int, int, dict[str, Any]]  # (record index, byte offset, sample)
+RecordPosition = tuple[int, int]  # (record index, byte offset)
 
 
 @dataclass

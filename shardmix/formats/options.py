@@ -1,8 +1,9 @@
 """Reading options: how payloads become samples and the size limits checked before allocating.
 
-:class:`ReadOptions` is what users pass (``ShardDataset(read_options=...)``); each format's
-reader takes the fields it needs from it in its ``from_options`` (see
-:mod:`shardmix.formats.registry`). Nothing here reads bytes.
+:class:`ReadOptions` holds the ``ShardDataset`` arguments a format reads by
+(``max_record_bytes``, ``tfrecord_payload``, ...), gathered once; each format's reader takes
+the fields it needs from it in its ``from_options``
+(see :mod:`shardmix.formats.registry`). Nothing here reads bytes.
 """
 
 from __future__ import annotations

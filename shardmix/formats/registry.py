@@ -24,15 +24,12 @@ from __future__ import annotations
 import enum
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar, runtime_checkable
+from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from shardmix.errors import UnsupportedURLError
-from shardmix.formats.located import LocatedSample, RecordPosition
+from shardmix.formats.blocks import LocatedSample, RecordBlock, RecordPosition
 from shardmix.formats.options import ReadOptions
 from shardmix.policy import DamageHandler
-
-if TYPE_CHECKING:
-    from shardmix.formats.blocks import RecordBlock
 
 
 class Format(enum.Enum):

@@ -10,7 +10,7 @@ well as one whose offset points at another record. A tag is never 0: :data:`NO_T
 for a tag not known (a sample that is not a shard's record, or a state that does not say).
 
 Tags are how :mod:`shardmix.reading.reader` labels the records it reads (under :data:`TAG_KEY`, a
-key the user's transform and batches never see) and what :mod:`shardmix.checkpoint` stores. A
+key the user's transform and batches never see) and what :mod:`shardmix.state.codec` stores. A
 reader whose samples carry a tag of their own (TFRecord's) has a ``with_tags()`` method that
 gives the reader that puts it there (:func:`tagging_reader`).
 """

@@ -11,12 +11,17 @@ The package, in the order an inspection runs:
 - :mod:`~shardmix.inspect.summary`: the ideal, and a run's statistics per batch and per tenth;
 - :mod:`~shardmix.inspect.advice`: the settings that would mix better, each tried by a run;
 - :mod:`~shardmix.inspect.report`: the report's dataclasses and their JSON
-  (``docs/inspect-schema.md``).
+  (``docs/inspect-schema.md``);
+- :mod:`~shardmix.inspect.plot`: :func:`plot_report`, a report drawn (matplotlib, on first use).
+
+Beside it, :mod:`~shardmix.inspect.stat`: :func:`stat_shards`, what a set of shards holds and
+whether every record is sound (``shardmix stat``).
 
 Only the names below are public; the modules' other names may change.
 """
 
 from shardmix.inspect.batches import inspect_batches
+from shardmix.inspect.plot import plot_report
 from shardmix.inspect.report import (
     INSPECT_SCHEMA_VERSION,
     LOW_SHARE,
@@ -33,6 +38,7 @@ from shardmix.inspect.report import (
     Suggestion,
     TenthStats,
 )
+from shardmix.inspect.stat import StatReport, stat_shards
 from shardmix.inspect.summary import ideal_distinct_sources
 
 __all__ = [
@@ -48,8 +54,11 @@ __all__ = [
     "MixtureStats",
     "RunStats",
     "RunSummary",
+    "StatReport",
     "Suggestion",
     "TenthStats",
     "ideal_distinct_sources",
     "inspect_batches",
+    "plot_report",
+    "stat_shards",
 ]

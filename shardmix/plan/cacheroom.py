@@ -1,11 +1,11 @@
 """The room an epoch's plan needs in a bounded cache, refused at ``iter()`` when it is not there.
 
-Every lane keeps one shard open at a time (:func:`shardmix.reading.reader.read_lane` closes a shard
-before it opens the next), and every lane of a rank reads at once, a mixture's datasets
-included. Through a bounded cache (:mod:`shardmix.sources.bounded`) a lane that opens a
+Every lane keeps one shard open at a time (:func:`shardmix.reading.lanes.read_lane` closes a
+shard before it opens the next), and every lane of a rank reads at once, a mixture's datasets
+included. Through a bounded cache (:mod:`shardmix.sources.cache.bounded`) a lane that opens a
 remote shard holds one entry of the ledger while it reads: the copy it leased, or the copy
 it fills, of the whole shard or of its first block at least
-(:data:`~shardmix.sources.bounded.MIN_PART_BYTES`); no lane ever holds two. So the lanes that
+(:data:`~shardmix.sources.cache.bounded.MIN_PART_BYTES`); no lane ever holds two. So the lanes that
 read at once need ``lanes × one block`` of the limit together: below that, some lane always
 finds the limit held by the others' copies in use and reads its shard without one, epoch
 after epoch, and the cache mostly streams (the thrashing of a limit too low). Nothing waits
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from shardmix.errors import ConfigError
 from shardmix.sources import SourceOptions, is_local
-from shardmix.sources.bounded import MIN_PART_BYTES
+from shardmix.sources.cache.bounded import MIN_PART_BYTES
 
 __all__ = ["CacheReaders", "check_cache_room", "remote_lanes"]
 

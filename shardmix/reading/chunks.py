@@ -92,7 +92,7 @@ class Chunk:
 
     def stored(self) -> None:
         """Say the columns were copied out: their shared memory, if any, may take new
-        chunks (:mod:`shardmix.reading.arena`), and the columns must not be read again."""
+        chunks (:mod:`shardmix.workers.arena`), and the columns must not be read again."""
         release, self.release = self.release, None
         if release is not None:
             release()

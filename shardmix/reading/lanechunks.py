@@ -1,14 +1,14 @@
 """What runs in each worker: its lanes of one epoch, read into chunks for the main process.
 
 A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or through a persistent
-worker's queue: :mod:`shardmix.reading.pool`), reads the lanes it hosts in turn
+worker's queue: :mod:`shardmix.workers.pool`), reads the lanes it hosts in turn
 (:func:`~shardmix.reading.lanes.round_robin_chunks`) and sends them as columnar
 :class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its last
 chunk (``on_error="skip"``), the identities of the shards it opened and the bytes its sources
 fetched.
 
 Left to others: planning the epoch and starting, stopping and naming the workers
-(:mod:`shardmix.reading.workers`), the chunk's layout (:mod:`shardmix.reading.chunks`), reading a
+(:mod:`shardmix.workers.dataloader`), the chunk's layout (:mod:`shardmix.reading.chunks`), reading a
 lane (:class:`~shardmix.reading.shardreads.ShardReads`).
 """
 
@@ -40,8 +40,8 @@ T = TypeVar("T")
 # CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
 # CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
 # third more CPU per small record. The turns start at the lanes' share of
-# :data:`~shardmix.reading.workers.FIRST_CHUNK_SAMPLES` and double from chunk to chunk up to their
-# steady size, so that only the first few chunks are small. The main process holds about one
+# :data:`~shardmix.workers.dataloader.FIRST_CHUNK_SAMPLES` and double from chunk to chunk up to
+# their steady size, so that only the first few chunks are small. The main process holds about one
 # turn of every lane (CHUNK_BYTES bounds it).
 MIN_TURN = 64
 # A chunk holds at most about this many bytes of samples, so that the chunks in flight (two per
@@ -78,8 +78,8 @@ class EpochPlan:
 
 def steady_turn(per_lane: int) -> int:
     """A lane's turn once a worker's turns have grown, ``per_lane`` being its share of
-    :data:`~shardmix.reading.workers.CHUNK_SAMPLES`
-    (:func:`~shardmix.reading.workers.lane_turn`)."""
+    :data:`~shardmix.workers.dataloader.CHUNK_SAMPLES`
+    (:func:`~shardmix.workers.dataloader.lane_turn`)."""
     return max(MIN_TURN, per_lane)
 
 

@@ -4,10 +4,9 @@ Provenance (``__source__``, ``__index__``, ``__offset__``) is attached here, onc
 with each sample to the batch; it is what resume and ``inspect`` are built on.
 
 ``__offset__`` is the byte where the record starts in its shard (in the decompressed stream of
-a gzip shard). It rides in the sample rather than beside it because the samples cross from the
-workers to the main process, and through the mixer and the shuffle buffer, as plain dicts: a
-side table would have to follow every sample through each of those stages, while the format
-readers know the offset anyway, so carrying it costs one dict entry per sample. A checkpoint
+a gzip shard). It rides with the sample (a column of the worker's chunk, then of the trainer's
+rows) rather than in a side table, which would have to follow every sample from the workers
+through the mixer and the shuffle buffer; the format readers know it anyway. A checkpoint
 stores it with the record index, and :func:`read_shard_at` seeks straight to it (on remote
 storage: a bounded range request per group of nearby records, several in flight). A lane
 resumes at the offset of the last record it delivered
@@ -50,9 +49,9 @@ from shardmix.formats import (
 from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag, tagging_reader, tags_differ
 from shardmix.policy import DamageHandler
 from shardmix.sources import SourceOptions, is_local, open_shard, scheme_of
+from shardmix.sources.http.readahead import opened_ahead
 from shardmix.sources.identity import ShardIdentity, stream_identity
 from shardmix.sources.ranges import open_ranges
-from shardmix.sources.readahead import opened_ahead
 from shardmix.sources.traffic import count_bytes, count_stall, host_of
 
 logger = logging.getLogger(__name__)

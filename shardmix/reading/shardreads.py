@@ -32,7 +32,8 @@ from shardmix.reading.transforms import (
     samples_as_returned,
     without_tombstones,
 )
-from shardmix.sources import SourceOptions, readahead, scheme_of
+from shardmix.sources import SourceOptions, scheme_of
+from shardmix.sources.http import readahead
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.version import forget_versions
 
@@ -86,19 +87,6 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
     def transform(self) -> Callable[..., Sample | None] | None:
         """The user's transform (None: samples are kept as read, or only decoded)."""
         return self.sample_transform.transform
-
-    def read_lane(
-        self,
-        lane: int,
-        epoch: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        start: LanePosition = LanePosition(),
-    ) -> Iterator[Sample]:
-        """The samples of one lane of ``epoch`` on ``rank``, from ``start`` on."""
-        pieces = self.lane_pieces(epoch, rank=rank, world_size=world_size)[lane]
-        return self.read_lane_pieces(pieces, epoch, start)
 
     def read_lane_pieces(
         self,
@@ -348,6 +336,6 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
 
 
 def _has_copy(options: SourceOptions, url: str) -> bool:
-    from shardmix.sources.bounded import has_copy
+    from shardmix.sources.cache.bounded import has_copy
 
     return options.cache_dir is not None and has_copy(options.cache_dir, url)

@@ -247,10 +247,6 @@ def tombstone(sample: Sample, kind: str) -> Sample:
     return dropped
 
 
-def is_tombstone(sample: Sample) -> bool:
-    return DROPPED in sample
-
-
 def without_tombstones(
     samples: Iterator[Sample], count: Callable[[str], None] | None = None
 ) -> Iterator[Sample]:

@@ -5,12 +5,12 @@ error unless ``override=True``: a plug-in never replaces a reader silently. Open
 nothing of formats, workers or ranks; they return a readable binary stream, seekable where the
 storage allows it (seeking is what makes resume and skipping cheap).
 
-Built in: local files (``file``), ``http``/``https`` (:mod:`shardmix.sources.http`),
+Built in: local files (``file``), ``http``/``https`` (:mod:`shardmix.sources.http.stream`),
 ``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`); any other scheme goes to
 fsspec when it knows it (:mod:`shardmix.sources.fsspec_source`). Every opener receives the
 same :class:`SourceOptions`, a small picklable value that travels to DataLoader workers; with
-``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache` (bounded with
-``cache_limit``: :mod:`shardmix.sources.bounded`).
+``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache.store` (bounded with
+``cache_limit``: :mod:`shardmix.sources.cache.bounded`).
 
 The options and the errors several openers share are :mod:`shardmix.sources.options`'; the
 registry of schemes is :mod:`shardmix.sources.schemes`'. Both are re-exported here.
@@ -106,7 +106,7 @@ def _open_bounded(
     offset: int,
 ) -> BinaryIO:
     """The shard through a cache of at most ``options.cache_limit`` bytes."""
-    from shardmix.sources.bounded import open_bounded
+    from shardmix.sources.cache.bounded import open_bounded
     from shardmix.sources.version import revalidated
 
     assert options.cache_dir is not None and options.cache_limit is not None
@@ -131,7 +131,7 @@ def _open_cached(
     url: str, scheme: str, options: SourceOptions, listed: tuple[int, str | None] | None
 ) -> BinaryIO:
     """The shard through the cache in ``options.cache_dir``, a hit or a miss counted."""
-    from shardmix.sources.cache import open_cached
+    from shardmix.sources.cache.store import open_cached
     from shardmix.sources.traffic import count_cache
     from shardmix.sources.version import revalidated
 
@@ -161,9 +161,9 @@ def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:
 
 
 def _register_builtin() -> None:
+    from shardmix.sources.http.readahead import open_web
     from shardmix.sources.local import open_local
     from shardmix.sources.pipe import open_pipe
-    from shardmix.sources.readahead import open_web
 
     def open_file(url: str, options: SourceOptions) -> BinaryIO:
         return open_local(url)

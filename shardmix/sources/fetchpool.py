@@ -1,7 +1,7 @@
 """The thread pool on which a process fetches byte ranges of remote shards, started once.
 
 Shared by the ranged reads of restored residents (:mod:`shardmix.sources.ranges`) and the
-blocks fetched ahead of a lane (:mod:`shardmix.sources.readahead`); most of its threads wait on
+blocks fetched ahead of a lane (:mod:`shardmix.sources.http.readahead`); most of its threads wait on
 a server's latency. A forked child (a DataLoader worker) starts its own on first use.
 """
 

@@ -73,7 +73,7 @@ class RetryPolicy:
 @dataclass(frozen=True)
 class ReadAhead:
     """How far an ``http(s)://`` shard is fetched ahead of its reader
-    (:mod:`shardmix.sources.readahead`): up to ``blocks`` range requests of ``block_bytes``
+    (:mod:`shardmix.sources.http.readahead`): up to ``blocks`` range requests of ``block_bytes``
     each in flight per shard, and a lane's next shard started once its current one's last
     block is asked for. More blocks raise what a lane gets from a server that caps each
     connection's bandwidth; each costs ``block_bytes`` of memory per open shard.
@@ -103,7 +103,7 @@ class SourceOptions:
     the byte reached (0 turns the check off); a whole shard in one request stays legal however
     long it takes, as long as its bytes keep coming at that rate. ``cache_limit`` (bytes, with
     ``cache_dir``) bounds the cache, shared by every process that uses the folder
-    (:func:`shardmix.sources.bounded.open_bounded`); None keeps every copy. ``read_ahead``
+    (:func:`shardmix.sources.cache.bounded.open_bounded`); None keeps every copy. ``read_ahead``
     (a :class:`ReadAhead`) fetches ``http(s)://`` shards in blocks ahead of their readers, a
     lane's next shard included; None reads each shard in one request, opened when reached.
     """

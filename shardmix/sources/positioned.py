@@ -3,8 +3,8 @@
 A :class:`PositionedStream` keeps a position and serves reads from it: a seek only moves the
 position (nothing is fetched until a read), ``SEEK_END`` counts from the size the subclass
 knows (:meth:`PositionedStream._end`). Subclasses implement ``readinto`` from the position:
-the cache's tee (:mod:`shardmix.sources.tee`), its splice of a first part and the rest
-(:mod:`shardmix.sources.splice`) and the ranged reads (:mod:`shardmix.sources.ranges`).
+the cache's tee (:mod:`shardmix.sources.cache.tee`), its splice of a first part and the rest
+(:mod:`shardmix.sources.cache.splice`) and the ranged reads (:mod:`shardmix.sources.ranges`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ fsspec read-ahead block of megabytes per record. :func:`open_ranges` starts one 
 request per range at once, on a small thread pool shared by the process, and returns a
 seekable stream that serves reads from those ranges; a read outside them (a record longer than
 its range was guessed) fetches one more bounded range. ``http(s)://`` ranges go through
-:func:`shardmix.sources.http.fetch_range` (the connection pool, retries, size and ETag checks);
+:func:`shardmix.sources.http.stream.fetch_range` (the connection pool, retries, size and ETag
+checks);
 fsspec URLs through ``filesystem.cat_file(path, start, end)``, which reads exactly that range.
 
 Local files, ``pipe:`` commands and shards read through ``cache_dir`` get ``None``: open them
@@ -62,7 +63,7 @@ def reads_ranges(url: str, options: SourceOptions) -> bool:
     if scheme in ("file", "pipe") or options.cache_dir is not None:
         return False
     if scheme in ("http", "https"):
-        from shardmix.sources.readahead import open_web
+        from shardmix.sources.http.readahead import open_web
 
         return _OPENERS.get(scheme) is open_web  # else a plug-in reads them its own way
     return scheme not in _OPENERS
@@ -72,7 +73,7 @@ def _fetcher(url: str, options: SourceOptions, expect: ShardIdentity | None) -> 
     if not reads_ranges(url, options):
         return None
     if scheme_of(url) in ("http", "https"):
-        from shardmix.sources.http import fetch_range
+        from shardmix.sources.http.stream import fetch_range
 
         return lambda start, stop: fetch_range(url, options, start, stop, expect)
     return _fsspec_fetcher(url, options)

@@ -127,14 +127,15 @@ def take_traffic() -> Traffic:
     return taken
 
 
-# The bounded cache keeps its own running counts (shardmix.sources.bounded.cache_counters): the
-# last ones seen, so that each take reports what happened since.
+# The bounded cache keeps its own running counts
+# (shardmix.sources.cache.bounded.cache_counters): the last ones seen, so that each take
+# reports what happened since.
 _cache_seen: dict[str, int] = {}
 
 
 def _bounded_cache_events() -> dict[str, int]:
     """The bounded cache's hits, misses and evictions since the last call (caller locks)."""
-    cache = sys.modules.get("shardmix.sources.bounded")  # not imported: it counted nothing
+    cache = sys.modules.get("shardmix.sources.cache.bounded")  # not imported: it counted nothing
     counters = getattr(cache, "cache_counters", None)
     if counters is None:
         return {}

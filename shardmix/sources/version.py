@@ -2,7 +2,7 @@
 
 A local file's version is its size and modification time, an ``http(s)://`` shard's its
 ``ETag`` (else its size and ``Last-Modified``), asked with one ``HEAD`` request
-(redirects followed as :func:`~shardmix.sources.connections.follow_redirects` says), and an
+(redirects followed as :func:`~shardmix.sources.http.connections.follow_redirects` says), and an
 fsspec shard's the size and ETag (or modification time) its backend reports. None means the version
 cannot be told (a ``pipe:`` command, a server that says nothing): such a shard's count is never
 cached, so a count is never trusted beyond what can be checked. :func:`revalidated` asks once
@@ -21,7 +21,7 @@ import urllib3
 import urllib3.exceptions
 
 from shardmix.errors import ShardmixError
-from shardmix.sources.connections import connection_pool, follow_redirects
+from shardmix.sources.http.connections import connection_pool, follow_redirects
 from shardmix.sources.options import SourceOptions
 from shardmix.sources.schemes import local_path, scheme_of
 

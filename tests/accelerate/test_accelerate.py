@@ -145,7 +145,7 @@ def test_looking_for_an_accelerator_keeps_no_reference_to_the_callers_iterator(p
 def test_the_look_leaves_a_modules_namespace_whole():
     namespace = {"__name__": "job", "accelerate": accelerate}
     exec(
-        "from shardmix.trainerstate import peek_locals\nimport sys\n"
+        "from shardmix.state.trainers import peek_locals\nimport sys\n"
         "seen = peek_locals(sys._getframe())",
         namespace,
     )

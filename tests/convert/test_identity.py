@@ -138,7 +138,7 @@ def test_one_convert_at_a_time_per_prefix_and_part(tmp_path):
 
 def test_stat_verify_never_calls_stale_shards_verified(tmp_path, capsys):
     from shardmix.cli.main import main
-    from shardmix.stat import stat_shards
+    from shardmix.inspect.stat import stat_shards
 
     table = rows_file(tmp_path / "t.jsonl", ["aa", "bb"])
     out = tmp_path / "out"

@@ -62,7 +62,7 @@ def test_readme_loop_without_close_exits_with_empty_stderr(tmp_path: Path) -> No
 
 LEFT_MID_EPOCH = r"""
 import sys
-import shardmix.reading.pool as pool_module  # held by __main__: torn down in another order
+import shardmix.workers.pool as pool_module  # held by __main__: torn down in another order
 from shardmix import MixingLoader, ShardDataset
 
 loader = MixingLoader(ShardDataset(sys.argv[1]), batch_size=8, num_workers=2)

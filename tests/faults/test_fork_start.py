@@ -21,7 +21,7 @@ SIZES = [40, 25, 33, 18]
 
 SCRIPT = r"""
 import json, os, sys, time, warnings
-import shardmix.reading.forkstart as forkstart
+import shardmix.workers.forkstart as forkstart
 from shardmix import MixingLoader, ShardDataset, WorkerError, WorkerRestartWarning
 
 pattern, persistent, hang_at = sys.argv[1], sys.argv[2] == "1", sys.argv[3]

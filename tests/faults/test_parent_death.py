@@ -1,4 +1,4 @@
-"""A trainer that dies mid-epoch leaves no DataLoader worker behind (shardmix.lifeline).
+"""A trainer that dies mid-epoch leaves no DataLoader worker behind (shardmix.workers.lifeline).
 
 The trainer runs in its own process: 2 workers over shards of 32 KiB records, so that the
 workers' pipes are full when it calls ``os._exit`` mid-epoch. It prints its workers' pids (from

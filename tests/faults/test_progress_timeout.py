@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardmix import MixingLoader, ShardDataset, WorkerError
-from shardmix.reading import workers as workers_module
+from shardmix.workers import dataloader as workers_module
 
 from shards import record_key, write_shards
 

@@ -199,7 +199,7 @@ def test_plot_of_a_mixture_is_written(tmp_path, patterns):
         weights={"web": 0.7, "code": 0.3},
         batch_size=16,
     )
-    from shardmix.plot import plot_report
+    from shardmix.inspect.plot import plot_report
 
     plot_report(json.loads(json.dumps(report.to_dict())), svg)
     assert "cumulative weight x batch size" in svg.read_text()

@@ -10,7 +10,7 @@ import pytest
 from shardmix.cli.main import main
 from shardmix.errors import ConfigError
 from shardmix.inspect import inspect_batches
-from shardmix.plot import plot_report
+from shardmix.inspect.plot import plot_report
 
 pytest.importorskip("matplotlib")
 

@@ -10,7 +10,7 @@ import pytest
 
 from shardmix.cli.main import main
 from shardmix.formats.tfrecord import read_tfrecord_records
-from shardmix.stat import stat_shards
+from shardmix.inspect.stat import stat_shards
 
 from shards import write_shards
 
@@ -94,7 +94,7 @@ def test_verify_keeps_going_past_damaged_tar_shards(tmp_path):
 
 def test_verify_checks_each_shard_against_the_manifest_sha256(capsys, tmp_path):
     import shardmix
-    from shardmix.stat import Checksum, file_sha256
+    from shardmix.inspect.stat import Checksum, file_sha256
 
     samples = ({"__key__": f"k{n:03d}", "txt": f"payload-{n:03d}-xyz"} for n in range(30))
     shardmix.write_shards(samples, str(tmp_path / "train-%06d.tar"), max_records=10)

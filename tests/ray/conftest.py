@@ -1,4 +1,4 @@
-"""A local Ray with 2 CPUs, one per test module, for the tests of shardmix.ray and rayconvert."""
+"""A local Ray with 2 CPUs, one per test module, for the tests of shardmix.ray."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import pytest
 from shardmix import ConfigError, ShardDataset
 from shardmix.convert import ConvertOptions, Part, convert
 from shardmix.convert.manifest import read_manifest
-from shardmix.rayconvert import convert_on_ray
+from shardmix.ray import convert_on_ray
 
 
 def make_inputs(root: Path) -> list[str]:

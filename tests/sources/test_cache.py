@@ -15,7 +15,7 @@ import fsspec
 import pytest
 
 from shardmix.sources import SourceOptions, open_shard
-from shardmix.sources.cache import cache_path, download, open_cached
+from shardmix.sources.cache.store import cache_path, download, open_cached
 
 DATA = random.Random(3).randbytes(3 * 1024 * 1024 + 17)
 

@@ -12,7 +12,7 @@ import pytest
 
 from shardmix import MixingLoader, ShardDataset
 from shardmix.sources import SourceOptions, open_shard
-from shardmix.sources.cache import cache_path, open_cached
+from shardmix.sources.cache.store import cache_path, open_cached
 from shardmix.sources.identity import ShardIdentity, stream_identity
 
 from shards import write_shard

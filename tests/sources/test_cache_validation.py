@@ -18,7 +18,7 @@ from test_record_claims import cut_at_record, write_manifest_beside
 import shardmix.sources.version as version
 from shardmix import ShardChangedError, ShardDataset
 from shardmix.sources import SourceOptions
-from shardmix.sources.cache import cache_path
+from shardmix.sources.cache.store import cache_path
 
 from shards import expected_keys, write_shards
 

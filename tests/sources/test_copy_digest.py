@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from test_record_claims import write_manifest_beside
 
-import shardmix.sources.cache as cache_module
+import shardmix.sources.cache.store as cache_module
 import shardmix.sources.version as version
 from shardmix import ShardDataset
 from shardmix.sources import SourceOptions
-from shardmix.sources.cache import cache_path
+from shardmix.sources.cache.store import cache_path
 
 from shards import write_shards
 

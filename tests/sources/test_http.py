@@ -22,7 +22,7 @@ from shardmix.sources import (
     SourceOptions,
     open_shard,
 )
-from shardmix.sources.http import SKIP_BY_READING, HttpShardStream
+from shardmix.sources.http.stream import SKIP_BY_READING, HttpShardStream
 
 from servers import ServerState
 from shards import record_key, write_shards

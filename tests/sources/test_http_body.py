@@ -1,5 +1,5 @@
-"""An answer's body received straight into the reader's buffer (shardmix.sources.http_body),
-and read-ahead's block buffers used again (shardmix.sources.blockfetch): exact bytes, the
+"""An answer's body received straight into the reader's buffer (shardmix.sources.http.body),
+and read-ahead's block buffers used again (shardmix.sources.http.blockfetch): exact bytes, the
 connection kept for the next request, resumes within a block, every byte counted once."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import pytest
 import urllib3
 
 from shardmix.errors import UnvalidatedShardWarning
-from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions, blockfetch
-from shardmix.sources.connections import connection_pool
-from shardmix.sources.http import HttpShardStream
-from shardmix.sources.http_body import _direct, read_into
-from shardmix.sources.readahead import BlockStream, open_blocks
+from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions
+from shardmix.sources.http import blockfetch
+from shardmix.sources.http.body import _direct, read_into
+from shardmix.sources.http.connections import connection_pool
+from shardmix.sources.http.readahead import BlockStream, open_blocks
+from shardmix.sources.http.stream import HttpShardStream
 from shardmix.sources.traffic import take_traffic
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.05, read_timeout=5.0)

@@ -11,7 +11,7 @@ import pytest
 
 from shardmix.errors import ConfigError
 from shardmix.sources import RemoteStallError, RetryPolicy, SourceOptions
-from shardmix.sources.http import open_http
+from shardmix.sources.http.stream import open_http
 
 DATA = bytes(range(256)) * 40  # 10,240 bytes
 TRICKLE = 0.02  # seconds between single bytes: 50 bytes/s, far below the minimum

@@ -16,8 +16,8 @@ import pytest
 
 from shardmix import RetryPolicy, ShardChangedError, UnvalidatedShardWarning
 from shardmix.sources import RemoteReadError, SourceOptions, open_shard
-from shardmix.sources.http import open_http
-from shardmix.sources.http_version import SEAM_BYTES
+from shardmix.sources.http.stream import open_http
+from shardmix.sources.http.version import SEAM_BYTES
 from shardmix.sources.identity import ShardIdentity, stream_identity
 
 RECORD = 1000  # the test shard is 200 records of this size

@@ -15,7 +15,7 @@ import pytest
 
 from shardmix.errors import CacheFullError, ConfigError
 from shardmix.sources import SourceOptions, open_shard
-from shardmix.sources.ledger import LEDGER_NAME
+from shardmix.sources.cache.ledger import LEDGER_NAME
 
 SHARD_BYTES = 200_000
 
@@ -110,7 +110,7 @@ def test_a_folder_that_cannot_be_written_is_a_config_error_naming_it(server, sma
             [
                 sys.executable,
                 "-c",
-                f"from shardmix.sources.ledger import ledger_for\nledger_for({str(cache)!r})",
+                f"from shardmix.sources.cache.ledger import ledger_for\nledger_for({str(cache)!r})",
             ],
             check=True,
         )

@@ -13,9 +13,9 @@ import pytest
 from shardmix import MixingLoader, ShardDataset
 from shardmix.errors import ShardChangedError, UnvalidatedShardWarning
 from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions
-from shardmix.sources.readahead import follow, forget, open_blocks
+from shardmix.sources.http.readahead import follow, forget, open_blocks
+from shardmix.sources.http.validators import SEAM_BYTES
 from shardmix.sources.traffic import take_traffic
-from shardmix.sources.validators import SEAM_BYTES
 
 from shards import expected_keys, write_shards
 
@@ -60,7 +60,7 @@ def test_the_next_shard_is_fetched_before_the_lane_opens_it(server):
     with open_blocks(url_first, options) as stream:
         assert stream.read() == first.read_bytes()
     # Its last block asked for, the next shard's first one was asked for too: wait for it.
-    from shardmix.sources import readahead
+    from shardmix.sources.http import readahead
 
     waiting = readahead._waiting[url_second]
     waiting._futures[0].result(timeout=30)
@@ -87,7 +87,7 @@ def test_a_lane_that_ends_early_drops_the_shard_it_started(server):
     first, second = shard_files(state)[:2]
     options = SourceOptions(retry=FAST, read_ahead=ReadAhead(blocks=1, block_bytes=1 << 20))
     url_first, url_second = f"{base}/data/{first.name}", f"{base}/data/{second.name}"
-    from shardmix.sources import readahead
+    from shardmix.sources.http import readahead
 
     follow(url_first, url_second, options)
     with open_blocks(url_first, options) as stream:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from shardmix.sources import SourceOptions
-from shardmix.sources.connections import forget_pools, headers_for
-from shardmix.sources.http import fetch_range, open_http
+from shardmix.sources.http.connections import forget_pools, headers_for
+from shardmix.sources.http.stream import fetch_range, open_http
 from shardmix.sources.version import shard_version
 
 DATA = bytes(range(256)) * 300

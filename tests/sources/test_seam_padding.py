@@ -14,7 +14,7 @@ from test_http_versions import Shard, _read_all, serve  # noqa: F401 (serve: a f
 from shardmix import ShardChangedError, UnvalidatedShardWarning
 from shardmix.formats.tar_writer import TarWriter
 from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions
-from shardmix.sources.readahead import open_blocks
+from shardmix.sources.http.readahead import open_blocks
 
 RECORDS, RECORD_BYTES = 200, 2048  # each record: bin and txt, a header and a 512-byte block each
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardmix.sources.tee import DRAIN_BYTES, TeeStream
+from shardmix.sources.cache.tee import DRAIN_BYTES, TeeStream
 
 DATA = random.Random(5).randbytes(3 * DRAIN_BYTES + 1234)
 

@@ -1,8 +1,8 @@
 """HTTP(S) shards, streamed over one urllib3 connection pool per process; retried, resumed.
 
 :class:`HttpShardStream` reads one URL through the process's connection pool
-(:func:`shardmix.sources.connections.connection_pool`), following redirects as
-:func:`~shardmix.sources.connections.follow_redirects` says (credentials stay on the shard's
+(:func:`shardmix.sources.http.connections.connection_pool`), following redirects as
+:func:`~shardmix.sources.http.connections.follow_redirects` says (credentials stay on the shard's
 own scheme, host and port). Transient failures (a connection refused, reset or timed out;
 408, 429 and 5xx answers; a body that ends before its ``Content-Length``) are retried with
 exponential backoff and jitter, as :class:`RetryPolicy` says. A retry resumes where the stream
@@ -10,20 +10,20 @@ stands, with ``Range: bytes=N-``: a ``206`` answer must start at N, a ``200`` an
 that ignores ranges) has its first N bytes dropped, so every byte arrives exactly once. A shard
 whose ``ETag`` (else ``Last-Modified``) or size changes between two requests is a
 :class:`~shardmix.errors.ShardChangedError`, never a mix of two versions: resumes ask for the
-version read, every answer is checked against it (:mod:`shardmix.sources.http_version`, which
+version read, every answer is checked against it (:mod:`shardmix.sources.http.version`, which
 also compares the bytes at the seam of a resume from a server that gives no validator), and
 the stream's identity is that version.
 Permanent answers (404, 410, 401, 403, other 4xx) fail at once. Every socket wait is bounded by
 ``read_timeout``, so a stalled server ends in an error naming the URL, the byte offset reached
-and the attempts made (:mod:`shardmix.sources.http_retry` judges the failures and waits).
+and the attempts made (:mod:`shardmix.sources.http.retry` judges the failures and waits).
 
 A stream may be bounded (``stop``: reading ends there, each request asks for
 ``bytes=N-M``), which is how single records are fetched (:mod:`shardmix.sources.ranges`), and
 may make its first request at an offset other than 0 (``first_at``) while still standing at 0,
 so that a reader which seeks there first costs one request.
 
-Left to others: when to retry and how long to wait (:mod:`shardmix.sources.http_retry`),
-caching (:mod:`shardmix.sources.cache`), authentication schemes beyond the fixed headers in
+Left to others: when to retry and how long to wait (:mod:`shardmix.sources.http.retry`),
+caching (:mod:`shardmix.sources.cache.store`), authentication schemes beyond the fixed headers in
 ``storage_options["headers"]``.
 """
 
@@ -37,9 +37,9 @@ from urllib.parse import urlsplit
 import urllib3
 
 from shardmix.errors import ConfigError, UnsupportedURLError
-from shardmix.sources.connections import connection_pool, follow_redirects
-from shardmix.sources.http_body import read_into
-from shardmix.sources.http_retry import (
+from shardmix.sources.http.body import read_into
+from shardmix.sources.http.connections import connection_pool, follow_redirects
+from shardmix.sources.http.retry import (
     RateWatch,
     Retries,
     Transient,
@@ -47,11 +47,11 @@ from shardmix.sources.http_retry import (
     release,
     transient_io,
 )
-from shardmix.sources.http_version import ShardVersion
+from shardmix.sources.http.validators import changed, precondition
+from shardmix.sources.http.version import ShardVersion
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, RetryPolicy, SourceOptions
 from shardmix.sources.traffic import count_bytes, count_request, host_of
-from shardmix.sources.validators import changed, precondition
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -86,7 +86,7 @@ def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     """Open an ``http(s)://`` shard: a buffered, seekable stream that retries and resumes.
 
     ``offset`` is where the first read will be: the first request asks for it. The opener
-    registered for http(s) is :func:`shardmix.sources.readahead.open_web`, which reads ahead
+    registered for http(s) is :func:`shardmix.sources.http.readahead.open_web`, which reads ahead
     in blocks instead when ``options.read_ahead`` asks for it.
     """
     stream = shard_stream(url, options, offset)

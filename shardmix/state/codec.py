@@ -1,5 +1,5 @@
 """Checkpoint: the loader state as small, plain, versioned JSON; its packings, and the checks of
-its version and settings on load (its fields are checked by :mod:`shardmix.statefields`).
+its version and settings on load (its fields are checked by :mod:`shardmix.state.fields`).
 
 The state holds positions and references, never sample bytes. The shuffle buffer's residents
 are written as ``(shard, record, offset)`` references packed into one base64 string: per
@@ -10,29 +10,7 @@ deflated. A 10,000-sample buffer packs into a few tens of KiB. The offset lets a
 straight to each resident instead of walking the shard to it; -1 stands for an offset not
 known (a transform dropped ``__offset__``), and such a resident is found by its index.
 
-Version 2 added the offsets; version 3 the samples the transform dropped and the padding
-(``"dropped"``); version 4 the piece each lane is reading (lanes read pieces of shards); version
-5 each lane's byte offset too, so that a lane resumes with one seek or one range request
-(``mixer.lanes`` entries are ``[slot, record, offset, shard, start, stop]``: the offset is
-where the lane's last record began, -1 if unknown); version 6 every rank's position
-(:mod:`shardmix.rankstate`: ``"rank"`` and ``"ranks"``), and ``"rank"`` left the config;
-version 7 each resident's size (``buffer.sizes``: what the buffer's byte budget counts for its
-sample, packed by :func:`pack_sizes`), so that a restore can hold residents it has not read
-yet (:mod:`shardmix.batching.residents`); version 8 the buffer's residents in slot order, with
-eviction by swapping (:mod:`shardmix.batching.shuffle`: the same seeds give other batches than
-version 7's); version 9 the identity of every shard the state references (``"shards"``: a list of
-``[shard index, size, validator]`` for the lanes' pieces, the buffer's residents and the
-padding: :class:`~shardmix.sources.identity.ShardIdentity`), so that a restore refuses a shard
-rewritten since; version 10 the epoch's phase (``"phase"``: empty while the epoch runs as
-planned; after a resume on another world size or batch size, the pieces this rank reads for
-the rest of the epoch, packed by :func:`pack_pieces`, with the phase's quota, own total and
-first batch: :mod:`shardmix.elastic`); version 11 the tag of each record a lane or a
-resident is positioned on (:mod:`shardmix.formats.tags`: 16 bits of a hash of the record's
-data CRC or key and its index), a seventh int in each ``mixer.lanes`` entry and
-``buffer.tags`` (2 bytes per resident, packed by :func:`pack_tags`), so that a restore refuses
-a position moved onto another record; and the shuffle buffer's warm-up (it emits from four
-batches on and grows to its capacity as it reads: :mod:`shardmix.batching.shuffle`; the same seeds
-give other batches than version 10). A state of an older version is refused, naming both
+What each version added: docs/checkpoint.md. A state of an older version is refused, naming both
 versions (:func:`check_version`).
 """
 
@@ -48,7 +26,7 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import Piece
-from shardmix.statefields import is_count, refuse_field
+from shardmix.state.fields import is_count, refuse_field
 
 STATE_VERSION = 11
 

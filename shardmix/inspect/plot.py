@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from shardmix.errors import ConfigError
 
 if TYPE_CHECKING:
-    from shardmix.inspect import InspectReport
+    from shardmix.inspect.report import InspectReport
 
 # Heat maps show at most this many batches (the first ones); more would be thinner than a pixel.
 MAX_HEATMAP_BATCHES = 400
@@ -182,7 +182,7 @@ def _histogram(axes: Any, runs: Sequence[Mapping[str, Any]]) -> None:
 def _tenths(axes: Any, runs: Sequence[Mapping[str, Any]], advice: Any) -> None:
     import numpy as np
 
-    from shardmix.inspect import LOW_SHARE
+    from shardmix.inspect.report import LOW_SHARE
 
     width = 0.8 / len(runs)
     highest = 1.0

@@ -13,7 +13,7 @@ done (:meth:`TeeStream.close` reads the last :data:`DRAIN_BYTES` itself when the
 that close, as a tar reader does before the archive's padding): ``on_whole(sha256, bytes)``
 publishes it. A lane that stops earlier, or a read that fails, leaves ``on_partial()`` to drop
 the temporary file. Where the copy goes
-and what validates it is :mod:`shardmix.sources.bounded`'s.
+and what validates it is :mod:`shardmix.sources.cache.bounded`'s.
 """
 
 from __future__ import annotations

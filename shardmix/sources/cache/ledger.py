@@ -12,7 +12,7 @@ same folder included. Its tables:
 - ``plans`` and ``wants``: each reading plan's position, and the shards it reads later in
   this epoch, with the position at which it reads each.
 
-An *owner* is a process (:mod:`shardmix.sources.owners`: its pid and start time, so that a
+An *owner* is a process (:mod:`shardmix.sources.cache.owners`: its pid and start time, so that a
 pid reused by another program is not taken for the reader that died). Every change is one
 ``BEGIN IMMEDIATE`` transaction, and files are deleted inside the transaction that drops their
 rows: a process killed mid-way leaves its transaction rolled back, never accounts that say
@@ -25,10 +25,10 @@ The reservation is made before a byte is written, for the shard's whole size or,
 is free, for its first part (a ``minimum`` at least), and an eviction that needs only part of
 a copy trims the copy to its first part: the files the cache wrote never hold more than the
 limit (beside this database and its log). Never is a copy that is leased or filling
-evicted; among the others, the plans choose (:mod:`shardmix.sources.eviction`), and a
+evicted; among the others, the plans choose (:mod:`shardmix.sources.cache.eviction`), and a
 newcomer that would need a copy evicted that is needed sooner than itself is not admitted:
 its lane streams it without caching. Left to others: what to cache and opening a copy
-(:mod:`shardmix.sources.bounded`), writing the copy (:mod:`shardmix.sources.tee`).
+(:mod:`shardmix.sources.cache.bounded`), writing the copy (:mod:`shardmix.sources.cache.tee`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardmix.errors import CacheFullError, ConfigError
-from shardmix.sources.eviction import choose_victims
-from shardmix.sources.owners import alive, owner_of, this_owner
+from shardmix.sources.cache.eviction import choose_victims
+from shardmix.sources.cache.owners import alive, owner_of, this_owner
 
 __all__ = ["LEDGER_NAME", "CacheLedger", "Entry", "ledger_for"]
 

@@ -10,7 +10,7 @@ the next request. An answer of another shape (a chunked or encoded body, one of 
 a client library that wraps it differently) is read with ``read1`` as before.
 
 Left to others: what a read means for the stream (retries, the stall check, the bytes counted:
-:class:`~shardmix.sources.http.HttpShardStream`).
+:class:`~shardmix.sources.http.stream.HttpShardStream`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ what the worker made itself, not the hundreds of thousands of objects of the imp
 the inherited pages are not written to (copy-on-write stays shared). It then calls the
 user's ``worker_init_fn``. Nothing here waits on the data pipe. Before all that, it marks that
 the worker runs, for the main process, which starts again workers that hang at their fork
-(:mod:`shardmix.reading.forkstart`).
+(:mod:`shardmix.workers.forkstart`).
 """
 
 from __future__ import annotations

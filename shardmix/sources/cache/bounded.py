@@ -2,17 +2,17 @@
 this process tells it and counts of it.
 
 :func:`open_bounded` opens a shard's ready copy, leased while open, when one is current, else
-the remote stream, copied as the lane reads it (:mod:`shardmix.sources.tee`) when the ledger
+the remote stream, copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the ledger
 admits the copy under the limit. A copy holds a whole shard or, where the room left is
 smaller, the shard's first part, of one block (:data:`MIN_PART_BYTES`) at least; a lane reads
-the rest from the source (:mod:`shardmix.sources.splice`). Room is reserved before a byte is
+the rest from the source (:mod:`shardmix.sources.cache.splice`). Room is reserved before a byte is
 written, so the files the cache wrote never hold more than the limit. The lanes' plans
 (:func:`plan_reads`) say which copies are needed next. :func:`cache_counters` counts this
 process's hits, misses and evictions.
 
-Left to others: the accounts, leases and which copy to evict (:mod:`shardmix.sources.ledger`,
-:mod:`shardmix.sources.eviction`: SQLite in the folder, shared by every process on the node);
-where a copy lives (:func:`shardmix.sources.cache.cache_path`); the ledger's rows, not the
+Left to others: the accounts, leases and which copy to evict (:mod:`shardmix.sources.cache.ledger`,
+:mod:`shardmix.sources.cache.eviction`: SQLite in the folder, shared by every process on the node);
+where a copy lives (:func:`shardmix.sources.cache.store.cache_path`); the ledger's rows, not the
 unbounded cache's JSON records, are what validates a copy here.
 """
 
@@ -27,18 +27,18 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from shardmix.errors import ShardChangedError
-from shardmix.sources.cache import Listed, cache_path, hashed, holds_sha256
+from shardmix.sources.cache.ledger import CacheLedger, Entry, ledger_for
+from shardmix.sources.cache.owners import this_owner
+from shardmix.sources.cache.splice import SplicedStream
+from shardmix.sources.cache.store import Listed, cache_path, hashed, holds_sha256
+from shardmix.sources.cache.tee import TeeStream
 from shardmix.sources.identity import (
     ShardIdentity,
     attach_identity,
     check_identity,
     stream_identity,
 )
-from shardmix.sources.ledger import CacheLedger, Entry, ledger_for
 from shardmix.sources.options import READ_BUFFER_BYTES
-from shardmix.sources.owners import this_owner
-from shardmix.sources.splice import SplicedStream
-from shardmix.sources.tee import TeeStream
 
 __all__ = [
     "MIN_PART_BYTES",

@@ -4,7 +4,7 @@ filled, and whether that process still runs.
 An *owner* is a process, named by its pid and its start time (``/proc/<pid>/stat``), so that a
 pid reused by another program is not taken for the reader that died. A forked DataLoader
 worker is an owner of its own. Left to others: what an owner holds, and reclaiming it once
-its process is gone (:mod:`shardmix.sources.ledger`).
+its process is gone (:mod:`shardmix.sources.cache.ledger`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ verify fail at once.
 
 The retries are shardmix's own rather than urllib3's ``Retry``: a retry in the middle of a body
 must resume at the byte reached and count progress, which urllib3 leaves to the caller. Left to
-others: what a retry asks for and checks (:class:`~shardmix.sources.http.HttpShardStream`).
+others: what a retry asks for and checks (:class:`~shardmix.sources.http.stream.HttpShardStream`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from shardmix.sources.options import (
 )
 
 # Under the stream's module, where a user looks for its retries.
-logger = logging.getLogger("shardmix.sources.http")
+logger = logging.getLogger("shardmix.sources.http.stream")
 
 T = TypeVar("T")
 

@@ -1,10 +1,10 @@
 """A shard read from the first part of it that the cache holds, then from its source.
 
 A bounded cache with less room than a shard keeps the shard's first bytes
-(:mod:`shardmix.sources.tee`). :class:`SplicedStream` reads those from the copy, and the rest
+(:mod:`shardmix.sources.cache.tee`). :class:`SplicedStream` reads those from the copy, and the rest
 from the remote source, opened when a read first passes the copy's end (``open_rest(offset)``,
 which asks for that byte first and checks that the source is still the version copied). Seeks
-go to either side. Which copy, and its lease, are :mod:`shardmix.sources.bounded`'s.
+go to either side. Which copy, and its lease, are :mod:`shardmix.sources.cache.bounded`'s.
 """
 
 from __future__ import annotations

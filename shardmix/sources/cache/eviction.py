@@ -1,11 +1,11 @@
 """Which copies a bounded cache evicts to make room: the plans' choice.
 
 Each running epoch tells the ledger its lanes' shards in order (``plans`` and ``wants``,
-:meth:`~shardmix.sources.ledger.CacheLedger.plan`), so the cache knows how soon each copy is
+:meth:`~shardmix.sources.cache.ledger.CacheLedger.plan`), so the cache knows how soon each copy is
 needed again. :func:`choose_victims` picks, among the ready copies nobody reads: first those no live
 plan reads again this epoch, least recently used first; then those needed furthest ahead; and
 stops at a copy needed sooner than the newcomer it would make room for. Left to others: the
-transaction, the deletions and trims it leads to (:mod:`shardmix.sources.ledger`).
+transaction, the deletions and trims it leads to (:mod:`shardmix.sources.cache.ledger`).
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 :func:`start_workers` checks a plan against the process's limits (open files, connections, the
 cache's size), tells a bounded cache what the epoch will read, and starts the reading: in this
-process, in torch's DataLoader workers, or through a :class:`~shardmix.reading.pool.WorkerPool`'s
+process, in torch's DataLoader workers, or through a :class:`~shardmix.workers.pool.WorkerPool`'s
 persistent ones. It is the one place that touches torch's DataLoader, so the rest of the loader
 never does. :func:`failure_message` says which worker ended, how, and what it hosted.
 
 Left to others: what runs in each worker, its lanes read into chunks
-(:mod:`shardmix.reading.lanechunks`); the persistent workers (:mod:`shardmix.reading.pool`).
+(:mod:`shardmix.reading.lanechunks`); the persistent workers (:mod:`shardmix.workers.pool`).
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.errors import ConfigError
-from shardmix.lifeline import WorkerInit
 from shardmix.plan.sharding import Piece, worker_lanes
 from shardmix.reading.chunks import Chunk
-from shardmix.reading.forkstart import StartFlags, forks, start_forked
 from shardmix.reading.lanechunks import EpochPlan, LaneChunks, as_sent, steady_turn
 from shardmix.reading.lanes import LanePosition
 from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.progress import Heartbeat, watch_progress
 from shardmix.reading.shardreads import ShardReads
 from shardmix.sources import is_local
-from shardmix.sources.bounded import plan_reads
+from shardmix.sources.cache.bounded import plan_reads
+from shardmix.sources.cache.owners import this_owner
 from shardmix.sources.identity import ShardIdentity
-from shardmix.sources.owners import this_owner
+from shardmix.workers.forkstart import StartFlags, forks, start_forked
+from shardmix.workers.lifeline import WorkerInit
 
 # Remote shards open at once per process, at most: one connection each.
 MAX_CONNECTIONS = 512
@@ -72,7 +72,7 @@ class WorkerOptions:
 
 class PersistentWorkers(Protocol):
     """Workers that outlive an epoch and read each epoch's plan as it comes (a
-    :class:`~shardmix.reading.pool.WorkerPool`)."""
+    :class:`~shardmix.workers.pool.WorkerPool`)."""
 
     def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
         """The chunks of ``plan``'s epoch, read by these workers."""

@@ -13,7 +13,7 @@ resume, the next read-ahead block) asks for the last :data:`SEAM_BYTES` of them 
 (:func:`seam_before`) and compares them with those read (:func:`check_seam`), so a shard
 replaced by one of the same size is refused there unless the bytes at the seam agree.
 
-Left to :mod:`shardmix.sources.http`: the requests, and comparing what each answer says.
+Left to :mod:`shardmix.sources.http.stream`: the requests, and comparing what each answer says.
 """
 
 from __future__ import annotations

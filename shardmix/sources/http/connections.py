@@ -12,7 +12,7 @@ scheme, host and port: an ``https`` to ``http`` redirect on the same host drops 
 another host or port does. A redirect's body is read to its end (an empty one included) before
 its connection goes back to the pool, so the next request on it finds the connection ready.
 
-Left to the callers: what a final answer means (:mod:`shardmix.sources.http`,
+Left to the callers: what a final answer means (:mod:`shardmix.sources.http.stream`,
 :mod:`shardmix.sources.version`), retries and timeouts.
 """
 

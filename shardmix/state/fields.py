@@ -2,7 +2,7 @@
 whose fields are missing or of the wrong type, naming the field.
 
 A position's layout is the epoch's and its stages' (:mod:`shardmix.batching.epoch`); what each
-packed string holds, and the state's versions, are :mod:`shardmix.checkpoint`'s to say.
+packed string holds, and the state's versions, are :mod:`shardmix.state.codec`'s to say.
 """
 
 from __future__ import annotations

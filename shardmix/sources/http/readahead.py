@@ -7,15 +7,15 @@ in flight ahead of the reader, on the process's range threads
 (:func:`shardmix.sources.ranges`; as many threads as the connection pool keeps connections
 per host, so read-ahead never holds more connections than the pool). A server that caps the
 bandwidth of one connection then gives a lane up to ``blocks`` connections' worth. Each block
-goes through :class:`~shardmix.sources.http.HttpShardStream` (its retries, resume, stall
+goes through :class:`~shardmix.sources.http.stream.HttpShardStream` (its retries, resume, stall
 check, and the bytes counted for ``loader.stats()``), into a buffer used again once the
-reader has left the block (:mod:`shardmix.sources.blockfetch`); every block must come from
+reader has left the block (:mod:`shardmix.sources.http.blockfetch`); every block must come from
 the version of the first one (size and validator), else a
 :class:`~shardmix.errors.ShardChangedError`. From a server that gives no validator, each block
 after a run's first asks for the bytes before it too, the seam a range resume asks for
-(:func:`~shardmix.sources.validators.seam_before`), and the reader compares them with the end
+(:func:`~shardmix.sources.http.validators.seam_before`), and the reader compares them with the end
 of the block it just left
-(:func:`~shardmix.sources.validators.check_seam`): a shard replaced by one of the same size
+(:func:`~shardmix.sources.http.validators.check_seam`): a shard replaced by one of the same size
 between two blocks is refused there, never read as a mix of two versions.
 
 A server that ignores ``Range`` answers the first block's request with the whole shard
@@ -31,8 +31,7 @@ only a wait for it that happens anyway is counted as a stall (``loader.stats().l
 A lane that ends early drops what it had started (:func:`forget`).
 
 Left to others: which shards a lane reads (:mod:`shardmix.reading.reader`), caching
-(:mod:`shardmix.sources.cache`, :mod:`shardmix.sources.bounded`, which fetch through these streams
-too).
+(:mod:`shardmix.sources.cache`, which fetches through these streams too).
 """
 
 from __future__ import annotations
@@ -47,13 +46,13 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from shardmix.errors import RangesIgnoredWarning, ShardmixError
-from shardmix.sources.blockfetch import Block, fetch_block, give_back
 from shardmix.sources.fetchpool import fetch_pool
-from shardmix.sources.http import HttpShardStream, open_http
+from shardmix.sources.http.blockfetch import Block, fetch_block, give_back
+from shardmix.sources.http.stream import HttpShardStream, open_http
+from shardmix.sources.http.validators import SEAM_BYTES, changed, check_seam, seam_before
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
 from shardmix.sources.traffic import count_stall, host_of
-from shardmix.sources.validators import SEAM_BYTES, changed, check_seam, seam_before
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -73,7 +72,7 @@ class BlockStream(io.RawIOBase):
     """One http(s) shard as a raw, readable, seekable stream, fetched in blocks ahead.
 
     The first block asked for starts at ``first_at``, though the stream stands at 0 (as
-    :class:`~shardmix.sources.http.HttpShardStream`'s): a reader that seeks there first finds
+    :class:`~shardmix.sources.http.stream.HttpShardStream`'s): a reader that seeks there first finds
     it fetched. A read anywhere else starts the blocks again from there.
     """
 

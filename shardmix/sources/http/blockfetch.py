@@ -9,8 +9,8 @@ blocks one after another, hands the buffer of a block it has left back (:func:`g
 a block fetched next. Up to :data:`KEPT_BYTES` of buffers wait; one more is dropped.
 
 Left to others: which blocks are fetched when, and checking their versions and seams
-(:mod:`shardmix.sources.readahead`); the request, its retries, resume, stall check and the
-bytes counted (:class:`~shardmix.sources.http.HttpShardStream`).
+(:mod:`shardmix.sources.http.readahead`); the request, its retries, resume, stall check and the
+bytes counted (:class:`~shardmix.sources.http.stream.HttpShardStream`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import os
 import threading
 from typing import NamedTuple
 
-from shardmix.sources.http import HttpShardStream, shard_stream
+from shardmix.sources.http.stream import HttpShardStream, shard_stream
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.options import SourceOptions
 

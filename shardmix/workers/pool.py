@@ -24,13 +24,13 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from shardmix.lifeline import WorkerInit
-from shardmix.reading.arena import Arena, InArena
 from shardmix.reading.chunks import Chunk
-from shardmix.reading.forkstart import StartFlags, forks, start_forked, worker_context
 from shardmix.reading.lanechunks import EpochPlan, as_sent, lane_chunks
 from shardmix.reading.progress import Heartbeat, watch_progress
-from shardmix.reading.workers import seed_generator, stop_workers, worker_processes
+from shardmix.workers.arena import Arena, InArena
+from shardmix.workers.dataloader import seed_generator, stop_workers, worker_processes
+from shardmix.workers.forkstart import StartFlags, forks, start_forked, worker_context
+from shardmix.workers.lifeline import WorkerInit
 
 # Pools with running workers: closed at interpreter exit, before module teardown, so that a
 # script that never calls ``close()`` stops its workers cleanly and prints nothing.

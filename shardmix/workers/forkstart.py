@@ -10,7 +10,7 @@ without a word. Measured here: three stuck workers in 20,000-27,000 forks of a 2
 with fresh workers each epoch, stuck in ``PyOS_AfterFork_Child`` ->
 ``_PyThreadState_DeleteExcept`` (gdb on the worker).
 
-So every worker marks, first thing in :class:`~shardmix.lifeline.WorkerInit`, that it runs
+So every worker marks, first thing in :class:`~shardmix.workers.lifeline.WorkerInit`, that it runs
 (:class:`StartFlags`: a shared byte per worker), and after ``fork`` starts the workers, the main
 process waits for every mark (:func:`start_forked`), milliseconds for a healthy worker. A live
 worker unmarked after :data:`START_SECONDS` is stuck at its fork: the workers are stopped and
@@ -19,8 +19,8 @@ started again, before any of their chunks reached the epoch (so nothing is read 
 :class:`~shardmix.errors.WorkerError`. Workers started by ``spawn`` or ``forkserver`` fork from a
 process of one thread and are not waited on.
 
-Left to others: starting and stopping the workers (:mod:`shardmix.reading.workers`,
-:mod:`shardmix.reading.pool`), a worker that stops reading later (:mod:`shardmix.reading.progress`).
+Left to others: starting and stopping the workers (:mod:`shardmix.workers.dataloader`,
+:mod:`shardmix.workers.pool`), a worker that stops reading later (:mod:`shardmix.reading.progress`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """One epoch's workers as the trainer process sees them: started, watched, named, stopped.
 
 :class:`EpochWorkers` starts the workers of an epoch
-(:func:`~shardmix.reading.workers.start_workers`), checks each chunk they send against the shard
+(:func:`~shardmix.workers.dataloader.start_workers`), checks each chunk they send against the shard
 identities seen before (a shard rewritten while the epoch reads it is refused:
 :mod:`shardmix.sources.identity`), names a worker that died (which one, its lanes and shards) and
 stops them. The identities are part of the epoch's state: ``"shards"``, the ``[shard, size,
-validator]`` of every shard the state references (:func:`~shardmix.checkpoint.pack_identities`),
+validator]`` of every shard the state references (:func:`~shardmix.state.codec.pack_identities`),
 which a restore holds the shards to.
 
-Left to others: what a worker reads (:mod:`shardmix.reading.workers`,
+Left to others: what a worker reads (:mod:`shardmix.workers.dataloader`,
 :mod:`shardmix.reading.lanechunks`), the merge of what they send (:mod:`shardmix.batching.mixing`),
 the epoch (:mod:`shardmix.batching.epoch`).
 """
@@ -19,22 +19,24 @@ import contextlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from shardmix.batching.settings import EpochSettings
-from shardmix.checkpoint import pack_identities, unpack_identities
+from torch.utils.data import IterableDataset
+
 from shardmix.errors import ShardmixError, WorkerError
 from shardmix.plan.sharding import Piece
 from shardmix.reading.chunks import Chunk
 from shardmix.reading.lanes import LanePosition
 from shardmix.reading.mergekeys import LaneClocks
-from shardmix.reading.pool import WorkerPool
-from shardmix.reading.workers import (
+from shardmix.sources.identity import ShardIdentity, check_identity
+from shardmix.state.codec import pack_identities, unpack_identities
+from shardmix.workers.dataloader import (
+    WorkerOptions,
     failure_message,
     is_worker_failure,
     start_workers,
     stop_workers,
     worker_processes,
 )
-from shardmix.sources.identity import ShardIdentity, check_identity
+from shardmix.workers.pool import WorkerPool
 
 __all__ = ["EpochWorkers"]
 
@@ -42,8 +44,9 @@ T = TypeVar("T")
 
 
 class EpochWorkers:
-    """The workers of ``epoch`` (and pass ``epoch_pass``) of ``settings.dataset``, reading the
-    lanes of ``plan`` (a ShardDataset's; None for another dataset).
+    """The workers of ``epoch`` (and pass ``epoch_pass``) of ``dataset`` on ``rank`` of
+    ``world_size``, reading the lanes of ``plan`` (a ShardDataset's; None for another dataset)
+    with ``options``; ``timed`` wraps what they send (the epoch's wait is counted there).
 
     ``pool``'s persistent workers, when the loader keeps them, are stopped only when an epoch
     fails (:meth:`fail`); an epoch's own are stopped by :meth:`close`.
@@ -51,17 +54,28 @@ class EpochWorkers:
 
     def __init__(
         self,
-        settings: EpochSettings,
+        dataset: IterableDataset[Any],
+        options: WorkerOptions,
+        pool: WorkerPool | None,
+        plan: list[list[Piece]] | None,
+        timed: Callable[[Iterator[Chunk]], Iterator[Chunk]],
+        *,
         epoch: int,
         epoch_pass: int,
-        plan: list[list[Piece]] | None,
+        rank: int,
+        world_size: int,
+        seed: int,
     ) -> None:
-        self._settings = settings
-        self.dataset = settings.dataset
+        self.dataset = dataset
+        self.options = options
+        self.pool = pool
+        self.plan = plan
+        self._timed = timed
         self.epoch = epoch
         self.epoch_pass = epoch_pass
-        self.plan = plan
-        self.pool: WorkerPool | None = settings.pool
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed  # the loader's: its workers' base seed comes from it, never torch's
         self._workers: Any = None
         self._sent: Generator[Chunk, None, None] | None = None  # what start() gave
         # By shard index, the identity each shard read this epoch had (or the checkpoint says
@@ -86,23 +100,22 @@ class EpochWorkers:
         """Start reading each lane from its ``starts`` (None: from its beginning), the lanes'
         ``clocks`` when their sizes are known: ``(what the workers send, each chunk checked,
         the number of lanes)``."""
-        settings = self._settings
         with self._start_named():
             sent, num_lanes, self._workers = start_workers(
                 self.dataset,
                 epoch=self.epoch,
-                rank=settings.rank,
-                world_size=settings.world_size,
+                rank=self.rank,
+                world_size=self.world_size,
                 starts=starts,
                 epoch_pass=self.epoch_pass,
-                seed=settings.seed,
+                seed=self.seed,
                 lane_pieces=self.plan,
                 clocks=clocks,
-                options=settings.workers,
+                options=self.options,
                 pool=self.pool,
                 identities=dict(self.identities),
             )
-        self._sent = self._checked(settings.stats.timed(sent))
+        self._sent = self._checked(self._timed(sent))
         return self._sent, num_lanes
 
     @contextlib.contextmanager

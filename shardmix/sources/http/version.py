@@ -9,8 +9,9 @@ compares them: a shard replaced by one of the same size is caught there unless t
 seam agree. Any disagreement is a :class:`~shardmix.errors.ShardChangedError`, never a mix of
 two versions.
 
-Left to others: the requests and the reading (:class:`~shardmix.sources.http.HttpShardStream`),
-the validator headers and the error's wording (:mod:`shardmix.sources.validators`).
+Left to others: the requests and the reading
+(:class:`~shardmix.sources.http.stream.HttpShardStream`), the validator headers and the error's
+wording (:mod:`shardmix.sources.http.validators`).
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ import re
 import urllib3
 
 from shardmix.errors import describe_position
-from shardmix.sources.http_retry import Transient, transient_io
-from shardmix.sources.identity import ShardIdentity
-from shardmix.sources.options import RemoteReadError
-from shardmix.sources.traffic import count_bytes
-from shardmix.sources.validators import (
+from shardmix.sources.http.retry import Transient, transient_io
+from shardmix.sources.http.validators import (
     SEAM_BYTES,
     changed,
     check_seam,
     validator_of,
     warn_unvalidated,
 )
+from shardmix.sources.identity import ShardIdentity
+from shardmix.sources.options import RemoteReadError
+from shardmix.sources.traffic import count_bytes
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)

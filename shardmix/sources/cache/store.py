@@ -23,7 +23,7 @@ A server that cannot tell a version (or cannot be reached) leaves a whole copy i
 shards to cache is :func:`shardmix.sources.open_shard`'s choice.
 
 With ``SourceOptions(cache_limit=...)`` the cache is bounded instead
-(:mod:`shardmix.sources.bounded`, which keeps copies at the same paths, :func:`cache_path`,
+(:mod:`shardmix.sources.cache.bounded`, which keeps copies at the same paths, :func:`cache_path`,
 and validates them by its ledger's rows rather than by these JSON records).
 """
 
