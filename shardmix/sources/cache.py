@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -41,6 +42,7 @@ from urllib.parse import urlsplit
 
 from shardmix.errors import CacheFullError, ShardChangedError
 from shardmix.sources.options import READ_BUFFER_BYTES
+from shardmix.sources.traffic import CopyFile
 
 __all__ = ["Listed", "cache_path", "download", "open_cached"]
 
@@ -74,7 +76,7 @@ def open_cached(
     path = cache_path(cache_dir, url)
     current = version()
     if os.path.isfile(path) and _stale(path, url, current, listed) is None:
-        return open(path, "rb", buffering=READ_BUFFER_BYTES)
+        return io.BufferedReader(CopyFile(path), READ_BUFFER_BYTES)
     record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
         _discard(path)
@@ -85,7 +87,7 @@ def open_cached(
             "re-create the manifest, or restore the shard",
             url=url,
         )
-    return open(path, "rb", buffering=READ_BUFFER_BYTES)
+    return io.BufferedReader(CopyFile(path), READ_BUFFER_BYTES)
 
 
 def download(
