@@ -115,8 +115,8 @@ class ShardDataset(ShardReads):
         refuse_arguments(unknown)
         if num_lanes is not None and num_lanes < 1:
             raise ConfigError(f"num_lanes must be at least 1, got {num_lanes}")
-        expanded = expand_urls(urls)
         sources = source_options or SourceOptions()
+        expanded = expand_urls(urls, sources)
         check_sources(expanded, sources)
         warn_missing_listed(urls)
         forced = Format(format) if format is not None else None

@@ -35,7 +35,8 @@ class LoaderStats:
     ``wait_seconds`` is the time ``next()`` spent waiting for the workers' samples (with
     ``num_workers=0``: reading them), over ``steps`` batches; ``elapsed_seconds`` the time
     since the epoch's first ``next()``. ``bytes`` and ``requests`` are per ``scheme://host``
-    (``file://`` for local shards), counted as they arrived in the workers; ``lane_stalls`` the
+    (``file://`` for local shards), counted as they arrived in the workers: fetched from there,
+    never read from a cached copy (those are ``cache_read_bytes``); ``lane_stalls`` the
     times a lane waited for the first bytes of its next shard (read-ahead had not brought
     them), ``lane_stall_seconds`` how long, all lanes together.
     """
@@ -49,6 +50,7 @@ class LoaderStats:
     cache_hits: int = 0
     cache_misses: int = 0
     cache_evictions: int = 0
+    cache_read_bytes: int = 0
     lane_stalls: int = 0
     lane_stall_seconds: float = 0.0
 
@@ -82,6 +84,7 @@ class LoaderStats:
             "cache_hits": float(self.cache_hits),
             "cache_misses": float(self.cache_misses),
             "cache_evictions": float(self.cache_evictions),
+            "cache_read_bytes": float(self.cache_read_bytes),
             "lane_stalls": float(self.lane_stalls),
             "lane_stall_seconds": self.lane_stall_seconds,
         }
@@ -153,6 +156,7 @@ class StatsRecorder:
             cache_hits=traffic.cache.get("hits", 0),
             cache_misses=traffic.cache.get("misses", 0),
             cache_evictions=traffic.cache.get("evictions", 0),
+            cache_read_bytes=traffic.cache_read_bytes,
             lane_stalls=traffic.stalls,
             lane_stall_seconds=traffic.stall_seconds,
         )

@@ -201,7 +201,8 @@ def _stats_line(stats: dict) -> str:
         f"data: waited {stats['wait_seconds']:.3f} s over {stats['steps']} steps "
         f"({1e3 * stats['wait_per_step']:.2f} ms per step); {rates or 'nothing fetched'}; "
         f"cache {stats['cache_hits']} hits, {stats['cache_misses']} misses, "
-        f"{stats['cache_evictions']} evictions; {stats['lane_stalls']} lane stalls "
+        f"{stats['cache_evictions']} evictions, {stats.get('cache_read_bytes', 0):,} bytes read; "
+        f"{stats['lane_stalls']} lane stalls "
         f"({stats['lane_stall_seconds']:.3f} s)"
     )
 

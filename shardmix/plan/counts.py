@@ -156,14 +156,14 @@ class RecordCounts:
         self.damaged: set[str] = set()  # shards the counting pass found damaged
         self._formats = formats
         self._options = options
-        self._source_options = source_options or SourceOptions()
+        self.source_options = source_options or SourceOptions()
         self._cache_path = cache_path
         self._counts: dict[str, ShardCount] = {
             url: ShardCount(int(records)) for url, records in (known or {}).items()
         }
         self._given = dict(known or {})
         self._sources = dict.fromkeys(self._given, "record_counts=")
-        self.manifests = Manifests(self._source_options)
+        self.manifests = Manifests(self.source_options)
         self._cached: dict[str, ShardCount] | None = None
         self._shared = False  # resolve_all ran its exchange: every count is known
         # Counted again after a change (shardmix.plan.recount): ``{url: (count, its source)}``.
@@ -199,7 +199,7 @@ class RecordCounts:
         the count cache written; :meth:`adopt` makes it the count."""
         version = None
         if self._cache_path is not None:
-            version = shard_version(url, self._source_options)
+            version = shard_version(url, self.source_options)
         entry = self._index(url)
         if url in self.damaged:
             version = None
@@ -271,7 +271,7 @@ class RecordCounts:
                 continue
             version = None
             if self._cache_path is not None:
-                version = shard_version(url, self._source_options)
+                version = shard_version(url, self.source_options)
                 cached = self._cache().get(url)
                 if version is not None and cached is not None and cached.version == version:
                     resolved[url] = cached
@@ -294,7 +294,7 @@ class RecordCounts:
                 self.damaged.add(url)
                 on_damage(damage)
 
-        options, source_options = self._options, self._source_options
+        options, source_options = self._options, self.source_options
         return index_records(url, self._formats[url], options, source_options, on_damage=handler)
 
     def _cache(self) -> dict[str, ShardCount]:

@@ -5,8 +5,10 @@ except where ``::`` chains fsspec filesystems: a part that is a bare fsspec prot
 ``/``, such as ``simplecache``, ``filecache``, ``blockcache``) followed by a part with a scheme
 is one URL, ``simplecache::s3://bucket/train-{0..9}.tar``, kept whole and opened through fsspec.
 Each pattern is brace-expanded (``train-{000000..000063}.tar``, ``{a,b}``, via braceexpand) and,
-when it is a local path with glob characters, globbed. Order is kept as written (globs are
-sorted), so the shard list, and with it every epoch's order, is stable across machines.
+when it has glob characters, globbed: a local path by :mod:`glob`, an fsspec URL
+(``s3://bucket/train-*.tar``) by its filesystem's listing, never an ``http(s)://`` one (a server
+has no listing; ``?`` starts its query). Order is kept as written (globs are sorted), so the
+shard list, and with it every epoch's order, is stable across machines.
 
 A glob names shards, not the files written beside them: ``data/*`` leaves out manifests
 (``*.manifest.json``), TFRecord index files (``*.idx``, ``*.index``) and the record count
@@ -27,6 +29,8 @@ import braceexpand
 from shardmix.errors import ConfigError, ShardNotFoundError, UnsupportedURLError
 from shardmix.formats.registry import NOT_SHARD_SUFFIXES
 from shardmix.sources import SourceOptions, is_local, local_path, scheme_of
+from shardmix.sources.fsspec_source import glob_fsspec
+from shardmix.sources.schemes import _OPENERS
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -35,8 +39,9 @@ MAX_URLS = 1_000_000  # what one pattern may expand to; far beyond any real shar
 _PROTOCOL = re.compile(r"[a-z][a-z0-9+.-]*")
 
 
-def expand_urls(urls: str | Sequence[str]) -> list[str]:
-    """The shard URLs a pattern (or list of patterns) names, in order.
+def expand_urls(urls: str | Sequence[str], options: SourceOptions | None = None) -> list[str]:
+    """The shard URLs a pattern (or list of patterns) names, in order (``options``: the
+    storage options an fsspec glob is listed with).
 
     >>> expand_urls("d/train-{000..002}.tar")
     ['d/train-000.tar', 'd/train-001.tar', 'd/train-002.tar']
@@ -53,7 +58,7 @@ def expand_urls(urls: str | Sequence[str]) -> list[str]:
         if not isinstance(pattern, str):
             raise TypeError(f"a shard URL pattern must be a str, got {type(pattern).__name__}")
         for part in split_patterns(pattern):
-            expanded.extend(_expand_one(part, pattern))
+            expanded.extend(_expand_one(part, pattern, options or SourceOptions()))
     return expanded
 
 
@@ -89,14 +94,14 @@ def split_patterns(pattern: str) -> list[str]:
     return found
 
 
-def _expand_one(part: str, pattern: str) -> list[str]:
+def _expand_one(part: str, pattern: str, options: SourceOptions) -> list[str]:
     if not part:
         raise ShardNotFoundError(f"empty shard URL in pattern {pattern!r}")
     _check_ranges(part, pattern)
     found: list[str] = []
     for url in braceexpand.braceexpand(part):
-        if is_local(url) and _GLOB_CHARS.intersection(url):
-            found.extend(_glob_shards(url, pattern))
+        if _GLOB_CHARS.intersection(url) and (is_local(url) or scheme_of(url) not in _OPENERS):
+            found.extend(_glob_shards(url, pattern, options))
         else:
             found.append(url)
         if len(found) > MAX_URLS:
@@ -125,8 +130,11 @@ def _range_end(end: str) -> int:
     return int(end) if end.lstrip("-").isdigit() else ord(end)
 
 
-def _glob_shards(url: str, pattern: str) -> list[str]:
-    matches = sorted(glob.glob(local_path(url)))
+def _glob_shards(url: str, pattern: str, options: SourceOptions) -> list[str]:
+    if is_local(url):
+        matches = sorted(glob.glob(local_path(url)))
+    else:
+        matches = glob_fsspec(url, options.storage_options)
     shards = [path for path in matches if not path.lower().endswith(NOT_SHARD_SUFFIXES)]
     if not shards:
         also = f" (only files kept beside shards: {matches[:3]})" if matches else ""

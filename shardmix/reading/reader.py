@@ -48,10 +48,11 @@ from shardmix.formats import (
 )
 from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag, tagging_reader, tags_differ
 from shardmix.policy import DamageHandler
-from shardmix.sources import SourceOptions, is_local, open_shard, scheme_of
+from shardmix.sources import SourceOptions, is_local, open_shard
 from shardmix.sources.http.readahead import opened_ahead
 from shardmix.sources.identity import ShardIdentity, stream_identity
 from shardmix.sources.ranges import open_ranges
+from shardmix.sources.schemes import counts_itself
 from shardmix.sources.traffic import count_bytes, count_stall, host_of
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,6 @@ RANGE_GUESS = 8 * 1024
 RANGE_TAIL = 1024
 RANGE_GAP = 8 * 1024
 # Sources that count their bytes as they arrive (:mod:`shardmix.sources.traffic`).
-_SELF_COUNTING = frozenset({"http", "https"})
 
 
 def read_shard(
@@ -206,13 +206,12 @@ def _entered(
 
 @contextmanager
 def _counted(url: str, stream: BinaryIO, offset: int) -> Iterator[None]:
-    """Count the bytes read from a shard whose source does not count them as they come
-    (an http(s) stream counts its own, a cached copy's included; see
-    :mod:`shardmix.sources.traffic`)."""
+    """Count the bytes read from a shard whose source does not count them as it fetches
+    them (http(s) and fsspec streams count their own; see :mod:`shardmix.sources.traffic`)."""
     try:
         yield
     finally:
-        if scheme_of(url) not in _SELF_COUNTING:
+        if not counts_itself(url):
             with suppress(OSError, ValueError):
                 count_bytes(host_of(url), max(0, stream.tell() - offset))
 

@@ -6,10 +6,12 @@ URL is opened; a missing one raises :class:`~shardmix.errors.UnsupportedURLError
 ``pip install`` to run. Storage options (endpoint, credentials, ...) are passed explicitly;
 left out, the backend finds them the standard way (AWS environment variables,
 ``AWS_ENDPOINT_URL``, application default credentials, ...). Retries and timeouts are the
-backend's own. The streams returned are fsspec's buffered files: seekable, read ahead in blocks;
-an object replaced while it is read (s3fs's ``FileExpired``: its ``ETag`` no longer matches
-the one it was opened with) is a :class:`~shardmix.errors.ShardChangedError` naming the URL and
-the byte offset of the read that found it.
+backend's own. The streams returned are fsspec's buffered files: seekable, read ahead in blocks,
+each block fetched counted as a request and its bytes (:mod:`shardmix.sources.traffic`), as an
+``http(s)://`` shard's are (a chain's outer filesystems fetch on their own, uncounted); an
+object replaced while it is read (s3fs's ``FileExpired``: its ``ETag`` no longer matches the
+one it was opened with) is a :class:`~shardmix.errors.ShardChangedError` naming the URL and the
+byte offset of the read that found it.
 
 A chained URL (``simplecache::s3://bucket/x.tar``) is opened by fsspec's chaining; every
 filesystem of the chain is checked for its backend. Its storage options go to the innermost
@@ -33,8 +35,9 @@ from shardmix.errors import (
 )
 from shardmix.sources.options import RemoteAccessError, RemoteReadError
 from shardmix.sources.schemes import scheme_of
+from shardmix.sources.traffic import count_bytes, count_request, host_of
 
-__all__ = ["filesystem_of", "install_hint", "open_fsspec"]
+__all__ = ["filesystem_of", "glob_fsspec", "install_hint", "open_fsspec"]
 
 # scheme -> (shardmix extra, backend package)
 _BACKENDS: dict[str, tuple[str, str]] = {
@@ -67,7 +70,9 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> B
     """Open ``url`` through fsspec, with ``storage_options`` given to its filesystem."""
     with fsspec_errors(url, "could not open the shard"):
         filesystem, path = filesystem_of(url, storage_options)
-        return cast(BinaryIO, _VersionChecked(url, filesystem.open(path, "rb")))
+        stream = filesystem.open(path, "rb")
+    _count_fetches(stream, host_of(url))
+    return cast(BinaryIO, _VersionChecked(url, stream))
 
 
 class _VersionChecked:
@@ -110,6 +115,37 @@ class _VersionChecked:
                 url=self._url,
                 offset=offset,
             ) from error
+
+
+def _count_fetches(stream: Any, where: str) -> None:
+    """Count each range that fsspec's block cache fetches for ``stream`` (a file without one,
+    a chain's local copy, is left uncounted)."""
+    cache: Any = getattr(stream, "cache", None)
+    fetch = getattr(cache, "fetcher", None)
+    if fetch is None:
+        return
+
+    def counted(start: int | None, end: int | None) -> bytes:
+        data: bytes = fetch(start, end)
+        count_request(where)
+        count_bytes(where, len(data))
+        return data
+
+    cache.fetcher = counted
+
+
+def glob_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The URLs of the objects that the glob ``url`` (``s3://bucket/train-*.tar``) matches,
+    sorted; a chain's outer filesystems (``simplecache::``) kept on each."""
+    with fsspec_errors(url, "could not list the objects the pattern matches"):
+        filesystem, path = filesystem_of(url, storage_options)
+        try:
+            found = filesystem.glob(path, detail=True)
+        except FileNotFoundError:  # no such bucket: nothing matches
+            found = {}
+    head, sep, _ = url.rpartition("::")
+    prefix = f"{head}{sep}{chain_protocols(url)[-1]}://"
+    return sorted(prefix + name for name, info in found.items() if info.get("type") != "directory")
 
 
 @contextmanager

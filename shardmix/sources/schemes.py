@@ -40,6 +40,18 @@ def scheme_of(url: str) -> str:
     return head.lower()
 
 
+def counts_itself(url: str) -> bool:
+    """Whether the opener of ``url`` counts what it fetches (:mod:`shardmix.sources.traffic`):
+    ``http(s)://``'s and fsspec's do; a local file, a pipe or a registered opener's stream is
+    counted by the reader.
+
+    >>> counts_itself("s3://b/x.tar"), counts_itself("https://h/x.tar"), counts_itself("x.tar")
+    (True, True, False)
+    """
+    scheme = scheme_of(url)
+    return scheme in ("http", "https") or scheme not in _OPENERS
+
+
 def is_local(url: str) -> bool:
     """Whether the URL names a file on this machine."""
     return scheme_of(url) == "file"

@@ -1,13 +1,15 @@
 """Traffic: what this process's sources fetched, counted where the bytes arrive.
 
 One set of counters per process (a DataLoader worker has its own, as it has its own
-connection pools): body bytes and requests per ``(scheme, host)``, the cache's hits, misses
-and evictions, and the *stalls*, the times a lane had to wait for the first bytes of a shard
-because read-ahead had not brought them yet (with the seconds it waited). Openers and the
-read-ahead add to them (:func:`count_bytes`, :func:`count_request`, :func:`count_cache`,
-:func:`count_stall`); a worker takes what was counted since its last chunk with
-:func:`take_traffic` and sends it along (:mod:`shardmix.reading.lanechunks`), and the main process
-adds the parts up (:mod:`shardmix.batching.stats`).
+connection pools): body bytes and requests per ``(scheme, host)`` (what came from there, never
+what a cached copy gave), the bytes read from cached copies (:class:`CopyFile`), the cache's
+hits, misses and evictions, and the *stalls*, the times a lane had to wait for the first bytes
+of a shard because read-ahead had not brought them yet (with the seconds it waited). Openers
+and the read-ahead add to them (:func:`count_bytes`, :func:`count_request`,
+:func:`count_cache`, :func:`count_cache_read`, :func:`count_stall`); a worker takes what was
+counted since its last chunk with :func:`take_traffic` and sends it along
+(:mod:`shardmix.reading.lanechunks`), and the main process adds the parts up
+(:mod:`shardmix.batching.stats`).
 
 Counting is a dict update under a lock per read of up to a read buffer (64 KiB and more), so
 that threads reading ahead count beside the lane's own reads. What the counts mean to a user
@@ -16,17 +18,24 @@ that threads reading ahead count beside the lane's own reads. What the counts me
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 __all__ = [
     "CACHE_EVENTS",
+    "CopyFile",
     "Traffic",
     "count_bytes",
     "count_cache",
+    "count_cache_read",
     "count_request",
     "count_stall",
     "host_of",
@@ -47,11 +56,14 @@ class Traffic:
     bytes: dict[str, int] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
     cache: dict[str, int] = field(default_factory=dict)
+    cache_read_bytes: int = 0
     stalls: int = 0
     stall_seconds: float = 0.0
 
     def __bool__(self) -> bool:
-        return bool(self.bytes or self.requests or self.cache or self.stalls)
+        return bool(
+            self.bytes or self.requests or self.cache or self.cache_read_bytes or self.stalls
+        )
 
     def add(self, other: Traffic) -> None:
         """Add ``other``'s counts to these."""
@@ -62,6 +74,7 @@ class Traffic:
         ):
             for key, value in theirs.items():
                 mine[key] = mine.get(key, 0) + value
+        self.cache_read_bytes += other.cache_read_bytes
         self.stalls += other.stalls
         self.stall_seconds += other.stall_seconds
 
@@ -106,6 +119,27 @@ def count_cache(event: str, count: int = 1) -> None:
         raise ValueError(f"cache event must be one of {CACHE_EVENTS}, got {event!r}")
     with _lock:
         _counts.cache[event] = _counts.cache.get(event, 0) + count
+
+
+def count_cache_read(count: int) -> None:
+    """``count`` bytes were read from a cached copy (not fetched)."""
+    with _lock:
+        _counts.cache_read_bytes += count
+
+
+class CopyFile(io.FileIO):
+    """A cached copy, open for reading: what is read of it counted (:func:`count_cache_read`)."""
+
+    def readinto(self, buffer: WriteableBuffer) -> int | None:
+        count = super().readinto(buffer)
+        if count:
+            count_cache_read(count)
+        return count
+
+    def readall(self) -> bytes:
+        data = super().readall()
+        count_cache_read(len(data))
+        return data
 
 
 def count_stall(seconds: float) -> None:

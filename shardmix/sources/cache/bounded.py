@@ -39,6 +39,7 @@ from shardmix.sources.identity import (
     stream_identity,
 )
 from shardmix.sources.options import READ_BUFFER_BYTES
+from shardmix.sources.traffic import CopyFile
 
 __all__ = [
     "MIN_PART_BYTES",
@@ -137,7 +138,7 @@ def _open_leased(
     raw = None
     if not stale:
         try:
-            raw = io.FileIO(entry.path, "rb")
+            raw = CopyFile(entry.path)
             status = os.fstat(raw.fileno())
             stale = (status.st_size, status.st_mtime_ns) != (entry.size, entry.mtime_ns)
             sha256 = listed[1] if listed is not None and entry.size == entry.total else None

@@ -51,6 +51,7 @@ __all__ = ["LEDGER_NAME", "CacheLedger", "Entry", "ledger_for"]
 LEDGER_NAME = ".shardmix-cache.sqlite"
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _BUSY_TIMEOUT_MS = 60_000
+_WAL_PAGES = 32  # the log kept at 128 KiB: see the connection
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     path TEXT PRIMARY KEY, url TEXT NOT NULL, size INTEGER NOT NULL, state TEXT NOT NULL,
@@ -120,6 +121,10 @@ class CacheLedger:
             self._connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._connection.execute("PRAGMA journal_mode = WAL")
             self._connection.execute("PRAGMA synchronous = NORMAL")
+            # The log is moved into the database every _WAL_PAGES pages and cut back to that
+            # size (SQLite's default, 1,000 pages, would let it grow to 4 MB, never shrunk).
+            self._connection.execute(f"PRAGMA wal_autocheckpoint = {_WAL_PAGES}")
+            self._connection.execute(f"PRAGMA journal_size_limit = {_WAL_PAGES * 4096}")
         return self._connection
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
 from shardmix.sources.positioned import PositionedStream
+from shardmix.sources.traffic import count_cache_read
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -51,6 +52,7 @@ class SplicedStream(PositionedStream):
         if self._position < self._kept:
             count = min(len(view), self._kept - self._position)
             data = os.pread(self._copy.fileno(), count, self._position)
+            count_cache_read(len(data))
         else:
             if self._rest is None:
                 self._rest = self._open_rest(self._position)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -44,6 +45,7 @@ from urllib.parse import urlsplit
 from shardmix.errors import CacheFullError, ShardChangedError
 from shardmix.sources.identity import ShardIdentity, attach_identity, stream_identity
 from shardmix.sources.options import READ_BUFFER_BYTES
+from shardmix.sources.traffic import CopyFile
 
 __all__ = ["Listed", "cache_path", "download", "open_cached"]
 
@@ -95,9 +97,10 @@ def open_cached(
 
 
 def _opened(path: str, record: dict[str, Any]) -> BinaryIO:
-    """The copy at ``path``, with the identity of the shard it was downloaded from."""
+    """The copy at ``path`` (its reads counted as the cache's), with the identity of the
+    shard it was downloaded from."""
     identity = ShardIdentity(record["size"], record.get("validator"))
-    return attach_identity(open(path, "rb", buffering=READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+    return attach_identity(io.BufferedReader(CopyFile(path), READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
 
 
 def download(
