@@ -32,6 +32,7 @@ import numpy as np
 from shardmix.errors import DecodeError, TransformError, describe_position
 from shardmix.formats.tags import TAG_KEY
 from shardmix.policy import Damage, DamageHandler
+from shardmix.reading.decode import Decoder
 
 Sample = dict[str, Any]
 
@@ -74,8 +75,11 @@ class SampleTransform:
         shard_index: int,
         on_damage: DamageHandler | None,
         epoch_pass: int = 0,
+        example: bool = False,
     ) -> Iterator[Sample]:
         """``samples`` decoded and transformed, a tombstone in place of each one dropped.
+        ``example``: they are TFRecord Examples, whose features a
+        :class:`~shardmix.reading.decode.Decoder` decodes by type (:meth:`Decoder.example`).
 
         A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
         decoder and the transform, and put back in what they give (a dict) or the tombstone.
@@ -83,7 +87,7 @@ class SampleTransform:
         for sample in samples:
             tag = sample.pop(TAG_KEY, None)
             try:
-                result = self._one(sample, epoch, epoch_pass, shard_index)
+                result = self._one(sample, epoch, epoch_pass, shard_index, example)
             except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
                 wrapped = _wrap(error, sample)
                 if on_damage is None:
@@ -97,9 +101,13 @@ class SampleTransform:
                 result[TAG_KEY] = tag
             yield result
 
-    def _one(self, sample: Sample, epoch: int, epoch_pass: int, shard_index: int) -> Sample | None:
+    def _one(
+        self, sample: Sample, epoch: int, epoch_pass: int, shard_index: int, example: bool
+    ) -> Sample | None:
         provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
-        if self.decode is not None:
+        if example and isinstance(self.decode, Decoder):
+            sample = self.decode.example(sample)
+        elif self.decode is not None:
             sample = self.decode(sample)
         if self.transform is None:
             return sample
