@@ -22,9 +22,10 @@ in it). The shards' bytes depend only on the rows and on which task gets which r
 runs with ``DataContext.execution_options.preserve_order = True`` over the same input blocks
 write identical shards.
 
-Reading: :func:`read_shards` makes one read task per shard, each telling Ray its record count
-from the manifest, and yields a row per sample (``__key__``, ``__source__`` and the fields as
-bytes).
+Reading: :func:`read_shards` makes one read task per shard of any pattern ``ShardDataset``
+takes, shards any tool wrote, each telling Ray its record count when a manifest lists it, and
+yields a row per sample (``__key__``, ``__source__`` and the fields as read: bytes, and a
+TFRecord's int64 and float features as lists).
 
 Converting (:func:`convert_on_ray`, ``shardmix convert --engine ray``): the reading and writing
 run as Ray tasks. The inputs are listed by the local engine's own code
@@ -49,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -73,7 +75,8 @@ from shardmix.convert.outfiles import lock_output
 from shardmix.convert.plan import shuffled
 from shardmix.convert.stream import ShardWriter
 from shardmix.errors import ConfigError
-from shardmix.formats import Format, read_samples
+from shardmix.formats import Format, infer_format, read_samples
+from shardmix.plan.urls import expand_urls
 from shardmix.sources import open_shard
 
 __all__ = ["RayConvertSummary", "ShardSink", "convert_on_ray", "read_shards"]
@@ -82,6 +85,7 @@ ROWS_PER_BLOCK = 1024
 # A column of whole samples as Python objects, made by shardmix's own read tasks
 # (:func:`convert_on_ray`): the values as loaded, which an Arrow column of each field would retype.
 SAMPLE_COLUMN = "__shardmix_sample__"
+_PRINTF = re.compile(r"%0?[0-9]*d")  # an output pattern's shard number, as ShardSink takes it
 
 
 class ShardSink(Datasink[dict[str, Any]]):
@@ -245,37 +249,61 @@ def _read_shard(url: str, fmt: Format) -> Iterator[pa.Table]:
         yield pa.Table.from_pylist(rows)
 
 
+@dataclass(frozen=True)
+class _Shard:
+    url: str
+    format: Format
+    records: int | None  # from a manifest, when there is one
+    bytes: int | None
+
+
 class _ShardsDatasource(Datasource):
-    def __init__(self, manifest: Manifest, urls: list[str]) -> None:
-        self.manifest = manifest
-        self.urls = urls
+    def __init__(self, shards: list[_Shard]) -> None:
+        self.shards = shards
 
     def estimate_inmemory_data_size(self) -> int | None:
-        return self.manifest.bytes
+        sizes = [shard.bytes for shard in self.shards]
+        return None if None in sizes else sum(size or 0 for size in sizes)
 
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
-        fmt = Format(self.manifest.format)
         return [
             ReadTask(
-                partial(_read_shard, url, fmt),
+                partial(_read_shard, shard.url, shard.format),
                 BlockMetadata(
                     num_rows=shard.records,
                     size_bytes=shard.bytes,
                     exec_stats=None,
-                    input_files=(url,),
+                    input_files=(shard.url,),
                 ),
             )
-            for url, shard in zip(self.urls, self.manifest.shards, strict=True)
+            for shard in self.shards
         ]
 
 
-def read_shards(pattern: str) -> ray.data.Dataset:
-    """The committed shards of ``pattern`` (as written: ``out/train-%06d.tar``) as a Dataset."""
-    manifest, urls = committed_shards(pattern)
+def read_shards(urls: str | Sequence[str], *, format: str | None = None) -> ray.data.Dataset:
+    """Shards as a Dataset, one read task per shard, a row per sample.
+
+    ``urls`` is any pattern :class:`~shardmix.ShardDataset` takes (``out/train-{000000..000063}
+    .tar``, a glob, a list, ``::``-joined patterns), of shards any tool wrote (webdataset, the
+    ``tfrecord`` package, TensorFlow), with or without a manifest; ``format`` as there. A
+    :class:`ShardSink` output pattern (``out/train-%06d.tar``) or a manifest's path reads the
+    committed shards its manifest lists, and is refused until the manifest is written.
+    """
+    if isinstance(urls, str) and (_PRINTF.search(urls) or urls.endswith(".manifest.json")):
+        manifest, paths = committed_shards(urls)
+        fmt = Format(manifest.format)
+        shards = [
+            _Shard(path, fmt, entry.records, entry.bytes)
+            for path, entry in zip(paths, manifest.shards, strict=True)
+        ]
+    else:
+        expanded = expand_urls(urls)
+        forced = Format(format) if format is not None else None
+        shards = [_Shard(url, forced or infer_format(url), None, None) for url in expanded]
     return ray.data.read_datasource(
-        _ShardsDatasource(manifest, urls), override_num_blocks=max(1, len(urls))
+        _ShardsDatasource(shards), override_num_blocks=max(1, len(shards))
     )
 
 

@@ -6,7 +6,10 @@ fields): such a row is a bad input, named. Empty (null) values are left out. Val
 their type where the table has one (JSON, Parquet), as
 :mod:`shardmix.convert.values` says: a Hugging Face ``Image``/``Audio`` struct (a Parquet
 export of a dataset) becomes a raw ``<column>.<ext>`` member, a value with no faithful form
-an error naming column and row. CSV values stay text.
+an error naming column and row. A CSV column whose every value is a number (written as JSON
+writes one: ``31``, ``-2.5``, ``1e3``; not ``007`` or ``+1``) holds ints, or floats when any
+value has a fraction or an exponent, as the same JSON Lines column would; an empty cell of such
+a column is null. Other CSV values stay text.
 
 An inlined column (``inline_columns``) names a file per row, relative to the table's folder;
 the field becomes that file's bytes. The file must lie inside the table's folder unless
@@ -19,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -62,8 +66,46 @@ def _jsonl_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
 
 def _csv_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
     delimiter = "\t" if path.lower().endswith(".tsv") else ","
+    rows: list[dict[str, Any]] = []  # all of them first: a column's kind is all its values'
     with open(path, encoding="utf-8", newline="") as file:
-        yield from enumerate(csv.DictReader(file, delimiter=delimiter))
+        try:
+            rows.extend(csv.DictReader(file, delimiter=delimiter))
+        except (ValueError, csv.Error) as error:  # the rows before it are kept, as JSON Lines'
+            problems.report(BadInputError(f"{path}: cannot read the table: {error}", url=path))
+    kinds = {column: _number_kind(rows, column) for column in (rows[0] if rows else ())}
+    for index, row in enumerate(rows):
+        yield index, {column: _cell(value, kinds.get(column)) for column, value in row.items()}
+
+
+# A CSV number as JSON writes one: no sign but '-', no leading zero ('007' is text), no '_'.
+_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+
+
+def _number_kind(rows: list[dict[str, Any]], column: str) -> type | None:
+    """``int`` or ``float`` when every non-empty value of ``column`` is one, else None (text).
+
+    >>> _number_kind([{"a": "1"}, {"a": ""}, {"a": "-20"}], "a"), _number_kind([{"a": "1.5"}], "a")
+    (<class 'int'>, <class 'float'>)
+    >>> _number_kind([{"a": "007"}], "a") is None and _number_kind([{"a": ""}], "a") is None
+    True
+    """
+    values = [row.get(column) for row in rows]
+    texts = [value for value in values if isinstance(value, str) and value != ""]
+    if not texts or len(texts) != sum(value != "" for value in values):
+        return None
+    if all(_INT.fullmatch(value) for value in texts):
+        return int
+    if all(_FLOAT.fullmatch(value) for value in texts):
+        return float
+    return None
+
+
+def _cell(value: Any, kind: type | None) -> Any:
+    """A CSV cell in its column's kind; an empty cell of a number column is null (left out)."""
+    if kind is None:
+        return value
+    return None if value == "" else kind(value)
 
 
 def _parquet_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:

@@ -20,6 +20,7 @@ import zlib
 from typing import BinaryIO
 
 from shardmix.errors import CorruptShardError, TruncatedShardError
+from shardmix.formats.sniff import HEAD_BYTES, format_hint
 
 DEFAULT_MAX_INFLATED_BYTES = 64 << 30
 
@@ -34,6 +35,7 @@ class GzipShardStream(io.RawIOBase):
         if max_inflated_bytes <= 0:
             raise ValueError(f"max_inflated_bytes must be positive, got {max_inflated_bytes}")
         self._gzip = gzip.GzipFile(fileobj=raw, mode="rb")
+        self._raw = raw
         self._url = url
         self._position = 0
         # One byte past the limit is read, to tell a shard of exactly the limit from a bigger one.
@@ -60,7 +62,7 @@ class GzipShardStream(io.RawIOBase):
         except (gzip.BadGzipFile, zlib.error, OSError) as error:
             raise CorruptShardError(
                 f"{self._url}: damaged gzip data after {self._position} decompressed bytes: "
-                f"{error}",
+                f"{error}{self._not_gzip()}",
                 url=self._url,
                 offset=self._position,
             ) from error
@@ -74,6 +76,15 @@ class GzipShardStream(io.RawIOBase):
                 offset=self._max,
             )
         return count
+
+    def _not_gzip(self) -> str:
+        """At the start, what the file looks like when it is no gzip file ("" if unknown)."""
+        raw = self._raw
+        if self._position or not raw.seekable():
+            return ""
+        raw.seek(0)
+        hint = format_hint(raw.read(HEAD_BYTES), "tar", True)
+        return f"; {hint}" if hint else ""
 
     def close(self) -> None:
         self._gzip.close()

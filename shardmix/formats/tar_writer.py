@@ -100,11 +100,24 @@ def _member_name(key: str, field: str) -> bytes:
     name = f"{key}.{field}"
     if field and "\x00" not in name and split_member_name(name) == (key, field):
         return name.encode("utf-8", "surrogateescape")
-    raise ValueError(
-        f"sample {key!r} field {field!r} cannot be written to a tar shard: it would not read "
-        "back unchanged (the key's last part must be non-empty without '.', the field "
-        "non-empty and lower case without '/', neither may hold NUL or look like __meta__)"
-    )
+    if "." in key.rsplit("/", 1)[-1]:
+        read = split_member_name(name)
+        raise ValueError(
+            f"sample key {key!r} cannot be written to a tar shard: its last part holds a '.', "
+            f"where a tar reader ends the key (member {name!r} reads as key "
+            f"{read[0] if read else None!r}); replace the dots in the keys, or write TFRecord"
+        )
+    if field != field.lower():
+        why = (
+            "the field has upper case, which a tar reader lower-cases (webdataset's convention): "
+            "rename it in lower case, or write TFRecord shards, which keep it as written"
+        )
+    else:
+        why = (
+            "it would not read back unchanged (the key's last part must be non-empty, the field "
+            "non-empty without '/', neither may hold NUL or look like __meta__)"
+        )
+    raise ValueError(f"sample {key!r} field {field!r} cannot be written to a tar shard: {why}")
 
 
 class TarWriter:

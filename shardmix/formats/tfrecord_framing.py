@@ -27,6 +27,7 @@ from shardmix.errors import (
     describe_position,
 )
 from shardmix.formats._common import is_seekable
+from shardmix.formats.sniff import HEAD_BYTES, format_hint
 from shardmix.policy import Damage, DamageHandler
 
 HEADER = struct.Struct("<QI")  # length, masked crc32c of the 8 length bytes
@@ -82,10 +83,14 @@ class Framing:
         where = describe_position(self.url, offset=offset, record=record)
         return f"{where} of the decompressed stream" if self.inflated else where
 
-    def corrupt(self, record: int, offset: int, what: str) -> CorruptShardError:
+    def corrupt(self, record: int, offset: int, what: str, head: bytes = b"") -> CorruptShardError:
+        remedy = None
+        if offset == 0 and head:  # the first record: a shard of another format, perhaps
+            head += self.stream.read(HEAD_BYTES - len(head))
+            remedy = format_hint(head, "tfrecord", self.inflated, inflated=self.inflated)
         return CorruptShardError(
-            f"{self.where(record, offset)}: {what}; the shard is damaged, re-create or "
-            "re-download it",
+            f"{self.where(record, offset)}: {what}; "
+            f"{remedy or 'the shard is damaged, re-create or re-download it'}",
             url=self.url,
             offset=offset,
             record=record,
@@ -155,6 +160,7 @@ class Framing:
                 record,
                 offset,
                 f"length CRC mismatch (stored 0x{stored:08x}, computed 0x{found:08x})",
+                header,
             )
         if length > self.max_record_bytes:
             raise self.corrupt(

@@ -19,8 +19,8 @@ import urllib3
 
 from shardmix.errors import ShardmixError
 from shardmix.sources import SourceOptions, is_local, local_path, scheme_of
-from shardmix.sources.http.connections import connection_pool, follow_redirects
 from shardmix.sources.fsspec_source import filesystem_of
+from shardmix.sources.http.connections import connection_pool, follow_redirects
 from shardmix.sources.schemes import counts_itself
 
 _THREADS = 16  # HEAD requests in flight at once

@@ -8,7 +8,8 @@ the dataset's.
 
 A tar field is chosen by its name's last extension part, case-insensitively (``seg.png`` is
 a PNG). The conventions are webdataset's, so that shards written for it decode here as users
-expect:
+expect (a TFRecord feature's name is no file extension, so :meth:`Decoder.example` keeps a
+bytes feature whose bytes are not what its name says):
 
 - ``cls``, ``cls2``, ``index``, ``id``: ``int``, from ASCII digits (an optional ``-``;
   surrounding whitespace is stripped);
@@ -136,7 +137,18 @@ class Decoder:
         """A new sample with every field this decoder knows decoded."""
         return {name: self._decode_field(sample, name, value) for name, value in sample.items()}
 
-    def _decode_field(self, sample: dict[str, Any], name: str, value: Any) -> Any:
+    def example(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """A new sample from a TFRecord Example, whose features carry their own types: a bytes
+        feature is decoded by its name only where its bytes are what the name says (an ``id``
+        of ASCII digits, a ``json`` that parses), and stays ``bytes`` otherwise."""
+        return {
+            name: self._decode_field(sample, name, value, strict=False)
+            for name, value in sample.items()
+        }
+
+    def _decode_field(
+        self, sample: dict[str, Any], name: str, value: Any, strict: bool = True
+    ) -> Any:
         if name.startswith("__") or name in self.raw_fields:
             return value
         if isinstance(value, (bytes, bytearray, memoryview)):
@@ -146,6 +158,8 @@ class Decoder:
             try:
                 return decode(bytes(value))
             except _Undecodable as error:
+                if not strict:
+                    return value
                 raise DecodeError(
                     _message(sample, name, value, error.expected, error.__cause__),
                     **_position(sample),

@@ -332,6 +332,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
             epoch_pass=epoch_pass,
             shard_index=self.shard_index[url],
             on_damage=on_damage if self.policy.skips else None,
+            example=self._format_of[url] is Format.TFRECORD,
         )
 
 

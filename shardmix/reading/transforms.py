@@ -41,6 +41,7 @@ import torch
 from shardmix.errors import DecodeError, TransformError, describe_position
 from shardmix.formats.tags import TAG_KEY
 from shardmix.policy import Damage, DamageHandler
+from shardmix.reading.decode import Decoder
 
 Sample = dict[str, Any]
 
@@ -88,8 +89,11 @@ class SampleTransform:
         shard_index: int,
         on_damage: DamageHandler | None,
         epoch_pass: int = 0,
+        example: bool = False,
     ) -> Iterator[Sample]:
         """``samples`` decoded and transformed, a tombstone in place of each one dropped.
+        ``example``: they are TFRecord Examples, whose features a
+        :class:`~shardmix.reading.decode.Decoder` decodes by type (:meth:`Decoder.example`).
 
         A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
         decoder and the transform, and put back in what they give or the tombstone.
@@ -98,7 +102,7 @@ class SampleTransform:
             tag = sample.pop(TAG_KEY, None)
             provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
             try:
-                result = self._one(sample, provenance, epoch, epoch_pass, shard_index)
+                result = self._one(sample, provenance, epoch, epoch_pass, shard_index, example)
             except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
                 wrapped = _wrap(error, sample)
                 if on_damage is None:
@@ -118,8 +122,11 @@ class SampleTransform:
         epoch: int,
         epoch_pass: int,
         shard_index: int,
+        example: bool,
     ) -> Any:
-        if self.decode is not None:
+        if example and isinstance(self.decode, Decoder):
+            sample = self.decode.example(sample)
+        elif self.decode is not None:
             sample = self.decode(sample)
         if self.transform is None:
             result: Any = sample

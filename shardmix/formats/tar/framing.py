@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
+from shardmix.formats.sniff import format_hint
 from shardmix.formats.tar.headers import BLOCK
 
 
@@ -27,19 +28,32 @@ class FramingErrors:
         where = describe_position(self._url, record=record, offset=offset)
         return where + (" (in the decompressed stream)" if self._gzipped else "")
 
-    def corrupt(self, what: str, offset: int | None = None, record: int | None = None) -> NoReturn:
+    def corrupt(
+        self, what: str, offset: int | None = None, record: int | None = None, head: bytes = b""
+    ) -> NoReturn:
         offset = self.offset if offset is None else offset
+        remedy = self._other_format(head, offset) or (
+            "the shard is damaged, re-create or re-download it"
+        )
         raise CorruptShardError(
-            f"{self._where(offset, record)}: {what}; the shard is damaged, "
-            "re-create or re-download it",
+            f"{self._where(offset, record)}: {what}; {remedy}",
             url=self._url,
             offset=offset,
             record=record,
         )
 
-    def _truncated(self, what: str, offset: int) -> NoReturn:
+    def _other_format(self, head: bytes, offset: int) -> str | None:
+        """At offset 0, what to do when ``head`` looks like another format (else None)."""
+        if offset or not head:
+            return None
+        return format_hint(head, "tar", self._gzipped, inflated=self._gzipped)
+
+    def _truncated(self, what: str, offset: int, head: bytes = b"") -> NoReturn:
+        remedy = self._other_format(head, offset) or (
+            "the shard is truncated, re-create or re-download it"
+        )
         raise TruncatedShardError(
-            f"{self._where(offset)}: {what}; the shard is truncated, re-create or re-download it",
+            f"{self._where(offset)}: {what}; {remedy}",
             url=self._url,
             offset=offset,
         )
@@ -53,8 +67,8 @@ class FramingErrors:
             self.offset + BLOCK + found,
         )
 
-    def _block_cut(self, found: int) -> NoReturn:
-        offset = self.offset
+    def _block_cut(self, block: bytes) -> NoReturn:
+        offset, found = self.offset, len(block)
         if found == 0 and offset == 0:
             self._truncated(
                 "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
@@ -67,7 +81,7 @@ class FramingErrors:
                 "end-of-archive blocks (expected two 512-byte zero blocks)",
                 offset,
             )
-        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset)
+        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset, block)
 
     def error(self, what: str, *, record: int, offset: int | None = None) -> CorruptShardError:
         offset = self.offset if offset is None else offset

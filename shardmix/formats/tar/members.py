@@ -143,7 +143,7 @@ class TarMembers(FramingErrors):
         self.offset = self._next_offset
         self._pending = 0
         if len(block) != BLOCK:
-            self._block_cut(len(block))
+            self._block_cut(block)
         return block
 
     def _complete(self, block: bytes, count: int) -> bytes:
@@ -216,7 +216,8 @@ class TarMembers(FramingErrors):
             return
         self.corrupt(
             f"tar header of member {self.member} has a bad checksum "
-            f"(stored {header[148:156]!r}, computed {computed:o} octal)"
+            f"(stored {header[148:156]!r}, computed {computed:o} octal)",
+            head=header,
         )
 
     @staticmethod
