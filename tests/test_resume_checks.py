@@ -155,7 +155,10 @@ def edits(state: dict) -> dict[str, tuple[dict, str]]:
         "emitted raised by 10": (raised, "'emitted' should hold"),
         "a lane at record 10**30": (far, "'mixer.lanes' should be a list of lane positions"),
         "a lane at byte 10**30": (offset, "'mixer.lanes' should be a list of lane positions"),
-        "a lane past its piece": (inside, r"'mixer.lanes\[0\]' should hold a record"),
+        "a lane past its piece": (
+            inside,
+            r"'mixer.lanes\[0\]' should hold a record|'emitted' should",
+        ),
         "a packed field of 64 MiB": (huge, "'buffer.sizes' is not a packed string"),
     }
 

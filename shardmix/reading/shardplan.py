@@ -131,13 +131,10 @@ class ShardPlan:
         return self.record_counts.resolve_all(rank=rank, world_size=world_size, exchange=exchange)
 
     def known_count(self, shard_index: int) -> int | None:
-        """Shard ``shard_index``'s record count if known without a request: given, in a
-        manifest or the count cache, counted already, or a local shard's (counted now)."""
-        url = self.urls[shard_index]
-        claimed = self.record_counts.claim(url)
-        if claimed is None and not is_local(url):
-            return None
-        return self.record_counts.of(url) if claimed is None else claimed[0]
+        """Shard ``shard_index``'s record count if this process holds it (given, in a manifest
+        read already, or counted), else None: nothing is read for it."""
+        claimed = self.record_counts.claim(self.urls[shard_index])
+        return None if claimed is None else claimed[0]
 
     def lane_pieces(
         self,
