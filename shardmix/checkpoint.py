@@ -39,6 +39,7 @@ versions (:func:`check_version`).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import sys
 import zlib
@@ -136,6 +137,11 @@ def pack_refs(refs: Sequence[Ref]) -> str:
 def unpack_refs(packed: str, field: str = "buffer.items") -> list[Ref]:
     """The references :func:`pack_refs` packed; a damaged string is a ConfigError naming
     ``field``."""
+    return list(_unpacked_refs(packed, field))
+
+
+@functools.lru_cache(maxsize=4)  # a restore unpacks the buffer to check it, then to load it
+def _unpacked_refs(packed: str, field: str) -> tuple[Ref, ...]:
     values = _unpacked(packed, field)
     if len(values) % 3:
         raise ConfigError(
@@ -151,7 +157,7 @@ def unpack_refs(packed: str, field: str = "buffer.items") -> list[Ref]:
         stored = last_offset + _unzigzag(offset_delta)
         last[shard] = record, stored
         refs.append((shard, record, stored - 1))
-    return refs
+    return tuple(refs)
 
 
 def check_refs(refs: Sequence[Ref], num_shards: int, field: str) -> None:

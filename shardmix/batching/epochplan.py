@@ -260,11 +260,13 @@ def _check_position(
         if slot > len(pieces):
             _refuse(f"{where}mixer.lanes[{lane}]", f"a slot 0 to {len(pieces)}", slot)
         for at, piece in enumerate(pieces):
+            if at > slot or (at == slot and (slot, record) == (0, 0)):
+                stop = float("inf") if piece.stop is None else piece.stop  # no count needed
+                unread.setdefault(piece.shard, []).append((piece.start, stop))
+                continue
             records = piece.stop if piece.stop is not None else count(piece.shard)
             stop = float("inf") if records is None else records
-            if at > slot or (at == slot and (slot, record) == (0, 0)):
-                unread.setdefault(piece.shard, []).append((piece.start, stop))
-            elif at == slot:
+            if at == slot:
                 if not piece.start <= record <= stop:
                     expected = f"a record {piece.start} to {stop}"
                     _refuse(f"{where}mixer.lanes[{lane}]", expected, record)
