@@ -277,12 +277,13 @@ def _check_position(
     field = f"{where}buffer.items"
     refs = unpack_refs(position["buffer"]["items"], field)
     check_refs(refs, num_shards, field)
-    held: set[tuple[int, int]] = set()
+    held: set[int] = set()  # ints, not tuples: nothing for the cycle collector to count
     for shard, record, _ in refs:
-        if (shard, record) in held:
+        key = shard << 64 | record
+        if key in held:
             _refuse(field, "residents named once each", f"record {record} of shard {shard} twice")
-        held.add((shard, record))
-        if any(start <= record < stop for start, stop in unread.get(shard, ())):
+        held.add(key)
+        if shard in unread and any(start <= record < stop for start, stop in unread[shard]):
             _refuse(
                 field,
                 "residents the lanes have read",
