@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.batching.epochplan import epoch_start
+from shardmix.batching.epochplan import check_position, epoch_start, remaining_pieces
+from shardmix.batching.residents import check_lane_ends
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota
@@ -69,33 +70,6 @@ class Share:
     def total(self, counts: Sequence[int]) -> int:
         """The samples this share holds."""
         return len(self.residents) + sum(piece.size(counts) for piece in self.pieces)
-
-
-def remaining_pieces(
-    lanes: Sequence[Sequence[Piece]], positions: Sequence[tuple[int, int]], counts: Sequence[int]
-) -> list[Piece]:
-    """The records of ``lanes`` not yet delivered, lane by lane, as pieces.
-
-    ``positions[l]`` is lane ``l``'s ``(slot, record)``: the piece it reads and the next
-    record of that piece's shard. A piece already begun is cut at that record; pieces not
-    begun stay whole (empty ones too, so they are still opened this epoch).
-
-    >>> lanes = [[Piece(0, 0, None), Piece(1, 0, 5)], [Piece(2, 3, None)]]
-    >>> remaining_pieces(lanes, [(0, 4), (1, 0)], [6, 9, 8])
-    [Piece(0, 4, None), Piece(1, 0, 5)]
-    >>> remaining_pieces(lanes, [(1, 5), (0, 0)], [6, 9, 8])
-    [Piece(2, 3, None)]
-    """
-    left = []
-    for lane, (slot, record) in zip(lanes, positions, strict=True):
-        for index in range(slot, len(lane)):
-            piece = lane[index]
-            if index == slot and record > piece.start:
-                if record < piece.start + piece.size(counts):
-                    left.append(Piece(piece.shard, record, piece.stop))
-                continue
-            left.append(piece)
-    return left
 
 
 @dataclass(frozen=True)
@@ -175,10 +149,15 @@ def resized_position(
     counts = dataset.shard_counts(world_size)
     blocks: list[Block] = []
     identities: dict[int, Any] = {}
+    saver = state.get("rank")
+    ends: list[tuple[Ref, int]] = []  # the last record each saved lane read, and its tag
     for old_rank, position in enumerate(positions):
         lanes = _saved_lanes(dataset, position, counts, old_rank, saved_world, saved_lanes)
         saved = position["mixer"]["lanes"]
         _check_lanes(saved, lanes, epoch, old_rank)
+        where = "" if old_rank == saver else f"ranks.{old_rank}."
+        check_position(position, lanes, dataset, counts.__getitem__, where)
+        ends += _lane_ends(saved, lanes)
         refs = unpack_refs(position["buffer"]["items"])
         check_refs(refs, num_shards, "buffer.items")
         sizes = unpack_sizes(position["buffer"]["sizes"])
@@ -205,6 +184,8 @@ def resized_position(
     shares = deal_shares(blocks, counts, world_size)
     totals = [share.total(counts) for share in shares]
     mine = shares[rank]
+    reading = {piece.shard for piece in mine.pieces}
+    check_lane_ends(dataset, [(ref, tag) for ref, tag in ends if ref[0] in reading])
     referenced = [piece.shard for piece in mine.pieces] + [ref[0] for ref in mine.residents]
     start = epoch_start(epoch, num_lanes)
     # Lanes with no pieces are ended from the start: with none live, a restore knows that the
@@ -298,6 +279,18 @@ def _saved_lanes(
         return phase_lanes(pieces, counts, num_lanes)
     epoch = int(position["epoch"])
     return dataset.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
+
+
+def _lane_ends(
+    saved: Sequence[Sequence[int]], lanes: Sequence[Sequence[Piece]]
+) -> list[tuple[Ref, int]]:
+    """The record each lane read last in a piece it has begun, as a reference, and its tag:
+    where the rest of that piece is dealt from, checked as a lane resuming there checks it."""
+    ends = []
+    for (slot, record, offset, *_, tag), pieces in zip(saved, lanes, strict=True):
+        if slot < len(pieces) and record > pieces[slot].start and tag:
+            ends.append(((pieces[slot].shard, record - 1, offset), tag))
+    return ends
 
 
 def _check_lanes(

@@ -64,9 +64,9 @@ def test_a_missing_field_is_named(saved, path, field):
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("epoch", -1, "a non-negative int, found -1"),
-        ("batches", "3", "a non-negative int, found '3'"),
-        ("emitted", True, "a non-negative int, found True"),
+        ("epoch", -1, "a non-negative int below 2\\*\\*63, found -1"),
+        ("batches", "3", "a non-negative int below 2\\*\\*63, found '3'"),
+        ("emitted", True, "a non-negative int below 2\\*\\*63, found True"),
         ("mixer", [1, 2], "a dict of fields, found \\[1, 2\\]"),
         ("pad", 7, "a packed string, found 7"),
     ],

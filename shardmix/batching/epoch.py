@@ -24,6 +24,7 @@ from shardmix.batching.collate import pin_batch
 from shardmix.batching.epochplan import (
     EpochPlanned,
     check_lanes,
+    check_position,
     dropped_in,
     epoch_position,
     padding_in,
@@ -135,6 +136,9 @@ class EpochIterator:
         once its lanes are found to name this plan's pieces."""
         assert self.plan is not None  # a ShardDataset's: load_state_dict checked it
         check_lanes(resume["mixer"], self.plan, self.epoch)
+        dataset = self.dataset
+        assert isinstance(dataset, ShardReads)
+        check_position(resume, self.plan, dataset, dataset.known_count, "")
         self.batches = resume["batches"]
         self.emitted = resume["emitted"]
         self.padding.load_state_dict(padding_in(resume))

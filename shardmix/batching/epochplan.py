@@ -24,7 +24,7 @@ batches and the agreement on its end as it goes (:mod:`shardmix.batching.epoch`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,9 @@ from shardmix.plan.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.shardreads import ShardReads
 from shardmix.reading.transforms import FILTERED, SKIPPED
-from shardmix.state.codec import unpack_pieces
+from shardmix.sources import open_shard
+from shardmix.sources.identity import ShardIdentity
+from shardmix.state.codec import check_refs, unpack_identities, unpack_pieces, unpack_refs
 from shardmix.world import end_exchange
 
 
@@ -187,6 +189,132 @@ def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -
                 f"has {planned} there; the shards' record counts changed since the checkpoint "
                 "(a manifest or count cache was rewritten): resume with the same data"
             )
+
+
+def remaining_pieces(
+    lanes: Sequence[Sequence[Piece]], positions: Sequence[tuple[int, int]], counts: Sequence[int]
+) -> list[Piece]:
+    """The records of ``lanes`` not yet delivered, lane by lane, as pieces.
+
+    ``positions[l]`` is lane ``l``'s ``(slot, record)``: the piece it reads and the next
+    record of that piece's shard. A piece already begun is cut at that record; pieces not
+    begun stay whole (empty ones too, so they are still opened this epoch).
+
+    >>> lanes = [[Piece(0, 0, None), Piece(1, 0, 5)], [Piece(2, 3, None)]]
+    >>> remaining_pieces(lanes, [(0, 4), (1, 0)], [6, 9, 8])
+    [Piece(0, 4, None), Piece(1, 0, 5)]
+    >>> remaining_pieces(lanes, [(1, 5), (0, 0)], [6, 9, 8])
+    [Piece(2, 3, None)]
+    """
+    left = []
+    for lane, (slot, record) in zip(lanes, positions, strict=True):
+        for index in range(slot, len(lane)):
+            piece = lane[index]
+            if index == slot and record > piece.start:
+                if record < piece.start + piece.size(counts):
+                    left.append(Piece(piece.shard, record, piece.stop))
+                continue
+            left.append(piece)
+    return left
+
+
+def check_position(
+    position: Mapping[str, Any],
+    lanes: list[list[Piece]],
+    dataset: ShardReads,
+    count: Callable[[int], int | None],
+    where: str,
+) -> None:
+    """Refuse a position whose parts do not add up, naming the field: a lane past its piece,
+    a buffer resident named twice, or named where a lane will still read it, or an ``emitted``
+    other than what the lanes read, less the residents and what was dropped, plus the padding.
+
+    ``lanes``: the plan's (or the resized phase's); ``count(shard)``: a shard's record count,
+    None where it is not known without a request (the counts are then not checked).
+    ``where``: the position's place in the state (``""``, or ``"ranks.3."``). Where the parts
+    do not add up because a shard the position names was rewritten since (its record count
+    changed), that is the error: a ShardChangedError naming it."""
+    try:
+        _check_position(position, lanes, count, len(dataset.urls), where)
+    except ConfigError:
+        found = unpack_identities(position["shards"], len(dataset.urls), f"{where}shards")
+        for shard, identity in found.items():
+            expect = ShardIdentity.from_json(identity)
+            with open_shard(dataset.urls[shard], options=dataset.source_options, expect=expect):
+                pass
+        raise
+
+
+def _check_position(
+    position: Mapping[str, Any],
+    lanes: list[list[Piece]],
+    count: Callable[[int], int | None],
+    num_shards: int,
+    where: str,
+) -> None:
+    saved = position["mixer"]["lanes"]
+    read: int | None = 0  # records the lanes delivered (None: a count not known)
+    unread: dict[int, list[tuple[int, float]]] = {}  # by shard: what the lanes will read
+    for lane, (slot, record, *_) in enumerate(saved):
+        pieces = lanes[lane]
+        if slot > len(pieces):
+            _refuse(f"{where}mixer.lanes[{lane}]", f"a slot 0 to {len(pieces)}", slot)
+        for at, piece in enumerate(pieces):
+            if at > slot or (at == slot and (slot, record) == (0, 0)):
+                stop = float("inf") if piece.stop is None else piece.stop  # no count needed
+                unread.setdefault(piece.shard, []).append((piece.start, stop))
+                continue
+            records = piece.stop if piece.stop is not None else count(piece.shard)
+            stop = float("inf") if records is None else records
+            if at == slot:
+                if not piece.start <= record <= stop:
+                    expected = f"a record {piece.start} to {stop}"
+                    _refuse(f"{where}mixer.lanes[{lane}]", expected, record)
+                unread.setdefault(piece.shard, []).append((record, stop))
+                read = None if read is None else read + record - piece.start
+            else:
+                read = None if read is None or records is None else read + records - piece.start
+    field = f"{where}buffer.items"
+    refs = unpack_refs(position["buffer"]["items"], field)
+    check_refs(refs, num_shards, field)
+    held: set[int] = set()  # ints, not tuples: nothing for the cycle collector to count
+    for shard, record, _ in refs:
+        key = shard << 64 | record
+        if key in held:
+            _refuse(field, "residents named once each", f"record {record} of shard {shard} twice")
+        held.add(key)
+        if shard in unread and any(start <= record < stop for start, stop in unread[shard]):
+            _refuse(
+                field,
+                "residents the lanes have read",
+                f"record {record} of shard {shard}, which a lane will read again",
+            )
+    phase = position["phase"]
+    if phase and read is not None:  # a phase's residents dealt from the state, read before
+        stops = [count(p.shard) if p.stop is None else p.stop for lane in lanes for p in lane]
+        starts = sum(piece.start for lane in lanes for piece in lane)
+        total = None if None in stops else sum(stops) - starts  # type: ignore[arg-type]
+        read = None if total is None else read + phase["own"] - total
+    if read is None:
+        return
+    dropped = position["dropped"]
+    delivered = read - len(refs) - dropped[FILTERED] - dropped[SKIPPED] + dropped["padded"]
+    emitted = position["emitted"]
+    # Damage skipped may hide records (a torn frame) from the count: then at most as many.
+    if emitted > delivered or (emitted < delivered and not dropped[SKIPPED]):
+        _refuse(
+            f"{where}emitted",
+            f"{delivered} (what the lanes read, less the {len(refs)} residents and what was "
+            "dropped, plus the padding)",
+            emitted,
+        )
+
+
+def _refuse(field: str, expected: str, found: Any) -> None:
+    raise ConfigError(
+        f"cannot resume: the loader state's {field!r} should hold {expected}, found {found}; "
+        "the state was edited or damaged since it was saved: resume from an untouched one"
+    )
 
 
 def epoch_position(

@@ -33,7 +33,7 @@ import bisect
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from shardmix.errors import ConfigError, CorruptShardError, describe_position
+from shardmix.errors import ConfigError, CorruptShardError, ShardChangedError, describe_position
 from shardmix.formats import is_gzipped
 from shardmix.formats.tags import NO_TAG, TAG_KEY, tags_differ
 from shardmix.policy import SkipLedger
@@ -44,7 +44,7 @@ from shardmix.sources import SourceOptions
 from shardmix.sources.ranges import reads_ranges
 from shardmix.state.codec import Ref
 
-__all__ = ["Resident", "ResidentReads", "read_refs"]
+__all__ = ["Resident", "ResidentReads", "check_lane_ends", "read_refs"]
 
 Key = tuple[int, int]  # (shard index, record)
 
@@ -148,6 +148,39 @@ def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key
             offset=error.offset,
             record=error.record,
         ) from error
+
+
+def check_lane_ends(dataset: ShardReads, ends: Sequence[tuple[Ref, int]]) -> None:
+    """Refuse a shard whose record a saved lane read last (a reference, and its tag) is not
+    found there now: where an elastic resume deals the rest of a piece from (as a lane that
+    resumes checks the record before it: :func:`~shardmix.reading.reader.check_resumed`).
+    Every shard's reads are asked for first (remote ranges go out together), then read."""
+    wanted: dict[int, list[tuple[int, int]]] = {}
+    for (shard_index, record, offset), _ in ends:
+        wanted.setdefault(shard_index, []).append((record, offset))
+    reads = {
+        shard_index: dataset.read_records(dataset.urls[shard_index], sorted(positions), raw=True)
+        for shard_index, positions in wanted.items()
+    }
+    found = {
+        (shard_index, sample["__index__"]): sample.get(TAG_KEY, NO_TAG)
+        for shard_index, samples in reads.items()
+        for sample in samples
+    }
+    for (shard_index, record, offset), tag in ends:
+        there = found.get((shard_index, record))
+        if there is None or tags_differ(tag, there):
+            url = dataset.urls[shard_index]
+            what = "no such record" if there is None else f"tag {there:#06x}"
+            raise ShardChangedError(
+                f"{url}: the shard changed since the checkpoint: a lane was dealt the rest of "
+                f"it after record {record} (byte offset {offset}, tag {tag:#06x}), but the "
+                f"shard has {what} there; it was rewritten in place: resume over the data the "
+                "checkpoint was taken on, or start the epoch again",
+                url=url,
+                offset=None if offset < 0 else offset,
+                record=record,
+            )
 
 
 def read_refs(

@@ -129,6 +129,12 @@ class ShardPlan:
         rank, exchange = shared
         return self.record_counts.resolve_all(rank=rank, world_size=world_size, exchange=exchange)
 
+    def known_count(self, shard_index: int) -> int | None:
+        """Shard ``shard_index``'s record count if this process holds it (given, in a manifest
+        read already, or counted), else None: nothing is read for it."""
+        claimed = self.record_counts.claim(self.urls[shard_index])
+        return None if claimed is None else claimed[0]
+
     def lane_pieces(
         self,
         epoch: int,

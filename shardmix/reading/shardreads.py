@@ -297,8 +297,10 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         epoch_pass: int = 0,
         on_damage: DamageHandler | None = None,
         longest_record: int | None = None,
+        raw: bool = False,
     ) -> Iterator[Sample]:
-        """The samples at the ``(record, byte offset)`` pairs of shard ``url``, transformed.
+        """The samples at the ``(record, byte offset)`` pairs of shard ``url``, transformed
+        (``raw``: as read, with their tags).
 
         Each is read by seeking to its offset (by walking the framing on gzip shards and
         streams that cannot seek): how a checkpoint's shuffle buffer is restored.
@@ -314,7 +316,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
             longest_record=longest_record,
             expect=self.expected.get(self.shard_index[url]),
         )
-        return self._transformed(samples, url, epoch, on_damage, epoch_pass)
+        return samples if raw else self._transformed(samples, url, epoch, on_damage, epoch_pass)
 
     def _transformed(
         self,

@@ -17,6 +17,7 @@ versions (:func:`check_version`).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import sys
 import zlib
@@ -26,12 +27,16 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import Piece
-from shardmix.state.fields import is_count, refuse_field
+from shardmix.state.fields import MOST, is_count, refuse_field
 
 STATE_VERSION = 11
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
+
+# What a packed field may inflate to: 16 MiB of varints, some four million references. A field
+# deflated from more (a damaged or forged state) is refused before it takes the memory.
+MAX_INFLATED = 1 << 24
 
 
 def shards_digest(urls: Sequence[str]) -> str:
@@ -110,6 +115,11 @@ def pack_refs(refs: Sequence[Ref]) -> str:
 def unpack_refs(packed: str, field: str = "buffer.items") -> list[Ref]:
     """The references :func:`pack_refs` packed; a damaged string is a ConfigError naming
     ``field``."""
+    return list(_unpacked_refs(packed, field))
+
+
+@functools.lru_cache(maxsize=4)  # a restore unpacks the buffer to check it, then to load it
+def _unpacked_refs(packed: str, field: str) -> tuple[Ref, ...]:
     values = _unpacked(packed, field)
     if len(values) % 3:
         raise ConfigError(
@@ -125,17 +135,18 @@ def unpack_refs(packed: str, field: str = "buffer.items") -> list[Ref]:
         stored = last_offset + _unzigzag(offset_delta)
         last[shard] = record, stored
         refs.append((shard, record, stored - 1))
-    return refs
+    return tuple(refs)
 
 
 def check_refs(refs: Sequence[Ref], num_shards: int, field: str) -> None:
-    """Refuse references that name no shard of ``num_shards`` or a negative record."""
+    """Refuse references that name no shard of ``num_shards``, or a record or offset out of
+    range (negative, or past what a file can hold)."""
     for at, (shard, record, offset) in enumerate(refs):
-        if not 0 <= shard < num_shards or record < 0 or offset < -1:
+        if not (0 <= shard < num_shards and 0 <= record < MOST and -1 <= offset < MOST):
             raise ConfigError(
                 f"cannot resume: the loader state's {field!r} reference {at} is (shard, "
                 f"record, offset) {(shard, record, offset)}, but the dataset has shards 0 to "
-                f"{num_shards - 1} and records and offsets are not negative; the state was "
+                f"{num_shards - 1} and records and offsets are 0 to 2**63 - 1; the state was "
                 "edited or damaged since it was saved"
             )
 
@@ -245,8 +256,13 @@ def unpack_sizes(packed: str, field: str = "buffer.sizes") -> list[int]:
 
 def _unpacked(packed: str, field: str) -> list[int]:
     """The varints of a packed string, or a ConfigError naming the field it came from."""
+    inflate = zlib.decompressobj()
     try:
-        data = zlib.decompress(base64.b64decode(packed, validate=True))
+        data = inflate.decompress(base64.b64decode(packed, validate=True), MAX_INFLATED)
+        if inflate.unconsumed_tail:
+            raise ValueError(f"it inflates past {MAX_INFLATED:,} bytes")
+        if not inflate.eof:
+            raise ValueError("its deflated stream is cut short")
     except (ValueError, TypeError, zlib.error) as error:
         raise ConfigError(
             f"cannot resume: the loader state's {field!r} is not a packed string this shardmix "

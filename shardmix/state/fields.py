@@ -26,6 +26,9 @@ _POSITION: dict[str, Any] = {
     "phase": "phase",
 }
 _MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
+# Past every count and byte offset a state holds (a file's offsets are below 2**63): a larger
+# number is refused here, not met as an OverflowError or an OSError deep in a restore.
+MOST = 1 << 63
 
 
 def check_state(state: Any) -> None:
@@ -73,10 +76,10 @@ def _check_fields(values: Mapping[str, Any], fields: Mapping[str, Any], where: s
 
 
 _KINDS = {
-    "count": "a non-negative int",
+    "count": "a non-negative int below 2**63",
     "packed": "a packed string",
-    "ints": "a list of non-negative ints",
-    "lanes": "a list of lane positions, seven ints each",
+    "ints": "a list of non-negative ints below 2**63",
+    "lanes": "a list of lane positions, seven ints each, in range",
     "mapping": "a dict",
     "list": "a list",
     "phase": "{} or a dict of 'pieces' (a packed string), 'quota', 'own' and 'batches' (counts)",
@@ -113,17 +116,18 @@ def _is_phase(value: Any) -> bool:
 
 
 def is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MOST
 
 
 def _is_lane(lane: Any) -> bool:
+    """``[slot, record, offset, shard, start, stop, tag]``: counts, but the offset, shard and
+    stop, which may be -1, and the tag, 16 bits."""
     return (
         isinstance(lane, list)
         and len(lane) == 7
         and all(isinstance(value, int) and not isinstance(value, bool) for value in lane)
-        and lane[0] >= 0
-        and lane[1] >= 0
-        and lane[2] >= -1
+        and all(0 <= value < MOST for value in (lane[0], lane[1], lane[4]))
+        and all(-1 <= value < MOST for value in (lane[2], lane[3], lane[5]))
         and 0 <= lane[6] < 1 << 16
     )
 

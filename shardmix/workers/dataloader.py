@@ -12,10 +12,13 @@ Left to others: what runs in each worker, its lanes read into chunks
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import math
 import os
 import resource
 import signal
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -158,6 +161,7 @@ def start_workers(
         workers = start(None)
     if heartbeat is not None:
         watch_progress(workers, heartbeat, timeout)
+    _STARTED.add(workers)
     return workers, num_lanes, workers
 
 
@@ -234,9 +238,26 @@ def _open_descriptors() -> int:
         return 32
 
 
+# An epoch's workers not stopped yet: stopped at interpreter exit, before multiprocessing's own
+# exit hook, which sends them SIGTERM and joins them without a limit (forever, for a stopped one).
+_STARTED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_started() -> None:
+    for workers in list(_STARTED):
+        stop_workers(workers)
+
+
 def stop_workers(workers: Any) -> None:
     """Stop the DataLoader workers that :func:`start_workers` started (``None``: nothing)."""
+    with contextlib.suppress(TypeError):  # None, or not weakly referenced: never added
+        _STARTED.discard(workers)
     processes = worker_processes(workers)
+    for process in processes:
+        if _is_stopped(process.pid):  # it cannot end as asked: torch would wait 10 s on it
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGCONT)
     shutdown = getattr(workers, "_shutdown_workers", None)
     if callable(shutdown):
         shutdown()  # asks each worker to end, waits a grace period, then sends SIGTERM
@@ -246,6 +267,15 @@ def stop_workers(workers: Any) -> None:
         if process.is_alive():
             process.kill()
             process.join(KILL_WAIT_SECONDS)
+
+
+def _is_stopped(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, or traced), from /proc (False elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def is_worker_failure(error: RuntimeError) -> bool:
