@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bytes", ("sources", "formats")),
     ("plan", ("plan", "checkpoint", "statefields")),
     ("world", ("world", "rankstate")),
-    ("reading", ("reading",)),
+    ("reading", ("reading", "vision")),
     ("batching", ("batching",)),
     (
         "api",
