@@ -177,11 +177,15 @@ class StatsRecorder:
                 "read": max(0.0, stages.get("read", 0.0) - transform),
                 "transform": transform,
                 "collate": stages.get("collate", 0.0),
-            },
+            }
+            if stages
+            else {},
             main_seconds={
                 "wait": self.wait_seconds,
                 "batch": batch,
                 "step": max(0.0, elapsed - self.wait_seconds - batch),
-            },
+            }
+            if started is not None
+            else {},
             image_fallbacks=dict(traffic.image_fallbacks),
         )

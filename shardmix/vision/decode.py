@@ -108,7 +108,8 @@ def decode_field(sample: dict[str, Any], name: str) -> Encoded:
 def undecodable(sample: dict[str, Any], name: str, error: _Refused) -> DecodeError:
     """The error for an image field that could not be decoded."""
     message = _message(sample, name, sample[name], _EXPECTED, error.__cause__)
-    return DecodeError(message, **_position(sample))
+    # Without the decoder's remedy (raw_fields): the transform's error names what to do.
+    return DecodeError(message.rpartition("; keep it")[0], **_position(sample))
 
 
 def decoded(sample: dict[str, Any], name: str, image: Encoded, **scale: int) -> np.ndarray:
