@@ -4,8 +4,9 @@
 and a log-uniform aspect ratio, then the central fallback) drawn from a numpy generator, so
 that a seeded transform (``transform_rng=True``) draws the same box for a record in every run
 and after every resume. :func:`box_pixels` cuts a box out of an encoded image and resizes it
-the cheapest way that stays close to a full decode: a reduced DCT scale where the box is at
-least twice the output on both sides, ``INTER_AREA`` (antialiased) where it shrinks.
+the cheapest way that stays close to a full decode and Pillow's antialiased resize: a reduced
+DCT scale where the box is at least twice the output on both sides, then halvings and a
+bilinear resize (:func:`resized_crop`).
 """
 
 from __future__ import annotations
@@ -63,15 +64,18 @@ def central_box(height: int, width: int, ratio: tuple[float, float]) -> Box:
 def box_pixels(sample: dict[str, Any], name: str, image: Encoded, box: Box, size: int) -> Any:
     """``box`` of ``image`` (``sample[name]``) as a ``size`` x ``size`` RGB HWC array."""
     top, left, h, w = box
-    if h >= 2 * size and w >= 2 * size and image.fast:
-        # The smallest DCT scale that keeps the box at least size on each side: the resize
-        # after it still shrinks (antialiased), from a quarter of the pixels per halving.
+    factor = 1
+    while h >= 2 * factor * size and w >= 2 * factor * size and factor < 8:
+        factor *= 2
+    if factor > 1 and image.fast:
+        # The DCT scale 1/factor (1/2, 1/4, 1/8): the box stays at least size on each side,
+        # and the resize after it still shrinks (antialiased), from 1/factor² of the pixels.
         array = decoded(
             sample,
             name,
             image,
-            min_height=-(-size * image.height // h),
-            min_width=-(-size * image.width // w),
+            min_height=-(-image.height // factor),
+            min_width=-(-image.width // factor),
         )
         y, x = array.shape[0] / image.height, array.shape[1] / image.width
         bottom, right = round((top + h) * y), round((left + w) * x)
@@ -83,12 +87,21 @@ def box_pixels(sample: dict[str, Any], name: str, image: Encoded, box: Box, size
 
 
 def resized_crop(array: np.ndarray, box: Box, size: int) -> Any:
-    """``box`` of an HWC array resized to ``size`` x ``size``: ``INTER_AREA`` where both sides
-    shrink (OpenCV's antialiased resize), bilinear where one grows."""
+    """``box`` of an HWC array resized to ``size`` x ``size``, antialiased where it shrinks.
+
+    Halved by 2x2 means while both sides are at least twice ``size`` (OpenCV's vectorised
+    ``INTER_AREA`` case: 0.01 ms; an ``INTER_AREA`` resize at any other factor costs 0.5-0.7
+    ms at 500x375, as much as the decode), then bilinear, whose four taps a shrink under 2x
+    leaves no pixel out of (``INTER_AREA`` where one side still shrinks 2x or more): 36-44 dB
+    PSNR against Pillow's antialiased resize on photographs.
+    """
     cv2 = opencv()
     top, left, h, w = box
     crop = array[top : top + h, left : left + w]
-    shrinks = h >= size and w >= size
+    while h >= 2 * size and w >= 2 * size:  # an odd last row or column is left out
+        h, w = h // 2, w // 2
+        crop = cv2.resize(crop[: 2 * h, : 2 * w], (w, h), interpolation=cv2.INTER_AREA)
+    wide = h >= 2 * size or w >= 2 * size  # one side still shrinks 2x or more: averaged
     return cv2.resize(
-        crop, (size, size), interpolation=cv2.INTER_AREA if shrinks else cv2.INTER_LINEAR
+        crop, (size, size), interpolation=cv2.INTER_AREA if wide else cv2.INTER_LINEAR
     )

@@ -136,7 +136,19 @@ def _pillow_open(data: bytes) -> Any:
 
 
 def _module(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise ConfigError(f"shardmix.vision needs {name}: {_INSTALL_HINT}")
+    return module
+
+
+def _imported(name: str) -> Any:
     try:
         return __import__(name)
-    except ImportError as error:
-        raise ConfigError(f"shardmix.vision needs {name}: {_INSTALL_HINT}") from error
+    except ImportError:
+        return None
+
+
+# Imported with this module, so that DataLoader workers forked later do not import them each
+# (OpenCV's import costs a worker about half a CPU-second).
+_MODULES = {name: _imported(name) for name in ("cv2", "simplejpeg")}
