@@ -22,6 +22,7 @@ epoch (:mod:`shardmix.loaderlength`), and the checked, versioned ``state_dict()`
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
@@ -344,6 +345,7 @@ class _Epoch(Iterator[Any]):
 
     def __next__(self) -> Any:
         loader = self._loader
+        started = time.perf_counter()
         try:
             if self._epoch is None:
                 if loader is None:
@@ -360,7 +362,7 @@ class _Epoch(Iterator[Any]):
             if not isinstance(current, EpochIterator):
                 raise
             raise current.named_failure(error) from error
-        self._stats.step()
+        self._stats.step(time.perf_counter() - started)
         return batch
 
     def close(self) -> None:

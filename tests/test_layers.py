@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bytes", ("sources", "formats")),
     ("plan", ("plan",)),
     ("world", ("world", "state")),
-    ("reading", ("reading",)),
+    ("reading", ("reading", "vision")),
     ("workers", ("workers",)),
     ("batching", ("batching",)),
     ("dataset", ("dataset",)),

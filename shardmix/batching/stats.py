@@ -39,6 +39,14 @@ class LoaderStats:
     never read from a cached copy (those are ``cache_read_bytes``); ``lane_stalls`` the
     times a lane waited for the first bytes of its next shard (read-ahead had not brought
     them), ``lane_stall_seconds`` how long, all lanes together.
+
+    Which stage bounds a step: ``worker_seconds`` is the workers' time, all together, split
+    into ``read`` (opening, fetching and parsing records), ``transform`` (decode and the
+    transform) and ``collate`` (a chunk's columns built and copied to shared memory);
+    ``main_seconds`` the main process's, into ``wait`` (``wait_seconds``), ``batch`` (mixing,
+    shuffling and collating inside ``next()``) and ``step`` (the rest of the elapsed time:
+    the training step). ``image_fallbacks`` counts the images :mod:`shardmix.vision` left to
+    Pillow, by format.
     """
 
     epoch: int = 0
@@ -53,6 +61,9 @@ class LoaderStats:
     cache_read_bytes: int = 0
     lane_stalls: int = 0
     lane_stall_seconds: float = 0.0
+    worker_seconds: dict[str, float] = field(default_factory=dict)
+    main_seconds: dict[str, float] = field(default_factory=dict)
+    image_fallbacks: dict[str, int] = field(default_factory=dict)
 
     @property
     def wait_per_step(self) -> float:
@@ -90,6 +101,8 @@ class LoaderStats:
         }
         for host, rate in self.bytes_per_second.items():
             flat[f"bytes_per_second/{host}"] = rate
+        for where, split in (("worker", self.worker_seconds), ("main", self.main_seconds)):
+            flat.update({f"{where}_seconds/{stage}": value for stage, value in split.items()})
         return flat
 
 
@@ -105,6 +118,7 @@ class StatsRecorder:
         self.epoch = epoch
         self.steps = 0
         self.wait_seconds = 0.0
+        self.next_seconds = 0.0  # inside next(), waits included
         # What this process fetched to prepare the epoch (a manifest, record counts) is its.
         self.traffic = take_traffic()
         self._started = None
@@ -132,9 +146,10 @@ class StatsRecorder:
             yield chunk
             self.traffic.add(take_traffic())  # this process's own (restored residents)
 
-    def step(self) -> None:
-        """One batch was handed out."""
+    def step(self, seconds: float) -> None:
+        """One batch was handed out, after ``seconds`` in ``next()``."""
         self.steps += 1
+        self.next_seconds += seconds
         self._last = time.perf_counter()
 
     def snapshot(self, *, live: bool) -> LoaderStats:
@@ -146,6 +161,9 @@ class StatsRecorder:
             elapsed = (time.perf_counter() if live else max(self._last, started)) - started
         traffic = self.traffic
         traffic.add(take_traffic())
+        stages = traffic.stage_seconds
+        transform = stages.get("transform", 0.0)
+        batch = max(0.0, self.next_seconds - self.wait_seconds)
         return LoaderStats(
             epoch=self.epoch,
             steps=self.steps,
@@ -159,4 +177,19 @@ class StatsRecorder:
             cache_read_bytes=traffic.cache_read_bytes,
             lane_stalls=traffic.stalls,
             lane_stall_seconds=traffic.stall_seconds,
+            worker_seconds={  # a group's read is timed around its transforms
+                "read": max(0.0, stages.get("read", 0.0) - transform),
+                "transform": transform,
+                "collate": stages.get("collate", 0.0),
+            }
+            if stages
+            else {},
+            main_seconds={
+                "wait": self.wait_seconds,
+                "batch": batch,
+                "step": max(0.0, elapsed - self.wait_seconds - batch),
+            }
+            if started is not None
+            else {},
+            image_fallbacks=dict(traffic.image_fallbacks),
         )

@@ -15,6 +15,7 @@ lane (:class:`~shardmix.reading.shardreads.ShardReads`).
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.progress import Heartbeat
 from shardmix.reading.shardreads import ShardReads
 from shardmix.sources.identity import ShardIdentity
-from shardmix.sources.traffic import take_traffic
+from shardmix.sources.traffic import count_seconds, take_traffic
 from shardmix.sources.version import forget_versions
 from shardmix.world import detect_world
 
@@ -142,7 +143,7 @@ def lane_chunks(
         lambda: builder.mean_size,
         steady=plan.steady or plan.per_lane,
     )
-    chunks: Iterator[Chunk] = (builder.build(group, ledger.take()) for group in groups)
+    chunks = _built(groups, builder, ledger)
     if shard_index is not None:
         assert isinstance(dataset, ShardReads)
         chunks = _with_identities(chunks, dataset)
@@ -165,6 +166,21 @@ def _read_lane(
     if blocks:
         return BlockTurns(beat(dataset.read_lane_blocks(pieces, start)))
     return beat(dataset.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
+
+
+def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> Iterator[Chunk]:
+    """The chunks of ``groups``, the seconds spent reading each group (its transforms among
+    them: stats subtracts them) and building its chunk counted for ``loader.stats()``."""
+    clock = time.perf_counter
+    before = clock()
+    for group in groups:
+        read = clock()
+        chunk = builder.build(group, ledger.take())
+        built = clock()
+        count_seconds("read", read - before)
+        count_seconds("collate", built - read)
+        yield chunk
+        before = clock()
 
 
 def _with_identities(chunks: Iterator[Chunk], dataset: ShardReads) -> Iterator[Chunk]:

@@ -31,6 +31,7 @@ twice. Direct iteration drops tombstones at once (:func:`without_tombstones`).
 from __future__ import annotations
 
 import reprlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ from shardmix.errors import DecodeError, TransformError, describe_position
 from shardmix.formats.tags import TAG_KEY
 from shardmix.policy import Damage, DamageHandler
 from shardmix.reading.decode import Decoder
+from shardmix.sources.traffic import count_seconds
 
 Sample = dict[str, Any]
 
@@ -98,9 +100,11 @@ class SampleTransform:
         A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
         decoder and the transform, and put back in what they give or the tombstone.
         """
+        clock = time.perf_counter
         for sample in samples:
             tag = sample.pop(TAG_KEY, None)
             provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
+            before = clock()
             try:
                 result = self._one(sample, provenance, epoch, epoch_pass, shard_index, example)
             except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
@@ -111,6 +115,7 @@ class SampleTransform:
                 result = tombstone(sample, SKIPPED)
             else:
                 result = tombstone(sample, FILTERED) if result is None else self._kept(result)
+            count_seconds("transform", clock() - before)
             if tag is not None:
                 result[TAG_KEY] = tag
             yield result

@@ -1,15 +1,17 @@
-"""Traffic: what this process's sources fetched, counted where the bytes arrive.
+"""Traffic: what this process's sources fetched, counted where the bytes arrive, and where
+its time went.
 
 One set of counters per process (a DataLoader worker has its own, as it has its own
 connection pools): body bytes and requests per ``(scheme, host)`` (what came from there, never
 what a cached copy gave), the bytes read from cached copies (:class:`CopyFile`), the cache's
 hits, misses and evictions, and the *stalls*, the times a lane had to wait for the first bytes
-of a shard because read-ahead had not brought them yet (with the seconds it waited). Openers
-and the read-ahead add to them (:func:`count_bytes`, :func:`count_request`,
-:func:`count_cache`, :func:`count_cache_read`, :func:`count_stall`); a worker takes what was
-counted since its last chunk with :func:`take_traffic` and sends it along
-(:mod:`shardmix.reading.lanechunks`), and the main process adds the parts up
-(:mod:`shardmix.batching.stats`).
+of a shard because read-ahead had not brought them yet (with the seconds it waited). Beside
+them, a worker's seconds per stage (:func:`count_seconds`: reading, transforming, collating)
+and the images :mod:`shardmix.vision` handed to Pillow (:func:`count_fallback`). Openers and
+the read-ahead add to them (:func:`count_bytes`, :func:`count_request`, :func:`count_cache`,
+:func:`count_cache_read`, :func:`count_stall`); a worker takes what was counted since its last
+chunk with :func:`take_traffic` and sends it along (:mod:`shardmix.reading.lanechunks`), and
+the main process adds the parts up (:mod:`shardmix.batching.stats`).
 
 Counting is a dict update under a lock per read of up to a read buffer (64 KiB and more), so
 that threads reading ahead count beside the lane's own reads. What the counts mean to a user
@@ -36,7 +38,9 @@ __all__ = [
     "count_bytes",
     "count_cache",
     "count_cache_read",
+    "count_fallback",
     "count_request",
+    "count_seconds",
     "count_stall",
     "host_of",
     "take_traffic",
@@ -59,10 +63,18 @@ class Traffic:
     cache_read_bytes: int = 0
     stalls: int = 0
     stall_seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    image_fallbacks: dict[str, int] = field(default_factory=dict)  # by Pillow's format name
 
     def __bool__(self) -> bool:
         return bool(
-            self.bytes or self.requests or self.cache or self.cache_read_bytes or self.stalls
+            self.bytes
+            or self.requests
+            or self.cache
+            or self.cache_read_bytes
+            or self.stalls
+            or self.stage_seconds
+            or self.image_fallbacks
         )
 
     def add(self, other: Traffic) -> None:
@@ -71,9 +83,11 @@ class Traffic:
             (self.bytes, other.bytes),
             (self.requests, other.requests),
             (self.cache, other.cache),
+            (self.stage_seconds, other.stage_seconds),
+            (self.image_fallbacks, other.image_fallbacks),
         ):
             for key, value in theirs.items():
-                mine[key] = mine.get(key, 0) + value
+                mine[key] = mine.get(key, 0) + value  # type: ignore[assignment]
         self.cache_read_bytes += other.cache_read_bytes
         self.stalls += other.stalls
         self.stall_seconds += other.stall_seconds
@@ -147,6 +161,18 @@ def count_stall(seconds: float) -> None:
     with _lock:
         _counts.stalls += 1
         _counts.stall_seconds += seconds
+
+
+def count_seconds(stage: str, seconds: float) -> None:
+    """This process spent ``seconds`` more in ``stage`` (``read``, ``transform``, ``collate``)."""
+    with _lock:
+        _counts.stage_seconds[stage] = _counts.stage_seconds.get(stage, 0.0) + seconds
+
+
+def count_fallback(image_format: str) -> None:
+    """One image of ``image_format`` was decoded by Pillow, not the fast decoder."""
+    with _lock:
+        _counts.image_fallbacks[image_format] = _counts.image_fallbacks.get(image_format, 0) + 1
 
 
 def take_traffic() -> Traffic:

@@ -1,0 +1,133 @@
+"""The transforms users pass: ``RandomResizedCrop`` (training), ``CenterCrop`` (evaluation),
+``DecodeImage`` (the whole image).
+
+Each takes a sample of encoded fields (``ShardDataset(decode=False)``) and replaces one
+image field by a ``uint8`` array, in the worker; normalising and casting are left to the GPU
+side, where they cost nothing. ``then=`` composes a function of the array after the crop
+(``then=lambda image: image[..., :1]``): it runs in the worker too, and its result is what the
+field holds. The crops give ``(3, size, size)`` (CHW, as batches of images are laid out in
+torch); ``DecodeImage`` gives HWC as decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardmix.errors import ConfigError
+from shardmix.vision.crop import Box, box_pixels, random_box
+from shardmix.vision.decode import decode_field, decoded, opencv
+
+__all__ = ["CenterCrop", "DecodeImage", "RandomResizedCrop"]
+
+Sample = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop:
+    """torchvision's RandomResizedCrop(size) and RandomHorizontalFlip, fused with the decode.
+
+    Pass it as ``ShardDataset(..., decode=False, transform=RandomResizedCrop(224),
+    transform_rng=True)``: it is called as ``f(sample, rng)`` and draws the box, then the
+    flip, from ``rng``. ``field`` names the encoded image; the ``(3, size, size)`` array goes
+    to ``out`` (default: ``field``, replacing the bytes).
+    """
+
+    size: int
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    field: str = "jpg"
+    out: str | None = None
+    then: Callable[[np.ndarray], Any] | None = None
+
+    def __post_init__(self) -> None:
+        _check_size(self.size)
+        for name, (low, high) in (("scale", self.scale), ("ratio", self.ratio)):
+            if not 0 < low <= high:
+                raise ConfigError(
+                    f"{name} must be (low, high) with 0 < low <= high, got {(low, high)}"
+                )
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        image = decode_field(sample, self.field)
+        box = random_box(image.height, image.width, self.scale, self.ratio, rng)
+        array = box_pixels(sample, self.field, image, box, self.size)
+        if self.flip and rng.random() < 0.5:
+            array = array[:, ::-1]
+        return _placed(sample, self.out or self.field, _chw(array), self.then)
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """torchvision's ``Resize(resize)`` then ``CenterCrop(size)``, fused with the decode: the
+    shorter side scaled to ``resize`` (default ``size / 0.875``, 256 for 224), the central
+    ``size`` x ``size`` kept, as ``(3, size, size)`` in ``out`` (default: ``field``)."""
+
+    size: int
+    resize: int | None = None
+    field: str = "jpg"
+    out: str | None = None
+    then: Callable[[np.ndarray], Any] | None = None
+
+    def __post_init__(self) -> None:
+        _check_size(self.size)
+        if self.resize is not None and (
+            not isinstance(self.resize, int) or self.resize < self.size
+        ):
+            raise ConfigError(f"resize must be an int >= size ({self.size}), got {self.resize!r}")
+
+    def __call__(self, sample: Sample) -> Sample:
+        image = decode_field(sample, self.field)
+        resize = self.resize or round(self.size / 0.875)
+        side = min(image.height, image.width) * self.size / resize  # the crop, in the image
+        h, w = min(image.height, round(side)), min(image.width, round(side))
+        box: Box = ((image.height - h) // 2, (image.width - w) // 2, h, w)
+        array = box_pixels(sample, self.field, image, box, self.size)
+        return _placed(sample, self.out or self.field, _chw(array), self.then)
+
+
+@dataclass(frozen=True)
+class DecodeImage:
+    """The image in ``field`` decoded to RGB ``uint8`` HWC; with ``max_side``, shrunk
+    (antialiased, aspect kept) so that its longer side is at most ``max_side``, from a
+    reduced DCT scale where that allows."""
+
+    field: str = "jpg"
+    max_side: int | None = None
+    out: str | None = None
+    then: Callable[[np.ndarray], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_side is not None:
+            _check_size(self.max_side)
+
+    def __call__(self, sample: Sample) -> Sample:
+        image = decode_field(sample, self.field)
+        longer = max(image.height, image.width)
+        if self.max_side is None or longer <= self.max_side:
+            array = decoded(sample, self.field, image)
+        else:
+            height = max(1, round(image.height * self.max_side / longer))
+            width = max(1, round(image.width * self.max_side / longer))
+            array = decoded(sample, self.field, image, min_height=height, min_width=width)
+            cv2 = opencv()
+            array = cv2.resize(array, (width, height), interpolation=cv2.INTER_AREA)
+        return _placed(sample, self.out or self.field, array, self.then)
+
+
+def _chw(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array.transpose(2, 0, 1))
+
+
+def _placed(sample: Sample, out: str, array: np.ndarray, then: Callable[..., Any] | None) -> Sample:
+    sample[out] = array if then is None else then(array)
+    return sample
+
+
+def _check_size(size: Any) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"size must be a positive int (pixels), got {size!r}")
