@@ -26,7 +26,7 @@ padding: :class:`~shardmix.sources.identity.ShardIdentity`), so that a restore r
 rewritten since; version 10 the epoch's phase (``"phase"``: empty while the epoch runs as
 planned; after a resume on another world size or batch size, the pieces this rank reads for
 the rest of the epoch, packed by :func:`pack_pieces`, with the phase's quota, own total and
-first batch: :mod:`shardmix.elastic`); version 11 the tag of each record a lane or a
+first batch: :mod:`shardmix.epochs.elastic`); version 11 the tag of each record a lane or a
 resident is positioned on (:mod:`shardmix.formats.tags`: 16 bits of a hash of the record's
 data CRC or key and its index), a seventh int in each ``mixer.lanes`` entry and
 ``buffer.tags`` (2 bytes per resident, packed by :func:`pack_tags`), so that a restore refuses
@@ -77,7 +77,8 @@ def check_config(
     """Refuse a checkpoint whose settings differ from the loader's, naming the field.
 
     A mixture's settings nest per dataset; a field there is named ``datasets.<name>.<field>``.
-    The top-level fields in ``free`` may differ (what a resize re-deals: :mod:`shardmix.elastic`).
+    The top-level fields in ``free`` may differ (what a resize re-deals:
+    :mod:`shardmix.epochs.elastic`).
     """
     fields = sorted(current, key=lambda field: field in _DERIVED)  # stable: the rest in order
     for name in fields:

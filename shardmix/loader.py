@@ -15,9 +15,9 @@ epoch), keeps the worker processes across epochs (:mod:`shardmix.reading.pool`),
 the current epoch filtered, skipped and waited for.
 
 Left to the loader's other parts, which :class:`MixingLoader` inherits: checking the
-settings and resolving them at each epoch (:mod:`shardmix.loadersettings`), the batches per
-epoch (:mod:`shardmix.loaderlength`), and the checked, versioned ``state_dict()`` and back
-(:mod:`shardmix.loadercheckpoint`; under torch.distributed it holds every rank's position).
+settings and resolving them at each epoch (:mod:`shardmix.epochs.options`), the batches per
+epoch (:mod:`shardmix.epochs.length`), and the checked, versioned ``state_dict()`` and back
+(:mod:`shardmix.epochs.checkpoint`; under torch.distributed it holds every rank's position).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from shardmix.batching.collate import collate_samples
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.stats import LoaderStats, StatsRecorder
-from shardmix.canonical import CanonicalEpoch
 from shardmix.dataset import ShardDataset
-from shardmix.errors import ConfigError, ShardmixError
-from shardmix.loadercheckpoint import LoaderCheckpoint
-from shardmix.loaderlength import Reading
-from shardmix.loadersettings import (
+from shardmix.epochs.canonical import CanonicalEpoch
+from shardmix.epochs.checkpoint import LoaderCheckpoint
+from shardmix.epochs.length import Reading
+from shardmix.epochs.mixture import MixtureEpoch
+from shardmix.epochs.options import (
     check_canonical_ranks,
     check_num_workers,
     check_sizes,
@@ -45,7 +45,7 @@ from shardmix.loadersettings import (
     mixture_datasets,
     refuse_torch_arguments,
 )
-from shardmix.mixture import MixtureEpoch
+from shardmix.errors import ConfigError, ShardmixError
 from shardmix.plan.apportion import Stopping, normalized_weights
 from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
 from shardmix.plan.sharding import EvenRanks, canonical_slots
@@ -108,7 +108,7 @@ class MixingLoader(LoaderCheckpoint):
         canonical_ranks: plan every epoch for this many ranks, whatever the world size, so
             that the global batches (each step's samples over all ranks) are the same on
             every world size that divides it, and a state resumes on any of them
-            (:mod:`shardmix.canonical`). ``batch_size`` is then per canonical rank: each rank
+            (:mod:`shardmix.epochs.canonical`). ``batch_size`` is then per canonical rank: each rank
             yields ``canonical_ranks // world_size * batch_size`` samples per batch, and
             ``num_workers`` and ``shuffle_buffer`` are per canonical rank too (a rank runs
             ``canonical_ranks // world_size`` of each: docs/guides/canonical-ranks.md says

@@ -9,7 +9,7 @@ import torch
 
 from shardmix import ConfigError, MixingLoader, ShardDataset
 from shardmix.batching.collate import collate_samples, join_batches
-from shardmix.canonical import held_positions, merge_states
+from shardmix.epochs.canonical import held_positions, merge_states
 from shardmix.errors import DecodeError
 from shardmix.rankstate import own_position
 

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 
 # Bottom to top. A module is matched by its longest listed prefix; "" is the package itself.
 # The stages' folders are layers whole: plan/ (which records), reading/ (what runs in a worker),
-# batching/ (what runs in the trainer's process).
+# batching/ (what runs in the trainer's process), epochs/ (the loader's epochs, over a dataset).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "policy", "lifeline")),
     ("bytes", ("sources", "formats")),
@@ -27,17 +27,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("world", ("world", "rankstate")),
     ("reading", ("reading",)),
     ("batching", ("batching",)),
+    ("dataset", ("dataset",)),
+    ("epochs", ("epochs",)),
     (
         "api",
         (
-            "dataset",
             "loader",
-            "loadersettings",
-            "loaderlength",
-            "loadercheckpoint",
-            "mixture",
-            "canonical",
-            "elastic",
             "lightning",
             "accelerate",
             "hf",

@@ -117,7 +117,7 @@ def measure(world_size: int, data_dir: Path, workers: int, shards: int = SHARDS)
 def _restore(loader: Any, world_size: int, steps: int) -> tuple[int, float]:
     """``(bytes, seconds)``: the JSON size of every rank's state joined after ``steps`` batches,
     and the time from ``load_state_dict`` to rank 0's next batch."""
-    from shardmix.canonical import merge_states
+    from shardmix.epochs.canonical import merge_states
 
     states = []
     for rank in range(world_size):

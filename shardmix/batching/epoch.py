@@ -86,7 +86,7 @@ class EpochIterator:
         self.closed = False  # the workers were stopped; the position stays valid
         self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
         # After a resume on another world or batch size, the rest of the epoch is a resized
-        # phase: this rank's pieces come from the state (:mod:`shardmix.elastic`).
+        # phase: this rank's pieces come from the state (:mod:`shardmix.epochs.elastic`).
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         planned = (
             plan_epoch(settings, epoch, epoch_pass, self.phase, resume is not None)

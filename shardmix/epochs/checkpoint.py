@@ -3,16 +3,16 @@
 A state is the version, the settings it was taken under (``config``: the shards' digest, the
 seeds, the batch, lanes and buffer, the world; a mixture's per dataset) and the positions:
 under several ranks every rank's, gathered over the ranks (:mod:`shardmix.rankstate`), or
-this rank's canonical ranks' (:mod:`shardmix.canonical`). The position is the current
+this rank's canonical ranks' (:mod:`shardmix.epochs.canonical`). The position is the current
 epoch's, the start of the next one, or the one a ``load_state_dict()`` left to resume from.
 Taking a state back checks its version and shape, then its settings against the loader's
-(the world and batch sizes may change where :mod:`shardmix.elastic` resizes the position),
+(the world and batch sizes may change where :mod:`shardmix.epochs.elastic` resizes the position),
 and keeps this rank's position for the next ``iter()``. :class:`LoaderCheckpoint` is that
 part of the loader.
 
 Left to others: the state's JSON and its checks (:mod:`shardmix.checkpoint`), each epoch's
-position (:mod:`shardmix.batching.epoch`, :mod:`shardmix.mixture`, :mod:`shardmix.canonical`),
-whether an epoch goes on (:mod:`shardmix.loaderlength`).
+position (:mod:`shardmix.batching.epoch`, :mod:`shardmix.epochs.mixture`,
+:mod:`shardmix.epochs.canonical`), whether an epoch goes on (:mod:`shardmix.epochs.length`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,6 @@ from typing import Any
 
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.epochplan import epoch_start
-from shardmix.canonical import (
-    CanonicalEpoch,
-    check_canonical,
-    gather_canonical,
-    own_positions,
-    start_positions,
-)
 from shardmix.checkpoint import (
     STATE_VERSION,
     check_config,
@@ -37,9 +30,16 @@ from shardmix.checkpoint import (
     shards_digest,
 )
 from shardmix.dataset import ShardDataset
-from shardmix.elastic import ELASTIC_FIELDS, resized_position
-from shardmix.loaderlength import LoaderLength
-from shardmix.mixture import MixtureEpoch, mixture_start
+from shardmix.epochs.canonical import (
+    CanonicalEpoch,
+    check_canonical,
+    gather_canonical,
+    own_positions,
+    start_positions,
+)
+from shardmix.epochs.elastic import ELASTIC_FIELDS, resized_position
+from shardmix.epochs.length import LoaderLength
+from shardmix.epochs.mixture import MixtureEpoch, mixture_start
 from shardmix.plan.apportion import member_seed
 from shardmix.plan.sharding import canonical_slots
 from shardmix.rankstate import gather_positions, own_position
@@ -126,7 +126,7 @@ class LoaderCheckpoint(LoaderLength):
         self._current = None
 
     def _elastic_fields(self, dataset: ShardDataset) -> tuple[str, ...]:
-        """The settings a resume may change (:mod:`shardmix.elastic`): the world and batch
+        """The settings a resume may change (:mod:`shardmix.epochs.elastic`): the world and batch
         sizes, and the lanes and buffer where they follow them by default. None for a
         mixture, or with ``canonical_ranks`` (whose states resume on the worlds that divide
         it)."""

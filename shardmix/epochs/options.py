@@ -4,13 +4,13 @@
 :class:`~shardmix.errors.ConfigError` that names the argument and what to use instead), keeps
 them as attributes, and resolves them at each epoch into frozen values: an
 :class:`~shardmix.batching.settings.EpochSettings` for one dataset, a
-:class:`~shardmix.mixture.MixtureSettings` for a mixture, the rank and world size an epoch is
+:class:`~shardmix.epochs.mixture.MixtureSettings` for a mixture, the rank and world size an epoch is
 planned for, its lanes and shuffle buffer. :class:`LoaderSettings` is the part of the loader
 that does that, and no more: it holds no epoch and no position.
 
 Left to others: the loader's epochs and their iterators (:mod:`shardmix.loader`), how many
-batches they hold (:mod:`shardmix.loaderlength`), the state of a checkpoint
-(:mod:`shardmix.loadercheckpoint`), where this process runs (:mod:`shardmix.world`).
+batches they hold (:mod:`shardmix.epochs.length`), the state of a checkpoint
+(:mod:`shardmix.epochs.checkpoint`), where this process runs (:mod:`shardmix.world`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from torch.utils.data import IterableDataset
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.stats import StatsRecorder
 from shardmix.dataset import ShardDataset
+from shardmix.epochs.mixture import MixtureSettings, mixture_settings
 from shardmix.errors import ConfigError, ShardmixWarning
-from shardmix.mixture import MixtureSettings, mixture_settings
 from shardmix.plan.apportion import Stopping
 from shardmix.plan.sharding import EvenRanks, canonical_slots, default_shuffle_buffer
 from shardmix.reading.pool import WorkerPool

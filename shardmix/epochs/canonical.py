@@ -38,7 +38,7 @@ from shardmix.reading.pool import WorkerPool
 from shardmix.world import state_exchange
 
 if TYPE_CHECKING:
-    from shardmix.loadersettings import LoaderSettings
+    from shardmix.epochs.options import LoaderSettings
 
 CANONICAL_VERSION = 1
 
@@ -300,7 +300,7 @@ def own_positions(state: Mapping[str, Any], slots: range) -> dict[str, Any]:
             f"cannot resume canonical ranks {missing}: the loader state holds canonical ranks "
             f"{sorted(map(int, held))} only; save it with state_dict() on every rank under "
             "torch.distributed, or join simulated ranks' states with "
-            "shardmix.canonical.merge_states"
+            "shardmix.epochs.canonical.merge_states"
         )
     steps = {(held[key]["epoch"], held[key]["batches"]) for key in held}
     if len(steps) > 1:

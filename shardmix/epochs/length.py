@@ -4,14 +4,14 @@
 record counts (a manifest, the count cache or a counting pass, shared out over the ranks of the
 job at the first call): this rank's samples in the epoch (the ranks' quota under
 ``even_ranks``, or the kept counts learned under a filtering transform), cut into batches; a
-resized phase's batches after those before it (:mod:`shardmix.elastic`); a mixture's batches
+resized phase's batches after those before it (:mod:`shardmix.epochs.elastic`); a mixture's batches
 from each dataset's samples per pass and the weights
 (:func:`~shardmix.plan.apportion.mixture_batches`). :class:`LoaderLength` is that part of the
 loader, with the epoch it is in.
 
 Left to others: the record counts themselves (:mod:`shardmix.plan.counts`,
 :mod:`shardmix.plan.kept`), each rank's share of them (:mod:`shardmix.plan.sharding`), the settings
-the counts are planned by (:mod:`shardmix.loadersettings`), starting and reading the epochs
+the counts are planned by (:mod:`shardmix.epochs.options`), starting and reading the epochs
 (:mod:`shardmix.loader`).
 """
 
@@ -21,11 +21,11 @@ import weakref
 from typing import Any
 
 from shardmix.batching.epoch import EpochIterator
-from shardmix.canonical import CanonicalEpoch
 from shardmix.dataset import ShardDataset
+from shardmix.epochs.canonical import CanonicalEpoch
+from shardmix.epochs.mixture import MixtureEpoch
+from shardmix.epochs.options import LoaderSettings
 from shardmix.errors import UnknownLengthError
-from shardmix.loadersettings import LoaderSettings
-from shardmix.mixture import MixtureEpoch
 from shardmix.plan.apportion import Stopping, mixture_batches
 from shardmix.plan.sharding import rank_quota
 from shardmix.world import count_exchange, job_count_exchange
