@@ -5,8 +5,12 @@
 ['CacheFullError', 'ConfigError', 'CorruptShardError']
 """
 
+import sys
+from types import ModuleType
+
 from shardmix.convert import ShardWriter, write_shards
 from shardmix.dataset import ShardDataset
+from shardmix.epochs import canonical as _canonical
 from shardmix.errors import (
     CacheFullError,
     ConfigError,
@@ -46,19 +50,18 @@ __all__ = [
     "CacheFullError",
     "ConfigError",
     "CorruptShardError",
-    "DecodedSizeError",
     "DecodeError",
+    "DecodedSizeError",
     "Decoder",
     "EmptyShardWarning",
-    "ManifestMismatchWarning",
-    "RecordCountError",
-    "UnvalidatedShardWarning",
-    "WorkerRestartWarning",
     "EvenRanks",
     "Format",
+    "ManifestMismatchWarning",
     "MixingLoader",
     "OnError",
+    "RecordCountError",
     "RetryPolicy",
+    "ShardChangedError",
     "ShardDataset",
     "ShardNotFoundError",
     "ShardWriter",
@@ -73,9 +76,20 @@ __all__ = [
     "UnknownLengthError",
     "UnregisteredLoaderWarning",
     "UnsupportedURLError",
-    "ShardChangedError",
+    "UnvalidatedShardWarning",
     "WorkerError",
+    "WorkerRestartWarning",
     "expand_urls",
     "join_states",
     "write_shards",
 ]
+
+# Old module paths users may have imported, kept one release (their names warn where they went).
+_MOVED = {"canonical": _canonical}
+sys.modules.update({f"shardmix.{name}": module for name, module in _MOVED.items()})
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _MOVED:
+        return _MOVED[name]
+    raise AttributeError(f"module 'shardmix' has no attribute {name!r}")

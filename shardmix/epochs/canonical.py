@@ -9,41 +9,32 @@ in canonical order, into one batch of ``C/W * batch_size`` samples. So the seque
 batches (one step's samples over all ranks) does not depend on ``W``, and a state saved on one
 world size resumes on any other that divides ``C``, mid-epoch included.
 
-The state is a ``C``-rank state keyed by canonical rank (:mod:`shardmix.rankstate`'s layout:
-the lowest canonical rank held at the top level, the others under ``"ranks"``), with a
-``"canonical"`` field of its own version. Under torch.distributed :func:`gather_canonical`
-collects every physical rank's canonical ranks; with ranks simulated in one process each
-loader's state holds its own, and :func:`merge_states` joins them.
+The state is a ``C``-rank state keyed by canonical rank, with a ``"canonical"`` field of its
+own version (:mod:`shardmix.rankstate`, the envelope of every rank's position: under
+torch.distributed it gathers every physical rank's canonical ranks; with ranks simulated in one
+process each loader's state holds its own, and :func:`shardmix.join_states` joins them).
 
-This module owns the split of canonical ranks over physical ranks, the joined batches and the
-canonical state; the epoch itself, its workers and the checkpoint format are the epoch's,
-the pool's and the checkpoint's.
+This module owns the split of canonical ranks over physical ranks and the joined batches; the
+epoch itself, its workers and the state's envelope are the epoch's, the pool's and
+:mod:`shardmix.rankstate`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shardmix.batching.collate import collate_samples, join_batches, pin_batch
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.epochplan import epoch_start
 from shardmix.batching.settings import EpochSettings
-from shardmix.checkpoint import STATE_VERSION
-from shardmix.dataset import ShardDataset
+from shardmix.epochs.options import LoaderOptions
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import canonical_slots
+from shardmix.rankstate import join_states
 from shardmix.reading.pool import WorkerPool
-from shardmix.world import state_exchange
-
-if TYPE_CHECKING:
-    from shardmix.epochs.options import LoaderSettings
-
-CANONICAL_VERSION = 1
-
-# The top-level keys of a canonical state that are not its first canonical rank's position.
-_NOT_POSITION = ("version", "config", "rank", "ranks", "canonical")
 
 
 class CanonicalEpoch:
@@ -57,31 +48,33 @@ class CanonicalEpoch:
     """
 
     def __init__(
-        self, loader: LoaderSettings, epoch: int, resume: Mapping[str, Any] | None
+        self,
+        options: LoaderOptions,
+        epoch: int,
+        resume: Mapping[str, Any] | None,
+        pools: Sequence[WorkerPool | None],
     ) -> None:
-        canonical_ranks = loader.canonical_ranks
+        canonical_ranks = options.canonical_ranks
         assert canonical_ranks is not None  # the loader makes one only then
-        rank, world_size = loader.rank_and_world_size()
+        rank, world_size = options.rank_and_world_size()
         self.slots = canonical_slots(rank, world_size, canonical_ranks)
         self.epoch = epoch
-        self.collate_fn = loader.collate_fn
-        self.pin_memory = loader.pin_memory
+        self.collate_fn = options.collate_fn
+        self.pin_memory = options.pin_memory
         self.closed = False
         self._joined = len(self.slots) > 1
         # The default collate's batches join as columns; another's samples join as samples.
-        self._by_column = self._joined and loader.collate_fn is collate_samples
+        self._by_column = self._joined and options.collate_fn is collate_samples
         self.streams: list[EpochIterator] = []
-        settings = loader.epoch_settings()
+        settings = options.epoch_settings(None)
         try:
-            for slot, canonical in enumerate(self.slots):
-                samples = self._joined and not self._by_column
-                pool = slot_pool(loader, slot)
+            for canonical, pool in zip(self.slots, pools, strict=True):
                 own = canonical_rank_settings(
                     settings,
                     canonical,
                     canonical_ranks,
                     pool,
-                    samples=samples,
+                    samples=self._joined and not self._by_column,
                     alone=not self._joined,
                 )
                 position = None if resume is None else resume[str(canonical)]
@@ -144,7 +137,7 @@ class CanonicalEpoch:
     def __del__(self) -> None:
         self.close()
 
-    def positions(self) -> dict[str, Any]:
+    def position(self) -> dict[str, Any]:
         """Each canonical rank's position, keyed by the canonical rank as a string."""
         return {
             str(canonical): stream.position()
@@ -160,15 +153,21 @@ class CanonicalEpoch:
                 total[kind] += count
         return total
 
-    @property
     def skipped(self) -> dict[str, Any] | None:
         """Each canonical rank's skip summary under ``on_error="skip"``, by canonical rank."""
         found = {
-            str(canonical): stream.skipped.summary()
+            str(canonical): stream.skipped()
             for canonical, stream in zip(self.slots, self.streams, strict=True)
-            if stream.skipped is not None
         }
-        return found or None
+        return {key: summary for key, summary in found.items() if summary is not None} or None
+
+    def sees_its_end(self) -> bool:
+        """True: each canonical rank's epoch tells its own end."""
+        return True
+
+    def named_failure(self, error: RuntimeError) -> None:
+        """None: a worker's death is raised as torch names it."""
+        return None
 
 
 def canonical_rank_settings(
@@ -199,144 +198,27 @@ def canonical_rank_settings(
     )
 
 
-def slot_pool(loader: LoaderSettings, slot: int) -> WorkerPool | None:
-    """The persistent workers of this rank's ``slot``-th canonical rank (None: per-epoch
-    workers). Slot 0 has the loader's own pool; the others get theirs at their first epoch,
-    so a rank runs ``C/W * num_workers`` worker processes."""
-    if slot == 0 or loader.pool is None:
-        return loader.pool
-    name = f"canonical slot {slot}"
-    pool = loader.pools.get(name)
-    if pool is None:
-        pool = loader.pools[name] = loader.new_pool(loader.dataset)
-    return pool
-
-
-def start_positions(loader: LoaderSettings, epoch: int) -> dict[str, Any]:
+def start_positions(options: LoaderOptions, epoch: int) -> dict[str, Any]:
     """This rank's canonical ranks at the start of ``epoch``, before any batch."""
-    canonical_ranks = loader.canonical_ranks
+    canonical_ranks = options.canonical_ranks
     assert canonical_ranks is not None
-    rank, world_size = loader.rank_and_world_size()
-    dataset = loader.dataset
-    assert isinstance(dataset, ShardDataset)  # the loader takes no other with canonical_ranks
-    lanes = loader.num_lanes_for(dataset, canonical_ranks)
+    rank, world_size = options.rank_and_world_size()
+    dataset = options.shard_dataset("canonical_ranks")  # the only kind it takes
+    lanes = options.num_lanes_for(dataset, canonical_ranks)
     return {
         str(canonical): epoch_start(epoch, lanes)
         for canonical in canonical_slots(rank, world_size, canonical_ranks)
     }
 
 
-def gather_canonical(
-    positions: Mapping[str, Any],
-    config: Mapping[str, Any],
-    world_size: int,
-    canonical_ranks: int,
-    group: Any = None,
-) -> dict[str, Any]:
-    """The state of ``positions`` (this rank's canonical ranks) and, under torch.distributed,
-    every other rank's (``group``: the data-parallel group, if not the default one): a
-    collective of the default group there, called by every rank at the same step."""
-    held = dict(positions)
-    exchange = state_exchange(world_size, group)
-    if exchange is not None:
-        for theirs in exchange(held):
-            held.update(theirs)
-    return canonical_state(held, config, canonical_ranks)
-
-
-def canonical_state(
-    positions: Mapping[str, Any], config: Mapping[str, Any], canonical_ranks: int
-) -> dict[str, Any]:
-    """A state of the canonical ranks' ``positions`` (keyed by canonical rank as a string)."""
-    order = sorted(positions, key=int)
-    first = order[0]
-    return {
-        "version": STATE_VERSION,
-        "config": dict(config),
-        **positions[first],
-        "rank": int(first),
-        "ranks": {key: positions[key] for key in order[1:]},
-        "canonical": {"version": CANONICAL_VERSION, "canonical_ranks": canonical_ranks},
-    }
-
-
-def held_positions(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The positions a canonical state holds, keyed by canonical rank as a string."""
-    first = {key: value for key, value in state.items() if key not in _NOT_POSITION}
-    return {str(state.get("rank")): first, **dict(state.get("ranks") or {})}
-
-
-def check_canonical(state: Mapping[str, Any], canonical_ranks: int | None) -> None:
-    """Refuse a state saved with other canonical ranks than ``canonical_ranks`` (None: none),
-    or whose canonical field this shardmix does not read."""
-    saved = state.get("canonical")
-    if saved is None:
-        if canonical_ranks is not None:
-            raise ConfigError(
-                f"cannot resume with canonical_ranks={canonical_ranks}: the loader state was "
-                "saved without canonical_ranks; resume it with the loader's settings then"
-            )
-        return
-    if not isinstance(saved, Mapping) or saved.get("version") != CANONICAL_VERSION:
-        found = saved.get("version") if isinstance(saved, Mapping) else saved
-        raise ConfigError(
-            f"cannot resume: the loader state's 'canonical' field has version {found!r}, this "
-            f"shardmix reads version {CANONICAL_VERSION}"
-        )
-    if saved.get("canonical_ranks") != canonical_ranks:
-        raise ConfigError(
-            f"cannot resume: the loader state was saved with canonical_ranks="
-            f"{saved.get('canonical_ranks')!r} but this loader has canonical_ranks="
-            f"{canonical_ranks!r}; pass the checkpoint's canonical_ranks"
-        )
-
-
-def own_positions(state: Mapping[str, Any], slots: range) -> dict[str, Any]:
-    """The positions of the canonical ranks ``slots`` in ``state``, all at one step."""
-    held = held_positions(state)
-    missing = [canonical for canonical in slots if str(canonical) not in held]
-    if missing:
-        raise ConfigError(
-            f"cannot resume canonical ranks {missing}: the loader state holds canonical ranks "
-            f"{sorted(map(int, held))} only; save it with state_dict() on every rank under "
-            "torch.distributed, or join simulated ranks' states with "
-            "shardmix.epochs.canonical.merge_states"
-        )
-    steps = {(held[key]["epoch"], held[key]["batches"]) for key in held}
-    if len(steps) > 1:
-        raise ConfigError(
-            f"cannot resume: the loader state's canonical ranks are at different (epoch, "
-            f"batches) {sorted(steps)}; join states saved at the same step"
-        )
-    return {str(canonical): held[str(canonical)] for canonical in slots}
-
-
-def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One state of every canonical rank held by ``states`` (simulated ranks' states, saved
-    at the same step with the same settings), which resumes any world size.
-
-    >>> merge_states([])
-    Traceback (most recent call last):
-    ...
-    shardmix.errors.ConfigError: merge_states needs at least one loader state
-    """
-    if not states:
-        raise ConfigError("merge_states needs at least one loader state")
-    first = states[0]
-    saved = first.get("canonical")
-    if not isinstance(saved, Mapping):
-        raise ConfigError(
-            "cannot merge: loader state 0 was saved without canonical_ranks; merge_states "
-            "joins the states of a loader with canonical_ranks"
-        )
-    check_canonical(first, saved.get("canonical_ranks"))
-    held: dict[str, Any] = {}
-    for at, state in enumerate(states):
-        for field in ("version", "config", "canonical"):
-            if state.get(field) != first.get(field):
-                raise ConfigError(
-                    f"cannot merge: loader state {at}'s {field!r} differs from state 0's; "
-                    "merge the states of one job, saved at the same step"
-                )
-        held.update(held_positions(state))
-    return canonical_state(held, first["config"], first["canonical"]["canonical_ranks"])
+def __getattr__(name: str) -> Any:
+    """``shardmix.canonical.merge_states``, kept one release: it is :func:`shardmix.join_states`."""
+    if name != "merge_states":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        "shardmix.canonical.merge_states is deprecated and goes in the next release: use "
+        "shardmix.join_states, which joins canonical ranks' states too",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return join_states
