@@ -32,7 +32,6 @@ from torch.utils.data import IterableDataset
 
 from shardmix.batching.collate import collate_samples
 from shardmix.batching.epoch import EpochIterator
-from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.stats import LoaderStats
 from shardmix.dataset import ShardDataset
 from shardmix.epochs import checkpoint, length
@@ -46,13 +45,12 @@ from shardmix.epochs.options import (
 )
 from shardmix.errors import ShardmixError
 from shardmix.plan.apportion import Stopping, normalized_weights
-from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
-from shardmix.plan.sharding import EvenRanks, canonical_slots
+from shardmix.plan.sharding import EvenRanks
 from shardmix.reading.pool import WorkerPool
 from shardmix.reading.reader import Sample
 from shardmix.reading.workers import is_worker_failure
 from shardmix.trainerstate import adopt_pending_state, warn_unregistered
-from shardmix.world import count_exchange, data_parallel_ranks
+from shardmix.world import data_parallel_ranks
 
 __all__ = ["DEFAULT_SHUFFLE_BUFFER_BYTES", "MixingLoader"]
 
@@ -223,49 +221,9 @@ class MixingLoader:
         size that does not divide ``canonical_ranks``, a ``cache_limit`` below what the
         epoch's lanes hold in the cache at once (:mod:`shardmix.plan.cacheroom`), a named filter
         not yet learned under ranks simulated in one process (:mod:`shardmix.plan.kept`)."""
-        check_cache_room(self._cache_readers(len(self._slots())))
-        self._refuse_unlearned_filter()
+        self.options.refuse_at_iter(self._cursor.epoch, resuming=bool(self._cursor.resume))
         self._cursor.iterations += 1
         return _Epoch(self, self._cursor.iterations)
-
-    def _slots(self) -> range:
-        """This rank's canonical ranks (with no ``canonical_ranks``, one: its own)."""
-        canonical_ranks = self.options.canonical_ranks
-        if canonical_ranks is None:
-            return range(1)
-        return canonical_slots(*self.options.rank_and_world_size(), canonical_ranks)
-
-    def _cache_readers(self, processes: int) -> dict[str, CacheReaders]:
-        """Each dataset's source options and lanes of remote shards read at once, by name
-        (``""`` alone), ``processes`` canonical ranks in this process; those without a
-        ``cache_limit`` left out (their URLs are not even counted)."""
-        options = self.options
-        readers = {}
-        for name, dataset in options.members().items():
-            if not isinstance(dataset, ShardDataset) or dataset.source_options.cache_limit is None:
-                continue
-            lanes = options.num_lanes_for(dataset, options.planning_world()[1])
-            readers[name] = CacheReaders(
-                dataset.source_options, remote_lanes(dataset.urls, lanes, processes)
-            )
-        return readers
-
-    def _refuse_unlearned_filter(self) -> None:
-        """Ranks simulated in one process (no process group to agree on a filtered epoch's
-        end) read a named transform only once its kept counts are learned: else refused here,
-        at ``iter()``, by name (a resumed epoch's own state decides at its first batch)."""
-        options, epoch = self.options, self._cursor.epoch
-        dataset = options.dataset
-        if not isinstance(dataset, ShardDataset) or dataset.kept_counts is None:
-            return
-        rank, world_size = options.rank_and_world_size()
-        if world_size == 1 or options.ranks.group is not None or self._cursor.resume:
-            return
-        if options.canonical_ranks is not None or count_exchange(world_size) is not None:
-            return
-        if dataset.kept_totals(epoch, world_size) is None:
-            name = dataset.kept_counts.transform_id
-            raise refuse_simulated_filter(epoch, rank, world_size, "samples", name)
 
     def _start_epoch(self, holder: _Epoch) -> Epoch:
         """Start the epoch of the iterator ``holder``, at its first ``next()``."""
@@ -295,7 +253,7 @@ class MixingLoader:
         """The persistent workers of each of this rank's canonical ranks (None: per-epoch
         workers): the first has the loader's own pool; the others get theirs at their first
         epoch, so a rank runs ``C/W * num_workers`` worker processes."""
-        count = len(self._slots())
+        count = len(self.options.own_canonical_ranks())
         if self.pool is None:
             return [None] * count
         for slot in range(1, count):

@@ -25,16 +25,18 @@ import torch
 from torch.utils.data import IterableDataset
 
 from shardmix.batching.collate import collate_samples
+from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.stats import StatsRecorder
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixWarning
 from shardmix.plan.apportion import Stopping, normalized_weights
+from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
 from shardmix.plan.sharding import EvenRanks, canonical_slots, default_shuffle_buffer
 from shardmix.reading.pool import WorkerPool
 from shardmix.reading.reader import Sample
 from shardmix.reading.workers import WorkerOptions
-from shardmix.world import Ranks
+from shardmix.world import Ranks, count_exchange
 
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 
@@ -157,10 +159,45 @@ class LoaderOptions:
     def planning_world(self) -> tuple[int, int]:
         """``(rank, world_size)`` the epochs are planned for: with ``canonical_ranks``, this
         rank's first canonical rank and ``canonical_ranks``, else :meth:`rank_and_world_size`."""
+        if self.canonical_ranks is None:
+            return self.rank_and_world_size()
+        return self.own_canonical_ranks()[0], self.canonical_ranks
+
+    def own_canonical_ranks(self) -> range:
+        """The canonical ranks this rank runs (without ``canonical_ranks``, one: its own);
+        a world size that does not divide ``canonical_ranks`` is refused here."""
         rank, world_size = self.rank_and_world_size()
         if self.canonical_ranks is None:
-            return rank, world_size
-        return canonical_slots(rank, world_size, self.canonical_ranks)[0], self.canonical_ranks
+            return range(rank, rank + 1)
+        return canonical_slots(rank, world_size, self.canonical_ranks)
+
+    def refuse_at_iter(self, epoch: int, resuming: bool) -> None:
+        """What ``iter()`` refuses (a ConfigError, before a worker starts or a shard is asked
+        for): a world size that does not divide ``canonical_ranks``, a ``cache_limit`` below
+        what the epoch's lanes hold in the cache at once (:mod:`shardmix.plan.cacheroom`), and
+        under ranks simulated in one process (no process group to agree on a filtered epoch's
+        end) a named filter whose kept counts are not learned yet (:mod:`shardmix.plan.kept`;
+        a resumed epoch's own state decides at its first batch)."""
+        processes = len(self.own_canonical_ranks())
+        readers = {}
+        for name, dataset in self.members().items():
+            if not isinstance(dataset, ShardDataset) or dataset.source_options.cache_limit is None:
+                continue  # without a cache_limit, the URLs are not even counted
+            lanes = self.num_lanes_for(dataset, self.planning_world()[1])
+            urls = remote_lanes(dataset.urls, lanes, processes)
+            readers[name] = CacheReaders(dataset.source_options, urls)
+        check_cache_room(readers)
+        dataset = self.dataset
+        if not isinstance(dataset, ShardDataset) or dataset.kept_counts is None:
+            return
+        rank, world_size = self.rank_and_world_size()
+        if world_size == 1 or self.ranks.group is not None or resuming:
+            return
+        if self.canonical_ranks is not None or count_exchange(world_size) is not None:
+            return
+        if dataset.kept_totals(epoch, world_size) is None:
+            name = dataset.kept_counts.transform_id
+            raise refuse_simulated_filter(epoch, rank, world_size, "samples", name)
 
     def shard_dataset(self, what: str) -> ShardDataset:
         """The dataset, refused by name (``what`` needs it) unless a ShardDataset."""
