@@ -22,35 +22,16 @@ class Epoch(Protocol):
 
     @property
     def epoch(self) -> int: ...
-
     @property
-    def batches(self) -> int:
-        """Batches handed out so far."""
-        ...
-
+    def batches(self) -> int: ...  # handed out so far
     @property
-    def finished(self) -> bool:
-        """Every batch was handed out (the last one cut)."""
-        ...
-
+    def finished(self) -> bool: ...  # every batch was handed out (the last one cut)
+    @property
+    def filtered(self) -> dict[str, Any]: ...  # what MixingLoader.filtered reports
     def __next__(self) -> Any: ...
-
-    def position(self) -> dict[str, Any]:
-        """The position after the last batch handed out, as plain JSON types."""
-        ...
-
-    def close(self) -> None:
-        """Stop the epoch's reading (persistent workers keep running)."""
-        ...
-
-    @property
-    def filtered(self) -> dict[str, Any]:
-        """What the transform dropped and the padding (``MixingLoader.filtered``)."""
-        ...
-
-    def skipped(self) -> dict[str, Any] | None:
-        """What ``on_error="skip"`` left out, as plain JSON (None: nothing, or raising)."""
-        ...
+    def position(self) -> dict[str, Any]: ...  # after the last batch, as plain JSON types
+    def close(self) -> None: ...  # stop reading (persistent workers keep running)
+    def skipped(self) -> dict[str, Any] | None: ...  # on_error="skip"'s summary, plain JSON
 
     def sees_its_end(self) -> bool:
         """Whether the epoch is ``finished`` right after its last batch (else its length

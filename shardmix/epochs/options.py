@@ -95,8 +95,11 @@ class LoaderOptions:
 
     def new_pool(self, dataset: IterableDataset[Any]) -> WorkerPool:
         """Persistent workers for ``dataset``, with these worker settings."""
-        return WorkerPool(
-            dataset,
+        return WorkerPool(dataset, **vars(self.workers()))
+
+    def workers(self) -> WorkerOptions:
+        """How an epoch's lanes are read: in this process, or in DataLoader workers."""
+        return WorkerOptions(
             num_workers=self.num_workers,
             timeout=self.timeout,
             prefetch_factor=self.prefetch_factor,
@@ -109,13 +112,6 @@ class LoaderOptions:
         with ``pool`` its persistent workers (None: per-epoch workers). A mixture's are its
         first dataset's."""
         rank, world_size = self.rank_and_world_size()
-        workers = WorkerOptions(
-            num_workers=self.num_workers,
-            timeout=self.timeout,
-            prefetch_factor=self.prefetch_factor,
-            multiprocessing_context=self.multiprocessing_context,
-            worker_init_fn=self.worker_init_fn,
-        )
         return EpochSettings(
             dataset=self.dataset,
             batch_size=self.batch_size,
@@ -129,7 +125,7 @@ class LoaderOptions:
             rank=rank,
             world_size=world_size,
             group=self.ranks.group,
-            workers=workers,
+            workers=self.workers(),
             pool=pool,
             stats=self.stats,
         )
