@@ -56,8 +56,8 @@ __all__ = [
     "CacheFullError",
     "ConfigError",
     "CorruptShardError",
-    "DecodedSizeError",
     "DecodeError",
+    "DecodedSizeError",
     "Decoder",
     "EmptyShardWarning",
     "ManifestMismatchWarning",
@@ -68,9 +68,12 @@ __all__ = [
     "WorkerRestartWarning",
     "EvenRanks",
     "Format",
+    "ManifestMismatchWarning",
     "MixingLoader",
     "OnError",
+    "RecordCountError",
     "RetryPolicy",
+    "ShardChangedError",
     "ShardDataset",
     "ShardNotFoundError",
     "ShardWriter",
@@ -85,15 +88,20 @@ __all__ = [
     "UnknownLengthError",
     "UnregisteredLoaderWarning",
     "UnsupportedURLError",
-    "ShardChangedError",
+    "UnvalidatedShardWarning",
     "WorkerError",
+    "WorkerRestartWarning",
     "expand_urls",
     "join_states",
     "write_shards",
 ]
 
 # Modules that moved, importable by their old names until the next release, with a warning.
-_MOVED = {"shardmix.stat": "shardmix.inspect.stat", "shardmix.checkpoint": "shardmix.state.codec"}
+_MOVED = {
+    "shardmix.stat": "shardmix.inspect.stat",
+    "shardmix.checkpoint": "shardmix.state.codec",
+    "shardmix.canonical": "shardmix.epochs.canonical",
+}
 
 
 def _moved(name: str) -> types.ModuleType:

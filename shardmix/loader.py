@@ -14,52 +14,50 @@ This module takes the settings, starts an epoch at the first ``next()`` of each 
 epoch), keeps the worker processes across epochs (:mod:`shardmix.workers.pool`), and reports what
 the current epoch filtered, skipped and waited for.
 
-Left to the loader's other parts, which :class:`MixingLoader` inherits: checking the
-settings and resolving them at each epoch (:mod:`shardmix.loadersettings`), the batches per
-epoch (:mod:`shardmix.loaderlength`), and the checked, versioned ``state_dict()`` and back
-(:mod:`shardmix.loadercheckpoint`; under torch.distributed it holds every rank's position).
+Left to :mod:`shardmix.epochs`, whose values and functions the loader holds and calls: its
+options, checked and resolved at each epoch (:mod:`shardmix.epochs.options`), the kinds of
+epoch and their contract (:mod:`shardmix.epochs.contract`), the batches per epoch
+(:mod:`shardmix.epochs.length`), and the checked, versioned ``state_dict()`` and back
+(:mod:`shardmix.epochs.checkpoint`; under torch.distributed it holds every rank's position).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import IterableDataset
 
 from shardmix.batching.collate import collate_as_returned, collate_samples
 from shardmix.batching.epoch import EpochIterator
-from shardmix.batching.rankend import refuse_simulated_filter
-from shardmix.batching.stats import LoaderStats, StatsRecorder
-from shardmix.canonical import CanonicalEpoch
+from shardmix.batching.stats import LoaderStats
 from shardmix.dataset import ShardDataset
-from shardmix.errors import ConfigError, ShardmixError
-from shardmix.loadercheckpoint import LoaderCheckpoint
-from shardmix.loaderlength import Reading
-from shardmix.loadersettings import (
-    check_canonical_ranks,
-    check_num_workers,
-    check_sizes,
-    cuda_available,
+from shardmix.epochs import checkpoint, length
+from shardmix.epochs.canonical import CanonicalEpoch
+from shardmix.epochs.contract import Cursor, Epoch
+from shardmix.epochs.mixture import MixtureEpoch, mixture_settings
+from shardmix.epochs.options import (
+    DEFAULT_SHUFFLE_BUFFER_BYTES,
+    LoaderOptions,
     mixture_datasets,
-    refuse_torch_arguments,
 )
-from shardmix.mixture import MixtureEpoch
+from shardmix.errors import ShardmixError
 from shardmix.plan.apportion import Stopping, normalized_weights
-from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
-from shardmix.plan.sharding import EvenRanks, canonical_slots
+from shardmix.plan.sharding import EvenRanks
 from shardmix.reading.reader import Sample
 from shardmix.state.trainers import adopt_pending_state, warn_unregistered
 from shardmix.workers.dataloader import is_worker_failure
-from shardmix.world import count_exchange, data_parallel_ranks
+from shardmix.workers.pool import WorkerPool
+from shardmix.world import data_parallel_ranks
 
-DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
+__all__ = ["DEFAULT_SHUFFLE_BUFFER_BYTES", "MixingLoader"]
 
 
-class MixingLoader(LoaderCheckpoint):
+class MixingLoader:
     """Batches mixed across every worker's open shards.
 
     Args:
@@ -110,7 +108,7 @@ class MixingLoader(LoaderCheckpoint):
         canonical_ranks: plan every epoch for this many ranks, whatever the world size, so
             that the global batches (each step's samples over all ranks) are the same on
             every world size that divides it, and a state resumes on any of them
-            (:mod:`shardmix.canonical`). ``batch_size`` is then per canonical rank: each rank
+            (:mod:`shardmix.epochs.canonical`). ``batch_size`` is then per canonical rank: each rank
             yields ``canonical_ranks // world_size * batch_size`` samples per batch, and
             ``num_workers`` and ``shuffle_buffer`` are per canonical rank too (a rank runs
             ``canonical_ranks // world_size`` of each: docs/guides/canonical-ranks.md says
@@ -145,63 +143,80 @@ class MixingLoader(LoaderCheckpoint):
         canonical_ranks: int | None = None,
         **torch_arguments: Any,
     ) -> None:
-        refuse_torch_arguments(torch_arguments)
-        check_sizes(batch_size, num_workers, shuffle_buffer, shuffle_buffer_bytes)
-        self.datasets = None
-        if isinstance(dataset, Mapping):
-            self.datasets = mixture_datasets(dataset)
-            names = list(self.datasets)
-            self._weights = normalized_weights(names, weights or dict.fromkeys(names, 1.0))
-            dataset = next(iter(self.datasets.values()))
-        elif weights is not None:
-            raise ConfigError("weights= mixes several datasets: pass them as a dict of names")
-        self.stopping = Stopping(stopping)
-        check_canonical_ranks(canonical_ranks, dataset, self.datasets is not None)
-        self.canonical_ranks = canonical_ranks
-        check_num_workers(num_workers, list(self.datasets.values()) if self.datasets else [dataset])
-        # A mixture's first dataset, for what only needs a dataset's type (see ``datasets``).
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.shuffle_buffer = shuffle_buffer
-        self.shuffle_buffer_bytes = shuffle_buffer_bytes
-        self.seed = seed
-        self.collate_fn = (
-            collate_samples if collate_fn is None else partial(collate_as_returned, collate_fn)
+        datasets = None
+        if isinstance(dataset, Mapping):  # a mixture: its first dataset stands for them
+            datasets = mixture_datasets(dataset)
+            dataset = next(iter(datasets.values()))
+        options = LoaderOptions(
+            dataset,
+            datasets=datasets,
+            batch_size=batch_size,
+            weights=weights,
+            stopping=Stopping(stopping),
+            num_workers=num_workers,
+            shuffle_buffer=shuffle_buffer,
+            shuffle_buffer_bytes=shuffle_buffer_bytes,
+            seed=seed,
+            collate_fn=(
+                collate_samples if collate_fn is None else partial(collate_as_returned, collate_fn)
+            ),
+            drop_last=drop_last,
+            timeout=timeout,
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=multiprocessing_context,
+            even_ranks=EvenRanks(even_ranks),
+            ranks=data_parallel_ranks(
+                rank, world_size, group, data_parallel_rank, data_parallel_size
+            ),
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            worker_init_fn=worker_init_fn,
+            canonical_ranks=canonical_ranks,
+            torch_arguments=torch_arguments,
         )
-        self.drop_last = drop_last
-        self.timeout = timeout
-        self.prefetch_factor = prefetch_factor
-        self.multiprocessing_context = multiprocessing_context
-        self.even_ranks = EvenRanks(even_ranks)
-        self.pin_memory = pin_memory and cuda_available()
-        self._ranks = data_parallel_ranks(
-            rank, world_size, group, data_parallel_rank, data_parallel_size
-        )
-        self.persistent_workers = persistent_workers
-        self.worker_init_fn = worker_init_fn
-        # Persistent workers: one pool per dataset (a mixture's datasets each have their own).
-        self.pools = {}
+        self.options = options
+        # Persistent workers: one pool per dataset (a mixture's datasets each have their own,
+        # a rank's canonical ranks beyond its first theirs, made at their first epoch).
+        self.pools: dict[str, WorkerPool] = {}
         if persistent_workers and num_workers > 0:
-            members: Mapping[str, IterableDataset[Any]] = self.datasets or {"": dataset}
-            for name, member in members.items():
-                self.pools[name] = self.new_pool(member)
+            self.pools = {name: options.new_pool(each) for name, each in options.members().items()}
         self.pool = self.pools.get("")
-        self.epoch = 0
-        self._current = None
-        self._resume = None  # this rank's position to resume from
-        self._iterations = 0  # iter() calls so far; the current epoch's is _current_iteration
-        self._current_iteration = 0
-        # The iterator reading the current epoch, by weak reference: once the user holds none
-        # (a ``for`` loop left by ``break``), that epoch is over.
-        self._holder = None
-        # What stats() reports: the epochs' iterators count into it (it holds no loader).
-        self.stats_recorder = StatsRecorder()
+        self._cursor = Cursor()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``iter()`` reads (after ``load_state_dict()``, the saved one)."""
+        return self._cursor.epoch
+
+    @property
+    def dataset(self) -> IterableDataset[Any]:
+        """The dataset read (a mixture's first), as a DataLoader's ``dataset``."""
+        return self.options.dataset
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank: :func:`shardmix.epochs.length.loader_length`."""
+        return length.loader_length(self.options, self._cursor)
+
+    def batches_left(self) -> int:
+        """Batches the epoch being read still yields on this rank; ``0`` after its last
+        (:func:`shardmix.epochs.length.batches_left`)."""
+        return length.batches_left(self.options, self._cursor)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed out, as plain JSON types
+        (:func:`shardmix.epochs.checkpoint.state_dict`): under torch.distributed every rank's,
+        so call it on every rank at the same step (Lightning does)."""
+        return checkpoint.state_dict(self.options, self._cursor)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``: the next ``iter()`` yields what would have followed it
+        (:func:`shardmix.epochs.checkpoint.load_state_dict`)."""
+        checkpoint.load_state_dict(self.options, self._cursor, state)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` read epoch ``epoch`` from its start."""
-        self.epoch = epoch
-        self._resume = None
+        self._cursor.epoch = epoch
+        self._cursor.resume = None
 
     def __iter__(self) -> Iterator[Any]:
         """An iterator over the next epoch's batches; the epoch starts at its first ``next()``.
@@ -210,90 +225,72 @@ class MixingLoader(LoaderCheckpoint):
         size that does not divide ``canonical_ranks``, a ``cache_limit`` below what the
         epoch's lanes hold in the cache at once (:mod:`shardmix.plan.cacheroom`), a named filter
         not yet learned under ranks simulated in one process (:mod:`shardmix.plan.kept`)."""
-        processes = 1
-        if self.canonical_ranks is not None:
-            processes = len(canonical_slots(*self.rank_and_world_size(), self.canonical_ranks))
-        check_cache_room(self._cache_readers(processes))
-        self._refuse_unlearned_filter()
-        self._iterations += 1
-        return _Epoch(self, self._iterations)
+        self.options.refuse_at_iter(self._cursor.epoch, resuming=bool(self._cursor.resume))
+        self._cursor.iterations += 1
+        return _Epoch(self, self._cursor.iterations)
 
-    def _cache_readers(self, processes: int) -> dict[str, CacheReaders]:
-        """Each dataset's source options and lanes of remote shards read at once, by name
-        (``""`` alone), ``processes`` canonical ranks in this process; those without a
-        ``cache_limit`` left out (their URLs are not even counted)."""
-        members: Mapping[str, Any] = self.datasets or {"": self.dataset}
-        readers = {}
-        for name, dataset in members.items():
-            if not isinstance(dataset, ShardDataset) or dataset.source_options.cache_limit is None:
-                continue
-            lanes = self.num_lanes_for(dataset, self.planning_world()[1])
-            readers[name] = CacheReaders(
-                dataset.source_options, remote_lanes(dataset.urls, lanes, processes)
-            )
-        return readers
-
-    def _refuse_unlearned_filter(self) -> None:
-        """Ranks simulated in one process (no process group to agree on a filtered epoch's
-        end) read a named transform only once its kept counts are learned: else refused here,
-        at ``iter()``, by name (a resumed epoch's own state decides at its first batch)."""
-        dataset = self.dataset
-        if not isinstance(dataset, ShardDataset) or dataset.kept_counts is None:
-            return
-        rank, world_size = self.rank_and_world_size()
-        if world_size == 1 or self.data_parallel_group is not None or self._resume:
-            return
-        if self.canonical_ranks is not None or count_exchange(world_size) is not None:
-            return
-        if dataset.kept_totals(self.epoch, world_size) is None:
-            name = dataset.kept_counts.transform_id
-            raise refuse_simulated_filter(self.epoch, rank, world_size, "samples", name)
-
-    def _start_epoch(self, holder: _Epoch) -> Reading:
+    def _start_epoch(self, holder: _Epoch) -> Epoch:
         """Start the epoch of the iterator ``holder``, at its first ``next()``."""
-        self._share_counts()
-        iteration = holder.iteration
-        self._holder = weakref.ref(holder)
+        options, cursor = self.options, self._cursor
+        length.share_counts(options)
+        cursor.holder = weakref.ref(holder)
         adopt_pending_state(self)  # a trainer's restored state it never handed over
         warn_unregistered(self)  # an Accelerator that would checkpoint without it
-        self._stop_current()  # an epoch left unfinished (a ``break``) ends here
-        epoch = self.epoch
-        self.epoch += 1
-        resume, self._resume = self._resume, None
-        self._current_iteration = iteration
-        self.stats_recorder.start(epoch)
-        if self.canonical_ranks is not None:
-            self._current = CanonicalEpoch(self, epoch, resume)
-        elif self.datasets is not None:
-            self._current = MixtureEpoch(self.mixture_settings(), epoch, resume)
+        cursor.stop_current()  # an epoch left unfinished (a ``break``) ends here
+        epoch = cursor.epoch
+        cursor.epoch += 1
+        resume, cursor.resume = cursor.resume, None
+        cursor.current_iteration = holder.iteration
+        cursor.phase = dict((resume or {}).get("phase") or {})
+        options.stats.start(epoch)
+        current: Epoch
+        if options.canonical_ranks is not None:
+            current = CanonicalEpoch(options, epoch, resume, self._slot_pools())
+        elif options.datasets is not None:
+            current = MixtureEpoch(mixture_settings(options, self.pools), epoch, resume)
         else:
-            self._current = EpochIterator(self.epoch_settings(), epoch, resume)
-        return self._current
+            current = EpochIterator(options.epoch_settings(self.pool), epoch, resume)
+        cursor.current = current
+        return current
+
+    def _slot_pools(self) -> list[WorkerPool | None]:
+        """The persistent workers of each of this rank's canonical ranks (None: per-epoch
+        workers): the first has the loader's own pool; the others get theirs at their first
+        epoch, so a rank runs ``C/W * num_workers`` worker processes."""
+        count = len(self.options.own_canonical_ranks())
+        if self.pool is None:
+            return [None] * count
+        for slot in range(1, count):
+            if f"canonical slot {slot}" not in self.pools:
+                self.pools[f"canonical slot {slot}"] = self.options.new_pool(self.options.dataset)
+        return [self.pool, *(self.pools[f"canonical slot {slot}"] for slot in range(1, count))]
 
     def stats(self) -> LoaderStats:
         """What the current epoch (else the last one) has done so far: the time waited for
         data per step, bytes and requests per scheme and host, the cache's hits, misses and
         evictions, the lanes' stalls. Cheap: counted per chunk of samples, never per sample."""
-        return self.stats_recorder.snapshot(live=self._in_epoch())
+        return self.options.stats.snapshot(live=length.in_epoch(self.options, self._cursor))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """Take a mixture's next batches by ``weights`` (a curriculum); the state keeps them.
 
         Applied from the next batch of the current epoch, or from the next epoch's start.
         """
-        self._weights = normalized_weights(list(self.datasets or {}), weights)
-        if isinstance(self._current, MixtureEpoch) and not self._current.finished:
-            self._current.set_weights(self._weights)
-        if self._resume is not None and "mixture" in self._resume:
-            self._resume["mixture"]["weights"] = {k: str(w) for k, w in self._weights.items()}
-            self._resume["mixture"]["credits"] = dict.fromkeys(self._weights, "0")
+        exact = normalized_weights(list(self.options.datasets or {}), weights)
+        self.options = dataclasses.replace(self.options, weights=dict(weights))
+        current, resume = self._cursor.current, self._cursor.resume
+        if current is not None and not current.finished:
+            cast(MixtureEpoch, current).set_weights(exact)  # a mixture's loader reads no other
+        if resume is not None and "mixture" in resume:
+            resume["mixture"]["weights"] = {k: str(w) for k, w in exact.items()}
+            resume["mixture"]["credits"] = dict.fromkeys(exact, "0")
 
     def close(self) -> None:
         """Stop the worker processes now: the current epoch's, and the persistent ones.
 
         The position stays valid, and a later ``iter()`` starts new workers.
         """
-        self._stop_current()
+        self._cursor.stop_current()
         for pool in self.pools.values():
             pool.close()
 
@@ -308,10 +305,10 @@ class MixingLoader(LoaderCheckpoint):
         A mixture gives that per dataset: ``{name: {"dropped": n, ...}}``.
         Samples the transform raised on under ``on_error="skip"`` are in :attr:`skipped`.
         """
-        current = self._current
+        current = self._cursor.current
         if current is None:
-            if self.datasets:
-                return {name: dict(_NOTHING_FILTERED) for name in self.datasets}
+            if self.options.datasets:
+                return {name: dict(_NOTHING_FILTERED) for name in self.options.datasets}
             return dict(_NOTHING_FILTERED)
         return dict(current.filtered)
 
@@ -322,12 +319,8 @@ class MixingLoader(LoaderCheckpoint):
         ``{"skips", "records", "bytes", "shards_cut", "shards": {url: {...}}}``; see
         :class:`~shardmix.policy.SkipLedger`.
         """
-        current = self._current
-        if current is None or current.skipped is None:
-            return None
-        if isinstance(current, (MixtureEpoch, CanonicalEpoch)):
-            return current.skipped
-        return current.skipped.summary()
+        current = self._cursor.current
+        return None if current is None else current.skipped()
 
 
 class _Epoch(Iterator[Any]):
@@ -340,8 +333,8 @@ class _Epoch(Iterator[Any]):
     def __init__(self, loader: MixingLoader, iteration: int) -> None:
         self._loader: MixingLoader | None = loader
         self.iteration = iteration
-        self._epoch: Reading | None = None
-        self._stats = loader.stats_recorder
+        self._epoch: Epoch | None = None
+        self._stats = loader.options.stats
 
     def __next__(self) -> Any:
         loader = self._loader
@@ -356,12 +349,13 @@ class _Epoch(Iterator[Any]):
         except RuntimeError as error:
             # torch raises a worker's death from its SIGCHLD handler wherever the main process
             # is, which may be outside the epoch's own guard: it is named here too.
-            current = self._epoch if self._epoch is not None else getattr(loader, "_current", None)
+            current = self._epoch or (loader._cursor.current if loader is not None else None)
             if isinstance(error, ShardmixError) or not is_worker_failure(error):
                 raise
-            if not isinstance(current, EpochIterator):
+            failure = None if current is None else current.named_failure(error)
+            if failure is None:
                 raise
-            raise current.named_failure(error) from error
+            raise failure from error
         self._stats.step(time.perf_counter() - started)
         return batch
 

@@ -24,7 +24,7 @@ from shards import UNEVEN_SIZES, write_shards
 
 def reference_keys(dataset, loader, epoch):
     """The epoch's sample keys, in order, built one sample at a time."""
-    num_lanes = loader.num_lanes_for(dataset, 1)
+    num_lanes = loader.options.num_lanes_for(dataset, 1)
     plan = dataset.lane_pieces(epoch, rank=0, world_size=1, num_lanes=num_lanes)
     weights = [dataset.piece_weights(pieces, 1) for pieces in plan]
     unit = weights[0][0]
@@ -46,12 +46,12 @@ def reference_keys(dataset, loader, epoch):
     lanes = [keyed(lane, pieces, weights[lane][1]) for lane, pieces in enumerate(plan)]
     merged = (sample for _, sample in heapq.merge(*lanes, key=lambda pair: pair[0]))
     buffer = ShuffleBuffer(
-        loader.shuffle_buffer_size(),
-        seed=loader.seed,
+        loader.options.shuffle_buffer_size(),
+        seed=loader.options.seed,
         epoch=epoch,
-        max_bytes=loader.shuffle_buffer_bytes,
+        max_bytes=loader.options.shuffle_buffer_bytes,
         size_of=sample_bytes,
-        warmup=shuffle_warmup(loader.batch_size),
+        warmup=shuffle_warmup(loader.options.batch_size),
     )
     keys = []
     for sample in merged:

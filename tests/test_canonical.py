@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from shardmix import ConfigError, MixingLoader, ShardDataset
+import shardmix
+from shardmix import ConfigError, MixingLoader, ShardDataset, join_states
 from shardmix.batching.collate import collate_samples, join_batches
-from shardmix.canonical import held_positions, merge_states
 from shardmix.errors import DecodeError
-from shardmix.state.ranks import own_position
+from shardmix.state.ranks import held_positions, own_position
 
 from shards import batch_keys, expected_keys, write_shards
 
@@ -125,7 +125,7 @@ def test_a_resize_mid_epoch_continues_the_same_global_batches(
     shards, reference, before, after, steps
 ):
     first, states = steps_then_states(shards, before, steps)
-    state = merge_states(states)
+    state = join_states(states)
     per_rank = []
     for rank in range(after):
         loader = make(shards, rank, after)
@@ -136,7 +136,7 @@ def test_a_resize_mid_epoch_continues_the_same_global_batches(
 
 def test_a_resize_with_workers_and_a_second_resize(shards, reference):
     first, states = steps_then_states(shards, 8, 6, num_workers=2)
-    second, states = [], [merge_states(states)]
+    second, states = [], [join_states(states)]
     per_rank, next_states = [], []
     for rank in range(2):
         loader = make(shards, rank, 2, num_workers=2)
@@ -147,7 +147,7 @@ def test_a_resize_with_workers_and_a_second_resize(shards, reference):
         loader.close()
     second = global_steps(per_rank)
     loader = make(shards, 0, 1)
-    loader.load_state_dict(merge_states(next_states))
+    loader.load_state_dict(join_states(next_states))
     rest = global_steps([batch_keys(loader)])
     steps = len(reference) // 2
     assert first + second + rest == reference[:steps]
@@ -177,7 +177,7 @@ def test_a_state_of_missing_canonical_ranks_is_refused_naming_them(shards):
     with pytest.raises(
         ConfigError, match=r"canonical ranks \[1, 2, 3\]: .* holds canonical ranks \[0\]"
     ):
-        loader.load_state_dict(merge_states(states[:1]))
+        loader.load_state_dict(join_states(states[:1]))
 
 
 def test_states_of_different_steps_are_refused(shards):
@@ -185,7 +185,7 @@ def test_states_of_different_steps_are_refused(shards):
     _, late = steps_then_states(shards, 8, 3)
     loader = make(shards, 0, 1)
     with pytest.raises(ConfigError, match=r"different \(epoch, batches\)"):
-        loader.load_state_dict(merge_states(early[:4] + late[4:]))
+        loader.load_state_dict(join_states(early[:4] + late[4:]))
 
 
 def test_a_state_with_or_without_canonical_ranks_is_refused_by_the_other(shards):
@@ -286,7 +286,7 @@ def test_records_that_do_not_divide_are_dropped_or_padded_alike_on_every_world_s
 
 def test_the_state_is_the_canonical_world_s_state_with_a_canonical_field(shards):
     _, states = steps_then_states(shards, 2, 5)
-    state = merge_states(states)
+    state = join_states(states)
     plain = []
     for canonical in range(CANONICAL):
         loader = make(shards, canonical, CANONICAL, canonical_ranks=None)
@@ -308,3 +308,11 @@ def test_a_canonical_field_of_another_version_is_refused_naming_it(shards):
         ConfigError, match=r"'canonical' field has version 2, this shardmix reads version 1"
     ):
         make(shards, 0, 1).load_state_dict(state)
+
+
+def test_the_old_merge_states_warns_and_is_join_states():
+    with pytest.warns(DeprecationWarning, match=r"use shardmix\.join_states"):
+        from shardmix.canonical import merge_states
+    assert merge_states is join_states
+    with pytest.warns(DeprecationWarning, match="merge_states is deprecated"):
+        assert shardmix.canonical.merge_states is join_states

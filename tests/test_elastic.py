@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardmix import ConfigError, MixingLoader, ShardDataset, join_states
-from shardmix.elastic import Block, deal_shares, remaining_pieces
+from shardmix.epochs.elastic import Block, deal_shares, remaining_pieces
 from shardmix.plan.sharding import Piece, cut_pieces, default_num_lanes, default_shuffle_buffer
 from shardmix.state.codec import pack_refs, unpack_refs
 

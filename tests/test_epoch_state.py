@@ -16,7 +16,7 @@ def test_the_position_nests_each_stages_own_state(uneven_shards):
     batches = iter(loader)
     for _ in range(5):
         next(batches)
-    epoch = loader._current
+    epoch = loader._cursor.current
     position = epoch.position()
     assert position["mixer"] == epoch.merge.state_dict()
     assert position["buffer"] == epoch.shuffle.state_dict()

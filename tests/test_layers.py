@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardmix"
 # Bottom to top. A module is matched by its longest listed prefix; "" is the package itself.
 # The stages' folders are layers whole: plan/ (which records), state/ (the checkpoint's format),
 # reading/ (what runs in a worker), workers/ (the process boundary, seen from the trainer),
-# batching/ (what runs in the trainer's process for one epoch).
+# batching/ (what runs in the trainer's process for one epoch), epochs/ (the loader's epochs).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "policy")),
     ("bytes", ("sources", "formats")),
@@ -30,17 +30,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("workers", ("workers",)),
     ("batching", ("batching",)),
     ("dataset", ("dataset",)),
-    ("epochs", ("epochs",)),  # the loader's epochs: a folder of its own, to come
+    ("epochs", ("epochs",)),
     (
         "api",
         (
             "loader",
-            "loadersettings",
-            "loaderlength",
-            "loadercheckpoint",
-            "mixture",
-            "canonical",
-            "elastic",
             "lightning",
             "accelerate",
             "hf",

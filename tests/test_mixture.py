@@ -12,6 +12,7 @@ from fractions import Fraction
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
+from shardmix.epochs.mixture import mixture_settings
 from shardmix.plan.apportion import member_seed
 from shardmix.testing import check_resume, run_steps
 
@@ -136,7 +137,7 @@ def test_set_weights_between_epochs_and_mid_epoch_resumes_exactly(patterns):
             loader.load_state_dict(state)
         out = []
         for epoch in range(loader.epoch, 2):
-            if epoch == 1 and loader.mixture_weights()["a"] == Fraction(1, 2):
+            if epoch == 1 and loader.options.mixture_weights()["a"] == Fraction(1, 2):
                 loader.set_weights({"a": 0.75, "b": 0.25})
             for batch in loader:
                 out.append(keyed(batch))
@@ -180,12 +181,12 @@ def test_ranks_take_equal_steps_and_split_each_dataset(patterns, even_ranks):
 def test_a_member_reads_by_the_loaders_settings_with_its_own_dataset_seed_and_workers(patterns):
     loader = make_loader(patterns, {"a": 1, "b": 1}, 8, num_workers=1)
     try:
-        settings = loader.mixture_settings()
+        settings = mixture_settings(loader.options, loader.pools)
         for index, (name, member) in enumerate(settings.members.items()):
             assert member == dataclasses.replace(
                 settings.shared,
-                dataset=loader.datasets[name],
-                seed=member_seed(loader.seed, index),
+                dataset=loader.options.datasets[name],
+                seed=member_seed(loader.options.seed, index),
                 pool=loader.pools[name],
             )
         with pytest.raises(dataclasses.FrozenInstanceError):

@@ -113,7 +113,7 @@ def measure(world_size: int, data_dir: Path, workers: int, shards: int = SHARDS)
 def _restore(loader: Any, world_size: int, steps: int) -> tuple[int, float]:
     """``(bytes, seconds)``: the JSON size of every rank's state joined after ``steps`` batches,
     and the time from ``load_state_dict`` to rank 0's next batch."""
-    from shardmix.canonical import merge_states
+    from shardmix import join_states
 
     states = []
     for rank in range(world_size):
@@ -123,7 +123,7 @@ def _restore(loader: Any, world_size: int, steps: int) -> tuple[int, float]:
             next(iterator)
         states.append(reading.state_dict())
         reading.close()
-    text = json.dumps(merge_states(states))
+    text = json.dumps(join_states(states))
     times = []
     for _ in range(3):  # the best of three: the machine may be busy
         resumed = loader(0, world_size, CANONICAL)

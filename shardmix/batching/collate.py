@@ -221,7 +221,7 @@ def _missing_field_message(samples: Sequence[dict[str, Any]], field: str) -> str
 
 def join_batches(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Batches :func:`collate_fields` made, joined into the one it makes of all their samples
-    in order (a rank's canonical ranks: :mod:`shardmix.canonical`), column by column.
+    in order (a rank's canonical ranks: :mod:`shardmix.epochs.canonical`), column by column.
 
     >>> a = collate_fields([{"__key__": "a", "x": 1}])
     >>> b = collate_fields([{"__key__": "b", "x": 2}, {"__key__": "c", "x": 3}])

@@ -87,7 +87,7 @@ class EpochIterator:
         self.closed = False  # the workers were stopped; the position stays valid
         self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
         # After a resume on another world or batch size, the rest of the epoch is a resized
-        # phase: this rank's pieces come from the state (:mod:`shardmix.elastic`).
+        # phase: this rank's pieces come from the state (:mod:`shardmix.epochs.elastic`).
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         planned = (
             plan_epoch(settings, epoch, epoch_pass, self.phase, resume is not None)
@@ -124,10 +124,10 @@ class EpochIterator:
         self.rank_end = (
             None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
         )
-        self.skipped: SkipLedger | None = None
+        self.ledger: SkipLedger | None = None  # what on_error="skip" left out
         if isinstance(dataset, ShardReads) and dataset.policy.skips:
             damaged = dataset.record_counts.damaged  # warned about by the counting pass
-            self.skipped = SkipLedger.for_policy(dataset.policy, reported=damaged)
+            self.ledger = SkipLedger.for_policy(dataset.policy, reported=damaged)
         self.merge = self._start(planned, resume)
         self._first_wave_due = resume is not None
 
@@ -166,7 +166,7 @@ class EpochIterator:
             clocks=clocks,
             lane_pieces=planned.lane_pieces if planned else None,
             dropped=dropped,
-            ledger=self.skipped,
+            ledger=self.ledger,
             note_filtered=len(getattr(self.dataset, "urls", ()))
             if self.kept.learn is not False
             else 0,
@@ -229,6 +229,14 @@ class EpochIterator:
             "padded": self.padding.padded,
             "undelivered": self.undelivered or 0,
         }
+
+    def skipped(self) -> dict[str, Any] | None:
+        """What ``on_error="skip"`` left out (:class:`~shardmix.policy.SkipLedger`), as JSON."""
+        return None if self.ledger is None else self.ledger.summary()
+
+    def sees_its_end(self) -> bool:
+        """True: the epoch is ``finished`` at its last batch (ranks agreeing on it or not)."""
+        return True
 
     def named_failure(self, error: RuntimeError) -> WorkerError:
         """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
@@ -334,7 +342,7 @@ class EpochIterator:
             if self.kept.claim is not None and own < self.own:
                 raise self.kept.stale(own)
             # Short of the count with no record lost (filtered, or skipped as damage).
-            if own < self.own and not (sum(self.merge.dropped.values()) or self.skipped):
+            if own < self.own and not (sum(self.merge.dropped.values()) or self.ledger):
                 raise ConfigError(
                     f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
                     f"but were counted at {self.own}; the shards changed while being read"

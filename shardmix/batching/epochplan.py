@@ -5,7 +5,7 @@ the epoch's position.
 :func:`plan_epoch` makes an :class:`EpochPlanned` of a ShardDataset's epoch: shards rewritten
 since the last epoch are counted again first (:mod:`shardmix.plan.recount`), then the lanes' pieces
 come from the dataset's plan, or after a resume on another world or batch size from the
-state's phase (:mod:`shardmix.elastic`). Under several ranks it says the quota every rank
+state's phase (:mod:`shardmix.epochs.elastic`). Under several ranks it says the quota every rank
 yields and this rank's own total (:mod:`shardmix.plan.sharding`); :func:`plan_ends` says how the
 rank knows where its epoch ends (a quota known ahead, learned kept counts, or an exchange with
 the other ranks as it goes).

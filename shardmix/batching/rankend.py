@@ -17,7 +17,7 @@ so a resumed epoch, which exchanges at its first batch, ends where the live one 
 
 With ranks simulated in one process there is no one to agree with: a filter is refused
 (:func:`refuse_simulated_filter`). Nor in the rest of an epoch resumed on another world or
-batch size, whose equal shares were dealt ahead (:mod:`shardmix.elastic`): a sample dropped
+batch size, whose equal shares were dealt ahead (:mod:`shardmix.epochs.elastic`): a sample dropped
 there is refused (:func:`refuse_phase_drop`). A single rank needs none of this.
 """
 

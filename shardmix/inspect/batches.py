@@ -151,7 +151,7 @@ def inspect_batches(
     )
     loader.set_epoch(epoch)
     settings = dataclasses.replace(
-        settings, num_lanes=lanes, shuffle_buffer=loader.shuffle_buffer_size()
+        settings, num_lanes=lanes, shuffle_buffer=loader.options.shuffle_buffer_size()
     )
     lanes_by_url = lane_of([[p.shard for p in lane] for lane in plan], dataset.urls)
     run = record_run(

@@ -84,8 +84,8 @@ def inspect_mixture(
         world_size=settings.world_size,
     )
     loader.set_epoch(settings.epoch)
-    settings = dataclasses.replace(settings, shuffle_buffer=loader.shuffle_buffer_size())
-    exact = loader.mixture_weights()
+    settings = dataclasses.replace(settings, shuffle_buffer=loader.options.shuffle_buffer_size())
+    exact = loader.options.mixture_weights()
     lanes, shards, ideals = {}, {}, {}
     for name, dataset in datasets.items():
         lanes[name] = dataset.lanes_for(settings.batch_size, settings.world_size)
@@ -136,7 +136,7 @@ def inspect_mixture(
         summary,
         loader.stats().to_dict(),
     )
-    mixture = MixtureStats(loader.stopping.value, stats)
+    mixture = MixtureStats(loader.options.stopping.value, stats)
     num_shards = sum(len(dataset.urls) for dataset in datasets.values())
     return InspectReport(settings, num_shards, everything, run, mixture=mixture)
 

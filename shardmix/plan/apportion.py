@@ -8,7 +8,7 @@ samples per pass under the :class:`Stopping` rule, :func:`last_counts` sizes the
 and :func:`member_seed` gives each dataset its own shuffle seed. Pure functions of their
 arguments, doctested.
 
-Left to others: reading the datasets and cutting the batches (:mod:`shardmix.mixture`),
+Left to others: reading the datasets and cutting the batches (:mod:`shardmix.epochs.mixture`),
 checking a mixture's settings (:class:`~shardmix.loader.MixingLoader`).
 """
 

@@ -60,7 +60,8 @@ def check_config(
     """Refuse a checkpoint whose settings differ from the loader's, naming the field.
 
     A mixture's settings nest per dataset; a field there is named ``datasets.<name>.<field>``.
-    The top-level fields in ``free`` may differ (what a resize re-deals: :mod:`shardmix.elastic`).
+    The top-level fields in ``free`` may differ (what a resize re-deals:
+    :mod:`shardmix.epochs.elastic`).
     """
     fields = sorted(current, key=lambda field: field in _DERIVED)  # stable: the rest in order
     for name in fields:

@@ -10,7 +10,12 @@ rank's. Ranks here are data-parallel ranks: under ``MixingLoader(group=...)`` th
 model replica share one, so the state holds each data-parallel rank's position once (checked
 to be the same on every rank of the replica). With ranks simulated in one process
 (``MixingLoader(rank=, world_size=)``) there is nothing to gather: ``"ranks"`` is empty and the
-state resumes its own rank only.
+state resumes its own rank only; :func:`join_states` joins such states into one.
+
+A state of ``canonical_ranks`` (:mod:`shardmix.epochs.canonical`) has the same layout over the
+canonical ranks, keyed by canonical rank, with a ``"canonical"`` field of its own version:
+:func:`gather_canonical` collects every physical rank's canonical ranks, :func:`own_positions`
+picks a rank's, and :func:`join_states` joins simulated ranks' states as it joins plain ones.
 """
 
 from __future__ import annotations
@@ -19,10 +24,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmix.errors import ConfigError
+from shardmix.state.codec import STATE_VERSION
 from shardmix.world import state_exchange
 
-# The top-level keys of a state that are not its saving rank's position.
-_NOT_POSITION = ("version", "config", "rank", "ranks")
+CANONICAL_VERSION = 1
+
+# The top-level keys of a state that are not its saving rank's (or first canonical rank's)
+# position.
+_NOT_POSITION = ("version", "config", "rank", "ranks", "canonical")
 
 
 def gather_positions(
@@ -109,11 +118,15 @@ def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One state holding the positions of ranks simulated in one process or more
     (``MixingLoader(rank=, world_size=)``), as torch.distributed would have gathered it.
 
-    ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order.
+    ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order. States
+    of ``canonical_ranks`` join into one state of every canonical rank they hold, which
+    resumes on any world size that divides it.
     """
     if not states:
         raise ConfigError("join_states() needs at least one rank's state")
     first = states[0]
+    if "canonical" in first:
+        return _join_canonical(states)
     positions: dict[str, Any] = {}
     for state in states:
         for field in ("version", "config"):
@@ -134,3 +147,104 @@ def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         )
     shared = {field: first[field] for field in ("version", "config") if field in first}
     return {**shared, **positions["0"], "rank": 0, "ranks": others}
+
+
+def _join_canonical(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One state of every canonical rank held by ``states`` (see :func:`join_states`)."""
+    first = states[0]
+    saved = first["canonical"]
+    check_canonical(first, saved.get("canonical_ranks") if isinstance(saved, Mapping) else None)
+    held: dict[str, Any] = {}
+    for at, state in enumerate(states):
+        for field in ("version", "config", "canonical"):
+            if state.get(field) != first.get(field):
+                raise ConfigError(
+                    f"cannot join the states: loader state {at}'s {field!r} differs from state "
+                    "0's; join the states of one job, saved at the same step"
+                )
+        held.update(held_positions(state))
+    return canonical_state(held, first["config"], first["canonical"]["canonical_ranks"])
+
+
+def gather_canonical(
+    positions: Mapping[str, Any],
+    config: Mapping[str, Any],
+    world_size: int,
+    canonical_ranks: int,
+    group: Any = None,
+) -> dict[str, Any]:
+    """The state of ``positions`` (this rank's canonical ranks) and, under torch.distributed,
+    every other rank's (``group``: the data-parallel group, if not the default one): a
+    collective of the default group there, called by every rank at the same step."""
+    held = dict(positions)
+    exchange = state_exchange(world_size, group)
+    if exchange is not None:
+        for theirs in exchange(held):
+            held.update(theirs)
+    return canonical_state(held, config, canonical_ranks)
+
+
+def canonical_state(
+    positions: Mapping[str, Any], config: Mapping[str, Any], canonical_ranks: int
+) -> dict[str, Any]:
+    """A state of the canonical ranks' ``positions`` (keyed by canonical rank as a string)."""
+    order = sorted(positions, key=int)
+    first = order[0]
+    return {
+        "version": STATE_VERSION,
+        "config": dict(config),
+        **positions[first],
+        "rank": int(first),
+        "ranks": {key: positions[key] for key in order[1:]},
+        "canonical": {"version": CANONICAL_VERSION, "canonical_ranks": canonical_ranks},
+    }
+
+
+def held_positions(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The positions a canonical state holds, keyed by canonical rank as a string."""
+    first = {key: value for key, value in state.items() if key not in _NOT_POSITION}
+    return {str(state.get("rank")): first, **dict(state.get("ranks") or {})}
+
+
+def check_canonical(state: Mapping[str, Any], canonical_ranks: int | None) -> None:
+    """Refuse a state saved with other canonical ranks than ``canonical_ranks`` (None: none),
+    or whose canonical field this shardmix does not read."""
+    saved = state.get("canonical")
+    if saved is None:
+        if canonical_ranks is not None:
+            raise ConfigError(
+                f"cannot resume with canonical_ranks={canonical_ranks}: the loader state was "
+                "saved without canonical_ranks; resume it with the loader's settings then"
+            )
+        return
+    if not isinstance(saved, Mapping) or saved.get("version") != CANONICAL_VERSION:
+        found = saved.get("version") if isinstance(saved, Mapping) else saved
+        raise ConfigError(
+            f"cannot resume: the loader state's 'canonical' field has version {found!r}, this "
+            f"shardmix reads version {CANONICAL_VERSION}"
+        )
+    if saved.get("canonical_ranks") != canonical_ranks:
+        raise ConfigError(
+            f"cannot resume: the loader state was saved with canonical_ranks="
+            f"{saved.get('canonical_ranks')!r} but this loader has canonical_ranks="
+            f"{canonical_ranks!r}; pass the checkpoint's canonical_ranks"
+        )
+
+
+def own_positions(state: Mapping[str, Any], slots: range) -> dict[str, Any]:
+    """The positions of the canonical ranks ``slots`` in ``state``, all at one step."""
+    held = held_positions(state)
+    missing = [canonical for canonical in slots if str(canonical) not in held]
+    if missing:
+        raise ConfigError(
+            f"cannot resume canonical ranks {missing}: the loader state holds canonical ranks "
+            f"{sorted(map(int, held))} only; save it with state_dict() on every rank under "
+            "torch.distributed, or join simulated ranks' states with shardmix.join_states"
+        )
+    steps = {(held[key]["epoch"], held[key]["batches"]) for key in held}
+    if len(steps) > 1:
+        raise ConfigError(
+            f"cannot resume: the loader state's canonical ranks are at different (epoch, "
+            f"batches) {sorted(steps)}; join states saved at the same step"
+        )
+    return {str(canonical): held[str(canonical)] for canonical in slots}

@@ -91,7 +91,7 @@ def main() -> None:
                 "steps": steps,
                 "keys": keys,
                 "filtered": loader.filtered,
-                "exchanges": loader._current.rank_end.exchanges,
+                "exchanges": loader._cursor.current.rank_end.exchanges,
                 "state": {"epoch": state["epoch"], "batches": state["batches"]},
             }
             loader.close()
@@ -141,7 +141,7 @@ def main() -> None:
                     "steps": steps,
                     "keys": keys,
                     "filtered": loader.filtered,
-                    "agreed": loader._current.rank_end is not None,
+                    "agreed": loader._cursor.current.rank_end is not None,
                 }
             )
         runs[f"learned/{even_ranks}"] = epochs

@@ -101,7 +101,8 @@ def main() -> None:
         loader = make_loader(args.shards, group)
         counted = watch_counting(loader.dataset)
         epochs = [train(model, optimizer, loader)[0] for _ in range(2)]
-        runs[name] = {"epochs": epochs, "rank": loader.rank_and_world_size(), "counted": counted}
+        rank = loader.options.rank_and_world_size()
+        runs[name] = {"epochs": epochs, "rank": rank, "counted": counted}
         loader.close()
     for even_ranks in ("drop", "pad"):
         loader = make_loader(args.shards, dp, even_ranks, drop_30_percent)
@@ -109,7 +110,7 @@ def main() -> None:
         runs[f"filter/{even_ranks}"] = {
             "keys": keys,
             "filtered": loader.filtered,
-            "exchanges": loader._current.rank_end.exchanges,
+            "exchanges": loader._cursor.current.rank_end.exchanges,
         }
         loader.close()
     for name, transform in (("cut", None), ("cut/filter", drop_30_percent)):

@@ -34,7 +34,7 @@ from shardmix.batching.collate import pin_batch
 from shardmix.batching.epoch import EpochIterator
 from shardmix.batching.epochplan import epoch_start
 from shardmix.batching.settings import EpochSettings
-from shardmix.dataset import ShardDataset
+from shardmix.epochs.options import LoaderOptions
 from shardmix.errors import ConfigError
 from shardmix.plan.apportion import Apportioner, Stopping, last_counts, member_seed
 from shardmix.reading.reader import Sample
@@ -56,21 +56,17 @@ class MixtureSettings:
     stopping: Stopping
 
 
-def mixture_settings(
-    shared: EpochSettings,
-    datasets: Mapping[str, Any],
-    pools: Mapping[str, WorkerPool],
-    weights: Mapping[str, Fraction],
-    stopping: Stopping,
-) -> MixtureSettings:
-    """The settings of a mixture of ``datasets``: dataset ``i`` reads by ``shared`` with its
-    own shuffle seed (:func:`~shardmix.plan.apportion.member_seed`) and its persistent workers, if
+def mixture_settings(options: LoaderOptions, pools: Mapping[str, WorkerPool]) -> MixtureSettings:
+    """A mixture's settings, resolved now: dataset ``i`` reads by the loader's
+    :meth:`~shardmix.epochs.options.LoaderOptions.epoch_settings` with that dataset, its own
+    shuffle seed (:func:`~shardmix.plan.apportion.member_seed`) and its persistent workers, if
     any (``pools`` by dataset name)."""
+    shared = options.epoch_settings(pools.get(""))
     members = {
         name: shared.member(dataset, member_seed(shared.seed, index), pools.get(name))
-        for index, (name, dataset) in enumerate(datasets.items())
+        for index, (name, dataset) in enumerate((options.datasets or {}).items())
     }
-    return MixtureSettings(shared, members, dict(weights), stopping)
+    return MixtureSettings(shared, members, options.mixture_weights(), options.stopping)
 
 
 class MixtureEpoch:
@@ -115,7 +111,7 @@ class MixtureEpoch:
             self.streams[name] = self._stream(name, position)
         # Whether the epoch tells its end after its last batch (else the loader counts): not
         # where the ranks agree on the end.
-        self.sees_its_end = all(stream.rank_end is None for stream in self.streams.values())
+        self._sees_end = all(stream.rank_end is None for stream in self.streams.values())
         self._deferred: Exception | None = None  # raised by the next next(), after a batch
 
     def _stream(self, name: str, position: Mapping[str, Any] | None) -> EpochIterator:
@@ -155,7 +151,7 @@ class MixtureEpoch:
             return self._last_batch([s for name in taken for s in taken[name][: last[name]]])
         self.batches += 1
         batch = [sample for samples in taken.values() for sample in samples]
-        if self.sees_its_end:
+        if self._sees_end:
             try:
                 if self._at_end():
                     self.finished = True
@@ -176,7 +172,7 @@ class MixtureEpoch:
         available: dict[str, int] = {}
         for name, count in counts.items():
             found = self.streams[name].available(count)
-            assert found is not None  # sees_its_end
+            assert found is not None  # _sees_end
             if found < count:
                 exhausted.add(name)
                 if self.stopping is Stopping.ALL_EXHAUSTED and exhausted < set(self.datasets):
@@ -241,40 +237,39 @@ class MixtureEpoch:
             },
         }
 
-    @property
     def skipped(self) -> dict[str, Any] | None:
-        found = {
-            name: stream.skipped.summary()
-            for name, stream in self.streams.items()
-            if stream.skipped is not None
-        }
-        return found or None
+        """Each dataset's skip summary under ``on_error="skip"``, by name."""
+        found = {name: stream.skipped() for name, stream in self.streams.items()}
+        return {name: summary for name, summary in found.items() if summary is not None} or None
+
+    def sees_its_end(self) -> bool:
+        """Whether it tells its end after its last batch: not where the ranks agree on it."""
+        return self._sees_end
+
+    def named_failure(self, error: RuntimeError) -> None:
+        """None: a worker's death is raised as torch names it."""
+        return None
 
     @property
     def filtered(self) -> dict[str, dict[str, int]]:
         return {name: stream.filtered for name, stream in self.streams.items()}
 
 
-def mixture_start(settings: MixtureSettings, epoch: int) -> dict[str, Any]:
+def mixture_start(options: LoaderOptions, epoch: int) -> dict[str, Any]:
     """The position at the start of ``epoch``, before any batch."""
-    members = settings.members
+    datasets = options.datasets or {}
+    _, world_size = options.rank_and_world_size()
     return {
         "epoch": epoch,
         "batches": 0,
         "mixture": {
-            "weights": {name: str(w) for name, w in settings.weights.items()},
-            "credits": {name: "0" for name in members},
-            "passes": dict.fromkeys(members, 0),
+            "weights": {name: str(w) for name, w in options.mixture_weights().items()},
+            "credits": {name: "0" for name in datasets},
+            "passes": dict.fromkeys(datasets, 0),
             "exhausted": [],
             "datasets": {
-                name: epoch_start(epoch, _num_lanes(member)) for name, member in members.items()
+                name: epoch_start(epoch, options.num_lanes_for(dataset, world_size))
+                for name, dataset in datasets.items()
             },
         },
     }
-
-
-def _num_lanes(member: EpochSettings) -> int:
-    """The lanes a mixture's dataset reads (:meth:`~shardmix.dataset.ShardDataset.lanes_for`)."""
-    dataset = member.dataset
-    assert isinstance(dataset, ShardDataset)  # the loader takes no other in a mixture
-    return dataset.lanes_for(member.batch_size, member.world_size)

@@ -1,74 +1,105 @@
-"""The loader's settings: checked when a MixingLoader is made, resolved when an epoch starts.
+"""LoaderOptions: a MixingLoader's arguments as one frozen value, checked when it is made.
 
-:class:`~shardmix.loader.MixingLoader` takes its arguments through the checks here (each a
-:class:`~shardmix.errors.ConfigError` that names the argument and what to use instead), keeps
-them as attributes, and resolves them at each epoch into frozen values: an
-:class:`~shardmix.batching.settings.EpochSettings` for one dataset, a
-:class:`~shardmix.mixture.MixtureSettings` for a mixture, the rank and world size an epoch is
-planned for, its lanes and shuffle buffer. :class:`LoaderSettings` is the part of the loader
-that does that, and no more: it holds no epoch and no position.
+:class:`~shardmix.loader.MixingLoader` hands its arguments to :class:`LoaderOptions`, whose
+checks each raise a :class:`~shardmix.errors.ConfigError` that names the argument and what to
+use instead, and resolves them at each epoch into frozen values: an
+:class:`~shardmix.batching.settings.EpochSettings` for one dataset (a mixture's members are made
+from it: :func:`~shardmix.epochs.mixture.mixture_settings`), the rank and world size an epoch is
+planned for (resolved at each use: torch.distributed may start after the loader is made), its
+lanes and shuffle buffer. It holds no epoch, no position and no workers.
 
-Left to others: the loader's epochs and their iterators (:mod:`shardmix.loader`), how many
-batches they hold (:mod:`shardmix.loaderlength`), the state of a checkpoint
-(:mod:`shardmix.loadercheckpoint`), where this process runs (:mod:`shardmix.world`).
+Left to others: the loader's epochs (:mod:`shardmix.loader`), how many batches they hold
+(:mod:`shardmix.epochs.length`), the state of a checkpoint (:mod:`shardmix.epochs.checkpoint`),
+where this process runs (:mod:`shardmix.world`).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset
 
+from shardmix.batching.collate import collate_samples
+from shardmix.batching.rankend import refuse_simulated_filter
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.stats import StatsRecorder
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, ShardmixWarning
-from shardmix.mixture import MixtureSettings, mixture_settings
-from shardmix.plan.apportion import Stopping
+from shardmix.plan.apportion import Stopping, normalized_weights
+from shardmix.plan.cacheroom import CacheReaders, check_cache_room, remote_lanes
 from shardmix.plan.sharding import EvenRanks, canonical_slots, default_shuffle_buffer
 from shardmix.reading.reader import Sample
 from shardmix.workers.dataloader import WorkerOptions
 from shardmix.workers.pool import WorkerPool
-from shardmix.world import Ranks
+from shardmix.world import Ranks, count_exchange
+
+DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 
 
-class LoaderSettings:
-    """A MixingLoader's settings (see :class:`~shardmix.loader.MixingLoader` for each), and
-    what they resolve to at an epoch's start."""
+@dataclass(frozen=True)
+class LoaderOptions:
+    """A MixingLoader's arguments (see :class:`~shardmix.loader.MixingLoader` for each),
+    checked. A mixture's datasets are ``datasets``, by name, and ``dataset`` is the first (for
+    what needs only a dataset's type). ``ranks`` is how the data-parallel rank is found
+    (:func:`~shardmix.world.data_parallel_ranks`)."""
 
-    # Set (and checked) by MixingLoader.__init__.
-    datasets: dict[str, ShardDataset] | None
     dataset: IterableDataset[Any]
     batch_size: int
-    num_workers: int
-    shuffle_buffer: int | None
-    shuffle_buffer_bytes: int | None
-    seed: int
-    collate_fn: Callable[[list[Sample]], Any]
-    drop_last: bool
-    timeout: float
-    prefetch_factor: int
-    multiprocessing_context: Any
-    even_ranks: EvenRanks
-    pin_memory: bool
-    persistent_workers: bool
-    worker_init_fn: Callable[[int], None] | None
-    canonical_ranks: int | None
-    stopping: Stopping
-    pools: dict[str, WorkerPool]
-    pool: WorkerPool | None
-    stats_recorder: StatsRecorder
-    _weights: dict[str, Fraction]  # a mixture's only
-    _ranks: Ranks
+    weights: Mapping[str, float] | None = None
+    stopping: Stopping = Stopping.FIRST_EXHAUSTED
+    num_workers: int = 0
+    shuffle_buffer: int | None = None
+    shuffle_buffer_bytes: int | None = DEFAULT_SHUFFLE_BUFFER_BYTES
+    seed: int = 0
+    collate_fn: Callable[[list[Sample]], Any] = collate_samples
+    drop_last: bool = False
+    timeout: float = 0.0
+    prefetch_factor: int = 2
+    multiprocessing_context: Any = None
+    even_ranks: EvenRanks = EvenRanks.DROP
+    ranks: Ranks = Ranks()
+    pin_memory: bool = False
+    persistent_workers: bool = True
+    worker_init_fn: Callable[[int], None] | None = None
+    canonical_ranks: int | None = None
+    torch_arguments: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    datasets: dict[str, ShardDataset] | None = None
+    # What the loader's stats() reports, counted into by every epoch made from these options:
+    # a recorder, not a setting, kept here so that a mixture's members and canonical ranks
+    # count into the loader's one.
+    stats: StatsRecorder = field(default_factory=StatsRecorder, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        refuse_torch_arguments(self.torch_arguments)
+        check_sizes(
+            self.batch_size, self.num_workers, self.shuffle_buffer, self.shuffle_buffer_bytes
+        )
+        if self.datasets is not None:
+            mixture_datasets(self.datasets)
+            self.mixture_weights()
+        elif self.weights is not None:
+            raise ConfigError("weights= mixes several datasets: pass them as a dict of names")
+        check_canonical_ranks(self.canonical_ranks, self.dataset, self.datasets is not None)
+        check_num_workers(self.num_workers, list(self.members().values()))
+        # Pinning needs CUDA (else a warning, once: dataclasses.replace finds it False).
+        object.__setattr__(self, "pin_memory", self.pin_memory and cuda_available())
+
+    def members(self) -> dict[str, IterableDataset[Any]]:
+        """The datasets read, by name: a mixture's, else the one dataset as ``""``."""
+        return dict(self.datasets) if self.datasets is not None else {"": self.dataset}
 
     def new_pool(self, dataset: IterableDataset[Any]) -> WorkerPool:
-        """Persistent workers for ``dataset``, with this loader's worker settings."""
-        return WorkerPool(
-            dataset,
+        """Persistent workers for ``dataset``, with these worker settings."""
+        return WorkerPool(dataset, **vars(self.workers()))
+
+    def workers(self) -> WorkerOptions:
+        """How an epoch's lanes are read: in this process, or in DataLoader workers."""
+        return WorkerOptions(
             num_workers=self.num_workers,
             timeout=self.timeout,
             prefetch_factor=self.prefetch_factor,
@@ -76,17 +107,11 @@ class LoaderSettings:
             worker_init_fn=self.worker_init_fn,
         )
 
-    def epoch_settings(self) -> EpochSettings:
-        """The settings an epoch reads by, resolved now (the rank and world size included):
-        an epoch holds them, not the loader. A mixture's are its first dataset's."""
+    def epoch_settings(self, pool: WorkerPool | None) -> EpochSettings:
+        """The settings an epoch reads by, resolved now (the rank and world size included),
+        with ``pool`` its persistent workers (None: per-epoch workers). A mixture's are its
+        first dataset's."""
         rank, world_size = self.rank_and_world_size()
-        workers = WorkerOptions(
-            num_workers=self.num_workers,
-            timeout=self.timeout,
-            prefetch_factor=self.prefetch_factor,
-            multiprocessing_context=self.multiprocessing_context,
-            worker_init_fn=self.worker_init_fn,
-        )
         return EpochSettings(
             dataset=self.dataset,
             batch_size=self.batch_size,
@@ -99,25 +124,18 @@ class LoaderSettings:
             even_ranks=self.even_ranks,
             rank=rank,
             world_size=world_size,
-            group=self.data_parallel_group,
-            workers=workers,
-            pool=self.pool,
-            stats=self.stats_recorder,
-        )
-
-    def mixture_settings(self) -> MixtureSettings:
-        """A mixture's settings, resolved now: each dataset's are :meth:`epoch_settings` with
-        that dataset, its own seed and its persistent workers."""
-        datasets = self.datasets or {}
-        return mixture_settings(
-            self.epoch_settings(), datasets, self.pools, self.mixture_weights(), self.stopping
+            group=self.ranks.group,
+            workers=self.workers(),
+            pool=pool,
+            stats=self.stats,
         )
 
     def mixture_weights(self) -> dict[str, Fraction]:
         """A mixture's weights (exact, summing to 1)."""
         if self.datasets is None:
             raise ConfigError("weights belong to a mixture: pass the datasets as a dict of names")
-        return dict(self._weights)
+        names = list(self.datasets)
+        return normalized_weights(names, self.weights or dict.fromkeys(names, 1.0))
 
     def num_lanes_for(self, dataset: ShardDataset, world_size: int) -> int:
         """The lanes an epoch reads: the dataset's ``num_lanes``, or from the batch size."""
@@ -132,22 +150,53 @@ class LoaderSettings:
     def rank_and_world_size(self) -> tuple[int, int]:
         """``(rank, world_size)`` among the data-parallel ranks, which split the data: as
         given, else from ``group``, else from torch.distributed, else ``(0, 1)``."""
-        return self._ranks.resolve()
-
-    @property
-    def data_parallel_group(self) -> Any:
-        """The data-parallel process group given as ``group`` (None: the default group)."""
-        return self._ranks.group
+        return self.ranks.resolve()
 
     def planning_world(self) -> tuple[int, int]:
         """``(rank, world_size)`` the epochs are planned for: with ``canonical_ranks``, this
         rank's first canonical rank and ``canonical_ranks``, else :meth:`rank_and_world_size`."""
+        if self.canonical_ranks is None:
+            return self.rank_and_world_size()
+        return self.own_canonical_ranks()[0], self.canonical_ranks
+
+    def own_canonical_ranks(self) -> range:
+        """The canonical ranks this rank runs (without ``canonical_ranks``, one: its own);
+        a world size that does not divide ``canonical_ranks`` is refused here."""
         rank, world_size = self.rank_and_world_size()
         if self.canonical_ranks is None:
-            return rank, world_size
-        return canonical_slots(rank, world_size, self.canonical_ranks)[0], self.canonical_ranks
+            return range(rank, rank + 1)
+        return canonical_slots(rank, world_size, self.canonical_ranks)
 
-    def _shard_dataset(self, what: str) -> ShardDataset:
+    def refuse_at_iter(self, epoch: int, resuming: bool) -> None:
+        """What ``iter()`` refuses (a ConfigError, before a worker starts or a shard is asked
+        for): a world size that does not divide ``canonical_ranks``, a ``cache_limit`` below
+        what the epoch's lanes hold in the cache at once (:mod:`shardmix.plan.cacheroom`), and
+        under ranks simulated in one process (no process group to agree on a filtered epoch's
+        end) a named filter whose kept counts are not learned yet (:mod:`shardmix.plan.kept`;
+        a resumed epoch's own state decides at its first batch)."""
+        processes = len(self.own_canonical_ranks())
+        readers = {}
+        for name, dataset in self.members().items():
+            if not isinstance(dataset, ShardDataset) or dataset.source_options.cache_limit is None:
+                continue  # without a cache_limit, the URLs are not even counted
+            lanes = self.num_lanes_for(dataset, self.planning_world()[1])
+            urls = remote_lanes(dataset.urls, lanes, processes)
+            readers[name] = CacheReaders(dataset.source_options, urls)
+        check_cache_room(readers)
+        dataset = self.dataset
+        if not isinstance(dataset, ShardDataset) or dataset.kept_counts is None:
+            return
+        rank, world_size = self.rank_and_world_size()
+        if world_size == 1 or self.ranks.group is not None or resuming:
+            return
+        if self.canonical_ranks is not None or count_exchange(world_size) is not None:
+            return
+        if dataset.kept_totals(epoch, world_size) is None:
+            name = dataset.kept_counts.transform_id
+            raise refuse_simulated_filter(epoch, rank, world_size, "samples", name)
+
+    def shard_dataset(self, what: str) -> ShardDataset:
+        """The dataset, refused by name (``what`` needs it) unless a ShardDataset."""
         if not isinstance(self.dataset, ShardDataset):
             raise ConfigError(
                 f"{what} needs a ShardDataset, whose samples say where they came from; "
@@ -252,6 +301,6 @@ def cuda_available() -> bool:
     warnings.warn(
         "pin_memory=True but no CUDA device is available: batches are not pinned",
         ShardmixWarning,
-        stacklevel=3,
+        stacklevel=5,  # here, LoaderOptions' __post_init__ and __init__, MixingLoader's
     )
     return False

@@ -1,0 +1,231 @@
+"""Canonical ranks: the same global batches on every world size that divides a fixed one.
+
+``MixingLoader(..., canonical_ranks=C)`` plans every epoch for ``C`` ranks whatever the job's
+world size ``W``. Each *canonical rank* ``c`` is read exactly as a loader with the simulated
+world ``rank=c, world_size=C`` reads it: its own lanes, mixer and shuffle buffer (an
+:class:`~shardmix.batching.epoch.EpochIterator`). Physical rank ``r`` runs the canonical ranks
+``r * C/W`` to ``(r + 1) * C/W - 1`` side by side and joins their batches of ``batch_size``,
+in canonical order, into one batch of ``C/W * batch_size`` samples. So the sequence of global
+batches (one step's samples over all ranks) does not depend on ``W``, and a state saved on one
+world size resumes on any other that divides ``C``, mid-epoch included.
+
+The state is a ``C``-rank state keyed by canonical rank, with a ``"canonical"`` field of its
+own version (:mod:`shardmix.state.ranks`, the envelope of every rank's position: under
+torch.distributed it gathers every physical rank's canonical ranks; with ranks simulated in one
+process each loader's state holds its own, and :func:`shardmix.join_states` joins them).
+
+This module owns the split of canonical ranks over physical ranks and the joined batches; the
+epoch itself, its workers and the state's envelope are the epoch's, the pool's and
+:mod:`shardmix.state.ranks`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shardmix.batching.collate import (
+    collate_fields,
+    collate_samples,
+    join_batches,
+    pin_batch,
+    restructured,
+)
+from shardmix.batching.epoch import EpochIterator
+from shardmix.batching.epochplan import epoch_start
+from shardmix.batching.settings import EpochSettings
+from shardmix.epochs.options import LoaderOptions
+from shardmix.errors import ConfigError
+from shardmix.plan.sharding import canonical_slots
+from shardmix.state.ranks import join_states
+from shardmix.workers.pool import WorkerPool
+
+
+class CanonicalEpoch:
+    """One epoch of the canonical ranks this rank runs, their batches joined in order.
+
+    With one canonical rank per physical rank its batches are that rank's, as they are.
+    With more, the default collate's batches are joined column by column
+    (:func:`~shardmix.batching.collate.join_batches`: the batch it would make of all their samples);
+    under another ``collate_fn`` each canonical rank's epoch hands out its samples, and
+    ``collate_fn`` collates them once, joined.
+    """
+
+    def __init__(
+        self,
+        options: LoaderOptions,
+        epoch: int,
+        resume: Mapping[str, Any] | None,
+        pools: Sequence[WorkerPool | None],
+    ) -> None:
+        canonical_ranks = options.canonical_ranks
+        assert canonical_ranks is not None  # the loader makes one only then
+        rank, world_size = options.rank_and_world_size()
+        self.slots = canonical_slots(rank, world_size, canonical_ranks)
+        self.epoch = epoch
+        self.collate_fn = options.collate_fn
+        self.pin_memory = options.pin_memory
+        self.closed = False
+        self._joined = len(self.slots) > 1
+        # The default collate's batches join as columns; another's samples join as samples.
+        self._by_column = self._joined and options.collate_fn is collate_samples
+        self.streams: list[EpochIterator] = []
+        settings = options.epoch_settings(None)
+        try:
+            for canonical, pool in zip(self.slots, pools, strict=True):
+                own = canonical_rank_settings(
+                    settings,
+                    canonical,
+                    canonical_ranks,
+                    pool,
+                    samples=self._joined and not self._by_column,
+                    alone=not self._joined,
+                )
+                position = None if resume is None else resume[str(canonical)]
+                self.streams.append(EpochIterator(own, epoch, position))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def finished(self) -> bool:
+        """Every batch of the epoch was handed out (each canonical rank's last one cut)."""
+        return all(stream.finished for stream in self.streams)
+
+    @property
+    def batches(self) -> int:
+        """Batches handed out this epoch (each canonical rank gave as many)."""
+        return self.streams[0].batches
+
+    def __iter__(self) -> CanonicalEpoch:
+        return self
+
+    def __next__(self) -> Any:
+        if self.closed:
+            raise StopIteration
+        parts = []
+        try:
+            for stream in self.streams:
+                parts.append(next(stream))
+        except StopIteration:
+            if parts:
+                self.close()
+                raise self._uneven(len(parts)) from None
+            raise
+        except BaseException:
+            self.close()
+            raise
+        if not self._joined:
+            return parts[0]
+        if self._by_column:
+            batch = restructured(join_batches(parts))
+        else:
+            batch = self.collate_fn([sample for part in parts for sample in part])
+        return pin_batch(batch) if self.pin_memory else batch
+
+    def _uneven(self, ended: int) -> ConfigError:
+        early = self.slots[ended]
+        return ConfigError(
+            f"epoch {self.epoch}: canonical rank {early} ended after {self.batches - 1} "
+            f"batches while canonical rank {self.slots[0]} had one more; the canonical ranks "
+            "yield the same number of samples unless a transform drops samples or the shards "
+            "changed while being read: keep them unchanged, and filter before writing shards"
+        )
+
+    def close(self) -> None:
+        """Stop every canonical rank's reading (persistent workers keep running)."""
+        self.closed = True
+        for stream in self.streams:
+            stream.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def position(self) -> dict[str, Any]:
+        """Each canonical rank's position, keyed by the canonical rank as a string."""
+        return {
+            str(canonical): stream.position()
+            for canonical, stream in zip(self.slots, self.streams, strict=True)
+        }
+
+    @property
+    def filtered(self) -> dict[str, int]:
+        """The canonical ranks' :attr:`~shardmix.batching.epoch.EpochIterator.filtered`, summed."""
+        total = {"dropped": 0, "padded": 0, "undelivered": 0}
+        for stream in self.streams:
+            for kind, count in stream.filtered.items():
+                total[kind] += count
+        return total
+
+    def skipped(self) -> dict[str, Any] | None:
+        """Each canonical rank's skip summary under ``on_error="skip"``, by canonical rank."""
+        found = {
+            str(canonical): stream.skipped()
+            for canonical, stream in zip(self.slots, self.streams, strict=True)
+        }
+        return {key: summary for key, summary in found.items() if summary is not None} or None
+
+    def sees_its_end(self) -> bool:
+        """True: each canonical rank's epoch tells its own end."""
+        return True
+
+    def named_failure(self, error: RuntimeError) -> None:
+        """None: a worker's death is raised as torch names it."""
+        return None
+
+
+def canonical_rank_settings(
+    settings: EpochSettings,
+    canonical: int,
+    canonical_ranks: int,
+    pool: WorkerPool | None,
+    *,
+    samples: bool,
+    alone: bool,
+) -> EpochSettings:
+    """A rank's epoch settings as one of its canonical ranks reads by: the simulated world
+    ``(canonical, canonical_ranks)``, the workers of its slot on this rank (``pool``), and
+    with ``samples`` (its samples joined with other canonical ranks') samples handed out as
+    they are, for one collate of the joined batch. Pinned memory is for the joined batch only
+    (``alone``: the rank's only canonical rank, whose batches are the rank's).
+    """
+    return dataclasses.replace(
+        settings,
+        rank=canonical,
+        world_size=canonical_ranks,
+        # A canonical rank's epoch agrees on its end with no other (a filter follows the rules
+        # of simulated ranks), whichever group the physical ranks form.
+        group=None,
+        pool=pool,
+        # Joined by column: each canonical rank's batch dict, restructured once joined.
+        collate_fn=list if samples else settings.collate_fn if alone else collate_fields,
+        pin_memory=settings.pin_memory and alone,
+    )
+
+
+def start_positions(options: LoaderOptions, epoch: int) -> dict[str, Any]:
+    """This rank's canonical ranks at the start of ``epoch``, before any batch."""
+    canonical_ranks = options.canonical_ranks
+    assert canonical_ranks is not None
+    rank, world_size = options.rank_and_world_size()
+    dataset = options.shard_dataset("canonical_ranks")  # the only kind it takes
+    lanes = options.num_lanes_for(dataset, canonical_ranks)
+    return {
+        str(canonical): epoch_start(epoch, lanes)
+        for canonical in canonical_slots(rank, world_size, canonical_ranks)
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """``shardmix.canonical.merge_states``, kept one release: it is :func:`shardmix.join_states`."""
+    if name != "merge_states":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        "shardmix.canonical.merge_states is deprecated and goes in the next release: use "
+        "shardmix.join_states, which joins canonical ranks' states too",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return join_states
