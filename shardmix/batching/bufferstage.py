@@ -97,8 +97,8 @@ class BufferStage:
         return buffer_state(state["draws"], self.refs(slots), state["sizes"], self.tags(slots))
 
     def load_state_dict(self, state: Mapping[str, Any], *, pushing: bool = True) -> None:
-        """Hold the residents ``state`` names, as references read when needed; every wave's
-        reads are asked for now. ``pushing``: lanes are left, so pushes displace residents
+        """Hold the residents ``state`` names, as references read when needed; the first
+        wave's reads are asked for now. ``pushing``: lanes are left, so pushes displace residents
         (else the epoch ends popping them), which says the order the residents are needed in.
         """
         dataset = self._dataset  # a ShardDataset: the loader restores no other

@@ -5,11 +5,14 @@ their sizes, never their bytes. A restore puts a :class:`Resident` (reference an
 the buffer in place of each sample, and :class:`ResidentReads` turns it into its sample when
 the buffer evicts it. The buffer's draws are counter-based, so which residents the next
 evictions take is known in advance (:func:`~shardmix.batching.shuffle.eviction_order`): the
-residents are cut, in that order, into waves of one batch, then two, four, ... batches. Every wave's
-reads are asked for when the epoch starts, the first wave's first (remote ranges go to one shared
-pool, which serves them in the order they were asked for: :mod:`shardmix.sources.ranges`),
-and a wave is read, all its shards, when one of its residents is first needed. The first batch
-so waits for about a batch of residents, not for the whole buffer; the rest arrives behind it.
+residents are cut, in that order, into waves of one batch, then two, four, ... batches. The
+first wave's reads are asked for when the epoch starts, every other wave's when a resident of
+one of them is first needed (the second batch): remote ranges go to one shared pool, which
+serves them in the order they were asked for (:mod:`shardmix.sources.ranges`), and a wave is
+read, all its shards, when one of its residents is first needed. Before the first batch the
+server so sees that batch's residents' requests (and the lanes'), not the whole buffer's, which
+over a slow server or one that accepts few connections at once kept the batch waiting behind
+them; the rest arrives behind it.
 The buffer's byte budget counts the sizes the checkpoint carries, so the order stays exact.
 
 Each resident's reference carries its record's tag (:mod:`shardmix.formats.tags`): the record
@@ -30,7 +33,7 @@ re-reads). What a reference is, and how it is packed: :mod:`shardmix.state.codec
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardmix.errors import ConfigError, CorruptShardError, ShardChangedError, describe_position
@@ -201,8 +204,8 @@ class ResidentReads:
     """A restored buffer's residents: asked for in waves, in order of need, read when needed.
 
     ``order`` lists positions in ``refs`` in the order the buffer is expected to evict them
-    (:func:`_waves` says how they are cut into waves). Nothing is read here, but every wave's
-    reads are asked for (remote ranges start arriving).
+    (:func:`_waves` says how they are cut into waves). Nothing is read here, but the first
+    wave's reads are asked for (remote ranges start arriving).
     """
 
     def __init__(
@@ -251,18 +254,29 @@ class ResidentReads:
             if offset >= 0:
                 by_shard.setdefault(shard_index, []).append((record, offset))
         longest = {shard: longest_record_of(positions) for shard, positions in by_shard.items()}
-        self._pending: list[_Wave | None] = [
-            _Wave(dataset, wave, epoch, epoch_pass, longest, tags)
-            for wave, tags in zip(waves, wave_tags, strict=True)
-        ]
+        self._ask_wave: Callable[[int], _Wave] = lambda wave: _Wave(
+            dataset, waves[wave], epoch, epoch_pass, longest, wave_tags[wave]
+        )
+        self._pending: list[_Wave | None] = [None] * len(waves)
+        self._asked = 0  # the waves before this one were asked for
         self._read: dict[int, dict[Key, Sample]] = {}
         self._left = [len(wave) for wave in waves]  # residents of each wave not yet handed out
+        self._ask(1)
+
+    def _ask(self, waves: int) -> None:
+        """Ask for the reads of the first ``waves`` waves (those not asked for yet)."""
+        for wave in range(self._asked, min(waves, len(self._pending))):
+            self._pending[wave] = self._ask_wave(wave)
+        self._asked = max(self._asked, waves)
 
     def read_wave(self, wave: int) -> dict[Key, Sample]:
         """Wave ``wave``'s samples, read now unless they were (the epoch reads the first wave
-        before its first batch takes a sample, so that its errors come first)."""
+        before its first batch takes a sample, so that its errors come first). A later wave's
+        first need asks for every wave's reads: until then only the first wave's are out."""
         found = self._read.get(wave)
         if found is None:
+            if wave:
+                self._ask(len(self._pending))
             pending = self._pending[wave] if wave < len(self._pending) else None
             if pending is None:
                 return {}  # no such wave, or every one of its residents was handed out
@@ -285,6 +299,7 @@ class ResidentReads:
         """Let go of the waves not read: their ranges still to fetch are cancelled as the
         streams are collected (:class:`~shardmix.sources.ranges.RangedStream`)."""
         self._pending = [None] * len(self._pending)
+        self._asked = len(self._pending)
         self._read.clear()
 
 
