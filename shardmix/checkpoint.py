@@ -32,8 +32,10 @@ data CRC or key and its index), a seventh int in each ``mixer.lanes`` entry and
 ``buffer.tags`` (2 bytes per resident, packed by :func:`pack_tags`), so that a restore refuses
 a position moved onto another record; and the shuffle buffer's warm-up (it emits from four
 batches on and grows to its capacity as it reads: :mod:`shardmix.batching.shuffle`; the same seeds
-give other batches than version 10). A state of an older version is refused, naming both
-versions (:func:`check_version`).
+give other batches than version 10); version 13 (12 left to another change) the pieces of
+shards an epoch reads (:func:`~shardmix.plan.sharding.spread_pieces`) and ``piece_records`` in
+``config``: the same seeds give other batches than version 11). A state of an older version
+is refused, naming both versions (:func:`check_version`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from shardmix.errors import ConfigError
 from shardmix.plan.sharding import Piece
 from shardmix.statefields import is_count, refuse_field
 
-STATE_VERSION = 11
+STATE_VERSION = 13
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]

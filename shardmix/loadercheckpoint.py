@@ -146,6 +146,7 @@ class LoaderCheckpoint(LoaderLength):
             "dataset_seed": dataset.seed,
             "shuffle_shards": dataset.shuffle_shards,
             "num_lanes": self.num_lanes_for(dataset, world_size),
+            "piece_records": dataset.piece_records,
             "seed": self.seed,
             "batch_size": self.batch_size,
             "shuffle_buffer": self.shuffle_buffer_size(),
