@@ -21,6 +21,7 @@ from shardmix.plan.arguments import check_not_empty, given_counts, refuse_argume
 from shardmix.plan.counts import COUNTS_CACHE_NAME, RecordCounts
 from shardmix.plan.kept import KeptCounts, kept_cache_path
 from shardmix.plan.manifests import warn_missing_listed
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS
 from shardmix.plan.urls import check_sources, expand_urls
 from shardmix.policy import ErrorPolicy, OnError, SkipLedger
 from shardmix.reading.decode import Decoder, as_decoder
@@ -46,6 +47,13 @@ class ShardDataset(ShardReads):
         num_lanes: how many shards each rank reads at once. The sample order is defined over
             lanes, so it does not change with ``num_workers``; keep it at least the number of
             workers.
+        piece_records: each shard is read as pieces of this many records (the last shorter),
+            dealt to different lanes and times of the epoch, so that a shard written in sorted
+            order (one class per shard) is spread over the whole epoch instead of living in
+            one part of it; reads stay sequential within a piece. ``None``: whole shards.
+            Pieces are cut from record counts: on one rank they are found when every shard
+            is a local uncompressed file or has a manifest; else shards are read whole
+            (``docs/epochs.md``).
         transform: applied to every sample in the worker (decode images here). Returning
             ``None`` drops the sample, counted (``MixingLoader.filtered``); an exception is
             raised as :class:`TransformError` naming the shard, record and key (skipped and
@@ -96,6 +104,7 @@ class ShardDataset(ShardReads):
         seed: int = 0,
         shuffle_shards: bool = True,
         num_lanes: int | None = None,
+        piece_records: int | None = DEFAULT_PIECE_RECORDS,
         transform: Callable[..., Sample | None] | None = None,
         transform_rng: bool = False,
         transform_id: str | None = None,
@@ -115,6 +124,10 @@ class ShardDataset(ShardReads):
         refuse_arguments(unknown)
         if num_lanes is not None and num_lanes < 1:
             raise ConfigError(f"num_lanes must be at least 1, got {num_lanes}")
+        if piece_records is not None and piece_records < 1:
+            raise ConfigError(
+                f"piece_records must be at least 1 (or None: whole shards), got {piece_records}"
+            )
         sources = source_options or SourceOptions()
         expanded = expand_urls(urls, sources)
         check_sources(expanded, sources)
@@ -159,6 +172,7 @@ class ShardDataset(ShardReads):
             seed=seed,
             shuffle_shards=shuffle_shards,
             num_lanes=num_lanes,
+            piece_records=piece_records,
         )
         self.counting_ledger = counting_ledger
         self.epoch = 0
@@ -174,7 +188,8 @@ class ShardDataset(ShardReads):
     def __repr__(self) -> str:
         return (
             f"ShardDataset({len(self.urls)} shards, seed={self.seed}, "
-            f"shuffle_shards={self.shuffle_shards}, num_lanes={self.num_lanes})"
+            f"shuffle_shards={self.shuffle_shards}, num_lanes={self.num_lanes}, "
+            f"piece_records={self.piece_records})"
         )
 
 

@@ -55,7 +55,7 @@ def keep_key(sample):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_an_untouched_state_resumes_with_every_sample_once(shards, num_workers):
     before, state = saved(shards, num_workers)
-    assert state["version"] == 11
+    assert state["version"] >= 11  # tags since version 11
     assert all(lane[6] for lane in state["mixer"]["lanes"] if lane[1] > 0)
     tags = unpack_tags(state["buffer"]["tags"], len(unpack_refs(state["buffer"]["items"])))
     assert tags and all(tags)

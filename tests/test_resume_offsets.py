@@ -103,10 +103,10 @@ def test_rewritten_shards_fail_with_an_error_naming_the_shard(tmp_path, fmt):
     assert caught.value.url is not None and caught.value.url.endswith(f".{fmt}")
 
 
-@pytest.mark.parametrize("version", [3, 4, 5, 6, 7, 8, 9, 10])
+@pytest.mark.parametrize("version", [3, 4, 5, 6, 7, 8, 9, 10, 11])
 def test_an_older_version_state_is_refused(uneven_shards, version):
     make = loader_factory(uneven_shards)
     state = state_after(make, 3)
     state["version"] = version
-    with pytest.raises(ConfigError, match=f"has version {version}, this shardmix reads version 11"):
+    with pytest.raises(ConfigError, match=f"has version {version}, this shardmix reads version 12"):
         make().load_state_dict(state)

@@ -139,6 +139,7 @@ def _config(options: LoaderOptions, dataset: ShardDataset) -> dict[str, Any]:
         "dataset_seed": dataset.seed,
         "shuffle_shards": dataset.shuffle_shards,
         "num_lanes": options.num_lanes_for(dataset, world_size),
+        "piece_records": dataset.piece_records,
         "seed": options.seed,
         "batch_size": options.batch_size,
         "shuffle_buffer": options.shuffle_buffer_size(),

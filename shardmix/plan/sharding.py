@@ -177,6 +177,40 @@ def cut_pieces(
     return ranks
 
 
+def spread_pieces(
+    pieces: Sequence[Piece], counts: Sequence[int], piece_records: int
+) -> list[Piece]:
+    """``pieces`` cut at every ``piece_records``-th record of their shards, ordered by where
+    each cut lies in its piece, so that dealt to lanes in this order (:func:`deal_balanced`),
+    the part of a shard at a share ``f`` of it is read at about the share ``f`` of the epoch.
+
+    Read whole, a shard written in sorted order (one class, one date) would live only in the
+    part of the epoch where its lane reads it; cut, every shard is spread over the whole epoch
+    while each cut is still read sequentially. Cuts fall on multiples of ``piece_records`` in
+    the shard, where the counting pass's sparse index lets a read seek. A cut's place is the
+    middle of its records, as a share of its piece; ties keep the order of ``pieces``. The
+    last cut of a piece keeps its ``stop`` (None: read to the shard's end).
+
+    >>> spread_pieces([Piece(0), Piece(1, 0, 3)], [5, 9], piece_records=2)
+    [Piece(0, 0, 2), Piece(1, 0, 2), Piece(0, 2, 4), Piece(1, 2, 3), Piece(0, 4, None)]
+    """
+    placed: list[tuple[float, int, Piece]] = []
+    for order, piece in enumerate(pieces):
+        size = piece.size(counts)
+        end = piece.start + size
+        cuts = [
+            piece.start,
+            *range((piece.start // piece_records + 1) * piece_records, end, piece_records),
+        ]
+        for at, start in enumerate(cuts):
+            stop = cuts[at + 1] if at + 1 < len(cuts) else end
+            middle = ((start + stop) / 2 - piece.start) / size if size else 0.0
+            cut = Piece(piece.shard, start, stop if stop < end else piece.stop)
+            placed.append((middle, order, cut))
+    placed.sort(key=lambda entry: (entry[0], entry[1]))
+    return [cut for _, _, cut in placed]
+
+
 def rank_shards(order: Sequence[int], *, rank: int, world_size: int) -> list[int]:
     """The shard-level plan, for comparison: every ``world_size``-th shard, from ``rank``.
 
@@ -225,6 +259,10 @@ def phase_lanes(
     return deal_balanced(pieces, [piece.size(counts) for piece in pieces], num_lanes)
 
 
+# Records per piece when a shard is cut (spread_pieces), at most: a multiple of the counting
+# pass's index stride (64), so that each piece's read seeks to its first record. Measured on
+# class-sorted shards (docs/epochs.md): 64 keeps every class spread over the epoch.
+DEFAULT_PIECE_RECORDS = 64
 # How many lanes per sample of a batch (see default_num_lanes), and shuffle-buffer samples per
 # sample of a batch; both were chosen by measuring mixing on 64 to 4,096 uneven shards.
 LANES_PER_BATCH_SAMPLE = 3

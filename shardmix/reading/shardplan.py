@@ -22,9 +22,11 @@ from shardmix.plan.sharding import (
     deal_to_lanes,
     default_num_lanes,
     epoch_shard_order,
+    spread_pieces,
     whole_shards,
 )
 from shardmix.plan.sizes import shard_sizes
+from shardmix.sources import is_local
 from shardmix.world import count_exchange
 
 DEFAULT_NUM_LANES = 32
@@ -43,6 +45,7 @@ class ShardPlan:
         seed: int,
         shuffle_shards: bool,
         num_lanes: int | None,
+        piece_records: int | None = None,
     ) -> None:
         self.urls = urls
         self.record_counts = record_counts
@@ -50,12 +53,15 @@ class ShardPlan:
         self.seed = seed
         self.shuffle_shards = shuffle_shards
         self.num_lanes = num_lanes
+        self.piece_records = piece_records
         # What this process's epochs read of each shard, which the next epoch's start checks.
         self.read_versions = ReadVersions()
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
         # The shards' sizes as the mixer weighs lanes: found once, on first use (see below).
         self._weights: tuple[str, dict[str, float]] | None = None
         self._weights_found = False
+        self._counts: list[int] | None = None  # every shard's count, once found
+        self._spreads: bool | None = None  # whether one rank's plan cuts shards (spread_counts)
 
     def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
         """The number of lanes: ``num_lanes`` when given, else from the batch size.
@@ -74,7 +80,9 @@ class ShardPlan:
         """Each rank's pieces in ``epoch``: the epoch's plan (:mod:`shardmix.plan.sharding`).
 
         One rank reads every shard whole, in the epoch's order. Several ranks get a balanced
-        plan, made from every shard's record count (:meth:`shard_counts`).
+        plan, made from every shard's record count (:meth:`shard_counts`). With
+        ``piece_records`` and the counts (:meth:`spread_counts`), each rank's pieces are then
+        cut and spread over the epoch (:func:`~shardmix.plan.sharding.spread_pieces`).
         """
         key = (epoch, world_size, epoch_pass)
         if self._plan is not None and self._plan[0] == key:
@@ -90,8 +98,37 @@ class ShardPlan:
             plan = [whole_shards(order)]
         else:
             plan = balanced_pieces(self.shard_counts(world_size), order, world_size)
+        counts = self.spread_counts(world_size)
+        if counts is not None and self.piece_records is not None:
+            plan = [spread_pieces(pieces, counts, self.piece_records) for pieces in plan]
         self._plan = key, plan
         return plan
+
+    def spread_counts(self, world_size: int) -> list[int] | None:
+        """Every shard's count when the plan cuts shards into pieces, else None (whole shards).
+
+        Pieces are made from counts: under several ranks the plan has them; on one rank they
+        are found (given, a manifest, the count cache, or the counting pass) when every shard
+        can be entered mid-way cheaply: a local, uncompressed file, or a remote one whose count
+        is known without counting (a manifest). Else (a remote shard with no manifest, a gzip
+        shard, whose middle is reached only by reading its start) every shard is read whole.
+        """
+        if self.piece_records is None:
+            return None
+        if world_size > 1:
+            return self.shard_counts(world_size)
+        if not self._spreadable():
+            return None
+        return self.shard_counts(1)
+
+    def _spreadable(self) -> bool:
+        if self._spreads is None:
+            counts = self.record_counts
+            self._spreads = all(
+                not is_gzipped(url) and (is_local(url) or counts.known(url) is not None)
+                for url in self.urls
+            )
+        return self._spreads
 
     def recount_changed(
         self, epoch: int, rank: int, world_size: int, exchange: Exchange | None
@@ -111,7 +148,7 @@ class ShardPlan:
             kept=self.kept_counts,
         )
         if changed:  # plans and lane weights made from the old counts or sizes are made again
-            self._plan = None
+            self._plan, self._counts = None, None
             self._weights, self._weights_found = None, False
         return changed
 
@@ -123,11 +160,18 @@ class ShardPlan:
         by one rank and the counts are shared; elsewhere this process counts what no
         manifest or count cache has.
         """
+        if self._counts is not None:
+            return self._counts
         shared = count_exchange(world_size)
         if shared is None:
-            return self.record_counts.resolve_all()
-        rank, exchange = shared
-        return self.record_counts.resolve_all(rank=rank, world_size=world_size, exchange=exchange)
+            counts = self.record_counts.resolve_all()
+        else:
+            rank, exchange = shared
+            counts = self.record_counts.resolve_all(
+                rank=rank, world_size=world_size, exchange=exchange
+            )
+        self._counts = counts  # kept: a plan asks for them once per lane
+        return counts
 
     def known_count(self, shard_index: int) -> int | None:
         """Shard ``shard_index``'s record count if this process holds it (given, in a manifest
@@ -168,15 +212,18 @@ class ShardPlan:
     ) -> tuple[str, list[float]] | None:
         """``(unit, size of each piece)`` when the sizes are known, else None.
 
-        Records under several ranks (the plan counted every shard) or when every shard's count
-        is given or in a manifest; else bytes when no shard is compressed and every shard's
-        size can be told, local or remote (:mod:`shardmix.plan.sizes`; one rank reads whole
+        Records under several ranks or when shards are cut into pieces (the plan counted every
+        shard: :meth:`spread_counts`), or when every shard's count is given or in a manifest;
+        else bytes when no shard is compressed and every shard's size can be told, local or
+        remote (:mod:`shardmix.plan.sizes`; one rank reads whole
         shards: a piece's size is its file's); else unknown. The mixer
         then takes samples from the lanes in proportion to these sizes, so that all lanes end
         together. A function of the data and the world size alone.
         """
-        if world_size > 1:
+        counts = self.spread_counts(world_size)
+        if counts is None and world_size > 1:
             counts = self.shard_counts(world_size)
+        if counts is not None:
             return "records", [float(piece.size(counts)) for piece in pieces]
         if not self._weights_found:
             self._weights = _known_weights(self.urls, self.record_counts)

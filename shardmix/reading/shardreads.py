@@ -58,6 +58,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         seed: int,
         shuffle_shards: bool,
         num_lanes: int | None,
+        piece_records: int | None = None,
     ) -> None:
         super().__init__(
             urls,
@@ -66,6 +67,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
             seed=seed,
             shuffle_shards=shuffle_shards,
             num_lanes=num_lanes,
+            piece_records=piece_records,
         )
         # A URL's index in ``urls`` (its first, if listed twice): how checkpoints name shards.
         self.shard_index = {url: i for i, url in reversed(list(enumerate(urls)))}

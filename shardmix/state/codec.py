@@ -29,7 +29,7 @@ from shardmix.errors import ConfigError
 from shardmix.plan.sharding import Piece
 from shardmix.state.fields import MOST, is_count, refuse_field
 
-STATE_VERSION = 11
+STATE_VERSION = 12
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
