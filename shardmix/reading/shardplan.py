@@ -9,6 +9,7 @@ totals a rank reads or keeps. Reading the pieces is
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from shardmix.formats import is_gzipped
@@ -25,8 +26,7 @@ from shardmix.plan.sharding import (
     spread_pieces,
     whole_shards,
 )
-from shardmix.plan.sizes import shard_sizes
-from shardmix.sources import is_local
+from shardmix.sources import is_local, local_path
 from shardmix.world import count_exchange
 
 DEFAULT_NUM_LANES = 32
@@ -214,8 +214,7 @@ class ShardPlan:
 
         Records under several ranks or when shards are cut into pieces (the plan counted every
         shard: :meth:`spread_counts`), or when every shard's count is given or in a manifest;
-        else bytes when no shard is compressed and every shard's size can be told, local or
-        remote (:mod:`shardmix.plan.sizes`; one rank reads whole
+        else bytes when every shard is a local, uncompressed file (one rank reads whole
         shards: a piece's size is its file's); else unknown. The mixer
         then takes samples from the lanes in proportion to these sizes, so that all lanes end
         together. A function of the data and the world size alone.
@@ -257,10 +256,6 @@ def _known_weights(
     known = {url: counts.known(url) for url in urls}
     if all(count is not None for count in known.values()):
         return "records", {url: float(count or 0) for url, count in known.items()}
-    distinct = list(dict.fromkeys(urls))
-    if any(is_gzipped(url) for url in distinct):
-        return None
-    sizes = shard_sizes(distinct, counts.source_options)
-    if sizes is None:
-        return None
-    return "bytes", {url: float(size) for url, size in zip(distinct, sizes, strict=True)}
+    if all(is_local(url) and not is_gzipped(url) for url in urls):
+        return "bytes", {url: float(os.path.getsize(local_path(url))) for url in urls}
+    return None

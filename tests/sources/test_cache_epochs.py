@@ -59,10 +59,8 @@ def test_a_server_rewritten_between_epochs_is_read_in_its_new_version(
     assert epoch_keys(loader) == second
     assert Counter(name for name, _ in state.requests) == gets  # the copies serve epoch 2
     loader.close()
-    # One look per shard and epoch, not per read, plus the one that sizes the shard for the
-    # plan (no manifest: lanes are weighed by the shards' sizes, wherever they live).
-    heads = {f"part-{shard:04d}.tar": 3 + 1 for shard in range(SHARDS)}
-    assert Counter(state.heads) == heads
+    heads = {f"part-{shard:04d}.tar": 3 for shard in range(SHARDS)}
+    assert Counter(state.heads) == heads  # one look per shard and epoch, not per read
 
 
 def test_an_unbounded_copy_carries_the_identity_it_was_downloaded_with(server, tmp_path):

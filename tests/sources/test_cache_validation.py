@@ -47,8 +47,7 @@ def test_a_copy_is_read_while_the_server_has_its_version(served, monkeypatch):
         new_job(monkeypatch)
         assert read_keys(url, cache) == expected_keys([100])
     gets = [name for name, _ in state.requests if name.endswith(".tar")]
-    # Each job: one HEAD for the shard's size (the plan's weights), one for its version.
-    assert (gets, state.heads.count("data/part-0000.tar")) == (["data/part-0000.tar"], 4)
+    assert (gets, state.heads.count("data/part-0000.tar")) == (["data/part-0000.tar"], 2)
 
 
 def test_a_new_etag_at_the_server_replaces_the_copy(served, monkeypatch):
