@@ -21,6 +21,9 @@ def document_tokens(sample: dict[str, Any], field: str) -> np.ndarray:
     if value is None:
         value = sample.get(f"{field}.npy")
     if isinstance(value, bytes | bytearray | memoryview):
+        if bytes(value[:6]) != b"\x93NUMPY":
+            found = f"a .npy array, found bytes without its magic string: {bytes(value[:16])!r}"
+            raise _error(sample, field, found)
         try:
             value = np.load(io.BytesIO(value), allow_pickle=False)
         except ValueError as error:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shardmix.errors import ConfigError, DecodeError
+from shardmix.errors import ConfigError, DecodeError, UnknownLengthError
 from shardmix.loader import MixingLoader
 from shardmix.tokens.batch import Document, Span, collate_rows
 from shardmix.tokens.documents import document_tokens
@@ -110,6 +110,7 @@ class TokenLoader:
         members = dataset.values() if isinstance(dataset, Mapping) else [dataset]
         self._skips = all(getattr(getattr(m, "policy", None), "skips", False) for m in members)
         self.skipped = 0  # documents skipped for an unreadable token field, over all epochs
+        self._seen = [0, 0]  # documents and tokens read so far, for len()
         self._window: _Window | None = None
         self._resume_rows = 0
         self._pending_state: dict[str, Any] | None = None
@@ -153,7 +154,10 @@ class TokenLoader:
                         return None
                     break
                 documents.extend(filter(None, map(self._document, read)))
-        rows = pack(self.packing, [len(document.tokens) for document in documents], self.seq_len)
+        lengths = [len(document.tokens) for document in documents]
+        self._seen[0] += len(lengths)
+        self._seen[1] += sum(lengths)
+        rows = pack(self.packing, lengths, self.seq_len)
         if self.packing is Packing.BEST_FIT:
             # Best fit orders rows by size; the order of a window's rows is a seeded shuffle,
             # seeded by its documents so that a replayed window shuffles the same way. The
@@ -174,6 +178,20 @@ class TokenLoader:
             return None
         key = sample.get("__key__")
         return Document(tokens, sample["__source__"], sample["__index__"] if key is None else key)
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank, estimated: the documents this rank reads (from the
+        record counts) times the mean tokens per document read so far, over ``seq_len`` and
+        ``batch_size``. Packing pads little, so the estimate errs by the documents' spread;
+        before the first window is read the token count is unknown."""
+        documents, tokens = self._seen
+        if not documents:
+            raise UnknownLengthError(
+                "len() of a TokenLoader is estimated from the tokens of the documents read, and "
+                "none has been read yet: take len() after the first batch"
+            )
+        rows = -(-len(self.loader) * self.loader.batch_size * tokens // documents // self.seq_len)
+        return -(-rows // self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:
         """The position between batches: the MixingLoader's state before the current window,

@@ -122,3 +122,25 @@ def test_unreadable_token_fields_are_named_or_skipped(tmp_path):
     spans = [s for batch in loader for row in batch["__segments__"] for s in row]
     assert sorted({key for _, key, _, _ in spans}) == ["good", "last"]
     assert loader.skipped == 3
+
+
+def test_len_is_estimated_from_the_tokens_read(tmp_path):
+    pattern, _ = write_token_shards(tmp_path, 4, 300, mean_log=4.0)
+    loader = TokenLoader(ShardDataset(pattern), seq_len=128, batch_size=4, window=256)
+    with pytest.raises(TypeError, match="first batch"):
+        len(loader)
+    batches = iter(loader)
+    next(batches)
+    estimate = len(loader)
+    assert abs(estimate - (1 + sum(1 for _ in batches))) <= 0.1 * estimate
+
+
+def test_an_array_in_a_npy_field_is_written_as_npy(tmp_path):
+    from shardmix import write_shards
+
+    tokens = np.arange(70_000, 70_010, dtype=np.uint32)
+    write_shards([{"__key__": "a", "tokens.npy": tokens}], str(tmp_path / "p-%04d.tar"))
+    batch = next(
+        iter(TokenLoader(ShardDataset(str(tmp_path / "p-0000.tar")), seq_len=10, batch_size=1))
+    )
+    assert batch["input_ids"][0].tolist() == tokens.tolist()
