@@ -193,6 +193,18 @@ class MixingLoader:
         """The dataset read (a mixture's first), as a DataLoader's ``dataset``."""
         return self.options.dataset
 
+    # A DataLoader's attributes, read as training code and trainers read them (read-only: the
+    # options are frozen; a loader with other settings is a new loader).
+    batch_size = property(lambda self: self.options.batch_size, doc="Samples per batch.")
+    num_workers = property(lambda self: self.options.num_workers, doc="DataLoader workers.")
+    drop_last = property(lambda self: self.options.drop_last, doc="Drop a short last batch.")
+    seed = property(lambda self: self.options.seed, doc="The shuffle buffer's seed.")
+    collate_fn = property(lambda self: self.options.collate_fn, doc="What makes a batch.")
+    pin_memory = property(lambda self: self.options.pin_memory, doc="Batches in pinned memory.")
+    timeout = property(lambda self: self.options.timeout, doc="Seconds without progress.")
+    prefetch_factor = property(lambda self: self.options.prefetch_factor, doc="Per worker.")
+    persistent_workers = property(lambda self: self.options.persistent_workers, doc="Kept.")
+
     def __len__(self) -> int:
         """Batches per epoch on this rank: :func:`shardmix.epochs.length.loader_length`."""
         return length.loader_length(self.options, self._cursor)

@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "hf",
             "dcp",
             "testing",
+            "tokens",
         ),
     ),
     ("tools", ("convert", "inspect", "cli", "ray", "__main__", "")),

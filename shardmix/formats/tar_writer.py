@@ -10,12 +10,15 @@ with :func:`~shardmix.formats.registry.register_writer`.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, BinaryIO
+
+import numpy as np
 
 from shardmix.errors import BadInputError
 from shardmix.formats._common import (
@@ -201,9 +204,14 @@ class TarWriter:
 
 
 def tar_value(key: str, field: str, value: Any) -> Any:
-    """A field value as tar member data: bytes, str, int or float (arrays and lists as JSON)."""
+    """A field value as tar member data: bytes, str, int or float (arrays and lists as JSON,
+    an array in a ``.npy`` field as ``numpy.save`` writes it)."""
     if isinstance(value, (bytes, str, int, float)):
         return value
+    if field.endswith(".npy") and isinstance(value, np.ndarray):
+        out = io.BytesIO()
+        np.save(out, value, allow_pickle=False)  # what the reader's ``npy`` decoder loads
+        return out.getvalue()
     if hasattr(value, "tolist"):  # numpy arrays and scalars
         value = value.tolist()
         if not isinstance(value, list):

@@ -1,0 +1,66 @@
+"""A batch of packed rows as tensors, and the ``cu_seqlens`` that flash-attention's varlen
+kernels take."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+
+class Document(NamedTuple):
+    """A document's tokens and where they came from: the shard and the record's key (or index)."""
+
+    tokens: np.ndarray
+    source: str
+    key: str | int
+
+
+Span = tuple[Document, int, int]  # tokens start:stop of a document
+
+
+def collate_rows(rows: list[list[Span]], seq_len: int) -> dict[str, Any]:
+    """``input_ids`` (int64), ``position_ids`` (int64, from 0 at every piece), ``segment_ids``
+    (int32, 1.. per piece of a row, 0 on padding), all ``(len(rows), seq_len)``, and
+    ``__segments__``: per row its ``(source, key, start, stop)`` spans in order."""
+    shape = (len(rows), seq_len)
+    input_ids = np.zeros(shape, np.int64)
+    position_ids = np.zeros(shape, np.int64)
+    segment_ids = np.zeros(shape, np.int32)
+    positions = np.arange(seq_len, dtype=np.int64)
+    segments = []
+    for row, pieces in enumerate(rows):
+        at = 0
+        spans = []
+        for segment, (document, start, stop) in enumerate(pieces, 1):
+            end = at + stop - start
+            input_ids[row, at:end] = document.tokens[start:stop]
+            position_ids[row, at:end] = positions[: end - at]
+            segment_ids[row, at:end] = segment
+            spans.append((document.source, document.key, start, stop))
+            at = end
+        segments.append(spans)
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "position_ids": torch.from_numpy(position_ids),
+        "segment_ids": torch.from_numpy(segment_ids),
+        "__segments__": segments,
+    }
+
+
+def cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
+    """The cumulative sequence lengths of a batch flattened to one sequence (int32, from 0 to
+    ``segment_ids.numel()``): every document piece is a sequence, and so is each row's padding.
+
+    >>> cu_seqlens(torch.tensor([[1, 1, 2, 0], [1, 2, 2, 2]], dtype=torch.int32)).tolist()
+    [0, 2, 3, 4, 5, 8]
+    """
+    rows, seq_len = segment_ids.shape
+    flat = segment_ids.reshape(-1)
+    starts = torch.ones_like(flat, dtype=torch.bool)
+    starts[1:] = flat[1:] != flat[:-1]
+    starts[::seq_len] = True
+    bounds = torch.nonzero(starts).reshape(-1)
+    end = torch.tensor([rows * seq_len], dtype=bounds.dtype)
+    return torch.cat([bounds, end]).to(torch.int32)
