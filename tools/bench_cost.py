@@ -134,7 +134,7 @@ LOADERS: dict[str, Callable[..., Callable[[int], Iterable[Any]]]] = {
 }
 
 
-def measurecpu_seconds(
+def measure_cpu(
     loader: Callable[..., Callable[[int], Iterable[Any]]],
     urls: list[str],
     expected: Counter[str],
@@ -179,7 +179,7 @@ def run(case: str, data_dir: Path) -> dict[str, Any]:
     urls = make_bench_shards(data_dir, fmt, sizes(), RECORD_BYTES, seed=1)
     reader = "shardmix" if case.startswith("shardmix") else case.removesuffix("-tar")
     expected = Counter(record_key(s, r) for s, n in enumerate(sizes()) for r in range(n))
-    return {"case": case, **measurecpu_seconds(LOADERS[reader], urls, expected)}
+    return {"case": case, **measure_cpu(LOADERS[reader], urls, expected)}
 
 
 if __name__ == "__main__":
