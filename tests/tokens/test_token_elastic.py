@@ -85,3 +85,28 @@ def test_a_joined_state_resumes_exactly_once_more(shards):
         loader.load_state_dict(state)
     again = join_states([loader.state_dict() for loader in ranks])
     assert len(again["tokens"]["rest"]["rows"]) == len(state["tokens"]["rest"]["rows"])
+
+
+def rows(batches) -> list:
+    return [spans for batch in batches for spans in batch["__segments__"]]
+
+
+@pytest.mark.parametrize("steps", [2, 30, 45])
+def test_a_resume_on_the_same_world_after_an_elastic_one_is_exact(shards, steps):
+    pattern, _ = shards
+    first = loaders(pattern, 2)
+    for loader in first:
+        iterator = iter(loader)
+        for _ in range(4):
+            next(iterator)
+    state = join_states([loader.state_dict() for loader in first])
+    for rank in range(3):
+        whole, cut = loaders(pattern, 3)[rank], loaders(pattern, 3)[rank]
+        whole.load_state_dict(state)
+        cut.load_state_dict(state)
+        expected = rows(whole)
+        iterator = iter(cut)
+        head = [next(iterator) for _ in range(steps)]
+        again = loaders(pattern, 3)[rank]
+        again.load_state_dict(cut.state_dict())
+        assert rows(head) + rows(again) == expected, rank
