@@ -10,11 +10,15 @@ import torch
 
 
 class Document(NamedTuple):
-    """A document's tokens and where they came from: the shard and the record's key (or index)."""
+    """A document's tokens and where they came from: the shard and the record's key (or index),
+    and the reference that reads it again: the mixture's dataset (None outside a mixture) and
+    ``(shard, record, byte offset)`` in it."""
 
     tokens: np.ndarray
     source: str
     key: str | int
+    dataset: str | None = None
+    ref: tuple[int, int, int] = (-1, -1, -1)
 
 
 Span = tuple[Document, int, int]  # tokens start:stop of a document

@@ -10,7 +10,9 @@ the MixingLoader's state taken just before the current window's first document, 
 of that window's rows were already yielded. ``load_state_dict`` loads the former; the next
 epoch re-reads the window (at most ``window`` documents, by the MixingLoader's exact resume,
 whatever ``num_workers``), packs it again the same way and skips the rows yielded. The state
-holds no token, and the rows after a resume are the rows an uninterrupted run yields.
+holds no token, and the rows after a resume are the rows an uninterrupted run yields. On
+another world size the state's references to the window's rows not yet yielded take over
+(:mod:`shardmix.tokens.elastic`).
 """
 
 from __future__ import annotations
@@ -26,20 +28,23 @@ from shardmix.errors import ConfigError, DecodeError, UnknownLengthError
 from shardmix.loader import MixingLoader
 from shardmix.tokens.batch import Document, Span, collate_rows
 from shardmix.tokens.documents import document_tokens
+from shardmix.tokens.elastic import STATE_KEY, deal_rows, read_rows, rows_state
 from shardmix.tokens.packing import Packing, Piece, pack
 
-STATE_KEY = "tokens"
-TOKENS_STATE_VERSION = 1
+TOKENS_STATE_VERSION = 2  # 2: the unyielded rows as references, for elastic resume
 DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
 
 
 @dataclass
 class _Window:
-    """The documents of one window, its rows, and the MixingLoader's state before it."""
+    """The documents of one window, its rows, and the MixingLoader's state before and after it
+    (``rest``: the rows a state handed over, which are the window, read again)."""
 
     state: dict[str, Any]
+    after: dict[str, Any]
     documents: list[Document]
     rows: list[list[Piece]]
+    rest: dict[str, Any] | None = None
     yielded: int = 0
 
 
@@ -107,12 +112,16 @@ class TokenLoader:
             collate_fn=list,
             **options,
         )
-        members = dataset.values() if isinstance(dataset, Mapping) else [dataset]
-        self._skips = all(getattr(getattr(m, "policy", None), "skips", False) for m in members)
+        self._members = dict(dataset) if isinstance(dataset, Mapping) else {None: dataset}
+        self._names: list[str | None] = sorted(self._members)  # type: ignore[type-var]
+        self._skips = all(
+            getattr(getattr(m, "policy", None), "skips", False) for m in self._members.values()
+        )
         self.skipped = 0  # documents skipped for an unreadable token field, over all epochs
         self._seen = [0, 0]  # documents and tokens read so far, for len()
         self._window: _Window | None = None
         self._resume_rows = 0
+        self._resume_rest: dict[str, Any] | None = None
         self._pending_state: dict[str, Any] | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -120,10 +129,12 @@ class TokenLoader:
         self.loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        skip, self._resume_rows, self._pending_state = self._resume_rows, 0, None
+        skip, rest = self._resume_rows, self._resume_rest
+        self._resume_rows, self._resume_rest, self._pending_state = 0, None, None
+        window = None if rest is None else self._rest_window(rest)
         documents = iter(self.loader)
         batch: list[list[Span]] = []
-        while (window := self._read_window(documents)) is not None:
+        while window is not None or (window := self._read_window(documents)) is not None:
             if skip > len(window.rows):
                 raise ConfigError(
                     f"cannot resume: the state says {skip} rows of its window were yielded, "
@@ -139,6 +150,7 @@ class TokenLoader:
                 if len(batch) == self.batch_size:
                     yield collate_rows(batch, self.seq_len)
                     batch = []
+            window = None
         self._window = None
         if batch and not self.drop_last:
             yield collate_rows(batch, self.seq_len)
@@ -166,7 +178,14 @@ class TokenLoader:
             order = np.random.default_rng([self.seed, zlib.crc32(names)]).permutation(len(rows))
             full = [sum(stop - start for _, start, stop in row) == self.seq_len for row in rows]
             rows = [rows[i] for i in order if full[i]] + [rows[i] for i in order if not full[i]]
-        return _Window(state, documents, rows)
+        return _Window(state, self.loader.state_dict(), documents, rows)
+
+    def _rest_window(self, rest: dict[str, Any]) -> _Window:
+        """The rows a state handed over (:mod:`shardmix.tokens.elastic`), read again."""
+        state = self.loader.state_dict()
+        names = self._names
+        documents, rows = read_rows(rest, self._members, names, self.loader.epoch, self.field)
+        return _Window(state, state, documents, rows, rest)
 
     def _document(self, sample: dict[str, Any]) -> Document | None:
         try:
@@ -176,8 +195,11 @@ class TokenLoader:
                 raise
             self.skipped += 1
             return None
-        key = sample.get("__key__")
-        return Document(tokens, sample["__source__"], sample["__index__"] if key is None else key)
+        key, source, record = sample.get("__key__"), sample["__source__"], sample["__index__"]
+        name = sample.get("__dataset__")
+        shard = self._members[name].shard_index[source]
+        ref = (shard, record, sample.get("__offset__", -1))
+        return Document(tokens, source, record if key is None else key, name, ref)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank, estimated: the documents this rank reads (from the
@@ -200,15 +222,26 @@ class TokenLoader:
             return self._pending_state
         window = self._window
         if window is None or window.yielded == len(window.rows):
-            loader, rows = self.loader.state_dict(), 0
+            loader = self.loader.state_dict()
+            position = {"loader": loader, "rows": 0, "rest": None, "after": loader}
+            pending: list[list[Span]] = []
         else:
-            loader, rows = window.state, window.yielded
+            position = {
+                "loader": window.state,
+                "rows": window.yielded,
+                "rest": window.rest,
+                "after": window.after,
+            }
+            pending = [
+                [(window.documents[d], start, stop) for d, start, stop in row]
+                for row in window.rows[window.yielded :]
+            ]
         return {
             STATE_KEY: {
                 "version": TOKENS_STATE_VERSION,
                 "config": self._config(),
-                "rows": rows,
-                "loader": loader,
+                **position,
+                "pending": rows_state(pending, self._names),
             }
         }
 
@@ -234,8 +267,14 @@ class TokenLoader:
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
             raise ConfigError(f"cannot resume: the state's rows must be an int >= 0, got {rows!r}")
         self.loader.load_state_dict(part["loader"])
+        part = dict(part)
+        if part.get("deal"):  # a joined state: this rank's share of the ranks' unyielded rows
+            rank, world_size = self.loader.options.ranks.resolve()
+            part["rest"] = part["pending"] = deal_rows(part["rest"], rank, world_size)
+            part["deal"] = False
         self._resume_rows = rows
-        self._pending_state = {STATE_KEY: dict(part)}
+        self._resume_rest = part.get("rest")
+        self._pending_state = {STATE_KEY: part}
 
     def _config(self) -> dict[str, Any]:
         return {
