@@ -48,7 +48,7 @@ from shardmix.plan.urls import expand_urls
 from shardmix.policy import OnError
 from shardmix.reading.decode import Decoder
 from shardmix.sources import RetryPolicy, SourceOptions
-from shardmix.state.ranks import join_states
+from shardmix.tokens.elastic import join_any_states as join_states
 
 __version__ = "0.1.0"
 

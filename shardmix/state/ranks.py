@@ -120,16 +120,12 @@ def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order. States
     of ``canonical_ranks`` join into one state of every canonical rank they hold, which
-    resumes on any world size that divides it. TokenLoaders' states join as
-    :func:`shardmix.tokens.elastic.join_token_states` says.
+    resumes on any world size that divides it. (``shardmix.join_states`` joins TokenLoaders'
+    states too: :func:`shardmix.tokens.elastic.join_any_states`.)
     """
     if not states:
         raise ConfigError("join_states() needs at least one rank's state")
     first = states[0]
-    if "tokens" in first:  # TokenLoaders' states: imported here, the tokens stage sits above
-        from shardmix.tokens.elastic import join_token_states
-
-        return join_token_states(states)
     if "canonical" in first:
         return _join_canonical(states)
     positions: dict[str, Any] = {}

@@ -135,3 +135,11 @@ def join_token_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "pending": rest,
         }
     }
+
+
+def join_any_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``shardmix.join_states``: the ranks' states of a TokenLoader (:func:`join_token_states`)
+    or of a MixingLoader, plain or canonical (:func:`shardmix.state.ranks.join_states`)."""
+    if states and "tokens" in states[0]:
+        return join_token_states(states)
+    return join_states(states)
