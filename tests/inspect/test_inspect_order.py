@@ -119,3 +119,11 @@ def test_a_missing_label_names_the_fields_there_are(sorted_set):
     pattern, _ = sorted_set
     with pytest.raises(TransformError, match=r"no field 'klass'.*\['bin', 'cls'\]"):
         inspect_batches(pattern, label="klass", advise=False)
+
+
+def test_plot_draws_the_drift(sorted_set, tmp_path):
+    pytest.importorskip("matplotlib")
+    pattern, _ = sorted_set
+    path = tmp_path / "drift.png"
+    assert main(["inspect", pattern, "--label=cls", "--no-advice", f"--plot={path}"]) == 0
+    assert path.read_bytes().startswith(b"\x89PNG")
