@@ -14,6 +14,8 @@ import math
 import re
 from typing import Any
 
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS
+
 HELP = "show which shards each batch came from, against the uniformly random ideal"
 # With more batches than this, the table shows the first and the last EDGE_ROWS.
 MAX_ROWS = 12
@@ -90,6 +92,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="shuffle buffer byte budget (64 MiB)",
     )
+    parser.add_argument(
+        "--piece-records",
+        type=int,
+        default=DEFAULT_PIECE_RECORDS,
+        help=f"records per piece a shard is read as; 0: whole shards ({DEFAULT_PIECE_RECORDS})",
+    )
+    parser.add_argument(
+        "--label",
+        metavar="FIELD",
+        help="also count this field's values (e.g. cls) per batch and per tenth of the epoch, "
+        "against a random order",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of shard order and buffer (0)")
     parser.add_argument("--epoch", type=int, default=0, help="epoch to read (0)")
     parser.add_argument("--batches", type=int, default=None, help="read only the first K")
@@ -142,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
+    if args.piece_records != DEFAULT_PIECE_RECORDS:
+        options["piece_records"] = args.piece_records or None
+    if args.label is not None:
+        options["label"] = args.label
     if args.datasets:
         options["weights"] = {name: weight for name, weight, _ in args.datasets}
         options["stopping"] = args.stopping
@@ -184,6 +202,7 @@ def format_report(data: dict) -> str:
         for run in runs:
             lines += [f"{_name(run)}:", *_table(run["batches"]), ""]
     lines += _summary(runs)
+    lines += _order(runs)
     if data.get("loader_stats"):
         lines.append(_stats_line(data["loader_stats"]))
     advice = data.get("advice")
@@ -276,6 +295,25 @@ def _summary(runs: list) -> list[str]:
         )
         lines.append(f"histogram {label} (distinct shards:batches): {histogram}")
     return lines
+
+
+def _order(runs: list) -> list[str]:
+    """Each run's diversity and drift against a random order of the same samples."""
+    lines = []
+    for run in runs:
+        for what, order in (run.get("order") or {}).items():
+            if order is None:
+                continue
+            name = "shards" if what == "sources" else f"{order['field']!r} values"
+            ratio = order["drift_ratio"]
+            lines.append(
+                f"{run['loader']}, distinct {name} per batch: {order['mean_distinct']:.2f}, "
+                f"{order['diversity']:.3f} of a random order's "
+                f"({order['random_mean_distinct']:.2f}); drift per tenth of the epoch "
+                f"{order['drift']:.3f} against {order['random_drift']:.3f}"
+                + ("" if ratio is None else f" ({ratio:.2f}x)")
+            )
+    return [""] + lines if lines else []
 
 
 def _mixture_table(batches: list, mixture: dict) -> list[str]:

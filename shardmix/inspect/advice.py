@@ -16,15 +16,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardmix.inspect.report import (
+    HIGH_DRIFT_RATIO,
     LOW_SHARE,
     LOW_TENTH_SHARE,
     Advice,
     InspectReport,
     InspectSettings,
+    OrderStats,
     RunSummary,
     Suggestion,
 )
-from shardmix.plan.sharding import default_num_lanes, default_shuffle_buffer
+from shardmix.plan.sharding import (
+    DEFAULT_PIECE_RECORDS,
+    default_num_lanes,
+    default_shuffle_buffer,
+)
 
 # The defaults are reported as better than explicit settings only by more than this.
 _MARGIN = 0.01
@@ -44,6 +50,10 @@ class Context:
 
     def rerun(self, progress: bool, **changes: Any) -> RunSummary:
         """The summary of the same inspection with ``changes`` (no advice, no baseline)."""
+        return self.rerun_report(progress, **changes).summary
+
+    def rerun_report(self, progress: bool, **changes: Any) -> InspectReport:
+        """The same inspection with ``changes`` (no advice, no baseline)."""
         options = {
             name: getattr(self.given, name)
             for name in (
@@ -58,15 +68,27 @@ class Context:
                 "rank",
                 "world_size",
                 "even_ranks",
+                "piece_records",
+                "label",
             )
         }
         options["record_counts"] = self.record_counts
         options.update(changes)
-        return self.inspect(self.urls, **options, advise=False, progress=progress).summary
+        return self.inspect(self.urls, **options, advise=False, progress=progress)
 
 
-def advise(context: Context, summary: RunSummary, *, by_size: bool, progress: bool) -> Advice:
-    """Try the settings that could raise a low share, and the defaults when settings differ."""
+def advise(
+    context: Context,
+    summary: RunSummary,
+    order: OrderStats | None,
+    *,
+    by_size: bool,
+    pieces: bool,
+    progress: bool,
+) -> Advice:
+    """Try the settings that could raise a low share, and the defaults when settings differ;
+    and, when the run drifts (``order``), the piece setting that spreads shards over the
+    epoch (``pieces``: whether shards were cut into pieces)."""
     share, lowest = summary.share_of_ideal, summary.min_tenth_share
     low = share < LOW_SHARE or lowest < LOW_TENTH_SHARE
     suggestions = []
@@ -98,7 +120,50 @@ def advise(context: Context, summary: RunSummary, *, by_size: bool, progress: bo
                 "defaults", None, f"leave out {how}", tried.share_of_ideal, tried.min_tenth_share
             )
     messages = _messages(summary, low, suggestions, defaults, context)
-    return Advice(low, share, lowest, suggestions, defaults, messages)
+    ratio = None if order is None else order.drift_ratio
+    drifting = ratio is not None and ratio > HIGH_DRIFT_RATIO
+    if drifting and order is not None:
+        suggestions += _spread(context, order, pieces, progress, messages)
+    return Advice(low, share, lowest, suggestions, defaults, messages, drifting, ratio)
+
+
+def _spread(
+    context: Context, order: OrderStats, pieces: bool, progress: bool, messages: list[str]
+) -> list[Suggestion]:
+    """The setting that spreads each shard over the epoch, tried: smaller pieces when shards
+    were cut, else pieces (``piece_records`` unset) or counts to cut them by (a manifest)."""
+    ran = context.ran.piece_records
+    value: Any
+    if ran is None or pieces:
+        # A quarter of the pieces read now (a shard's records when whole, on the mean).
+        records = ran or sum(context.shards.values()) // max(1, len(context.shards))
+        setting, how = "piece_records", ""
+        value = max(1, min(records, DEFAULT_PIECE_RECORDS) // 4)
+    else:
+        setting, value = "record_counts", "manifest"
+        how = (
+            "these shards are read whole (remote with no manifest, or gzip): write them with "
+            "`shardmix convert` (a manifest beside them) or pass ShardDataset(record_counts="
+            "...), so that they can be cut into pieces"
+        )
+    changes: dict[str, Any] = {setting: value}
+    if setting == "piece_records":
+        how = f"ShardDataset(piece_records={value})"
+    else:
+        changes = {"record_counts": {**(context.record_counts or {}), **context.shards}}
+    tried = context.rerun_report(progress, **changes)
+    found = tried.run.judged_order
+    ratio = None if found is None else found.drift_ratio
+    what = f"{context.ran.label!r} values" if context.ran.label else "shards"
+    messages.append(
+        f"the epoch drifts: each tenth's mix of {what} is {order.drift:.3f} away from the "
+        f"whole epoch's, {order.drift_ratio:.2f}x a random order's ({order.random_drift:.3f})"
+    )
+    figure = "?" if ratio is None else f"{ratio:.2f}x"
+    named = "a manifest" if setting == "record_counts" else f"piece_records={value}"
+    messages.append(f"- {named} would give {figure}: {how}")
+    summary = tried.summary
+    return [Suggestion(setting, value, how, summary.share_of_ideal, summary.min_tenth_share, ratio)]
 
 
 def _candidates(

@@ -66,7 +66,7 @@ from shardmix.inspect.report import InspectReport, InspectSettings
 from shardmix.inspect.summary import Ideal
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES, MixingLoader
 from shardmix.plan.apportion import Stopping
-from shardmix.plan.sharding import EvenRanks
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS, EvenRanks
 
 
 def inspect_batches(
@@ -86,6 +86,8 @@ def inspect_batches(
     rank: int = 0,
     world_size: int = 1,
     even_ranks: str | EvenRanks = EvenRanks.DROP,
+    piece_records: int | None = DEFAULT_PIECE_RECORDS,
+    label: str | None = None,
     compare: bool = False,
     advise: bool = True,
     progress: bool = False,
@@ -94,7 +96,10 @@ def inspect_batches(
 
     ``seed`` seeds both the dataset's shard order and the loader's shuffle buffer;
     ``batches`` limits how many batches are read (default: all of epoch ``epoch``).
-    ``record_counts`` is passed to the dataset, as a manifest would give them.
+    ``record_counts`` is passed to the dataset, as a manifest would give them, and
+    ``piece_records`` as the dataset takes it.
+    ``label``: a field (``"cls"``) whose values are counted per batch and per tenth of the run
+    beside the sources', against a random order of the same samples (the report's ``order``).
     ``compare`` also reads a plain DataLoader over the same shards (see the module docstring).
     ``advise`` tries the settings that could raise a low share of the ideal, and the defaults
     when settings are given (each an inspection of its own).
@@ -116,8 +121,12 @@ def inspect_batches(
         rank=rank,
         world_size=world_size,
         even_ranks=EvenRanks(even_ranks),
+        piece_records=piece_records,
+        label=label,
     )
     if isinstance(urls, Mapping):
+        if label is not None:
+            raise ConfigError("label= counts one dataset's labels; inspect a mixture without it")
         if compare:
             raise ConfigError(
                 "compare reads one dataset with a plain DataLoader; inspect the datasets of a "
@@ -173,5 +182,13 @@ def inspect_batches(
         context = Context(
             urls, given, settings, record_counts, len(dataset.urls), shards, inspect_batches
         )
-        advice = advise_run(context, run.summary, by_size=bool(sized), progress=progress)
+        pieces = dataset.spread_counts(world_size) is not None
+        advice = advise_run(
+            context,
+            run.summary,
+            run.judged_order,
+            by_size=bool(sized),
+            pieces=pieces,
+            progress=progress,
+        )
     return InspectReport(settings, len(dataset.urls), shards, run, baseline, advice)

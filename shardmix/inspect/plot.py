@@ -9,7 +9,10 @@
 - a histogram of distinct shards per batch, the baseline's beside it, with the uniformly
   random ideal marked by a labelled vertical line;
 - the share of the ideal per tenth of the epoch, a bar per tenth and run, with the line under
-  which ``inspect`` advises (0.9), and the advice, when there is any, beneath.
+  which ``inspect`` advises (0.9), and the advice, when there is any, beneath;
+- the drift (when the report has ``order``): each tenth's histogram of the label (else of the
+  shards) under the whole epoch's, each tenth labelled with its distance from the epoch's and
+  the random order's.
 
 For a mixture (a report with ``mixture``), a fourth panel stacks each dataset's samples in
 every batch, with a dashed line at each dataset's cumulative ``weight x batch_size``, so a
@@ -49,15 +52,19 @@ def plot_report(report: InspectReport | Mapping[str, Any], path: str | os.PathLi
     plt = _pyplot()
     runs = [data] + ([data["baseline"]] if data.get("baseline") else [])
     mixture = data.get("mixture")
-    rows = 4 if mixture else 3
+    order = data.get("order") or {}
+    drift = order.get("label") or order.get("sources")
+    rows = 3 + bool(mixture) + bool(drift)
     figure = plt.figure(figsize=(7.5 * len(runs) + 3.5, 14 + 4 * (rows - 3)), layout="constrained")
-    grid = figure.add_gridspec(rows, len(runs), height_ratios=[2.2, 1, 1, 1][:rows])
+    grid = figure.add_gridspec(rows, len(runs), height_ratios=[2.2, 1, 1, 1, 1][:rows])
     for column, run in enumerate(runs):
         _heatmap(figure, figure.add_subplot(grid[0, column]), run)
     _histogram(figure.add_subplot(grid[1, :]), runs)
     _tenths(figure.add_subplot(grid[2, :]), runs, data.get("advice"))
     if mixture:
         _shares(figure.add_subplot(grid[3, :]), data["batches"], mixture)
+    if drift:
+        _drift(figure, figure.add_subplot(grid[rows - 1, :]), drift)
     figure.suptitle(_title(data), fontsize=13)
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -214,6 +221,35 @@ def _tenths(axes: Any, runs: Sequence[Mapping[str, Any]], advice: Any) -> None:
             color="tab:red",
             wrap=True,
         )
+
+
+def _drift(figure: Any, axes: Any, order: Mapping[str, Any]) -> None:
+    """Each tenth's histogram (a row of shares per value) under the whole epoch's, each row
+    labelled with its distance from the epoch's (and the random order's beside it)."""
+    import numpy as np
+
+    values = list(order["histogram"])
+    rows = [order["histogram"], *order["tenth_histograms"]]
+    shares = np.array([[row.get(v, 0) for v in values] for row in rows], dtype=float)
+    shares /= np.maximum(shares.sum(axis=1, keepdims=True), 1)
+    image = axes.imshow(shares, aspect="auto", interpolation="nearest", cmap=_cmap())
+    labels = ["epoch"] + [
+        f"tenth {i + 1}: {mine:.3f} ({theirs:.3f})"
+        for i, (mine, theirs) in enumerate(
+            zip(order["tenth_drift"], order["random_tenth_drift"], strict=True)
+        )
+    ]
+    axes.set_yticks(range(len(rows)), labels, fontsize=8)
+    axes.set_xlabel(f"{order['field']} values ({len(values)})")
+    if len(values) <= 40:
+        axes.set_xticks(range(len(values)), [v[-12:] for v in values], fontsize=7, rotation=90)
+    ratio = order["drift_ratio"]
+    axes.set_title(
+        f"each tenth's mix of {order['field']} against the epoch's: drift {order['drift']:.3f}, "
+        f"random order {order['random_drift']:.3f}" + ("" if ratio is None else f" ({ratio:.2f}x)"),
+        fontsize=11,
+    )
+    figure.colorbar(image, ax=axes, label="share of the tenth's samples")
 
 
 def _shares(axes: Any, batches: Sequence[Mapping[str, Any]], mixture: Mapping[str, Any]) -> None:

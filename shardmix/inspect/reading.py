@@ -9,6 +9,7 @@ left to :mod:`~shardmix.inspect.summary`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -18,14 +19,17 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
+from shardmix.errors import ConfigError
 from shardmix.formats import TFRecordPayload
 from shardmix.inspect.report import BatchStats, InspectSettings, RunStats
-from shardmix.inspect.summary import Ideal, summarize
+from shardmix.inspect.summary import Ideal, order_stats, summarize
 from shardmix.plan.sharding import Piece
 from shardmix.reading.reader import SIZE_KEY, Sample, sample_bytes
 from shardmix.world import detect_world
 
 T = TypeVar("T")
+# Where a sample's label (``--label``), as text, travels from the worker to the collate function.
+LABEL_KEY = "label"
 
 
 def inspect_dataset(
@@ -34,28 +38,51 @@ def inspect_dataset(
     num_lanes: int | None,
     record_counts: Mapping[str, int] | None = None,
 ) -> ShardDataset:
-    """The dataset an inspection reads: TFRecords raw, payloads dropped in the workers."""
+    """The dataset an inspection reads: payloads dropped in the workers, TFRecords raw unless
+    a label is read from their ``tf.train.Example``."""
     return ShardDataset(
         urls,
         seed=settings.seed,
         num_lanes=num_lanes,
-        transform=provenance_only,
-        tfrecord_payload=TFRecordPayload.RAW,
+        piece_records=settings.piece_records,
+        transform=functools.partial(provenance_only, label=settings.label),
+        tfrecord_payload=TFRecordPayload.RAW if settings.label is None else TFRecordPayload.EXAMPLE,
         record_counts=record_counts,
     )
 
 
-def provenance_only(sample: Sample) -> Sample:
+def provenance_only(sample: Sample, label: str | None = None) -> Sample:
     """Drop the payload in the worker (the dataset puts the provenance keys back), keeping its
     size, stated so that the shuffle buffer's byte budget binds as it would with the payload
-    (the main process takes that key out) and again for the report."""
+    (the main process takes that key out) and again for the report; and the ``label`` field
+    as text, when one is asked for."""
     size = sample_bytes(sample)
-    return {SIZE_KEY: size, "payload_bytes": size}
+    kept: Sample = {SIZE_KEY: size, "payload_bytes": size}
+    if label is not None:
+        if label not in sample:
+            fields = sorted(name for name in sample if not name.startswith("__"))
+            raise ConfigError(
+                f"the sample has no field {label!r} to count as its label (it has {fields}); "
+                "pass one of those as --label (label=)"
+            )
+        kept[LABEL_KEY] = label_text(sample[label])
+    return kept
 
 
-def provenance_of(samples: list[Sample]) -> list[tuple[str, int]]:
-    """The collate function: a batch is its samples' shard URLs and payload sizes."""
-    return [(sample["__source__"], sample["payload_bytes"]) for sample in samples]
+def label_text(value: object) -> str:
+    """A label value as text: bytes decoded, a one-element list or array as its element."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def provenance_of(samples: list[Sample]) -> list[tuple[str, int, str | None]]:
+    """The collate function: a batch is its samples' shard URLs, payload sizes and labels."""
+    return [(s["__source__"], s["payload_bytes"], s.get(LABEL_KEY)) for s in samples]
 
 
 def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int]:
@@ -125,7 +152,7 @@ class RankStream(IterableDataset[Sample]):
 
 def record_run(
     name: str,
-    loader: Iterable[list[tuple[str, int]]],
+    loader: Iterable[list[tuple[str, int, str | None]]],
     lanes_by_url: dict[str, int],
     num_lanes: int,
     settings: InspectSettings,
@@ -134,15 +161,20 @@ def record_run(
     total: int,
     progress: bool,
 ) -> RunStats:
-    """Read the loader's batches (up to ``settings.batches``) and count their sources."""
+    """Read the loader's batches (up to ``settings.batches``) and count their sources (and
+    labels), in each batch and in the order of the whole run."""
     num_workers = settings.num_workers
     workers = max(1, num_workers)
     found = []
     payload = 0
+    sources: list[str] = []
+    labels: list[str | None] = []
     batches = progress_bar(itertools.islice(loader, settings.batches), progress, name, total)
     for index, provenance in enumerate(batches):
-        counts = dict(Counter(url for url, _ in provenance))
-        payload += sum(size for _, size in provenance)
+        counts = dict(Counter(url for url, _, _ in provenance))
+        payload += sum(size for _, size, _ in provenance)
+        sources += (url for url, _, _ in provenance)
+        labels += (label for _, _, label in provenance)
         lanes = [0] * num_lanes
         for url, count in counts.items():
             lanes[lanes_by_url[url]] += count
@@ -151,7 +183,11 @@ def record_run(
     summary = summarize(found, lambda batch: ideal.of(batch.size), ideal.full, payload)
     stats = getattr(loader, "stats", None)  # a MixingLoader's: what the run waited and fetched
     loader_stats = stats().to_dict() if callable(stats) else None
-    return RunStats(name, num_lanes, num_workers, found, summary, loader_stats)
+    sizes = [batch.size for batch in found]
+    seed, epoch, label = settings.seed, settings.epoch, settings.label
+    by_source = order_stats("__source__", sources, sizes, seed, epoch)
+    by_label = None if label is None else order_stats(label, labels, sizes, seed, epoch)
+    return RunStats(name, num_lanes, num_workers, found, summary, loader_stats, by_source, by_label)
 
 
 def progress_bar(batches: Iterator[T], show: bool, name: str, total: int) -> Iterator[T]:

@@ -14,13 +14,15 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES
-from shardmix.plan.sharding import EvenRanks
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS, EvenRanks
 
 INSPECT_SCHEMA_VERSION = 3
 # Under this share of the uniformly random ideal (or a tenth of the epoch under the second),
 # inspect advises a setting.
 LOW_SHARE = 0.9
 LOW_TENTH_SHARE = 0.8
+# Above this drift over a random order's (per tenth of the epoch), inspect advises a setting.
+HIGH_DRIFT_RATIO = 1.5
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,18 @@ class InspectSettings:
     rank: int = 0
     world_size: int = 1
     even_ranks: EvenRanks = EvenRanks.DROP
+    piece_records: int | None = DEFAULT_PIECE_RECORDS  # None: shards read whole
+    label: str | None = None  # a field counted per batch and per tenth, beside the sources
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "even_ranks", EvenRanks(self.even_ranks))
-        for name in ("batch_size", "num_lanes", "world_size", "shuffle_buffer_bytes"):
+        for name in (
+            "batch_size",
+            "num_lanes",
+            "world_size",
+            "shuffle_buffer_bytes",
+            "piece_records",
+        ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("num_workers", "shuffle_buffer", "epoch"):
@@ -162,14 +172,36 @@ class TenthStats:
 
 
 @dataclass(frozen=True)
+class OrderStats:
+    """A run's order of one field (``__source__`` or a label) against a random order of the
+    same samples, batched the same way (:func:`~shardmix.inspect.summary.order_stats`)."""
+
+    field: str
+    mean_distinct: float  # distinct values per batch
+    random_mean_distinct: float  # the same in the random order
+    diversity: float  # mean_distinct over random_mean_distinct
+    drift: float  # each tenth's total variation distance from the whole run, mean over tenths
+    random_drift: float
+    drift_ratio: float | None  # drift over random_drift (None: random_drift is 0)
+    tenth_drift: list[float]
+    random_tenth_drift: list[float]
+    histogram: dict[str, int]  # samples per value over the run
+    tenth_histograms: list[dict[str, int]]  # the same per tenth
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Suggestion:
     """A setting tried by inspecting again with it, and what that run gave."""
 
-    setting: str  # "num_lanes", "shuffle_buffer", "shuffle_buffer_bytes", "record_counts"
+    setting: str  # "num_lanes", "shuffle_buffer(_bytes)", "record_counts", "piece_records"
     value: Any  # the value tried (for record_counts: "manifest")
     how: str  # how to set it
     share_of_ideal: float
     min_tenth_share: float
+    drift_ratio: float | None = None  # the run's drift over a random order's (see OrderStats)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,10 +217,14 @@ class Advice:
     suggestions: list[Suggestion]
     defaults: Suggestion | None  # the defaults, when they mix better than explicit settings
     messages: list[str]
+    drifting: bool = False  # drift_ratio over HIGH_DRIFT_RATIO
+    drift_ratio: float | None = None  # the run's (its label's, else its sources')
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "low": self.low,
+            "drifting": self.drifting,
+            "drift_ratio": self.drift_ratio,
             "share_of_ideal": self.share_of_ideal,
             "min_tenth_share": self.min_tenth_share,
             "suggestions": [suggestion.to_dict() for suggestion in self.suggestions],
@@ -208,6 +244,13 @@ class RunStats:
     summary: RunSummary
     # MixingLoader.stats() after the run, as its to_dict() (None: a plain DataLoader's run).
     loader_stats: dict[str, Any] | None = None
+    sources_order: OrderStats | None = None  # None: a mixture
+    label_order: OrderStats | None = None  # None: no label asked for
+
+    @property
+    def judged_order(self) -> OrderStats | None:
+        """The order drift is judged by: the label's when there is one, else the sources'."""
+        return self.label_order or self.sources_order
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -217,6 +260,10 @@ class RunStats:
             "batches": [batch.to_dict() for batch in self.batches],
             "summary": self.summary.to_dict(),
             "loader_stats": self.loader_stats,
+            "order": {
+                "sources": None if self.sources_order is None else self.sources_order.to_dict(),
+                "label": None if self.label_order is None else self.label_order.to_dict(),
+            },
         }
 
 

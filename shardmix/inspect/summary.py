@@ -4,8 +4,10 @@
 uniformly without replacement (computed exactly, with log-gamma); :class:`Ideal` caches it per
 batch size. :func:`summarize` turns a run's :class:`~shardmix.inspect.report.BatchStats` into a
 :class:`~shardmix.inspect.report.RunSummary`: distinct shards, largest shares, the histogram,
-and the share of the ideal overall and per tenth of the run. Reading batches is left to
-:mod:`~shardmix.inspect.reading`.
+and the share of the ideal overall and per tenth of the run. :func:`order_stats` holds the
+run's order of one field (sources, or a label) against a random order of the same samples:
+distinct values per batch, and the drift of each tenth's histogram from the whole run's.
+Reading batches is left to :mod:`~shardmix.inspect.reading`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from shardmix.inspect.report import BatchStats, RunSummary, TenthStats
+import numpy as np
+
+from shardmix.inspect.report import BatchStats, OrderStats, RunSummary, TenthStats
 
 
 def ideal_distinct_sources(records: Sequence[int], batch_size: int) -> float:
@@ -117,3 +121,69 @@ def _tenths(
                 )
             )
     return found
+
+
+def order_stats(
+    field: str, values: Sequence[str | None], sizes: Sequence[int], seed: int, epoch: int
+) -> OrderStats:
+    """``values`` (one per sample, in loader order, in batches of ``sizes``) against the same
+    values in the order ``numpy.random.default_rng([seed, epoch]).permutation(len(values))``,
+    batched the same way: distinct values per batch, and the mean drift over tenths."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(values))
+    shuffled = [values[i] for i in order]
+    found, random = mean_distinct(values, sizes), mean_distinct(shuffled, sizes)
+    tenths, random_tenths = drift(values), drift(shuffled)
+    mean_drift = sum(tenths) / len(tenths) if tenths else 0.0
+    random_drift = sum(random_tenths) / len(random_tenths) if random_tenths else 0.0
+    return OrderStats(
+        field=field,
+        mean_distinct=found,
+        random_mean_distinct=random,
+        diversity=found / random if random else 1.0,
+        drift=mean_drift,
+        random_drift=random_drift,
+        drift_ratio=mean_drift / random_drift if random_drift else None,
+        tenth_drift=tenths,
+        random_tenth_drift=random_tenths,
+        histogram=_histogram(values),
+        tenth_histograms=[_histogram(part) for part in _tenth_parts(values)],
+    )
+
+
+def mean_distinct(values: Sequence[str | None], sizes: Sequence[int]) -> float:
+    """Mean distinct values per batch, ``values`` cut into batches of ``sizes``.
+
+    >>> mean_distinct(["a", "a", "b", "c", "c"], [2, 3])
+    1.5
+    """
+    distinct, start = [], 0
+    for size in sizes:
+        distinct.append(len(set(values[start : start + size])))
+        start += size
+    return sum(distinct) / len(distinct) if distinct else 0.0
+
+
+def drift(values: Sequence[str | None]) -> list[float]:
+    """Each tenth's total variation distance from the whole: ``1/2 sum_v |p_tenth(v) - p(v)|``
+    (tenth ``i`` holds values ``[i * n // 10, (i + 1) * n // 10)``; empty tenths left out).
+
+    >>> drift(list("aaaaabbbbb"))  # a then b: every tenth is all one, half away from 50/50
+    [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
+    """
+    whole = Counter(values)
+    total = len(values)
+    found = []
+    for part in _tenth_parts(values):
+        counts = Counter(part)
+        found.append(0.5 * sum(abs(counts[v] / len(part) - n / total) for v, n in whole.items()))
+    return found
+
+
+def _tenth_parts(values: Sequence[str | None]) -> list[Sequence[str | None]]:
+    count = len(values)
+    parts = [values[i * count // 10 : (i + 1) * count // 10] for i in range(10)]
+    return [part for part in parts if part]
+
+
+def _histogram(values: Sequence[str | None]) -> dict[str, int]:
+    return dict(sorted(Counter(str(value) for value in values).items()))

@@ -112,6 +112,8 @@ def test_json_on_64_shards_with_a_batch_limit(capsys, shards64):
         "rank": 0,
         "world_size": 1,
         "even_ranks": "drop",
+        "piece_records": 64,
+        "label": None,
     }
 
 
@@ -196,7 +198,7 @@ def test_library_report_matches_its_json(shards64):
     assert [b.sources for b in report.batches] == [b["sources"] for b in data["batches"]]
     assert report.summary.samples == sum(sizes) == data["summary"]["samples"]
     assert report.baseline is not None and report.baseline.summary.samples == sum(sizes)
-    fields = {"loader", "num_lanes", "num_workers", "batches", "summary", "loader_stats"}
+    fields = {"loader", "num_lanes", "num_workers", "batches", "summary", "loader_stats", "order"}
     assert set(data["baseline"]) == fields and data["baseline"]["loader_stats"] is None
 
 
