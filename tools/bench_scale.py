@@ -85,6 +85,12 @@ def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024  # KiB on Linux
 
 
+def _settings(loader: Any) -> Any:
+    """What answers for the loader's lanes and buffer: its options (or, at revisions before
+    ``LoaderOptions``, the loader itself), so that bench_before.py measures both sides alike."""
+    return getattr(loader, "options", loader)
+
+
 def run_epoch(
     scale: ScaleSet,
     urls: list[str],
@@ -112,8 +118,8 @@ def run_epoch(
         "batch_size": scale.batch_size,
         "record_bytes": scale.record_bytes,
         "num_workers": num_workers,
-        "num_lanes": loader.options.num_lanes_for(dataset, 1),
-        "shuffle_buffer": loader.options.shuffle_buffer_size(),
+        "num_lanes": _settings(loader).num_lanes_for(dataset, 1),
+        "shuffle_buffer": _settings(loader).shuffle_buffer_size(),
         "samples": sum(keys.values()),
         "seconds": seconds,
         "samples_per_s": sum(keys.values()) / seconds,
@@ -170,13 +176,13 @@ def run_plan(data_dir: Path, num_workers: int) -> dict[str, Any]:
         "shards": len(dataset.urls),
         "batch_size": PLAN_BATCH_SIZE,
         "num_workers": num_workers,
-        "num_lanes": loader.options.num_lanes_for(dataset, 1),
+        "num_lanes": _settings(loader).num_lanes_for(dataset, 1),
         "build_seconds": built,
         "first_batch_seconds": reached,
         "rss_before_mb": before,
         "build_peak_rss_mb": built_rss,
         "first_batch_peak_rss_mb": first_rss,
-        "shuffle_buffer": loader.options.shuffle_buffer_size(),
+        "shuffle_buffer": _settings(loader).shuffle_buffer_size(),
         "opens": len(opens),
         "shards_opened": len(set(opens)),
         # What they hold: the first batch waits for every lane's first sample and for the
