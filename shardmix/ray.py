@@ -73,7 +73,7 @@ from shardmix.convert.outfiles import lock_output
 from shardmix.convert.plan import shuffled
 from shardmix.convert.stream import ShardWriter
 from shardmix.errors import ConfigError
-from shardmix.formats import Format, read_samples
+from shardmix.formats import KEY_FIELD, SAMPLE_COLUMN, SOURCE_KEY, Format, read_samples
 from shardmix.sources import open_shard
 
 __all__ = ["RayConvertSummary", "ShardSink", "convert_on_ray", "read_shards"]
@@ -81,7 +81,6 @@ __all__ = ["RayConvertSummary", "ShardSink", "convert_on_ray", "read_shards"]
 ROWS_PER_BLOCK = 1024
 # A column of whole samples as Python objects, made by shardmix's own read tasks
 # (:func:`convert_on_ray`): the values as loaded, which an Arrow column of each field would retype.
-SAMPLE_COLUMN = "__shardmix_sample__"
 
 
 class ShardSink(Datasink[dict[str, Any]]):
@@ -163,8 +162,8 @@ class ShardSink(Datasink[dict[str, Any]]):
                     sample = dict(row)
                     if SAMPLE_COLUMN in sample:
                         sample = dict(sample[SAMPLE_COLUMN])
-                    key = sample.pop("__key__", None) or f"t{task:06d}-{position:08d}"
-                    writer.write({"__key__": key, **sample})
+                    key = sample.pop(KEY_FIELD, None) or f"t{task:06d}-{position:08d}"
+                    writer.write({KEY_FIELD: key, **sample})
                     position += 1
         return {"task": task, "attempt": attempt, "manifest": "s.manifest.json"}
 
@@ -237,7 +236,7 @@ def _read_shard(url: str, fmt: Format) -> Iterator[pa.Table]:
     rows: list[dict[str, Any]] = []
     with open_shard(url) as stream:
         for sample in read_samples(stream, url, fmt):
-            rows.append({**sample, "__source__": url})
+            rows.append({**sample, SOURCE_KEY: url})
             if len(rows) == ROWS_PER_BLOCK:
                 yield pa.Table.from_pylist(rows)
                 rows = []

@@ -28,8 +28,8 @@ from shardmix.batching.rows import RowStore
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.shuffle import eviction_order
 from shardmix.batching.slotbuffer import SlotBuffer
+from shardmix.formats import Sample
 from shardmix.plan.sharding import shuffle_warmup
-from shardmix.reading.reader import Sample
 from shardmix.state.codec import (
     Ref,
     check_refs,

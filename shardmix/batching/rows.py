@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from shardmix.batching.collate import LIST_KEYS, collate_fields, collate_samples, restructured
+from shardmix.formats import Sample
 from shardmix.reading.chunks import (
     DROPPED,
     ID,
@@ -55,7 +56,6 @@ from shardmix.reading.columns import (
     Column,
     Kind,
 )
-from shardmix.reading.reader import Sample
 
 _FAST_TYPES = ({bytes}, {str})
 _COLUMNS_COLLATE = (collate_samples, collate_fields)  # the collates RowStore.batch does itself

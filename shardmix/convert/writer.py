@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from shardmix.convert.inputs import BadInputError, Problems, Sample, ShardCursor
+from shardmix.convert.inputs import BadInputError, Problems, ShardCursor
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.outfiles import create, full_error, is_full, refuse_link
 from shardmix.convert.plan import ShardPlan
-from shardmix.formats import Format, ShardSampleWriter, writer_for
+from shardmix.formats import Format, Sample, ShardSampleWriter, writer_for
 
 TEMP_SUFFIX = ".partial"
 

@@ -51,7 +51,23 @@ from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 from shardmix.errors import CorruptShardError
-from shardmix.formats._common import is_seekable, samples_only, wanted_records, without_offsets
+from shardmix.formats._common import (
+    DATASET_KEY,
+    DROPPED_KEY,
+    INDEX_KEY,
+    KEY_FIELD,
+    OFFSET_KEY,
+    SAMPLE_COLUMN,
+    SIZE_KEY,
+    SOURCE_KEY,
+    TAG_KEY,
+    WORKER_KEY,
+    Sample,
+    is_seekable,
+    samples_only,
+    wanted_records,
+    without_offsets,
+)
 from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.options import ReadOptions, TFRecordPayload
 from shardmix.formats.registry import (
@@ -73,12 +89,23 @@ from shardmix.formats.tags import tagging_reader
 from shardmix.policy import DamageHandler
 
 __all__ = [
+    "DATASET_KEY",
+    "DROPPED_KEY",
+    "INDEX_KEY",
+    "KEY_FIELD",
+    "OFFSET_KEY",
+    "SAMPLE_COLUMN",
+    "SIZE_KEY",
+    "SOURCE_KEY",
+    "TAG_KEY",
+    "WORKER_KEY",
     "BlockReader",
     "Format",
     "LocatedSample",
     "ReadOptions",
     "RecordBlock",
     "RecordPosition",
+    "Sample",
     "ShardReader",
     "ShardSampleWriter",
     "ShardWriterFormat",

@@ -13,15 +13,26 @@ from typing import Any, BinaryIO
 
 from shardmix.formats.compression import decompressed
 
-# The names shardmix gives fields of its own in a sample: provenance, which a sample read back
-# carries (a writer leaves it out), and markers, which no sample a user sees holds. A shard's
-# field under one of them would be overwritten or taken for a marker (a sample holding
-# __dropped__ is one a filter dropped), so readers and writers refuse them by name. __key__ is
-# not among them: it is every sample's key, read and written.
-PROVENANCE_FIELDS = frozenset({"__source__", "__index__", "__offset__", "__dataset__"})
-MARKER_FIELDS = frozenset(
-    {"__tag__", "__dropped__", "__bytes__", "__worker__", "__shardmix_sample__"}
+# What a record becomes: its fields by name, KEY_FIELD among them.
+Sample = dict[str, Any]
+
+# The names shardmix gives fields of its own in a sample. KEY_FIELD is every sample's key, read
+# and written. Provenance, which a sample read back carries (a writer leaves it out): the shard's
+# URL, the record's index and byte offset, the mixture member. Markers, which no sample a user
+# sees holds: the record's tag (formats.tags), a dropped sample's reason, a sample's stated size,
+# the worker that read it, a whole sample in a Ray column. A shard's field under one of these
+# would be overwritten or taken for a marker, so readers and writers refuse them by name.
+KEY_FIELD = "__key__"
+SOURCE_KEY, INDEX_KEY, OFFSET_KEY, DATASET_KEY = (
+    "__source__",
+    "__index__",
+    "__offset__",
+    "__dataset__",
 )
+TAG_KEY, DROPPED_KEY, SIZE_KEY = "__tag__", "__dropped__", "__bytes__"
+WORKER_KEY, SAMPLE_COLUMN = "__worker__", "__shardmix_sample__"
+PROVENANCE_FIELDS = frozenset({SOURCE_KEY, INDEX_KEY, OFFSET_KEY, DATASET_KEY})
+MARKER_FIELDS = frozenset({TAG_KEY, DROPPED_KEY, SIZE_KEY, WORKER_KEY, SAMPLE_COLUMN})
 RESERVED_FIELDS = PROVENANCE_FIELDS | MARKER_FIELDS
 
 

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
 from shardmix.formats._common import (
+    KEY_FIELD,
     MARKER_FIELDS,
     deterministic_gzip,
     reserved_field,
@@ -136,9 +137,9 @@ class TarWriter:
         """Append one sample as consecutive members."""
         if self._closed:
             raise ValueError("write() on a closed TarWriter")
-        key = sample.get("__key__")
+        key = sample.get(KEY_FIELD)
         if not isinstance(key, str):
-            raise ValueError(f"a sample needs a str '__key__', got {key!r}")
+            raise ValueError(f"a sample needs a str {KEY_FIELD!r}, got {key!r}")
         if key in self._keys:
             raise ValueError(f"sample key {key!r} was already written to this shard")
         marker = reserved_field(sample, MARKER_FIELDS)
@@ -215,7 +216,7 @@ class TarSampleWriter(TarWriter):
 
     def write_sample(self, sample: Mapping[str, Any]) -> None:
         """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
-        key = sample["__key__"]
+        key = sample[KEY_FIELD]
         try:
             self.write({name: tar_value(key, name, value) for name, value in sample.items()})
         except BadInputError:

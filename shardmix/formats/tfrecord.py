@@ -44,6 +44,7 @@ import crc32c
 
 from shardmix.errors import DecodedSizeError, DecodeError, ShardmixError
 from shardmix.formats._common import (
+    KEY_FIELD,
     check_range,
     check_start,
     inflated,
@@ -222,9 +223,6 @@ def read_tfrecord_records(
 # ------------------------------------------------------------------------------------ samples
 
 
-_KEY = "__key__"
-
-
 class _ReservedField(DecodeError):
     """A feature under a name shardmix reserves (raised as the DecodeError it is)."""
 
@@ -256,8 +254,10 @@ def _example_sample(
         reserved = reserved_field(sample)
         if reserved is not None:
             raise _ReservedField(reserved_message(reserved, "feature"))
-        key = sample.pop(_KEY, None)
-        sample[_KEY] = key.decode("utf-8") if type(key) is bytes else f"{stem}/{located[0]:08d}"
+        key = sample.pop(KEY_FIELD, None)
+        sample[KEY_FIELD] = (
+            key.decode("utf-8") if type(key) is bytes else f"{stem}/{located[0]:08d}"
+        )
     except (DecodeError, UnicodeDecodeError) as cause:
         _damaged(framing, located, len(payload), cause)
         return None
@@ -273,7 +273,7 @@ def _samples(
     sample: dict[str, Any] | None
     for record, offset, data, footer in records:
         if reader.payload is TFRecordPayload.RAW:
-            sample = {_KEY: f"{stem}/{record:08d}", "record": data}
+            sample = {KEY_FIELD: f"{stem}/{record:08d}", "record": data}
         else:
             sample = _example_sample(data, stem, framing, (record, offset), limit)
             if sample is None:

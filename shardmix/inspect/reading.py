@@ -18,11 +18,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
-from shardmix.formats import TFRecordPayload
+from shardmix.formats import SIZE_KEY, SOURCE_KEY, Sample, TFRecordPayload
 from shardmix.inspect.report import BatchStats, InspectSettings, RunStats
 from shardmix.inspect.summary import Ideal, summarize
 from shardmix.plan.sharding import Piece
-from shardmix.reading.reader import SIZE_KEY, Sample, sample_bytes
+from shardmix.reading.reader import sample_bytes
 from shardmix.world import detect_world
 
 T = TypeVar("T")
@@ -55,7 +55,7 @@ def provenance_only(sample: Sample) -> Sample:
 
 def provenance_of(samples: list[Sample]) -> list[tuple[str, int]]:
     """The collate function: a batch is its samples' shard URLs and payload sizes."""
-    return [(sample["__source__"], sample["payload_bytes"]) for sample in samples]
+    return [(sample[SOURCE_KEY], sample["payload_bytes"]) for sample in samples]
 
 
 def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int]:

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, TypeVar
 
-from shardmix.formats import RecordBlock
+from shardmix.formats import RecordBlock, Sample
 from shardmix.formats.tags import NO_TAG
 from shardmix.plan.sharding import Piece
-from shardmix.reading.reader import Sample, sample_bytes
+from shardmix.reading.reader import sample_bytes
 
 T = TypeVar("T")  # what a lane yields: samples, or record blocks
 

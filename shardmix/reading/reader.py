@@ -35,11 +35,17 @@ import shardmix.formats.tar
 import shardmix.formats.tfrecord  # noqa: F401
 from shardmix.errors import ConfigError
 from shardmix.formats import (
+    INDEX_KEY,
+    KEY_FIELD,
+    OFFSET_KEY,
+    SIZE_KEY,
+    SOURCE_KEY,
     BlockReader,
     Format,
     ReadOptions,
     RecordBlock,
     RecordPosition,
+    Sample,
     can_seek_records,
     is_gzipped,
     read_samples_at,
@@ -56,7 +62,6 @@ from shardmix.sources.traffic import count_bytes, count_stall, host_of
 
 logger = logging.getLogger(__name__)
 
-Sample = dict[str, Any]
 # Told the identity of each shard a read opens (None: its source gives none).
 OnOpen = Callable[[ShardIdentity | None], None]
 
@@ -111,14 +116,14 @@ def read_shard(
     with entered as (stream, arguments):
         reader = tagging_reader(reader_for(fmt, options))
         for index, offset, sample in reader.records(stream, url, **arguments):
-            tag = sample.get(TAG_KEY) or key_tag(index, sample.get("__key__"))
+            tag = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
             if index < start:
                 # The record before ``start``, read to find where ``start`` begins.
                 check_resumed(url, index, offset, before_tag, tag)
                 continue
-            sample["__source__"] = url
-            sample["__index__"] = index
-            sample["__offset__"] = offset
+            sample[SOURCE_KEY] = url
+            sample[INDEX_KEY] = index
+            sample[OFFSET_KEY] = offset
             sample[TAG_KEY] = tag
             yield sample
 
@@ -277,10 +282,10 @@ def _read_at(
                 stream, url, fmt, list(offsets), options=options, on_damage=on_damage, tagged=True
             )
         for index, sample in samples:
-            sample["__source__"] = url
-            sample["__index__"] = index
-            sample["__offset__"] = offsets[index]
-            sample[TAG_KEY] = sample.get(TAG_KEY) or key_tag(index, sample.get("__key__"))
+            sample[SOURCE_KEY] = url
+            sample[INDEX_KEY] = index
+            sample[OFFSET_KEY] = offsets[index]
+            sample[TAG_KEY] = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
             yield sample
 
 
@@ -361,7 +366,6 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
 
 
 # Where a sample states its size, when it does (see :func:`sample_bytes`).
-SIZE_KEY = "__bytes__"
 
 
 def sample_bytes(sample: Sample) -> int:
