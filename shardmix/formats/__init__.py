@@ -62,6 +62,7 @@ from shardmix.formats._common import (
     SOURCE_KEY,
     TAG_KEY,
     WORKER_KEY,
+    ReadSpan,
     Sample,
     is_seekable,
     samples_only,
@@ -103,6 +104,7 @@ __all__ = [
     "Format",
     "LocatedSample",
     "ReadOptions",
+    "ReadSpan",
     "RecordBlock",
     "RecordPosition",
     "Sample",
@@ -134,7 +136,7 @@ def read_samples(
 ) -> Iterator[dict[str, Any]]:
     """Yield the samples of one shard, from record ``start`` on."""
     reader = reader_for(fmt, options)
-    return samples_only(reader.records(stream, url, start=start, on_damage=on_damage))
+    return samples_only(reader.records(stream, url, ReadSpan(start), on_damage=on_damage))
 
 
 def read_samples_at(

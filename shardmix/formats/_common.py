@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from shardmix.formats.compression import decompressed
@@ -79,11 +80,31 @@ def check_start(start: int) -> None:
         raise ValueError(f"start must be a record index >= 0, got {start}")
 
 
-def check_range(start: int, stop: int | None) -> None:
-    """Refuse a negative ``start``, or a ``stop`` before it (at the call)."""
-    check_start(start)
-    if stop is not None and stop < start:
-        raise ValueError(f"stop must be None or a record index >= start ({start}), got {stop}")
+@dataclass(frozen=True)
+class ReadSpan:
+    """Which records a read gives, ``[start, stop)`` (``stop`` None: to the shard's end), and
+    where a seekable, uncompressed stream may enter the shard instead of walking from byte 0:
+    ``start_offset``, the byte offset of record ``start``, else ``seek_from``, a
+    ``(record, offset)`` at or before ``start`` (an entry of a reader's ``index``)."""
+
+    start: int = 0
+    stop: int | None = None
+    start_offset: int | None = None
+    seek_from: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        check_start(self.start)
+        if self.stop is not None and self.stop < self.start:
+            raise ValueError(
+                f"stop must be None or a record index >= start ({self.start}), got {self.stop}"
+            )
+        if self.seek_from is not None and not 0 <= self.seek_from[0] <= self.start:
+            raise ValueError(f"seek_from {self.seek_from} is not at or before record {self.start}")
+
+    @property
+    def entry(self) -> tuple[int, int] | None:
+        """The ``(record, offset)`` where a seekable stream enters (None: byte 0)."""
+        return self.seek_from if self.start_offset is None else (self.start, self.start_offset)
 
 
 def is_seekable(stream: BinaryIO) -> bool:

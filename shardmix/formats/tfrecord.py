@@ -45,7 +45,7 @@ import crc32c
 from shardmix.errors import DecodedSizeError, DecodeError, ShardmixError
 from shardmix.formats._common import (
     KEY_FIELD,
-    check_range,
+    ReadSpan,
     check_start,
     inflated,
     reserved_field,
@@ -324,26 +324,18 @@ class TFRecordReader:
         self,
         stream: BinaryIO,
         url: str,
+        span: ReadSpan = ReadSpan(),
         *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
-        check_range(start, stop)
         framing = self._framing(stream, url, on_damage)
-        span = _Span(start, sys.maxsize if stop is None else stop)
-        if start_offset is not None:
-            seek_from = (start, start_offset)
-        if seek_from is None or framing.inflated or not framing.seekable:
-            return _samples(framing, _walk(framing, [span], True), self)
-        record, offset = seek_from
-        if not 0 <= record <= start:
-            raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
+        spans = [_Span(span.start, sys.maxsize if span.stop is None else span.stop)]
+        entry = span.entry
+        if entry is None or framing.inflated or not framing.seekable:
+            return _samples(framing, _walk(framing, spans, True), self)
+        record, offset = entry
         framing.stream.seek(offset)
-        found = _walk(framing, [span], True, record=record, offset=offset)
-        return _samples(framing, found, self)
+        return _samples(framing, _walk(framing, spans, True, record=record, offset=offset), self)
 
     def records_wanted(
         self,

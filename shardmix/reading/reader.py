@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
 # on first use: workers started by fork (every epoch) inherit them instead of each importing
@@ -43,6 +43,7 @@ from shardmix.formats import (
     BlockReader,
     Format,
     ReadOptions,
+    ReadSpan,
     RecordBlock,
     RecordPosition,
     Sample,
@@ -112,10 +113,10 @@ def read_shard(
     ``on_open`` is told the identity the opened shard has.
     """
     where = (before_offset, source_options, listed, (expect, on_open))
-    entered = _entered(url, start, stop, seek_from, on_damage, *where)
-    with entered as (stream, arguments):
+    entered = _entered(url, start, stop, seek_from, *where)
+    with entered as (stream, span):
         reader = tagging_reader(reader_for(fmt, options))
-        for index, offset, sample in reader.records(stream, url, **arguments):
+        for index, offset, sample in reader.records(stream, url, span, on_damage=on_damage):
             tag = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
             if index < start:
                 # The record before ``start``, read to find where ``start`` begins.
@@ -154,9 +155,9 @@ def read_shard_blocks(
         raise TypeError(f"the {fmt.value} reader does not read records in blocks")
     reader = cast(BlockReader, reader)
     where = (before_offset, source_options, listed, (expect, on_open))
-    entered = _entered(url, start, stop, seek_from, on_damage, *where)
-    with entered as (stream, arguments):
-        for block in reader.blocks(stream, url, **arguments):
+    entered = _entered(url, start, stop, seek_from, *where)
+    with entered as (stream, span):
+        for block in reader.blocks(stream, url, span, on_damage=on_damage):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
                 index, offset, key = block.records[0], block.offsets[0], block.keys[0]
                 check_resumed(url, index, offset, before_tag, key_tag(index, key))
@@ -173,14 +174,13 @@ def _entered(
     start: int,
     stop: int | None,
     seek_from: RecordPosition | None,
-    on_damage: DamageHandler | None,
     before_offset: int,
     source_options: SourceOptions | None,
     listed: tuple[int, str | None] | None = None,
     opened: tuple[ShardIdentity | None, OnOpen | None] = (None, None),
-) -> Iterator[tuple[BinaryIO, dict[str, Any]]]:
+) -> Iterator[tuple[BinaryIO, ReadSpan]]:
     """The shard, open where a read of records ``[start, stop)`` begins (see
-    :func:`read_shard`), and the arguments its reader's ``records`` or ``blocks`` takes."""
+    :func:`read_shard`), and the span its reader's ``records`` or ``blocks`` reads."""
     resume = start > 0 and before_offset >= 0
     expect, on_open = opened
     offset = before_offset if resume else 0
@@ -195,9 +195,8 @@ def _entered(
             count_stall(time.perf_counter() - began)  # the answer (cached: the download)
         if on_open is not None:
             on_open(stream_identity(stream))
-        arguments: dict[str, Any] = {"stop": stop, "on_damage": on_damage}
         if resume and can_seek_records(stream, url):
-            arguments.update(start=start - 1, start_offset=before_offset)
+            yield stream, ReadSpan(start - 1, stop, start_offset=before_offset)
         else:
             if resume:
                 logger.debug(
@@ -205,8 +204,7 @@ def _entered(
                     url,
                     start,
                 )
-            arguments.update(start=start, seek_from=seek_from)
-        yield stream, arguments
+            yield stream, ReadSpan(start, stop, seek_from=seek_from)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from shardmix.formats._common import check_range, inflated, wanted_records
+from shardmix.formats._common import ReadSpan, inflated, wanted_records
 from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.formats.options import ReadOptions
@@ -62,49 +62,30 @@ class TarReader:
         self,
         stream: BinaryIO,
         url: str,
+        span: ReadSpan = ReadSpan(),
         *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
-        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
-        return reader.samples(start, stop)
+        return self._entered(stream, url, span, on_damage).samples(span.start, span.stop)
 
     def blocks(
         self,
         stream: BinaryIO,
         url: str,
+        span: ReadSpan = ReadSpan(),
         *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[RecordBlock]:
-        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
-        return reader.blocks(start, stop)
+        return self._entered(stream, url, span, on_damage).blocks(span.start, span.stop)
 
     def _entered(
-        self,
-        stream: BinaryIO,
-        url: str,
-        start: int,
-        stop: int | None,
-        start_offset: int | None,
-        seek_from: RecordPosition | None,
-        on_damage: DamageHandler | None,
+        self, stream: BinaryIO, url: str, span: ReadSpan, on_damage: DamageHandler | None
     ) -> TarRecords:
-        """The shard's records, entered where ``records`` says (see the protocol)."""
-        check_range(start, stop)
+        """The shard's records, entered where ``span`` says (see the protocol)."""
         reader = self._open(stream, url, on_damage)
-        if start_offset is not None:
-            seek_from = (start, start_offset)
-        if seek_from is not None and not self._gzipped(url) and reader.members.seekable:
-            if not 0 <= seek_from[0] <= start:
-                raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
-            reader.seek(seek_from[1], seek_from[0])
+        entry = span.entry
+        if entry is not None and not self._gzipped(url) and reader.members.seekable:
+            reader.seek(entry[1], entry[0])
         return reader
 
     def records_wanted(
