@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError, ShardmixError
-from shardmix.formats import KEY_FIELD, Format, ReadSpan, Sample, infer_format, reader_for
+from shardmix.formats import KEY_FIELD, Format, Sample, ShardRead, infer_format, reader_for
 from shardmix.formats._common import samples_only
 from shardmix.plan.urls import expand_urls
 from shardmix.sources import open_shard
@@ -179,7 +179,7 @@ class ShardCursor:
             self.close()
             self._stream = open_shard(url)
             self._samples = samples_only(
-                reader_for(fmt).records(self._stream, url, ReadSpan(record))
+                reader_for(fmt).records(self._stream, url, ShardRead(record))
             )
             self._url = url
         try:

@@ -62,8 +62,8 @@ from shardmix.formats._common import (
     SOURCE_KEY,
     TAG_KEY,
     WORKER_KEY,
-    ReadSpan,
     Sample,
+    ShardRead,
     is_seekable,
     samples_only,
     wanted_records,
@@ -104,7 +104,7 @@ __all__ = [
     "Format",
     "LocatedSample",
     "ReadOptions",
-    "ReadSpan",
+    "ShardRead",
     "RecordBlock",
     "RecordPosition",
     "Sample",
@@ -136,7 +136,7 @@ def read_samples(
 ) -> Iterator[dict[str, Any]]:
     """Yield the samples of one shard, from record ``start`` on."""
     reader = reader_for(fmt, options)
-    return samples_only(reader.records(stream, url, ReadSpan(start), on_damage=on_damage))
+    return samples_only(reader.records(stream, url, ShardRead(start, on_damage=on_damage)))
 
 
 def read_samples_at(

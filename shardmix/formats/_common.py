@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from shardmix.formats.compression import decompressed
+from shardmix.policy import DamageHandler
 
 # What a record becomes: its fields by name, KEY_FIELD among them.
 Sample = dict[str, Any]
@@ -81,16 +82,18 @@ def check_start(start: int) -> None:
 
 
 @dataclass(frozen=True)
-class ReadSpan:
-    """Which records a read gives, ``[start, stop)`` (``stop`` None: to the shard's end), and
-    where a seekable, uncompressed stream may enter the shard instead of walking from byte 0:
-    ``start_offset``, the byte offset of record ``start``, else ``seek_from``, a
-    ``(record, offset)`` at or before ``start`` (an entry of a reader's ``index``)."""
+class ShardRead:
+    """What one read of a shard asks (a reader's ``records`` and ``blocks`` take it): records
+    ``[start, stop)`` (``stop`` None: to the end); where a seekable, uncompressed stream may
+    enter instead of byte 0: ``start_offset``, the offset of record ``start``, else
+    ``seek_from``, a ``(record, offset)`` at or before ``start`` (an entry of a reader's
+    ``index``); and who is told of damage instead of raising it (``on_damage``)."""
 
     start: int = 0
     stop: int | None = None
     start_offset: int | None = None
     seek_from: tuple[int, int] | None = None
+    on_damage: DamageHandler | None = None
 
     def __post_init__(self) -> None:
         check_start(self.start)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from shardmix.errors import UnsupportedURLError
-from shardmix.formats._common import ReadSpan
+from shardmix.formats._common import ShardRead
 from shardmix.formats.blocks import LocatedSample, RecordBlock, RecordPosition
 from shardmix.formats.options import ReadOptions
 from shardmix.policy import DamageHandler
@@ -115,19 +115,14 @@ class ShardReader(Protocol):
     """
 
     def records(
-        self,
-        stream: BinaryIO,
-        url: str,
-        span: ReadSpan = ReadSpan(),
-        *,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        """Located samples of the records ``span`` names (all of them by default).
+        """Located samples of the records ``read`` names (all of them by default).
 
-        Records before ``span.start`` are walked cheaply: framing checked, payloads neither
+        Records before ``read.start`` are walked cheaply: framing checked, payloads neither
         decoded nor checksummed, seeked past when the stream can seek; a seekable, uncompressed
-        stream enters at ``span.entry`` instead of byte 0. Reading stops at the first record at
-        or past ``span.stop``.
+        stream enters at ``read.entry`` instead of byte 0. Reading stops at the first record at
+        or past ``read.stop``.
         """
         ...
 
@@ -182,12 +177,7 @@ class BlockReader(ShardReader, Protocol):
     per sample."""
 
     def blocks(
-        self,
-        stream: BinaryIO,
-        url: str,
-        span: ReadSpan = ReadSpan(),
-        *,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[RecordBlock]:
         """The records :meth:`~ShardReader.records` gives, with the same arguments, in
         :class:`~shardmix.formats.blocks.RecordBlock` objects."""

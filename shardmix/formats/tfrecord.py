@@ -45,7 +45,7 @@ import crc32c
 from shardmix.errors import DecodedSizeError, DecodeError, ShardmixError
 from shardmix.formats._common import (
     KEY_FIELD,
-    ReadSpan,
+    ShardRead,
     check_start,
     inflated,
     reserved_field,
@@ -321,16 +321,11 @@ class TFRecordReader:
         return Framing(stream, url, self.max_record_bytes, inflated=gzipped, on_damage=on_damage)
 
     def records(
-        self,
-        stream: BinaryIO,
-        url: str,
-        span: ReadSpan = ReadSpan(),
-        *,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        framing = self._framing(stream, url, on_damage)
-        spans = [_Span(span.start, sys.maxsize if span.stop is None else span.stop)]
-        entry = span.entry
+        framing = self._framing(stream, url, read.on_damage)
+        spans = [_Span(read.start, sys.maxsize if read.stop is None else read.stop)]
+        entry = read.entry
         if entry is None or framing.inflated or not framing.seekable:
             return _samples(framing, _walk(framing, spans, True), self)
         record, offset = entry

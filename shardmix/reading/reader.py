@@ -43,10 +43,10 @@ from shardmix.formats import (
     BlockReader,
     Format,
     ReadOptions,
-    ReadSpan,
     RecordBlock,
     RecordPosition,
     Sample,
+    ShardRead,
     can_seek_records,
     is_gzipped,
     read_samples_at,
@@ -113,10 +113,10 @@ def read_shard(
     ``on_open`` is told the identity the opened shard has.
     """
     where = (before_offset, source_options, listed, (expect, on_open))
-    entered = _entered(url, start, stop, seek_from, *where)
-    with entered as (stream, span):
+    entered = _entered(url, start, stop, seek_from, on_damage, *where)
+    with entered as (stream, read):
         reader = tagging_reader(reader_for(fmt, options))
-        for index, offset, sample in reader.records(stream, url, span, on_damage=on_damage):
+        for index, offset, sample in reader.records(stream, url, read):
             tag = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
             if index < start:
                 # The record before ``start``, read to find where ``start`` begins.
@@ -155,9 +155,9 @@ def read_shard_blocks(
         raise TypeError(f"the {fmt.value} reader does not read records in blocks")
     reader = cast(BlockReader, reader)
     where = (before_offset, source_options, listed, (expect, on_open))
-    entered = _entered(url, start, stop, seek_from, *where)
-    with entered as (stream, span):
-        for block in reader.blocks(stream, url, span, on_damage=on_damage):
+    entered = _entered(url, start, stop, seek_from, on_damage, *where)
+    with entered as (stream, read):
+        for block in reader.blocks(stream, url, read):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
                 index, offset, key = block.records[0], block.offsets[0], block.keys[0]
                 check_resumed(url, index, offset, before_tag, key_tag(index, key))
@@ -174,13 +174,14 @@ def _entered(
     start: int,
     stop: int | None,
     seek_from: RecordPosition | None,
+    on_damage: DamageHandler | None,
     before_offset: int,
     source_options: SourceOptions | None,
     listed: tuple[int, str | None] | None = None,
     opened: tuple[ShardIdentity | None, OnOpen | None] = (None, None),
-) -> Iterator[tuple[BinaryIO, ReadSpan]]:
+) -> Iterator[tuple[BinaryIO, ShardRead]]:
     """The shard, open where a read of records ``[start, stop)`` begins (see
-    :func:`read_shard`), and the span its reader's ``records`` or ``blocks`` reads."""
+    :func:`read_shard`), and the read its reader's ``records`` or ``blocks`` reads."""
     resume = start > 0 and before_offset >= 0
     expect, on_open = opened
     offset = before_offset if resume else 0
@@ -196,7 +197,7 @@ def _entered(
         if on_open is not None:
             on_open(stream_identity(stream))
         if resume and can_seek_records(stream, url):
-            yield stream, ReadSpan(start - 1, stop, start_offset=before_offset)
+            yield stream, ShardRead(start - 1, stop, before_offset, on_damage=on_damage)
         else:
             if resume:
                 logger.debug(
@@ -204,7 +205,7 @@ def _entered(
                     url,
                     start,
                 )
-            yield stream, ReadSpan(start, stop, seek_from=seek_from)
+            yield stream, ShardRead(start, stop, seek_from=seek_from, on_damage=on_damage)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from shardmix.formats._common import ReadSpan, inflated, wanted_records
+from shardmix.formats._common import ShardRead, inflated, wanted_records
 from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.formats.options import ReadOptions
@@ -59,31 +59,19 @@ class TarReader:
         return TarRecords(members, self.max_member_bytes, on_damage)
 
     def records(
-        self,
-        stream: BinaryIO,
-        url: str,
-        span: ReadSpan = ReadSpan(),
-        *,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        return self._entered(stream, url, span, on_damage).samples(span.start, span.stop)
+        return self._entered(stream, url, read).samples(read.start, read.stop)
 
     def blocks(
-        self,
-        stream: BinaryIO,
-        url: str,
-        span: ReadSpan = ReadSpan(),
-        *,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[RecordBlock]:
-        return self._entered(stream, url, span, on_damage).blocks(span.start, span.stop)
+        return self._entered(stream, url, read).blocks(read.start, read.stop)
 
-    def _entered(
-        self, stream: BinaryIO, url: str, span: ReadSpan, on_damage: DamageHandler | None
-    ) -> TarRecords:
-        """The shard's records, entered where ``span`` says (see the protocol)."""
-        reader = self._open(stream, url, on_damage)
-        entry = span.entry
+    def _entered(self, stream: BinaryIO, url: str, read: ShardRead) -> TarRecords:
+        """The shard's records, entered where ``read`` says (see the protocol)."""
+        reader = self._open(stream, url, read.on_damage)
+        entry = read.entry
         if entry is not None and not self._gzipped(url) and reader.members.seekable:
             reader.seek(entry[1], entry[0])
         return reader
