@@ -254,7 +254,7 @@ class RowStore:
         """The sample dict of one id, as the worker's transform gave it."""
         whole = self.fields.get(WHOLE)
         if whole is not None:
-            return whole.rows[row]  # type: ignore[no-any-return]  # not a dict at all
+            return whole.rows[row]  # not a dict at all
         sample: Sample = {}
         for name, found in self.fields.items():
             if found.kind == OBJECTS:

@@ -19,7 +19,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from shardmix.convert.inputs import BadInputError, Problems, ShardCursor
 from shardmix.convert.manifest import ShardEntry
@@ -101,7 +101,7 @@ class ShardFile:
         self._out = _HashingFile(self._raw)
         self._lines: list[str] = []
         self._writer: ShardSampleWriter = writer_for(spec.format).open(
-            self._out,  # type: ignore[arg-type]
+            cast(BinaryIO, self._out),  # the writers only write() and flush() it
             gzip=spec.gzip,
         )
 

@@ -86,4 +86,4 @@ def tags_differ(expected: int, found: int) -> bool:
 def tagging_reader(reader: R) -> R:
     """``reader``, or the reader like it whose samples carry their own tag (``with_tags()``)."""
     with_tags = getattr(reader, "with_tags", None)
-    return reader if with_tags is None else with_tags()  # type: ignore[no-any-return]
+    return reader if with_tags is None else with_tags()

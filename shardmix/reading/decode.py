@@ -236,7 +236,7 @@ def _decode_npy(data: bytes) -> np.ndarray:
     if not data.startswith(_NPY_MAGIC):
         raise _Undecodable(expected) from ValueError("no .npy magic string")
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)  # type: ignore[no-any-return]
+        return np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
         raise _Undecodable(expected) from error
 

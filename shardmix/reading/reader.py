@@ -361,7 +361,7 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
     if not isinstance(stream, io.BufferedReader) or raw is None:
         return stream
     raw.seek(stream.tell())  # where the caller's stream stands, whatever it buffered
-    return io.BufferedReader(raw, buffer_size=_SEEK_BUFFER_BYTES)  # type: ignore[return-value]
+    return io.BufferedReader(raw, buffer_size=_SEEK_BUFFER_BYTES)
 
 
 # Where a sample states its size, when it does (see :func:`sample_bytes`).

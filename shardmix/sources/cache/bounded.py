@@ -170,8 +170,8 @@ def _open_leased(
             return rest
 
         spliced = SplicedStream(raw, entry.total, open_rest, release)
-        stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)  # type: ignore[assignment]
-    return attach_identity(stream, identity)  # type: ignore[no-any-return]
+        stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)
+    return attach_identity(stream, identity)
 
 
 def _unlisted(entry: Entry, listed: Listed) -> bool:
@@ -249,7 +249,7 @@ def _tee(
         _count(filled_bytes=filled)
 
     tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))
-    return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+    return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)
 
 
 def has_copy(cache_dir: str, url: str) -> bool:

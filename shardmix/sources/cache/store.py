@@ -97,7 +97,7 @@ def open_cached(
 def _opened(path: str, record: dict[str, Any]) -> BinaryIO:
     """The copy at ``path``, with the identity of the shard it was downloaded from."""
     identity = ShardIdentity(record["size"], record.get("validator"))
-    return attach_identity(open(path, "rb", buffering=READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+    return attach_identity(open(path, "rb", buffering=READ_BUFFER_BYTES), identity)
 
 
 def download(
