@@ -43,7 +43,7 @@ class SplicedStream(PositionedStream):
         self._rest_at = -1  # where the rest's stream stands
         self._position = 0
 
-    def _end(self) -> int:
+    def _known_size(self) -> int | None:
         return self._size
 
     def readinto(self, buffer: WriteableBuffer) -> int:

@@ -52,6 +52,7 @@ from shardmix.sources.http.stream import HttpShardStream, open_http
 from shardmix.sources.http.validators import SEAM_BYTES, changed, check_seam, seam_before
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
+from shardmix.sources.positioned import PositionedStream
 from shardmix.sources.traffic import count_stall, host_of
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     return open_http(url, options, offset)
 
 
-class BlockStream(io.RawIOBase):
+class BlockStream(PositionedStream):
     """One http(s) shard as a raw, readable, seekable stream, fetched in blocks ahead.
 
     The first block asked for starts at ``first_at``, though the stream stands at 0 (as
@@ -122,33 +123,8 @@ class BlockStream(io.RawIOBase):
         future = self._futures.get(0)
         return future is None or future.done()
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self._position + offset
-        elif whence == io.SEEK_END:
-            size = self.identity.size
-            if size is None:
-                raise io.UnsupportedOperation(
-                    f"{self.url}: the server did not say the shard's size; cannot seek from the end"
-                )
-            target = size + offset
-        else:
-            raise ValueError(f"invalid whence {whence!r}")
-        if target < 0:
-            raise ValueError(f"{self.url}: negative seek position {target}")
-        self._position = target
-        return target
+    def _known_size(self) -> int | None:
+        return self.identity.size
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         if self.closed:

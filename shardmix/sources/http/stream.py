@@ -51,6 +51,7 @@ from shardmix.sources.http.validators import changed, precondition
 from shardmix.sources.http.version import ShardVersion
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, RetryPolicy, SourceOptions
+from shardmix.sources.positioned import PositionedStream
 from shardmix.sources.traffic import count_bytes, count_request, host_of
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def fetch_range(
         return b"".join(chunks), stream.size
 
 
-class HttpShardStream(io.RawIOBase):
+class HttpShardStream(PositionedStream):
     """One HTTP(S) shard as a raw, readable, seekable stream (wrap it in a BufferedReader).
 
     The first request is made here, so a missing shard fails when it is opened; it asks for
@@ -200,15 +201,6 @@ class HttpShardStream(io.RawIOBase):
     def unbound(self) -> None:
         """Read on past ``stop``: the answer holds the whole shard (a server ignoring ranges)."""
         self._stop = None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         if self.closed:
@@ -383,22 +375,8 @@ class HttpShardStream(io.RawIOBase):
             left -= got
         self._position += left  # past the end: reads there find nothing, as with files
 
-    def _seek_target(self, offset: int, whence: int) -> int:
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self._position + offset
-        elif whence == io.SEEK_END:
-            if self._version.size is None:
-                raise io.UnsupportedOperation(
-                    f"{self.url}: the server did not say the shard's size; cannot seek from the end"
-                )
-            target = self._version.size + offset
-        else:
-            raise ValueError(f"invalid whence {whence!r}")
-        if target < 0:
-            raise ValueError(f"{self.url}: negative seek position {target}")
-        return target
+    def _known_size(self) -> int | None:
+        return self._version.size
 
     # -- failures ------------------------------------------------------------------------
 
