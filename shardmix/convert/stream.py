@@ -22,7 +22,6 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any
 
 from shardmix.convert.api import ConvertSummary, finish_output, prepare_output
@@ -36,12 +35,12 @@ from shardmix.convert.values import cell_fields
 from shardmix.convert.writer import ShardFile, WriteSpec
 from shardmix.errors import ConfigError
 from shardmix.formats import KEY_FIELD
-from shardmix.formats._common import MARKER_FIELDS, reserved_field, reserved_message
+from shardmix.formats._common import MARKER_FIELDS, Closing, reserved_field, reserved_message
 
 SOURCE = "<stream>"  # the source of every streamed sample, in messages and the plan digest
 
 
-class ShardWriter:
+class ShardWriter(Closing):
     """Write samples one at a time into shards named by ``pattern``; ``close()`` finishes.
 
     >>> import tempfile
@@ -181,20 +180,6 @@ class ShardWriter:
             if self._shard is not None:
                 self._shard.discard()
                 self._shard = None
-
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 def write_shards(

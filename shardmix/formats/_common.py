@@ -10,7 +10,8 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from types import TracebackType
+from typing import Any, BinaryIO, Self
 
 from shardmix.formats.compression import decompressed
 from shardmix.policy import DamageHandler
@@ -140,3 +141,30 @@ def samples_only(located: Iterable[tuple[int, int, dict[str, Any]]]) -> Iterator
 def deterministic_gzip(raw: BinaryIO) -> gzip.GzipFile:
     """A gzip writer over ``raw`` whose bytes depend on the data only (no name, no time)."""
     return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)
+
+
+class Closing:
+    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises.
+
+    A base class for one contract that tar's, TFRecord's and convert's writers share, and
+    nothing else: each defines ``close`` (and ``abort``, where it differs) itself."""
+
+    def close(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

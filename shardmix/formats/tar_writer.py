@@ -14,13 +14,13 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
 from shardmix.formats._common import (
     KEY_FIELD,
     MARKER_FIELDS,
+    Closing,
     deterministic_gzip,
     reserved_field,
     reserved_message,
@@ -108,7 +108,7 @@ def _member_name(key: str, field: str) -> bytes:
     )
 
 
-class TarWriter:
+class TarWriter(Closing):
     """Writes samples to a tar shard that shardmix, GNU tar and webdataset read back.
 
     Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
@@ -176,16 +176,8 @@ class TarWriter:
             if self._owned is not None:
                 self._owned.close()
 
-    def __enter__(self) -> TarWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._close(complete=exc_type is None)
+    def abort(self) -> None:
+        self._close(complete=False)
 
 
 def tar_value(key: str, field: str, value: Any) -> Any:

@@ -12,17 +12,22 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from gzip import GzipFile
-from types import TracebackType
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
-from shardmix.formats._common import KEY_FIELD, deterministic_gzip, reserved_field, reserved_message
+from shardmix.formats._common import (
+    KEY_FIELD,
+    Closing,
+    deterministic_gzip,
+    reserved_field,
+    reserved_message,
+)
 from shardmix.formats.example import encode_example
 from shardmix.formats.registry import Format, register_writer
 from shardmix.formats.tfrecord_framing import CRC, FOOTER_SIZE, HEADER_SIZE, LENGTH, masked_crc
 
 
-class TFRecordWriter:
+class TFRecordWriter(Closing):
     """Write records to a TFRecord shard, optionally gzip-compressed.
 
     ``file`` is a path (opened, and closed by :meth:`close`) or a binary stream (left open).
@@ -77,17 +82,6 @@ class TFRecordWriter:
             self._owned.close()
         else:
             self._raw.flush()
-
-    def __enter__(self) -> TFRecordWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 _EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
