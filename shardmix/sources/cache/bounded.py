@@ -11,7 +11,7 @@ written, so the files the cache wrote never hold more than the limit. The lanes'
 process's hits, misses and evictions.
 
 Left to others: the accounts, leases and which copy to evict (:mod:`shardmix.sources.cache.ledger`,
-:mod:`shardmix.sources.cache.eviction`: SQLite in the folder, shared by every process on the node);
+:mod:`shardmix.sources.cache.ledger`: SQLite in the folder, shared by every process on the node);
 where a copy lives (:func:`shardmix.sources.cache.store.cache_path`); the ledger's rows, not the
 unbounded cache's JSON records, are what validates a copy here.
 """
@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from shardmix.errors import ShardChangedError
-from shardmix.sources.cache.ledger import CacheLedger, Entry, ledger_for
-from shardmix.sources.cache.owners import this_owner
+from shardmix.sources.cache.ledger import CacheLedger, Entry, ledger_for, this_owner
 from shardmix.sources.cache.splice import SplicedStream
 from shardmix.sources.cache.store import Listed, cache_path, hashed, holds_sha256
 from shardmix.sources.cache.tee import TeeStream
