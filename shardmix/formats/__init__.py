@@ -1,48 +1,22 @@
-"""Shard formats: turn a shard's bytes into samples.
+"""Shard formats: turn a shard's bytes into samples, and samples into shards.
 
 The read API is :class:`~shardmix.formats.registry.ShardReader` and the registry:
-``reader_for(fmt, options)`` gives the reader of a :class:`Format`, whose ``records``,
-``records_wanted``, ``records_at`` and ``count`` take an open binary stream and the shard's
-URL (for error messages). Readers know nothing of workers, ranks or torch. One module per
-format implements a reader and registers it (:mod:`~shardmix.formats.tar`,
-:mod:`~shardmix.formats.tfrecord`); :mod:`~shardmix.formats.registry` says what every read
-promises. A reader that is also a :class:`~shardmix.formats.registry.BlockReader` (tar's) gives
-its records in :class:`~shardmix.formats.blocks.RecordBlock` objects too, fields as columns,
-which is what the workers read when no transform needs a dict per sample. The write side
-that ``shardmix convert`` uses is registered the same way:
-``writer_for(fmt)`` gives a :class:`~shardmix.formats.registry.ShardWriterFormat`
-(:mod:`~shardmix.formats.tar_writer`, :mod:`~shardmix.formats.tfrecord_writer`).
+``reader_for(fmt, options)`` gives the reader of a :class:`Format`; what every read promises
+(record indices, byte offsets, cheap skipping, damage, size limits, gzip) is said there once.
+Readers know nothing of workers, ranks or torch. One module per format implements a reader and
+registers it (:mod:`~shardmix.formats.tar`, :mod:`~shardmix.formats.tfrecord`); a
+:class:`~shardmix.formats.registry.BlockReader` (tar's) also gives its records in
+:class:`~shardmix.formats.blocks.RecordBlock` objects, fields as columns. ``writer_for(fmt)``
+gives the write side ``shardmix convert`` uses (:mod:`~shardmix.formats.tar_writer`,
+:mod:`~shardmix.formats.tfrecord_writer`). :class:`Sample` and the names of shardmix's own
+fields (:data:`KEY_FIELD`, :data:`SOURCE_KEY`, ...) are defined once, in
+:mod:`~shardmix.formats._common`.
 
 The functions below are that API for one call each, for callers holding a format rather than a
-reader:
-
-- :func:`read_samples` yields the samples from record ``start`` on; a reader's ``records``
-  yields ``(record, offset, sample)``.
-  Record ``i`` of the shard is the ``i``-th record in the file (counting from zero, skipped
-  ones included), so the caller, which adds ``__source__`` and ``__index__``, gets the index
-  right even when damaged records were skipped. ``offset`` is the byte where the record starts
-  (a tar record's first header, a TFRecord record's length field), in the decompressed stream
-  for a gzip shard: what a checkpoint stores next to the record index.
-- ``start`` skips the first ``start`` records cheaply: framing is checked, payloads are
-  neither decoded nor CRC-checked, and seekable streams are seeked past them.
-- :func:`read_samples_at_offsets` reads records at
-  such offsets from a seekable, uncompressed shard: one seek and one record each, checked
-  as in a full read, and a :class:`~shardmix.errors.CorruptShardError` when no valid record
-  starts there (a stale offset). This is how a restored shuffle buffer is re-read.
-- :func:`read_samples_at` reads only some records by index, for streams that cannot seek
-  or are compressed: the records between them take the same cheap path as those before
-  ``start``, and reading stops after the last one wanted. A wanted index past the end of
-  the shard is simply not yielded.
-- Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
-  naming the URL, the record index and the byte offset. A reader never ends a shard early
-  without raising, unless ``on_damage`` is given: then each damage is reported to it as a
-  :class:`~shardmix.policy.Damage` instead. A damaged record whose framing is intact is
-  dropped and reading goes on; damage that loses the framing ends the shard.
-- Size limits are checked before anything is allocated: ``max_record_bytes`` (a TFRecord
-  record), ``max_member_bytes`` (a tar member), ``max_inflated_bytes`` (all the decompressed
-  bytes of a gzip shard, a bound on decompression bombs).
-- Compressed shards (``.gz``) are decompressed by the reader; offsets in errors are then
-  offsets in the decompressed stream, and the message says so.
+reader: :func:`read_samples` (from record ``start`` on), :func:`read_samples_at` (only some
+records, by index, for streams that cannot seek or are compressed) and
+:func:`read_samples_at_offsets` (records at stored byte offsets of a seekable, uncompressed
+shard: how a restored shuffle buffer is re-read).
 """
 
 from __future__ import annotations
