@@ -125,21 +125,11 @@ def read_samples_at(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
 
-    ``records`` are record indices, sorted ascending and unique (checked here, at the call).
-    The records in between are skipped by their framing, as ``start`` skips: headers are
-    checked, payloads are neither decoded nor CRC-checked, and seekable streams are seeked
-    past them (gzip shards are inflated and the bytes dropped). Reading stops after the last
-    wanted record, not at the end of the shard. Damage in a wanted record, or in the framing
-    walked to reach it, raises as a reader's ``records`` does; damage inside a skipped
-    record's payload goes unseen.
-
-    A wanted index at or past the end of the shard is not an error here: it is simply
-    missing from what is yielded (the shard is read to its end, which is checked), and the
-    caller, which knows what it asked for, decides what a missing record means. An empty
-    ``records`` yields nothing and reads nothing. With ``on_damage``, damage is reported to
-    it instead of raised, as a reader's ``records`` reports it. ``tagged``: read with the
-    reader whose samples carry their own tag, if the format has one
-    (:func:`~shardmix.formats.tags.tagging_reader`).
+    ``records``: record indices, ascending and unique (checked at the call; empty reads
+    nothing). As a reader's ``records_wanted``: the records between are walked cheaply,
+    reading stops after the last one wanted, and an index past the end is simply not yielded
+    (the caller decides what that means). ``tagged``: read with the reader whose samples carry
+    their own tag, if the format has one (:func:`~shardmix.formats.tags.tagging_reader`).
     """
     wanted = wanted_records(records)
     if not wanted:
@@ -165,15 +155,10 @@ def read_samples_at_offsets(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
 
-    Each offset is where a reader's ``records`` found the record, in a shard that must
-    be seekable and uncompressed (:func:`can_seek_records`; otherwise walk the framing with
-    :func:`read_samples_at`) and is read from its start. Exactly one record is read at each
-    offset, checked as a full read checks it (headers, CRCs, the Example), so the cost
-    follows the records wanted, not their spread over the shard. Ascending offsets keep a
-    remote stream's reads moving forward. When no valid record starts at an offset (the
-    offset is stale: the shard changed since it was taken), this raises
-    :class:`~shardmix.errors.CorruptShardError` naming the URL, record and offset; damage is
-    never skipped here. ``tagged``: as for :func:`read_samples_at`.
+    As a reader's ``records_at``: one seek and one record per offset, checked as a full read
+    checks it; a stale offset raises :class:`~shardmix.errors.CorruptShardError`, noted as
+    such. The stream must be seekable and uncompressed (:func:`can_seek_records`; otherwise
+    :func:`read_samples_at` walks the framing). ``tagged``: as for :func:`read_samples_at`.
     """
     if not can_seek_records(stream, url):
         raise ValueError(

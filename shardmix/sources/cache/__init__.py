@@ -10,6 +10,6 @@ leases the copies being read, learns from the lanes' plans which copies are need
 evicts by them (:func:`~shardmix.sources.cache.ledger.choose_victims`), and forgets processes
 that died (:func:`~shardmix.sources.cache.ledger.alive`). A copy fills as a lane reads the
 remote stream (:mod:`~shardmix.sources.cache.tee`); a copy of a shard's first part only is read
-on from the source (:mod:`~shardmix.sources.cache.splice`). Which shards are cached is
-:func:`shardmix.sources.open_shard`'s choice.
+on from the source (:class:`~shardmix.sources.cache.bounded.SplicedStream`). Which shards are
+cached is :func:`shardmix.sources.open_shard`'s choice.
 """
