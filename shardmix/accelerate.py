@@ -25,6 +25,7 @@ itself never does.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from shardmix.errors import ConfigError
@@ -39,6 +40,7 @@ except ImportError as error:  # pragma: no cover - the extra is missing
     ) from error
 
 
+@dataclass(eq=False)
 class AcceleratedLoader:
     """A MixingLoader as Accelerate's training loop expects it; see :func:`prepare_loader`.
 
@@ -48,21 +50,14 @@ class AcceleratedLoader:
     ``set_epoch()`` and ``close()`` are the loader's.
     """
 
-    def __init__(
-        self,
-        loader: MixingLoader,
-        accelerator: Any,
-        *,
-        device_placement: bool = True,
-        non_blocking: bool = False,
-    ) -> None:
-        self.loader = loader
-        self.accelerator = accelerator
-        self.device_placement = device_placement
-        self.non_blocking = non_blocking
-        # Read by Accelerate's GradientState while this is its active loader.
-        self.end_of_dataloader = False
-        self.remainder = -1  # no padding of Accelerate's to take out in gather_for_metrics
+    loader: MixingLoader
+    accelerator: Any
+    _: KW_ONLY
+    device_placement: bool = True
+    non_blocking: bool = False
+    # Read by Accelerate's GradientState while this is its active loader.
+    end_of_dataloader: bool = field(default=False, init=False)
+    remainder: int = field(default=-1, init=False)  # no padding to take out in gather_for_metrics
 
     def __iter__(self) -> Iterator[Any]:
         gradient_state = self.accelerator.gradient_state

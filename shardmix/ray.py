@@ -1,48 +1,14 @@
 """Ray Data in and out: write a Dataset as shards (:class:`ShardSink`), read shards as one,
 convert inputs into shards on Ray (:func:`convert_on_ray`).
 
-``pip install 'shardmix[ray]'``. Ray is imported here only, when this module is.
-
-Writing: ``dataset.write_datasink(ShardSink("out/train-%06d.tar", max_records=10_000))``.
-Each write task rolls its own shards with the writer ``shardmix convert`` uses, under a staging
-folder of its own attempt (``out/.train.staging-<run>/task-000003-<attempt>/``), so a task that
-Ray retries or kills never mixes with another attempt's files. When every task has finished,
-the driver (``on_write_complete``) renames the shards into their final names in task order,
-``train-000000.tar`` onwards, writes the manifest last and atomically, and deletes the staging
-folder with whatever failed attempts left in it. **The manifest is the commit**: until it is
-written the output holds no manifest, :func:`read_shards` refuses the folder, and readers of
-shardmix's manifest-driven paths see nothing; a failed write (``on_write_failed``) deletes the
-staging folder and leaves no manifest. A folder that already holds shards or a manifest for
-the pattern is refused unless ``overwrite=True``. The driver holds the prefix's lock
-(:func:`~shardmix.convert.outfiles.lock_output`) from ``on_write_start`` to the commit, so a
-second writer into the prefix is an :class:`~shardmix.errors.OutputBusyError` naming it.
-
-Keys: a row's ``__key__`` column, else ``t<task>-<row>`` (the task's index and the row's place
-in it). The shards' bytes depend only on the rows and on which task gets which rows, so two
-runs with ``DataContext.execution_options.preserve_order = True`` over the same input blocks
-write identical shards.
-
-Reading: :func:`read_shards` makes one read task per shard of any pattern ``ShardDataset``
-takes, shards any tool wrote, each telling Ray its record count when a manifest lists it, and
-yields a row per sample (``__key__``, ``__source__`` and the fields as read: bytes, and a
-TFRecord's int64 and float features as lists).
-
-Converting (:func:`convert_on_ray`, ``shardmix convert --engine ray``): the reading and writing
-run as Ray tasks. The inputs are listed by the local engine's own code
-(:func:`shardmix.convert.api.list_inputs`): folders, JSON Lines, CSV and Parquet tables, saved
-Hugging Face datasets and existing shards give the same keys, fields, class labels and counted
-left-out inputs, and a bad input is refused (or, with ``skip_bad``, skipped and counted) the
-same way. Ray then loads every sample's bytes (files, inlined columns, rows, records of input
-shards) in parallel read tasks and writes them through :class:`ShardSink`, so the manifest is
-written last, as the commit, and a task Ray retries leaves nothing behind.
+``pip install 'shardmix[ray]'``. Ray is imported here only, when this module is. What a user
+relies on (staging folders per task attempt, the manifest written last as the commit, the
+prefix's lock, keys, identical shards under ``preserve_order``, conversion with the local
+engine's listing) is told in ``docs/ray.md``.
 
 Samples travel from the read tasks to the write tasks as Python objects in one column of Ray
-blocks (Ray serializes them as it does any object): the values shardmix itself just loaded,
-whose types an Arrow column per field would change (a list field would become an array).
-The order is the listing's (``shuffle`` permutes it with the local engine's seeded
-permutation), each write task rolls its own shards within ``max_records`` and ``max_bytes``,
-and the driver names them in task order. ``part`` and ``workers`` are the local engine's way
-of spreading the work and are refused here: Ray spreads it.
+blocks (:data:`~shardmix.formats.SAMPLE_COLUMN`): the values shardmix itself just loaded, whose
+types an Arrow column per field would change (a list field would become an array).
 """
 
 from __future__ import annotations
@@ -75,7 +41,14 @@ from shardmix.convert.outfiles import lock_output
 from shardmix.convert.plan import shuffled
 from shardmix.convert.stream import ShardWriter
 from shardmix.errors import ConfigError
-from shardmix.formats import Format, infer_format, read_samples
+from shardmix.formats import (
+    KEY_FIELD,
+    SAMPLE_COLUMN,
+    SOURCE_KEY,
+    Format,
+    infer_format,
+    read_samples,
+)
 from shardmix.plan.urls import expand_urls
 from shardmix.sources import open_shard
 
@@ -84,7 +57,6 @@ __all__ = ["RayConvertSummary", "ShardSink", "convert_on_ray", "read_shards"]
 ROWS_PER_BLOCK = 1024
 # A column of whole samples as Python objects, made by shardmix's own read tasks
 # (:func:`convert_on_ray`): the values as loaded, which an Arrow column of each field would retype.
-SAMPLE_COLUMN = "__shardmix_sample__"
 _PRINTF = re.compile(r"%0?[0-9]*d")  # an output pattern's shard number, as ShardSink takes it
 
 
@@ -167,8 +139,8 @@ class ShardSink(Datasink[dict[str, Any]]):
                     sample = dict(row)
                     if SAMPLE_COLUMN in sample:
                         sample = dict(sample[SAMPLE_COLUMN])
-                    key = sample.pop("__key__", None) or f"t{task:06d}-{position:08d}"
-                    writer.write({"__key__": key, **sample})
+                    key = sample.pop(KEY_FIELD, None) or f"t{task:06d}-{position:08d}"
+                    writer.write({KEY_FIELD: key, **sample})
                     position += 1
         return {"task": task, "attempt": attempt, "manifest": "s.manifest.json"}
 
@@ -241,7 +213,7 @@ def _read_shard(url: str, fmt: Format) -> Iterator[pa.Table]:
     rows: list[dict[str, Any]] = []
     with open_shard(url) as stream:
         for sample in read_samples(stream, url, fmt):
-            rows.append({**sample, "__source__": url})
+            rows.append({**sample, SOURCE_KEY: url})
             if len(rows) == ROWS_PER_BLOCK:
                 yield pa.Table.from_pylist(rows)
                 rows = []

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardmix.formats import INDEX_KEY, SOURCE_KEY
 from shardmix.loader import MixingLoader
 
 
@@ -24,8 +25,8 @@ def batch_fingerprint(batch: Any) -> tuple[tuple[str, int], ...]:
     """What identifies a batch: the (source, index) of each sample, in order (a batch that is
     not a dict: of its ``provenance``)."""
     provenance = batch if isinstance(batch, dict) else batch.provenance
-    indexes = [int(i) for i in provenance["__index__"]]
-    return tuple(zip(provenance["__source__"], indexes, strict=True))
+    indexes = [int(i) for i in provenance[INDEX_KEY]]
+    return tuple(zip(provenance[SOURCE_KEY], indexes, strict=True))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from shardmix.formats import (
     read_samples_at_offsets,
     reader_for,
 )
-from shardmix.formats._common import samples_only, without_offsets
+from shardmix.formats._common import ShardRead, samples_only, without_offsets
 from shardmix.formats.tar import TarReader
 from shardmix.formats.tfrecord import TFRecordReader
 from shardmix.policy import DamageHandler
@@ -32,7 +32,7 @@ def located(
     options: ReadOptions = ReadOptions(),
     on_damage: DamageHandler | None = None,
 ) -> Iterator[LocatedSample]:
-    return reader_for(fmt, options).records(stream, url, start=start, on_damage=on_damage)
+    return reader_for(fmt, options).records(stream, url, ShardRead(start, on_damage=on_damage))
 
 
 def indexed(stream: BinaryIO, url: str, fmt: Format, **kwargs: Any) -> Iterator[Any]:
@@ -64,7 +64,7 @@ def _located(
 ) -> Iterator[LocatedSample]:
     """The records of ``kind`` (a reader class) built with ``settings``, gzip said."""
     reader = kind(gzipped=gzipped, **settings)
-    return reader.records(stream, url, start=start, on_damage=on_damage)
+    return reader.records(stream, url, ShardRead(start, on_damage=on_damage))
 
 
 def tar_located(stream: BinaryIO, url: str, **options: Any) -> Iterator[LocatedSample]:

@@ -15,9 +15,9 @@ import pytest
 
 from shardmix import MixingLoader, ShardDataset
 from shardmix.batching.shuffle import ShuffleBuffer
+from shardmix.formats import DROPPED_KEY
 from shardmix.plan.sharding import shuffle_warmup
 from shardmix.reading.reader import sample_bytes
-from shardmix.reading.transforms import DROPPED
 
 from shards import UNEVEN_SIZES, write_shards
 
@@ -55,7 +55,7 @@ def reference_keys(dataset, loader, epoch):
     )
     keys = []
     for sample in merged:
-        if DROPPED in sample:
+        if DROPPED_KEY in sample:
             continue
         evicted = buffer.push(sample)
         if evicted is not None:

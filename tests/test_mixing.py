@@ -5,10 +5,11 @@ import pytest
 from shardmix.batching.mixing import LaneMerge, resume_points, start_state
 from shardmix.batching.rows import RowStore
 from shardmix.errors import WorkerError
+from shardmix.formats import DROPPED_KEY
 from shardmix.reading.chunks import ChunkBuilder
 from shardmix.reading.lanes import LanePosition, round_robin, round_robin_chunks
 from shardmix.reading.mergekeys import LaneClocks
-from shardmix.reading.transforms import DROPPED, FILTERED
+from shardmix.reading.transforms import FILTERED
 
 URLS = [f"s{lane}" for lane in range(10)]
 
@@ -86,8 +87,8 @@ def test_lanes_with_clocks_are_read_in_proportion_to_their_sizes(num_workers):
 
 def test_tombstones_are_counted_and_move_their_lane_on():
     contents = lanes_of([4, 4])
-    contents[1][1] = {**contents[1][1], DROPPED: FILTERED}
-    contents[1][2] = {"__key__": "l1-2", "__source__": "s1", "__index__": 2, DROPPED: FILTERED}
+    contents[1][1] = {**contents[1][1], DROPPED_KEY: FILTERED}
+    contents[1][2] = {"__key__": "l1-2", "__source__": "s1", "__index__": 2, DROPPED_KEY: FILTERED}
     store = RowStore(URLS)
     pieces = [[(lane, 0, None)] for lane in range(2)]
     merge = LaneMerge(iter(arrivals(contents, 1, 2)), 2, store, lane_pieces=pieces)

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.checkpoint import unpack_refs
+from shardmix.state.codec import unpack_refs
 from shardmix.testing import checkpoint_after
 
 from shards import expected_keys, write_shards

@@ -227,12 +227,12 @@ def fetch_cost(
     urls: list[str], sizes: list[int], shape: Shape, options: Any, server: RangeServer
 ) -> dict[str, Any]:
     """The CPU time of fetching ``urls`` (of ``sizes`` bytes) whole, block by block through the
-    read-ahead's own fetch (:func:`~shardmix.sources.http.blockfetch.fetch_block`), as many at a
+    read-ahead's own fetch (:func:`~shardmix.sources.http.readahead.fetch_block`), as many at a
     time as one worker's lanes have blocks in flight, the bytes dropped: this process's (its
     threads') and the server's, per sample, with the bytes fetched."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardmix.sources.http.blockfetch import fetch_block, give_back
+    from shardmix.sources.http.readahead import fetch_block, give_back
 
     block = shape.block_mb << 20
     threads = max(1, shape.num_lanes * shape.blocks // max(1, shape.num_workers))

@@ -18,6 +18,7 @@ residents (:mod:`shardmix.batching.residents`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,8 @@ from shardmix.batching.rows import RowStore
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.shuffle import eviction_order
 from shardmix.batching.slotbuffer import SlotBuffer
+from shardmix.formats import Sample
 from shardmix.plan.sharding import shuffle_warmup
-from shardmix.reading.reader import Sample
 from shardmix.state.codec import (
     Ref,
     check_refs,
@@ -62,6 +63,7 @@ def buffer_start() -> dict[str, Any]:
     return buffer_state(0, [], [], [])
 
 
+@dataclass(eq=False)
 class BufferStage:
     """A :class:`SlotBuffer` and what its ids name; its state names the residents' samples.
 
@@ -71,24 +73,15 @@ class BufferStage:
     ``epoch`` (and pass ``epoch_pass``).
     """
 
-    def __init__(
-        self,
-        buffer: SlotBuffer,
-        store: RowStore,
-        dataset: Any,
-        *,
-        epoch: int,
-        epoch_pass: int,
-        first_wave: int,
-    ) -> None:
-        self.buffer = buffer
-        self.store = store
-        self._dataset = dataset
-        self._epoch = epoch
-        self._epoch_pass = epoch_pass
-        self._first_wave = first_wave
-        # Until it is evicted, a restored resident is a reference, held as id ``-1 - n``.
-        self.residents: ResidentReads | None = None
+    buffer: SlotBuffer
+    store: RowStore
+    dataset: Any
+    _: KW_ONLY
+    epoch: int
+    epoch_pass: int
+    first_wave: int
+    # Until it is evicted, a restored resident is a reference, held as id ``-1 - n``.
+    residents: ResidentReads | None = field(default=None, init=False)
 
     def state_dict(self) -> dict[str, Any]:
         """The buffer's state, each resident as its sample's reference and tag (see above)."""
@@ -101,7 +94,7 @@ class BufferStage:
         wave's reads are asked for now. ``pushing``: lanes are left, so pushes displace residents
         (else the epoch ends popping them), which says the order the residents are needed in.
         """
-        dataset = self._dataset  # a ShardDataset: the loader restores no other
+        dataset = self.dataset  # a ShardDataset: the loader restores no other
         refs = unpack_refs(state["items"])
         check_refs(refs, len(dataset.urls), "buffer.items")
         draws = self.buffer.draws.fork()
@@ -113,9 +106,9 @@ class BufferStage:
             refs,
             unpack_sizes(state["sizes"]),
             order,
-            first_wave=self._first_wave,
-            epoch=self._epoch,
-            epoch_pass=self._epoch_pass,
+            first_wave=self.first_wave,
+            epoch=self.epoch,
+            epoch_pass=self.epoch_pass,
             tags=unpack_tags(state["tags"], len(refs)),
         )
         sizes = [resident.size for resident in self.residents.residents]

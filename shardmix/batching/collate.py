@@ -33,6 +33,7 @@ import torch
 from torch.utils.data import default_collate
 
 from shardmix.errors import DecodeError
+from shardmix.formats import DATASET_KEY, INDEX_KEY, KEY_FIELD, OFFSET_KEY, SOURCE_KEY
 from shardmix.reading.transforms import (
     LIST,
     TUPLE,
@@ -43,8 +44,8 @@ from shardmix.reading.transforms import (
     value_kind,
 )
 
-LIST_KEYS = ("__key__", "__source__", "__dataset__")
-_INT_KEYS = ("__index__", "__offset__")
+LIST_KEYS = (KEY_FIELD, SOURCE_KEY, DATASET_KEY)
+_INT_KEYS = (INDEX_KEY, OFFSET_KEY)
 
 
 class ListBatch(list[Any]):
@@ -121,7 +122,7 @@ def collate_fields(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _odd_fields(odd: dict[str, Any], fields: Any) -> DecodeError:
     return DecodeError(
-        f"sample {odd.get('__key__')!r} from {odd.get('__source__')} {_shape(odd)} but "
+        f"sample {odd.get(KEY_FIELD)!r} from {odd.get(SOURCE_KEY)} {_shape(odd)} but "
         f"the batch's first sample {_shape(dict.fromkeys(fields))}; make the fields "
         "uniform with a transform or pass collate_fn"
     )
@@ -172,7 +173,7 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
         example = samples[0]
         raise DecodeError(
             f"cannot collate {_label(field)} (types {_type_names(values)}, e.g. sample "
-            f"{example.get('__key__')!r} from {example.get('__source__')}): {error}; "
+            f"{example.get(KEY_FIELD)!r} from {example.get(SOURCE_KEY)}): {error}; "
             "convert it in the transform or pass collate_fn"
         ) from error
 
@@ -200,7 +201,7 @@ def _mixed_kinds_message(field: str, values: list[Any], samples: Sequence[dict[s
     for value, sample in zip(values, samples, strict=True):
         first.setdefault(type(value).__name__, sample)
     seen = "; ".join(
-        f"{name} in sample {sample.get('__key__')!r} from {sample.get('__source__')}"
+        f"{name} in sample {sample.get(KEY_FIELD)!r} from {sample.get(SOURCE_KEY)}"
         for name, sample in first.items()
     )
     return (
@@ -213,7 +214,7 @@ def _mixed_kinds_message(field: str, values: list[Any], samples: Sequence[dict[s
 def _missing_field_message(samples: Sequence[dict[str, Any]], field: str) -> str:
     odd = next(sample for sample in samples if field not in sample)
     return (
-        f"sample {odd.get('__key__')!r} from {odd.get('__source__')} has no {_label(field)} "
+        f"sample {odd.get(KEY_FIELD)!r} from {odd.get(SOURCE_KEY)} has no {_label(field)} "
         f"that the batch's first sample has (it {_shape(odd)}); "
         "make the fields uniform with a transform or pass collate_fn"
     )

@@ -43,10 +43,10 @@ from shardmix.batching.rankend import (
 from shardmix.batching.rows import RowStore
 from shardmix.batching.settings import EpochSettings
 from shardmix.errors import ConfigError, WorkerError
+from shardmix.formats import Sample
 from shardmix.plan.sharding import EvenRanks
 from shardmix.policy import SkipLedger
 from shardmix.reading.chunks import Chunk
-from shardmix.reading.reader import Sample
 from shardmix.reading.shardreads import ShardReads
 from shardmix.reading.transforms import FILTERED, SKIPPED
 from shardmix.workers.epoch import EpochWorkers

@@ -293,7 +293,8 @@ def _check_position(
     if phase and read is not None:  # a phase's residents dealt from the state, read before
         stops = [count(p.shard) if p.stop is None else p.stop for lane in lanes for p in lane]
         starts = sum(piece.start for lane in lanes for piece in lane)
-        total = None if None in stops else sum(stops) - starts  # type: ignore[arg-type]
+        known = [stop for stop in stops if stop is not None]
+        total = sum(known) - starts if len(known) == len(stops) else None
         read = None if total is None else read + phase["own"] - total
     if read is None:
         return

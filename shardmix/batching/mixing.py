@@ -318,11 +318,14 @@ class LaneMerge:
         self._settle()
         positions = list(self.start)
         moved = np.flatnonzero(self._moved)
-        if len(moved) and self._lane_pieces is None:
-            raise TypeError("lane positions need the lanes' pieces (lane_pieces)")
+        lane_pieces = self._lane_pieces
+        if lane_pieces is None:
+            if len(moved):
+                raise TypeError("lane positions need the lanes' pieces (lane_pieces)")
+            lane_pieces = ()
         for lane in moved.tolist():
             shard, record, offset = self._last[lane].tolist()
-            pieces = self._lane_pieces[lane]  # type: ignore[index]
+            pieces = lane_pieces[lane]
             slot = slot_of(pieces, shard, record, self.start[lane].slot, lane)
             tag = int(self._last_tag[lane])
             positions[lane] = LanePosition(slot, record + 1, offset, tag)

@@ -21,7 +21,7 @@ import numpy as np
 
 from shardmix.batching.residents import read_refs
 from shardmix.errors import ConfigError
-from shardmix.reading.reader import Sample
+from shardmix.formats import Sample
 from shardmix.state.codec import Ref, check_refs, pack_refs, unpack_refs
 
 __all__ = ["PAD_RESERVE", "Padding", "padding_state"]

@@ -37,12 +37,11 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardmix.errors import ConfigError, CorruptShardError, ShardChangedError, describe_position
-from shardmix.formats import is_gzipped
+from shardmix.formats import DROPPED_KEY, INDEX_KEY, Sample, is_gzipped
 from shardmix.formats.tags import NO_TAG, TAG_KEY, tags_differ
 from shardmix.policy import SkipLedger
-from shardmix.reading.reader import Sample, longest_record_of, record_ranges
+from shardmix.reading.reader import longest_record_of, record_ranges
 from shardmix.reading.shardreads import ShardReads
-from shardmix.reading.transforms import DROPPED
 from shardmix.sources import SourceOptions
 from shardmix.sources.ranges import reads_ranges
 from shardmix.state.codec import Ref
@@ -139,8 +138,8 @@ def _check_tag(url: str, record: int, offset: int, expected: int, found: int) ->
 def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key, Sample]) -> None:
     try:
         for sample in samples:
-            if DROPPED not in sample:
-                found[shard_index, sample["__index__"]] = sample
+            if DROPPED_KEY not in sample:
+                found[shard_index, sample[INDEX_KEY]] = sample
     except CorruptShardError as error:
         where = describe_position(url, offset=error.offset, record=error.record)
         raise ConfigError(

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from shardmix.batching.collate import LIST_KEYS, collate_fields, collate_samples, restructured
+from shardmix.formats import Sample
 from shardmix.reading.chunks import (
     DROPPED,
     ID,
@@ -55,7 +56,6 @@ from shardmix.reading.columns import (
     Column,
     Kind,
 )
-from shardmix.reading.reader import Sample
 
 _FAST_TYPES = ({bytes}, {str})
 _COLUMNS_COLLATE = (collate_samples, collate_fields)  # the collates RowStore.batch does itself
@@ -254,7 +254,7 @@ class RowStore:
         """The sample dict of one id, as the worker's transform gave it."""
         whole = self.fields.get(WHOLE)
         if whole is not None:
-            return whole.rows[row]  # type: ignore[no-any-return]  # not a dict at all
+            return whole.rows[row]  # not a dict at all
         sample: Sample = {}
         for name, found in self.fields.items():
             if found.kind == OBJECTS:

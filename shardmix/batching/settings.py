@@ -21,8 +21,8 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from shardmix.batching.stats import StatsRecorder
+from shardmix.formats import Sample
 from shardmix.plan.sharding import EvenRanks
-from shardmix.reading.reader import Sample
 from shardmix.workers.dataloader import WorkerOptions
 from shardmix.workers.pool import WorkerPool
 

@@ -185,7 +185,7 @@ class ShuffleBuffer(Generic[T]):
         """
         items = self.items
         limit = self.limit(self.arrivals)
-        if self._size_of is None:
+        if self._size_of is None or self.max_bytes is None:  # both or neither (see __init__)
             if len(items) < limit:
                 items.append(item)
                 return None
@@ -197,7 +197,7 @@ class ShuffleBuffer(Generic[T]):
             return evicted
         if size is None:
             size = self._size_of(item)
-        if len(items) < limit and (not items or self.bytes + size <= self.max_bytes):  # type: ignore[operator]
+        if len(items) < limit and (not items or self.bytes + size <= self.max_bytes):
             items.append(item)
             self._sizes.append(size)
             self.bytes += size
@@ -216,9 +216,11 @@ class ShuffleBuffer(Generic[T]):
 
         The last slot's resident moves into the emptied slot.
         """
+        return self._take() if self.items else None
+
+    def _take(self) -> T:
+        """Remove and return a uniformly chosen resident of a buffer that holds one."""
         items = self.items
-        if not items:
-            return None
         index = self.draws.below(len(items))
         last = items.pop()
         if self._sizes:
@@ -236,7 +238,7 @@ class ShuffleBuffer(Generic[T]):
     def drain(self) -> Iterator[T]:
         """Emit the residents in random order, emptying the buffer."""
         while self.items:
-            yield self.pop()  # type: ignore[misc]
+            yield self._take()
 
 
 def _no_room(arrivals: int) -> int:

@@ -9,7 +9,11 @@ parts of ``OUTPUT_PATTERN`` (for parts that ran on machines without a shared fol
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from shardmix.convert import ConvertOptions
 
 HELP = (
     "Convert folders, tables (JSON Lines, CSV, Parquet), saved Hugging Face datasets or shards "
@@ -71,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _progress(stream: object) -> tuple[object, object]:
+def _progress(stream: TextIO) -> tuple[Any, Callable[[int, int], None] | None]:
     """A tqdm bar and its update callback when ``stream`` is a terminal; else (None, None)."""
     isatty = getattr(stream, "isatty", None)
     if isatty is None or not isatty():
@@ -105,10 +109,10 @@ def _merge(pattern_text: str) -> int:
     return 0
 
 
-def _run_on_ray(args: argparse.Namespace, options: object) -> int:
+def _run_on_ray(args: argparse.Namespace, options: ConvertOptions) -> int:
     from shardmix.ray import convert_on_ray
 
-    summary = convert_on_ray(args.paths[:-1], args.paths[-1], options, address=args.address)  # type: ignore[arg-type]
+    summary = convert_on_ray(args.paths[:-1], args.paths[-1], options, address=args.address)
     print(
         f"{summary.shards} shards written on Ray, {summary.records} records, "
         f"{summary.bytes:,} bytes in {summary.seconds:.1f} s; manifest {summary.manifest}"
@@ -159,10 +163,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     bar, update = _progress(sys.stderr)
     try:
-        summary = convert(args.paths[:-1], args.paths[-1], options, progress=update)  # type: ignore[arg-type]
+        summary = convert(args.paths[:-1], args.paths[-1], options, progress=update)
     finally:
         if bar is not None:
-            bar.close()  # type: ignore[attr-defined]
+            bar.close()
     print(
         f"{summary.shards} shards ({summary.shards_written} written now), "
         f"{summary.records} records, {summary.bytes:,} bytes in {summary.seconds:.1f} s "

@@ -89,7 +89,7 @@ def list_inputs(
             rows, datasets[name] = list_dataset(given, name, options, problems)
             items.extend(rows)
             continue
-        source = os.fspath(given)  # type: ignore[arg-type]
+        source = os.fspath(given)
         if is_saved_dataset(source):
             rows, datasets[source] = list_dataset(load_saved(source), source, options, problems)
             items.extend(rows)
@@ -228,13 +228,13 @@ def convert(
     by ``output_pattern``."""
     started = time.perf_counter()
     if isinstance(inputs, (str, os.PathLike)) or is_hf_dataset(inputs):
-        inputs = [inputs]  # type: ignore[list-item]
+        inputs = [inputs]
     options = options or ConvertOptions()
     pattern = OutputPattern.parse(output_pattern)
     fmt = options.format or pattern.format()
     gzip = pattern.gzipped() if options.gzip is None else options.gzip
     problems = Problems(options.skip_bad)
-    listing = list_inputs(inputs, options, problems)  # type: ignore[arg-type]
+    listing = list_inputs(inputs, options, problems)
     shuffle_seed = options.seed if options.shuffle else None
     plans = make_plan(listing.items, pattern, fmt, options.part, options.limits(), shuffle_seed)
     spec = WriteSpec(pattern.folder, fmt, gzip, options.write_index, options.skip_bad)

@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError, ShardmixError
-from shardmix.formats import Format, infer_format, reader_for
+from shardmix.formats import KEY_FIELD, Format, Sample, ShardRead, infer_format, reader_for
 from shardmix.formats._common import samples_only
 from shardmix.plan.urls import expand_urls
 from shardmix.sources import open_shard
 
-Sample = dict[str, Any]
-KEY = "__key__"
 LABEL_FIELD = "cls"
 
 
@@ -124,7 +122,7 @@ class FileItem(Item):
     label: int | None = None
 
     def load(self, cursor: ShardCursor) -> Sample:
-        sample: Sample = {KEY: self.key}
+        sample: Sample = {KEY_FIELD: self.key}
         for name, path in zip(self.fields, self.paths, strict=False):
             sample[name] = read_file(path)
         if self.label is not None:
@@ -140,7 +138,7 @@ class RowItem(Item):
     inline: frozenset[str] = field(default_factory=frozenset)
 
     def load(self, cursor: ShardCursor) -> Sample:
-        sample: Sample = {KEY: self.key}
+        sample: Sample = {KEY_FIELD: self.key}
         for name, value in zip(self.fields, self.values, strict=True):
             sample[name] = read_file(value) if name in self.inline else value
         return sample
@@ -155,7 +153,7 @@ class RecordItem(Item):
 
     def load(self, cursor: ShardCursor) -> Sample:
         sample = cursor.read(self.source, self.format, self.record)
-        sample[KEY] = self.key
+        sample[KEY_FIELD] = self.key
         return sample
 
 
@@ -180,7 +178,9 @@ class ShardCursor:
         if url != self._url or record != self._next:
             self.close()
             self._stream = open_shard(url)
-            self._samples = samples_only(reader_for(fmt).records(self._stream, url, start=record))
+            self._samples = samples_only(
+                reader_for(fmt).records(self._stream, url, ShardRead(record))
+            )
             self._url = url
         try:
             sample = next(self._samples)
@@ -221,7 +221,7 @@ def list_shards(pattern: str, problems: Problems) -> Iterator[Item]:
         try:
             with open_shard(url) as stream:
                 for record, _, sample in reader_for(fmt).records(stream, url):
-                    key = check_key(sample[KEY], f"{url} record {record}")
+                    key = check_key(sample[KEY_FIELD], f"{url} record {record}")
                     names, sizes = sample_fields(sample)
                     yield RecordItem(key, url, names, sizes, fmt, record)
         except BadInputError as error:

@@ -22,12 +22,11 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any
 
 from shardmix.convert.api import ConvertSummary, finish_output, prepare_output
 from shardmix.convert.hf import dataset_rows, is_hf_dataset
-from shardmix.convert.inputs import KEY, BadInputError, Item, Problems, check_key, sample_fields
+from shardmix.convert.inputs import BadInputError, Item, Problems, check_key, sample_fields
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.outfiles import lock_output
@@ -35,12 +34,13 @@ from shardmix.convert.plan import PlanDigest, Roller
 from shardmix.convert.values import cell_fields
 from shardmix.convert.writer import ShardFile, WriteSpec
 from shardmix.errors import ConfigError
-from shardmix.formats._common import MARKER_FIELDS, reserved_field, reserved_message
+from shardmix.formats import KEY_FIELD
+from shardmix.formats._common import MARKER_FIELDS, Closing, reserved_field, reserved_message
 
 SOURCE = "<stream>"  # the source of every streamed sample, in messages and the plan digest
 
 
-class ShardWriter:
+class ShardWriter(Closing):
     """Write samples one at a time into shards named by ``pattern``; ``close()`` finishes.
 
     >>> import tempfile
@@ -109,10 +109,10 @@ class ShardWriter:
             self._problems.report(error)
             return
         names, sizes = sample_fields(ready)
-        if self._roller.add(Item(ready[KEY], SOURCE, names, sizes)) or self._shard is None:
+        if self._roller.add(Item(ready[KEY_FIELD], SOURCE, names, sizes)) or self._shard is None:
             self._next_shard()
         assert self._shard is not None  # opened just above
-        self._digest.item(ready[KEY], SOURCE)
+        self._digest.item(ready[KEY_FIELD], SOURCE)
         self._shard.write(ready)
 
     def _prepared(self, position: int, sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,7 +123,7 @@ class ShardWriter:
                 f"{type(sample).__name__}",
                 url=SOURCE,
             )
-        key = sample.get(KEY, f"{position:08d}")
+        key = sample.get(KEY_FIELD, f"{position:08d}")
         if not isinstance(key, str):
             raise BadInputError(f"{where}: __key__ must be a str, found {key!r}", url=SOURCE)
         key = check_key(key, where)
@@ -132,7 +132,7 @@ class ShardWriter:
         marker = reserved_field(map(str, sample), MARKER_FIELDS)
         if marker is not None:
             raise BadInputError(f"{where} (key {key!r}): {reserved_message(marker)}", url=SOURCE)
-        ready: dict[str, Any] = {KEY: key}
+        ready: dict[str, Any] = {KEY_FIELD: key}
         for column, value in sample.items():
             if not str(column).startswith("__"):
                 ready.update(cell_fields(str(column), value, f"{where} (key {key!r})"))
@@ -180,20 +180,6 @@ class ShardWriter:
             if self._shard is not None:
                 self._shard.discard()
                 self._shard = None
-
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 def write_shards(

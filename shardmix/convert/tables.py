@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from shardmix.convert.inputs import (
-    KEY,
     BadInputError,
     Item,
     Problems,
@@ -37,6 +36,7 @@ from shardmix.convert.inputs import (
     value_size,
 )
 from shardmix.convert.values import cell_fields
+from shardmix.formats import KEY_FIELD
 
 TABLE_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
 Row = Mapping[str, Any]
@@ -155,7 +155,7 @@ class RowMaker:
         self.problems = problems
 
     def key(self, index: int, row: Row) -> str:
-        column = self.key_column or (KEY if KEY in row else None)
+        column = self.key_column or (KEY_FIELD if KEY_FIELD in row else None)
         if column is None:
             return f"{self.stem}/{index:08d}"
         value = row.get(column)
@@ -186,7 +186,7 @@ class RowMaker:
         key = self.key(index, row)
         fields, values, sizes = [], [], []
         for column in sorted(row):
-            if column == KEY or (column == self.key_column and column.startswith("__")):
+            if column == KEY_FIELD or (column == self.key_column and column.startswith("__")):
                 continue  # a key column named like a reserved field is the key, not a field
             check_field(column, f"{self.path}: row {index}")
             for name, cell in cell_fields(column, row[column], f"{self.path}: row {index}"):

@@ -19,13 +19,13 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
-from shardmix.convert.inputs import BadInputError, Problems, Sample, ShardCursor
+from shardmix.convert.inputs import BadInputError, Problems, ShardCursor
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.outfiles import create, full_error, is_full, refuse_link
 from shardmix.convert.plan import ShardPlan
-from shardmix.formats import Format, ShardSampleWriter, writer_for
+from shardmix.formats import Format, Sample, ShardSampleWriter, writer_for
 
 TEMP_SUFFIX = ".partial"
 
@@ -101,7 +101,7 @@ class ShardFile:
         self._out = _HashingFile(self._raw)
         self._lines: list[str] = []
         self._writer: ShardSampleWriter = writer_for(spec.format).open(
-            self._out,  # type: ignore[arg-type]
+            cast(BinaryIO, self._out),  # the writers only write() and flush() it
             gzip=spec.gzip,
         )
 

@@ -1,48 +1,22 @@
-"""Shard formats: turn a shard's bytes into samples.
+"""Shard formats: turn a shard's bytes into samples, and samples into shards.
 
 The read API is :class:`~shardmix.formats.registry.ShardReader` and the registry:
-``reader_for(fmt, options)`` gives the reader of a :class:`Format`, whose ``records``,
-``records_wanted``, ``records_at`` and ``count`` take an open binary stream and the shard's
-URL (for error messages). Readers know nothing of workers, ranks or torch. One module per
-format implements a reader and registers it (:mod:`~shardmix.formats.tar`,
-:mod:`~shardmix.formats.tfrecord`); :mod:`~shardmix.formats.registry` says what every read
-promises. A reader that is also a :class:`~shardmix.formats.registry.BlockReader` (tar's) gives
-its records in :class:`~shardmix.formats.blocks.RecordBlock` objects too, fields as columns,
-which is what the workers read when no transform needs a dict per sample. The write side
-that ``shardmix convert`` uses is registered the same way:
-``writer_for(fmt)`` gives a :class:`~shardmix.formats.registry.ShardWriterFormat`
-(:mod:`~shardmix.formats.tar_writer`, :mod:`~shardmix.formats.tfrecord_writer`).
+``reader_for(fmt, options)`` gives the reader of a :class:`Format`; what every read promises
+(record indices, byte offsets, cheap skipping, damage, size limits, gzip) is said there once.
+Readers know nothing of workers, ranks or torch. One module per format implements a reader and
+registers it (:mod:`~shardmix.formats.tar`, :mod:`~shardmix.formats.tfrecord`); a
+:class:`~shardmix.formats.registry.BlockReader` (tar's) also gives its records in
+:class:`~shardmix.formats.blocks.RecordBlock` objects, fields as columns. ``writer_for(fmt)``
+gives the write side ``shardmix convert`` uses (:mod:`~shardmix.formats.tar_writer`,
+:mod:`~shardmix.formats.tfrecord_writer`). :class:`Sample` and the names of shardmix's own
+fields (:data:`KEY_FIELD`, :data:`SOURCE_KEY`, ...) are defined once, in
+:mod:`~shardmix.formats._common`.
 
 The functions below are that API for one call each, for callers holding a format rather than a
-reader:
-
-- :func:`read_samples` yields the samples from record ``start`` on; a reader's ``records``
-  yields ``(record, offset, sample)``.
-  Record ``i`` of the shard is the ``i``-th record in the file (counting from zero, skipped
-  ones included), so the caller, which adds ``__source__`` and ``__index__``, gets the index
-  right even when damaged records were skipped. ``offset`` is the byte where the record starts
-  (a tar record's first header, a TFRecord record's length field), in the decompressed stream
-  for a gzip shard: what a checkpoint stores next to the record index.
-- ``start`` skips the first ``start`` records cheaply: framing is checked, payloads are
-  neither decoded nor CRC-checked, and seekable streams are seeked past them.
-- :func:`read_samples_at_offsets` reads records at
-  such offsets from a seekable, uncompressed shard: one seek and one record each, checked
-  as in a full read, and a :class:`~shardmix.errors.CorruptShardError` when no valid record
-  starts there (a stale offset). This is how a restored shuffle buffer is re-read.
-- :func:`read_samples_at` reads only some records by index, for streams that cannot seek
-  or are compressed: the records between them take the same cheap path as those before
-  ``start``, and reading stops after the last one wanted. A wanted index past the end of
-  the shard is simply not yielded.
-- Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
-  naming the URL, the record index and the byte offset. A reader never ends a shard early
-  without raising, unless ``on_damage`` is given: then each damage is reported to it as a
-  :class:`~shardmix.policy.Damage` instead. A damaged record whose framing is intact is
-  dropped and reading goes on; damage that loses the framing ends the shard.
-- Size limits are checked before anything is allocated: ``max_record_bytes`` (a TFRecord
-  record), ``max_member_bytes`` (a tar member), ``max_inflated_bytes`` (all the decompressed
-  bytes of a gzip shard, a bound on decompression bombs).
-- Compressed shards (``.gz``) are decompressed by the reader; offsets in errors are then
-  offsets in the decompressed stream, and the message says so.
+reader: :func:`read_samples` (from record ``start`` on), :func:`read_samples_at` (only some
+records, by index, for streams that cannot seek or are compressed) and
+:func:`read_samples_at_offsets` (records at stored byte offsets of a seekable, uncompressed
+shard: how a restored shuffle buffer is re-read).
 """
 
 from __future__ import annotations
@@ -51,7 +25,24 @@ from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 from shardmix.errors import CorruptShardError
-from shardmix.formats._common import is_seekable, samples_only, wanted_records, without_offsets
+from shardmix.formats._common import (
+    DATASET_KEY,
+    DROPPED_KEY,
+    INDEX_KEY,
+    KEY_FIELD,
+    OFFSET_KEY,
+    SAMPLE_COLUMN,
+    SIZE_KEY,
+    SOURCE_KEY,
+    TAG_KEY,
+    WORKER_KEY,
+    Sample,
+    ShardRead,
+    is_seekable,
+    samples_only,
+    wanted_records,
+    without_offsets,
+)
 from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.options import ReadOptions, TFRecordPayload
 from shardmix.formats.registry import (
@@ -73,12 +64,24 @@ from shardmix.formats.tags import tagging_reader
 from shardmix.policy import DamageHandler
 
 __all__ = [
+    "DATASET_KEY",
+    "DROPPED_KEY",
+    "INDEX_KEY",
+    "KEY_FIELD",
+    "OFFSET_KEY",
+    "SAMPLE_COLUMN",
+    "SIZE_KEY",
+    "SOURCE_KEY",
+    "TAG_KEY",
+    "WORKER_KEY",
     "BlockReader",
     "Format",
     "LocatedSample",
     "ReadOptions",
+    "ShardRead",
     "RecordBlock",
     "RecordPosition",
+    "Sample",
     "ShardReader",
     "ShardSampleWriter",
     "ShardWriterFormat",
@@ -107,7 +110,7 @@ def read_samples(
 ) -> Iterator[dict[str, Any]]:
     """Yield the samples of one shard, from record ``start`` on."""
     reader = reader_for(fmt, options)
-    return samples_only(reader.records(stream, url, start=start, on_damage=on_damage))
+    return samples_only(reader.records(stream, url, ShardRead(start, on_damage=on_damage)))
 
 
 def read_samples_at(
@@ -122,21 +125,11 @@ def read_samples_at(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
 
-    ``records`` are record indices, sorted ascending and unique (checked here, at the call).
-    The records in between are skipped by their framing, as ``start`` skips: headers are
-    checked, payloads are neither decoded nor CRC-checked, and seekable streams are seeked
-    past them (gzip shards are inflated and the bytes dropped). Reading stops after the last
-    wanted record, not at the end of the shard. Damage in a wanted record, or in the framing
-    walked to reach it, raises as a reader's ``records`` does; damage inside a skipped
-    record's payload goes unseen.
-
-    A wanted index at or past the end of the shard is not an error here: it is simply
-    missing from what is yielded (the shard is read to its end, which is checked), and the
-    caller, which knows what it asked for, decides what a missing record means. An empty
-    ``records`` yields nothing and reads nothing. With ``on_damage``, damage is reported to
-    it instead of raised, as a reader's ``records`` reports it. ``tagged``: read with the
-    reader whose samples carry their own tag, if the format has one
-    (:func:`~shardmix.formats.tags.tagging_reader`).
+    ``records``: record indices, ascending and unique (checked at the call; empty reads
+    nothing). As a reader's ``records_wanted``: the records between are walked cheaply,
+    reading stops after the last one wanted, and an index past the end is simply not yielded
+    (the caller decides what that means). ``tagged``: read with the reader whose samples carry
+    their own tag, if the format has one (:func:`~shardmix.formats.tags.tagging_reader`).
     """
     wanted = wanted_records(records)
     if not wanted:
@@ -162,15 +155,10 @@ def read_samples_at_offsets(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
 
-    Each offset is where a reader's ``records`` found the record, in a shard that must
-    be seekable and uncompressed (:func:`can_seek_records`; otherwise walk the framing with
-    :func:`read_samples_at`) and is read from its start. Exactly one record is read at each
-    offset, checked as a full read checks it (headers, CRCs, the Example), so the cost
-    follows the records wanted, not their spread over the shard. Ascending offsets keep a
-    remote stream's reads moving forward. When no valid record starts at an offset (the
-    offset is stale: the shard changed since it was taken), this raises
-    :class:`~shardmix.errors.CorruptShardError` naming the URL, record and offset; damage is
-    never skipped here. ``tagged``: as for :func:`read_samples_at`.
+    As a reader's ``records_at``: one seek and one record per offset, checked as a full read
+    checks it; a stale offset raises :class:`~shardmix.errors.CorruptShardError`, noted as
+    such. The stream must be seekable and uncompressed (:func:`can_seek_records`; otherwise
+    :func:`read_samples_at` walks the framing). ``tagged``: as for :func:`read_samples_at`.
     """
     if not can_seek_records(stream, url):
         raise ValueError(

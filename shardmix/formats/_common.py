@@ -9,19 +9,33 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, BinaryIO
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, BinaryIO, Self
 
 from shardmix.formats.compression import decompressed
+from shardmix.policy import DamageHandler
 
-# The names shardmix gives fields of its own in a sample: provenance, which a sample read back
-# carries (a writer leaves it out), and markers, which no sample a user sees holds. A shard's
-# field under one of them would be overwritten or taken for a marker (a sample holding
-# __dropped__ is one a filter dropped), so readers and writers refuse them by name. __key__ is
-# not among them: it is every sample's key, read and written.
-PROVENANCE_FIELDS = frozenset({"__source__", "__index__", "__offset__", "__dataset__"})
-MARKER_FIELDS = frozenset(
-    {"__tag__", "__dropped__", "__bytes__", "__worker__", "__shardmix_sample__"}
+# What a record becomes: its fields by name, KEY_FIELD among them.
+Sample = dict[str, Any]
+
+# The names shardmix gives fields of its own in a sample. KEY_FIELD is every sample's key, read
+# and written. Provenance, which a sample read back carries (a writer leaves it out): the shard's
+# URL, the record's index and byte offset, the mixture member. Markers, which no sample a user
+# sees holds: the record's tag (formats.tags), a dropped sample's reason, a sample's stated size,
+# the worker that read it, a whole sample in a Ray column. A shard's field under one of these
+# would be overwritten or taken for a marker, so readers and writers refuse them by name.
+KEY_FIELD = "__key__"
+SOURCE_KEY, INDEX_KEY, OFFSET_KEY, DATASET_KEY = (
+    "__source__",
+    "__index__",
+    "__offset__",
+    "__dataset__",
 )
+TAG_KEY, DROPPED_KEY, SIZE_KEY = "__tag__", "__dropped__", "__bytes__"
+WORKER_KEY, SAMPLE_COLUMN = "__worker__", "__shardmix_sample__"
+PROVENANCE_FIELDS = frozenset({SOURCE_KEY, INDEX_KEY, OFFSET_KEY, DATASET_KEY})
+MARKER_FIELDS = frozenset({TAG_KEY, DROPPED_KEY, SIZE_KEY, WORKER_KEY, SAMPLE_COLUMN})
 RESERVED_FIELDS = PROVENANCE_FIELDS | MARKER_FIELDS
 
 
@@ -68,11 +82,33 @@ def check_start(start: int) -> None:
         raise ValueError(f"start must be a record index >= 0, got {start}")
 
 
-def check_range(start: int, stop: int | None) -> None:
-    """Refuse a negative ``start``, or a ``stop`` before it (at the call)."""
-    check_start(start)
-    if stop is not None and stop < start:
-        raise ValueError(f"stop must be None or a record index >= start ({start}), got {stop}")
+@dataclass(frozen=True)
+class ShardRead:
+    """What one read of a shard asks (a reader's ``records`` and ``blocks`` take it): records
+    ``[start, stop)`` (``stop`` None: to the end); where a seekable, uncompressed stream may
+    enter instead of byte 0: ``start_offset``, the offset of record ``start``, else
+    ``seek_from``, a ``(record, offset)`` at or before ``start`` (an entry of a reader's
+    ``index``); and who is told of damage instead of raising it (``on_damage``)."""
+
+    start: int = 0
+    stop: int | None = None
+    start_offset: int | None = None
+    seek_from: tuple[int, int] | None = None
+    on_damage: DamageHandler | None = None
+
+    def __post_init__(self) -> None:
+        check_start(self.start)
+        if self.stop is not None and self.stop < self.start:
+            raise ValueError(
+                f"stop must be None or a record index >= start ({self.start}), got {self.stop}"
+            )
+        if self.seek_from is not None and not 0 <= self.seek_from[0] <= self.start:
+            raise ValueError(f"seek_from {self.seek_from} is not at or before record {self.start}")
+
+    @property
+    def entry(self) -> tuple[int, int] | None:
+        """The ``(record, offset)`` where a seekable stream enters (None: byte 0)."""
+        return self.seek_from if self.start_offset is None else (self.start, self.start_offset)
 
 
 def is_seekable(stream: BinaryIO) -> bool:
@@ -105,3 +141,30 @@ def samples_only(located: Iterable[tuple[int, int, dict[str, Any]]]) -> Iterator
 def deterministic_gzip(raw: BinaryIO) -> gzip.GzipFile:
     """A gzip writer over ``raw`` whose bytes depend on the data only (no name, no time)."""
     return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)
+
+
+class Closing:
+    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises.
+
+    A base class for one contract that tar's, TFRecord's and convert's writers share, and
+    nothing else: each defines ``close`` (and ``abort``, where it differs) itself."""
+
+    def close(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardmix.formats._common import KEY_FIELD
+
 LocatedSample = tuple[int, int, dict[str, Any]]  # (record index, byte offset, sample)
 RecordPosition = tuple[int, int]  # (record index, byte offset)
 
@@ -47,9 +49,9 @@ class RecordBlock:
     @classmethod
     def of(cls, record: int, offset: int, sample: dict[str, Any]) -> RecordBlock:
         """The block of one located sample (``{"__key__": key, field: value, ...}``)."""
-        fields = tuple(name for name in sample if name != "__key__")
+        fields = tuple(name for name in sample if name != KEY_FIELD)
         values = [[sample[name]] for name in fields]
-        return cls([record], [offset], [sample["__key__"]], fields, values)
+        return cls([record], [offset], [sample[KEY_FIELD]], fields, values)
 
     def split(self, count: int) -> tuple[RecordBlock, RecordBlock]:
         """The first ``count`` records, and the rest."""
@@ -80,7 +82,7 @@ class RecordBlock:
 
     def located(self) -> list[LocatedSample]:
         """The records as located samples: ``(record, offset, {"__key__": key, field: ...})``."""
-        names = ("__key__", *self.fields)
+        names = (KEY_FIELD, *self.fields)
         rows = zip(self.keys, *self.values, strict=True)
         return [
             (record, offset, dict(zip(names, row, strict=True)))
@@ -124,7 +126,7 @@ class BlockColumns:
     def take_last(self, filled: int) -> tuple[dict[str, Any], set[str]]:
         """Take the last record out of the block: its sample dict, with the first ``filled``
         fields of the block, and their names."""
-        sample = {"__key__": self.keys.pop()}
+        sample = {KEY_FIELD: self.keys.pop()}
         self.records.pop()
         self.offsets.pop()
         for name, column in zip(self.layout[:filled], self.values, strict=False):

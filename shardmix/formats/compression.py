@@ -17,7 +17,10 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 from shardmix.errors import CorruptShardError, TruncatedShardError
 from shardmix.formats.sniff import HEAD_BYTES, format_hint
@@ -45,7 +48,7 @@ class GzipShardStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: WriteableBuffer) -> int:
         room = self._allowed - self._position
         view = memoryview(buffer)
         if len(view) > room:
@@ -96,4 +99,4 @@ def decompressed(
 ) -> BinaryIO:
     """A buffered stream of the decompressed bytes of gzip shard ``raw``."""
     stream = GzipShardStream(raw, url, max_inflated_bytes=max_inflated_bytes)
-    return io.BufferedReader(stream, buffer_size=1 << 16)  # type: ignore[return-value]
+    return io.BufferedReader(stream, buffer_size=1 << 16)

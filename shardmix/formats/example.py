@@ -46,7 +46,7 @@ def _field(
     oneof: int | None = None,
 ) -> _FieldProto:
     """One field of the descriptor."""
-    field = _FieldProto(name=name, number=number, type=kind)  # type: ignore[arg-type]
+    field = _FieldProto(name=name, number=number, type=kind)
     field.label = _FieldProto.LABEL_REPEATED if repeated else _FieldProto.LABEL_OPTIONAL
     if type_name is not None:
         field.type_name = type_name

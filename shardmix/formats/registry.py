@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from shardmix.errors import UnsupportedURLError
+from shardmix.formats._common import ShardRead
 from shardmix.formats.blocks import LocatedSample, RecordBlock, RecordPosition
 from shardmix.formats.options import ReadOptions
 from shardmix.policy import DamageHandler
@@ -114,24 +115,14 @@ class ShardReader(Protocol):
     """
 
     def records(
-        self,
-        stream: BinaryIO,
-        url: str,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        """Located samples of records ``start`` up to ``stop`` (None: the end of the shard).
+        """Located samples of the records ``read`` names (all of them by default).
 
-        Records before ``start`` are walked cheaply: framing checked, payloads neither decoded
-        nor checksummed, seeked past when the stream can seek. ``start_offset``, when known,
-        is the byte offset of record ``start``: a seekable, uncompressed stream seeks there
-        instead of walking. ``seek_from``, a ``(record, offset)`` at or before ``start`` (an
-        entry of :meth:`index`), is where such a stream seeks to walk on from instead of from
-        byte 0. Reading stops at the first record at or past ``stop``.
+        Records before ``read.start`` are walked cheaply: framing checked, payloads neither
+        decoded nor checksummed, seeked past when the stream can seek; a seekable, uncompressed
+        stream enters at ``read.entry`` instead of byte 0. Reading stops at the first record at
+        or past ``read.stop``.
         """
         ...
 
@@ -186,15 +177,7 @@ class BlockReader(ShardReader, Protocol):
     per sample."""
 
     def blocks(
-        self,
-        stream: BinaryIO,
-        url: str,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[RecordBlock]:
         """The records :meth:`~ShardReader.records` gives, with the same arguments, in
         :class:`~shardmix.formats.blocks.RecordBlock` objects."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 import zlib
 from typing import Any, TypeVar
 
+from shardmix.formats._common import TAG_KEY
+
 __all__ = [
     "NO_TAG",
     "TAG_KEY",
@@ -30,7 +32,6 @@ __all__ = [
     "tags_differ",
 ]
 
-TAG_KEY = "__tag__"
 NO_TAG = 0
 TAG_BITS = 16
 _TAGS = (1 << TAG_BITS) - 1  # tags are 1 .. 2**16 - 1
@@ -85,4 +86,4 @@ def tags_differ(expected: int, found: int) -> bool:
 def tagging_reader(reader: R) -> R:
     """``reader``, or the reader like it whose samples carry their own tag (``with_tags()``)."""
     with_tags = getattr(reader, "with_tags", None)
-    return reader if with_tags is None else with_tags()  # type: ignore[no-any-return]
+    return reader if with_tags is None else with_tags()

@@ -15,14 +15,15 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from shardmix.errors import BadInputError
 from shardmix.formats._common import (
+    KEY_FIELD,
     MARKER_FIELDS,
+    Closing,
     deterministic_gzip,
     reserved_field,
     reserved_message,
@@ -123,7 +124,7 @@ def _member_name(key: str, field: str) -> bytes:
     raise ValueError(f"sample {key!r} field {field!r} cannot be written to a tar shard: {why}")
 
 
-class TarWriter:
+class TarWriter(Closing):
     """Writes samples to a tar shard that shardmix, GNU tar and webdataset read back.
 
     Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
@@ -152,9 +153,9 @@ class TarWriter:
         """Append one sample as consecutive members."""
         if self._closed:
             raise ValueError("write() on a closed TarWriter")
-        key = sample.get("__key__")
+        key = sample.get(KEY_FIELD)
         if not isinstance(key, str):
-            raise ValueError(f"a sample needs a str '__key__', got {key!r}")
+            raise ValueError(f"a sample needs a str {KEY_FIELD!r}, got {key!r}")
         if key in self._keys:
             raise ValueError(f"sample key {key!r} was already written to this shard")
         marker = reserved_field(sample, MARKER_FIELDS)
@@ -191,16 +192,8 @@ class TarWriter:
             if self._owned is not None:
                 self._owned.close()
 
-    def __enter__(self) -> TarWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._close(complete=exc_type is None)
+    def abort(self) -> None:
+        self._close(complete=False)
 
 
 def tar_value(key: str, field: str, value: Any) -> Any:
@@ -236,7 +229,7 @@ class TarSampleWriter(TarWriter):
 
     def write_sample(self, sample: Mapping[str, Any]) -> None:
         """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
-        key = sample["__key__"]
+        key = sample[KEY_FIELD]
         try:
             self.write({name: tar_value(key, name, value) for name, value in sample.items()})
         except BadInputError:

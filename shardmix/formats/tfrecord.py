@@ -44,7 +44,8 @@ import crc32c
 
 from shardmix.errors import DecodedSizeError, DecodeError, ShardmixError
 from shardmix.formats._common import (
-    check_range,
+    KEY_FIELD,
+    ShardRead,
     check_start,
     inflated,
     reserved_field,
@@ -222,9 +223,6 @@ def read_tfrecord_records(
 # ------------------------------------------------------------------------------------ samples
 
 
-_KEY = "__key__"
-
-
 class _ReservedField(DecodeError):
     """A feature under a name shardmix reserves (raised as the DecodeError it is)."""
 
@@ -256,8 +254,10 @@ def _example_sample(
         reserved = reserved_field(sample)
         if reserved is not None:
             raise _ReservedField(reserved_message(reserved, "feature"))
-        key = sample.pop(_KEY, None)
-        sample[_KEY] = key.decode("utf-8") if type(key) is bytes else f"{stem}/{located[0]:08d}"
+        key = sample.pop(KEY_FIELD, None)
+        sample[KEY_FIELD] = (
+            key.decode("utf-8") if type(key) is bytes else f"{stem}/{located[0]:08d}"
+        )
     except (DecodeError, UnicodeDecodeError) as cause:
         _damaged(framing, located, len(payload), cause)
         return None
@@ -273,7 +273,7 @@ def _samples(
     sample: dict[str, Any] | None
     for record, offset, data, footer in records:
         if reader.payload is TFRecordPayload.RAW:
-            sample = {_KEY: f"{stem}/{record:08d}", "record": data}
+            sample = {KEY_FIELD: f"{stem}/{record:08d}", "record": data}
         else:
             sample = _example_sample(data, stem, framing, (record, offset), limit)
             if sample is None:
@@ -321,29 +321,16 @@ class TFRecordReader:
         return Framing(stream, url, self.max_record_bytes, inflated=gzipped, on_damage=on_damage)
 
     def records(
-        self,
-        stream: BinaryIO,
-        url: str,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        check_range(start, stop)
-        framing = self._framing(stream, url, on_damage)
-        span = _Span(start, sys.maxsize if stop is None else stop)
-        if start_offset is not None:
-            seek_from = (start, start_offset)
-        if seek_from is None or framing.inflated or not framing.seekable:
-            return _samples(framing, _walk(framing, [span], True), self)
-        record, offset = seek_from
-        if not 0 <= record <= start:
-            raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
+        framing = self._framing(stream, url, read.on_damage)
+        spans = [_Span(read.start, sys.maxsize if read.stop is None else read.stop)]
+        entry = read.entry
+        if entry is None or framing.inflated or not framing.seekable:
+            return _samples(framing, _walk(framing, spans, True), self)
+        record, offset = entry
         framing.stream.seek(offset)
-        found = _walk(framing, [span], True, record=record, offset=offset)
-        return _samples(framing, found, self)
+        return _samples(framing, _walk(framing, spans, True, record=record, offset=offset), self)
 
     def records_wanted(
         self,

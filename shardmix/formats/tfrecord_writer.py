@@ -12,18 +12,22 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from gzip import GzipFile
-from types import TracebackType
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
-from shardmix.formats._common import deterministic_gzip, reserved_field, reserved_message
+from shardmix.formats._common import (
+    KEY_FIELD,
+    Closing,
+    deterministic_gzip,
+    reserved_field,
+    reserved_message,
+)
 from shardmix.formats.example import encode_example
 from shardmix.formats.registry import Format, register_writer
-from shardmix.formats.tfrecord import _KEY
 from shardmix.formats.tfrecord_framing import CRC, FOOTER_SIZE, HEADER_SIZE, LENGTH, masked_crc
 
 
-class TFRecordWriter:
+class TFRecordWriter(Closing):
     """Write records to a TFRecord shard, optionally gzip-compressed.
 
     ``file`` is a path (opened, and closed by :meth:`close`) or a binary stream (left open).
@@ -62,7 +66,7 @@ class TFRecordWriter:
         reserved = reserved_field(features)
         if reserved is not None:
             raise ValueError(reserved_message(reserved, "feature"))
-        key = features.get(_KEY)
+        key = features.get(KEY_FIELD)
         if key is not None and not isinstance(key, str):
             raise ValueError(f"__key__ must be a str, got {type(key).__name__}")
         self.write(encode_example(features))
@@ -79,17 +83,6 @@ class TFRecordWriter:
         else:
             self._raw.flush()
 
-    def __enter__(self) -> TFRecordWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 _EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
 
@@ -102,7 +95,7 @@ class TFRecordSampleWriter(TFRecordWriter):
         try:
             self.write_example(sample)
         except ValueError as error:
-            raise BadInputError(f"sample {sample['__key__']!r}: {error}", url=None) from error
+            raise BadInputError(f"sample {sample[KEY_FIELD]!r}: {error}", url=None) from error
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from torch.utils.data import get_worker_info
 
 from shardmix.dataset import ShardDataset
-from shardmix.formats import TFRecordPayload
+from shardmix.formats import DATASET_KEY, SIZE_KEY, SOURCE_KEY, WORKER_KEY, Sample, TFRecordPayload
 from shardmix.inspect.reading import progress_bar, rank_shards
 from shardmix.inspect.report import (
     BatchStats,
@@ -42,7 +42,7 @@ from shardmix.inspect.report import (
 from shardmix.inspect.summary import Ideal, summarize
 from shardmix.loader import MixingLoader
 from shardmix.plan.apportion import Stopping
-from shardmix.reading.reader import SIZE_KEY, Sample, sample_bytes
+from shardmix.reading.reader import sample_bytes
 
 # What a batch becomes: per sample, (dataset, shard URL, payload bytes, worker id).
 Provenance = list[tuple[str, str, int, int]]
@@ -145,14 +145,12 @@ def provenance_and_worker(sample: Sample) -> Sample:
     """Drop the payload in the worker, keeping its size and noting the worker's id."""
     info = get_worker_info()
     size = sample_bytes(sample)
-    return {SIZE_KEY: size, "payload_bytes": size, "__worker__": 0 if info is None else info.id}
+    return {SIZE_KEY: size, "payload_bytes": size, WORKER_KEY: 0 if info is None else info.id}
 
 
 def mixture_provenance_of(samples: list[Sample]) -> Provenance:
     """The collate function: per sample, its dataset, shard URL, payload size and worker."""
-    return [
-        (s["__dataset__"], s["__source__"], s["payload_bytes"], s["__worker__"]) for s in samples
-    ]
+    return [(s[DATASET_KEY], s[SOURCE_KEY], s["payload_bytes"], s[WORKER_KEY]) for s in samples]
 
 
 class _Counting:

@@ -20,11 +20,11 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.formats import TFRecordPayload
+from shardmix.formats import SIZE_KEY, SOURCE_KEY, Sample, TFRecordPayload
 from shardmix.inspect.report import BatchStats, InspectSettings, RunStats
 from shardmix.inspect.summary import Ideal, order_stats, summarize
 from shardmix.plan.sharding import Piece
-from shardmix.reading.reader import SIZE_KEY, Sample, sample_bytes
+from shardmix.reading.reader import sample_bytes
 from shardmix.world import detect_world
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ def label_text(value: object) -> str:
 
 def provenance_of(samples: list[Sample]) -> list[tuple[str, int, str | None]]:
     """The collate function: a batch is its samples' shard URLs, payload sizes and labels."""
-    return [(s["__source__"], s["payload_bytes"], s.get(LABEL_KEY)) for s in samples]
+    return [(s[SOURCE_KEY], s["payload_bytes"], s.get(LABEL_KEY)) for s in samples]
 
 
 def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int]:

@@ -19,26 +19,9 @@ shards are still read. Opening shards is left to :mod:`shardmix.sources`, parsin
 :mod:`shardmix.formats`, the counting pass to :mod:`shardmix.plan.counts`; the CLI shell is
 :mod:`shardmix.cli.stat`.
 
-JSON (``StatReport.to_dict()``, ``schema_version`` 1)::
-
-    {"schema_version": 1,
-     "verify": bool,
-     "shards": [{"url": str, "format": "tar" | "tfrecord", "records": int,
-                 "bytes": int | null,          # file size; null when the storage won't say
-                 "error": str | null,          # the damage, with file, record and byte offset
-                 "error_record": int | null, "error_offset": int | null,
-                 "sha256": str | null,         # with verify: the file's digest (local shards)
-                 "manifest_sha256": str | null,  # what the manifest beside it says, if any
-                 "checksum": "verified" | "mismatch" | "no manifest entry" | null}],
-                                               # null without verify
-     "totals": {"shards": int, "records": int, "bytes": int, "damaged": int},
-     "missing": [str]}     # shards named (braces) or listed by a manifest (a glob), but gone
-
-``records`` of a damaged shard counts the records before the damage (the damaged record's
-index when the error names one). A shard is missing when a brace pattern names a local file
-that is not there, or when a manifest beside a glob's shards lists one the glob would match
-but that is gone (:func:`~shardmix.plan.manifests.missing_listed`): a glob alone finds only
-what is there.
+The JSON (``StatReport.to_dict()``) and what each field means (``records`` of a damaged shard,
+which shards are ``missing``: :func:`~shardmix.plan.manifests.missing_listed`) are in
+``docs/inspect-schema.md``.
 """
 
 from __future__ import annotations

@@ -25,13 +25,20 @@ from typing import Any, cast
 
 import numpy as np
 
-from shardmix.formats import RecordBlock
+from shardmix.formats import (
+    DROPPED_KEY,
+    INDEX_KEY,
+    KEY_FIELD,
+    OFFSET_KEY,
+    SOURCE_KEY,
+    RecordBlock,
+    Sample,
+)
 from shardmix.formats.tags import NO_TAG, TAG_KEY, key_tag, key_tags
 from shardmix.reading.columns import OBJECTS, Column, column_of, columns_of, sizes_of
 from shardmix.reading.lanes import LaneChunk
 from shardmix.reading.mergekeys import LaneClocks, MergeKeys
-from shardmix.reading.reader import Sample, sample_bytes
-from shardmix.reading.transforms import DROPPED as DROPPED_KEY
+from shardmix.reading.reader import sample_bytes
 from shardmix.reading.transforms import FILTERED, SKIPPED
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import Traffic
@@ -44,8 +51,6 @@ KIND_NAMES = {FILTERED_ITEM: FILTERED, SKIPPED_ITEM: SKIPPED}
 # The one column of samples that are not dicts: each sample whole.
 WHOLE = "\x00whole"
 # Provenance the items carry instead of columns (see ChunkBuilder._derived).
-SOURCE_KEY, INDEX_KEY, OFFSET_KEY = "__source__", "__index__", "__offset__"
-KEY_FIELD = "__key__"
 PROVENANCE = (SOURCE_KEY, INDEX_KEY, OFFSET_KEY)
 
 
@@ -273,7 +278,7 @@ class ChunkBuilder:
         """``(records, offsets, shards)`` of the samples, from their provenance fields."""
         count = len(samples)
         if self._shard_index is None:
-            indexes = [sample.get("__index__", 0) for sample in samples]
+            indexes = [sample.get(INDEX_KEY, 0) for sample in samples]
             unknown = np.full(count, -1, dtype=np.int64)
             return np.asarray(indexes, dtype=np.int64), unknown, unknown.copy()
         records = np.fromiter(map(itemgetter(INDEX_KEY), samples), np.int64, count)

@@ -19,10 +19,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardmix.errors import RecordCountError, ShardmixError
-from shardmix.formats import RecordBlock
+from shardmix.formats import INDEX_KEY, OFFSET_KEY, RecordBlock, Sample
 from shardmix.policy import Damage, DamageHandler
-
-Sample = dict[str, Any]
 
 
 class CountCheck:
@@ -75,9 +73,9 @@ class CountCheck:
     def samples(self, samples: Iterator[Sample]) -> Iterator[Sample]:
         """``samples`` (each with its ``__index__``), checked."""
         for sample in samples:
-            index = sample["__index__"]
+            index = sample[INDEX_KEY]
             if self.stop is None and index >= self.expected:
-                self._surplus(index, sample["__offset__"], *counted_rest(samples, lambda _: 1))
+                self._surplus(index, sample[OFFSET_KEY], *counted_rest(samples, lambda _: 1))
                 return
             self._reached = index
             yield sample

@@ -23,7 +23,7 @@ import torch
 # and a worker forked before that pays for the import (milliseconds) before its first chunk.
 from numpy.char import str_len
 
-from shardmix.reading.reader import SIZE_KEY, Sample
+from shardmix.formats import SIZE_KEY, Sample
 
 
 class Kind(Enum):

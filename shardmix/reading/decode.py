@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from shardmix.errors import ConfigError, DecodeError
+from shardmix.formats import INDEX_KEY, KEY_FIELD, OFFSET_KEY, SOURCE_KEY
 
 __all__ = ["Decoder", "ImageOutput", "as_decoder"]
 
@@ -249,7 +250,7 @@ def _decode_npy(data: bytes) -> np.ndarray:
     if not data.startswith(_NPY_MAGIC):
         raise _Undecodable(expected) from ValueError("no .npy magic string")
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)  # type: ignore[no-any-return]
+        return np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
         raise _Undecodable(expected) from error
 
@@ -323,23 +324,23 @@ def _is_scalar_array(value: Any) -> bool:
 def _position(sample: dict[str, Any]) -> dict[str, Any]:
     """The error's url, record and offset keywords, from the sample's provenance keys."""
     return {
-        "url": sample.get("__source__"),
-        "record": sample.get("__index__"),
-        "offset": sample.get("__offset__"),
+        "url": sample.get(SOURCE_KEY),
+        "record": sample.get(INDEX_KEY),
+        "offset": sample.get(OFFSET_KEY),
     }
 
 
 def _message(
     sample: dict[str, Any], name: str, value: Any, expected: str, cause: BaseException | None
 ) -> str:
-    where = f"sample {sample.get('__key__')!r}"
-    source = sample.get("__source__")
+    where = f"sample {sample.get(KEY_FIELD)!r}"
+    source = sample.get(SOURCE_KEY)
     if source is not None:
         details = []
-        if sample.get("__index__") is not None:
-            details.append(f"record {sample['__index__']}")
-        if sample.get("__offset__") is not None:
-            details.append(f"at byte offset {sample['__offset__']}")
+        if sample.get(INDEX_KEY) is not None:
+            details.append(f"record {sample[INDEX_KEY]}")
+        if sample.get(OFFSET_KEY) is not None:
+            details.append(f"at byte offset {sample[OFFSET_KEY]}")
         where += f" in {source}" + (f" ({' '.join(details)})" if details else "")
     data = bytes(value)
     found = f"{data[:16]!r}{'...' if len(data) > 16 else ''} ({len(data)} bytes"

@@ -17,14 +17,14 @@ import atexit
 import contextlib
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 from itertools import islice
 from typing import Any, TypeVar
 
-from shardmix.formats import RecordBlock
+from shardmix.formats import RecordBlock, Sample
 from shardmix.formats.tags import NO_TAG
 from shardmix.plan.sharding import Piece
-from shardmix.reading.reader import Sample, sample_bytes
+from shardmix.reading.reader import sample_bytes
 
 T = TypeVar("T")  # what a lane yields: samples, or record blocks
 
@@ -204,27 +204,24 @@ def _take(
     return taken, len(taken)
 
 
+@dataclass(eq=False)
 class _Chunker:
     """The chunk :func:`round_robin_chunks` is filling: each lane's turn and the bytes so far."""
 
-    def __init__(
-        self,
-        lanes: Mapping[int, Any],
-        per_lane: int,
-        max_bytes: int | None,
-        shares: Mapping[int, float] | None,
-        sample_size: Callable[[], float | None] | None,
-        steady: int | None,
-    ) -> None:
-        self.per_lane = per_lane
-        self.max_bytes = max_bytes
-        self.shares = shares
-        self.sample_size = sample_size
-        self.steady = steady
+    lanes: InitVar[Mapping[int, Any]]
+    per_lane: int
+    max_bytes: int | None
+    shares: Mapping[int, float] | None
+    sample_size: Callable[[], float | None] | None
+    steady: int | None
+    chunk: LaneChunk = field(default_factory=list, init=False)
+    size: int = field(default=0, init=False)
+
+    def __post_init__(self, lanes: Mapping[int, Any]) -> None:
         self.owed = dict.fromkeys(lanes, 1.0)  # every lane's first sample goes in the first chunk
-        self.chunk: LaneChunk = []
-        self.size = 0
-        self.each, self.rate = _chunk_rate(per_lane, max_bytes, len(lanes), sample_size)
+        self.each, self.rate = _chunk_rate(
+            self.per_lane, self.max_bytes, len(lanes), self.sample_size
+        )
 
     def wanted(self, lane: int) -> int:
         """How many samples ``lane`` gives in this turn (0: none yet, under ``shares``)."""

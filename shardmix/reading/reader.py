@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
 # on first use: workers started by fork (every epoch) inherit them instead of each importing
@@ -35,11 +35,18 @@ import shardmix.formats.tar
 import shardmix.formats.tfrecord  # noqa: F401
 from shardmix.errors import ConfigError
 from shardmix.formats import (
+    INDEX_KEY,
+    KEY_FIELD,
+    OFFSET_KEY,
+    SIZE_KEY,
+    SOURCE_KEY,
     BlockReader,
     Format,
     ReadOptions,
     RecordBlock,
     RecordPosition,
+    Sample,
+    ShardRead,
     can_seek_records,
     is_gzipped,
     read_samples_at,
@@ -57,7 +64,6 @@ from shardmix.sources.traffic import count_bytes, count_stall, host_of
 
 logger = logging.getLogger(__name__)
 
-Sample = dict[str, Any]
 # Told the identity of each shard a read opens (None: its source gives none).
 OnOpen = Callable[[ShardIdentity | None], None]
 
@@ -108,17 +114,17 @@ def read_shard(
     """
     where = (before_offset, source_options, listed, (expect, on_open))
     entered = _entered(url, start, stop, seek_from, on_damage, *where)
-    with entered as (stream, arguments):
+    with entered as (stream, read):
         reader = tagging_reader(reader_for(fmt, options))
-        for index, offset, sample in reader.records(stream, url, **arguments):
-            tag = sample.get(TAG_KEY) or key_tag(index, sample.get("__key__"))
+        for index, offset, sample in reader.records(stream, url, read):
+            tag = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
             if index < start:
                 # The record before ``start``, read to find where ``start`` begins.
                 check_resumed(url, index, offset, before_tag, tag)
                 continue
-            sample["__source__"] = url
-            sample["__index__"] = index
-            sample["__offset__"] = offset
+            sample[SOURCE_KEY] = url
+            sample[INDEX_KEY] = index
+            sample[OFFSET_KEY] = offset
             sample[TAG_KEY] = tag
             yield sample
 
@@ -150,8 +156,8 @@ def read_shard_blocks(
     reader = cast(BlockReader, reader)
     where = (before_offset, source_options, listed, (expect, on_open))
     entered = _entered(url, start, stop, seek_from, on_damage, *where)
-    with entered as (stream, arguments):
-        for block in reader.blocks(stream, url, **arguments):
+    with entered as (stream, read):
+        for block in reader.blocks(stream, url, read):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
                 index, offset, key = block.records[0], block.offsets[0], block.keys[0]
                 check_resumed(url, index, offset, before_tag, key_tag(index, key))
@@ -173,9 +179,9 @@ def _entered(
     source_options: SourceOptions | None,
     listed: tuple[int, str | None] | None = None,
     opened: tuple[ShardIdentity | None, OnOpen | None] = (None, None),
-) -> Iterator[tuple[BinaryIO, dict[str, Any]]]:
+) -> Iterator[tuple[BinaryIO, ShardRead]]:
     """The shard, open where a read of records ``[start, stop)`` begins (see
-    :func:`read_shard`), and the arguments its reader's ``records`` or ``blocks`` takes."""
+    :func:`read_shard`), and the read its reader's ``records`` or ``blocks`` reads."""
     resume = start > 0 and before_offset >= 0
     expect, on_open = opened
     offset = before_offset if resume else 0
@@ -190,9 +196,8 @@ def _entered(
             count_stall(time.perf_counter() - began)  # the answer (cached: the download)
         if on_open is not None:
             on_open(stream_identity(stream))
-        arguments: dict[str, Any] = {"stop": stop, "on_damage": on_damage}
         if resume and can_seek_records(stream, url):
-            arguments.update(start=start - 1, start_offset=before_offset)
+            yield stream, ShardRead(start - 1, stop, before_offset, on_damage=on_damage)
         else:
             if resume:
                 logger.debug(
@@ -200,8 +205,7 @@ def _entered(
                     url,
                     start,
                 )
-            arguments.update(start=start, seek_from=seek_from)
-        yield stream, arguments
+            yield stream, ShardRead(start, stop, seek_from=seek_from, on_damage=on_damage)
 
 
 @contextmanager
@@ -276,10 +280,10 @@ def _read_at(
                 stream, url, fmt, list(offsets), options=options, on_damage=on_damage, tagged=True
             )
         for index, sample in samples:
-            sample["__source__"] = url
-            sample["__index__"] = index
-            sample["__offset__"] = offsets[index]
-            sample[TAG_KEY] = sample.get(TAG_KEY) or key_tag(index, sample.get("__key__"))
+            sample[SOURCE_KEY] = url
+            sample[INDEX_KEY] = index
+            sample[OFFSET_KEY] = offsets[index]
+            sample[TAG_KEY] = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
             yield sample
 
 
@@ -356,11 +360,10 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
     if not isinstance(stream, io.BufferedReader) or raw is None:
         return stream
     raw.seek(stream.tell())  # where the caller's stream stands, whatever it buffered
-    return io.BufferedReader(raw, buffer_size=_SEEK_BUFFER_BYTES)  # type: ignore[return-value]
+    return io.BufferedReader(raw, buffer_size=_SEEK_BUFFER_BYTES)
 
 
 # Where a sample states its size, when it does (see :func:`sample_bytes`).
-SIZE_KEY = "__bytes__"
 
 
 def sample_bytes(sample: Sample) -> int:

@@ -21,7 +21,7 @@ or the main process with no workers), one record at a time:
   the default collate makes its batch (:func:`~shardmix.batching.collate.restructured`).
 
 A record that is filtered out or skipped does not vanish: it leaves a *tombstone*, a small
-dict holding only its provenance and :data:`DROPPED` (``"filtered"`` or ``"skipped"``). The
+dict holding only its provenance and :data:`DROPPED_KEY` (``"filtered"`` or ``"skipped"``). The
 tombstone travels to the main process like a sample, where the mixer counts it and moves its
 lane's position past it, and is never batched. That is what keeps the filter count exact and
 makes a resumed lane start after the records it already dropped instead of dropping them
@@ -40,17 +40,15 @@ import numpy as np
 import torch
 
 from shardmix.errors import DecodeError, TransformError, describe_position
+from shardmix.formats import DROPPED_KEY, INDEX_KEY, KEY_FIELD, OFFSET_KEY, SOURCE_KEY, Sample
 from shardmix.formats.tags import TAG_KEY
 from shardmix.policy import Damage, DamageHandler
 from shardmix.reading.decode import Decoder
 from shardmix.sources.traffic import count_seconds
 
-Sample = dict[str, Any]
-
-PROVENANCE_KEYS = ("__key__", "__source__", "__index__", "__offset__")
+PROVENANCE_KEYS = (KEY_FIELD, SOURCE_KEY, INDEX_KEY, OFFSET_KEY)
 
 # The key that marks a tombstone, and its two values.
-DROPPED = "__dropped__"
 FILTERED = "filtered"
 SKIPPED = "skipped"
 
@@ -111,7 +109,7 @@ class SampleTransform:
                 wrapped = _wrap(error, sample)
                 if on_damage is None:
                     raise wrapped from error
-                on_damage(Damage(wrapped, sample.get("__index__"), sample.get("__offset__")))
+                on_damage(Damage(wrapped, sample.get(INDEX_KEY), sample.get(OFFSET_KEY)))
                 result = tombstone(sample, SKIPPED)
             else:
                 result = tombstone(sample, FILTERED) if result is None else self._kept(result)
@@ -136,7 +134,7 @@ class SampleTransform:
         if self.transform is None:
             result: Any = sample
         elif self.rng:
-            rng = record_rng(self.seed, epoch, epoch_pass, shard_index, provenance["__index__"])
+            rng = record_rng(self.seed, epoch, epoch_pass, shard_index, provenance[INDEX_KEY])
             result = self.transform(sample, rng)
         else:
             result = self.transform(sample)
@@ -152,7 +150,7 @@ class SampleTransform:
                 "tuple or list of values, or one tensor, numpy array (of numbers), number, "
                 "str or bytes; return one of these (e.g. a tuple (image, label))",
             )
-        where = f"the sample with key {sample.get('__key__')!r} of {sample.get('__source__')}"
+        where = f"the sample with key {sample.get(KEY_FIELD)!r} of {sample.get(SOURCE_KEY)}"
         first_kind, first = self.first.setdefault("kind", (kind, where))
         if kind != first_kind:
             raise self._refused(
@@ -162,8 +160,8 @@ class SampleTransform:
         return sample
 
     def _refused(self, sample: Sample, expected: str) -> TransformError:
-        url = sample.get("__source__") or "<unknown shard>"
-        record, offset = sample.get("__index__"), sample.get("__offset__")
+        url = sample.get(SOURCE_KEY) or "<unknown shard>"
+        record, offset = sample.get(INDEX_KEY), sample.get(OFFSET_KEY)
         returned = as_returned(sample)
         if isinstance(returned, dict):  # as returned, without the provenance added
             returned = {k: v for k, v in returned.items() if k not in PROVENANCE_KEYS}
@@ -172,7 +170,7 @@ class SampleTransform:
         return TransformError(
             f"{describe_position(url, offset=offset, record=record)}: {function} {name} "
             f"returned {type(returned).__name__} {reprlib.repr(returned)} for the sample with "
-            f"key {sample.get('__key__')!r}; {expected}",
+            f"key {sample.get(KEY_FIELD)!r}; {expected}",
             url=url,
             offset=offset,
             record=record,
@@ -255,7 +253,7 @@ def record_rng(
 def tombstone(sample: Sample, kind: str) -> Sample:
     """What is left of a sample that was dropped: its provenance and why."""
     dropped = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
-    dropped[DROPPED] = kind
+    dropped[DROPPED_KEY] = kind
     return dropped
 
 
@@ -264,9 +262,9 @@ def without_tombstones(
 ) -> Iterator[Sample]:
     """The samples that were kept; ``count(kind)`` is called for each one dropped."""
     for sample in samples:
-        if DROPPED in sample:
+        if DROPPED_KEY in sample:
             if count is not None:
-                count(sample[DROPPED])
+                count(sample[DROPPED_KEY])
             continue
         yield sample
 
@@ -288,13 +286,13 @@ def _name(function: Callable[..., Any] | None) -> str:
 
 
 def _wrap(error: Exception, sample: Sample) -> DecodeError:
-    url = sample.get("__source__") or "<unknown shard>"
-    record = sample.get("__index__")
-    offset = sample.get("__offset__")
+    url = sample.get(SOURCE_KEY) or "<unknown shard>"
+    record = sample.get(INDEX_KEY)
+    offset = sample.get(OFFSET_KEY)
     where = describe_position(url, offset=offset, record=record)
     what = "decoding" if isinstance(error, DecodeError) else "the transform"
     return TransformError(
-        f"{where}: {what} failed on the sample with key {sample.get('__key__')!r}: "
+        f"{where}: {what} failed on the sample with key {sample.get(KEY_FIELD)!r}: "
         f"{type(error).__name__}: {error}; fix the data or the transform, or pass "
         "on_error='skip' to skip and count such samples",
         url=url,

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from shardmix.errors import ShardChangedError
 
 __all__ = ["ShardIdentity", "attach_identity", "check_identity", "stream_identity"]
 
+_Stream = TypeVar("_Stream")
 _ATTRIBUTE = "shardmix_identity"
 
 
@@ -87,7 +88,7 @@ class ShardIdentity:
         return cls(value[0], value[1])
 
 
-def attach_identity(stream: Any, identity: ShardIdentity | None) -> Any:
+def attach_identity(stream: _Stream, identity: ShardIdentity | None) -> _Stream:
     """Record ``identity`` on an opened ``stream`` (for openers); returns the stream."""
     # A stream type without a __dict__ cannot carry one: its shard then has no identity.
     with contextlib.suppress(AttributeError):

@@ -1,10 +1,11 @@
-"""The seekable raw stream that the cache's and the range reads' streams share.
+"""The seekable raw stream that the cache's, the range reads' and HTTP's streams share.
 
 A :class:`PositionedStream` keeps a position and serves reads from it: a seek only moves the
-position (nothing is fetched until a read), ``SEEK_END`` counts from the size the subclass
-knows (:meth:`PositionedStream._end`). Subclasses implement ``readinto`` from the position:
-the cache's tee (:mod:`shardmix.sources.cache.tee`), its splice of a first part and the rest
-(:mod:`shardmix.sources.cache.splice`) and the ranged reads (:mod:`shardmix.sources.ranges`).
+position (nothing is fetched until a read; a subclass may do more in its own ``seek``),
+``SEEK_END`` counts from the size the subclass knows (:meth:`PositionedStream._known_size`).
+Subclasses implement ``readinto`` from the position: the cache's tee and splice
+(:mod:`shardmix.sources.cache`), the ranged reads (:mod:`shardmix.sources.ranges`), and the
+HTTP streams (:mod:`shardmix.sources.http`).
 """
 
 from __future__ import annotations
@@ -29,21 +30,31 @@ class PositionedStream(io.RawIOBase):
         return self._position
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._position = self._seek_target(offset, whence)
+        return self._position
+
+    def _seek_target(self, offset: int, whence: int) -> int:
+        """Where ``seek(offset, whence)`` goes: not before byte 0, nor from an unknown end."""
         if whence == io.SEEK_CUR:
             offset += self._position
         elif whence == io.SEEK_END:
-            offset += self._end()
+            size = self._known_size()
+            if size is None:
+                raise io.UnsupportedOperation(
+                    f"{self._name()}: the server did not say the shard's size; "
+                    "cannot seek from the end"
+                )
+            offset += size
         elif whence != io.SEEK_SET:
             raise ValueError(f"invalid whence ({whence})")
         if offset < 0:
             raise ValueError(f"{self._name()}: negative seek position {offset}")
-        self._position = offset
         return offset
 
-    def _end(self) -> int:
-        """The stream's size, which ``SEEK_END`` counts from."""
+    def _known_size(self) -> int | None:
+        """The stream's size, which ``SEEK_END`` counts from (None: not known)."""
         raise NotImplementedError
 
     def _name(self) -> str:
-        """What a seek error names (the shard's URL)."""
-        return type(self).__name__
+        """What a seek error names: the stream's ``url`` where it has one."""
+        return getattr(self, "url", type(self).__name__)

@@ -127,11 +127,8 @@ class RangedStream(PositionedStream):
             if stop > start
         ]
 
-    def _end(self) -> int:
+    def _known_size(self) -> int | None:
         return self._shard_size()
-
-    def _name(self) -> str:
-        return self.url
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")

@@ -138,7 +138,9 @@ def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     "job's ranks, saved at the same step"
                 )
         rank = state.get("rank")
-        positions[str(rank)] = own_position(state, rank)  # type: ignore[arg-type]
+        if not isinstance(rank, int):
+            raise ConfigError(f"cannot join a state without its rank (found rank {rank!r})")
+        positions[str(rank)] = own_position(state, rank)
         for other, position in (state.get("ranks") or {}).items():
             positions.setdefault(other, dict(position))
     others = {key: positions[key] for key in sorted(positions, key=int) if key != "0"}

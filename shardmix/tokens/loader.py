@@ -113,7 +113,7 @@ class TokenLoader:
             **options,
         )
         self._members = dict(dataset) if isinstance(dataset, Mapping) else {None: dataset}
-        self._names: list[str | None] = sorted(self._members)  # type: ignore[type-var]
+        self._names: list[str | None] = sorted(self._members, key=lambda name: name or "")
         self._skips = all(
             getattr(getattr(m, "policy", None), "skips", False) for m in self._members.values()
         )

@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 
 from shardmix.errors import ConfigError
+from shardmix.formats import Sample
 from shardmix.vision.crop import Box, box_pixels, random_box
 from shardmix.vision.decode import decode_field, decoded, opencv
 
 __all__ = ["CenterCrop", "DecodeImage", "RandomResizedCrop"]
-
-Sample = dict[str, Any]
 
 
 @dataclass(frozen=True)

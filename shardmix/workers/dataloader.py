@@ -37,7 +37,7 @@ from shardmix.reading.progress import Heartbeat, watch_progress
 from shardmix.reading.shardreads import ShardReads
 from shardmix.sources import is_local
 from shardmix.sources.cache.bounded import plan_reads
-from shardmix.sources.cache.owners import this_owner
+from shardmix.sources.cache.ledger import this_owner
 from shardmix.sources.identity import ShardIdentity
 from shardmix.workers.forkstart import StartFlags, forks, start_forked
 from shardmix.workers.lifeline import WorkerInit

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeVar
 
 from torch.utils.data import IterableDataset
@@ -43,6 +44,7 @@ __all__ = ["EpochWorkers"]
 T = TypeVar("T")
 
 
+@dataclass(eq=False)
 class EpochWorkers:
     """The workers of ``epoch`` (and pass ``epoch_pass``) of ``dataset`` on ``rank`` of
     ``world_size``, reading the lanes of ``plan`` (a ShardDataset's; None for another dataset)
@@ -52,35 +54,22 @@ class EpochWorkers:
     fails (:meth:`fail`); an epoch's own are stopped by :meth:`close`.
     """
 
-    def __init__(
-        self,
-        dataset: IterableDataset[Any],
-        options: WorkerOptions,
-        pool: WorkerPool | None,
-        plan: list[list[Piece]] | None,
-        timed: Callable[[Iterator[Chunk]], Iterator[Chunk]],
-        *,
-        epoch: int,
-        epoch_pass: int,
-        rank: int,
-        world_size: int,
-        seed: int,
-    ) -> None:
-        self.dataset = dataset
-        self.options = options
-        self.pool = pool
-        self.plan = plan
-        self._timed = timed
-        self.epoch = epoch
-        self.epoch_pass = epoch_pass
-        self.rank = rank
-        self.world_size = world_size
-        self.seed = seed  # the loader's: its workers' base seed comes from it, never torch's
-        self._workers: Any = None
-        self._sent: Generator[Chunk, None, None] | None = None  # what start() gave
-        # By shard index, the identity each shard read this epoch had (or the checkpoint says
-        # it had): a shard found otherwise later in the epoch is refused.
-        self.identities: dict[int, ShardIdentity] = {}
+    dataset: IterableDataset[Any]
+    options: WorkerOptions
+    pool: WorkerPool | None
+    plan: list[list[Piece]] | None
+    timed: Callable[[Iterator[Chunk]], Iterator[Chunk]]
+    _: KW_ONLY
+    epoch: int
+    epoch_pass: int
+    rank: int
+    world_size: int
+    seed: int  # the loader's: its workers' base seed comes from it, never torch's
+    _workers: Any = field(default=None, init=False)
+    _sent: Generator[Chunk, None, None] | None = field(default=None, init=False)  # start()'s
+    # By shard index, the identity each shard read this epoch had (or the checkpoint says it
+    # had): a shard found otherwise later in the epoch is refused.
+    identities: dict[int, ShardIdentity] = field(default_factory=dict, init=False)
 
     def identities_state(self, shards: Iterable[int]) -> list[list[Any]]:
         """The ``"shards"`` entry of the state: the identities of ``shards`` (those the state
@@ -115,7 +104,7 @@ class EpochWorkers:
                 pool=self.pool,
                 identities=dict(self.identities),
             )
-        self._sent = self._checked(self._timed(sent))
+        self._sent = self._checked(self.timed(sent))
         return self._sent, num_lanes
 
     @contextlib.contextmanager

@@ -20,7 +20,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -45,33 +45,25 @@ def _close_live_pools() -> None:
         pool.close()
 
 
+@dataclass(eq=False)
 class WorkerPool:
     """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch.
 
     Created without processes; they start at the first :meth:`start_epoch`.
     """
 
-    def __init__(
-        self,
-        dataset: IterableDataset[Any],
-        *,
-        num_workers: int,
-        timeout: float,
-        prefetch_factor: int,
-        multiprocessing_context: Any,
-        worker_init_fn: Callable[[int], None] | None,
-    ) -> None:
-        self.dataset = dataset
-        self.num_workers = num_workers
-        self.timeout = timeout
-        self.prefetch_factor = prefetch_factor
-        self.multiprocessing_context = multiprocessing_context
-        self.worker_init_fn = worker_init_fn
-        self.generation = 0
-        self._loader: DataLoader[Any] | None = None
-        self._queues: list[Any] = []
-        self._arena: Arena | None = None
-        self._heartbeat: Heartbeat | None = None
+    dataset: IterableDataset[Any]
+    _: KW_ONLY
+    num_workers: int
+    timeout: float
+    prefetch_factor: int
+    multiprocessing_context: Any
+    worker_init_fn: Callable[[int], None] | None
+    generation: int = field(default=0, init=False)
+    _loader: DataLoader[Any] | None = field(default=None, init=False)
+    _queues: list[Any] = field(default_factory=list, init=False)
+    _arena: Arena | None = field(default=None, init=False)
+    _heartbeat: Heartbeat | None = field(default=None, init=False)
 
     @property
     def started(self) -> bool:

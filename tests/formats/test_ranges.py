@@ -2,7 +2,7 @@
 
 import pytest
 
-from shardmix.formats import Format, reader_for
+from shardmix.formats import Format, ShardRead, reader_for
 
 from shards import record_key, write_shards
 
@@ -23,16 +23,13 @@ def test_a_range_read_from_an_index_entry_matches_a_full_read(tmp_path, fmt, eve
     for start, stop in [(0, 5), (9, 20), (17, 37), (36, 37), (8, 16), (3, 3)]:
         entry = start // every
         with open(path, "rb") as stream:
-            found = reader.records(
-                stream, path, start=start, stop=stop, seek_from=(entry * every, index[entry])
-            )
+            read = ShardRead(start, stop, seek_from=(entry * every, index[entry]))
+            found = reader.records(stream, path, read)
             got = [(record, offset, s["__key__"]) for record, offset, s in found]
         assert got == full[start:stop]
         assert [key for _, _, key in got] == [record_key(0, r) for r in range(start, stop)]
 
 
-def test_seek_from_past_start_is_refused(tmp_path, fmt):
-    write_shards(tmp_path, fmt, [9])
-    path = str(tmp_path / f"part-0000.{fmt}")
-    with open(path, "rb") as stream, pytest.raises(ValueError, match="not at or before record 2"):
-        next(reader_for(Format(fmt)).records(stream, path, start=2, seek_from=(4, 0)))
+def test_seek_from_past_start_is_refused():
+    with pytest.raises(ValueError, match="not at or before record 2"):
+        ShardRead(2, seek_from=(4, 0))

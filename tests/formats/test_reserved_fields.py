@@ -30,14 +30,17 @@ def _tfrecord(path: Path, field: str, value: bytes = b"filtered") -> Path:
 
 
 def test_every_name_shardmix_uses_is_reserved():
+    import shardmix.formats as formats
     from shardmix.batching.collate import LIST_KEYS
-    from shardmix.formats.tags import TAG_KEY
-    from shardmix.ray import SAMPLE_COLUMN
-    from shardmix.reading.reader import SIZE_KEY
-    from shardmix.reading.transforms import DROPPED, PROVENANCE_KEYS
+    from shardmix.reading.transforms import PROVENANCE_KEYS
 
-    used = {TAG_KEY, SAMPLE_COLUMN, SIZE_KEY, DROPPED, "__worker__", *PROVENANCE_KEYS, *LIST_KEYS}
-    assert used - {"__key__"} == RESERVED_FIELDS
+    named = {
+        getattr(formats, name)
+        for name in formats.__all__
+        if name.endswith(("_KEY", "_FIELD", "_COLUMN"))
+    }
+    assert named - {"__key__"} == RESERVED_FIELDS
+    assert {*PROVENANCE_KEYS, *LIST_KEYS} <= named
 
 
 @pytest.mark.parametrize("field", sorted(RESERVED_FIELDS))

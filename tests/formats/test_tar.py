@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardmix.errors import CorruptShardError, ShardmixError, TruncatedShardError
+from shardmix.formats import ShardRead
 from shardmix.formats.tar import TarReader, split_member_name
 from shardmix.formats.tar_writer import TarWriter
 
@@ -590,7 +591,7 @@ def _reading_blocks(stream: Any, **kwargs: Any) -> tuple[list[Any], list[Any], A
     located: list[Any] = []
     ended: Any = None
     try:
-        for block in TarReader(**limits).blocks(stream, "x.tar", **kwargs):
+        for block in TarReader(**limits).blocks(stream, "x.tar", ShardRead(**kwargs)):
             width = len(block.fields)
             assert block.records and len(set(block.fields)) == width == len(block.values)
             assert {len(block.offsets), len(block.keys)} | set(map(len, block.values)) == {

@@ -18,6 +18,7 @@ import pytest
 from tar_archives import GNU_WRITERS, WRITERS, random_archive, tarfile_samples, write_as
 
 from shardmix.errors import CorruptShardError, ShardmixError
+from shardmix.formats import ShardRead
 from shardmix.formats.tar import TarReader
 from shardmix.formats.tar.members import TarMembers
 
@@ -50,7 +51,7 @@ def reading(stream: Any, *, blocks: bool, report: bool) -> tuple[list[Any], list
     ended: Any = None
     try:
         if blocks:
-            for block in TarReader().blocks(stream, "x.tar", on_damage=on_damage):
+            for block in TarReader().blocks(stream, "x.tar", ShardRead(on_damage=on_damage)):
                 located.extend(block.located())
         else:
             located.extend(reads.tar_located(stream, "x.tar", on_damage=on_damage))

@@ -21,8 +21,7 @@ from shardmix import MixingLoader, ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.sources import ReadAhead, SourceOptions, open_shard
 from shardmix.sources.cache.bounded import MIN_PART_BYTES, cache_counters
-from shardmix.sources.cache.ledger import LEDGER_NAME, CacheLedger
-from shardmix.sources.cache.owners import alive
+from shardmix.sources.cache.ledger import LEDGER_NAME, CacheLedger, alive
 from shardmix.sources.cache.store import cache_path
 
 from shards import expected_keys, write_shards

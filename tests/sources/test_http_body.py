@@ -1,6 +1,7 @@
-"""An answer's body received straight into the reader's buffer (shardmix.sources.http.body),
-and read-ahead's block buffers used again (shardmix.sources.http.blockfetch): exact bytes, the
-connection kept for the next request, resumes within a block, every byte counted once."""
+"""An answer's body received straight into the reader's buffer
+(shardmix.sources.http.stream.read_into), and read-ahead's block buffers used again
+(shardmix.sources.http.readahead.fetch_block): exact bytes, the connection kept for the next
+request, resumes within a block, every byte counted once."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ import urllib3
 
 from shardmix.errors import UnvalidatedShardWarning
 from shardmix.sources import ReadAhead, RetryPolicy, SourceOptions
-from shardmix.sources.http import blockfetch
-from shardmix.sources.http.body import _direct, read_into
+from shardmix.sources.http import readahead
 from shardmix.sources.http.connections import connection_pool
 from shardmix.sources.http.readahead import BlockStream, open_blocks
-from shardmix.sources.http.stream import HttpShardStream
+from shardmix.sources.http.stream import HttpShardStream, _direct, read_into
 from shardmix.sources.traffic import take_traffic
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.05, read_timeout=5.0)
@@ -125,31 +125,31 @@ def test_a_block_cut_short_is_resumed_within_the_block(server):
 
 def test_block_buffers_serve_the_next_blocks_and_shards_read_whole(server, monkeypatch):
     base, state = server
-    monkeypatch.setattr(blockfetch, "_kept", [])
+    monkeypatch.setattr(readahead, "_kept", [])
     shards = [put(state, f"s{index}.bin", 7 * BLOCK + index * 1000) for index in range(4)]
     options = SourceOptions(retry=FAST, read_ahead=ReadAhead(blocks=2, block_bytes=BLOCK))
     for _ in range(2):
         for index, data in enumerate(shards):
             with open_blocks(f"{base}/s{index}.bin", options) as stream:
                 assert stream.read() == data
-    kept = blockfetch._kept  # the blocks' buffers came back, to serve the next blocks
+    kept = readahead._kept  # the blocks' buffers came back, to serve the next blocks
     assert 0 < len(kept) <= 3 and all(len(buffer) == BLOCK for buffer in kept)
 
 
 def test_block_buffers_are_used_again_within_a_bound(monkeypatch):
-    monkeypatch.setattr(blockfetch, "_kept", [])
-    monkeypatch.setattr(blockfetch, "KEPT_BYTES", 3 * 1000)
-    first = blockfetch.take(1000)
+    monkeypatch.setattr(readahead, "_kept", [])
+    monkeypatch.setattr(readahead, "KEPT_BYTES", 3 * 1000)
+    first = readahead.take(1000)
     assert len(first) == 1000
-    blockfetch.give_back(first)
-    assert blockfetch.take(990) is first  # close enough in size
-    blockfetch.give_back(first)
-    assert blockfetch.take(500) is not first  # far too large for it: a new one
-    assert blockfetch.take(1001) is not first  # too small
+    readahead.give_back(first)
+    assert readahead.take(990) is first  # close enough in size
+    readahead.give_back(first)
+    assert readahead.take(500) is not first  # far too large for it: a new one
+    assert readahead.take(1001) is not first  # too small
     buffers = [bytearray(1000) for _ in range(4)]
     for buffer in buffers:
-        blockfetch.give_back(buffer)
-    assert blockfetch._kept == [first, buffers[0], buffers[1]]  # 3,000 bytes at most
+        readahead.give_back(buffer)
+    assert readahead._kept == [first, buffers[0], buffers[1]]  # 3,000 bytes at most
 
 
 def read_exact(stream: BlockStream, count: int) -> bytes:

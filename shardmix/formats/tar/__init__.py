@@ -31,15 +31,6 @@ Each record's offset is that of its first header (a pax or long-name header incl
 :meth:`TarReader.records` yields it and :meth:`TarReader.records_at` reads a record again
 from it, one seek and the record's members (plus the next header, which says where the record
 ends).
-
-The package's modules, by stage: :mod:`~shardmix.formats.tar.headers` (what one header says),
-:mod:`~shardmix.formats.tar.members` (walking a stream's headers),
-:mod:`~shardmix.formats.tar.names` (a member name's key and field),
-:mod:`~shardmix.formats.tar.records` (grouping members into records, damage reports) and
-:mod:`~shardmix.formats.tar.reader` (:class:`TarReader`, the
-:class:`~shardmix.formats.registry.ShardReader` and
-:class:`~shardmix.formats.registry.BlockReader`). Writing is
-:mod:`~shardmix.formats.tar_writer`'s.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from shardmix.formats._common import check_range, inflated, wanted_records
+from shardmix.formats._common import ShardRead, inflated, wanted_records
 from shardmix.formats.blocks import RecordBlock
 from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
 from shardmix.formats.options import ReadOptions
@@ -59,52 +59,21 @@ class TarReader:
         return TarRecords(members, self.max_member_bytes, on_damage)
 
     def records(
-        self,
-        stream: BinaryIO,
-        url: str,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
-        return reader.samples(start, stop)
+        return self._entered(stream, url, read).samples(read.start, read.stop)
 
     def blocks(
-        self,
-        stream: BinaryIO,
-        url: str,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        start_offset: int | None = None,
-        seek_from: RecordPosition | None = None,
-        on_damage: DamageHandler | None = None,
+        self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[RecordBlock]:
-        reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
-        return reader.blocks(start, stop)
+        return self._entered(stream, url, read).blocks(read.start, read.stop)
 
-    def _entered(
-        self,
-        stream: BinaryIO,
-        url: str,
-        start: int,
-        stop: int | None,
-        start_offset: int | None,
-        seek_from: RecordPosition | None,
-        on_damage: DamageHandler | None,
-    ) -> TarRecords:
-        """The shard's records, entered where ``records`` says (see the protocol)."""
-        check_range(start, stop)
-        reader = self._open(stream, url, on_damage)
-        if start_offset is not None:
-            seek_from = (start, start_offset)
-        if seek_from is not None and not self._gzipped(url) and reader.members.seekable:
-            if not 0 <= seek_from[0] <= start:
-                raise ValueError(f"seek_from {seek_from} is not at or before record {start}")
-            reader.seek(seek_from[1], seek_from[0])
+    def _entered(self, stream: BinaryIO, url: str, read: ShardRead) -> TarRecords:
+        """The shard's records, entered where ``read`` says (see the protocol)."""
+        reader = self._open(stream, url, read.on_damage)
+        entry = read.entry
+        if entry is not None and not self._gzipped(url) and reader.members.seekable:
+            reader.seek(entry[1], entry[0])
         return reader
 
     def records_wanted(

@@ -17,6 +17,7 @@ from collections.abc import Collection, Generator, Iterator
 from typing import Any, cast
 
 from shardmix.errors import CorruptShardError, ShardmixError
+from shardmix.formats._common import KEY_FIELD
 from shardmix.formats.blocks import BlockColumns, RecordBlock
 from shardmix.formats.registry import LocatedSample
 from shardmix.formats.tar.damage import RecordDamage
@@ -289,7 +290,7 @@ class TarRecords(RecordDamage):
             return True
         wanted = state.wanted
         read = record >= state.start if wanted is None else record in wanted
-        state.sample = {"__key__": key} if read else None
+        state.sample = {KEY_FIELD: key} if read else None
         state.fields = set()
         reappeared = self._begin_record(key, entry, run, index, state.first_seen)
         if reappeared is not None:

@@ -7,9 +7,9 @@ validates it. With ``cache_limit`` the cache is bounded
 (:mod:`~shardmix.sources.cache.bounded`): a SQLite ledger in the folder, shared by every process
 on the node (:mod:`~shardmix.sources.cache.ledger`), reserves room before a byte is written,
 leases the copies being read, learns from the lanes' plans which copies are needed next and
-evicts by them (:mod:`~shardmix.sources.cache.eviction`), and forgets processes that died
-(:mod:`~shardmix.sources.cache.owners`). A copy fills as a lane reads the remote stream
-(:mod:`~shardmix.sources.cache.tee`); a copy of a shard's first part only is read on from the
-source (:mod:`~shardmix.sources.cache.splice`). Which shards are cached is
-:func:`shardmix.sources.open_shard`'s choice.
+evicts by them (:func:`~shardmix.sources.cache.ledger.choose_victims`), and forgets processes
+that died (:func:`~shardmix.sources.cache.ledger.alive`). A copy fills as a lane reads the
+remote stream (:mod:`~shardmix.sources.cache.tee`); a copy of a shard's first part only is read
+on from the source (:class:`~shardmix.sources.cache.bounded.SplicedStream`). Which shards are
+cached is :func:`shardmix.sources.open_shard`'s choice.
 """

@@ -5,13 +5,13 @@ this process tells it and counts of it.
 the remote stream, copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the ledger
 admits the copy under the limit. A copy holds a whole shard or, where the room left is
 smaller, the shard's first part, of one block (:data:`MIN_PART_BYTES`) at least; a lane reads
-the rest from the source (:mod:`shardmix.sources.cache.splice`). Room is reserved before a byte is
+the rest from the source (:class:`SplicedStream`). Room is reserved before a byte is
 written, so the files the cache wrote never hold more than the limit. The lanes' plans
 (:func:`plan_reads`) say which copies are needed next. :func:`cache_counters` counts this
 process's hits, misses and evictions.
 
 Left to others: the accounts, leases and which copy to evict (:mod:`shardmix.sources.cache.ledger`,
-:mod:`shardmix.sources.cache.eviction`: SQLite in the folder, shared by every process on the node);
+:mod:`shardmix.sources.cache.ledger`: SQLite in the folder, shared by every process on the node);
 where a copy lives (:func:`shardmix.sources.cache.store.cache_path`); the ledger's rows, not the
 unbounded cache's JSON records, are what validates a copy here.
 """
@@ -24,12 +24,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from shardmix.errors import ShardChangedError
-from shardmix.sources.cache.ledger import CacheLedger, Entry, ledger_for
-from shardmix.sources.cache.owners import this_owner
-from shardmix.sources.cache.splice import SplicedStream
+from shardmix.sources.cache.ledger import CacheLedger, Entry, ledger_for, this_owner
 from shardmix.sources.cache.store import Listed, cache_path, hashed, holds_sha256
 from shardmix.sources.cache.tee import TeeStream
 from shardmix.sources.identity import (
@@ -39,11 +37,16 @@ from shardmix.sources.identity import (
     stream_identity,
 )
 from shardmix.sources.options import READ_BUFFER_BYTES
-from shardmix.sources.traffic import CopyFile
+from shardmix.sources.positioned import PositionedStream
+from shardmix.sources.traffic import CopyFile, count_cache_read
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 __all__ = [
-    "MIN_PART_BYTES",
     "CacheCounters",
+    "MIN_PART_BYTES",
+    "SplicedStream",
     "cache_counters",
     "end_plan",
     "has_copy",
@@ -171,8 +174,8 @@ def _open_leased(
             return rest
 
         spliced = SplicedStream(raw, entry.total, open_rest, release)
-        stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)  # type: ignore[assignment]
-    return attach_identity(stream, identity)  # type: ignore[no-any-return]
+        stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)
+    return attach_identity(stream, identity)
 
 
 def _unlisted(entry: Entry, listed: Listed) -> bool:
@@ -250,7 +253,7 @@ def _tee(
         _count(filled_bytes=filled)
 
     tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))
-    return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+    return attach_identity(io.BufferedReader(tee, READ_BUFFER_BYTES), identity)
 
 
 def has_copy(cache_dir: str, url: str) -> bool:
@@ -269,3 +272,64 @@ def plan_reads(cache_dir: str, plan: str, lanes: Sequence[Sequence[str]]) -> Non
 def end_plan(cache_dir: str, plan: str) -> None:
     """``plan`` reads nothing more (its epoch ended or was let go)."""
     ledger_for(cache_dir).end_plan(plan)
+
+
+# A shard read from the first part of it that the cache holds, then from its source: a bounded
+# cache with less room than a shard keeps the shard's first bytes (tee). SplicedStream reads those
+# from the copy, and the rest from the remote source, opened when a read first passes the copy's
+# end (open_rest(offset), which asks for that byte first and checks that the source is still the
+# version copied). Seeks go to either side.
+class SplicedStream(PositionedStream):
+    """Bytes ``[0, len(copy))`` of a ``size``-byte shard from ``copy``, the rest from the
+    stream ``open_rest(offset)`` opens (standing at 0, its first request at ``offset``)."""
+
+    def __init__(
+        self,
+        copy: io.FileIO,
+        size: int,
+        open_rest: Callable[[int], BinaryIO],
+        on_close: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self._copy = copy
+        self._kept = os.fstat(copy.fileno()).st_size
+        self._size = size
+        self._open_rest = open_rest
+        self._on_close: Callable[[], None] | None = on_close
+        self._rest: BinaryIO | None = None
+        self._rest_at = -1  # where the rest's stream stands
+        self._position = 0
+
+    def _known_size(self) -> int | None:
+        return self._size
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._position < self._kept:
+            count = min(len(view), self._kept - self._position)
+            data = os.pread(self._copy.fileno(), count, self._position)
+            count_cache_read(len(data))
+        else:
+            if self._rest is None:
+                self._rest = self._open_rest(self._position)
+                self._rest_at = 0
+            if self._rest_at != self._position:
+                self._rest.seek(self._position)
+            data = self._rest.read(len(view))
+            self._rest_at = self._position + len(data)
+        view[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        on_close, self._on_close = self._on_close, None
+        try:
+            self._copy.close()
+            if self._rest is not None:
+                self._rest.close()
+        finally:
+            super().close()
+            if on_close is not None:
+                on_close()

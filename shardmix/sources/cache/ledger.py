@@ -12,7 +12,7 @@ same folder included. Its tables:
 - ``plans`` and ``wants``: each reading plan's position, and the shards it reads later in
   this epoch, with the position at which it reads each.
 
-An *owner* is a process (:mod:`shardmix.sources.cache.owners`: its pid and start time, so that a
+An *owner* is a process (its pid and start time, so that a
 pid reused by another program is not taken for the reader that died). Every change is one
 ``BEGIN IMMEDIATE`` transaction, and files are deleted inside the transaction that drops their
 rows: a process killed mid-way leaves its transaction rolled back, never accounts that say
@@ -25,7 +25,7 @@ The reservation is made before a byte is written, for the shard's whole size or,
 is free, for its first part (a ``minimum`` at least), and an eviction that needs only part of
 a copy trims the copy to its first part: the files the cache wrote never hold more than the
 limit (beside this database and its log). Never is a copy that is leased or filling
-evicted; among the others, the plans choose (:mod:`shardmix.sources.cache.eviction`), and a
+evicted; among the others, the plans choose (:func:`choose_victims`), and a
 newcomer that would need a copy evicted that is needed sooner than itself is not admitted:
 its lane streams it without caching. Left to others: what to cache and opening a copy
 (:mod:`shardmix.sources.cache.bounded`), writing the copy (:mod:`shardmix.sources.cache.tee`).
@@ -43,10 +43,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardmix.errors import CacheFullError, ConfigError
-from shardmix.sources.cache.eviction import choose_victims
-from shardmix.sources.cache.owners import alive, owner_of, this_owner
 
-__all__ = ["LEDGER_NAME", "CacheLedger", "Entry", "ledger_for"]
+__all__ = [
+    "CacheLedger",
+    "Entry",
+    "LEDGER_NAME",
+    "alive",
+    "choose_victims",
+    "ledger_for",
+    "next_need",
+    "owner_of",
+    "this_owner",
+]
 
 LEDGER_NAME = ".shardmix-cache.sqlite"
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -457,3 +465,97 @@ def ledger_for(folder: str) -> CacheLedger:
         if key not in _LEDGERS:
             _LEDGERS[key] = CacheLedger(key[1])
         return _LEDGERS[key]
+
+
+# Which copies to evict to make room: the plans' choice. Each running epoch tells the ledger its
+# lanes' shards in order (plan), so the cache knows how soon each copy is needed again. Among the
+# ready copies nobody reads: first those no live plan reads again this epoch, least recently used
+# first; then those needed furthest ahead; never one needed sooner than the newcomer.
+def choose_victims(
+    db: sqlite3.Connection, url: str, needed: int
+) -> tuple[list[tuple[str, int]], int]:
+    """The copies to evict to free ``needed`` bytes for ``url``, in order, and the bytes
+    they free: fewer than ``needed`` when the copies that may go for it are too few."""
+    if needed <= 0:
+        return [], 0
+    rows = db.execute(
+        "SELECT e.path, e.size, e.used, "
+        "(SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
+        " WHERE w.url = e.url) "
+        "FROM entries e WHERE e.state = 'ready' "
+        "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.path = e.path)"
+    ).fetchall()
+    own = next_need(db, url)
+    # Unneeded first (least recently used first), then the furthest ahead first.
+    rows.sort(key=lambda row: (0, row[2]) if row[3] is None else (1, -row[3]))
+    chosen: list[tuple[str, int]] = []
+    freed = 0
+    for path, size, _, need in rows:
+        if freed >= needed:
+            break
+        if need is not None and (own is None or need <= own):
+            break  # needed sooner than the newcomer: keep it
+        chosen.append((path, size))
+        freed += size
+    return chosen, freed
+
+
+def next_need(db: sqlite3.Connection, url: str) -> int | None:
+    """How many shards ahead the soonest live plan reads ``url`` (None: no plan does)."""
+    (need,) = db.execute(
+        "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
+        "WHERE w.url = ?",
+        (url,),
+    ).fetchone()
+    return None if need is None else int(need)
+
+
+# Owners: a process, named by its pid and its start time (/proc/<pid>/stat), so that a pid reused
+# by another program is not taken for the reader that died. A forked DataLoader worker is an
+# owner of its own.
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` in clock ticks since boot (None: no such process,
+    or no ``/proc`` to tell)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
+            fields = file.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    if len(fields) <= 19 or fields[0] in ("Z", "X"):  # a zombie has ended: it holds nothing
+        return None
+    return fields[19]
+
+
+_OWNER: tuple[int, str] | None = None
+
+
+def this_owner() -> str:
+    """This process as an owner of leases and plans: ``"<pid>:<start time>"``."""
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or _OWNER[0] != pid:  # a forked worker is an owner of its own
+        _OWNER = (pid, owner_of(pid))
+    return _OWNER[1]
+
+
+def owner_of(pid: int) -> str:
+    """Process ``pid`` as an owner: ``"<pid>:<start time>"`` (``?`` where it cannot be told)."""
+    return f"{pid}:{_start_time(pid) or '?'}"
+
+
+def alive(owner: str) -> bool:
+    """Whether the process ``owner`` names still runs (the same process, not its pid reused)."""
+    pid_text, _, start = owner.partition(":")
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if start != "?":
+        return _start_time(pid) == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

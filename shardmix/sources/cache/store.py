@@ -100,7 +100,7 @@ def _opened(path: str, record: dict[str, Any]) -> BinaryIO:
     """The copy at ``path`` (its reads counted as the cache's), with the identity of the
     shard it was downloaded from."""
     identity = ShardIdentity(record["size"], record.get("validator"))
-    return attach_identity(io.BufferedReader(CopyFile(path), READ_BUFFER_BYTES), identity)  # type: ignore[no-any-return]
+    return attach_identity(io.BufferedReader(CopyFile(path), READ_BUFFER_BYTES), identity)
 
 
 def download(

@@ -69,7 +69,7 @@ class TeeStream(PositionedStream):
         self._source_at = 0  # where ``source`` stands
         self._ended = False  # the source ended before ``keep``
 
-    def _end(self) -> int:
+    def _known_size(self) -> int | None:
         return self._size
 
     def readinto(self, buffer: WriteableBuffer) -> int:

@@ -9,7 +9,7 @@ per host, so read-ahead never holds more connections than the pool). A server th
 bandwidth of one connection then gives a lane up to ``blocks`` connections' worth. Each block
 goes through :class:`~shardmix.sources.http.stream.HttpShardStream` (its retries, resume, stall
 check, and the bytes counted for ``loader.stats()``), into a buffer used again once the
-reader has left the block (:mod:`shardmix.sources.http.blockfetch`); every block must come from
+reader has left the block (:func:`fetch_block`); every block must come from
 the version of the first one (size and validator), else a
 :class:`~shardmix.errors.ShardChangedError`. From a server that gives no validator, each block
 after a run's first asks for the bytes before it too, the seam a range resume asks for
@@ -43,21 +43,32 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from shardmix.errors import RangesIgnoredWarning, ShardmixError
 from shardmix.sources.fetchpool import fetch_pool
-from shardmix.sources.http.blockfetch import Block, fetch_block, give_back
-from shardmix.sources.http.stream import HttpShardStream, open_http
+from shardmix.sources.http.stream import HttpShardStream, open_http, shard_stream
 from shardmix.sources.http.validators import SEAM_BYTES, changed, check_seam, seam_before
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
+from shardmix.sources.positioned import PositionedStream
 from shardmix.sources.traffic import count_stall, host_of
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["BlockStream", "follow", "forget", "open_blocks", "open_web"]
+__all__ = [
+    "Block",
+    "BlockStream",
+    "KEPT_BYTES",
+    "fetch_block",
+    "follow",
+    "forget",
+    "give_back",
+    "open_blocks",
+    "open_web",
+    "take",
+]
 
 
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
@@ -68,7 +79,7 @@ def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     return open_http(url, options, offset)
 
 
-class BlockStream(io.RawIOBase):
+class BlockStream(PositionedStream):
     """One http(s) shard as a raw, readable, seekable stream, fetched in blocks ahead.
 
     The first block asked for starts at ``first_at``, though the stream stands at 0 (as
@@ -122,33 +133,8 @@ class BlockStream(io.RawIOBase):
         future = self._futures.get(0)
         return future is None or future.done()
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self._position + offset
-        elif whence == io.SEEK_END:
-            size = self.identity.size
-            if size is None:
-                raise io.UnsupportedOperation(
-                    f"{self.url}: the server did not say the shard's size; cannot seek from the end"
-                )
-            target = size + offset
-        else:
-            raise ValueError(f"invalid whence {whence!r}")
-        if target < 0:
-            raise ValueError(f"{self.url}: negative seek position {target}")
-        self._position = target
-        return target
+    def _known_size(self) -> int | None:
+        return self.identity.size
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         if self.closed:
@@ -420,3 +406,78 @@ def _forget_all() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_all)
+
+
+# One block: its bytes fetched in one bounded request straight into a buffer, and the buffers
+# kept for the next blocks. A block of megabytes received into a fresh bytearray costs more than
+# its copy from the socket (zero-filled, each page faulted in and later given back), so
+# fetch_block receives a block into one buffer (no copy per read, to join, or to split off the
+# seam), and a reader hands the buffer of a block it has left back (give_back) for a block
+# fetched next. Up to KEPT_BYTES of buffers wait; one more is dropped.
+KEPT_BYTES = 64 << 20  # buffers kept for reuse, per process, at most
+
+_lock = threading.Lock()
+_kept: list[bytearray] = []
+
+
+class Block(NamedTuple):
+    """A block as fetched: ``data`` is a view of ``buffer``, given back once read."""
+
+    data: memoryview  # the block's bytes
+    identity: ShardIdentity  # the version they came from
+    seam: bytes  # the bytes just before the block, asked for again (no validator)
+    buffer: bytearray
+    # The answer went on past the block (a server that ignores ranges sends the whole shard):
+    # the stream that reads on from the block's end, unbounded.
+    rest: HttpShardStream | None = None
+
+
+def fetch_block(url: str, options: SourceOptions, start: int, stop: int, seam: int = 0) -> Block:
+    """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request, retried,
+    and the ``seam`` bytes before ``start``, received into one buffer."""
+    first = start - seam
+    stream = shard_stream(url, options, first, stop)
+    buffer = take(stop - first)
+    view = memoryview(buffer)[: stop - first]
+    filled = 0
+    try:
+        stream.seek(first)
+        while filled < len(view) and (count := stream.readinto(view[filled:])):
+            filled += count
+    except BaseException:
+        stream.close()
+        raise
+    rest = None
+    if stream.honours_ranges:
+        stream.close()
+    else:
+        stream.unbound()
+        rest = stream
+    return Block(view[seam:filled], stream.identity, bytes(view[:seam]), buffer, rest)
+
+
+def take(size: int) -> bytearray:
+    """A buffer of at least ``size`` bytes (one kept, when one fits, else a new one); its
+    contents are whatever it held."""
+    with _lock:
+        for index in range(len(_kept) - 1, -1, -1):
+            if size <= len(_kept[index]) <= size + (size >> 3):  # no buffer far too large
+                return _kept.pop(index)
+    return bytearray(size)
+
+
+def give_back(buffer: bytearray) -> None:
+    """Keep ``buffer`` for a later :func:`take`: nothing may read or write it any more."""
+    with _lock:
+        if sum(map(len, _kept)) + len(buffer) <= KEPT_BYTES:
+            _kept.append(buffer)
+
+
+def _forget() -> None:
+    """In a forked child: start with none kept (the parent's pages are shared until written)."""
+    global _lock
+    _kept.clear()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget)

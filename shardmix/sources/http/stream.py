@@ -29,6 +29,7 @@ caching (:mod:`shardmix.sources.cache.store`), authentication schemes beyond the
 
 from __future__ import annotations
 
+import http.client
 import io
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
@@ -37,7 +38,6 @@ from urllib.parse import urlsplit
 import urllib3
 
 from shardmix.errors import ConfigError, UnsupportedURLError
-from shardmix.sources.http.body import read_into
 from shardmix.sources.http.connections import connection_pool, follow_redirects
 from shardmix.sources.http.retry import (
     RateWatch,
@@ -51,6 +51,7 @@ from shardmix.sources.http.validators import changed, precondition
 from shardmix.sources.http.version import ShardVersion
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, RetryPolicy, SourceOptions
+from shardmix.sources.positioned import PositionedStream
 from shardmix.sources.traffic import count_bytes, count_request, host_of
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ __all__ = [
     "connection_pool",
     "fetch_range",
     "open_http",
+    "read_into",
     "shard_stream",
 ]
 
@@ -136,7 +138,7 @@ def fetch_range(
         return b"".join(chunks), stream.size
 
 
-class HttpShardStream(io.RawIOBase):
+class HttpShardStream(PositionedStream):
     """One HTTP(S) shard as a raw, readable, seekable stream (wrap it in a BufferedReader).
 
     The first request is made here, so a missing shard fails when it is opened; it asks for
@@ -200,15 +202,6 @@ class HttpShardStream(io.RawIOBase):
     def unbound(self) -> None:
         """Read on past ``stop``: the answer holds the whole shard (a server ignoring ranges)."""
         self._stop = None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         if self.closed:
@@ -383,22 +376,8 @@ class HttpShardStream(io.RawIOBase):
             left -= got
         self._position += left  # past the end: reads there find nothing, as with files
 
-    def _seek_target(self, offset: int, whence: int) -> int:
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self._position + offset
-        elif whence == io.SEEK_END:
-            if self._version.size is None:
-                raise io.UnsupportedOperation(
-                    f"{self.url}: the server did not say the shard's size; cannot seek from the end"
-                )
-            target = self._version.size + offset
-        else:
-            raise ValueError(f"invalid whence {whence!r}")
-        if target < 0:
-            raise ValueError(f"{self.url}: negative seek position {target}")
-        return target
+    def _known_size(self) -> int | None:
+        return self._version.size
 
     # -- failures ------------------------------------------------------------------------
 
@@ -412,3 +391,43 @@ class HttpShardStream(io.RawIOBase):
             whole = self._end is not None and self._position >= self._end
             release(response, whole=whole)
         self._end = None
+
+
+# An answer's body read straight into the caller's buffer. urllib3's read1 (what has arrived,
+# which the stall check needs) allocates a bytes object as large as the read asked for (a
+# read-ahead block's 4 MB), has one receive fill part of it, shrinks it, and the caller copies it
+# again: fresh memory, page faults and a copy per receive. read_into instead has the answer's
+# buffered socket file receive once (readinto1) into the caller's buffer, and keeps http.client's
+# count of the body's bytes left, closing the answer at its end as http.client does, so that its
+# connection carries the next request. An answer of another shape (chunked, encoded, of unknown
+# length, wrapped otherwise) is read with read1.
+def read_into(response: urllib3.BaseHTTPResponse, view: memoryview) -> int:
+    """Receive up to ``len(view)`` bytes of ``response``'s body into ``view``, at most one
+    receive from the socket (what has arrived, or the first bytes to arrive); 0 at the end of
+    the body, or when the connection ended it."""
+    answer = _direct(response)
+    if answer is None:
+        chunk = response.read1(len(view))
+        view[: len(chunk)] = chunk
+        return len(chunk)
+    file, left = answer.fp, answer.length
+    if file is None or left is None:  # closed here, at the end of its body
+        return 0
+    count: int = file.readinto1(view[:left] if len(view) > left else view)
+    left -= count
+    answer.length = left
+    if not count or not left:
+        answer.close()  # as http.client does at the body's end: the connection may go on
+    return count
+
+
+def _direct(response: urllib3.BaseHTTPResponse) -> http.client.HTTPResponse | None:
+    """The ``http.client`` answer under ``response`` when its body can be received into a
+    caller's buffer: of known length, neither chunked nor decoded, on a buffered socket file
+    (or closed at its end by :func:`read_into`); else None."""
+    answer = getattr(response, "_fp", None)
+    if not isinstance(answer, http.client.HTTPResponse) or response.decode_content:
+        return None
+    if answer.chunked or (answer.length is None and answer.fp is not None):
+        return None
+    return answer if answer.fp is None or hasattr(answer.fp, "readinto1") else None
