@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, DecodeError, UnknownLengthError
 from shardmix.loader import MixingLoader
 from shardmix.tokens.batch import Document, Span, collate_rows
@@ -108,7 +109,7 @@ class TokenLoader:
             **options,
         )
         members = dataset.values() if isinstance(dataset, Mapping) else [dataset]
-        self._skips = all(getattr(getattr(m, "policy", None), "skips", False) for m in members)
+        self._skips = all(isinstance(m, ShardDataset) and m.reads.policy.skips for m in members)
         self.skipped = 0  # documents skipped for an unreadable token field, over all epochs
         self._seen = [0, 0]  # documents and tokens read so far, for len()
         self._window: _Window | None = None

@@ -26,6 +26,7 @@ from shardmix.plan.sharding import Piece
 from shardmix.reading.chunks import Chunk
 from shardmix.reading.lanes import LanePosition
 from shardmix.reading.mergekeys import LaneClocks
+from shardmix.reading.shardreads import shard_reads
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.state.codec import pack_identities, unpack_identities
 from shardmix.workers.dataloader import (
@@ -67,6 +68,9 @@ class EpochWorkers:
         seed: int,
     ) -> None:
         self.dataset = dataset
+        reads = shard_reads(dataset)
+        # A ShardDataset's shards (None for another dataset), which identities and failures name.
+        self._urls = reads.plan.urls if reads is not None else None
         self.options = options
         self.pool = pool
         self.plan = plan
@@ -90,7 +94,7 @@ class EpochWorkers:
 
     def load_identities(self, saved: Sequence[Any]) -> None:
         """Hold the shards to the identities a state's ``"shards"`` entry says they had."""
-        urls = getattr(self.dataset, "urls", ())  # a ShardDataset's: the loader restores no other
+        urls = self._urls or ()  # a ShardDataset's: the loader restores no other
         found = unpack_identities(saved, len(urls), "shards")
         self.identities = {shard: ShardIdentity.from_json(v) for shard, v in found.items()}
 
@@ -134,7 +138,7 @@ class EpochWorkers:
     def _checked(self, sent: Iterator[Chunk]) -> Generator[Chunk, None, None]:
         """``sent``, each chunk's shard identities checked against those seen before."""
         identities = self.identities
-        urls = getattr(self.dataset, "urls", ())  # only a ShardDataset's chunks say identities
+        urls = self._urls or ()  # only a ShardDataset's chunks say identities
         for chunk in sent:
             for shard, identity in chunk.identities.items():
                 known = identities.get(shard)
@@ -167,8 +171,7 @@ class EpochWorkers:
         shards (asked before the workers are stopped)."""
         pool = self.pool
         processes = pool.processes() if pool is not None else worker_processes(self._workers)
-        urls = getattr(self.dataset, "urls", None)
-        return WorkerError(failure_message(self.epoch, error, processes, self.plan, urls))
+        return WorkerError(failure_message(self.epoch, error, processes, self.plan, self._urls))
 
     def close(self) -> None:
         """Stop this epoch's workers now (a pool's persistent workers stay)."""
