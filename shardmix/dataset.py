@@ -1,8 +1,8 @@
 """ShardDataset: the shards of a URL pattern as a torch IterableDataset, what users build.
 
-It owns the user's arguments: checked, resolved into the settings and counts that
-:class:`~shardmix.reading.shardreads.ShardReads` reads with (and
-:class:`~shardmix.reading.shardplan.ShardPlan` plans with), and direct iteration (``set_epoch``,
+It owns the user's arguments: checked, resolved into the plan it holds (``plan``, a
+:class:`~shardmix.reading.shardplan.ShardPlan`) and the reads of that plan (``reads``, a
+:class:`~shardmix.reading.shardreads.ShardReads`), and direct iteration (``set_epoch``,
 ``iter``). Iterated directly, or by a plain DataLoader, each worker reads its lanes interleaved.
 Under :class:`~shardmix.loader.MixingLoader` the workers read the lanes the epoch's plan
 gives them (:mod:`shardmix.reading.lanechunks`) and the trainer merges them in one fixed order,
@@ -12,8 +12,12 @@ so that the mixing order does not depend on the workers.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
+
+from torch.utils.data import IterableDataset
 
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format
@@ -21,21 +25,23 @@ from shardmix.plan.arguments import check_not_empty, given_counts, refuse_argume
 from shardmix.plan.counts import COUNTS_CACHE_NAME, RecordCounts
 from shardmix.plan.kept import KeptCounts, kept_cache_path
 from shardmix.plan.manifests import warn_missing_listed
-from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS, World, worker_lanes
 from shardmix.plan.urls import check_sources, expand_urls
 from shardmix.policy import ErrorPolicy, OnError, SkipLedger
 from shardmix.reading.decode import Decoder, as_decoder
+from shardmix.reading.lanes import read_lane, round_robin
 from shardmix.reading.reader import Sample
-from shardmix.reading.shardplan import DEFAULT_NUM_LANES
+from shardmix.reading.shardplan import DEFAULT_NUM_LANES, ShardPlan
 from shardmix.reading.shardreads import ShardReads
-from shardmix.reading.transforms import SampleTransform
+from shardmix.reading.transforms import SampleTransform, samples_as_returned, without_tombstones
 from shardmix.sources import SourceOptions
+from shardmix.sources.version import forget_versions
 from shardmix.world import detect_world
 
 __all__ = ["DEFAULT_NUM_LANES", "ShardDataset"]
 
 
-class ShardDataset(ShardReads):
+class ShardDataset(IterableDataset[Sample]):
     """Samples from tar or TFRecord shards named by a URL pattern.
 
     Args:
@@ -148,16 +154,9 @@ class ShardDataset(ShardReads):
         if counts_cache is None and sources.cache_dir is not None:
             counts_cache = os.path.join(sources.cache_dir, COUNTS_CACHE_NAME)
         cache_path = None if counts_cache is None else os.fspath(counts_cache)
-        super().__init__(
+        self.plan = ShardPlan(
             expanded,
-            format_of=format_of,
-            options=options,
-            source_options=sources,
-            policy=policy,
-            sample_transform=SampleTransform(
-                transform=transform, decode=_decoder(decode), rng=transform_rng, seed=seed
-            ),
-            record_counts=RecordCounts(
+            RecordCounts(
                 expanded,
                 format_of,
                 options,
@@ -166,7 +165,7 @@ class ShardDataset(ShardReads):
                 cache_path=cache_path,
                 on_damage=counting_ledger,
             ),
-            kept_counts=_kept_counts(
+            _kept_counts(
                 transform_id, transform, transform_rng, policy, expanded, sources, cache_path
             ),
             seed=seed,
@@ -174,8 +173,47 @@ class ShardDataset(ShardReads):
             num_lanes=num_lanes,
             piece_records=piece_records,
         )
+        self.reads = ShardReads(
+            self.plan,
+            format_of=format_of,
+            options=options,
+            source_options=sources,
+            policy=policy,
+            sample_transform=SampleTransform(
+                transform=transform, decode=_decoder(decode), rng=transform_rng, seed=seed
+            ),
+        )
         self.counting_ledger = counting_ledger
         self.epoch = 0
+        # What the last direct iteration dropped: {"filtered": n, "skipped": n}.
+        self.dropped: Counter[str] = Counter()
+
+    @property
+    def urls(self) -> list[str]:
+        """The shards' URLs, the pattern expanded: a shard's index in checkpoints is its place."""
+        return self.plan.urls
+
+    # The constructor's plan settings, read back as given.
+    seed = property(lambda self: self.plan.seed, doc="The seed of the shards' order per epoch.")
+    shuffle_shards = property(lambda self: self.plan.shuffle_shards, doc="Shards shuffled.")
+    num_lanes = property(lambda self: self.plan.num_lanes, doc="Lanes asked for (None: default).")
+    piece_records = property(lambda self: self.plan.piece_records, doc="Records per piece.")
+
+    @property
+    def transform(self) -> Callable[..., Sample | None] | None:
+        """The user's transform (None: samples are kept as read, or only decoded)."""
+        return self.reads.transform
+
+    @property
+    def skipped(self) -> dict[str, Any] | None:
+        """What the last direct iteration skipped (``on_error="skip"``), as plain JSON."""
+        ledger = self.reads.ledger
+        return ledger.summary() if ledger is not None else None
+
+    @property
+    def filtered(self) -> int:
+        """Samples the transform dropped (returned ``None``) in the last direct iteration."""
+        return self.dropped["filtered"]
 
     def set_epoch(self, epoch: int) -> None:
         """Read epoch ``epoch`` next time the dataset is iterated directly."""
@@ -185,11 +223,34 @@ class ShardDataset(ShardReads):
         world = detect_world()
         return self.iter_world(world, self.epoch)
 
+    def iter_world(self, world: World, epoch: int) -> Iterator[Any]:
+        """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
+        forget_versions()  # each iteration looks at the shards' versions again
+        plan, reads = self.plan, self.reads
+        if reads.policy.skips:
+            reads.ledger = SkipLedger.for_policy(reads.policy, reported=plan.record_counts.damaged)
+        self.dropped = Counter()
+        num_lanes = plan.lanes_for(None, world.world_size)
+        lanes = worker_lanes(
+            num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
+        )
+        pieces = plan.lane_pieces(
+            epoch, rank=world.rank, world_size=world.world_size, num_lanes=num_lanes
+        )
+        read = partial(reads.read_piece, epoch=epoch)
+        lane_samples = [read_lane(pieces[lane], read) for lane in lanes]
+        samples = without_tombstones(round_robin(lane_samples), self._count_dropped)
+        return samples_as_returned(samples)
+
+    def _count_dropped(self, kind: str) -> None:
+        self.dropped[kind] += 1
+
     def __repr__(self) -> str:
+        plan = self.plan
         return (
-            f"ShardDataset({len(self.urls)} shards, seed={self.seed}, "
-            f"shuffle_shards={self.shuffle_shards}, num_lanes={self.num_lanes}, "
-            f"piece_records={self.piece_records})"
+            f"ShardDataset({len(plan.urls)} shards, seed={plan.seed}, "
+            f"shuffle_shards={plan.shuffle_shards}, num_lanes={plan.num_lanes}, "
+            f"piece_records={plan.piece_records})"
         )
 
 

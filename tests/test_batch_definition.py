@@ -25,15 +25,15 @@ from shards import UNEVEN_SIZES, write_shards
 def reference_keys(dataset, loader, epoch):
     """The epoch's sample keys, in order, built one sample at a time."""
     num_lanes = loader.options.num_lanes_for(dataset, 1)
-    plan = dataset.lane_pieces(epoch, rank=0, world_size=1, num_lanes=num_lanes)
-    weights = [dataset.piece_weights(pieces, 1) for pieces in plan]
+    plan = dataset.plan.lane_pieces(epoch, rank=0, world_size=1, num_lanes=num_lanes)
+    weights = [dataset.plan.piece_weights(pieces, 1) for pieces in plan]
     unit = weights[0][0]
 
     def keyed(lane, pieces, sizes):
         starts = [sum(sizes[:slot]) for slot in range(len(sizes))]
         total = sum(sizes) or 1.0
         slot = 0
-        for sample in dataset.read_lane_pieces(pieces, epoch):
+        for sample in dataset.reads.read_lane_pieces(pieces, epoch):
             index = sample["__index__"]
             while not (
                 dataset.urls[pieces[slot].shard] == sample["__source__"]

@@ -72,31 +72,34 @@ def assert_same_chunk(ours: Chunk, theirs: Chunk) -> None:
 @pytest.mark.parametrize("per_lane, max_bytes", [(1, None), (3, 2048), (64, None), (64, 700)])
 def test_block_lanes_make_the_chunks_sample_lanes_make(tar_urls, per_lane, max_bytes):
     dataset = ShardDataset(tar_urls, seed=3)
-    assert dataset.reads_blocks
-    plan = dataset.lane_pieces(0, num_lanes=5)
+    assert dataset.reads.reads_blocks
+    plan = dataset.plan.lane_pieces(0, num_lanes=5)
     pieces = [[(piece.shard, piece.start, piece.stop) for piece in lane] for lane in plan]
-    weights = [dataset.piece_weights(lane, 1) for lane in plan]
+    weights = [dataset.plan.piece_weights(lane, 1) for lane in plan]
     assert all(weights)
     clocks = LaneClocks(pieces, [weight[1] for weight in weights if weight], weights[0][0])
     shares = dict(enumerate(clocks.shares()))
     # Resumed lanes too: from record 5 of a first piece, walked to or entered at its offset.
     first = plan[2][0]
-    sixth = next(iter(ShardDataset([tar_urls[first.shard]]).read_shard(tar_urls[first.shard], 5)))
+    sixth = next(
+        iter(ShardDataset([tar_urls[first.shard]]).reads.read_shard(tar_urls[first.shard], 5))
+    )
     starts = [LanePosition()] * 5
     starts[2] = LanePosition(0, first.start + 5, -1)
     starts[3] = LanePosition(0, plan[3][0].start + 1, 0)  # record 0 starts at byte 0
     assert sixth["__index__"] == 5
 
     def chunks(blocks: bool) -> list[Chunk]:
-        builder = ChunkBuilder(dataset.shard_index, clocks)
+        builder = ChunkBuilder(dataset.reads.shard_index, clocks)
         if blocks:
             lanes = {
-                lane: BlockTurns(dataset.read_lane_blocks(plan[lane], starts[lane]))
+                lane: BlockTurns(dataset.reads.read_lane_blocks(plan[lane], starts[lane]))
                 for lane in range(5)
             }
         else:
             lanes = {
-                lane: dataset.read_lane_pieces(plan[lane], 0, starts[lane]) for lane in range(5)
+                lane: dataset.reads.read_lane_pieces(plan[lane], 0, starts[lane])
+                for lane in range(5)
             }
         sizes = lambda: builder.mean_size  # noqa: E731
         made = round_robin_chunks(lanes, per_lane, max_bytes, shares, sizes, steady=per_lane * 4)
@@ -107,7 +110,7 @@ def test_block_lanes_make_the_chunks_sample_lanes_make(tar_urls, per_lane, max_b
     for one, other in zip(ours, theirs, strict=True):
         assert_same_chunk(one, other)
     # Every record of the plan came once, the resumed lanes from where they resumed on.
-    assert sum(len(chunk) for chunk in ours) == sum(dataset.shard_counts()) - 5 - 1
+    assert sum(len(chunk) for chunk in ours) == sum(dataset.plan.shard_counts()) - 5 - 1
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -128,7 +131,7 @@ def test_batches_read_in_blocks_equal_batches_read_as_samples(tar_urls, num_work
 
     in_blocks = ShardDataset(tar_urls, seed=5)
     as_samples = ShardDataset(tar_urls, seed=5, transform=identity)
-    assert in_blocks.reads_blocks and not as_samples.reads_blocks
+    assert in_blocks.reads.reads_blocks and not as_samples.reads.reads_blocks
     ours, theirs = contents(in_blocks), contents(as_samples)
     assert ours == theirs
     fields = {name for batch in ours for sample in batch for name, _ in sample}
@@ -137,6 +140,6 @@ def test_batches_read_in_blocks_equal_batches_read_as_samples(tar_urls, num_work
 
 def test_datasets_that_need_samples_do_not_read_blocks(tmp_path, tar_urls):
     tfrecords = ShardDataset(write_shards(tmp_path / "tf", "tfrecord", [3, 4]))
-    assert not tfrecords.reads_blocks
-    assert not ShardDataset(tar_urls, decode=True).reads_blocks
-    assert not ShardDataset([*tar_urls, *tfrecords.urls]).reads_blocks
+    assert not tfrecords.reads.reads_blocks
+    assert not ShardDataset(tar_urls, decode=True).reads.reads_blocks
+    assert not ShardDataset([*tar_urls, *tfrecords.urls]).reads.reads_blocks

@@ -20,7 +20,7 @@ def stage_over(dataset, samples):
     store = RowStore(dataset.urls)
     store.add(chunk)
     buffer = SlotBuffer(24, seed=3, epoch=0, max_bytes=None, warmup=6)
-    stage = BufferStage(buffer, store, dataset, epoch=0, epoch_pass=0, first_wave=4)
+    stage = BufferStage(buffer, store, dataset.reads, epoch=0, epoch_pass=0, first_wave=4)
     return stage, chunk.items[:, ID].copy(), chunk.items[:, SIZE].copy()
 
 

@@ -28,8 +28,8 @@ def test_counts_come_from_the_manifest_without_reading_shards(converted, monkeyp
 
     monkeypatch.setattr(counts, "index_records", refuse)
     dataset = ShardDataset(str(converted / "train-{000000..000004}.tar"))
-    assert [dataset.record_counts.of(url) for url in dataset.urls] == [20, 20, 20, 20, 15]
-    assert sum(dataset.rank_totals(0, 2)) == 95
+    assert [dataset.plan.record_counts.of(url) for url in dataset.urls] == [20, 20, 20, 20, 15]
+    assert sum(dataset.plan.rank_totals(0, 2)) == 95
 
 
 def test_a_stale_manifest_entry_is_not_trusted(converted):
@@ -40,7 +40,7 @@ def test_a_stale_manifest_entry_is_not_trusted(converted):
     manifest = counts.manifest_counts(str(converted))
     assert manifest["train-000004.tar"][1] != shard.stat().st_size
     with pytest.warns(ManifestMismatchWarning, match="the shard is 32768 bytes but the manifest"):
-        assert dataset.record_counts.of(str(shard)) == 15  # a claim the read checks
+        assert dataset.plan.record_counts.of(str(shard)) == 15  # a claim the read checks
     assert len(list(dataset)) == 95  # the same 15 records: the read finds the claim true
 
 
@@ -48,7 +48,7 @@ def test_without_a_manifest_shards_are_counted(converted):
     for manifest in converted.glob("*.manifest.json"):
         manifest.unlink()
     dataset = ShardDataset(str(converted / "train-{000000..000004}.tar"))
-    assert [dataset.record_counts.of(url) for url in dataset.urls] == [20, 20, 20, 20, 15]
+    assert [dataset.plan.record_counts.of(url) for url in dataset.urls] == [20, 20, 20, 20, 15]
 
 
 def counting_spy(monkeypatch):
@@ -68,11 +68,11 @@ def test_counts_are_cached_for_the_next_job_and_a_changed_shard_is_recounted(tmp
     cache = tmp_path / "cache" / "counts.json"
     counted = counting_spy(monkeypatch)
     first = ShardDataset(pattern, counts_cache=cache)
-    assert first.shard_counts(2) == [30, 70, 5]
+    assert first.plan.shard_counts(2) == [30, 70, 5]
     assert len(counted) == 3
     entries = json.loads(cache.read_text())["shards"]
     assert entries[first.urls[1]]["records"] == 70
-    offsets = [s["__offset__"] for s in first.read_shard(first.urls[1])]
+    offsets = [s["__offset__"] for s in first.reads.read_shard(first.urls[1])]
     assert entries[first.urls[1]]["index"] == [offsets[0], offsets[64]]  # every 64th record
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
         "part-0000.tar",
@@ -82,15 +82,15 @@ def test_counts_are_cached_for_the_next_job_and_a_changed_shard_is_recounted(tmp
 
     counted.clear()
     second = ShardDataset(pattern, counts_cache=cache)
-    assert second.shard_counts(2) == [30, 70, 5]
+    assert second.plan.shard_counts(2) == [30, 70, 5]
     assert counted == []  # the next job reuses the cache
-    assert second.record_counts.seek_from(second.urls[1], 69) == (64, offsets[64])
+    assert second.plan.record_counts.seek_from(second.urls[1], 69) == (64, offsets[64])
 
     shard = tmp_path / "data" / "part-0002.tar"
     shard.write_bytes(shard.read_bytes() + bytes(1024))  # same records, another size: stale
     counted.clear()
     third = ShardDataset(pattern, counts_cache=cache)
-    assert third.shard_counts(2) == [30, 70, 5]
+    assert third.plan.shard_counts(2) == [30, 70, 5]
     assert counted == [third.urls[2]]  # only the changed shard, counted again
 
 
@@ -98,20 +98,20 @@ def test_the_cache_dir_holds_the_counts_and_an_unreadable_cache_is_ignored(tmp_p
     pattern = write_shards(tmp_path / "data", "tfrecord", [12, 9])
     options = SourceOptions(cache_dir=str(tmp_path / "cache"))
     dataset = ShardDataset(pattern, source_options=options)
-    assert dataset.shard_counts(2) == [12, 9]
+    assert dataset.plan.shard_counts(2) == [12, 9]
     path = tmp_path / "cache" / counts.COUNTS_CACHE_NAME
     assert set(json.loads(path.read_text())["shards"]) == set(dataset.urls)
     path.write_text("{not json")
-    assert ShardDataset(pattern, source_options=options).shard_counts(2) == [12, 9]
+    assert ShardDataset(pattern, source_options=options).plan.shard_counts(2) == [12, 9]
     assert json.loads(path.read_text())["shardmix_counts"] == counts.CACHE_VERSION
 
 
 def test_a_range_read_seeks_to_the_nearest_index_entry(tmp_path, monkeypatch):
     pattern = write_shards(tmp_path, "tar", [200])
     dataset = ShardDataset(pattern, counts_cache=tmp_path / "counts.json")
-    dataset.shard_counts(2)
+    dataset.plan.shard_counts(2)
     url = dataset.urls[0]
-    offsets = [s["__offset__"] for s in dataset.read_shard(url)]
+    offsets = [s["__offset__"] for s in dataset.reads.read_shard(url)]
     seeks = []
     real_open = shardmix.reading.reader.open_shard
 
@@ -128,7 +128,7 @@ def test_a_range_read_seeks_to_the_nearest_index_entry(tmp_path, monkeypatch):
         return stream
 
     monkeypatch.setattr(shardmix.reading.reader, "open_shard", spying_open)
-    samples = list(dataset.read_shard(url, 150, stop=160))
+    samples = list(dataset.reads.read_shard(url, 150, stop=160))
     assert [s["__index__"] for s in samples] == list(range(150, 160))
     assert [s["__key__"] for s in samples] == [record_key(0, r) for r in range(150, 160)]
     assert seeks[0] == offsets[128] > 0  # record 128's first header: the entry before 150

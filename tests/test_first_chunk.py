@@ -14,7 +14,7 @@ from shards import write_shards
 def test_a_workers_first_chunk_is_small_and_its_turns_double_to_the_steady_turn(tmp_path):
     pattern = write_shards(tmp_path, "tfrecord", [300] * 8, payload_bytes=16)
     dataset = ShardDataset(pattern, seed=0, num_lanes=8)
-    plan = dataset.lane_pieces(0, rank=0, world_size=1, num_lanes=8)
+    plan = dataset.plan.lane_pieces(0, rank=0, world_size=1, num_lanes=8)
     chunks, num_lanes, _ = start_workers(
         dataset,
         epoch=0,

@@ -68,8 +68,8 @@ def test_record_counts_given_as_a_list_are_used_in_url_order(tmp_path, monkeypat
 
     monkeypatch.setattr(counts, "index_records", refuse)
     dataset = ShardDataset(pattern, record_counts=[7, 12, 5])
-    assert [dataset.record_counts.of(url) for url in dataset.urls] == [7, 12, 5]
-    assert sum(dataset.rank_totals(0, 2)) == 24
+    assert [dataset.plan.record_counts.of(url) for url in dataset.urls] == [7, 12, 5]
+    assert sum(dataset.plan.rank_totals(0, 2)) == 24
 
 
 @pytest.mark.parametrize(

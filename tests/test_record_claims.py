@@ -139,7 +139,7 @@ def test_a_loader_refuses_a_manifest_that_undercounts(tmp_path):
 def test_a_shard_that_grows_between_counting_and_reading_is_refused(tmp_path, fmt):
     pattern = write_shards(tmp_path, fmt, [50, 50])
     dataset = ShardDataset(pattern)
-    assert dataset.shard_counts() == [50, 50]
+    assert dataset.plan.shard_counts() == [50, 50]
     write_shards(tmp_path, fmt, [50, 70])  # shard 1 rewritten with 20 records more
     shard = tmp_path / f"part-0001.{fmt}"
     with pytest.raises(RecordCountError) as raised:
@@ -152,7 +152,7 @@ def test_a_shard_that_grows_between_counting_and_reading_is_refused(tmp_path, fm
 def test_a_shard_that_shrinks_between_counting_and_reading_is_refused(tmp_path):
     pattern = write_shards(tmp_path, "tar", [50, 50])
     dataset = ShardDataset(pattern)
-    assert dataset.shard_counts() == [50, 50]
+    assert dataset.plan.shard_counts() == [50, 50]
     cut_at_record(tmp_path / "part-0000.tar", "tar", 45)
     with pytest.raises(RecordCountError) as raised:
         list(dataset)
@@ -235,7 +235,7 @@ def test_between_epochs_a_rewritten_shard_is_read_anew_and_counted_again(tmp_pat
     batches = [list(batch["__key__"]) for batch in loader]
     assert Counter(key for batch in batches for key in batch) == expected_keys([50, 70])
     assert len(batches) == len(loader) == 12
-    assert loader.dataset.record_counts.claim(str(tmp_path / "part-0001.tar")) == (
+    assert loader.dataset.plan.record_counts.claim(str(tmp_path / "part-0001.tar")) == (
         70,
         "the count made again at epoch 2",
     )

@@ -266,7 +266,7 @@ def test_a_simulated_rank_checks_the_shards_it_never_read(tmp_path):
     pattern = write_shards(folder, "tar", SIZES)
     ranks = loaders(pattern, 2)
     epoch(ranks)
-    read = [set(loader.dataset.read_versions.settle()) for loader in ranks]
+    read = [set(loader.dataset.plan.read_versions.settle()) for loader in ranks]
     assert read[0] == read[1] == set(range(len(SIZES)))  # stat'ed at the first epoch's start
     shard, records = CHANGES["grew"]
     rewrite(folder, "tar", shard, records)

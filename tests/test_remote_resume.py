@@ -93,7 +93,7 @@ def test_http_restore_is_exact_cheap_and_one_request_per_lane(server):
     assert sent <= bound(state, folder, dataset.urls)
 
     # Each lane that resumes inside a shard asks once, at the offset the state holds.
-    plan = dataset.lane_shards(state["epoch"])
+    plan = dataset.plan.lane_shards(state["epoch"])
     resumed = {}
     for lane in state["mixer"]["live"]:
         slot, record, offset, *_ = state["mixer"]["lanes"][lane]

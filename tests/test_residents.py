@@ -12,6 +12,7 @@ import pytest
 from shardmix import ConfigError, MixingLoader, ShardDataset
 from shardmix.batching.residents import ResidentReads
 from shardmix.reading.reader import sample_bytes
+from shardmix.reading.shardreads import ShardReads
 from shardmix.state.codec import pack_sizes, unpack_refs, unpack_sizes
 from shardmix.testing import batch_fingerprint, check_resume, checkpoint_after, run_steps
 
@@ -61,14 +62,14 @@ def test_the_first_batch_reads_the_first_wave_only(tmp_path, monkeypatch, steps,
     residents = len(unpack_refs(state["buffer"]["items"]))
     assert residents == held
     read = []
-    original = ShardDataset.read_records
+    original = ShardReads.read_records
 
     def spy(self, url, positions, **kwargs):
         for sample in original(self, url, positions, **kwargs):
             read.append((url, sample["__index__"]))
             yield sample
 
-    monkeypatch.setattr(ShardDataset, "read_records", spy)
+    monkeypatch.setattr(ShardReads, "read_records", spy)
     restored = make()
     restored.load_state_dict(state)
     batches = iter(restored)
@@ -84,7 +85,7 @@ def test_a_resident_that_cannot_be_read_fails_when_its_wave_is_needed(tmp_path):
     pattern = write_shards(tmp_path / "d", "tar", UNEVEN_SIZES, payload_bytes=16)
     dataset = ShardDataset(pattern, seed=1)
     refs = [(3, 4, -1), (3, 5, -1), (1, 99, -1)]  # shard 1 has 23 records: no record 99
-    reads = ResidentReads(dataset, refs, [1, 1, 1], [0, 1, 2], first_wave=1, epoch=0)
+    reads = ResidentReads(dataset.reads, refs, [1, 1, 1], [0, 1, 2], first_wave=1, epoch=0)
     first, second, missing = reads.residents
     assert (first.wave, second.wave, missing.wave) == (0, 1, 1)
     assert reads.sample(first)["__index__"] == 4

@@ -51,7 +51,7 @@ def test_len_and_a_mid_epoch_state_work_and_the_damage_is_warned_about_once(trun
         warnings.simplefilter("always")
         loader = make()
         assert len(loader) == 7  # 26 readable records
-        assert loader.dataset.record_counts.of(path) == READABLE
+        assert loader.dataset.plan.record_counts.of(path) == READABLE
         it = iter(loader)
         head = [next(it), next(it)]
         state = json.loads(json.dumps(loader.state_dict()))
@@ -99,6 +99,6 @@ def test_a_damaged_shards_count_is_not_cached(truncated, tmp_path):
     pattern, path = truncated
     cache = tmp_path / "cache" / "counts.json"
     dataset = ShardDataset(pattern, on_error="skip", counts_cache=cache)
-    assert sum(dataset.rank_totals(0, 1)) == 26
+    assert sum(dataset.plan.rank_totals(0, 1)) == 26
     cached = json.loads(cache.read_text())["shards"]
     assert sorted(cached) == sorted(set(dataset.urls) - {path})

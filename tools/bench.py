@@ -612,11 +612,11 @@ def ranks_section(config: Config) -> list[Row]:
             for r in range(world_size)
         ]
         start = time.perf_counter()
-        new = dataset.rank_totals(0, world_size)
+        new = dataset.plan.rank_totals(0, world_size)
         seconds = time.perf_counter() - start
         split = {
             piece.shard
-            for pieces in dataset.rank_pieces(0, world_size)
+            for pieces in dataset.plan.rank_pieces(0, world_size)
             for piece in pieces
             if piece.start > 0 or piece.stop is not None
         }

@@ -161,7 +161,7 @@ def read_one_epoch(
         for record in range(shape.records_per_shard)
     )
     # A lane's first shard starts with the epoch: its start is the epoch's, not a boundary.
-    plan = dataset.lane_pieces(0, rank=0, world_size=1, num_lanes=shape.num_lanes)
+    plan = dataset.plan.lane_pieces(0, rank=0, world_size=1, num_lanes=shape.num_lanes)
     first_shards = {str(urls[lane[0].shard]) for lane in plan if lane}
     keys: Counter[str] = Counter()
     waits, boundary = [], []

@@ -187,7 +187,7 @@ def run_plan(data_dir: Path, num_workers: int) -> dict[str, Any]:
         "shards_opened": len(set(opens)),
         # What they hold: the first batch waits for every lane's first sample and for the
         # shuffle buffer to fill, and the workers read a few chunks ahead of the mixer.
-        "records_in_opened": sum(sizes[dataset.shard_index[url]] for url in set(opens)),
+        "records_in_opened": sum(sizes[dataset.reads.shard_index[url]] for url in set(opens)),
         "first_batch_shards": len(set(first["__source__"])),
         "first_batch_samples": len(first["__key__"]),
     }

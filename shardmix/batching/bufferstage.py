@@ -31,6 +31,7 @@ from shardmix.batching.shuffle import eviction_order
 from shardmix.batching.slotbuffer import SlotBuffer
 from shardmix.formats import Sample
 from shardmix.plan.sharding import shuffle_warmup
+from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.state.codec import (
     Ref,
     check_refs,
@@ -69,13 +70,13 @@ class BufferStage:
 
     It moves samples from a merge through ``buffer`` (:meth:`next_ids`), turns ids into
     samples, references and tags, says the state and restores it. A restore's residents are
-    read in waves of ``first_wave`` samples, then twice as many, ... of ``dataset``'s
+    read in waves of ``first_wave`` samples, then twice as many, ... by ``reads`` in
     ``epoch`` (and pass ``epoch_pass``).
     """
 
     buffer: SlotBuffer
     store: RowStore
-    dataset: Any
+    reads: ShardReads | None  # None: not a ShardDataset's epoch, which is not restored
     _: KW_ONLY
     epoch: int
     epoch_pass: int
@@ -94,15 +95,16 @@ class BufferStage:
         wave's reads are asked for now. ``pushing``: lanes are left, so pushes displace residents
         (else the epoch ends popping them), which says the order the residents are needed in.
         """
-        dataset = self.dataset  # a ShardDataset: the loader restores no other
+        reads = self.reads
+        assert reads is not None  # a ShardDataset's: the loader restores no other
         refs = unpack_refs(state["items"])
-        check_refs(refs, len(dataset.urls), "buffer.items")
+        check_refs(refs, len(reads.plan.urls), "buffer.items")
         draws = self.buffer.draws.fork()
         draws.count = state["draws"]
         limit = self.buffer.limit
         order = eviction_order(draws, len(refs), 2 * len(refs), pushing=pushing, limit=limit)
         self.residents = ResidentReads(
-            dataset,
+            reads,
             refs,
             unpack_sizes(state["sizes"]),
             order,
@@ -153,10 +155,8 @@ class BufferStage:
             warmup=shuffle_warmup(settings.batch_size),
         )
         first_wave = settings.batch_size
-        dataset = settings.dataset
-        return cls(
-            buffer, store, dataset, epoch=epoch, epoch_pass=epoch_pass, first_wave=first_wave
-        )
+        reads = shard_reads(settings.dataset)
+        return cls(buffer, store, reads, epoch=epoch, epoch_pass=epoch_pass, first_wave=first_wave)
 
     def read_first_wave(self) -> None:
         """Read the first wave of a restore's residents now (its errors come first)."""

@@ -47,7 +47,7 @@ from shardmix.formats import Sample
 from shardmix.plan.sharding import EvenRanks
 from shardmix.policy import SkipLedger
 from shardmix.reading.chunks import Chunk
-from shardmix.reading.shardreads import ShardReads
+from shardmix.reading.shardreads import shard_reads
 from shardmix.reading.transforms import FILTERED, SKIPPED
 from shardmix.workers.epoch import EpochWorkers
 
@@ -89,9 +89,10 @@ class EpochIterator:
         # After a resume on another world or batch size, the rest of the epoch is a resized
         # phase: this rank's pieces come from the state (:mod:`shardmix.epochs.elastic`).
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
+        self.reads = reads = shard_reads(dataset)  # None: not a ShardDataset
         planned = (
             plan_epoch(settings, epoch, epoch_pass, self.phase, resume is not None)
-            if isinstance(dataset, ShardReads)
+            if reads is not None
             else None
         )
         self.plan = planned.plan if planned else None
@@ -107,15 +108,15 @@ class EpochIterator:
             world_size=settings.world_size,
             seed=settings.seed,
         )
-        self.padding = Padding(dataset, epoch, epoch_pass)
-        self.store = RowStore(dataset.urls if isinstance(dataset, ShardReads) else None)
+        self.padding = Padding(reads, epoch, epoch_pass)
+        self.store = RowStore(reads.plan.urls if reads is not None else None)
         self.shuffle = BufferStage.for_epoch(settings, self.store, epoch, epoch_pass)
         self.buffer = self.shuffle.buffer  # the epoch's own reads of it (rank ends) go straight
         if resume is not None:
             self._load_counts(resume)
-        if isinstance(dataset, ShardReads):
-            dataset.expected = self.workers.identities
-            dataset.read_versions.watch(self.workers.identities)  # what the next epoch checks
+        if reads is not None:
+            reads.expected = self.workers.identities
+            reads.plan.read_versions.watch(self.workers.identities)  # what the next epoch checks
         ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
         self.quota, self.own = ends.quota, ends.own
         self.kept = ends.kept
@@ -125,9 +126,9 @@ class EpochIterator:
             None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
         )
         self.ledger: SkipLedger | None = None  # what on_error="skip" left out
-        if isinstance(dataset, ShardReads) and dataset.policy.skips:
-            damaged = dataset.record_counts.damaged  # warned about by the counting pass
-            self.ledger = SkipLedger.for_policy(dataset.policy, reported=damaged)
+        if reads is not None and reads.policy.skips:
+            damaged = reads.plan.record_counts.damaged  # warned about by the counting pass
+            self.ledger = SkipLedger.for_policy(reads.policy, reported=damaged)
         self.merge = self._start(planned, resume)
         self._first_wave_due = resume is not None
 
@@ -136,9 +137,9 @@ class EpochIterator:
         once its lanes are found to name this plan's pieces."""
         assert self.plan is not None  # a ShardDataset's: load_state_dict checked it
         check_lanes(resume["mixer"], self.plan, self.epoch)
-        dataset = self.dataset
-        assert isinstance(dataset, ShardReads)
-        check_position(resume, self.plan, dataset, dataset.known_count, "")
+        reads = self.reads
+        assert reads is not None
+        check_position(resume, self.plan, reads, reads.plan.known_count, "")
         self.batches = resume["batches"]
         self.emitted = resume["emitted"]
         self.padding.load_state_dict(padding_in(resume))
@@ -167,8 +168,8 @@ class EpochIterator:
             lane_pieces=planned.lane_pieces if planned else None,
             dropped=dropped,
             ledger=self.ledger,
-            note_filtered=len(getattr(self.dataset, "urls", ()))
-            if self.kept.learn is not False
+            note_filtered=len(self.reads.plan.urls)
+            if self.reads is not None and self.kept.learn is not False
             else 0,
         )
         if resume is not None:
@@ -380,12 +381,13 @@ class EpochIterator:
     def _settle_kept(self) -> None:
         """At the epoch's last batch: check the kept count this epoch claimed (the rest of this
         rank's records read and counted as undelivered), or learn from the epoch."""
-        merge = self.merge
+        merge, reads = self.merge, self.reads
+        assert reads is not None  # kept counts are a ShardDataset's
         self.kept.settle(
             lambda: self.emitted - self.padding.padded + self._undelivered(),
             merge.filtered_refs,
             merge.records_seen,
-            lambda: self.dataset.shard_counts(self._world_size),  # type: ignore[attr-defined]
+            lambda: reads.plan.shard_counts(self._world_size),
             valid=merge.exhausted and not merge.dropped[SKIPPED],
         )
 

@@ -37,7 +37,8 @@ from shardmix.errors import ConfigError
 from shardmix.plan.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.plan.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.reading.mergekeys import LaneClocks
-from shardmix.reading.shardreads import ShardReads
+from shardmix.reading.shardplan import ShardPlan
+from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.reading.transforms import FILTERED, SKIPPED
 from shardmix.sources import open_shard
 from shardmix.sources.identity import ShardIdentity
@@ -67,26 +68,27 @@ def plan_epoch(
     """This rank's plan of ``epoch`` (``settings.dataset`` being a ShardDataset); ``phase``,
     a resized phase's state (empty: the epoch runs as planned); ``resumed``: a restore,
     whose shards must be as the checkpoint saw them, so nothing is counted again."""
-    dataset = settings.dataset
-    assert isinstance(dataset, ShardReads)
+    reads = shard_reads(settings.dataset)
+    assert reads is not None
+    shards = reads.plan
     rank, world_size = settings.rank, settings.world_size
     if not resumed and epoch_pass == 0:
         # A new epoch: shards changed since the last one are counted again before the plan
         # is made (:mod:`shardmix.plan.recount`).
         exchange_counts = end_exchange(world_size, settings.group)
-        dataset.recount_changed(epoch, rank, world_size, exchange_counts)
-    num_lanes = dataset.lanes_for(settings.batch_size, world_size)
+        shards.recount_changed(epoch, rank, world_size, exchange_counts)
+    num_lanes = shards.lanes_for(settings.batch_size, world_size)
     weights: list[tuple[str, list[float]] | None]
     if phase:
-        counts = dataset.shard_counts(world_size)
-        pieces = unpack_pieces(phase["pieces"], len(dataset.urls), "phase.pieces")
+        counts = shards.shard_counts(world_size)
+        pieces = unpack_pieces(phase["pieces"], len(shards.urls), "phase.pieces")
         plan = phase_lanes(pieces, counts, num_lanes)
         weights = [("records", [float(p.size(counts)) for p in lane]) for lane in plan]
     else:
-        plan = dataset.lane_pieces(
+        plan = shards.lane_pieces(
             epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
         )
-        weights = [dataset.piece_weights(lane, world_size) for lane in plan]
+        weights = [shards.piece_weights(lane, world_size) for lane in plan]
     lane_pieces = [[(piece.shard, piece.start, piece.stop) for piece in lane] for lane in plan]
     clocks = None
     if all(weight is not None for weight in weights):
@@ -96,8 +98,8 @@ def plan_epoch(
         return EpochPlanned(plan, lane_pieces, clocks, phase["quota"], phase["own"])
     if world_size == 1:
         return EpochPlanned(plan, lane_pieces, clocks)
-    quota, own = _rank_quota(dataset, epoch, rank, world_size, settings.even_ranks, epoch_pass)
-    filters = dataset.transform is not None or dataset.policy.skips
+    quota, own = _rank_quota(shards, epoch, rank, world_size, settings.even_ranks, epoch_pass)
+    filters = reads.transform is not None or reads.policy.skips
     return EpochPlanned(plan, lane_pieces, clocks, quota, own, filters)
 
 
@@ -125,7 +127,7 @@ def plan_ends(
     resumed: bool,
 ) -> EpochEnds:
     """Where this rank's epoch (planned as ``planned``) ends."""
-    dataset = settings.dataset
+    reads = shard_reads(settings.dataset)
     rank, world_size = settings.rank, settings.world_size
     quota, own = (planned.quota, planned.own) if planned else (None, None)
     # A filter under ranks: the ranks agree where the epoch ends (:mod:`shardmix.batching.rankend`).
@@ -135,29 +137,28 @@ def plan_ends(
     # With learned kept counts every rank knows ahead where the epoch ends.
     claim: int | None = None
     learn: Exchange | bool = False
-    kept = getattr(dataset, "kept_counts", None)
-    if kept is not None and not phase:
-        assert isinstance(dataset, ShardReads)  # only a ShardDataset has kept counts
+    kept = reads.plan.kept_counts if reads is not None else None
+    if reads is not None and kept is not None and not phase:
         if agree and exchange is None:  # ranks simulated in one process
-            totals = dataset.kept_totals(epoch, world_size, epoch_pass)
+            totals = reads.plan.kept_totals(epoch, world_size, epoch_pass)
             if totals is None:
                 raise refuse_simulated_filter(epoch, rank, world_size, "samples", kept.transform_id)
         else:
             totals = agreed_totals(
-                dataset.kept_totals(epoch, world_size, epoch_pass), exchange, world_size
+                reads.plan.kept_totals(epoch, world_size, epoch_pass), exchange, world_size
             )
         if totals is not None:
             quota, own = rank_quota(totals, settings.even_ranks), totals[rank]
             claim, agree, exchange = own, False, None
         elif not resumed:
             learn = exchange if exchange is not None else True
-    simulated = agree and exchange is None and getattr(dataset, "transform", None) is not None
+    simulated = agree and exchange is None and reads is not None and reads.transform is not None
     claimed = KeptClaim(kept, claim, learn, epoch, rank)
     return EpochEnds(quota, own, exchange, claimed, simulated)
 
 
 def _rank_quota(
-    dataset: ShardReads,
+    shards: ShardPlan,
     epoch: int,
     rank: int,
     world_size: int,
@@ -165,7 +166,7 @@ def _rank_quota(
     epoch_pass: int = 0,
 ) -> tuple[int, int]:
     """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
-    totals = dataset.rank_totals(epoch, world_size, epoch_pass)
+    totals = shards.rank_totals(epoch, world_size, epoch_pass)
     quota = rank_quota(totals, even_ranks)
     if quota == 0:
         empty = [r for r, total in enumerate(totals) if total == 0]
@@ -235,12 +236,14 @@ def check_position(
     do not add up because a shard the position names was rewritten since (its record count
     changed), that is the error: a ShardChangedError naming it."""
     try:
-        _check_position(position, lanes, count, len(dataset.urls), where)
+        _check_position(position, lanes, count, len(dataset.plan.urls), where)
     except ConfigError:
-        found = unpack_identities(position["shards"], len(dataset.urls), f"{where}shards")
+        found = unpack_identities(position["shards"], len(dataset.plan.urls), f"{where}shards")
         for shard, identity in found.items():
             expect = ShardIdentity.from_json(identity)
-            with open_shard(dataset.urls[shard], options=dataset.source_options, expect=expect):
+            with open_shard(
+                dataset.plan.urls[shard], options=dataset.source_options, expect=expect
+            ):
                 pass
         raise
 

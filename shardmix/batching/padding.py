@@ -22,6 +22,7 @@ import numpy as np
 from shardmix.batching.residents import read_refs
 from shardmix.errors import ConfigError
 from shardmix.formats import Sample
+from shardmix.reading.shardreads import ShardReads
 from shardmix.state.codec import Ref, check_refs, pack_refs, unpack_refs
 
 __all__ = ["PAD_RESERVE", "Padding", "padding_state"]
@@ -40,8 +41,8 @@ def padding_state(refs: list[Ref], padded: int) -> dict[str, Any]:
 class Padding:
     """This rank's samples to pad with, as references, and the samples padded so far."""
 
-    def __init__(self, dataset: Any, epoch: int, epoch_pass: int) -> None:
-        self._dataset = dataset
+    def __init__(self, reads: ShardReads | None, epoch: int, epoch_pass: int) -> None:
+        self._reads = reads  # None: not a ShardDataset's epoch, which pads nothing
         self._epoch = epoch
         self._epoch_pass = epoch_pass
         self.refs: list[Ref] = []
@@ -62,7 +63,8 @@ class Padding:
 
     def _sample(self, position: int) -> Sample:
         if self._samples is None:
-            self._samples = read_refs(self._dataset, self.refs, self._epoch, self._epoch_pass)
+            assert self._reads is not None
+            self._samples = read_refs(self._reads, self.refs, self._epoch, self._epoch_pass)
         if not self._samples:
             raise ConfigError(f"epoch {self._epoch}: this rank has no records to pad with")
         return dict(self._samples[position % len(self._samples)])
@@ -74,6 +76,7 @@ class Padding:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on where :meth:`state_dict` was taken."""
         self.refs = unpack_refs(state["pad"], "pad")
-        check_refs(self.refs, len(self._dataset.urls), "pad")
+        assert self._reads is not None  # only a ShardDataset's epoch is restored
+        check_refs(self.refs, len(self._reads.plan.urls), "pad")
         self.padded = state["padded"]
         self._samples = None

@@ -84,7 +84,7 @@ class _Wave:
         # Every shard's reads are asked for first (remote ranges go out together), then read.
         self._reads = {
             shard_index: dataset.read_records(
-                dataset.urls[shard_index],
+                dataset.plan.urls[shard_index],
                 sorted(records.items()),
                 epoch=epoch,
                 epoch_pass=epoch_pass,
@@ -99,11 +99,11 @@ class _Wave:
         or, where ``tags`` says what each reference's record has, has another tag."""
         found: dict[Key, Sample] = {}
         for shard_index, samples in self._reads.items():
-            _take(self.dataset.urls[shard_index], shard_index, samples, found)
+            _take(self.dataset.plan.urls[shard_index], shard_index, samples, found)
         self._reads = {}
         tags = self.tags if self.tags is not None else [NO_TAG] * len(self.refs)
         for (shard_index, record, offset), tag in zip(self.refs, tags, strict=True):
-            url = self.dataset.urls[shard_index]
+            url = self.dataset.plan.urls[shard_index]
             sample = found.get((shard_index, record))
             if sample is None:
                 raise ConfigError(
@@ -161,7 +161,9 @@ def check_lane_ends(dataset: ShardReads, ends: Sequence[tuple[Ref, int]]) -> Non
     for (shard_index, record, offset), _ in ends:
         wanted.setdefault(shard_index, []).append((record, offset))
     reads = {
-        shard_index: dataset.read_records(dataset.urls[shard_index], sorted(positions), raw=True)
+        shard_index: dataset.read_records(
+            dataset.plan.urls[shard_index], sorted(positions), raw=True
+        )
         for shard_index, positions in wanted.items()
     }
     found = {
@@ -172,7 +174,7 @@ def check_lane_ends(dataset: ShardReads, ends: Sequence[tuple[Ref, int]]) -> Non
     for (shard_index, record, offset), tag in ends:
         there = found.get((shard_index, record))
         if there is None or tags_differ(tag, there):
-            url = dataset.urls[shard_index]
+            url = dataset.plan.urls[shard_index]
             what = "no such record" if there is None else f"tag {there:#06x}"
             raise ShardChangedError(
                 f"{url}: the shard changed since the checkpoint: a lane was dealt the rest of "
@@ -234,8 +236,8 @@ class ResidentReads:
         ranged = {
             shard_index
             for shard_index in {ref[0] for ref in refs}
-            if reads_ranges(dataset.urls[shard_index], options)
-            and not is_gzipped(dataset.urls[shard_index])
+            if reads_ranges(dataset.plan.urls[shard_index], options)
+            and not is_gzipped(dataset.plan.urls[shard_index])
         }
         wave_of = _waves(refs, order, first_wave, ranged)
         waves: list[list[Ref]] = [[] for _ in range(max(wave_of, default=-1) + 1)]

@@ -126,7 +126,7 @@ def _elastic_fields(options: LoaderOptions, dataset: ShardDataset) -> tuple[str,
     it)."""
     if options.datasets is not None or options.canonical_ranks is not None:
         return ()
-    given = {"num_lanes": dataset.num_lanes, "shuffle_buffer": options.shuffle_buffer}
+    given = {"num_lanes": dataset.plan.num_lanes, "shuffle_buffer": options.shuffle_buffer}
     return tuple(field for field in ELASTIC_FIELDS if given.get(field) is None)
 
 
@@ -136,10 +136,10 @@ def _config(options: LoaderOptions, dataset: ShardDataset) -> dict[str, Any]:
     return {
         "num_shards": len(dataset.urls),
         "shards": shards_digest(dataset.urls),
-        "dataset_seed": dataset.seed,
-        "shuffle_shards": dataset.shuffle_shards,
+        "dataset_seed": dataset.plan.seed,
+        "shuffle_shards": dataset.plan.shuffle_shards,
         "num_lanes": options.num_lanes_for(dataset, world_size),
-        "piece_records": dataset.piece_records,
+        "piece_records": dataset.plan.piece_records,
         "seed": options.seed,
         "batch_size": options.batch_size,
         "shuffle_buffer": options.shuffle_buffer_size(),

@@ -146,7 +146,7 @@ def resized_position(
     if all(_at_epoch_start(position) for position in positions):
         return epoch_start(epoch, num_lanes)
     num_shards = len(dataset.urls)
-    counts = dataset.shard_counts(world_size)
+    counts = dataset.plan.shard_counts(world_size)
     blocks: list[Block] = []
     identities: dict[int, Any] = {}
     saver = state.get("rank")
@@ -156,7 +156,7 @@ def resized_position(
         saved = position["mixer"]["lanes"]
         _check_lanes(saved, lanes, epoch, old_rank)
         where = "" if old_rank == saver else f"ranks.{old_rank}."
-        check_position(position, lanes, dataset, counts.__getitem__, where)
+        check_position(position, lanes, dataset.reads, counts.__getitem__, where)
         ends += _lane_ends(saved, lanes)
         refs = unpack_refs(position["buffer"]["items"])
         check_refs(refs, num_shards, "buffer.items")
@@ -185,7 +185,7 @@ def resized_position(
     totals = [share.total(counts) for share in shares]
     mine = shares[rank]
     reading = {piece.shard for piece in mine.pieces}
-    check_lane_ends(dataset, [(ref, tag) for ref, tag in ends if ref[0] in reading])
+    check_lane_ends(dataset.reads, [(ref, tag) for ref, tag in ends if ref[0] in reading])
     referenced = [piece.shard for piece in mine.pieces] + [ref[0] for ref in mine.residents]
     start = epoch_start(epoch, num_lanes)
     # Lanes with no pieces are ended from the start: with none live, a restore knows that the
@@ -240,7 +240,7 @@ def check_kept(
     for a ``transform_id`` (unknown while not learned), or a transform seen filtering in the
     saved epoch."""
     cause = None
-    kept = dataset.kept_counts
+    kept = dataset.plan.kept_counts
     filtered = sum(int(position["dropped"][FILTERED]) for position in positions)
     if kept is not None:
         totals = kept.totals([list(left)], counts)
@@ -278,7 +278,7 @@ def _saved_lanes(
         pieces = unpack_pieces(position["phase"]["pieces"], len(dataset.urls), "phase.pieces")
         return phase_lanes(pieces, counts, num_lanes)
     epoch = int(position["epoch"])
-    return dataset.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
+    return dataset.plan.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=num_lanes)
 
 
 def _lane_ends(

@@ -108,7 +108,7 @@ def share_counts(options: LoaderOptions) -> None:
     rank, ranks, exchange = shared
     for dataset in options.members().values():
         if isinstance(dataset, ShardDataset):
-            dataset.record_counts.resolve_all(rank=rank, world_size=ranks, exchange=exchange)
+            dataset.plan.record_counts.resolve_all(rank=rank, world_size=ranks, exchange=exchange)
 
 
 def _phase(cursor: Cursor, epoch: int) -> dict[str, Any]:
@@ -125,9 +125,9 @@ def _samples(options: LoaderOptions, dataset: ShardDataset, epoch: int, epoch_pa
     """The samples this rank (with ``canonical_ranks``: each of its canonical ranks)
     yields from ``dataset`` in one pass of ``epoch``."""
     rank, world_size = options.planning_world()
-    totals = dataset.kept_totals(epoch, world_size, epoch_pass)  # learned under a filter
+    totals = dataset.plan.kept_totals(epoch, world_size, epoch_pass)  # learned under a filter
     if totals is None:
-        totals = dataset.rank_totals(epoch, world_size, epoch_pass)
+        totals = dataset.plan.rank_totals(epoch, world_size, epoch_pass)
     return totals[rank] if world_size == 1 else rank_quota(totals, options.even_ranks)
 
 

@@ -139,7 +139,7 @@ class LoaderOptions:
 
     def num_lanes_for(self, dataset: ShardDataset, world_size: int) -> int:
         """The lanes an epoch reads: the dataset's ``num_lanes``, or from the batch size."""
-        return dataset.lanes_for(self.batch_size, world_size)
+        return dataset.plan.lanes_for(self.batch_size, world_size)
 
     def shuffle_buffer_size(self) -> int:
         """The shuffle buffer's capacity in samples (``shuffle_buffer`` or its default)."""
@@ -177,22 +177,25 @@ class LoaderOptions:
         processes = len(self.own_canonical_ranks())
         readers = {}
         for name, dataset in self.members().items():
-            if not isinstance(dataset, ShardDataset) or dataset.source_options.cache_limit is None:
+            if (
+                not isinstance(dataset, ShardDataset)
+                or dataset.reads.source_options.cache_limit is None
+            ):
                 continue  # without a cache_limit, the URLs are not even counted
             lanes = self.num_lanes_for(dataset, self.planning_world()[1])
             urls = remote_lanes(dataset.urls, lanes, processes)
-            readers[name] = CacheReaders(dataset.source_options, urls)
+            readers[name] = CacheReaders(dataset.reads.source_options, urls)
         check_cache_room(readers)
         dataset = self.dataset
-        if not isinstance(dataset, ShardDataset) or dataset.kept_counts is None:
+        if not isinstance(dataset, ShardDataset) or dataset.plan.kept_counts is None:
             return
         rank, world_size = self.rank_and_world_size()
         if world_size == 1 or self.ranks.group is not None or resuming:
             return
         if self.canonical_ranks is not None or count_exchange(world_size) is not None:
             return
-        if dataset.kept_totals(epoch, world_size) is None:
-            name = dataset.kept_counts.transform_id
+        if dataset.plan.kept_totals(epoch, world_size) is None:
+            name = dataset.plan.kept_counts.transform_id
             raise refuse_simulated_filter(epoch, rank, world_size, "samples", name)
 
     def shard_dataset(self, what: str) -> ShardDataset:
@@ -224,12 +227,12 @@ def check_num_workers(num_workers: int, members: Sequence[IterableDataset[Any]])
     for member in members:
         if (
             isinstance(member, ShardDataset)
-            and member.num_lanes is not None
-            and num_workers > member.num_lanes
+            and member.plan.num_lanes is not None
+            and num_workers > member.plan.num_lanes
         ):
             raise ConfigError(
                 f"num_workers={num_workers} exceeds the dataset's num_lanes="
-                f"{member.num_lanes}: the extra workers would read nothing; raise num_lanes"
+                f"{member.plan.num_lanes}: the extra workers would read nothing; raise num_lanes"
             )
 
 

@@ -139,8 +139,8 @@ def inspect_batches(
         raise ConfigError("weights= mixes several datasets: pass the patterns as a dict of names")
     given = settings
     dataset = inspect_dataset(urls, settings, num_lanes, record_counts)
-    lanes = dataset.lanes_for(batch_size, world_size)
-    plan = dataset.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=lanes)
+    lanes = dataset.plan.lanes_for(batch_size, world_size)
+    plan = dataset.plan.lane_pieces(epoch, rank=rank, world_size=world_size, num_lanes=lanes)
     shards = rank_shards(dataset, plan)
     ideal = Ideal(list(shards.values()), batch_size)
     total = math.ceil(sum(shards.values()) / batch_size)  # for the progress bar only
@@ -178,11 +178,11 @@ def inspect_batches(
         baseline = read_baseline(urls, settings, ideal, total, progress)
     advice = None
     if advise:
-        sized = world_size > 1 or dataset.piece_weights([p for lane in plan for p in lane], 1)
+        sized = world_size > 1 or dataset.plan.piece_weights([p for lane in plan for p in lane], 1)
         context = Context(
             urls, given, settings, record_counts, len(dataset.urls), shards, inspect_batches
         )
-        pieces = dataset.spread_counts(world_size) is not None
+        pieces = dataset.plan.spread_counts(world_size) is not None
         advice = advise_run(
             context,
             run.summary,

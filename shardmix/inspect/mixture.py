@@ -88,8 +88,8 @@ def inspect_mixture(
     exact = loader.options.mixture_weights()
     lanes, shards, ideals = {}, {}, {}
     for name, dataset in datasets.items():
-        lanes[name] = dataset.lanes_for(settings.batch_size, settings.world_size)
-        plan = dataset.lane_pieces(
+        lanes[name] = dataset.plan.lanes_for(settings.batch_size, settings.world_size)
+        plan = dataset.plan.lane_pieces(
             settings.epoch,
             rank=settings.rank,
             world_size=settings.world_size,

@@ -88,7 +88,7 @@ def provenance_of(samples: list[Sample]) -> list[tuple[str, int, str | None]]:
 def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int]:
     """The shards of a rank's lane plan and the records it reads of each."""
     # Counted once: the loader's planning for even ranks reuses the dataset's counts.
-    counts = dataset.record_counts
+    counts = dataset.plan.record_counts
     return {
         dataset.urls[piece.shard]: (
             counts.of(dataset.urls[piece.shard]) if piece.stop is None else piece.stop
@@ -121,7 +121,7 @@ def baseline(
         collate_fn=provenance_of,
         generator=torch.Generator().manual_seed(settings.seed),  # never torch's global one
     )
-    plan = dataset.lane_shards(
+    plan = dataset.plan.lane_shards(
         settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes
     )
     lanes_by_url = lane_of(plan, dataset.urls)

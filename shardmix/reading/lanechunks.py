@@ -29,7 +29,7 @@ from shardmix.reading.chunks import Chunk, ChunkBuilder
 from shardmix.reading.lanes import BlockTurns, LanePosition, round_robin_chunks
 from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.progress import Heartbeat
-from shardmix.reading.shardreads import ShardReads
+from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.sources.identity import ShardIdentity
 from shardmix.sources.traffic import count_seconds, take_traffic
 from shardmix.sources.version import forget_versions
@@ -115,17 +115,18 @@ def lane_chunks(
     shares = None
     shard_index = None
     iterators: dict[int, Iterator[Any] | BlockTurns]
-    if isinstance(dataset, ShardReads) and plan.lane_pieces is not None:
-        shard_index = dataset.shard_index
-        dataset.ledger = ledger  # this process's copy of the dataset
-        dataset.expected = plan.identities
+    reads = shard_reads(dataset)
+    if reads is not None and plan.lane_pieces is not None:
+        shard_index = reads.shard_index
+        reads.ledger = ledger  # this process's copy of the dataset
+        reads.expected = plan.identities
         for url, (count, source) in plan.recounts.items():
-            dataset.record_counts.adopt({url: count}, source)
+            reads.plan.record_counts.adopt({url: count}, source)
         lanes = worker_lanes(
             num_lanes=len(plan.lane_pieces), worker=world.worker, num_workers=world.num_workers
         )
-        blocks = dataset.reads_blocks  # once: it looks at every shard's format
-        iterators = {lane: _read_lane(dataset, plan, lane, beat, blocks) for lane in lanes}
+        blocks = reads.reads_blocks  # once: it looks at every shard's format
+        iterators = {lane: _read_lane(reads, plan, lane, beat, blocks) for lane in lanes}
         if plan.clocks is not None:
             every = plan.clocks.shares()
             shares = {lane: every[lane] for lane in lanes}
@@ -144,28 +145,27 @@ def lane_chunks(
         steady=plan.steady or plan.per_lane,
     )
     chunks = _built(groups, builder, ledger)
-    if shard_index is not None:
-        assert isinstance(dataset, ShardReads)
-        chunks = _with_identities(chunks, dataset)
+    if reads is not None and shard_index is not None:
+        chunks = _with_identities(chunks, reads)
     return collected_between(_with_traffic(chunks))
 
 
 def _read_lane(
-    dataset: ShardReads,
+    reads: ShardReads,
     plan: EpochPlan,
     lane: int,
     beat: Callable[[Iterator[Any]], Iterator[Any]],
     blocks: bool,
 ) -> Iterator[Any] | BlockTurns:
     """Lane ``lane`` of ``plan`` from its start, what it reads counted by ``beat``: with
-    ``blocks`` (the dataset's ``reads_blocks``: no transform) in record blocks, which go to
+    ``blocks`` (``reads.reads_blocks``: no transform) in record blocks, which go to
     the chunk's columns as they are, else as samples."""
     assert plan.lane_pieces is not None
     pieces = plan.lane_pieces[lane]
     start = plan.starts[lane] if plan.starts else LanePosition()
     if blocks:
-        return BlockTurns(beat(dataset.read_lane_blocks(pieces, start)))
-    return beat(dataset.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
+        return BlockTurns(beat(reads.read_lane_blocks(pieces, start)))
+    return beat(reads.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
 
 
 def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> Iterator[Chunk]:
@@ -183,10 +183,10 @@ def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> 
         before = clock()
 
 
-def _with_identities(chunks: Iterator[Chunk], dataset: ShardReads) -> Iterator[Chunk]:
+def _with_identities(chunks: Iterator[Chunk], reads: ShardReads) -> Iterator[Chunk]:
     """``chunks``, each with the identities of the shards opened until it was made."""
     for chunk in chunks:
-        chunk.identities = dataset.take_opened()
+        chunk.identities = reads.take_opened()
         yield chunk
 
 

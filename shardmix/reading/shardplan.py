@@ -3,8 +3,9 @@
 It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data: the shard order,
 the pieces per rank, dealt to lanes by size), the record counts it is made from, and the
 totals a rank reads or keeps. Reading the pieces is
-:class:`~shardmix.reading.shardreads.ShardReads`'s; checking the user's arguments is
-:class:`~shardmix.dataset.ShardDataset`'s.
+:class:`~shardmix.reading.shardreads.ShardReads`'s (which holds the plan); checking the user's
+arguments is :class:`~shardmix.dataset.ShardDataset`'s (which holds both, as ``plan`` and
+``reads``).
 """
 
 from __future__ import annotations

@@ -2,84 +2,59 @@
 
 It owns the settings a read is made with (formats, read and source options, error policy,
 the sample transform), a lane's samples or record blocks from a position, and what the reads
-found (identities of the shards opened, skips, drops). It is what the workers and the epoch
-are given; :class:`~shardmix.dataset.ShardDataset` subclasses it with the user's arguments
-checked. The plan of what to read is :class:`~shardmix.reading.shardplan.ShardPlan`'s.
+found (identities of the shards opened, skips). It holds the
+:class:`~shardmix.reading.shardplan.ShardPlan` it reads the pieces of, and is held by
+:class:`~shardmix.dataset.ShardDataset` (as ``reads``), which the layers below it reach only
+through :func:`shard_reads`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from torch.utils.data import IterableDataset
-
 from shardmix.formats import BlockReader, Format, ReadOptions, RecordBlock, reader_for
 from shardmix.formats.tags import NO_TAG
-from shardmix.plan.counts import RecordCounts
-from shardmix.plan.kept import KeptCounts
-from shardmix.plan.sharding import Piece, World, worker_lanes
+from shardmix.plan.sharding import Piece
 from shardmix.policy import DamageHandler, ErrorPolicy, SkipLedger
 from shardmix.reading import reader
 from shardmix.reading.claims import CountCheck
-from shardmix.reading.lanes import LanePosition, read_lane, round_robin
+from shardmix.reading.lanes import LanePosition, read_lane
 from shardmix.reading.reader import Sample
 from shardmix.reading.shardplan import ShardPlan
-from shardmix.reading.transforms import (
-    SampleTransform,
-    samples_as_returned,
-    without_tombstones,
-)
+from shardmix.reading.transforms import SampleTransform
 from shardmix.sources import SourceOptions, scheme_of
 from shardmix.sources.http import readahead
 from shardmix.sources.identity import ShardIdentity
-from shardmix.sources.version import forget_versions
 
 
-class ShardReads(ShardPlan, IterableDataset[Sample]):
-    """The samples of ``urls`` as planned by :class:`ShardPlan`, read with these settings.
+class ShardReads:
+    """The samples of the pieces ``plan`` deals, read with these settings.
 
     Picklable: every worker reads with its own copy.
     """
 
     def __init__(
         self,
-        urls: list[str],
+        plan: ShardPlan,
         *,
         format_of: dict[str, Format],
         options: ReadOptions,
         source_options: SourceOptions,
         policy: ErrorPolicy,
         sample_transform: SampleTransform,
-        record_counts: RecordCounts,
-        kept_counts: KeptCounts | None,
-        seed: int,
-        shuffle_shards: bool,
-        num_lanes: int | None,
-        piece_records: int | None = None,
     ) -> None:
-        super().__init__(
-            urls,
-            record_counts,
-            kept_counts,
-            seed=seed,
-            shuffle_shards=shuffle_shards,
-            num_lanes=num_lanes,
-            piece_records=piece_records,
-        )
+        self.plan = plan
         # A URL's index in ``urls`` (its first, if listed twice): how checkpoints name shards.
-        self.shard_index = {url: i for i, url in reversed(list(enumerate(urls)))}
+        self.shard_index = {url: i for i, url in reversed(list(enumerate(plan.urls)))}
         self._format_of = format_of
         self.options = options
         self.source_options = source_options
         self.policy = policy
         self.sample_transform = sample_transform
-        # Counts what this copy of the dataset skipped (set per iteration; see ``skipped``).
+        # Counts what this copy of the reads skipped (set per iteration).
         self.ledger: SkipLedger | None = None
-        # What the last direct iteration dropped: {"filtered": n, "skipped": n}.
-        self.dropped: Counter[str] = Counter()
         # By shard index: the identities a read of a shard must find (a checkpoint's, set per
         # epoch), and those this copy's reads found since :meth:`take_opened`.
         self.expected: Mapping[int, ShardIdentity] = {}
@@ -122,7 +97,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         options = self.source_options
         if options.read_ahead is None:
             return None
-        urls = self.urls
+        urls = self.plan.urls
 
         def ahead(piece: Piece, following: Piece | None) -> None:
             url = urls[piece.shard]
@@ -141,7 +116,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         self, piece: Piece, record: int, before_offset: int = -1, before_tag: int = NO_TAG
     ) -> Iterator[RecordBlock]:
         """The records :meth:`read_piece` gives, in record blocks."""
-        url = self.urls[piece.shard]
+        url = self.plan.urls[piece.shard]
         check = self._count_check(url, record, piece.stop, self.ledger)
         on_damage = self.ledger if check is None else check.on_damage
         arguments = self._read_arguments(url, record, before_offset, piece.stop, on_damage)
@@ -153,10 +128,10 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         self, url: str, start: int, stop: int | None, on_damage: DamageHandler | None
     ) -> CountCheck | None:
         """What checks a read of ``url`` against its record count, when the count is known."""
-        claim = self.record_counts.claim(url)
+        claim = self.plan.record_counts.claim(url)
         if claim is None:
             return None
-        whole = url not in self.record_counts.damaged  # else the count ends at the damage
+        whole = url not in self.plan.record_counts.damaged  # else the count ends at the damage
         skips = on_damage if self.policy.skips else None
         return CountCheck(url, claim, start, stop, skips, whole)
 
@@ -184,7 +159,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
             "on_open": partial(self._note_opened, shard),
             "start": start,
             "stop": stop,
-            "seek_from": self.record_counts.seek_from(url, start),
+            "seek_from": self.plan.record_counts.seek_from(url, start),
             "options": self.options,
             "source_options": self.source_options,
             "on_damage": on_damage if self.policy.skips else None,
@@ -196,39 +171,8 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
         """The size and sha256 the manifest gives ``url``, which a cached copy must have."""
         if self.source_options.cache_dir is None:
             return None
-        entry = self.record_counts.manifests.entry(url, fetch=False)
+        entry = self.plan.record_counts.manifests.entry(url, fetch=False)
         return None if entry is None else (entry.bytes, entry.sha256)
-
-    @property
-    def skipped(self) -> dict[str, Any] | None:
-        """What the last direct iteration skipped (``on_error="skip"``), as plain JSON."""
-        return self.ledger.summary() if self.ledger is not None else None
-
-    @property
-    def filtered(self) -> int:
-        """Samples the transform dropped (returned ``None``) in the last direct iteration."""
-        return self.dropped["filtered"]
-
-    def iter_world(self, world: World, epoch: int) -> Iterator[Any]:
-        """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""
-        forget_versions()  # each iteration looks at the shards' versions again
-        if self.policy.skips:
-            self.ledger = SkipLedger.for_policy(self.policy, reported=self.record_counts.damaged)
-        self.dropped = Counter()
-        num_lanes = self.lanes_for(None, world.world_size)
-        lanes = worker_lanes(
-            num_lanes=num_lanes, worker=world.worker, num_workers=world.num_workers
-        )
-        plan = self.lane_pieces(
-            epoch, rank=world.rank, world_size=world.world_size, num_lanes=num_lanes
-        )
-        read = partial(self.read_piece, epoch=epoch)
-        lane_samples = [read_lane(plan[lane], read) for lane in lanes]
-        samples = without_tombstones(round_robin(lane_samples), self._count_dropped)
-        return samples_as_returned(samples)
-
-    def _count_dropped(self, kind: str) -> None:
-        self.dropped[kind] += 1
 
     def read_piece(
         self,
@@ -242,7 +186,7 @@ class ShardReads(ShardPlan, IterableDataset[Sample]):
     ) -> Iterator[Sample]:
         """The samples of ``piece`` in ``epoch`` from record ``record`` (in its shard) on;
         ``before_offset`` and ``before_tag``: see :meth:`read_shard`."""
-        url = self.urls[piece.shard]
+        url = self.plan.urls[piece.shard]
         return self.read_shard(
             url,
             record,
@@ -344,3 +288,10 @@ def _has_copy(options: SourceOptions, url: str) -> bool:
     from shardmix.sources.cache.bounded import has_copy
 
     return options.cache_dir is not None and has_copy(options.cache_dir, url)
+
+
+def shard_reads(dataset: object) -> ShardReads | None:
+    """The reads of a :class:`~shardmix.dataset.ShardDataset` (its ``reads``), None for any
+    other dataset: how the layers below the dataset tell one apart and read its shards."""
+    reads = getattr(dataset, "reads", None)
+    return reads if isinstance(reads, ShardReads) else None

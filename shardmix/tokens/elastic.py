@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmix.batching.residents import read_refs
+from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.state.codec import pack_refs, unpack_refs
 from shardmix.state.ranks import join_states
@@ -64,7 +65,7 @@ def deal_rows(state: Mapping[str, Any], rank: int, world_size: int) -> dict[str,
 
 def read_rows(
     state: Mapping[str, Any],
-    members: Mapping[str | None, Any],
+    members: Mapping[str | None, ShardDataset],
     names: Sequence[str | None],
     epoch: int,
     field: str,
@@ -80,7 +81,7 @@ def read_rows(
     documents: list[Document | None] = [None] * len(refs)
     for at, name in enumerate(names):
         wanted = [d for d, dataset in enumerate(datasets) if dataset == at]
-        samples = read_refs(members[name], [refs[d] for d in wanted], epoch)
+        samples = read_refs(members[name].reads, [refs[d] for d in wanted], epoch)
         for d, sample in zip(wanted, samples, strict=True):
             key = sample.get("__key__")
             documents[d] = Document(

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, DecodeError, UnknownLengthError
 from shardmix.loader import MixingLoader
 from shardmix.tokens.batch import Document, Span, collate_rows
@@ -115,7 +116,7 @@ class TokenLoader:
         self._members = dict(dataset) if isinstance(dataset, Mapping) else {None: dataset}
         self._names: list[str | None] = sorted(self._members, key=lambda name: name or "")
         self._skips = all(
-            getattr(getattr(m, "policy", None), "skips", False) for m in self._members.values()
+            isinstance(m, ShardDataset) and m.reads.policy.skips for m in self._members.values()
         )
         self.skipped = 0  # documents skipped for an unreadable token field, over all epochs
         self._seen = [0, 0]  # documents and tokens read so far, for len()
@@ -197,7 +198,7 @@ class TokenLoader:
             return None
         key, source, record = sample.get("__key__"), sample["__source__"], sample["__index__"]
         name = sample.get("__dataset__")
-        shard = self._members[name].shard_index[source]
+        shard = self._members[name].reads.shard_index[source]
         ref = (shard, record, sample.get("__offset__", -1))
         return Document(tokens, source, record if key is None else key, name, ref)
 

@@ -34,7 +34,7 @@ from shardmix.reading.lanechunks import EpochPlan, LaneChunks, as_sent, steady_t
 from shardmix.reading.lanes import LanePosition
 from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.progress import Heartbeat, watch_progress
-from shardmix.reading.shardreads import ShardReads
+from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.sources import is_local
 from shardmix.sources.cache.bounded import plan_reads
 from shardmix.sources.cache.ledger import this_owner
@@ -116,7 +116,8 @@ def start_workers(
     loader's) seeds the workers (:func:`seed_generator`).
     """
     num_workers, timeout = options.num_workers, options.timeout
-    num_lanes, per_lane, steady = _checked_lanes(dataset, lane_pieces, num_workers)
+    reads = shard_reads(dataset)
+    num_lanes, per_lane, steady = _checked_lanes(reads, lane_pieces, num_workers)
     plan = EpochPlan(
         epoch,
         rank,
@@ -129,10 +130,10 @@ def start_workers(
         identities=identities if identities is not None else {},
         steady=steady,
         seed=seed,
-        recounts=dataset.record_counts.recounts() if isinstance(dataset, ShardReads) else {},
+        recounts=reads.plan.record_counts.recounts() if reads is not None else {},
     )
-    if isinstance(dataset, ShardReads):
-        _tell_cache(dataset, plan)
+    if reads is not None:
+        _tell_cache(reads, plan)
     if pool is not None and num_workers > 0:
         return pool.start_epoch(plan), num_lanes, None
     heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
@@ -176,14 +177,14 @@ def seed_generator(plan: EpochPlan) -> torch.Generator:
 
 
 def _checked_lanes(
-    dataset: IterableDataset[Any], lane_pieces: list[list[Piece]] | None, num_workers: int
+    reads: ShardReads | None, lane_pieces: list[list[Piece]] | None, num_workers: int
 ) -> tuple[int, int, int]:
     """``(lanes, samples per lane in a worker's first chunk, in its steady chunks)`` of a
     plan, once checked against the process's limits (a ShardDataset's; any other dataset is
     one lane per worker)."""
-    if not isinstance(dataset, ShardReads) or lane_pieces is None:
+    if reads is None or lane_pieces is None:
         return max(1, num_workers), FIRST_CHUNK_SAMPLES, CHUNK_SAMPLES
-    lane_urls = [[dataset.urls[piece.shard] for piece in lane] for lane in lane_pieces]
+    lane_urls = [[reads.plan.urls[piece.shard] for piece in lane] for lane in lane_pieces]
     check_open_limits(lane_urls, num_workers)
     num_lanes = len(lane_pieces)
     steady = steady_turn(lane_turn(num_lanes, num_workers))
@@ -217,18 +218,18 @@ def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
         )
 
 
-def _tell_cache(dataset: ShardReads, plan: EpochPlan) -> None:
+def _tell_cache(reads: ShardReads, plan: EpochPlan) -> None:
     """Tell a bounded cache the shards the lanes read this epoch, in order (the workers, this
     process's children, mark them read as they open them)."""
-    options = dataset.source_options
+    options = reads.source_options
     if options.cache_limit is None or options.cache_dir is None or plan.lane_pieces is None:
         return
     starts = plan.starts or [LanePosition()] * len(plan.lane_pieces)
     urls = [
-        [dataset.urls[piece.shard] for piece in plan.lane_pieces[lane][starts[lane].slot :]]
+        [reads.plan.urls[piece.shard] for piece in plan.lane_pieces[lane][starts[lane].slot :]]
         for lane in range(len(plan.lane_pieces))
     ]
-    plan_reads(options.cache_dir, f"{this_owner()}/{id(dataset)}", urls)
+    plan_reads(options.cache_dir, f"{this_owner()}/{id(reads)}", urls)
 
 
 def _open_descriptors() -> int:

@@ -27,6 +27,7 @@ from shardmix.plan.sharding import Piece
 from shardmix.reading.chunks import Chunk
 from shardmix.reading.lanes import LanePosition
 from shardmix.reading.mergekeys import LaneClocks
+from shardmix.reading.shardreads import shard_reads
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.state.codec import pack_identities, unpack_identities
 from shardmix.workers.dataloader import (
@@ -70,6 +71,12 @@ class EpochWorkers:
     # By shard index, the identity each shard read this epoch had (or the checkpoint says it
     # had): a shard found otherwise later in the epoch is refused.
     identities: dict[int, ShardIdentity] = field(default_factory=dict, init=False)
+    # A ShardDataset's shards (None for another dataset), which identities and failures name.
+    _urls: Sequence[str] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        reads = shard_reads(self.dataset)
+        self._urls = reads.plan.urls if reads is not None else None
 
     def identities_state(self, shards: Iterable[int]) -> list[list[Any]]:
         """The ``"shards"`` entry of the state: the identities of ``shards`` (those the state
@@ -79,7 +86,7 @@ class EpochWorkers:
 
     def load_identities(self, saved: Sequence[Any]) -> None:
         """Hold the shards to the identities a state's ``"shards"`` entry says they had."""
-        urls = getattr(self.dataset, "urls", ())  # a ShardDataset's: the loader restores no other
+        urls = self._urls or ()  # a ShardDataset's: the loader restores no other
         found = unpack_identities(saved, len(urls), "shards")
         self.identities = {shard: ShardIdentity.from_json(v) for shard, v in found.items()}
 
@@ -123,7 +130,7 @@ class EpochWorkers:
     def _checked(self, sent: Iterator[Chunk]) -> Generator[Chunk, None, None]:
         """``sent``, each chunk's shard identities checked against those seen before."""
         identities = self.identities
-        urls = getattr(self.dataset, "urls", ())  # only a ShardDataset's chunks say identities
+        urls = self._urls or ()  # only a ShardDataset's chunks say identities
         for chunk in sent:
             for shard, identity in chunk.identities.items():
                 known = identities.get(shard)
@@ -156,8 +163,7 @@ class EpochWorkers:
         shards (asked before the workers are stopped)."""
         pool = self.pool
         processes = pool.processes() if pool is not None else worker_processes(self._workers)
-        urls = getattr(self.dataset, "urls", None)
-        return WorkerError(failure_message(self.epoch, error, processes, self.plan, urls))
+        return WorkerError(failure_message(self.epoch, error, processes, self.plan, self._urls))
 
     def close(self) -> None:
         """Stop this epoch's workers now (a pool's persistent workers stay)."""

@@ -44,7 +44,7 @@ def main() -> None:
             (args.out / f"state-{rank}.json").write_text(json.dumps(state))
             break
     # The ranks shared the counting (2 or 4 ranks planning for 4): each shard counted by one.
-    assert loader.dataset.record_counts._shared
+    assert loader.dataset.plan.record_counts._shared
     (args.out / f"rank-{rank}.json").write_text(json.dumps(batches))
     loader.close()
     dist.destroy_process_group()

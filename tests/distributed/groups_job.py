@@ -64,7 +64,7 @@ def train(model, optimizer, loader, stop_at=None):
 
 def watch_counting(dataset):
     """The URLs of the shards this rank counts (a list filled as it counts them)."""
-    counts = dataset.record_counts
+    counts = dataset.plan.record_counts
     counted, index = [], counts._index
 
     def counting(url):

@@ -54,13 +54,13 @@ def main() -> None:
     dataset = ShardDataset(args.shards, seed=7, num_lanes=2)
     loader = MixingLoader(dataset, batch_size=6, num_workers=1, shuffle_buffer=12, seed=7)
     counted: list[str] = []
-    index = dataset.record_counts._index
+    index = dataset.plan.record_counts._index
 
     def counting(url: str):
         counted.append(url)
         return index(url)
 
-    dataset.record_counts._index = counting
+    dataset.plan.record_counts._index = counting
     run: dict = {"len": [len(loader)]}
     run["epochs"] = [[key for batch in loader for key in batch["__key__"]]]
     run["counted"] = [list(counted)]
@@ -76,7 +76,7 @@ def main() -> None:
     run["epochs"].append([key for batch in second for key in batch])
     run["batches"] = len(second)
     run["counted"].append(list(counted))
-    run["source"] = dataset.record_counts.claim(dataset.urls[1])[1]
+    run["source"] = dataset.plan.record_counts.claim(dataset.urls[1])[1]
     dist.barrier()
     if rank == 0:
         rewrite(args.folder / f"part-0002.{args.fmt}", args.fmt, 2, 40, cut=True)

@@ -39,7 +39,7 @@ def read_all_ranks(dataset, world_size, even_ranks):
         batches = list(loader)
         assert len(batches) == len(loader)
         seen = [
-            (dataset.shard_index[source], int(index))
+            (dataset.reads.shard_index[source], int(index))
             for batch in batches
             for source, index in zip(batch["__source__"], batch["__index__"], strict=True)
         ]

@@ -47,7 +47,7 @@ def test_a_replica_shares_its_batches_and_the_replicas_split_the_data(
     runs = [epoch_keys(make_loader(pattern, r, even_ranks, num_workers)) for r in range(WORLD)]
     assert runs[0] == runs[1] and runs[2] == runs[3]  # the two ranks of each replica
     assert runs[0] != runs[2]
-    totals = ShardDataset(pattern, seed=1, num_lanes=4).rank_totals(0, REPLICAS)
+    totals = ShardDataset(pattern, seed=1, num_lanes=4).plan.rank_totals(0, REPLICAS)
     written = expected_keys(SIZES)
     for epoch in range(2):
         replicas = [runs[0][epoch], runs[2][epoch]]

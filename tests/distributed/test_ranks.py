@@ -30,7 +30,7 @@ def rank_runs(pattern, world_size, even_ranks, epoch=0, num_workers=0):
 
 
 def rank_totals(pattern, world_size, epoch=0):
-    return ShardDataset(pattern, seed=1, num_lanes=4).rank_totals(epoch, world_size)
+    return ShardDataset(pattern, seed=1, num_lanes=4).plan.rank_totals(epoch, world_size)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -86,7 +86,7 @@ def test_resume_exactly_on_every_rank_with_padding(tmp_path):
 def split_pieces(pattern, rank, world_size, epoch=0):
     """The pieces of ``rank`` in ``epoch`` that are only part of their shard."""
     dataset = ShardDataset(pattern, seed=1, num_lanes=2)
-    pieces = dataset.rank_pieces(epoch, world_size)[rank]
+    pieces = dataset.plan.rank_pieces(epoch, world_size)[rank]
     return [piece for piece in pieces if piece.start > 0 or piece.stop is not None]
 
 

@@ -34,7 +34,7 @@ def test_ranks_step_together_and_cover_the_data(tmp_path, even_ranks, nproc):
         steps = [rank[epoch]["steps"] for rank in ranks]
         assert len(set(steps)) == 1 and steps[0] > 0
         seen = Counter(key for rank in ranks for key in rank[epoch]["keys"])
-        totals = dataset.rank_totals(epoch, nproc)
+        totals = dataset.plan.rank_totals(epoch, nproc)
         assert max(totals) - min(totals) <= 1  # the balanced plan
         if even_ranks == "drop":
             assert max(seen.values()) == 1

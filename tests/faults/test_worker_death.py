@@ -46,7 +46,7 @@ def init(worker_id):
 
 
 dataset = ShardDataset(pattern, transform=Killer(), num_lanes=4)
-plan = dataset.lane_pieces(0, rank=0, world_size=1, num_lanes=4)
+plan = dataset.plan.lane_pieces(0, rank=0, world_size=1, num_lanes=4)
 lost = sorted({dataset.urls[piece.shard] for lane in (0, 2) for piece in plan[lane]})
 loader = MixingLoader(
     dataset, batch_size=8, num_workers=2, shuffle_buffer=0,

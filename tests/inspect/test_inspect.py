@@ -137,7 +137,7 @@ def test_each_rank_equals_the_loader_at_that_rank(capsys, shards64, even_ranks):
         )
         assert [Counter(b["sources"]) for b in report["batches"]] == [s for s, _ in expected]
         dataset = ShardDataset(pattern, seed=1)
-        plan = dataset.lane_shards(0, rank=rank, world_size=3)
+        plan = dataset.plan.lane_shards(0, rank=rank, world_size=3)
         assert set(report["shards"]) == {dataset.urls[i] for lane in plan for i in lane}
         assert {url for b in report["batches"] for url in b["sources"]} <= set(report["shards"])
         seen.append(set(report["shards"]))

@@ -94,7 +94,7 @@ def test_a_server_shard_unlike_its_manifest_is_refused(server, tmp_path):
         f"{base}/data/part-{{0000..0000}}.tar",
         source_options=SourceOptions(cache_dir=str(tmp_path / "cache")),
     )
-    assert len(dataset.record_counts.resolve_all()) == 1  # reads the manifest
+    assert len(dataset.plan.record_counts.resolve_all()) == 1  # reads the manifest
     with pytest.raises(ShardChangedError) as raised:
         list(dataset)
     assert str(raised.value).startswith(f"{url}: the server's shard is {len(data):,} bytes")
