@@ -123,6 +123,7 @@ class ShardReader(Protocol):
         start_offset: int | None = None,
         seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
+        stop_offset: int | None = None,
     ) -> Iterator[LocatedSample]:
         """Located samples of records ``start`` up to ``stop`` (None: the end of the shard).
 
@@ -131,7 +132,9 @@ class ShardReader(Protocol):
         is the byte offset of record ``start``: a seekable, uncompressed stream seeks there
         instead of walking. ``seek_from``, a ``(record, offset)`` at or before ``start`` (an
         entry of :meth:`index`), is where such a stream seeks to walk on from instead of from
-        byte 0. Reading stops at the first record at or past ``stop``.
+        byte 0. Reading stops at the first record at or past ``stop``; ``stop_offset``, when
+        known (an entry of :meth:`index`), is where record ``stop`` begins: a reader may end
+        there without looking further.
         """
         ...
 
@@ -195,6 +198,7 @@ class BlockReader(ShardReader, Protocol):
         start_offset: int | None = None,
         seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
+        stop_offset: int | None = None,
     ) -> Iterator[RecordBlock]:
         """The records :meth:`~ShardReader.records` gives, with the same arguments, in
         :class:`~shardmix.formats.blocks.RecordBlock` objects."""

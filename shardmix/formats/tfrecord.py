@@ -330,6 +330,7 @@ class TFRecordReader:
         start_offset: int | None = None,
         seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
+        stop_offset: int | None = None,  # not needed: a record's length says where it ends
     ) -> Iterator[LocatedSample]:
         check_range(start, stop)
         framing = self._framing(stream, url, on_damage)

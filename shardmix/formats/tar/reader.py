@@ -68,8 +68,10 @@ class TarReader:
         start_offset: int | None = None,
         seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
+        stop_offset: int | None = None,
     ) -> Iterator[LocatedSample]:
         reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
+        reader.members.limit = stop_offset
         return reader.samples(start, stop)
 
     def blocks(
@@ -82,8 +84,10 @@ class TarReader:
         start_offset: int | None = None,
         seek_from: RecordPosition | None = None,
         on_damage: DamageHandler | None = None,
+        stop_offset: int | None = None,
     ) -> Iterator[RecordBlock]:
         reader = self._entered(stream, url, start, stop, start_offset, seek_from, on_damage)
+        reader.members.limit = stop_offset
         return reader.blocks(start, stop)
 
     def _entered(
