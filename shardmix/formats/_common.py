@@ -88,13 +88,16 @@ class ShardRead:
     ``[start, stop)`` (``stop`` None: to the end); where a seekable, uncompressed stream may
     enter instead of byte 0: ``start_offset``, the offset of record ``start``, else
     ``seek_from``, a ``(record, offset)`` at or before ``start`` (an entry of a reader's
-    ``index``); and who is told of damage instead of raising it (``on_damage``)."""
+    ``index``); where record ``stop`` begins, when known (``stop_offset``, an entry of the
+    index: a reader may end there without looking further); and who is told of damage instead
+    of raising it (``on_damage``)."""
 
     start: int = 0
     stop: int | None = None
     start_offset: int | None = None
     seek_from: tuple[int, int] | None = None
     on_damage: DamageHandler | None = None
+    stop_offset: int | None = None
 
     def __post_init__(self) -> None:
         check_start(self.start)

@@ -42,7 +42,10 @@ from shardmix.sources.version import shard_version
 
 CACHE_VERSION = 1
 COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
-INDEX_EVERY = 64  # the counting pass notes the byte offset of every 64th record
+# The counting pass notes the byte offset of every 16th record: where a piece (a multiple of it:
+# plan.sharding.DEFAULT_PIECE_RECORDS) begins and ends, so that its read neither walks to it
+# nor past it.
+INDEX_EVERY = 16
 
 # Shares each process's results with every process of the job: one entry per process, in rank
 # order (``torch.distributed.all_gather_object``).

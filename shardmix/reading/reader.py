@@ -21,6 +21,7 @@ format (:mod:`shardmix.formats`).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import time
@@ -94,6 +95,7 @@ def read_shard(
     expect: ShardIdentity | None = None,
     on_open: OnOpen | None = None,
     before_tag: int = NO_TAG,
+    stop_offset: int | None = None,
 ) -> Iterator[Sample]:
     """The samples of records ``[start, stop)`` of one shard, each with its provenance and
     its tag (under ``__tag__``: :mod:`shardmix.formats.tags`).
@@ -110,11 +112,14 @@ def read_shard(
 
     ``expect``: the identity the shard had when this position was taken; another version is
     refused with :class:`~shardmix.errors.ShardChangedError` before a record is read.
-    ``on_open`` is told the identity the opened shard has.
+    ``on_open`` is told the identity the opened shard has. ``stop_offset``, when known (a
+    sparse index entry), is where record ``stop`` begins: the reader ends there.
     """
     where = (before_offset, source_options, listed, (expect, on_open))
     entered = _entered(url, start, stop, seek_from, on_damage, *where)
     with entered as (stream, read):
+        if stop_offset is not None:
+            read = dataclasses.replace(read, stop_offset=stop_offset)
         reader = tagging_reader(reader_for(fmt, options))
         for index, offset, sample in reader.records(stream, url, read):
             tag = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
@@ -144,6 +149,7 @@ def read_shard_blocks(
     expect: ShardIdentity | None = None,
     on_open: OnOpen | None = None,
     before_tag: int = NO_TAG,
+    stop_offset: int | None = None,
 ) -> Iterator[RecordBlock]:
     """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
     whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`
@@ -157,6 +163,8 @@ def read_shard_blocks(
     where = (before_offset, source_options, listed, (expect, on_open))
     entered = _entered(url, start, stop, seek_from, on_damage, *where)
     with entered as (stream, read):
+        if stop_offset is not None:
+            read = dataclasses.replace(read, stop_offset=stop_offset)
         for block in reader.blocks(stream, url, read):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
                 index, offset, key = block.records[0], block.offsets[0], block.keys[0]

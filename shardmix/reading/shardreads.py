@@ -154,6 +154,8 @@ class ShardReads:
     ) -> dict[str, Any]:
         """What a read of records ``[start, stop)`` of ``url`` passes the reader module."""
         shard = self.shard_index[url]
+        # Where record ``stop`` begins, when the sparse index holds it: the read ends there.
+        at_stop = None if stop is None else self.plan.record_counts.seek_from(url, stop)
         return {
             "expect": self.expected.get(shard),
             "on_open": partial(self._note_opened, shard),
@@ -165,6 +167,7 @@ class ShardReads:
             "on_damage": on_damage if self.policy.skips else None,
             "before_offset": before_offset,
             "listed": self._listed(url),
+            "stop_offset": at_stop[1] if at_stop is not None and at_stop[0] == stop else None,
         }
 
     def _listed(self, url: str) -> tuple[int, str | None] | None:

@@ -80,6 +80,14 @@ class TarMembers(FramingErrors):
         self.ended = False  # the end-of-archive block was seen
         self.link: str | None = None  # the current member's target, when it is a hard link
         self._run_bytes = _MAX_RUN_BYTES  # of the buffer, the next run's walk (see above)
+        # Where the read ends, when known (the offset of the first record not read, from the
+        # counting pass's index): no run walks past it, and the read ends there.
+        self.limit: int | None = None
+
+    @property
+    def next_offset(self) -> int:
+        """The byte offset of the next header."""
+        return self._next_offset
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
@@ -271,6 +279,8 @@ class TarMembers(FramingErrors):
         buffer = self._peek(BLOCK)
         first = self._pending  # the rest of the member before, where its data was not read
         window = first + self._run_bytes
+        if self.limit is not None:  # up to the read's end: one run, from a seek too
+            window = first + max(self.limit - self._next_offset, BLOCK)
         if len(buffer) > window:
             self._run_bytes = min(2 * self._run_bytes, _MAX_RUN_BYTES)
             found = plain_members(buffer[:window], first, max_size, self._pax_shapes)

@@ -61,12 +61,16 @@ class TarReader:
     def records(
         self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        return self._entered(stream, url, read).samples(read.start, read.stop)
+        reader = self._entered(stream, url, read)
+        reader.members.limit = read.stop_offset
+        return reader.samples(read.start, read.stop)
 
     def blocks(
         self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[RecordBlock]:
-        return self._entered(stream, url, read).blocks(read.start, read.stop)
+        reader = self._entered(stream, url, read)
+        reader.members.limit = read.stop_offset
+        return reader.blocks(read.start, read.stop)
 
     def _entered(self, stream: BinaryIO, url: str, read: ShardRead) -> TarRecords:
         """The shard's records, entered where ``read`` says (see the protocol)."""

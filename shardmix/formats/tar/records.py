@@ -120,11 +120,17 @@ class TarRecords(RecordDamage):
         """
         state = _Reading(start, stop, wanted, fast=wanted is None and not self.index_every)
         try:
-            for run in self.members.runs(self._max_member_bytes):
+            members = self.members
+            end = members.limit
+            for run in members.runs(self._max_member_bytes):
                 yield from self._run(state, run, blocks)
                 if state.past_last:
                     return
-            self._end_record(state.record, self.members.entry_offset)
+                if members.next_offset == end and self.records == state.last + 1:
+                    break  # record ``stop`` begins here (the index says): the read's end
+            else:
+                end = members.entry_offset
+            self._end_record(state.record, end)
         except ShardmixError as error:
             lost = self._lost(error, state.record, start)
             if lost or not self.members.ended:
