@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardmix.formats import Format, ReadOptions, RecordPosition, reader_for
+from shardmix.formats import Format, ReadOptions, RecordPosition, is_gzipped, reader_for
 from shardmix.plan.manifests import (  # noqa: F401 (manifest_counts, manifest_shards: re-exported)
     MANIFEST_VERSION,
     Manifests,
@@ -37,7 +37,7 @@ from shardmix.plan.manifests import (  # noqa: F401 (manifest_counts, manifest_s
     manifest_shards,
 )
 from shardmix.policy import Damage, DamageHandler
-from shardmix.sources import SourceOptions, open_shard
+from shardmix.sources import SourceOptions, is_local, open_shard
 from shardmix.sources.version import shard_version
 
 CACHE_VERSION = 1
@@ -171,6 +171,7 @@ class RecordCounts:
         self._shared = False  # resolve_all ran its exchange: every count is known
         # Counted again after a change (shardmix.plan.recount): ``{url: (count, its source)}``.
         self._recounted: dict[str, tuple[ShardCount, str]] = {}
+        self._walked: dict[str, ShardCount] = {}  # indexed for seeking only (see seek_from)
 
     def known(self, url: str) -> int | None:
         """The count of ``url`` if given or in a manifest; never counted here (None then)."""
@@ -234,9 +235,19 @@ class RecordCounts:
         return found.records
 
     def seek_from(self, url: str, start: int) -> RecordPosition | None:
-        """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known."""
+        """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known.
+        A local, uncompressed shard whose count came without an index (a manifest, or given)
+        is indexed here by one walk of its framing, once per process: pieces of it are then
+        entered by a seek each, not by a walk from its start each."""
         found = self._counts.get(url)
-        return found.seek_from(start) if found is not None else None
+        if found is not None and found.index:
+            return found.seek_from(start)
+        if start <= 0 or not is_local(url) or is_gzipped(url):
+            return None
+        walked = self._walked.get(url)
+        if walked is None:
+            walked = self._walked[url] = self._index(url)
+        return walked.seek_from(start)
 
     def total(self, shard_indices: Sequence[int]) -> int:
         """The records in the shards ``shard_indices`` (indices into the shard list)."""

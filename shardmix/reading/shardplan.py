@@ -108,27 +108,21 @@ class ShardPlan:
     def spread_counts(self, world_size: int) -> list[int] | None:
         """Every shard's count when the plan cuts shards into pieces, else None (whole shards).
 
-        Pieces are made from counts: under several ranks the plan has them; on one rank they
-        are found (given, a manifest, the count cache, or the counting pass) when every shard
-        can be entered mid-way cheaply: a local, uncompressed file, or a remote one whose count
-        is known without counting (a manifest). Else (a remote shard with no manifest, a gzip
-        shard, whose middle is reached only by reading its start) every shard is read whole.
+        Pieces are made from counts (given, a manifest, the count cache, the counting pass, or
+        the plan's under several ranks) when every shard is a local, uncompressed file: one
+        whose middle is reached by a seek (a shard counted without an index, from a manifest,
+        is indexed by one walk of its framing in the process that first enters it mid-way).
+        Else (a remote or gzip shard, whose middle costs a read of its start, or a request per
+        piece) every shard is read whole. A function of the shard list alone, so every rank
+        and process plans alike.
         """
-        if self.piece_records is None:
+        if self.piece_records is None or not self._spreadable():
             return None
-        if world_size > 1:
-            return self.shard_counts(world_size)
-        if not self._spreadable():
-            return None
-        return self.shard_counts(1)
+        return self.shard_counts(world_size)
 
     def _spreadable(self) -> bool:
         if self._spreads is None:
-            counts = self.record_counts
-            self._spreads = all(
-                not is_gzipped(url) and (is_local(url) or counts.known(url) is not None)
-                for url in self.urls
-            )
+            self._spreads = all(is_local(url) and not is_gzipped(url) for url in self.urls)
         return self._spreads
 
     def recount_changed(

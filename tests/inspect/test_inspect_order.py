@@ -14,6 +14,7 @@ from shardmix.cli.main import main
 from shardmix.errors import TransformError
 from shardmix.formats.tar_writer import TarWriter
 from shardmix.inspect import inspect_batches
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS
 
 SHARDS = 32
 
@@ -92,7 +93,10 @@ def test_label_diversity_and_drift_equal_the_loaders(capsys, sorted_set, options
     report = inspect_json(
         capsys, pattern, "--label=cls", "--batch-size=32", "--num-workers=2", *flags
     )
-    settings = {**options, "piece_records": options.get("piece_records", 64) or None}
+    settings = {
+        **options,
+        "piece_records": options.get("piece_records", DEFAULT_PIECE_RECORDS) or None,
+    }
     expected = loader_order(pattern, keys, batch_size=32, num_workers=2, **settings)
     assert report["settings"]["label"] == "cls"
     for name in ("sources", "label"):
