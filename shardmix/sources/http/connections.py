@@ -3,7 +3,12 @@
 :func:`connection_pool` gives this process's urllib3 ``PoolManager`` for a URL (a
 ``ProxyManager`` for hosts that ``HTTPS_PROXY``/``HTTP_PROXY`` name and ``NO_PROXY`` does not
 exempt), so connections stay alive from one shard, one range, to the next; a forked DataLoader
-worker starts its own pools.
+worker starts its own pools. A process opens at most :data:`NEW_CONNECTIONS_PER_HOST`
+connections to a host at once: a connection holds its host's gate from its connect until its
+first answer's headers (or its close), so a restore's burst of range requests opens
+connections a few at a time, and a server with a short listen backlog (Python's
+``http.server``: 5) is not sent dozens of connects at once, whose dropped SYNs the kernel
+resends only after 1, 3, 7 s. Requests on kept-alive connections pass no gate.
 
 :func:`follow_redirects` is the redirect policy of the whole-shard GET, the range reads and the
 version check (``HEAD``) alike: at most :data:`MAX_REDIRECTS` hops, to ``http(s)`` URLs only,
@@ -22,11 +27,13 @@ import os
 import threading
 import urllib.request
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import urllib3
 import urllib3.exceptions
+from urllib3.connection import HTTPConnection, HTTPSConnection
 
 from shardmix.sources.options import RemoteReadError
 
@@ -40,8 +47,11 @@ _DRAIN_LIMIT = 1 << 16
 
 # Connections kept alive per host: enough for the range requests a restore has in flight.
 POOL_CONNECTIONS_PER_HOST = 64
+# Connections a process opens to one host at once, each until its first answer's headers.
+NEW_CONNECTIONS_PER_HOST = 6
 
 _pools: dict[str | None, urllib3.PoolManager] = {}
+_gates: dict[tuple[str, int | None], threading.Semaphore] = {}
 _pools_lock = threading.Lock()
 
 Send = Callable[[str, Mapping[str, str]], urllib3.BaseHTTPResponse]
@@ -59,14 +69,65 @@ def connection_pool(url: str) -> urllib3.PoolManager:
             options: dict[str, Any] = {"maxsize": POOL_CONNECTIONS_PER_HOST, "block": False}
             manager = urllib3.ProxyManager(proxy, **options) if proxy else None
             pool = manager or urllib3.PoolManager(**options)
+            pool.pool_classes_by_scheme = {"http": _GatedPool, "https": _GatedHTTPSPool}
             _pools[proxy] = pool
         return pool
+
+
+def _gate(host: str, port: int | None) -> threading.Semaphore:
+    with _pools_lock:
+        return _gates.setdefault((host, port), threading.Semaphore(NEW_CONNECTIONS_PER_HOST))
+
+
+class _GatedConnection(HTTPConnection):
+    """A connection that holds its host's gate from its connect to its first answer."""
+
+    _held: list[threading.Semaphore]
+
+    def connect(self) -> None:
+        gate = _gate(self.host, self.port)
+        gate.acquire()
+        self._held = [gate]
+        try:
+            super().connect()
+        except BaseException:
+            self._open_gate()
+            raise
+
+    def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
+        try:
+            return super().getresponse()
+        finally:
+            self._open_gate()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._open_gate()
+
+    def _open_gate(self) -> None:
+        with suppress(AttributeError, IndexError):  # list.pop: once, whichever thread comes first
+            self._held.pop().release()
+
+
+class _GatedHTTPSConnection(_GatedConnection, HTTPSConnection):
+    pass
+
+
+class _GatedPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _GatedConnection
+
+
+class _GatedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _GatedHTTPSConnection
 
 
 def forget_pools() -> None:
     """Drop this process's pools (in a forked child: the parent's sockets are not ours)."""
     global _pools_lock
     _pools.clear()
+    _gates.clear()  # a gate held by a parent's thread would stay held
     _pools_lock = threading.Lock()
 
 
