@@ -24,6 +24,7 @@ Left to the callers: what a final answer means (:mod:`shardmix.sources.http.stre
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -51,7 +52,7 @@ POOL_CONNECTIONS_PER_HOST = 64
 NEW_CONNECTIONS_PER_HOST = 6
 
 _pools: dict[str | None, urllib3.PoolManager] = {}
-_gates: dict[tuple[str, int | None], threading.Semaphore] = {}
+_gates: dict[tuple[str, int | None], _Gate] = {}
 _pools_lock = threading.Lock()
 
 Send = Callable[[str, Mapping[str, str]], urllib3.BaseHTTPResponse]
@@ -74,41 +75,45 @@ def connection_pool(url: str) -> urllib3.PoolManager:
         return pool
 
 
-def _gate(host: str, port: int | None) -> threading.Semaphore:
+class _Gate:
+    """The new connections a process may still open to one host, and the wait for one."""
+
+    def __init__(self) -> None:
+        self.free = NEW_CONNECTIONS_PER_HOST
+        self.changed = threading.Condition()
+
+    def release(self) -> None:
+        with self.changed:
+            self.free += 1
+            self.changed.notify()
+
+
+def _gate(host: str, port: int | None) -> _Gate:
     with _pools_lock:
-        return _gates.setdefault((host, port), threading.Semaphore(NEW_CONNECTIONS_PER_HOST))
+        return _gates.setdefault((host, port), _Gate())
 
 
 class _GatedConnection(HTTPConnection):
-    """A connection that holds its host's gate from its connect to its first answer."""
+    """A connection that holds its host's gate (if its pool gave it one) until its first
+    answer's headers arrive, or it closes."""
 
-    _held: list[threading.Semaphore]
-
-    def connect(self) -> None:
-        gate = _gate(self.host, self.port)
-        gate.acquire()
-        self._held = [gate]
-        try:
-            super().connect()
-        except BaseException:
-            self._open_gate()
-            raise
+    held: list[_Gate]
 
     def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
         try:
             return super().getresponse()
         finally:
-            self._open_gate()
+            self.open_gate()
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            self._open_gate()
+            self.open_gate()
 
-    def _open_gate(self) -> None:
+    def open_gate(self) -> None:
         with suppress(AttributeError, IndexError):  # list.pop: once, whichever thread comes first
-            self._held.pop().release()
+            self.held.pop().release()
 
 
 class _GatedHTTPSConnection(_GatedConnection, HTTPSConnection):
@@ -116,10 +121,44 @@ class _GatedHTTPSConnection(_GatedConnection, HTTPSConnection):
 
 
 class _GatedPool(urllib3.HTTPConnectionPool):
+    """A pool whose new connections wait for their host's gate, or for a connection another
+    request gives back meanwhile, whichever comes first."""
+
     ConnectionCls = _GatedConnection
 
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn: Any = super()._get_conn(timeout)  # a _GatedConnection: this pool makes no other
+        if not conn.is_closed:  # kept alive
+            return conn
+        gate = _gate(self.host, self.port)
+        with gate.changed:
+            while not gate.free:
+                spare = self._spare()
+                if spare is not None:
+                    self.pool.put(conn)  # type: ignore[union-attr]
+                    return spare
+                gate.changed.wait()
+            gate.free -= 1
+        conn.held = [gate]
+        return conn
 
-class _GatedHTTPSPool(urllib3.HTTPSConnectionPool):
+    def _spare(self) -> Any:
+        """A kept-alive connection from the pool, if one is on top; else None."""
+        with suppress(queue.Empty, AttributeError):
+            top = self.pool.get(block=False)  # type: ignore[union-attr]
+            if top is not None and top.is_connected:
+                return top
+            self.pool.put(top)  # type: ignore[union-attr]
+        return None
+
+    def _put_conn(self, conn: Any) -> None:
+        super()._put_conn(conn)
+        gate = _gate(self.host, self.port)
+        with gate.changed:
+            gate.changed.notify()
+
+
+class _GatedHTTPSPool(_GatedPool, urllib3.HTTPSConnectionPool):
     ConnectionCls = _GatedHTTPSConnection
 
 
