@@ -8,7 +8,8 @@ connections to a host at once: a connection holds its host's gate from its conne
 first answer's headers (or its close), so a restore's burst of range requests opens
 connections a few at a time, and a server with a short listen backlog (Python's
 ``http.server``: 5) is not sent dozens of connects at once, whose dropped SYNs the kernel
-resends only after 1, 3, 7 s. Requests on kept-alive connections pass no gate.
+resends only after 1, 3, 7 s. Requests on kept-alive connections pass no gate, and a request
+waiting at the gate takes a connection another request gives back meanwhile.
 
 :func:`follow_redirects` is the redirect policy of the whole-shard GET, the range reads and the
 version check (``HEAD``) alike: at most :data:`MAX_REDIRECTS` hops, to ``http(s)`` URLs only,
