@@ -3,7 +3,13 @@
 :func:`connection_pool` gives this process's urllib3 ``PoolManager`` for a URL (a
 ``ProxyManager`` for hosts that ``HTTPS_PROXY``/``HTTP_PROXY`` name and ``NO_PROXY`` does not
 exempt), so connections stay alive from one shard, one range, to the next; a forked DataLoader
-worker starts its own pools.
+worker starts its own pools. A process opens at most :data:`NEW_CONNECTIONS_PER_HOST`
+connections to a host at once: a connection holds its host's gate from its connect until its
+first answer's headers (or its close), so a restore's burst of range requests opens
+connections a few at a time, and a server with a short listen backlog (Python's
+``http.server``: 5) is not sent dozens of connects at once, whose dropped SYNs the kernel
+resends only after 1, 3, 7 s. Requests on kept-alive connections pass no gate, and a request
+waiting at the gate takes a connection another request gives back meanwhile.
 
 :func:`follow_redirects` is the redirect policy of the whole-shard GET, the range reads and the
 version check (``HEAD``) alike: at most :data:`MAX_REDIRECTS` hops, to ``http(s)`` URLs only,
@@ -19,14 +25,17 @@ Left to the callers: what a final answer means (:mod:`shardmix.sources.http.stre
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import urllib.request
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import urllib3
 import urllib3.exceptions
+from urllib3.connection import HTTPConnection, HTTPSConnection
 
 from shardmix.sources.options import RemoteReadError
 
@@ -40,8 +49,11 @@ _DRAIN_LIMIT = 1 << 16
 
 # Connections kept alive per host: enough for the range requests a restore has in flight.
 POOL_CONNECTIONS_PER_HOST = 64
+# Connections a process opens to one host at once, each until its first answer's headers.
+NEW_CONNECTIONS_PER_HOST = 6
 
 _pools: dict[str | None, urllib3.PoolManager] = {}
+_gates: dict[tuple[str, int | None], _Gate] = {}
 _pools_lock = threading.Lock()
 
 Send = Callable[[str, Mapping[str, str]], urllib3.BaseHTTPResponse]
@@ -59,14 +71,103 @@ def connection_pool(url: str) -> urllib3.PoolManager:
             options: dict[str, Any] = {"maxsize": POOL_CONNECTIONS_PER_HOST, "block": False}
             manager = urllib3.ProxyManager(proxy, **options) if proxy else None
             pool = manager or urllib3.PoolManager(**options)
+            pool.pool_classes_by_scheme = {"http": _GatedPool, "https": _GatedHTTPSPool}
             _pools[proxy] = pool
         return pool
+
+
+class _Gate:
+    """The new connections a process may still open to one host, and the wait for one."""
+
+    def __init__(self) -> None:
+        self.free = NEW_CONNECTIONS_PER_HOST
+        self.changed = threading.Condition()
+
+    def release(self) -> None:
+        with self.changed:
+            self.free += 1
+            self.changed.notify()
+
+
+def _gate(host: str, port: int | None) -> _Gate:
+    with _pools_lock:
+        return _gates.setdefault((host, port), _Gate())
+
+
+class _GatedConnection(HTTPConnection):
+    """A connection that holds its host's gate (if its pool gave it one) until its first
+    answer's headers arrive, or it closes."""
+
+    held: list[_Gate]
+
+    def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
+        try:
+            return super().getresponse()
+        finally:
+            self.open_gate()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.open_gate()
+
+    def open_gate(self) -> None:
+        with suppress(AttributeError, IndexError):  # list.pop: once, whichever thread comes first
+            self.held.pop().release()
+
+
+class _GatedHTTPSConnection(_GatedConnection, HTTPSConnection):
+    pass
+
+
+class _GatedPool(urllib3.HTTPConnectionPool):
+    """A pool whose new connections wait for their host's gate, or for a connection another
+    request gives back meanwhile, whichever comes first."""
+
+    ConnectionCls = _GatedConnection
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn: Any = super()._get_conn(timeout)  # a _GatedConnection: this pool makes no other
+        if not conn.is_closed:  # kept alive
+            return conn
+        gate = _gate(self.host, self.port)
+        with gate.changed:
+            while not gate.free:
+                spare = self._spare()
+                if spare is not None:
+                    self.pool.put(conn)  # type: ignore[union-attr]
+                    return spare
+                gate.changed.wait()
+            gate.free -= 1
+        conn.held = [gate]
+        return conn
+
+    def _spare(self) -> Any:
+        """A kept-alive connection from the pool, if one is on top; else None."""
+        with suppress(queue.Empty, AttributeError):
+            top = self.pool.get(block=False)  # type: ignore[union-attr]
+            if top is not None and top.is_connected:
+                return top
+            self.pool.put(top)  # type: ignore[union-attr]
+        return None
+
+    def _put_conn(self, conn: Any) -> None:
+        super()._put_conn(conn)
+        gate = _gate(self.host, self.port)
+        with gate.changed:
+            gate.changed.notify()
+
+
+class _GatedHTTPSPool(_GatedPool, urllib3.HTTPSConnectionPool):
+    ConnectionCls = _GatedHTTPSConnection
 
 
 def forget_pools() -> None:
     """Drop this process's pools (in a forked child: the parent's sockets are not ours)."""
     global _pools_lock
     _pools.clear()
+    _gates.clear()  # a gate held by a parent's thread would stay held
     _pools_lock = threading.Lock()
 
 
