@@ -19,7 +19,9 @@ the JPEG/PNG files of ``--photos``) to 4:3, resizes them to ImageNet-like 500x37
 Each case runs in its own process, which reports the CPU time of itself and its joined
 workers (``getrusage`` self + children) over the epoch, and the wall time; the rounds are
 interleaved, and the medians are printed, with each case's images per CPU-second as a ratio
-to ``pillow``'s.
+to ``pillow``'s. Then ``transform alone``: the ``vision`` and ``pillow`` transforms called in
+one process on the same JPEGs, without the loader's per-image work (reading, moving the
+arrays to the main process, collating), which is the same for both and dilutes the ratio.
 """
 
 from __future__ import annotations
@@ -189,6 +191,7 @@ def main() -> None:
                     out = subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
                     runs[case].append(json.loads(out.stdout))
             report(name, runs)
+            transform_alone(sorted((root / name / "files").iterdir())[:128], args.rounds)
 
 
 def report(name: str, runs: dict[str, list[dict[str, float]]]) -> None:
@@ -199,6 +202,24 @@ def report(name: str, runs: dict[str, list[dict[str, float]]]) -> None:
     for case in runs:
         ratio = f"  {per_cpu[case] / base:.2f}x pillow" if base else ""
         print(f"  {case:<11} {per_cpu[case]:7.1f} images/CPU-s {per_s[case]:7.1f} images/s{ratio}")
+
+
+def transform_alone(paths: list[Path], rounds: int) -> None:
+    """Images per CPU-second of each transform alone in this process, medians of ``rounds``."""
+    from shardmix.vision import RandomResizedCrop
+
+    transforms = {"vision": RandomResizedCrop(SIZE), "pillow": pillow_sample}
+    samples = [{"jpg": path.read_bytes(), "cls": 0} for path in paths]
+    rates: dict[str, list[float]] = {case: [] for case in transforms}
+    for _ in range(rounds):
+        for case, transform in transforms.items():
+            rng, started = np.random.default_rng(0), cpu_seconds()
+            for sample in samples:
+                transform(dict(sample), rng)
+            rates[case].append(len(samples) / (cpu_seconds() - started))
+    vision, pillow = (statistics.median(rates[case]) for case in transforms)
+    print(f"  transform alone: vision {vision:.0f}, pillow {pillow:.0f} images/CPU-s, ", end="")
+    print(f"{vision / pillow:.2f}x pillow")
 
 
 if __name__ == "__main__":

@@ -76,13 +76,14 @@ def box_pixels(sample: dict[str, Any], name: str, image: Encoded, box: Box, size
             image,
             min_height=-(-image.height // factor),
             min_width=-(-image.width // factor),
+            coarse=True,
         )
         y, x = array.shape[0] / image.height, array.shape[1] / image.width
         bottom, right = round((top + h) * y), round((left + w) * x)
         top, left = round(top * y), round(left * x)
         h, w = bottom - top, right - left
     else:
-        array = decoded(sample, name, image)
+        array = decoded(sample, name, image, coarse=True)
     return resized_crop(array, (top, left, h, w), size)
 
 
