@@ -182,7 +182,14 @@ class SkipLedger:
                     entry = table[url] = _empty_shard_entry()
                     if table is self._shards and self.warn and url not in self._reported:
                         _warn_first(url, counts)
-                for name in ("skips", "records", "bytes", "cut", "uncounted"):
+                # A shard read as pieces is cut once, however many of its pieces (in however
+                # many workers) met the cut: one skip and one cut shard, its lost records summed.
+                cut = int(counts.get("cut", 0))
+                was_cut = entry["cut"]
+                entry["cut"] = int(bool(was_cut or cut))
+                entry["skips"] += int(counts.get("skips", 0)) - cut - was_cut + entry["cut"]
+                entry["uncounted"] = max(entry["uncounted"], int(counts.get("uncounted", 0)))
+                for name in ("records", "bytes"):
                     entry[name] += int(counts.get(name, 0))
                 if entry["first"] is None:
                     entry["first"] = counts.get("first")

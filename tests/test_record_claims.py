@@ -60,7 +60,7 @@ def test_a_tfrecord_cut_at_a_record_boundary_beside_its_manifest_is_refused(tmp_
     shard = tmp_path / "part-0001.tfrecord"
     full = shard.stat().st_size
     cut_at_record(shard, "tfrecord", 60)
-    dataset = ShardDataset(pattern)
+    dataset = ShardDataset(pattern, piece_records=None)  # whole: the read that meets the end
     with pytest.warns(ManifestMismatchWarning) as warned, pytest.raises(RecordCountError) as raised:
         list(dataset)
     assert str(warned[0].message).startswith(
@@ -77,7 +77,7 @@ def test_under_skip_the_cut_shard_is_counted_and_the_rest_read(tmp_path):
     pattern = write_shards(tmp_path, "tfrecord", [100, 100, 100])
     write_manifest_beside(tmp_path, "tfrecord")
     cut_at_record(tmp_path / "part-0001.tfrecord", "tfrecord", 60)
-    dataset = ShardDataset(pattern, on_error="skip")
+    dataset = ShardDataset(pattern, on_error="skip", piece_records=None)
     with pytest.warns(SkippedDataWarning), pytest.warns(ManifestMismatchWarning):
         found = keys(dataset)
     lost = Counter(record_key(1, r) for r in range(60, 100))
@@ -239,3 +239,16 @@ def test_between_epochs_a_rewritten_shard_is_read_anew_and_counted_again(tmp_pat
         70,
         "the count made again at epoch 2",
     )
+
+
+def test_a_cut_shard_read_as_pieces_is_one_cut_and_every_lost_record_counted(tmp_path):
+    pattern = write_shards(tmp_path, "tfrecord", [100, 100, 100])
+    write_manifest_beside(tmp_path, "tfrecord")
+    cut_at_record(tmp_path / "part-0001.tfrecord", "tfrecord", 60)
+    dataset = ShardDataset(pattern, on_error="skip", piece_records=16)
+    with pytest.warns(SkippedDataWarning), pytest.warns(ManifestMismatchWarning):
+        found = keys(dataset)
+    lost = Counter(record_key(1, r) for r in range(60, 100))
+    assert found == expected_keys([100, 100, 100]) - lost
+    skipped = dataset.skipped
+    assert (skipped["skips"], skipped["shards_cut"], skipped["records"]) == (1, 1, 40)

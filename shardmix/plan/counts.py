@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, RecordPosition, is_gzipped, reader_for
 from shardmix.plan.manifests import (  # noqa: F401 (manifest_counts, manifest_shards: re-exported)
     MANIFEST_VERSION,
@@ -246,7 +247,12 @@ class RecordCounts:
             return None
         walked = self._walked.get(url)
         if walked is None:
-            walked = self._walked[url] = self._index(url)
+            options, source_options = self._options, self.source_options
+            try:
+                walked = index_records(url, self._formats[url], options, source_options)
+            except ShardmixError:  # damaged: no index; its reads walk to the damage and name it
+                walked = ShardCount(0)
+            self._walked[url] = walked
         return walked.seek_from(start)
 
     def total(self, shard_indices: Sequence[int]) -> int:

@@ -101,9 +101,11 @@ class CountCheck:
         if self._cut or self._reached >= end - 1:
             return
         found = self._reached + 1
+        # A piece read from a record past the shard's end read nothing: the end is before it.
+        where = f"before record {found}" if found == self.start > 0 else f"after {found}"
         error = RecordCountError(
             f"{self.url}: {self.source} says {self.expected} records, but the shard ends "
-            f"after {found}: it was cut short (an interrupted copy?) or changed since it was "
+            f"{where}: it was cut short (an interrupted copy?) or changed since it was "
             "counted; restore the shard, or re-create its manifest or count",
             url=self.url,
             record=found,
