@@ -101,8 +101,8 @@ def main() -> None:
         loader = make_loader(args.shards, group)
         counted = watch_counting(loader.dataset)
         epochs = [train(model, optimizer, loader)[0] for _ in range(2)]
-        rank = loader.options.rank_and_world_size()
-        runs[name] = {"epochs": epochs, "rank": rank, "counted": counted}
+        where = loader.options.rank_and_world_size()
+        runs[name] = {"epochs": epochs, "rank": where, "counted": counted}
         loader.close()
     for even_ranks in ("drop", "pad"):
         loader = make_loader(args.shards, dp, even_ranks, drop_30_percent)
