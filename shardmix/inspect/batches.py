@@ -54,14 +54,14 @@ from shardmix.errors import ConfigError
 from shardmix.inspect.advice import Context
 from shardmix.inspect.advice import advise as advise_run
 from shardmix.inspect.mixture import inspect_mixture
-from shardmix.inspect.reading import baseline as read_baseline
 from shardmix.inspect.reading import (
+    LaneOf,
     inspect_dataset,
-    lane_of,
     provenance_of,
     rank_shards,
     record_run,
 )
+from shardmix.inspect.reading import baseline as read_baseline
 from shardmix.inspect.report import InspectReport, InspectSettings
 from shardmix.inspect.summary import Ideal
 from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES, MixingLoader
@@ -162,11 +162,10 @@ def inspect_batches(
     settings = dataclasses.replace(
         settings, num_lanes=lanes, shuffle_buffer=loader.options.shuffle_buffer_size()
     )
-    lanes_by_url = lane_of([[p.shard for p in lane] for lane in plan], dataset.urls)
     run = record_run(
         "MixingLoader",
         loader,
-        lanes_by_url,
+        LaneOf(plan, dataset.urls),
         lanes,
         settings,
         ideal=ideal,

@@ -9,6 +9,7 @@ left to :mod:`~shardmix.inspect.summary`.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 from collections import Counter
@@ -20,7 +21,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
-from shardmix.formats import SIZE_KEY, SOURCE_KEY, Sample, TFRecordPayload
+from shardmix.formats import INDEX_KEY, SIZE_KEY, SOURCE_KEY, Sample, TFRecordPayload
 from shardmix.inspect.report import BatchStats, InspectSettings, RunStats
 from shardmix.inspect.summary import Ideal, order_stats, summarize
 from shardmix.plan.sharding import Piece
@@ -80,28 +81,42 @@ def label_text(value: object) -> str:
     return str(value)
 
 
-def provenance_of(samples: list[Sample]) -> list[tuple[str, int, str | None]]:
-    """The collate function: a batch is its samples' shard URLs, payload sizes and labels."""
-    return [(s[SOURCE_KEY], s["payload_bytes"], s.get(LABEL_KEY)) for s in samples]
+Provenance = list[tuple[str, int, str | None, int]]
+
+
+def provenance_of(samples: list[Sample]) -> Provenance:
+    """The collate function: a batch is its samples' shard URLs, payload sizes, labels and
+    record indices."""
+    return [(s[SOURCE_KEY], s["payload_bytes"], s.get(LABEL_KEY), s[INDEX_KEY]) for s in samples]
 
 
 def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int]:
-    """The shards of a rank's lane plan and the records it reads of each."""
+    """The shards of a rank's lane plan and the records it reads of each (its pieces summed)."""
     # Counted once: the loader's planning for even ranks reuses the dataset's counts.
     counts = dataset.plan.record_counts
-    return {
-        dataset.urls[piece.shard]: (
-            counts.of(dataset.urls[piece.shard]) if piece.stop is None else piece.stop
-        )
-        - piece.start
-        for lane in plan
-        for piece in lane
-    }
+    shards: dict[str, int] = {}
+    for piece in (piece for lane in plan for piece in lane):
+        url = dataset.urls[piece.shard]
+        stop = counts.of(url) if piece.stop is None else piece.stop
+        shards[url] = shards.get(url, 0) + stop - piece.start
+    return shards
 
 
-def lane_of(plan: list[list[int]], urls: Sequence[str]) -> dict[str, int]:
-    """Each shard URL's lane in ``plan`` (lanes of shard indices into ``urls``)."""
-    return {urls[i]: lane for lane, shards in enumerate(plan) for i in shards}
+class LaneOf:
+    """The lane that reads a record, from a lane plan of pieces of shards (a shard's pieces
+    may lie in several lanes)."""
+
+    def __init__(self, plan: list[list[Piece]], urls: Sequence[str]) -> None:
+        self._pieces: dict[str, list[tuple[int, int]]] = {}  # url: sorted (start, lane)
+        for lane, pieces in enumerate(plan):
+            for piece in pieces:
+                self._pieces.setdefault(urls[piece.shard], []).append((piece.start, lane))
+        for starts in self._pieces.values():
+            starts.sort()
+
+    def __call__(self, url: str, record: int) -> int:
+        starts = self._pieces[url]
+        return starts[bisect.bisect_right(starts, (record, len(starts) + 1 << 32)) - 1][1]
 
 
 def baseline(
@@ -121,14 +136,13 @@ def baseline(
         collate_fn=provenance_of,
         generator=torch.Generator().manual_seed(settings.seed),  # never torch's global one
     )
-    plan = dataset.plan.lane_shards(
+    plan = dataset.plan.lane_pieces(
         settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes
     )
-    lanes_by_url = lane_of(plan, dataset.urls)
     return record_run(
         "DataLoader",
         loader,
-        lanes_by_url,
+        LaneOf(plan, dataset.urls),
         num_lanes,
         settings,
         ideal=ideal,
@@ -152,8 +166,8 @@ class RankStream(IterableDataset[Sample]):
 
 def record_run(
     name: str,
-    loader: Iterable[list[tuple[str, int, str | None]]],
-    lanes_by_url: dict[str, int],
+    loader: Iterable[Provenance],
+    lane_of: LaneOf,
     num_lanes: int,
     settings: InspectSettings,
     *,
@@ -171,13 +185,13 @@ def record_run(
     labels: list[str | None] = []
     batches = progress_bar(itertools.islice(loader, settings.batches), progress, name, total)
     for index, provenance in enumerate(batches):
-        counts = dict(Counter(url for url, _, _ in provenance))
-        payload += sum(size for _, size, _ in provenance)
-        sources += (url for url, _, _ in provenance)
-        labels += (label for _, _, label in provenance)
+        counts = dict(Counter(url for url, _, _, _ in provenance))
+        payload += sum(size for _, size, _, _ in provenance)
+        sources += (url for url, _, _, _ in provenance)
+        labels += (label for _, _, label, _ in provenance)
         lanes = [0] * num_lanes
-        for url, count in counts.items():
-            lanes[lanes_by_url[url]] += count
+        for url, _, _, record in provenance:
+            lanes[lane_of(url, record)] += 1
         per_worker = [sum(lanes[worker::workers]) for worker in range(workers)]
         found.append(BatchStats(index, counts, per_worker, lanes))
     summary = summarize(found, lambda batch: ideal.of(batch.size), ideal.full, payload)
