@@ -14,7 +14,7 @@ from test_record_claims import write_manifest_beside
 
 from shardmix import MixingLoader, ShardChangedError, ShardDataset
 from shardmix.formats import Format, ReadOptions
-from shardmix.plan.counts import RecordCounts
+from shardmix.plan.counts import INDEX_EVERY, RecordCounts
 from shardmix.plan.recount import ReadVersions, local_identity, recount_changed
 
 from shards import expected_keys, record_key, write_shard, write_shards
@@ -226,7 +226,8 @@ def test_ranks_count_a_changed_shard_once_and_all_adopt_the_same_counts(tmp_path
     for held in counts:
         assert held.resolve_all() == [20, 30, 5, 28]
         assert held.claim(urls[1]) == (30, "the count made again at epoch 1")
-        assert held.seek_from(urls[1], 29) == (0, 0)  # the new sparse index: record 0 only
+        record, offset = held.seek_from(urls[1], 29)  # the new sparse index's entry
+        assert record == 29 // INDEX_EVERY * INDEX_EVERY and (offset > 0) == (record > 0)
     assert counts[0]._counts == counts[1]._counts  # the sparse index too
     # Lengths, changed shards; lengths, counts: four gathers, the first of one int.
     assert gather.calls[0] == [1, 1]
