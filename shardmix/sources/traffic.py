@@ -24,8 +24,9 @@ import io
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -83,14 +84,21 @@ class Traffic:
             (self.bytes, other.bytes),
             (self.requests, other.requests),
             (self.cache, other.cache),
-            (self.stage_seconds, other.stage_seconds),
             (self.image_fallbacks, other.image_fallbacks),
         ):
-            for key, value in theirs.items():
-                mine[key] = mine.get(key, 0) + value  # type: ignore[assignment]
+            _add_to(mine, theirs)
+        _add_to(self.stage_seconds, other.stage_seconds)
         self.cache_read_bytes += other.cache_read_bytes
         self.stalls += other.stalls
         self.stall_seconds += other.stall_seconds
+
+
+Number = TypeVar("Number", int, float)
+
+
+def _add_to(mine: dict[str, Number], theirs: Mapping[str, Number]) -> None:
+    for key, value in theirs.items():
+        mine[key] = mine.get(key, 0) + value
 
 
 # Reentrant: a shard's reader left unfinished counts its bytes in its ``finally``, which the

@@ -136,7 +136,8 @@ class _GatedPool(urllib3.HTTPConnectionPool):
             while not gate.free:
                 spare = self._spare()
                 if spare is not None:
-                    self.pool.put(conn)  # type: ignore[union-attr]
+                    if self.pool is not None:  # else closed meanwhile: the new one is dropped
+                        self.pool.put(conn)
                     return spare
                 gate.changed.wait()
             gate.free -= 1
@@ -145,11 +146,14 @@ class _GatedPool(urllib3.HTTPConnectionPool):
 
     def _spare(self) -> Any:
         """A kept-alive connection from the pool, if one is on top; else None."""
+        pool = self.pool
+        if pool is None:  # closed
+            return None
         with suppress(queue.Empty, AttributeError):
-            top = self.pool.get(block=False)  # type: ignore[union-attr]
+            top = pool.get(block=False)
             if top is not None and top.is_connected:
                 return top
-            self.pool.put(top)  # type: ignore[union-attr]
+            pool.put(top)
         return None
 
     def _put_conn(self, conn: Any) -> None:
