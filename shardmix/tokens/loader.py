@@ -173,9 +173,10 @@ class TokenLoader:
         rows = pack(self.packing, lengths, self.seq_len)
         if self.packing is Packing.BEST_FIT:
             # Best fit orders rows by size; the order of a window's rows is a seeded shuffle,
-            # seeded by its documents so that a replayed window shuffles the same way. The
-            # rows with padding go last, so that the epoch's last window pads its last batch.
-            names = "\n".join(f"{d.source}\t{d.key}" for d in documents).encode()
+            # seeded by its documents (by shard index and record, so wherever the shards live)
+            # so that a replayed window shuffles the same way. The rows with padding go last,
+            # so that the epoch's last window pads its last batch.
+            names = "\n".join(f"{d.dataset}\t{d.ref[0]}\t{d.ref[1]}" for d in documents).encode()
             order = np.random.default_rng([self.seed, zlib.crc32(names)]).permutation(len(rows))
             full = [sum(stop - start for _, start, stop in row) == self.seq_len for row in rows]
             rows = [rows[i] for i in order if full[i]] + [rows[i] for i in order if not full[i]]
