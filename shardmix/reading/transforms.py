@@ -98,25 +98,28 @@ class SampleTransform:
         A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
         decoder and the transform, and put back in what they give or the tombstone.
         """
-        clock = time.perf_counter
-        for sample in samples:
-            tag = sample.pop(TAG_KEY, None)
-            provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
-            before = clock()
-            try:
-                result = self._one(sample, provenance, epoch, epoch_pass, shard_index, example)
-            except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
-                wrapped = _wrap(error, sample)
-                if on_damage is None:
-                    raise wrapped from error
-                on_damage(Damage(wrapped, sample.get(INDEX_KEY), sample.get(OFFSET_KEY)))
-                result = tombstone(sample, SKIPPED)
-            else:
-                result = tombstone(sample, FILTERED) if result is None else self._kept(result)
-            count_seconds("transform", clock() - before)
-            if tag is not None:
-                result[TAG_KEY] = tag
-            yield result
+        clock, spent = time.perf_counter, 0.0
+        try:
+            for sample in samples:
+                tag = sample.pop(TAG_KEY, None)
+                provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
+                before = clock()
+                try:
+                    result = self._one(sample, provenance, epoch, epoch_pass, shard_index, example)
+                except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
+                    wrapped = _wrap(error, sample)
+                    if on_damage is None:
+                        raise wrapped from error
+                    on_damage(Damage(wrapped, sample.get(INDEX_KEY), sample.get(OFFSET_KEY)))
+                    result = tombstone(sample, SKIPPED)
+                else:
+                    result = tombstone(sample, FILTERED) if result is None else self._kept(result)
+                spent += clock() - before
+                if tag is not None:
+                    result[TAG_KEY] = tag
+                yield result
+        finally:  # counted once per call, not per sample: the counts take a lock
+            count_seconds("transform", spent)
 
     def _one(
         self,
