@@ -77,55 +77,53 @@ OnOpen = Callable[[ShardIdentity | None], None]
 RANGE_GUESS = 8 * 1024
 RANGE_TAIL = 1024
 RANGE_GAP = 8 * 1024
-# Sources that count their bytes as they arrive (:mod:`shardmix.sources.traffic`).
 
 
-def read_shard(
-    url: str,
-    fmt: Format,
-    *,
-    start: int = 0,
-    stop: int | None = None,
-    seek_from: RecordPosition | None = None,
-    options: ReadOptions = ReadOptions(),
-    source_options: SourceOptions | None = None,
-    on_damage: DamageHandler | None = None,
-    before_offset: int = -1,
-    listed: tuple[int, str | None] | None = None,
-    expect: ShardIdentity | None = None,
-    on_open: OnOpen | None = None,
-    before_tag: int = NO_TAG,
-    stop_offset: int | None = None,
-) -> Iterator[Sample]:
-    """The samples of records ``[start, stop)`` of one shard, each with its provenance and
-    its tag (under ``__tag__``: :mod:`shardmix.formats.tags`).
+@dataclasses.dataclass(frozen=True)
+class ReadRequest:
+    """What one read of a shard asks :func:`read_shard` or :func:`read_shard_blocks`.
 
-    ``stop`` None reads to the shard's end. With ``on_damage``, damaged records are reported
-    to it and left out; ``__index__`` stays the record's position in the shard, so the indices
-    then have gaps. ``before_offset``, when not -1, is where record ``start - 1`` begins:
-    reading starts there (that record is read and dropped) where the shard can seek. Else
-    ``seek_from``, a sparse index entry at or before ``start``, is where a seekable,
-    uncompressed shard is entered; else the framing is walked from byte 0. ``listed``: the
-    size and sha256 a manifest gives the shard (a cached copy is checked against them).
+    Records ``[start, stop)`` (``stop`` None: to the shard's end). With ``on_damage``, damaged
+    records are reported to it and left out; ``__index__`` stays the record's position in the
+    shard, so the indices then have gaps. ``before_offset``, when not -1, is where record
+    ``start - 1`` begins: reading starts there (that record is read and dropped) where the shard
+    can seek. Else ``seek_from``, a sparse index entry at or before ``start``, is where a
+    seekable, uncompressed shard is entered; else the framing is walked from byte 0. ``listed``:
+    the size and sha256 a manifest gives the shard (a cached copy is checked against them).
     ``before_tag``, when not 0, is the tag record ``start - 1`` has: the record read at
-    ``before_offset`` must have it, else this raises a ConfigError (:func:`check_resumed`).
+    ``before_offset`` must have it, else the read raises a ConfigError (:func:`check_resumed`).
 
     ``expect``: the identity the shard had when this position was taken; another version is
     refused with :class:`~shardmix.errors.ShardChangedError` before a record is read.
     ``on_open`` is told the identity the opened shard has. ``stop_offset``, when known (a
     sparse index entry), is where record ``stop`` begins: the reader ends there.
     """
-    where = (before_offset, source_options, listed, (expect, on_open))
-    entered = _entered(url, start, stop, seek_from, on_damage, *where)
-    with entered as (stream, read):
-        if stop_offset is not None:
-            read = dataclasses.replace(read, stop_offset=stop_offset)
-        reader = tagging_reader(reader_for(fmt, options))
+
+    start: int = 0
+    stop: int | None = None
+    seek_from: RecordPosition | None = None
+    options: ReadOptions = ReadOptions()
+    source_options: SourceOptions | None = None
+    on_damage: DamageHandler | None = None
+    before_offset: int = -1
+    listed: tuple[int, str | None] | None = None
+    expect: ShardIdentity | None = None
+    on_open: OnOpen | None = None
+    before_tag: int = NO_TAG
+    stop_offset: int | None = None
+
+
+def read_shard(url: str, fmt: Format, request: ReadRequest = ReadRequest()) -> Iterator[Sample]:
+    """The samples of the records ``request`` asks of one shard, each with its provenance and
+    its tag (under ``__tag__``: :mod:`shardmix.formats.tags`)."""
+    start = request.start
+    with _entered(url, request) as (stream, read):
+        reader = tagging_reader(reader_for(fmt, request.options))
         for index, offset, sample in reader.records(stream, url, read):
             tag = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
             if index < start:
                 # The record before ``start``, read to find where ``start`` begins.
-                check_resumed(url, index, offset, before_tag, tag)
+                check_resumed(url, index, offset, request.before_tag, tag)
                 continue
             sample[SOURCE_KEY] = url
             sample[INDEX_KEY] = index
@@ -135,40 +133,23 @@ def read_shard(
 
 
 def read_shard_blocks(
-    url: str,
-    fmt: Format,
-    *,
-    start: int = 0,
-    stop: int | None = None,
-    seek_from: RecordPosition | None = None,
-    options: ReadOptions = ReadOptions(),
-    source_options: SourceOptions | None = None,
-    on_damage: DamageHandler | None = None,
-    before_offset: int = -1,
-    listed: tuple[int, str | None] | None = None,
-    expect: ShardIdentity | None = None,
-    on_open: OnOpen | None = None,
-    before_tag: int = NO_TAG,
-    stop_offset: int | None = None,
+    url: str, fmt: Format, request: ReadRequest = ReadRequest()
 ) -> Iterator[RecordBlock]:
     """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
     whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`
     (its records' tags are their keys': :func:`~shardmix.formats.tags.key_tag`)."""
-    reader = reader_for(fmt, options)
+    reader = reader_for(fmt, request.options)
     # Not isinstance(reader, BlockReader): a runtime protocol check looks over every member, 25
     # µs a shard, a twentieth of reading a small shard.
     if not callable(getattr(reader, "blocks", None)):
         raise TypeError(f"the {fmt.value} reader does not read records in blocks")
     reader = cast(BlockReader, reader)
-    where = (before_offset, source_options, listed, (expect, on_open))
-    entered = _entered(url, start, stop, seek_from, on_damage, *where)
-    with entered as (stream, read):
-        if stop_offset is not None:
-            read = dataclasses.replace(read, stop_offset=stop_offset)
+    start = request.start
+    with _entered(url, request) as (stream, read):
         for block in reader.blocks(stream, url, read):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
                 index, offset, key = block.records[0], block.offsets[0], block.keys[0]
-                check_resumed(url, index, offset, before_tag, key_tag(index, key))
+                check_resumed(url, index, offset, request.before_tag, key_tag(index, key))
                 block = block.after(start - 1)
                 if not block.records:
                     continue
@@ -177,35 +158,29 @@ def read_shard_blocks(
 
 
 @contextmanager
-def _entered(
-    url: str,
-    start: int,
-    stop: int | None,
-    seek_from: RecordPosition | None,
-    on_damage: DamageHandler | None,
-    before_offset: int,
-    source_options: SourceOptions | None,
-    listed: tuple[int, str | None] | None = None,
-    opened: tuple[ShardIdentity | None, OnOpen | None] = (None, None),
-) -> Iterator[tuple[BinaryIO, ShardRead]]:
-    """The shard, open where a read of records ``[start, stop)`` begins (see
-    :func:`read_shard`), and the read its reader's ``records`` or ``blocks`` reads."""
-    resume = start > 0 and before_offset >= 0
-    expect, on_open = opened
-    offset = before_offset if resume else 0
+def _entered(url: str, request: ReadRequest) -> Iterator[tuple[BinaryIO, ShardRead]]:
+    """The shard, open where ``request`` begins, and the read its reader's ``records`` or
+    ``blocks`` reads."""
+    start, stop, on_damage = request.start, request.stop, request.on_damage
+    resume = start > 0 and request.before_offset >= 0
+    offset = request.before_offset if resume else 0
     began = time.perf_counter()
     with (
         open_shard(
-            url, options=source_options, offset=offset, listed=listed, expect=expect
+            url,
+            options=request.source_options,
+            offset=offset,
+            listed=request.listed,
+            expect=request.expect,
         ) as stream,
         _counted(url, stream, offset),
     ):
         if not is_local(url) and not opened_ahead(stream):  # read ahead: counted there
             count_stall(time.perf_counter() - began)  # the answer (cached: the download)
-        if on_open is not None:
-            on_open(stream_identity(stream))
+        if request.on_open is not None:
+            request.on_open(stream_identity(stream))
         if resume and can_seek_records(stream, url):
-            yield stream, ShardRead(start - 1, stop, before_offset, on_damage=on_damage)
+            read = ShardRead(start - 1, stop, offset, on_damage=on_damage)
         else:
             if resume:
                 logger.debug(
@@ -213,7 +188,8 @@ def _entered(
                     url,
                     start,
                 )
-            yield stream, ShardRead(start, stop, seek_from=seek_from, on_damage=on_damage)
+            read = ShardRead(start, stop, seek_from=request.seek_from, on_damage=on_damage)
+        yield stream, dataclasses.replace(read, stop_offset=request.stop_offset)
 
 
 @contextmanager
@@ -252,7 +228,7 @@ def read_shard_at(
     The ranges of a remote shard are asked for here, at the call, several at once; the
     records are read as the result is iterated. ``longest_record``: see :func:`record_ranges`.
     ``expect``: the identity the shard had when the positions were taken (see
-    :func:`read_shard`).
+    :class:`ReadRequest`).
     """
     if not positions:
         return iter(())
@@ -369,9 +345,6 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
         return stream
     raw.seek(stream.tell())  # where the caller's stream stands, whatever it buffered
     return io.BufferedReader(raw, buffer_size=_SEEK_BUFFER_BYTES)
-
-
-# Where a sample states its size, when it does (see :func:`sample_bytes`).
 
 
 def sample_bytes(sample: Sample) -> int:

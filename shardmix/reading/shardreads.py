@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any
 
 from shardmix.formats import BlockReader, Format, ReadOptions, RecordBlock, reader_for
 from shardmix.formats.tags import NO_TAG
@@ -119,9 +118,8 @@ class ShardReads:
         url = self.plan.urls[piece.shard]
         check = self._count_check(url, record, piece.stop, self.ledger)
         on_damage = self.ledger if check is None else check.on_damage
-        arguments = self._read_arguments(url, record, before_offset, piece.stop, on_damage)
-        arguments["before_tag"] = before_tag
-        blocks = reader.read_shard_blocks(url, self._format_of[url], **arguments)
+        request = self._request(url, record, before_offset, piece.stop, on_damage, before_tag)
+        blocks = reader.read_shard_blocks(url, self._format_of[url], request)
         return blocks if check is None else check.blocks(blocks)
 
     def _count_check(
@@ -144,31 +142,33 @@ class ShardReads:
         if identity is not None:
             self.opened[shard] = identity
 
-    def _read_arguments(
+    def _request(
         self,
         url: str,
         start: int,
         before_offset: int,
         stop: int | None,
         on_damage: DamageHandler | None,
-    ) -> dict[str, Any]:
-        """What a read of records ``[start, stop)`` of ``url`` passes the reader module."""
+        before_tag: int,
+    ) -> reader.ReadRequest:
+        """What a read of records ``[start, stop)`` of ``url`` asks the reader module."""
         shard = self.shard_index[url]
         # Where record ``stop`` begins, when the sparse index holds it: the read ends there.
         at_stop = None if stop is None else self.plan.record_counts.seek_from(url, stop)
-        return {
-            "expect": self.expected.get(shard),
-            "on_open": partial(self._note_opened, shard),
-            "start": start,
-            "stop": stop,
-            "seek_from": self.plan.record_counts.seek_from(url, start),
-            "options": self.options,
-            "source_options": self.source_options,
-            "on_damage": on_damage if self.policy.skips else None,
-            "before_offset": before_offset,
-            "listed": self._listed(url),
-            "stop_offset": at_stop[1] if at_stop is not None and at_stop[0] == stop else None,
-        }
+        return reader.ReadRequest(
+            expect=self.expected.get(shard),
+            on_open=partial(self._note_opened, shard),
+            start=start,
+            stop=stop,
+            seek_from=self.plan.record_counts.seek_from(url, start),
+            options=self.options,
+            source_options=self.source_options,
+            on_damage=on_damage if self.policy.skips else None,
+            before_offset=before_offset,
+            listed=self._listed(url),
+            before_tag=before_tag,
+            stop_offset=at_stop[1] if at_stop is not None and at_stop[0] == stop else None,
+        )
 
     def _listed(self, url: str) -> tuple[int, str | None] | None:
         """The size and sha256 the manifest gives ``url``, which a cached copy must have."""
@@ -230,9 +230,8 @@ class ShardReads:
             on_damage = self.ledger
         check = self._count_check(url, start, stop, on_damage)
         read_damage = on_damage if check is None else check.on_damage
-        arguments = self._read_arguments(url, start, before_offset, stop, read_damage)
-        arguments["before_tag"] = before_tag
-        samples = reader.read_shard(url, self._format_of[url], **arguments)
+        request = self._request(url, start, before_offset, stop, read_damage, before_tag)
+        samples = reader.read_shard(url, self._format_of[url], request)
         if check is not None:
             samples = check.samples(samples)
         return self._transformed(samples, url, epoch, on_damage, epoch_pass)

@@ -14,7 +14,7 @@ import pytest
 
 from shardmix.errors import ConfigError, ShardNotFoundError
 from shardmix.formats import Format
-from shardmix.reading.reader import read_shard
+from shardmix.reading.reader import ReadRequest, read_shard
 from shardmix.sources import (
     RemoteAccessError,
     RemoteReadError,
@@ -180,7 +180,8 @@ def test_tar_shard_over_http_matches_local(
     write_shards(tmp_path, "tar", [20], payload_bytes=70_000)
     state.faults["part-0000.tar"].append("cut")
     keys = [
-        sample["__key__"] for sample in read_shard(f"{base}/part-0000.tar", Format.TAR, start=start)
+        sample["__key__"]
+        for sample in read_shard(f"{base}/part-0000.tar", Format.TAR, ReadRequest(start=start))
     ]
     assert keys == [record_key(0, record) for record in range(start, 20)]
 
