@@ -146,18 +146,7 @@ def inspect_batches(
     total = math.ceil(sum(shards.values()) / batch_size)  # for the progress bar only
     total = min(total, batches) if batches is not None else total
 
-    loader = MixingLoader(
-        dataset,
-        batch_size=batch_size,
-        num_workers=num_workers,
-        shuffle_buffer=shuffle_buffer,
-        shuffle_buffer_bytes=shuffle_buffer_bytes,
-        seed=seed,
-        collate_fn=provenance_of,
-        even_ranks=settings.even_ranks,
-        rank=rank,
-        world_size=world_size,
-    )
+    loader = MixingLoader(dataset, collate_fn=provenance_of, **settings.loader_keywords())
     loader.set_epoch(epoch)
     settings = dataclasses.replace(
         settings, num_lanes=lanes, shuffle_buffer=loader.options.shuffle_buffer_size()

@@ -73,15 +73,8 @@ def inspect_mixture(
         datasets,
         weights=weights,
         stopping=stopping,
-        batch_size=settings.batch_size,
-        num_workers=settings.num_workers,
-        shuffle_buffer=settings.shuffle_buffer,
-        shuffle_buffer_bytes=settings.shuffle_buffer_bytes,
-        seed=settings.seed,
         collate_fn=mixture_provenance_of,
-        even_ranks=settings.even_ranks,
-        rank=settings.rank,
-        world_size=settings.world_size,
+        **settings.loader_keywords(),
     )
     loader.set_epoch(settings.epoch)
     settings = dataclasses.replace(settings, shuffle_buffer=loader.options.shuffle_buffer_size())

@@ -65,6 +65,12 @@ class InspectSettings:
                 "ranks count from 0 to world_size - 1"
             )
 
+    def loader_keywords(self) -> dict[str, Any]:
+        """The keywords of the :class:`~shardmix.MixingLoader` an inspection runs."""
+        names = ["batch_size", "num_workers", "shuffle_buffer", "shuffle_buffer_bytes", "seed"]
+        names += ["even_ranks", "rank", "world_size"]
+        return {name: getattr(self, name) for name in names}
+
 
 @dataclass(frozen=True)
 class DatasetShare:
