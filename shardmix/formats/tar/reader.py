@@ -61,16 +61,12 @@ class TarReader:
     def records(
         self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        reader = self._entered(stream, url, read)
-        reader.members.limit = read.stop_offset
-        return reader.samples(read.start, read.stop)
+        return self._entered(stream, url, read).samples(read.start, read.stop)
 
     def blocks(
         self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[RecordBlock]:
-        reader = self._entered(stream, url, read)
-        reader.members.limit = read.stop_offset
-        return reader.blocks(read.start, read.stop)
+        return self._entered(stream, url, read).blocks(read.start, read.stop)
 
     def _entered(self, stream: BinaryIO, url: str, read: ShardRead) -> TarRecords:
         """The shard's records, entered where ``read`` says (see the protocol)."""
@@ -78,6 +74,7 @@ class TarReader:
         entry = read.entry
         if entry is not None and not self._gzipped(url) and reader.members.seekable:
             reader.seek(entry[1], entry[0])
+        reader.members.limit = read.stop_offset
         return reader
 
     def records_wanted(
