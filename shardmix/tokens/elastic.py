@@ -3,13 +3,13 @@
 A resume on the same ranks replays the current window (:mod:`shardmix.tokens.loader`). On
 another world size that cannot work: the MixingLoader deals the rest of the epoch anew, so a
 window's documents land on other ranks and the rows a rank already yielded would be yielded
-again. So a state also holds the MixingLoader's state *after* the current window and that
-window's rows not yet yielded, each piece a reference (dataset, ``(shard, record, byte
-offset)``) and its token span, never a token. :func:`join_token_states` joins the ranks'
-states: their after-states joined by :func:`~shardmix.join_states`, their unyielded rows
-concatenated in rank order. On ``W'`` ranks, rank ``r`` first yields rows ``r, r + W', ...``
-of them, reading their documents again (:func:`read_rows`, the buffer residents' re-read),
-then packs what the MixingLoader deals it: every token once.
+again. So a state also holds, for each dataset, the MixingLoader's state *after* the current
+window and that window's rows not yet yielded, each piece a reference ``(shard, record, byte
+offset)`` and its token span, never a token. :func:`join_token_states` joins the ranks'
+states dataset by dataset: their after-states joined by :func:`~shardmix.join_states`, their
+unyielded rows concatenated in rank order. On ``W'`` ranks, rank ``r`` first yields rows
+``r, r + W', ...`` of them, reading their documents again (:func:`read_rows`, the buffer
+residents' re-read), then packs what the MixingLoader deals it: every token once.
 """
 
 from __future__ import annotations
@@ -29,70 +29,41 @@ from shardmix.tokens.packing import Piece
 STATE_KEY = "tokens"
 
 
-def rows_state(rows: Sequence[Sequence[Span]], names: Sequence[str | None]) -> dict[str, Any]:
-    """``rows`` as JSON: the documents' references once each, and per row its pieces
-    ``[document, start, stop]``."""
-    documents: dict[tuple[str | None, tuple[int, int, int]], int] = {}
+def rows_state(rows: Sequence[Sequence[Span]]) -> dict[str, Any]:
+    """``rows`` (of one dataset) as JSON: the documents' references once each, and per row its
+    pieces ``[document, start, stop]``."""
+    documents: dict[tuple[int, int, int], int] = {}
     pieces = [
-        [
-            [documents.setdefault((d.dataset, d.ref), len(documents)), start, stop]
-            for d, start, stop in row
-        ]
+        [[documents.setdefault(d.ref, len(documents)), start, stop] for d, start, stop in row]
         for row in rows
     ]
-    return {
-        "documents": pack_refs([ref for _, ref in documents]),
-        "datasets": [names.index(name) for name, _ in documents],
-        "rows": pieces,
-    }
+    return {"documents": pack_refs(list(documents)), "rows": pieces}
 
 
 def deal_rows(state: Mapping[str, Any], rank: int, world_size: int) -> dict[str, Any]:
     """Rank ``rank``'s rows of ``state`` (rows ``rank, rank + world_size, ...``) as a state."""
     refs = unpack_refs(state["documents"], "tokens.rest")
-    datasets = state["datasets"]
     documents: dict[int, int] = {}
     rows = [
         [[documents.setdefault(d, len(documents)), start, stop] for d, start, stop in row]
         for row in state["rows"][rank::world_size]
     ]
-    return {
-        "documents": pack_refs([refs[d] for d in documents]),
-        "datasets": [datasets[d] for d in documents],
-        "rows": rows,
-    }
+    return {"documents": pack_refs([refs[d] for d in documents]), "rows": rows}
 
 
 def read_rows(
-    state: Mapping[str, Any],
-    members: Mapping[str | None, ShardDataset],
-    names: Sequence[str | None],
-    epoch: int,
-    field: str,
+    state: Mapping[str, Any], dataset: ShardDataset, name: str | None, epoch: int, field: str
 ) -> tuple[list[Document], list[list[Piece]]]:
-    """The documents ``state`` names, read again from their shards, and its rows over them."""
+    """The documents ``state`` names (of ``dataset``, the mixture's ``name``), read again from
+    their shards, and its rows over them."""
     refs = unpack_refs(state["documents"], "tokens.rest")
-    datasets = state["datasets"]
-    if len(datasets) != len(refs):
-        raise ConfigError(
-            f"cannot resume: the state's tokens.rest names {len(refs)} documents and "
-            f"{len(datasets)} datasets; the state is damaged"
-        )
-    documents: list[Document | None] = [None] * len(refs)
-    for at, name in enumerate(names):
-        wanted = [d for d, dataset in enumerate(datasets) if dataset == at]
-        samples = read_refs(members[name].reads, [refs[d] for d in wanted], epoch)
-        for d, sample in zip(wanted, samples, strict=True):
-            key = sample.get("__key__")
-            documents[d] = Document(
-                document_tokens(sample, field),
-                sample["__source__"],
-                sample["__index__"] if key is None else key,
-                name,
-                refs[d],
-            )
-    read = [document for document in documents if document is not None]
-    return read, [[(d, start, stop) for d, start, stop in row] for row in state["rows"]]
+    documents = []
+    for ref, sample in zip(refs, read_refs(dataset.reads, refs, epoch), strict=True):
+        key = sample.get("__key__")
+        source, record = sample["__source__"], sample["__index__"]
+        tokens = document_tokens(sample, field)
+        documents.append(Document(tokens, source, record if key is None else key, name, ref))
+    return documents, [[(d, start, stop) for d, start, stop in row] for row in state["rows"]]
 
 
 def join_token_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -112,30 +83,28 @@ def join_token_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "cannot join a joined TokenLoader state again: load it on each rank, then "
                 "join the states the ranks save"
             )
-    parts.sort(key=lambda part: part["after"].get("rank", 0))
-    refs: list[tuple[int, int, int]] = []
-    datasets: list[int] = []
-    rows: list[list[list[int]]] = []
-    for part in parts:
-        pending = part["pending"]
-        offset = len(refs)
-        refs += unpack_refs(pending["documents"], "tokens.pending")
-        datasets += pending["datasets"]
-        rows += [[[d + offset, start, stop] for d, start, stop in row] for row in pending["rows"]]
-    rest = {"documents": pack_refs(refs), "datasets": datasets, "rows": rows}
-    loader = join_states([part["after"] for part in parts])
+    sources = {}
+    for name in first["sources"]:
+        ranks = sorted((part["sources"][name] for part in parts), key=_rank)
+        refs: list[tuple[int, int, int]] = []
+        rows: list[list[list[int]]] = []
+        for source in ranks:
+            pending = source["pending"]
+            offset = len(refs)
+            refs += unpack_refs(pending["documents"], "tokens.pending")
+            rows += [[[d + offset, a, b] for d, a, b in row] for row in pending["rows"]]
+        rest = {"documents": pack_refs(refs), "rows": rows}
+        after = join_states([source["after"] for source in ranks])
+        sources[name] = {"loader": after, "rows": 0, "rest": rest, "after": after, "pending": rest}
+    # The token counts start again at zero: each rank's were its own.
+    tokens = dict.fromkeys(first["tokens"], 0)
     shared = {"version": first["version"], "config": first["config"]}
-    return {
-        STATE_KEY: {
-            **shared,
-            "loader": loader,
-            "rows": 0,
-            "rest": rest,
-            "deal": True,
-            "after": loader,
-            "pending": rest,
-        }
-    }
+    return {STATE_KEY: {**shared, "tokens": tokens, "sources": sources, "deal": True}}
+
+
+def _rank(source: Mapping[str, Any]) -> int:
+    rank: int = source["after"].get("rank", 0)
+    return rank
 
 
 def join_any_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

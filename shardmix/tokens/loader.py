@@ -20,6 +20,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -27,12 +28,13 @@ import numpy as np
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, DecodeError, UnknownLengthError
 from shardmix.loader import MixingLoader
+from shardmix.plan.apportion import Stopping, member_seed, normalized_weights
 from shardmix.tokens.batch import Document, Span, collate_rows
 from shardmix.tokens.documents import document_tokens
 from shardmix.tokens.elastic import STATE_KEY, deal_rows, read_rows, rows_state
 from shardmix.tokens.packing import Packing, Piece, pack
 
-TOKENS_STATE_VERSION = 2  # 2: the unyielded rows as references, for elastic resume
+TOKENS_STATE_VERSION = 3  # 3: per dataset, and each dataset's tokens yielded this epoch
 DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
 
 
@@ -49,17 +51,33 @@ class _Window:
     yielded: int = 0
 
 
+@dataclass
+class _Source:
+    """One dataset of the loader: its MixingLoader, the window it yields rows from, the
+    window a resume replays (``skip`` rows of it yielded, or the ``rest`` a state handed
+    over) and its tokens yielded this epoch."""
+
+    name: str | None
+    dataset: Any
+    loader: MixingLoader
+    window: _Window | None = None
+    skip: int = 0
+    rest: dict[str, Any] | None = None
+    tokens: int = 0
+    seen: tuple[int, int] = (0, 0)  # documents and tokens read so far, for len()
+
+
 class TokenLoader:
     """Batches of ``batch_size`` rows of exactly ``seq_len`` tokens, packed from documents.
 
     Args:
-        dataset: a :class:`~shardmix.ShardDataset` of documents (or a dict of them, with
-            ``weights=``, as :class:`~shardmix.MixingLoader` takes them); each record's token
-            field is a 1-D integer array (:mod:`shardmix.tokens.documents`).
+        dataset: a :class:`~shardmix.ShardDataset` of documents, or a dict of them by name
+            (a mixture, weighted by ``weights``); each record's token field is a 1-D integer
+            array (:mod:`shardmix.tokens.documents`).
         seq_len: tokens per row.
         batch_size: rows per batch.
         seed: seeds the shuffle buffer and the order of each window's rows.
-        num_workers: DataLoader worker processes; the rows do not depend on it.
+        num_workers: DataLoader worker processes (per dataset); the rows do not depend on it.
         field: the token field (``tokens``: the TFRecord feature, or ``tokens.npy`` in tar).
         packing: ``"best_fit"`` (default): each ``seq_len`` piece of a document fills a row
             alone and the remainders, longest first, each go to the open row they fill best;
@@ -67,8 +85,13 @@ class TokenLoader:
         window: documents packed together (rounded up to a multiple of 256). A larger window
             pads less; a resume re-reads up to one window.
         drop_last: drop the epoch's last batch when it is short.
-        options: passed to the MixingLoader (``rank``, ``world_size``, ``group``,
-            ``canonical_ranks``, ``weights``, ``shuffle_buffer``, ``timeout``...).
+        weights: a mixture's weights by dataset name, held in tokens: each dataset is packed
+            into rows of its own, and each next row comes from the dataset furthest below its
+            share of the tokens yielded so far this epoch, so that in every batch its tokens
+            are within one ``seq_len`` of its weight times the batch's tokens. The epoch ends
+            when a dataset has no row left (``stopping="first_exhausted"``).
+        options: passed to each dataset's MixingLoader (``rank``, ``world_size``, ``group``,
+            ``canonical_ranks``, ``shuffle_buffer``, ``timeout``...).
 
     A record whose token field is missing or not a 1-D integer array raises a
     :class:`~shardmix.errors.DecodeError` naming its shard, record and offset; with the
@@ -87,6 +110,7 @@ class TokenLoader:
         packing: str | Packing = Packing.BEST_FIT,
         window: int = 16_384,
         drop_last: bool = False,
+        weights: Mapping[str, float] | None = None,
         **options: Any,
     ) -> None:
         for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("window", window)):
@@ -97,6 +121,14 @@ class TokenLoader:
         except ValueError:
             choices = [choice.value for choice in Packing]
             raise ConfigError(f"packing must be one of {choices}, got {packing!r}") from None
+        if Stopping(options.pop("stopping", Stopping.FIRST_EXHAUSTED)) is not (
+            Stopping.FIRST_EXHAUSTED
+        ):
+            raise ConfigError(
+                "a TokenLoader's mixture ends its epoch when a dataset has no row left "
+                "(stopping='first_exhausted'); for more of a small dataset give it more weight "
+                "or list its shards more than once"
+            )
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.seed = seed
@@ -105,37 +137,77 @@ class TokenLoader:
         read = min(window, DOCUMENTS_PER_READ)
         self.reads = -(-window // read)  # MixingLoader batches per window
         self.window = self.reads * read
-        self.loader = MixingLoader(
-            dataset,
-            batch_size=read,
-            seed=seed,
-            num_workers=num_workers,
-            collate_fn=list,
-            **options,
-        )
-        self._members = dict(dataset) if isinstance(dataset, Mapping) else {None: dataset}
-        self._names: list[str | None] = sorted(self._members, key=lambda name: name or "")
+        members = dict(dataset) if isinstance(dataset, Mapping) else {None: dataset}
+        names: list[str | None] = [None]
+        self.weights = [Fraction(1)]  # each source's share of the tokens, as the sources
+        if isinstance(dataset, Mapping):
+            named = sorted(dataset)
+            exact = normalized_weights(named, weights or dict.fromkeys(named, 1.0))
+            names, self.weights = list(named), [exact[name] for name in named]
+        elif weights is not None:
+            raise ConfigError("weights= weighs a dict of datasets; pass one, by name")
+        self.sources = [
+            _Source(
+                name,
+                members[name],
+                MixingLoader(
+                    members[name],
+                    batch_size=read,
+                    seed=seed if name is None else member_seed(seed, index),
+                    num_workers=num_workers,
+                    collate_fn=list,
+                    **options,
+                ),
+            )
+            for index, name in enumerate(names)
+        ]
+        self._members = members
         self._skips = all(
-            isinstance(m, ShardDataset) and m.reads.policy.skips for m in self._members.values()
+            isinstance(m, ShardDataset) and m.reads.policy.skips for m in members.values()
         )
         self.skipped = 0  # documents skipped for an unreadable token field, over all epochs
-        self._seen = [0, 0]  # documents and tokens read so far, for len()
-        self._window: _Window | None = None
-        self._resume_rows = 0
-        self._resume_rest: dict[str, Any] | None = None
         self._pending_state: dict[str, Any] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch the next ``iter()`` reads, as :meth:`MixingLoader.set_epoch`."""
-        self.loader.set_epoch(epoch)
+        for source in self.sources:
+            source.loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        skip, rest = self._resume_rows, self._resume_rest
-        self._resume_rows, self._resume_rest, self._pending_state = 0, None, None
-        window = None if rest is None else self._rest_window(rest)
-        documents = iter(self.loader)
+        self._pending_state = None
+        rows = [self._rows(source) for source in self.sources]
         batch: list[list[Span]] = []
-        while window is not None or (window := self._read_window(documents)) is not None:
+        while True:
+            # The source furthest below its share of the tokens so far (ties: the larger
+            # weight, then the first name): a source's tokens stay within one row of its share.
+            total = sum(source.tokens for source in self.sources)
+            deficits = [
+                (weight * total - source.tokens, weight, -at)
+                for at, (source, weight) in enumerate(zip(self.sources, self.weights, strict=True))
+            ]
+            at = -max(deficits)[2]
+            row = next(rows[at], None)
+            if row is None:
+                break
+            self.sources[at].tokens += sum(stop - start for _, start, stop in row)
+            batch.append(row)
+            if len(batch) == self.batch_size:
+                yield collate_rows(batch, self.seq_len)
+                batch = []
+        following = self.sources[at].loader.epoch
+        for source in self.sources:  # the epoch is over for every source, read whole or not
+            source.window, source.tokens = None, 0
+            source.loader.set_epoch(following)
+        if batch and not self.drop_last:
+            yield collate_rows(batch, self.seq_len)
+
+    def _rows(self, source: _Source) -> Iterator[list[Span]]:
+        """``source``'s rows, window after window, from where a resume put it."""
+        skip, rest = source.skip, source.rest
+        source.skip, source.rest = 0, None
+        window = None if rest is None else self._rest_window(source, rest)
+        documents = iter(source.loader)
+        while window is not None or (window := self._read_window(source, documents)) is not None:
             if skip > len(window.rows):
                 raise ConfigError(
                     f"cannot resume: the state says {skip} rows of its window were yielded, "
@@ -143,33 +215,29 @@ class TokenLoader:
                     "this data with these settings"
                 )
             window.yielded, skip = skip, 0
-            self._window = window
+            source.window = window
             while window.yielded < len(window.rows):
                 pieces = window.rows[window.yielded]
-                batch.append([(window.documents[d], start, stop) for d, start, stop in pieces])
                 window.yielded += 1
-                if len(batch) == self.batch_size:
-                    yield collate_rows(batch, self.seq_len)
-                    batch = []
+                yield [(window.documents[d], start, stop) for d, start, stop in pieces]
             window = None
-        self._window = None
-        if batch and not self.drop_last:
-            yield collate_rows(batch, self.seq_len)
+        source.window = None
 
-    def _read_window(self, samples: Iterator[list[dict[str, Any]]]) -> _Window | None:
+    def _read_window(
+        self, source: _Source, samples: Iterator[list[dict[str, Any]]]
+    ) -> _Window | None:
         documents: list[Document] = []
         while not documents:  # a window whose records were all skipped is passed over
-            state = self.loader.state_dict()
+            state = source.loader.state_dict()
             for _ in range(self.reads):
                 read = next(samples, None)
                 if read is None:
                     if not documents:
                         return None
                     break
-                documents.extend(filter(None, map(self._document, read)))
+                documents.extend(filter(None, (self._document(source, s) for s in read)))
         lengths = [len(document.tokens) for document in documents]
-        self._seen[0] += len(lengths)
-        self._seen[1] += sum(lengths)
+        source.seen = (source.seen[0] + len(lengths), source.seen[1] + sum(lengths))
         rows = pack(self.packing, lengths, self.seq_len)
         if self.packing is Packing.BEST_FIT:
             # Best fit orders rows by size; the order of a window's rows is a seeded shuffle,
@@ -180,16 +248,16 @@ class TokenLoader:
             order = np.random.default_rng([self.seed, zlib.crc32(names)]).permutation(len(rows))
             full = [sum(stop - start for _, start, stop in row) == self.seq_len for row in rows]
             rows = [rows[i] for i in order if full[i]] + [rows[i] for i in order if not full[i]]
-        return _Window(state, self.loader.state_dict(), documents, rows)
+        return _Window(state, source.loader.state_dict(), documents, rows)
 
-    def _rest_window(self, rest: dict[str, Any]) -> _Window:
+    def _rest_window(self, source: _Source, rest: dict[str, Any]) -> _Window:
         """The rows a state handed over (:mod:`shardmix.tokens.elastic`), read again."""
-        state = self.loader.state_dict()
-        names = self._names
-        documents, rows = read_rows(rest, self._members, names, self.loader.epoch, self.field)
+        state = source.loader.state_dict()
+        epoch = source.loader.epoch
+        documents, rows = read_rows(rest, source.dataset, source.name, epoch, self.field)
         return _Window(state, state, documents, rows, rest)
 
-    def _document(self, sample: dict[str, Any]) -> Document | None:
+    def _document(self, source: _Source, sample: dict[str, Any]) -> Document | None:
         try:
             tokens = document_tokens(sample, self.field)
         except DecodeError:
@@ -197,53 +265,60 @@ class TokenLoader:
                 raise
             self.skipped += 1
             return None
-        key, source, record = sample.get("__key__"), sample["__source__"], sample["__index__"]
-        name = sample.get("__dataset__")
-        shard = self._members[name].reads.shard_index[source]
-        ref = (shard, record, sample.get("__offset__", -1))
-        return Document(tokens, source, record if key is None else key, name, ref)
+        key, shard, record = sample.get("__key__"), sample["__source__"], sample["__index__"]
+        ref = (source.dataset.reads.shard_index[shard], record, sample.get("__offset__", -1))
+        return Document(tokens, shard, record if key is None else key, source.name, ref)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank, estimated: the documents this rank reads (from the
         record counts) times the mean tokens per document read so far, over ``seq_len`` and
-        ``batch_size``. Packing pads little, so the estimate errs by the documents' spread;
-        before the first window is read the token count is unknown."""
-        documents, tokens = self._seen
-        if not documents:
-            raise UnknownLengthError(
-                "len() of a TokenLoader is estimated from the tokens of the documents read, and "
-                "none has been read yet: take len() after the first batch"
-            )
-        rows = -(-len(self.loader) * self.loader.batch_size * tokens // documents // self.seq_len)
-        return -(-rows // self.batch_size)
+        ``batch_size`` (a mixture: until its first dataset runs out, by the weights). Packing
+        pads little, so the estimate errs by the documents' spread; before a dataset's first
+        window is read its token count is unknown."""
+        rows = []
+        for source, weight in zip(self.sources, self.weights, strict=True):
+            documents, tokens = source.seen
+            if not documents:
+                raise UnknownLengthError(
+                    "len() of a TokenLoader is estimated from the tokens of the documents "
+                    "read, and none has been read yet: take len() after the first batch"
+                )
+            read = len(source.loader) * source.loader.batch_size
+            if weight:
+                rows.append(read * tokens / documents / self.seq_len / weight)
+        return -(-int(min(rows) + 0.999999) // self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position between batches: the MixingLoader's state before the current window,
-        and the rows of that window already yielded (JSON types; no token)."""
+        """The position between batches: each dataset's MixingLoader state before its current
+        window, the rows of that window already yielded, and its tokens yielded this epoch
+        (JSON types; no token)."""
         if self._pending_state is not None:
             return self._pending_state
-        window = self._window
-        if window is None or window.yielded == len(window.rows):
-            loader = self.loader.state_dict()
-            position = {"loader": loader, "rows": 0, "rest": None, "after": loader}
-            pending: list[list[Span]] = []
-        else:
-            position = {
-                "loader": window.state,
-                "rows": window.yielded,
-                "rest": window.rest,
-                "after": window.after,
-            }
-            pending = [
-                [(window.documents[d], start, stop) for d, start, stop in row]
-                for row in window.rows[window.yielded :]
-            ]
+        sources = {}
+        for source in self.sources:
+            window = source.window
+            if window is None or window.yielded == len(window.rows):
+                loader = source.loader.state_dict()
+                position = {"loader": loader, "rows": 0, "rest": None, "after": loader}
+                pending: list[list[Span]] = []
+            else:
+                position = {
+                    "loader": window.state,
+                    "rows": window.yielded,
+                    "rest": window.rest,
+                    "after": window.after,
+                }
+                pending = [
+                    [(window.documents[d], start, stop) for d, start, stop in row]
+                    for row in window.rows[window.yielded :]
+                ]
+            sources[source.name or ""] = {**position, "pending": rows_state(pending)}
         return {
             STATE_KEY: {
                 "version": TOKENS_STATE_VERSION,
                 "config": self._config(),
-                **position,
-                "pending": rows_state(pending, self._names),
+                "tokens": {source.name or "": source.tokens for source in self.sources},
+                "sources": sources,
             }
         }
 
@@ -258,34 +333,46 @@ class TokenLoader:
         if part.get("version") != TOKENS_STATE_VERSION:
             raise ConfigError(
                 f"cannot resume: the TokenLoader state has version {part.get('version')!r}, "
-                f"this shardmix reads version {TOKENS_STATE_VERSION}"
+                f"this shardmix reads version {TOKENS_STATE_VERSION}; resume with the shardmix "
+                "that saved it, or start the epoch afresh"
             )
         if part.get("config") != self._config():
             raise ConfigError(
                 f"cannot resume: the state was packed with {part.get('config')}, this "
                 f"TokenLoader packs with {self._config()}; resume with the same settings"
             )
-        rows = part.get("rows")
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-            raise ConfigError(f"cannot resume: the state's rows must be an int >= 0, got {rows!r}")
-        self.loader.load_state_dict(part["loader"])
         part = dict(part)
-        if part.get("deal"):  # a joined state: this rank's share of the ranks' unyielded rows
-            rank, world_size = self.loader.options.ranks.resolve()
-            part["rest"] = part["pending"] = deal_rows(part["rest"], rank, world_size)
+        part["sources"] = {name: dict(each) for name, each in part["sources"].items()}
+        for source in self.sources:
+            saved = part["sources"][source.name or ""]
+            rows = saved.get("rows")
+            if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+                raise ConfigError(
+                    f"cannot resume: the state's rows must be an int >= 0, got {rows!r}"
+                )
+            source.loader.load_state_dict(saved["loader"])
+            if part.get("deal"):  # a joined state: this rank's share of the unyielded rows
+                rank, world_size = source.loader.options.ranks.resolve()
+                saved["rest"] = saved["pending"] = deal_rows(saved["rest"], rank, world_size)
+            source.skip, source.rest, source.window = rows, saved.get("rest"), None
+            source.tokens = part["tokens"][source.name or ""]
+        if part.get("deal"):
             part["deal"] = False
-        self._resume_rows = rows
-        self._resume_rest = part.get("rest")
         self._pending_state = {STATE_KEY: part}
 
     def _config(self) -> dict[str, Any]:
+        weights = {
+            source.name or "": str(w) for source, w in zip(self.sources, self.weights, strict=True)
+        }
         return {
             "seq_len": self.seq_len,
             "packing": self.packing.value,
             "window": self.window,
             "field": self.field,
+            "weights": weights,
         }
 
     def close(self) -> None:
         """Stop the worker processes."""
-        self.loader.close()
+        for source in self.sources:
+            source.loader.close()

@@ -84,7 +84,8 @@ def test_a_joined_state_resumes_exactly_once_more(shards):
     for loader in ranks:
         loader.load_state_dict(state)
     again = join_states([loader.state_dict() for loader in ranks])
-    assert len(again["tokens"]["rest"]["rows"]) == len(state["tokens"]["rest"]["rows"])
+    rest = again["tokens"]["sources"][""]["rest"]
+    assert len(rest["rows"]) == len(state["tokens"]["sources"][""]["rest"]["rows"])
 
 
 def rows(batches) -> list:
