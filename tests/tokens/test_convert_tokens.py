@@ -4,6 +4,7 @@ and that TokenLoader reads whole, every token once."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -23,6 +24,7 @@ from shardmix.convert import (
     convert,
     read_manifest,
 )
+from shardmix.convert.manifest import Journal, ShardEntry
 from shardmix.errors import ConfigError
 from shardmix.formats import Format, reader_for
 from shardmix.plan.manifests import local_entries
@@ -222,6 +224,15 @@ def test_a_version_1_manifest_still_reads(tmp_path):
     assert local_entries(str(tmp_path))["a-0.tar"].records == 3
 
 
+def test_a_resumed_run_keeps_the_token_counts(tmp_path):
+    entry = ShardEntry("a-0.tar", 2, 10240, "00", 5, (2, 3))
+    journal = Journal(str(tmp_path / ".a.manifest.json.journal"))
+    journal.start("plan", [entry])
+    journal.append(dataclasses.replace(entry, name="a-1.tar"))
+    second = ShardEntry("a-1.tar", 2, 10240, "00", 5, (2, 3))
+    assert journal.read("plan") == {"a-0.tar": entry, "a-1.tar": second}
+
+
 def test_command_line(tmp_path, tokenizer, inputs, capsys):
     path, tok = tokenizer
     paths, texts = inputs
@@ -229,5 +240,7 @@ def test_command_line(tmp_path, tokenizer, inputs, capsys):
     assert main([*argv, "--append-eos", "--max-records", "16"]) == 0
     total = sum(len(tok.encode(texts[f"essay{n:03d}"]).ids) + 1 for n in range(40))
     assert f"40 records, {total:,} tokens" in capsys.readouterr().out
+    assert main([*argv, "--append-eos", "--max-records", "16"]) == 0  # the same: nothing to do
+    assert f"(0 written now), 40 records, {total:,} tokens" in capsys.readouterr().out
     assert main(["convert", paths[2], f"{tmp_path}/x/t-%04d.tar", "--append-eos"]) == 2
     assert "need --tokenizer" in capsys.readouterr().err
