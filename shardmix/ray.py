@@ -313,6 +313,8 @@ def convert_on_ray(
             "--engine ray spreads the work itself: leave out --part and --workers (they are "
             "the local engine's)"
         )
+    if options.tokens is not None:
+        raise ConfigError("--engine ray does not tokenize: leave out --tokenizer (local engine)")
     began = time.monotonic()
     OutputPattern.parse(output)  # a bad pattern fails before Ray starts
     problems = Problems(options.skip_bad)

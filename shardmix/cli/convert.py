@@ -27,6 +27,10 @@ Dataset.save_to_disk (Image/Audio columns become raw <column>.<ext> members), or
 shards (patterns allowed). The output pattern has one %d directive, e.g.
 out/train-%06d.tar; .gz compresses. A manifest <prefix>.manifest.json is written beside the
 shards; re-running the same command after an interruption completes the set.
+
+tokens: --tokenizer tokenizer.json writes each document (row, file, record) as its token ids
+(tokens.npy in tar, uint16 or uint32; an int64 list 'tokens' in TFRecord) and its key, nothing
+else unless kept with --keep-column; the manifest counts the tokens of every record and shard.
 """
 
 
@@ -61,6 +65,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--key-column", metavar="COL", help="table column holding sample keys")
     parser.add_argument("--no-index", action="store_true", help="no TFRecord .idx files")
+    tokens = parser.add_argument_group("tokens (pip install 'shardmix[tokens]')")
+    tokens.add_argument("--tokenizer", metavar="PATH", help="a local tokenizer.json: write tokens")
+    tokens.add_argument("--text-column", metavar="COL", help="the documents' text (default: text)")
+    tokens.add_argument("--append-eos", action="store_true", help="end each document with EOS")
+    tokens.add_argument(
+        "--eos-token",
+        metavar="TOKEN",
+        help="the EOS token (default: from the tokenizer's special tokens)",
+    )
+    tokens.add_argument(
+        "--keep-column",
+        action="append",
+        default=[],
+        metavar="COL",
+        help="a field kept beside the tokens, the text's too (repeatable; default: none)",
+    )
     parser.add_argument(
         "--engine",
         choices=["local", "ray"],
@@ -132,13 +152,32 @@ def _report_left_out(left_out: dict[str, int], skipped: Sequence[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from shardmix.convert import ConvertOptions, LabelMode, Part, convert, parse_size
+    from shardmix.convert import (
+        ConvertOptions,
+        LabelMode,
+        Part,
+        TokenOptions,
+        convert,
+        parse_size,
+    )
     from shardmix.formats import Format
 
     if args.merge_manifests:
         return _merge(args.paths[-1])
     if len(args.paths) < 2:
         print("shardmix convert: give at least one INPUT and an OUTPUT_PATTERN")
+        return 2
+    tokens = None
+    if args.tokenizer is not None:
+        tokens = TokenOptions(
+            args.tokenizer,
+            args.text_column or "text",
+            args.append_eos,
+            args.eos_token,
+            tuple(args.keep_column),
+        )
+    elif args.text_column or args.append_eos or args.eos_token or args.keep_column:
+        print("shardmix convert: the token options need --tokenizer", file=sys.stderr)
         return 2
     options = ConvertOptions(
         format=Format(args.format) if args.format else None,
@@ -155,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         inline_columns=tuple(args.inline_column),
         key_column=args.key_column,
         write_index=not args.no_index,
+        tokens=tokens,
     )
     if args.engine == "ray":
         return _run_on_ray(args, options)
@@ -167,9 +207,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    counted = "" if summary.tokens is None else f"{summary.tokens:,} tokens, "
     print(
         f"{summary.shards} shards ({summary.shards_written} written now), "
-        f"{summary.records} records, {summary.bytes:,} bytes in {summary.seconds:.1f} s "
+        f"{summary.records} records, {counted}{summary.bytes:,} bytes in {summary.seconds:.1f} s "
         f"({summary.records_per_s:,.0f} records/s); manifest {summary.manifest}"
     )
     if summary.merged_manifest:

@@ -5,9 +5,9 @@ existing shards; the output is a set of shards named by a pattern such as
 ``out/train-%06d.tar``, each written under a temporary name and renamed when complete, with a
 JSON manifest beside them (:mod:`shardmix.convert.manifest` documents its schema) and, for
 TFRecord, ``.idx`` index files. The stages, in order: listing (``inputs``, ``folder``,
-``tables``, ``hf``, ``values``), planning (``plan``), writing (``writer``), bookkeeping
-(``manifest``); ``api`` ties them together and ``shardmix.cli.convert`` is the command-line
-shell. :func:`write_shards` and
+``tables``, ``hf``, ``values``), planning (``plan``), writing (``writer``, and ``tokenize``
+when documents become token ids), bookkeeping (``manifest``); ``api`` ties them together and
+``shardmix.cli.convert`` is the command-line shell. :func:`write_shards` and
 :class:`ShardWriter` (``stream``) write samples a program makes, with the same machinery.
 """
 
@@ -20,7 +20,14 @@ from shardmix.convert.manifest import (
     merge_part_manifests,
     read_manifest,
 )
-from shardmix.convert.options import ConvertOptions, LabelMode, OutputPattern, Part, parse_size
+from shardmix.convert.options import (
+    ConvertOptions,
+    LabelMode,
+    OutputPattern,
+    Part,
+    TokenOptions,
+    parse_size,
+)
 from shardmix.convert.stream import ShardWriter, write_shards
 from shardmix.errors import InputChangedError, OutputBusyError, OutputFullError, OutputLinkError
 from shardmix.formats import Format
@@ -41,6 +48,7 @@ __all__ = [
     "Part",
     "ShardEntry",
     "ShardWriter",
+    "TokenOptions",
     "convert",
     "merge_manifests",
     "merge_part_manifests",

@@ -41,6 +41,7 @@ from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.outfiles import lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
 from shardmix.convert.tables import is_table, list_table
+from shardmix.convert.tokenize import DocumentTokenizer
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
 from shardmix.errors import ShardmixError
 from shardmix.workers.lifeline import die_with_parent
@@ -68,6 +69,7 @@ class ConvertSummary:
     manifest: str
     merged_manifest: str | None = None
     left_out: dict[str, int] = dataclasses.field(default_factory=dict)  # reason: inputs
+    tokens: int | None = None  # a tokenized conversion's, over the whole set
 
     @property
     def records_per_s(self) -> float:
@@ -233,12 +235,18 @@ def convert(
     pattern = OutputPattern.parse(output_pattern)
     fmt = options.format or pattern.format()
     gzip = pattern.gzipped() if options.gzip is None else options.gzip
+    # The tokenizer loads here: a bad one, or one without an EOS token, fails before the listing.
+    tokens = None if options.tokens is None else DocumentTokenizer(options.tokens, fmt).settings()
     problems = Problems(options.skip_bad)
     listing = list_inputs(inputs, options, problems)
     shuffle_seed = options.seed if options.shuffle else None
     plans = make_plan(listing.items, pattern, fmt, options.part, options.limits(), shuffle_seed)
-    spec = WriteSpec(pattern.folder, fmt, gzip, options.write_index, options.skip_bad)
+    spec = WriteSpec(
+        pattern.folder, fmt, gzip, options.write_index, options.skip_bad, options.tokens
+    )
     settings: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": spec.indexed}
+    if tokens is not None:
+        settings["tokens"] = tokens
     settings |= {"limits": options.limits(), "seed": shuffle_seed, "classes": listing.classes}
     settings["part"] = [options.part.index, options.part.count]
     digest = plan_digest(plans, settings)
@@ -323,4 +331,5 @@ def finish_output(
         skipped=(),
         manifest=manifest_path,
         merged_manifest=merged,
+        tokens=manifest.tokens,
     )

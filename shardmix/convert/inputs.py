@@ -136,6 +136,7 @@ class RowItem(Item):
 
     values: tuple[Any, ...]
     inline: frozenset[str] = field(default_factory=frozenset)
+    row: int | None = None  # in its table or dataset, for messages
 
     def load(self, cursor: ShardCursor) -> Sample:
         sample: Sample = {KEY_FIELD: self.key}

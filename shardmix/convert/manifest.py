@@ -1,9 +1,9 @@
 """The manifest beside the shards, the journal of a run in progress, and merging parts.
 
-A manifest is a JSON file (schema version 1)::
+A manifest is a JSON file (schema version 2; version 1, without token counts, still reads)::
 
     {
-      "shardmix_manifest": 1,          # schema version; readers refuse versions they lack
+      "shardmix_manifest": 2,          # schema version; readers refuse versions they lack
       "format": "tar" | "tfrecord",
       "gzip": false,
       "index": false,                  # each TFRecord shard has <name>.idx beside it
@@ -13,8 +13,10 @@ A manifest is a JSON file (schema version 1)::
       "origin": {"inputs": "<sha256>", "options": {...}},  # the same in every part of a set
       "classes": ["cat", "dog"],       # class names of "cls" labels, [] without labels
       "records": 20000, "bytes": 123456,
+      "tokens": 5120000,               # only in a tokenized conversion, as are the shards':
       "shards": [{"name": "train-000000.tar", "records": 1000, "bytes": 1234,
-                  "sha256": "<hex of the file's bytes>"}, ...]
+                  "sha256": "<hex of the file's bytes>",
+                  "tokens": 256000, "record_tokens": [212, 87, ...]}, ...]
     }
 
 Shard names are relative to the manifest's folder; ``bytes`` is the file size on disk. The
@@ -32,7 +34,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from shardmix.convert.options import OutputPattern, Part
@@ -46,7 +48,8 @@ from shardmix.convert.outfiles import (
 )
 from shardmix.errors import ConfigError, CorruptShardError
 
-VERSION = 1
+VERSION = 2  # 2: token counts (tokenized conversions)
+READABLE = (1, VERSION)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,17 @@ class ShardEntry:
     records: int
     bytes: int
     sha256: str
+    tokens: int | None = None  # a tokenized conversion's: the shard's, and each record's
+    record_tokens: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ShardEntry:
+        entry = cls(**data)
+        counts = entry.record_tokens
+        return entry if counts is None else replace(entry, record_tokens=tuple(map(int, counts)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -83,24 +97,33 @@ class Manifest:
     def bytes(self) -> int:
         return sum(shard.bytes for shard in self.shards)
 
+    @property
+    def tokens(self) -> int | None:
+        """The tokens of all shards (a tokenized conversion), else None."""
+        if not self.shards or any(shard.tokens is None for shard in self.shards):
+            return None
+        return sum(shard.tokens or 0 for shard in self.shards)
+
     def to_json(self) -> dict[str, Any]:
         data = {"shardmix_manifest": VERSION, **asdict(self)}
         data["classes"] = list(self.classes)
-        data["shards"] = [asdict(shard) for shard in self.shards]
+        data["shards"] = [shard.to_json() for shard in self.shards]
         data["records"], data["bytes"] = self.records, self.bytes
+        if self.tokens is not None:
+            data["tokens"] = self.tokens
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str) -> Manifest:
         version = data.get("shardmix_manifest") if isinstance(data, dict) else None
-        if version != VERSION:
+        if version not in READABLE:
             raise CorruptShardError(
-                f"{where}: not a shardmix manifest of version {VERSION} (found {version!r}); "
+                f"{where}: not a shardmix manifest of version {READABLE} (found {version!r}); "
                 "upgrade shardmix or re-create the manifest",
                 url=where,
             )
         try:
-            shards = tuple(ShardEntry(**entry) for entry in data["shards"])
+            shards = tuple(ShardEntry.from_json(entry) for entry in data["shards"])
             return cls(
                 data["format"],
                 bool(data["gzip"]),
@@ -146,24 +169,24 @@ class Journal:
         try:
             if not lines or json.loads(lines[0]).get("plan") != plan:
                 return None
-            entries = [ShardEntry(**json.loads(line)) for line in lines[1:] if line.strip()]
+            entries = [ShardEntry.from_json(json.loads(line)) for line in lines[1:] if line.strip()]
         except (ValueError, TypeError):  # a line cut by a kill: trust what came before it
             entries = []
             for line in lines[1:]:
                 try:
-                    entries.append(ShardEntry(**json.loads(line)))
+                    entries.append(ShardEntry.from_json(json.loads(line)))
                 except (ValueError, TypeError):
                     break
         return {entry.name: entry for entry in entries}
 
     def start(self, plan: str, done: Sequence[ShardEntry]) -> None:
-        lines = [json.dumps({"plan": plan})] + [json.dumps(asdict(entry)) for entry in done]
+        lines = [json.dumps({"plan": plan})] + [json.dumps(entry.to_json()) for entry in done]
         write_atomic(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def append(self, entry: ShardEntry) -> None:
         try:
             with append(self.path) as file:
-                file.write((json.dumps(asdict(entry)) + "\n").encode("utf-8"))
+                file.write((json.dumps(entry.to_json()) + "\n").encode("utf-8"))
         except OSError as error:
             if is_full(error):
                 raise full_error(self.path, error) from error

@@ -1,9 +1,9 @@
 """What a conversion is asked to do: options, the output pattern, sizes and parts.
 
 Everything here is a small validated value: :class:`ConvertOptions` (frozen, checked at
-construction), :class:`OutputPattern` (where shard number ``i`` of part ``p`` goes and what
-the manifest is called), :class:`Part` (``I/N``) and :func:`parse_size`. Nothing here touches
-the file system beyond path arithmetic.
+construction) and its :class:`TokenOptions`, :class:`OutputPattern` (where shard number ``i``
+of part ``p`` goes and what the manifest is called), :class:`Part` (``I/N``) and
+:func:`parse_size`. Nothing here touches the file system beyond path arithmetic.
 """
 
 from __future__ import annotations
@@ -85,6 +85,29 @@ class Part:
         """The part's name segment: ``p0001`` (wider when ``count`` needs it)."""
         width = max(4, len(str(self.count - 1)))
         return f"p{self.index:0{width}d}"
+
+
+@dataclass(frozen=True)
+class TokenOptions:
+    """A tokenized conversion (:mod:`shardmix.convert.tokenize`): the local ``tokenizer.json``,
+    the field holding each document's text, whether to append the EOS id (``eos_token``, else
+    the tokenizer's), and the fields a record keeps beside its tokens (the text only if named).
+    """
+
+    tokenizer: str
+    text_column: str = "text"
+    append_eos: bool = False
+    eos_token: str | None = None
+    keep_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keep_columns, str):
+            raise ConfigError("keep_columns must be a sequence of column names, not a str")
+        object.__setattr__(self, "keep_columns", tuple(self.keep_columns))
+        if self.eos_token is not None and not self.append_eos:
+            raise ConfigError("eos_token names the id --append-eos appends: pass append_eos too")
+        if {"tokens", "tokens.npy"} & set(self.keep_columns):
+            raise ConfigError("a kept column cannot be named tokens: that is the tokens' field")
 
 
 class LabelMode(enum.Enum):
@@ -179,6 +202,7 @@ class ConvertOptions:
     inline_columns: tuple[str, ...] = ()
     key_column: str | None = None
     write_index: bool = True
+    tokens: TokenOptions | None = None  # tokenize each document's text (needs a tokenizer)
 
     def __post_init__(self) -> None:
         for name in ("max_records", "max_bytes"):

@@ -204,7 +204,9 @@ class RowMaker:
                 f"{self.path}: row {index} has no value in inlined column(s) {sorted(missing)}",
                 url=self.path,
             )
-        return RowItem(key, self.path, tuple(fields), tuple(sizes), tuple(values), self.inline)
+        return RowItem(
+            key, self.path, tuple(fields), tuple(sizes), tuple(values), self.inline, index
+        )
 
 
 def list_table(

@@ -9,7 +9,8 @@ gets an index ``<name>.idx`` (text lines ``offset length``, one per record, the 
 
 The rolling itself (which items go where) is :mod:`shardmix.convert.plan`'s; this module
 writes exactly the items it is given, with the format's writer from
-:func:`shardmix.formats.writer_for`.
+:func:`shardmix.formats.writer_for`; in a tokenized conversion the loaded items become
+documents first (:mod:`shardmix.convert.tokenize`) and the entry counts their tokens.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
-from shardmix.convert.inputs import BadInputError, Problems, ShardCursor
+from shardmix.convert.inputs import BadInputError, Item, Problems, ShardCursor
 from shardmix.convert.manifest import ShardEntry
+from shardmix.convert.options import TokenOptions
 from shardmix.convert.outfiles import create, full_error, is_full, refuse_link
 from shardmix.convert.plan import ShardPlan
+from shardmix.convert.tokenize import DocumentTokenizer
 from shardmix.formats import Format, Sample, ShardSampleWriter, writer_for
 
 TEMP_SUFFIX = ".partial"
@@ -39,6 +42,7 @@ class WriteSpec:
     gzip: bool
     write_index: bool
     skip_bad: bool
+    tokens: TokenOptions | None = None
 
     @property
     def indexed(self) -> bool:
@@ -76,10 +80,12 @@ class _HashingFile:
         self.raw.flush()
 
 
-def _loaded(plan: ShardPlan, cursor: ShardCursor, problems: Problems) -> Iterator[Sample]:
+def _loaded(
+    plan: ShardPlan, cursor: ShardCursor, problems: Problems
+) -> Iterator[tuple[Item, Sample]]:
     for item in plan.items:
         try:
-            yield item.load(cursor)
+            yield item, item.load(cursor)
         except BadInputError as error:
             problems.report(error)
 
@@ -100,6 +106,7 @@ class ShardFile:
         self._raw = create(self._temp)
         self._out = _HashingFile(self._raw)
         self._lines: list[str] = []
+        self._tokens: list[int] | None = [] if spec.tokens is not None else None
         self._writer: ShardSampleWriter = writer_for(spec.format).open(
             cast(BinaryIO, self._out),  # the writers only write() and flush() it
             gzip=spec.gzip,
@@ -109,8 +116,9 @@ class ShardFile:
     def records(self) -> int:
         return self._writer.records
 
-    def write(self, sample: Sample) -> None:
-        """Append one sample; a sample the format cannot hold is reported to ``problems``."""
+    def write(self, sample: Sample, tokens: int = 0) -> None:
+        """Append one sample (a document of ``tokens`` tokens, in a tokenized conversion); a
+        sample the format cannot hold is reported to ``problems``."""
         start = self._writer.bytes_written
         try:
             self._writer.write_sample(sample)
@@ -118,6 +126,8 @@ class ShardFile:
             self.problems.report(error)
             return
         self._lines.append(f"{start} {self._writer.bytes_written - start}\n")
+        if self._tokens is not None:
+            self._tokens.append(tokens)
 
     def finish(self) -> ShardEntry:
         """Complete the shard, flush it to disk and rename it (and its index) into place."""
@@ -134,8 +144,14 @@ class ShardFile:
             os.replace(self._index_temp, os.path.join(folder, index_name(self.name)))
         refuse_link(os.path.join(folder, self.name))
         os.replace(self._temp, os.path.join(folder, self.name))
+        counts = None if self._tokens is None else tuple(self._tokens)
         return ShardEntry(
-            self.name, self._writer.records, self._out.size, self._out.sha256.hexdigest()
+            self.name,
+            self._writer.records,
+            self._out.size,
+            self._out.sha256.hexdigest(),
+            None if counts is None else sum(counts),
+            counts,
         )
 
     def discard(self) -> None:
@@ -154,13 +170,22 @@ class ShardFile:
             self.discard()
 
 
-def write_shard(plan: ShardPlan, spec: WriteSpec, cursor: ShardCursor) -> ShardResult:
+def write_shard(
+    plan: ShardPlan,
+    spec: WriteSpec,
+    cursor: ShardCursor,
+    tokenizer: DocumentTokenizer | None = None,
+) -> ShardResult:
     """Write one shard under its temporary name, then rename it (and its index) into place."""
     problems = Problems(spec.skip_bad)
+    loaded = _loaded(plan, cursor, problems)
+    records = (
+        ((s, 0) for _, s in loaded) if tokenizer is None else tokenizer.records(loaded, problems)
+    )
     try:
         with ShardFile(plan.name, spec, problems) as shard:
-            for sample in _loaded(plan, cursor, problems):
-                shard.write(sample)
+            for sample, tokens in records:
+                shard.write(sample, tokens)
             entry = shard.finish()
     except OSError as error:
         if is_full(error):
@@ -172,7 +197,8 @@ def write_shard(plan: ShardPlan, spec: WriteSpec, cursor: ShardCursor) -> ShardR
 def write_shards(plans: list[ShardPlan], spec: WriteSpec) -> list[ShardResult]:
     """Write several shards in one process (a worker's task, or the whole run with one)."""
     cursor = ShardCursor()
+    tokenizer = None if spec.tokens is None else DocumentTokenizer(spec.tokens, spec.format)
     try:
-        return [write_shard(plan, spec, cursor) for plan in plans]
+        return [write_shard(plan, spec, cursor, tokenizer) for plan in plans]
     finally:
         cursor.close()

@@ -32,7 +32,7 @@ from shardmix.errors import ManifestMismatchWarning, MissingShardWarning, Shardm
 from shardmix.plan.urls import split_patterns
 from shardmix.sources import SourceOptions, is_local, local_path, open_shard, scheme_of
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # convert.manifest's; version 1 (no token counts) reads too
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024  # a remote manifest larger than this is not read
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ class ManifestEntry:
     bytes: int
     sha256: str | None
     manifest: str
+    tokens: int | None = None  # a tokenized conversion's
 
 
 class Manifests:
@@ -147,6 +148,7 @@ def _add_entry(found: dict[str, ManifestEntry], where: str, shard: Mapping[str, 
             int(shard["bytes"]),
             None if sha256 is None else str(sha256),
             where,
+            None if shard.get("tokens") is None else int(shard["tokens"]),
         )
         found[str(shard["name"])] = entry
     except (KeyError, TypeError, ValueError) as error:
@@ -173,7 +175,7 @@ def manifest_shards(folder: str, ignored: str) -> Iterator[tuple[str, Mapping[st
 def _shards_of(where: str, data: bytes, ignored: str) -> list[Mapping[str, Any]]:
     try:
         manifest = json.loads(data)
-        if manifest.get("shardmix_manifest") != MANIFEST_VERSION:
+        if manifest.get("shardmix_manifest") not in (1, MANIFEST_VERSION):
             return []
         shards = list(manifest["shards"])
     except (ValueError, KeyError, TypeError, AttributeError) as error:

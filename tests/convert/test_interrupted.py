@@ -30,13 +30,13 @@ def test_failure_midway_then_rerun_completes(jsonl, tmp_path, monkeypatch):
     real = writer_module.write_shard
     calls = []
 
-    def failing(plan, spec, cursor):
+    def failing(plan, spec, cursor, *tokenizer):
         calls.append(plan.name)
         if len(calls) == 4:
             # leave a half-written temporary file behind, as a killed process would
             Path(spec.folder, writer_module.temp_name(plan.name)).write_bytes(b"half")
             raise RuntimeError("injected failure")
-        return real(plan, spec, cursor)
+        return real(plan, spec, cursor, *tokenizer)
 
     monkeypatch.setattr(writer_module, "write_shard", failing)
     with pytest.raises(RuntimeError, match="injected"):
