@@ -23,6 +23,8 @@ import errno
 import fcntl
 import json
 import os
+import re
+import uuid
 from contextlib import ExitStack
 from typing import Any, BinaryIO
 
@@ -107,8 +109,37 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-    write_atomic(path, text.encode("utf-8"))
+    write_atomic(path, (dumps_indented(data) + "\n").encode("utf-8"))
+
+
+def dumps_indented(data: dict[str, Any]) -> str:
+    """``data`` as indented JSON, but each list of integers on one line: a token manifest's
+    ``record_tokens`` take about 4 bytes a document, not 9.
+
+    >>> print(dumps_indented({"b": [1, 2], "a": {"c": []}}))
+    {
+     "a": {
+      "c": []
+     },
+     "b": [1,2]
+    }
+    """
+    inline: list[str] = []
+    nonce = uuid.uuid4().hex  # a marker no string of ``data`` holds
+
+    def marked(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: marked(each) for key, each in value.items()}
+        if not isinstance(value, list) or not value:
+            return value
+        if all(type(each) is int for each in value):
+            inline.append(json.dumps(value, separators=(",", ":")))
+            return f"\0{nonce}{len(inline) - 1}"
+        return [marked(each) for each in value]
+
+    text = json.dumps(marked(data), indent=1, sort_keys=True)
+    marker = re.compile(rf'"\\u0000{nonce}(\d+)"')
+    return marker.sub(lambda match: inline[int(match.group(1))], text)
 
 
 def lock_path(manifest_path: str) -> str:
