@@ -144,9 +144,7 @@ def run_case(case: str, folder: Path) -> dict[str, float]:
     if case in ("vision", "pillow"):
         transform = RandomResizedCrop(SIZE) if case == "vision" else pillow_sample
         dataset = ShardDataset(urls, decode=False, transform=transform, transform_rng=True)
-        loader = MixingLoader(
-            dataset, batch_size=BATCH, num_workers=WORKERS, persistent_workers=False
-        )
+        loader = MixingLoader(dataset, batch_size=BATCH, num_workers=WORKERS)
     elif case == "webdataset":
         import webdataset as wds
 
@@ -156,7 +154,9 @@ def run_case(case: str, folder: Path) -> dict[str, float]:
         loader = DataLoader(Files(folder / "files"), batch_size=BATCH, num_workers=WORKERS)
     cpu, wall = _all_cpu(), time.perf_counter()
     images = sum(len(batch["jpg"]) for batch in loader)
-    del loader  # its workers joined: their time is in RUSAGE_CHILDREN
+    if hasattr(loader, "close"):
+        loader.close()  # its persistent workers joined: their time is in RUSAGE_CHILDREN
+    del loader  # a DataLoader's workers joined
     return {"images": images, "cpu": _all_cpu() - cpu, "seconds": time.perf_counter() - wall}
 
 
