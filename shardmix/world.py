@@ -3,7 +3,7 @@
 Everything below receives a :class:`~shardmix.plan.sharding.World` explicitly; this is the only
 module that asks torch where it runs, and the only one that talks to the other ranks (sharing
 record counts: :func:`count_exchange`; the state: :func:`state_exchange`; where an epoch ends:
-:func:`end_exchange`).
+:func:`end_exchange`; a token loader's windows: :func:`object_exchange`).
 
 The data is split over the *data-parallel* ranks (:class:`Ranks`): every rank of the default
 group, or the ranks of the process group given as ``MixingLoader(group=...)`` (one rank per
@@ -211,14 +211,9 @@ def end_exchange(
     these ranks (:func:`count_exchange` is None, or ``group`` is given but this is a
     DataLoader worker).
     """
-    if group is None:
-        if count_exchange(world_size) is None:
-            return None
-        gloo = _gloo_group()
-    else:
-        if not _in_main_process():
-            return None
-        gloo = _gloo_copy(group)
+    gloo = _data_gloo(world_size, group)
+    if gloo is None:
+        return None
 
     def exchange(values: list[int]) -> list[list[int]]:
         mine = torch.tensor(values, dtype=torch.int64)
@@ -227,6 +222,28 @@ def end_exchange(
         return [theirs.tolist() for theirs in gathered]
 
     return exchange
+
+
+def object_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]] | None:
+    """``exchange(mine)``: every data-parallel rank's object, by rank (``all_gather_object``
+    over the gloo copy that :func:`end_exchange` uses), or None where it is None."""
+    gloo = _data_gloo(world_size, group)
+    if gloo is None:
+        return None
+
+    def exchange(mine: T) -> list[T]:
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, mine, group=gloo)
+        return gathered
+
+    return exchange
+
+
+def _data_gloo(world_size: int, group: Any) -> Any:
+    """The gloo copy of the data-parallel group (see :func:`end_exchange`), or None."""
+    if group is None:
+        return None if count_exchange(world_size) is None else _gloo_group()
+    return _gloo_copy(group) if _in_main_process() else None
 
 
 def _gloo_group() -> Any:

@@ -5,22 +5,36 @@ the shuffle buffer), a window of them at a time; each window is packed
 (:mod:`shardmix.tokens.packing`) and its rows are cut into batches, a batch crossing from one
 window into the next where they meet.
 
+Equal steps on every rank: the ranks pack their windows as one. Each rank reads its window,
+the ranks exchange them, tokens and all (``all_gather_object`` over a gloo copy of the
+data-parallel group: :func:`~shardmix.world.object_exchange`; each rank receives every rank's
+window, ``W`` times the tokens it yields), and every rank packs their union, in rank order, the
+same way. The union's rows, window after window, are one sequence; at each step rank ``r``
+yields its next row ``r, r + W, r + 2W, ...``, so the ranks yield the same number of rows and
+read (and exchange) their next window at the same step. At the epoch's end fewer than ``W`` rows
+are left: ``even_ranks="drop"`` (default) drops them, ``"pad"`` gives the ranks without one a
+row of padding (``segment_ids`` 0). Ranks simulated in one process (``rank=``/``world_size=``)
+cannot exchange: each reads every rank's window itself (a MixingLoader per rank: ``W`` times
+the reading), which gives the same rows.
+
 Resume replays a window rather than storing one (grain's shuffle does the same): the state is
-the MixingLoader's state taken just before the current window's first document, and how many
-of that window's rows were already yielded. ``load_state_dict`` loads the former; the next
-epoch re-reads the window (at most ``window`` documents, by the MixingLoader's exact resume,
-whatever ``num_workers``), packs it again the same way and skips the rows yielded. The state
-holds no token, and the rows after a resume are the rows an uninterrupted run yields. On
-another world size the state's references to the window's rows not yet yielded take over
-(:mod:`shardmix.tokens.elastic`).
+the MixingLoader's state (every rank's position) taken just before the current window's first
+document, and how many of that window's rows the ranks already yielded: the same on every
+rank. ``load_state_dict`` loads the former; the next epoch re-reads the window (at most
+``window`` documents per rank, by the MixingLoader's exact resume, whatever ``num_workers``),
+packs it again the same way and skips the rows yielded. The state holds no token, and the rows
+after a resume are the rows an uninterrupted run yields. On another world size the state's
+references to the rows not yet yielded take over (:mod:`shardmix.tokens.elastic`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,19 +43,26 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError, DecodeError, UnknownLengthError
 from shardmix.loader import MixingLoader
 from shardmix.plan.apportion import Stopping, member_seed, normalized_weights
+from shardmix.plan.sharding import EvenRanks
+from shardmix.state.ranks import as_saved_by, join_states
 from shardmix.tokens.batch import Document, Span, collate_rows
 from shardmix.tokens.documents import document_tokens
-from shardmix.tokens.elastic import STATE_KEY, deal_rows, read_rows, rows_state
+from shardmix.tokens.elastic import STATE_KEY, read_rows, rows_state
 from shardmix.tokens.packing import Packing, Piece, pack
+from shardmix.world import object_exchange
 
-TOKENS_STATE_VERSION = 3  # 3: per dataset, and each dataset's tokens yielded this epoch
+# 3: per dataset, and each dataset's tokens yielded this epoch; 4: the ranks' windows packed as
+# one, so the state is the same on every rank, with its world_size
+TOKENS_STATE_VERSION = 4
+Exchange = Callable[[Any], list[Any]]  # every rank's object, by rank (object_exchange)
 DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
 
 
 @dataclass
 class _Window:
-    """The documents of one window, its rows, and the MixingLoader's state before and after it
-    (``rest``: the rows a state handed over, which are the window, read again)."""
+    """The documents of one window (every rank's), its rows, the rows the ranks yielded, and
+    the MixingLoader states before and after it (``rest``: the rows a state handed over,
+    which are the window, read again)."""
 
     state: dict[str, Any]
     after: dict[str, Any]
@@ -49,22 +70,32 @@ class _Window:
     rows: list[list[Piece]]
     rest: dict[str, Any] | None = None
     yielded: int = 0
+    last: bool = False  # the epoch's last: every rank's MixingLoader ended in it
+
+    def row(self, at: int) -> list[Span]:
+        return [(self.documents[d], start, stop) for d, start, stop in self.rows[at]]
 
 
 @dataclass
 class _Source:
-    """One dataset of the loader: its MixingLoader, the window it yields rows from, the
-    window a resume replays (``skip`` rows of it yielded, or the ``rest`` a state handed
-    over) and its tokens yielded this epoch."""
+    """One dataset of the loader: its MixingLoaders (this rank's, or every simulated rank's,
+    this one's at ``own``), the windows whose rows are being yielded, where a resume starts
+    (``skip`` rows of its first window yielded, or the ``rest`` a state handed over) and the
+    ranks' tokens yielded this epoch."""
 
     name: str | None
     dataset: Any
-    loader: MixingLoader
-    window: _Window | None = None
+    loaders: list[MixingLoader]
+    own: int
+    windows: list[_Window] = dataclasses.field(default_factory=list)
     skip: int = 0
     rest: dict[str, Any] | None = None
     tokens: int = 0
-    seen: tuple[int, int] = (0, 0)  # documents and tokens read so far, for len()
+    seen: tuple[int, int] = (0, 0)  # documents and tokens read so far (every rank's), for len()
+
+    @property
+    def loader(self) -> MixingLoader:
+        return self.loaders[self.own]
 
 
 class TokenLoader:
@@ -91,11 +122,15 @@ class TokenLoader:
             are within one ``seq_len`` of its weight times the batch's tokens. The epoch ends
             when a dataset has no row left (``stopping="first_exhausted"``).
         options: passed to each dataset's MixingLoader (``rank``, ``world_size``, ``group``,
-            ``canonical_ranks``, ``shuffle_buffer``, ``timeout``...).
+            ``shuffle_buffer``, ``timeout``...). Under several ranks every rank yields the same
+            number of batches; ``even_ranks`` says what happens to the fewer than
+            ``world_size`` rows left at the epoch's end (``"drop"``, or ``"pad"``: rows of
+            padding), and what the MixingLoader does with the documents (docs/epochs.md).
 
     A record whose token field is missing or not a 1-D integer array raises a
     :class:`~shardmix.errors.DecodeError` naming its shard, record and offset; with the
-    dataset's ``on_error="skip"`` it is skipped and counted in :attr:`skipped`.
+    dataset's ``on_error="skip"`` it is skipped and counted in :attr:`skipped`. The tokens of the
+    rows left out at an epoch's end (every rank's) are counted in :attr:`dropped`.
     """
 
     def __init__(
@@ -146,96 +181,149 @@ class TokenLoader:
             names, self.weights = list(named), [exact[name] for name in named]
         elif weights is not None:
             raise ConfigError("weights= weighs a dict of datasets; pass one, by name")
-        self.sources = [
-            _Source(
-                name,
-                members[name],
-                MixingLoader(
-                    members[name],
-                    batch_size=read,
-                    seed=seed if name is None else member_seed(seed, index),
-                    num_workers=num_workers,
-                    collate_fn=list,
-                    **options,
-                ),
+        self.sources = []
+        for index, member_name in enumerate(names):
+            member = partial(
+                MixingLoader,
+                members[member_name],
+                batch_size=read,
+                seed=seed if member_name is None else member_seed(seed, index),
+                num_workers=num_workers,
+                collate_fn=list,
             )
-            for index, name in enumerate(names)
-        ]
+            made = member(**options)
+            given = made.options.ranks.given
+            if given is None or given[1] == 1:
+                self.sources.append(_Source(member_name, members[member_name], [made], 0))
+                continue
+            # Simulated ranks: this rank reads every rank's window (the module docstring).
+            key = "data_parallel_rank" if "data_parallel_rank" in options else "rank"
+            loaders = [
+                made if other == given[0] else member(**{**options, key: other})
+                for other in range(given[1])
+            ]
+            self.sources.append(_Source(member_name, members[member_name], loaders, given[0]))
+        self.even_ranks = self.sources[0].loader.options.even_ranks
         self._members = members
         self._skips = all(
             isinstance(m, ShardDataset) and m.reads.policy.skips for m in members.values()
         )
         self.skipped = 0  # documents skipped for an unreadable token field, over all epochs
+        self.dropped = 0  # tokens of the rows even_ranks="drop" left out, over all epochs
         self._pending_state: dict[str, Any] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch the next ``iter()`` reads, as :meth:`MixingLoader.set_epoch`."""
         for source in self.sources:
-            source.loader.set_epoch(epoch)
+            for loader in source.loaders:
+                loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._pending_state = None
-        rows = [self._rows(source) for source in self.sources]
+        ranks = self.sources[0].loader.options.ranks
+        rank, world_size = ranks.resolve()
+        exchange = None
+        if world_size > 1 and len(self.sources[0].loaders) == 1:
+            exchange = object_exchange(world_size, ranks.group)
+            if exchange is None:
+                raise ConfigError(
+                    f"rank {rank} of {world_size}: a TokenLoader under several ranks packs "
+                    "every rank's windows together and needs torch.distributed in this "
+                    "process; iterate it in a rank's main process, or simulate the ranks "
+                    "with rank=, world_size="
+                )
+        steps = [self._steps(source, rank, world_size, exchange) for source in self.sources]
         batch: list[list[Span]] = []
         while True:
             # The source furthest below its share of the tokens so far (ties: the larger
             # weight, then the first name): a source's tokens stay within one row of its share.
+            # The ranks' tokens, so that every rank picks the same source.
             total = sum(source.tokens for source in self.sources)
             deficits = [
                 (weight * total - source.tokens, weight, -at)
                 for at, (source, weight) in enumerate(zip(self.sources, self.weights, strict=True))
             ]
             at = -max(deficits)[2]
-            row = next(rows[at], None)
-            if row is None:
+            step = next(steps[at], None)
+            if step is None:
                 break
-            self.sources[at].tokens += sum(stop - start for _, start, stop in row)
-            batch.append(row)
+            self.sources[at].tokens += sum(b - a for row in step for _, a, b in row)
+            batch.append(step[rank])
             if len(batch) == self.batch_size:
                 yield collate_rows(batch, self.seq_len)
                 batch = []
         following = self.sources[at].loader.epoch
         for source in self.sources:  # the epoch is over for every source, read whole or not
-            source.window, source.tokens = None, 0
-            source.loader.set_epoch(following)
+            source.windows, source.tokens = [], 0
+            for loader in source.loaders:
+                loader.set_epoch(following)
         if batch and not self.drop_last:
             yield collate_rows(batch, self.seq_len)
 
-    def _rows(self, source: _Source) -> Iterator[list[Span]]:
-        """``source``'s rows, window after window, from where a resume put it."""
+    def _steps(
+        self, source: _Source, rank: int, world_size: int, exchange: Exchange | None
+    ) -> Iterator[list[list[Span]]]:
+        """``source``'s rows, ``world_size`` at a time (rank ``r`` yields the ``r``-th), from
+        where a resume put it; the next window is read when fewer rows are left."""
         skip, rest = source.skip, source.rest
-        source.skip, source.rest = 0, None
-        window = None if rest is None else self._rest_window(source, rest)
-        documents = iter(source.loader)
-        while window is not None or (window := self._read_window(source, documents)) is not None:
-            if skip > len(window.rows):
-                raise ConfigError(
-                    f"cannot resume: the state says {skip} rows of its window were yielded, "
-                    f"the window packs into {len(window.rows)}; the state was not taken from "
-                    "this data with these settings"
+        source.skip, source.rest, source.windows = 0, None, []
+        windows = source.windows
+        samples = [iter(loader) for loader in source.loaders]
+        if rest is not None:
+            windows.append(self._rest_window(source, rest, skip, rank, world_size))
+        while True:
+            left = sum(len(window.rows) - window.yielded for window in windows)
+            while left < world_size and not (windows and windows[-1].last):
+                window = self._read_window(source, samples, exchange)
+                if window is None:
+                    break
+                windows.append(window)
+                left += len(window.rows)
+                if rest is None and skip:  # a resume replays the window
+                    if skip > len(window.rows):
+                        raise ConfigError(
+                            f"cannot resume: the state says {skip} rows of its window were "
+                            f"yielded, the window packs into {len(window.rows)}; the state "
+                            "was not taken from this data with these settings"
+                        )
+                    window.yielded, left = skip, left - skip
+                rest, skip = None, 0
+            if not left or (left < world_size and self.even_ranks is EvenRanks.DROP):
+                self.dropped += sum(
+                    stop - start
+                    for w in windows
+                    for row in w.rows[w.yielded :]
+                    for _, start, stop in row
                 )
-            window.yielded, skip = skip, 0
-            source.window = window
-            while window.yielded < len(window.rows):
-                pieces = window.rows[window.yielded]
-                window.yielded += 1
-                yield [(window.documents[d], start, stop) for d, start, stop in pieces]
-            window = None
-        source.window = None
+                break
+            step: list[list[Span]] = []
+            while windows and len(step) < world_size:
+                window = windows[0]
+                take = min(world_size - len(step), len(window.rows) - window.yielded)
+                step += [window.row(at) for at in range(window.yielded, window.yielded + take)]
+                window.yielded += take
+                if window.yielded == len(window.rows):
+                    windows.pop(0)
+            yield step + [[]] * (world_size - len(step))  # "pad": rows of padding at the end
+        windows.clear()
 
     def _read_window(
-        self, source: _Source, samples: Iterator[list[dict[str, Any]]]
+        self,
+        source: _Source,
+        samples: list[Iterator[list[dict[str, Any]]]],
+        exchange: Exchange | None,
     ) -> _Window | None:
-        documents: list[Document] = []
-        while not documents:  # a window whose records were all skipped is passed over
-            state = source.loader.state_dict()
-            for _ in range(self.reads):
-                read = next(samples, None)
-                if read is None:
-                    if not documents:
-                        return None
-                    break
-                documents.extend(filter(None, (self._document(source, s) for s in read)))
+        """The next window of every rank, packed as one; None once every rank's is over."""
+        while True:  # a window whose records were all skipped is passed over
+            state = self._loader_state(source)
+            mine = [self._read(source, at, reads) for at, reads in enumerate(samples)]
+            ranks = mine if exchange is None else exchange(mine[0])
+            documents = [document for read, _ in ranks for document in read]
+            last = all(over for _, over in ranks)
+            if documents:
+                break
+            if last:
+                return None
         lengths = [len(document.tokens) for document in documents]
         source.seen = (source.seen[0] + len(lengths), source.seen[1] + sum(lengths))
         rows = pack(self.packing, lengths, self.seq_len)
@@ -248,29 +336,51 @@ class TokenLoader:
             order = np.random.default_rng([self.seed, zlib.crc32(names)]).permutation(len(rows))
             full = [sum(stop - start for _, start, stop in row) == self.seq_len for row in rows]
             rows = [rows[i] for i in order if full[i]] + [rows[i] for i in order if not full[i]]
-        return _Window(state, source.loader.state_dict(), documents, rows)
+        return _Window(state, self._loader_state(source), documents, rows, last=last)
 
-    def _rest_window(self, source: _Source, rest: dict[str, Any]) -> _Window:
-        """The rows a state handed over (:mod:`shardmix.tokens.elastic`), read again."""
-        state = source.loader.state_dict()
+    def _read(
+        self, source: _Source, at: int, samples: Iterator[list[dict[str, Any]]]
+    ) -> tuple[list[Document], bool]:
+        """A window of one rank's documents, and whether its epoch is over."""
+        documents: list[Document] = []
+        for _ in range(self.reads):
+            read = next(samples, None)
+            if read is None:
+                return documents, True
+            documents.extend(filter(None, (self._document(source, s, at) for s in read)))
+        return documents, not source.loaders[at].batches_left()
+
+    def _loader_state(self, source: _Source) -> dict[str, Any]:
+        """The MixingLoader's state, every rank's position in it, the same on every rank."""
+        if len(source.loaders) > 1:
+            return join_states([loader.state_dict() for loader in source.loaders])
+        return as_saved_by(source.loader.state_dict(), 0)
+
+    def _rest_window(
+        self, source: _Source, rest: dict[str, Any], skip: int, rank: int, world_size: int
+    ) -> _Window:
+        """The rows a state handed over (:mod:`shardmix.tokens.elastic`), the documents of
+        this rank's (after ``skip``, every ``world_size``-th) read again."""
+        state = self._loader_state(source)
         epoch = source.loader.epoch
-        documents, rows = read_rows(rest, source.dataset, source.name, epoch, self.field)
-        return _Window(state, state, documents, rows, rest)
+        mine = {d for row in rest["rows"][skip + rank :: world_size] for d, _, _ in row}
+        documents, rows = read_rows(rest, source.dataset, source.name, epoch, self.field, mine)
+        return _Window(state, state, documents, rows, rest, skip, rest["last"])
 
-    def _document(self, source: _Source, sample: dict[str, Any]) -> Document | None:
+    def _document(self, source: _Source, sample: dict[str, Any], at: int) -> Document | None:
         try:
             tokens = document_tokens(sample, self.field)
         except DecodeError:
             if not self._skips:
                 raise
-            self.skipped += 1
+            self.skipped += at == source.own  # this rank's: each simulated rank counts its own
             return None
         key, shard, record = sample.get("__key__"), sample["__source__"], sample["__index__"]
         ref = (source.dataset.reads.shard_index[shard], record, sample.get("__offset__", -1))
         return Document(tokens, shard, record if key is None else key, source.name, ref)
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank, estimated: the documents this rank reads (from the
+        """Batches per epoch on every rank, estimated: the documents this rank reads (from the
         record counts) times the mean tokens per document read so far, over ``seq_len`` and
         ``batch_size`` (a mixture: until its first dataset runs out, by the weights). Packing
         pads little, so the estimate errs by the documents' spread; before a dataset's first
@@ -289,41 +399,43 @@ class TokenLoader:
         return -(-int(min(rows) + 0.999999) // self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position between batches: each dataset's MixingLoader state before its current
-        window, the rows of that window already yielded, and its tokens yielded this epoch
-        (JSON types; no token)."""
+        """The position between batches, the same on every rank: each dataset's MixingLoader
+        state (every rank's position) before its first window not yielded whole, the rows of it
+        the ranks yielded, and the ranks' tokens yielded this epoch; for another world size,
+        the state after its last window read and the rows not yet yielded, as references
+        (JSON types; no token). A collective under torch.distributed: call it on every rank."""
         if self._pending_state is not None:
             return self._pending_state
         sources = {}
         for source in self.sources:
-            window = source.window
-            if window is None or window.yielded == len(window.rows):
-                loader = source.loader.state_dict()
+            windows = source.windows
+            if not windows:
+                loader = self._loader_state(source)
                 position = {"loader": loader, "rows": 0, "rest": None, "after": loader}
-                pending: list[list[Span]] = []
             else:
+                first = windows[0]
                 position = {
-                    "loader": window.state,
-                    "rows": window.yielded,
-                    "rest": window.rest,
-                    "after": window.after,
+                    "loader": first.state,
+                    "rows": first.yielded,
+                    "rest": first.rest,
+                    "after": windows[-1].after,
                 }
-                pending = [
-                    [(window.documents[d], start, stop) for d, start, stop in row]
-                    for row in window.rows[window.yielded :]
-                ]
-            sources[source.name or ""] = {**position, "pending": rows_state(pending)}
+            pending = [w.row(at) for w in windows for at in range(w.yielded, len(w.rows))]
+            last = bool(windows) and windows[-1].last
+            sources[source.name or ""] = {**position, "pending": rows_state(pending, last)}
         return {
             STATE_KEY: {
                 "version": TOKENS_STATE_VERSION,
                 "config": self._config(),
+                "world_size": self.sources[0].loader.options.ranks.resolve()[1],
                 "tokens": {source.name or "": source.tokens for source in self.sources},
                 "sources": sources,
             }
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state``: the next ``iter()`` yields the rows an uninterrupted run would."""
+        """Resume from ``state``: the next ``iter()`` yields the rows an uninterrupted run
+        would; on another world size, the rows not yet yielded, then the rest of the epoch."""
         part = state.get(STATE_KEY) if isinstance(state, Mapping) else None
         if not isinstance(part, Mapping):
             raise ConfigError(
@@ -341,8 +453,7 @@ class TokenLoader:
                 f"cannot resume: the state was packed with {part.get('config')}, this "
                 f"TokenLoader packs with {self._config()}; resume with the same settings"
             )
-        part = dict(part)
-        part["sources"] = {name: dict(each) for name, each in part["sources"].items()}
+        same = part.get("world_size") == self.sources[0].loader.options.ranks.resolve()[1]
         for source in self.sources:
             saved = part["sources"][source.name or ""]
             rows = saved.get("rows")
@@ -350,15 +461,11 @@ class TokenLoader:
                 raise ConfigError(
                     f"cannot resume: the state's rows must be an int >= 0, got {rows!r}"
                 )
-            source.loader.load_state_dict(saved["loader"])
-            if part.get("deal"):  # a joined state: this rank's share of the unyielded rows
-                rank, world_size = source.loader.options.ranks.resolve()
-                saved["rest"] = saved["pending"] = deal_rows(saved["rest"], rank, world_size)
-            source.skip, source.rest, source.window = rows, saved.get("rest"), None
-            source.tokens = part["tokens"][source.name or ""]
-        if part.get("deal"):
-            part["deal"] = False
-        self._pending_state = {STATE_KEY: part}
+            for loader in source.loaders:
+                loader.load_state_dict(saved["loader" if same else "after"])
+            source.skip, source.rest = (rows, saved["rest"]) if same else (0, saved["pending"])
+            source.windows, source.tokens = [], part["tokens"][source.name or ""]
+        self._pending_state = {STATE_KEY: dict(part)}
 
     def _config(self) -> dict[str, Any]:
         weights = {
@@ -375,4 +482,5 @@ class TokenLoader:
     def close(self) -> None:
         """Stop the worker processes."""
         for source in self.sources:
-            source.loader.close()
+            for loader in source.loaders:
+                loader.close()

@@ -107,8 +107,8 @@ def test_rows_do_not_depend_on_workers_or_a_resume(mixture):
 
 def test_refusals(mixture):
     state = loader(mixture).state_dict()
-    old = {"tokens": {**state["tokens"], "version": 2}}
-    with pytest.raises(ConfigError, match="version 2, this shardmix reads version 3"):
+    old = {"tokens": {**state["tokens"], "version": 3}}
+    with pytest.raises(ConfigError, match="version 3, this shardmix reads version 4"):
         loader(mixture).load_state_dict(old)
     (a, _), _ = mixture
     other = TokenLoader(
