@@ -219,3 +219,25 @@ def test_spawned_workers_map_the_same_rings(tmp_path):
     assert spawned == forked
     assert loader.pool._arena.received > 0
     loader.close()
+
+
+def test_an_epochs_own_workers_send_through_rings_closed_with_them(tmp_path, monkeypatch):
+    pattern = write_shards(tmp_path / "shards", "tar", UNEVEN_SIZES, payload_bytes=200)
+    with monkeypatch.context() as patched:
+        patched.setattr(Arena, "create", classmethod(lambda cls, workers: None))
+        piped, _ = epochs_read(pattern, 2, persistent_workers=False)
+    made: list[Arena] = []
+    create = Arena.create.__func__
+
+    def recorded(cls, workers):
+        made.append(create(cls, workers))
+        return made[-1]
+
+    monkeypatch.setattr(Arena, "create", classmethod(recorded))
+    read, loader = epochs_read(pattern, 2, persistent_workers=False)
+    assert read == piped
+    assert sorted(read[0]) == sorted(expected_keys(UNEVEN_SIZES).elements())
+    assert len(made) == 2  # one epoch's workers each, never a pool
+    assert all(arena.received > 0 for arena in made)
+    assert not any(arena.token in arena_module._OPEN for arena in made)  # closed with them
+    assert loader.pools == {}

@@ -32,6 +32,8 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
 from multiprocessing.reduction import DupFd
@@ -40,10 +42,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch.utils.data import IterableDataset, get_worker_info
 
 from shardmix.reading.chunks import Chunk
 from shardmix.reading.columns import OBJECTS, Column
 from shardmix.reading.lanechunks import CHUNK_BYTES
+from shardmix.sources.traffic import count_seconds
 
 # Shared memory per worker. A worker has up to the DataLoader's prefetch_factor (2) chunks in
 # its ring, each up to CHUNK_BYTES (and one lane's turn past it), and a chunk that would cross
@@ -126,6 +130,13 @@ class Arena:
         if self._fd is not None:
             self._fd = self._fd.detach()
             self._map_rings()
+
+    def timed_send(self, worker: int, chunk: Chunk) -> Chunk | InArena:
+        """:meth:`send`, its seconds counted as the worker's collating."""
+        before = time.perf_counter()
+        sent = self.send(worker, chunk)
+        count_seconds("collate", time.perf_counter() - before)
+        return sent
 
     def send(self, worker: int, chunk: Chunk) -> Chunk | InArena:
         """In worker ``worker``: ``chunk`` with its arrays in the ring, or as it is when the
@@ -215,3 +226,17 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
     items = arrays[0].copy()  # the merge keeps them
     freed = partial(setitem, arena.released.numpy(), worker, end)  # the ring, up to the chunk
     return replace(shell, items=items, columns=columns, release=freed)
+
+
+class InRings(IterableDataset[Chunk | InArena]):
+    """An epoch's own workers (not persistent ones) sending ``chunks``' arrays through
+    ``arena``'s rings."""
+
+    def __init__(self, chunks: IterableDataset[Chunk], arena: Arena) -> None:
+        self.chunks = chunks
+        self.arena = arena
+
+    def __iter__(self) -> Iterator[Chunk | InArena]:
+        info = get_worker_info()
+        worker = 0 if info is None else info.id
+        return (self.arena.timed_send(worker, chunk) for chunk in self.chunks)

@@ -39,6 +39,7 @@ from shardmix.sources import is_local
 from shardmix.sources.cache.bounded import plan_reads
 from shardmix.sources.cache.ledger import this_owner
 from shardmix.sources.identity import ShardIdentity
+from shardmix.workers.arena import Arena, InRings
 from shardmix.workers.forkstart import StartFlags, forks, start_forked
 from shardmix.workers.lifeline import WorkerInit
 
@@ -141,10 +142,12 @@ def start_workers(
     if num_workers == 0:
         return iter(source), num_lanes, None
 
+    arena = Arena.create(num_workers)  # the chunks' arrays through shared memory
+
     def start(flags: StartFlags | None) -> Any:
         started = None if flags is None else flags.mark
         loader = DataLoader(
-            source,
+            source if arena is None else InRings(source, arena),
             batch_size=None,
             collate_fn=as_sent,
             num_workers=num_workers,
@@ -156,14 +159,28 @@ def start_workers(
         )
         return iter(loader)
 
-    if forks(options.multiprocessing_context):  # a forked worker may hang at its start
-        workers = start_forked(start, stop_workers, num_workers, worker_processes)
-    else:
-        workers = start(None)
+    try:
+        if forks(options.multiprocessing_context):  # a forked worker may hang at its start
+            workers = start_forked(start, stop_workers, num_workers, worker_processes)
+        else:
+            workers = start(None)
+    except BaseException:
+        if arena is not None:
+            arena.close()
+        raise
+    chunks: Iterator[Chunk] = workers
+    if arena is not None:  # closed at the epoch's end, with the workers, or once collected
+        _RINGS[workers] = rings = weakref.finalize(workers, arena.close)
+        chunks = _closing_at_end(workers, rings)
     if heartbeat is not None:
         watch_progress(workers, heartbeat, timeout)
     _STARTED.add(workers)
-    return workers, num_lanes, workers
+    return chunks, num_lanes, workers
+
+
+def _closing_at_end(chunks: Iterator[Chunk], close: Callable[[], Any]) -> Iterator[Chunk]:
+    yield from chunks
+    close()  # the workers have sent their last chunk, and it has been unpickled
 
 
 def seed_generator(plan: EpochPlan) -> torch.Generator:
@@ -242,6 +259,8 @@ def _open_descriptors() -> int:
 # An epoch's workers not stopped yet: stopped at interpreter exit, before multiprocessing's own
 # exit hook, which sends them SIGTERM and joins them without a limit (forever, for a stopped one).
 _STARTED: weakref.WeakSet[Any] = weakref.WeakSet()
+# An epoch's workers' shared-memory rings, closed when they stop.
+_RINGS: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
 
 
 @atexit.register
@@ -252,8 +271,10 @@ def _stop_started() -> None:
 
 def stop_workers(workers: Any) -> None:
     """Stop the DataLoader workers that :func:`start_workers` started (``None``: nothing)."""
+    rings = None
     with contextlib.suppress(TypeError):  # None, or not weakly referenced: never added
         _STARTED.discard(workers)
+        rings = _RINGS.pop(workers, None)
     processes = worker_processes(workers)
     for process in processes:
         if _is_stopped(process.pid):  # it cannot end as asked: torch would wait 10 s on it
@@ -268,6 +289,8 @@ def stop_workers(workers: Any) -> None:
         if process.is_alive():
             process.kill()
             process.join(KILL_WAIT_SECONDS)
+    if rings is not None:
+        rings()
 
 
 def _is_stopped(pid: int | None) -> bool:

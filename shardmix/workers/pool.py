@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import sys
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass, field, replace
@@ -28,7 +27,6 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from shardmix.reading.chunks import Chunk
 from shardmix.reading.lanechunks import EpochPlan, as_sent, lane_chunks
 from shardmix.reading.progress import Heartbeat, watch_progress
-from shardmix.sources.traffic import count_seconds
 from shardmix.workers.arena import Arena, InArena
 from shardmix.workers.dataloader import seed_generator, stop_workers, worker_processes
 from shardmix.workers.forkstart import StartFlags, forks, start_forked, worker_context
@@ -189,12 +187,4 @@ class _PlannedChunks(IterableDataset[tuple[int, Chunk | InArena]]):
         arena = self.arena
         if arena is None:
             return ((generation, chunk) for chunk in chunks)
-        return ((generation, _sent(arena, worker, chunk)) for chunk in chunks)
-
-
-def _sent(arena: Arena, worker: int, chunk: Chunk) -> Chunk | InArena:
-    """``chunk`` copied into ``worker``'s ring, the copy's seconds counted as collating."""
-    before = time.perf_counter()
-    sent = arena.send(worker, chunk)
-    count_seconds("collate", time.perf_counter() - before)
-    return sent
+        return ((generation, arena.timed_send(worker, chunk)) for chunk in chunks)
