@@ -19,15 +19,16 @@ from shardmix.testing import check_resume, run_steps
 from shards import record_key, write_shards
 
 SIZES = {
-    "a": ("tar", [300, 500, 200, 450]),
-    "b": ("tfrecord", [400, 600, 350]),
-    "c": ("tar", [80, 120]),  # the small one
+    "a": ("tar", [150, 250, 100, 225]),
+    "b": ("tfrecord", [200, 300, 175]),
+    "c": ("tar", [40, 60]),  # the small one
 }
 
 
-@pytest.fixture
-def patterns(tmp_path):
-    return {name: write_shards(tmp_path / name, fmt, sizes) for name, (fmt, sizes) in SIZES.items()}
+@pytest.fixture(scope="module")
+def patterns(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixture")
+    return {name: write_shards(root / name, fmt, sizes) for name, (fmt, sizes) in SIZES.items()}
 
 
 def all_records(name):

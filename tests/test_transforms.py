@@ -106,7 +106,7 @@ def test_filtered_batches_do_not_depend_on_workers(uneven_shards):
 def test_a_filtered_run_resumes_exactly_after_every_batch(uneven_shards):
     def make():
         dataset = ShardDataset(uneven_shards, transform=drop_class_three, num_lanes=4)
-        return MixingLoader(dataset, batch_size=7, num_workers=2, shuffle_buffer=15)
+        return MixingLoader(dataset, batch_size=14, num_workers=2, shuffle_buffer=15)
 
     report = check_resume(make, epochs=2)
     assert report.steps_checked == report.total_steps - 1
@@ -207,7 +207,7 @@ def crop_fingerprint(batch):
 def test_seeded_augmentation_repeats_and_resumes_exactly(uneven_shards):
     def make(seed=11):
         dataset = ShardDataset(uneven_shards, transform=crop, transform_rng=True, seed=seed)
-        return MixingLoader(dataset, batch_size=6, num_workers=2, shuffle_buffer=12)
+        return MixingLoader(dataset, batch_size=12, num_workers=2, shuffle_buffer=12)
 
     first = [crop_fingerprint(b) for _, b in run_steps(make(), 2)]
     assert first == [crop_fingerprint(b) for _, b in run_steps(make(), 2)]

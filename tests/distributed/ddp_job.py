@@ -1,6 +1,7 @@
 """A tiny DDP training job over shards, run by tests/distributed/test_torchrun.py via torchrun.
 
-Each rank writes ``rank-<R>.json`` to the output folder: per epoch, its step count and the keys
+Each rank writes ``rank-<R>.json`` to the output folder: for each ``--even-ranks`` mode (comma
+separated, run one after the other in the same launch), per epoch, its step count and the keys
 of every sample it trained on.
 """
 
@@ -30,6 +31,14 @@ def main() -> None:
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    runs = {mode: train(args, rank, mode) for mode in args.even_ranks.split(",")}
+    dist.barrier()
+    (args.out / f"rank-{rank}.json").write_text(json.dumps(runs))
+    dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, rank: int, mode: str) -> list[dict]:
+    """Train ``args.epochs`` epochs under ``even_ranks=mode``: each epoch's steps and keys."""
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(1, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -39,7 +48,7 @@ def main() -> None:
         num_workers=2,
         shuffle_buffer=64,
         seed=7,
-        even_ranks=args.even_ranks,
+        even_ranks=mode,
     )
     if args.marker is not None:
         steps = len(loader)  # counts the shards: each by one rank, shared over gloo
@@ -62,9 +71,8 @@ def main() -> None:
             steps += 1
             keys.extend(batch["__key__"])
         epochs.append({"steps": steps, "keys": keys})
-    dist.barrier()
-    (args.out / f"rank-{rank}.json").write_text(json.dumps(epochs))
-    dist.destroy_process_group()
+    loader.close()
+    return epochs
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Balanced plans at scale: 1,024 uneven shards over 8, 64 and 256 simulated ranks.
+"""Balanced plans at scale: 1,024 uneven shards over 8 and 256 simulated ranks.
 
 Every rank is read in full (TFRecord shards of 1-byte payloads read raw, no shuffle buffer, no
 workers: a few seconds in all), and the exact multiset of ``(shard, record)`` over all ranks
@@ -14,7 +14,7 @@ from shardmix import MixingLoader, ShardDataset
 
 from shards import write_shards
 
-pytestmark = pytest.mark.slow  # 15 s: a million records read, over all ranks and world sizes
+pytestmark = pytest.mark.slow  # a million records read, over all ranks and world sizes
 
 SIZES = [int(size) for size in np.random.default_rng(13).integers(100, 301, 1024)]
 
@@ -47,7 +47,7 @@ def read_all_ranks(dataset, world_size, even_ranks):
     return runs
 
 
-@pytest.mark.parametrize("world_size", [8, 64, 256])
+@pytest.mark.parametrize("world_size", [8, 256])
 def test_drop_loses_fewer_than_world_size_and_duplicates_none(shards_1024, world_size):
     dataset = ShardDataset(shards_1024, seed=3, tfrecord_payload="raw")
     runs = read_all_ranks(dataset, world_size, "drop")
@@ -59,7 +59,7 @@ def test_drop_loses_fewer_than_world_size_and_duplicates_none(shards_1024, world
     assert 0 <= sum(written.values()) - sum(seen.values()) < world_size
 
 
-@pytest.mark.parametrize("world_size", [8, 64, 256])
+@pytest.mark.parametrize("world_size", [8, 256])
 def test_pad_loses_none_and_repeats_fewer_than_world_size(shards_1024, world_size):
     dataset = ShardDataset(shards_1024, seed=3, tfrecord_payload="raw")
     runs = read_all_ranks(dataset, world_size, "pad")

@@ -22,12 +22,21 @@ def run_job(shards, out, *args, nproc=2):
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(nproc)]
 
 
+@pytest.fixture(scope="module", params=[2, 4])
+def job(request, tmp_path_factory):
+    """One launch per world size that trains under ``drop``, then under ``pad``."""
+    nproc = request.param
+    tmp = tmp_path_factory.mktemp(f"ddp-{nproc}")
+    pattern = write_shards(tmp / "shards", "tar", SIZES)
+    ranks = run_job(pattern, tmp / "out", "--even-ranks", "drop,pad", nproc=nproc)
+    return pattern, nproc, ranks
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [2, 4])
 @pytest.mark.parametrize("even_ranks", ["drop", "pad"])
-def test_ranks_step_together_and_cover_the_data(tmp_path, even_ranks, nproc):
-    pattern = write_shards(tmp_path / "shards", "tar", SIZES)
-    ranks = run_job(pattern, tmp_path / "out", "--even-ranks", even_ranks, nproc=nproc)
+def test_ranks_step_together_and_cover_the_data(job, even_ranks):
+    pattern, nproc, runs = job
+    ranks = [run[even_ranks] for run in runs]
     dataset = ShardDataset(pattern, seed=7)
     written = expected_keys(SIZES)
     for epoch in range(2):
@@ -56,7 +65,7 @@ def test_a_job_over_http_counts_each_shard_once_and_the_next_reuses_the_cache(tm
     cache = tmp_path / "cache" / "counts.json"
     args = ["--epochs", "1", "--counts-cache", str(cache), "--marker", f"{base}/__counted__"]
 
-    ranks = run_job(pattern, tmp_path / "out1", *args)
+    ranks = [run["drop"] for run in run_job(pattern, tmp_path / "out1", *args)]
     counting = shard_requests(state.requests)
     assert Counter(name for name, _ in counting) == Counter(names)  # each shard once, job-wide
     assert Counter(state.heads) == Counter(names)  # its version, asked once per shard too

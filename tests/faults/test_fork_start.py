@@ -25,7 +25,7 @@ import shardmix.workers.forkstart as forkstart
 from shardmix import MixingLoader, ShardDataset, WorkerError, WorkerRestartWarning
 
 pattern, persistent, hang_at = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
-forkstart.START_SECONDS = 4.0  # a healthy fork marks in milliseconds, even on a loaded machine
+forkstart.START_SECONDS = float(sys.argv[4])
 forks = 0
 
 
@@ -61,9 +61,12 @@ print(json.dumps(report))
 """
 
 
-def run_case(tmp_path: Path, persistent: bool, hang_at: str) -> dict:
+def run_case(tmp_path: Path, persistent: bool, hang_at: str, start_seconds: str = "4") -> dict:
+    """4 seconds where healthy forks must start (they mark in milliseconds, even on a loaded
+    machine); less where every fork hangs, so that no start is healthy."""
     pattern = write_shards(tmp_path / "shards", "tar", SIZES)
-    return script_report(SCRIPT, pattern, "1" if persistent else "0", hang_at, timeout=240)
+    flag = "1" if persistent else "0"
+    return script_report(SCRIPT, pattern, flag, hang_at, start_seconds, timeout=240)
 
 
 @pytest.mark.slow
@@ -88,10 +91,10 @@ def test_a_worker_hung_at_its_fork_is_forked_again_and_no_sample_is_lost_or_repe
 
 @pytest.mark.slow
 def test_a_worker_hung_at_every_fork_is_a_named_error(tmp_path: Path) -> None:
-    report = run_case(tmp_path, True, "every")
+    report = run_case(tmp_path, True, "every", start_seconds="1.5")
     assert report["epochs"] == []
     assert len(report["warnings"]) == 2
     assert report["error"].startswith("worker 0 (pid ")
     assert "worker 1 (pid " in report["error"]
-    assert "did not start within 4 seconds of its fork, at each of 3 starts" in report["error"]
+    assert "did not start within 1.5 seconds of its fork, at each of 3 starts" in report["error"]
     assert "multiprocessing_context='forkserver'" in report["error"]

@@ -76,12 +76,12 @@ def test_fit_killed_and_resumed_trains_on_the_uninterrupted_runs_samples(tmp_pat
     mid_step = per_epoch + per_epoch // 2  # mid-epoch 1
     killed = fit(pattern, tmp_path / "killed", "--kill-at-step", str(mid_step), devices=devices)
     assert [len(lines) for lines in killed] == [mid_step] * devices
-    resumes = [("mid.ckpt", mid_step, ()), ("end.ckpt", per_epoch, ())]
     # Without the callback too: the loader takes the state Lightning restored by itself.
-    resumes += [
-        ("mid.ckpt", mid_step, ("--no-callback",)),
-        ("end.ckpt", per_epoch, ("--no-callback",)),
-    ]
+    # Every pair on one device; on two, each checkpoint and each way once (what differs there
+    # is that each rank resumes its own part).
+    resumes = [("mid.ckpt", mid_step, ()), ("end.ckpt", per_epoch, ("--no-callback",))]
+    if devices == 1:
+        resumes += [("end.ckpt", per_epoch, ()), ("mid.ckpt", mid_step, ("--no-callback",))]
     for checkpoint, kept, extra in resumes:
         out = tmp_path / f"resumed-{checkpoint}-{len(extra)}"
         resume = ("--resume", str(tmp_path / "killed" / checkpoint), *extra)
