@@ -135,7 +135,8 @@ class TokenLoader:
         window = None if rest is None else self._rest_window(rest)
         documents = iter(self.loader)
         batch: list[list[Span]] = []
-        while window is not None or (window := self._read_window(documents)) is not None:
+        after = None  # the state after the last window read: the next window's state before
+        while window is not None or (window := self._read_window(documents, after)) is not None:
             if skip > len(window.rows):
                 raise ConfigError(
                     f"cannot resume: the state says {skip} rows of its window were yielded, "
@@ -151,15 +152,20 @@ class TokenLoader:
                 if len(batch) == self.batch_size:
                     yield collate_rows(batch, self.seq_len)
                     batch = []
+            after = None if window.rest is not None else window.after
             window = None
         self._window = None
         if batch and not self.drop_last:
             yield collate_rows(batch, self.seq_len)
 
-    def _read_window(self, samples: Iterator[list[dict[str, Any]]]) -> _Window | None:
+    def _read_window(
+        self, samples: Iterator[list[dict[str, Any]]], state: dict[str, Any] | None
+    ) -> _Window | None:
+        """The next window, packed; ``state``: the MixingLoader's now, where already taken (a
+        state of a loader with a shuffle buffer costs milliseconds)."""
         documents: list[Document] = []
-        while not documents:  # a window whose records were all skipped is passed over
-            state = self.loader.state_dict()
+        while True:  # a window whose records were all skipped is passed over
+            state = self.loader.state_dict() if state is None else state
             for _ in range(self.reads):
                 read = next(samples, None)
                 if read is None:
@@ -167,6 +173,9 @@ class TokenLoader:
                         return None
                     break
                 documents.extend(filter(None, map(self._document, read)))
+            if documents:
+                break
+            state = None
         lengths = [len(document.tokens) for document in documents]
         self._seen[0] += len(lengths)
         self._seen[1] += sum(lengths)
