@@ -6,16 +6,21 @@ The same documents, read one epoch at a time by each side, 2 workers, batch 8, `
 - ``TokenLoader best_fit`` and ``TokenLoader concat``: :class:`~shardmix.tokens.TokenLoader`
   over ``--shards`` tar shards of ``--documents`` documents each (``tokens.npy``, ``uint16``,
   log-normal lengths: mean of the log 5, sigma 1, a mean of about 250 tokens, 2.6% longer than
-  ``seq_len``);
+  ``seq_len``), the shards' record counts and offset index in a counts cache written before the
+  rounds (as a later job over the same shards finds it; LitData's ``optimize`` writes its own
+  index);
 - ``concat-and-chunk DataLoader``: a plain ``IterableDataset`` in a DataLoader, each worker
   concatenating its shards' documents and cutting rows;
 - ``LitData TokensLoader``: the same documents written by ``litdata.optimize`` (one chunk file
   per shard's worth of tokens) and read by ``StreamingDataset(item_loader=TokensLoader(
   block_size=1024), shuffle=True)`` in a ``StreamingDataLoader``. ``block_size`` is ``seq_len``
-  (not LitGPT's ``seq_len + 1``) so that both sides deliver rows of the same tokens.
+  (not LitGPT's ``seq_len + 1``) so that both sides deliver rows of the same tokens; its
+  chunks' memory maps stay open (LitData 0.2.60 crashes otherwise: :func:`run_litdata`).
 
 Per side: tokens/s (the documents' tokens delivered over the wall time of the epoch, from
-``iter()`` to the last batch), main-process CPU µs per token, all processes' CPU µs per token
+``iter()`` to the last batch), the seconds to the first batch and the tokens/s after it (best
+fit packs a whole window, 16,384 documents, before its first row: a wait LitData's rows, cut
+where they fall, do not have), main-process CPU µs per token, all processes' CPU µs per token
 (the main process's and its DataLoader workers', ``getrusage``, :mod:`benchkit`), the padding
 share (padding over the documents' tokens, the epoch's last batch aside), the documents cut
 (in more than one row, or partly dropped; one longer than ``seq_len`` must be cut) and the
@@ -30,7 +35,7 @@ torchvision and would replace a pinned torch. Install it beside the torch you ha
 lightning-utilities, boto3 and requests, are usually there already); without it the bench runs
 the other sides and says that LitData was skipped. Run from the repository root::
 
-    python tools/bench_tokens.py [--rounds 5] [--shards 16] [--documents 5000] [--json]
+    python tools/bench_tokens.py [--rounds 5] [--shards 16] [--documents 10000] [--json]
 
 ``python tools/bench.py --only tokens --doc`` runs it as the ``tokens`` section.
 """
@@ -41,6 +46,7 @@ import argparse
 import gc
 import io
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -63,10 +69,12 @@ sys.path.insert(0, str(HERE.parent / "tests" / "tokens"))
 from benchkit import cpu_seconds  # noqa: E402
 from token_shards import write_token_shards  # noqa: E402
 
-from shardmix import ShardDataset  # noqa: E402
+from shardmix import MixingLoader, ShardDataset  # noqa: E402
 from shardmix.tokens import TokenLoader  # noqa: E402
 from shardmix.tokens.packing import concat  # noqa: E402
 
+# LitData asks PyPI for a newer version of itself when a StreamingDataset is made: not here.
+os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")
 TITLE = "token streams: TokenLoader beside LitData's TokensLoader, seq_len 1,024, batch 8"
 SEQ_LEN, BATCH, WORKERS = 1024, 8, 2
 LITDATA = "LitData TokensLoader"
@@ -109,27 +117,32 @@ def timed(epoch: Iterator[tuple[int, int]], close: Callable[[], None]) -> dict[s
     gc.collect()
     main, workers = cpu_seconds(), cpu_seconds(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    cells = padding = last = 0
+    tokens = padding = last = 0
+    first: tuple[float, int] | None = None  # the first batch's time and tokens
     for size, last in epoch:
-        cells += size
+        tokens += size - last
         padding += last
+        first = first or (time.perf_counter() - start, tokens)
     seconds = time.perf_counter() - start
     main = cpu_seconds() - main
     close()
     workers = cpu_seconds(resource.RUSAGE_CHILDREN) - workers
+    assert first is not None
     return {
         "seconds": seconds,
+        "first": first[0],
+        "after_first": (tokens - first[1]) / max(seconds - first[0], 1e-9),
         "main": main,
         "workers": workers,
-        "delivered": cells - padding,
+        "delivered": tokens,
         "padding": padding - last,
     }
 
 
-def run_tokenloader(pattern: str, counts: list[int], packing: str) -> Run:
+def run_tokenloader(pattern: str, counts: Path, packing: str) -> Run:
     def run() -> dict[str, float]:
         loader = TokenLoader(
-            ShardDataset(pattern, seed=0, record_counts=counts),
+            ShardDataset(pattern, seed=0, counts_cache=counts),
             seq_len=SEQ_LEN,
             batch_size=BATCH,
             num_workers=WORKERS,
@@ -250,7 +263,8 @@ def measure(rounds: int, shards: int, documents: int, root: Path) -> dict[str, A
     pattern, written = write_token_shards(root / "tar", shards, documents, mean_log=5.0)
     paths = sorted({path for path, _ in written})
     tokens = sum(len(t) for t in written.values())
-    counts = [documents] * shards  # as a manifest gives them (LitData's index.json does)
+    counts = root / "record-counts.json"
+    len(MixingLoader(ShardDataset(pattern, counts_cache=counts), batch_size=BATCH))  # writes it
     runs: dict[str, Run] = {
         OURS: run_tokenloader(pattern, counts, "best_fit"),
         "TokenLoader concat": run_tokenloader(pattern, counts, "concat"),
@@ -287,6 +301,8 @@ def summary(measured: dict[str, Any]) -> dict[str, Any]:
         first = runs[0]
         sides[name] = {
             "tokens_per_s": _spread([r["delivered"] / r["seconds"] for r in runs]),
+            "first_batch_s": _spread([r["first"] for r in runs]),
+            "after_first_tokens_per_s": _spread([r["after_first"] for r in runs]),
             "main_us_per_token": _spread([r["main"] / r["delivered"] * 1e6 for r in runs]),
             "total_us_per_token": _spread(
                 [(r["main"] + r["workers"]) / r["delivered"] * 1e6 for r in runs]
@@ -303,6 +319,9 @@ def summary(measured: dict[str, Any]) -> dict[str, Any]:
         ratios = {
             "tokens_per_s": _spread(
                 [a["delivered"] / a["seconds"] / (b["delivered"] / b["seconds"]) for a, b in pairs]
+            ),
+            "after_first_tokens_per_s": _spread(
+                [a["after_first"] / b["after_first"] for a, b in pairs]
             ),
             "main_us_per_token": _spread(
                 [a["main"] / a["delivered"] / (b["main"] / b["delivered"]) for a, b in pairs]
@@ -325,7 +344,9 @@ def report_lines(found: dict[str, Any]) -> list[str]:
     ]
     for name, side in found["sides"].items():
         lines.append(
-            f"{name}: {_figure(side['tokens_per_s'], ',.0f')} tokens/s; main process "
+            f"{name}: {_figure(side['tokens_per_s'], ',.0f')} tokens/s (first batch after "
+            f"{_figure(side['first_batch_s'], '.2f')} s, then "
+            f"{_figure(side['after_first_tokens_per_s'], ',.0f')} tokens/s); main process "
             f"{_figure(side['main_us_per_token'], '.3f')} µs/token; all processes "
             f"{_figure(side['total_us_per_token'], '.3f')} µs/token; padding "
             f"{side['padding_share']:.4%}; cut {side['cut_share']:.2%} of documents; dropped "
@@ -335,7 +356,8 @@ def report_lines(found: dict[str, Any]) -> list[str]:
     ratios = found["ratios"]
     if ratios:
         lines.append(
-            f"{OURS} / {LITDATA}, per round: tokens/s {_figure(ratios['tokens_per_s'], '.2f')}x, "
+            f"{OURS} / {LITDATA}, per round: tokens/s {_figure(ratios['tokens_per_s'], '.2f')}x "
+            f"(after the first batch {_figure(ratios['after_first_tokens_per_s'], '.2f')}x), "
             f"main-process CPU per token {_figure(ratios['main_us_per_token'], '.2f')}x"
         )
     else:
@@ -343,7 +365,7 @@ def report_lines(found: dict[str, Any]) -> list[str]:
     return lines
 
 
-def rows(rounds: int = 5, shards: int = 16, documents: int = 5000) -> list[dict[str, Any]]:
+def rows(rounds: int = 5, shards: int = 16, documents: int = 10_000) -> list[dict[str, Any]]:
     """``tools/bench.py``'s rows: one per side, its note a line of :func:`report_lines`."""
     with tempfile.TemporaryDirectory(prefix="bench-tokens-") as scratch:
         found = summary(measure(rounds, shards, documents, Path(scratch)))
@@ -381,7 +403,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--shards", type=int, default=16)
-    parser.add_argument("--documents", type=int, default=5000, help="documents per shard")
+    parser.add_argument("--documents", type=int, default=10_000, help="documents per shard")
     parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
     parser.add_argument("--write-litdata", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()

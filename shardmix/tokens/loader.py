@@ -136,7 +136,8 @@ class TokenLoader:
         documents = iter(self.loader)
         batch: list[list[Span]] = []
         after = None  # the state after the last window read: the next window's state before
-        while window is not None or (window := self._read_window(documents, after)) is not None:
+        ahead: list[list[dict[str, Any]]] = []  # the next window's reads, pulled so far
+        while window is not None or (window := self._read_window(documents, after, ahead)):
             if skip > len(window.rows):
                 raise ConfigError(
                     f"cannot resume: the state says {skip} rows of its window were yielded, "
@@ -145,10 +146,16 @@ class TokenLoader:
                 )
             window.yielded, skip = skip, 0
             self._window = window
+            ahead = []
             while window.yielded < len(window.rows):
                 pieces = window.rows[window.yielded]
                 batch.append([(window.documents[d], start, stop) for d, start, stop in pieces])
                 window.yielded += 1
+                # The next window's reads, pulled evenly while this window's rows go out: the
+                # workers read on meanwhile, instead of waiting for the window's end.
+                due = window.yielded * self.reads > len(ahead) * len(window.rows)
+                if due and window.rest is None and (read := next(documents, None)) is not None:
+                    ahead.append(read)
                 if len(batch) == self.batch_size:
                     yield collate_rows(batch, self.seq_len)
                     batch = []
@@ -159,20 +166,24 @@ class TokenLoader:
             yield collate_rows(batch, self.seq_len)
 
     def _read_window(
-        self, samples: Iterator[list[dict[str, Any]]], state: dict[str, Any] | None
+        self,
+        samples: Iterator[list[dict[str, Any]]],
+        state: dict[str, Any] | None,
+        ahead: list[list[dict[str, Any]]],
     ) -> _Window | None:
-        """The next window, packed; ``state``: the MixingLoader's now, where already taken (a
-        state of a loader with a shuffle buffer costs milliseconds)."""
+        """The next window, packed, its first reads ``ahead``; ``state``: the MixingLoader's
+        before them, where already taken (a state with a shuffle buffer costs milliseconds)."""
         documents: list[Document] = []
         while True:  # a window whose records were all skipped is passed over
             state = self.loader.state_dict() if state is None else state
-            for _ in range(self.reads):
-                read = next(samples, None)
+            for at in range(self.reads):
+                read = ahead[at] if at < len(ahead) else next(samples, None)
                 if read is None:
                     if not documents:
                         return None
                     break
                 documents.extend(filter(None, map(self._document, read)))
+            ahead = []
             if documents:
                 break
             state = None
@@ -233,7 +244,8 @@ class TokenLoader:
             return self._pending_state
         window = self._window
         if window is None or window.yielded == len(window.rows):
-            loader = self.loader.state_dict()
+            # After a window, the MixingLoader has given some of the next window's reads.
+            loader = self.loader.state_dict() if window is None else window.after
             position = {"loader": loader, "rows": 0, "rest": None, "after": loader}
             pending: list[list[Span]] = []
         else:
