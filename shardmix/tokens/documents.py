@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from contextlib import suppress
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,11 @@ def document_tokens(sample: dict[str, Any], field: str) -> np.ndarray:
     value = sample.get(field)
     if value is None:
         value = sample.get(f"{field}.npy")
+    if type(value) is bytes and value.startswith(b"\x93NUMPY"):  # the common case, first
+        with suppress(ValueError):  # short bytes: named below
+            vector = _npy_vector(value)  # already a 1-D integer array, when not None
+            if vector is not None:
+                return vector
     if isinstance(value, bytes | bytearray | memoryview):
         if bytes(value[:6]) != b"\x93NUMPY":
             found = f"a .npy array, found bytes without its magic string: {bytes(value[:16])!r}"
