@@ -9,8 +9,9 @@ with the same batch size and number of DataLoader workers and reports:
 - whether the epoch delivered every written key exactly once (the multiset of keys).
 
 Sections (one per format, the transform, resume, convert, ranks, ``scale``: thousands of
-shards, big samples and 100,000 URLs, each case in a fresh process, :mod:`bench_scale`, and
-``startup``: a fresh loader per epoch, :mod:`bench_startup`)
+shards, big samples and 100,000 URLs, each case in a fresh process, :mod:`bench_scale`,
+``startup``: a fresh loader per epoch, :mod:`bench_startup`, and ``tokens``: token streams
+beside LitData's, :mod:`bench_tokens`)
 register themselves in ``SECTIONS`` and return :class:`Row` values; the table printer and
 ``--json`` know nothing of what a section measures. Run from the repository root::
 
@@ -41,6 +42,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_startup  # noqa: E402
+import bench_tokens  # noqa: E402
 import bench_writers  # noqa: E402
 from benchdata import make_bench_shards, record_key, shard_of_key, shard_sizes  # noqa: E402
 from benchkit import RangeServer  # noqa: E402
@@ -989,6 +991,7 @@ COST_ROUNDS = 3
 
 section("writers", bench_writers.TITLE)(bench_writers.section_run(Row))
 section("startup", bench_startup.TITLE)(bench_startup.section_run(Row))
+section("tokens", bench_tokens.TITLE)(bench_tokens.section_run(Row))
 
 # ------------------------------------------------------------------------------ reporting
 
@@ -1203,6 +1206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "cost",
                 "writers",
                 "startup",
+                "tokens",
             ):
                 print(row.note)
         print(f"\ntotal {elapsed:.1f} s")
