@@ -12,6 +12,8 @@ orders by them (:mod:`shardmix.batching.mixing`), the plan of each lane's pieces
 
 from __future__ import annotations
 
+import itertools
+from bisect import bisect_left
 from collections.abc import Sequence
 
 import numpy as np
@@ -154,20 +156,42 @@ class MergeKeys:
         shards: np.ndarray,
         records: np.ndarray,
         placed: np.ndarray,
-    ) -> list[float]:
-        """The clocks of the items of lanes that enter a new piece in this chunk, one by one."""
+    ) -> np.ndarray:
+        """The clocks of the items of lanes that enter a new piece in this chunk, a run at a
+        time: a run is items of one lane and shard whose records rise, cut where a piece ends,
+        so that the pieces are looked up once each and the clocks worked out as arrays."""
         piece = self._piece
-        rows = zip(lanes.tolist(), shards.tolist(), records.tolist(), placed.tolist(), strict=True)
-        keys = []
-        for lane, shard, record, at in rows:
-            same_shard = piece["shard"][lane] == shard
-            if not (same_shard and piece["start"][lane] <= record < piece["stop"][lane]):
-                self._enter_piece(clocks, lane, shard, record)
-            within = at if clocks.by_offset else at - int(piece["start"][lane]) + 0.5
-            keys.append((float(piece["before"][lane]) + within) / float(piece["total"][lane]))
-        return keys
+        count = len(lanes)
+        cuts = (lanes[1:] != lanes[:-1]) | (shards[1:] != shards[:-1])
+        cuts |= records[1:] <= records[:-1]
+        bounds = [0, *(np.flatnonzero(cuts) + 1).tolist(), count]
+        lane_of, shard_of, record_of = lanes.tolist(), shards.tolist(), records.tolist()
+        lengths: list[int] = []
+        befores: list[float] = []
+        starts: list[int] = []
+        totals: list[float] = []
+        for at, end in itertools.pairwise(bounds):
+            lane, shard = lane_of[at], shard_of[at]
+            while at < end:
+                record = record_of[at]
+                start, stop = int(piece["start"][lane]), float(piece["stop"][lane])
+                if not (piece["shard"][lane] == shard and start <= record < stop):
+                    start, stop = self._enter_piece(clocks, lane, shard, record)
+                ends = end if record_of[end - 1] < stop else bisect_left(record_of, stop, at, end)
+                lengths.append(ends - at)
+                befores.append(float(piece["before"][lane]))
+                starts.append(start)
+                totals.append(float(piece["total"][lane]))
+                at = ends
+        within = placed if clocks.by_offset else (records - np.repeat(starts, lengths)) + 0.5
+        # As a float sum in this order, so that equal clocks tie the same way everywhere.
+        return (np.repeat(befores, lengths) + within) / np.repeat(totals, lengths)
 
-    def _enter_piece(self, clocks: LaneClocks, lane: int, shard: int, record: int) -> None:
+    def _enter_piece(
+        self, clocks: LaneClocks, lane: int, shard: int, record: int
+    ) -> tuple[int, float]:
+        """Make the piece of ``lane`` that holds ``record`` of ``shard`` the lane's own;
+        its ``(start, stop)`` (stop: inf for a piece to the shard's end)."""
         pieces = clocks.lane_pieces[lane]
         slot = self._slots[lane] = slot_of(pieces, shard, record, self._slots.get(lane, 0), lane)
         _, start, stop = pieces[slot]
@@ -177,3 +201,4 @@ class MergeKeys:
         piece["stop"][lane] = np.inf if stop is None else stop
         piece["before"][lane] = clocks.starts[lane][slot]
         piece["total"][lane] = clocks.totals[lane] or 1.0
+        return start, float(piece["stop"][lane])

@@ -26,8 +26,7 @@ import io
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from typing import BinaryIO, cast
+from typing import BinaryIO
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
 # on first use: workers started by fork (every epoch) inherit them instead of each importing
@@ -79,7 +78,9 @@ RANGE_TAIL = 1024
 RANGE_GAP = 8 * 1024
 
 
-@dataclasses.dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, which costs a
+# piece's read (a few dozen records) about a tenth of its CPU time over its twelve fields.
+@dataclasses.dataclass(slots=True)
 class ReadRequest:
     """What one read of a shard asks :func:`read_shard` or :func:`read_shard_blocks`.
 
@@ -113,11 +114,16 @@ class ReadRequest:
     stop_offset: int | None = None
 
 
-def read_shard(url: str, fmt: Format, request: ReadRequest = ReadRequest()) -> Iterator[Sample]:
+# A read of a whole shard, from its start (never changed: shared by the calls that default to it).
+WHOLE_SHARD = ReadRequest()
+
+
+def read_shard(url: str, fmt: Format, request: ReadRequest = WHOLE_SHARD) -> Iterator[Sample]:
     """The samples of the records ``request`` asks of one shard, each with its provenance and
     its tag (under ``__tag__``: :mod:`shardmix.formats.tags`)."""
     start = request.start
-    with _entered(url, request) as (stream, read):
+    stream, read, opened_at = _entered(url, request)
+    try:
         reader = tagging_reader(reader_for(fmt, request.options))
         for index, offset, sample in reader.records(stream, url, read):
             tag = sample.get(TAG_KEY) or key_tag(index, sample.get(KEY_FIELD))
@@ -130,22 +136,18 @@ def read_shard(url: str, fmt: Format, request: ReadRequest = ReadRequest()) -> I
             sample[OFFSET_KEY] = offset
             sample[TAG_KEY] = tag
             yield sample
+    finally:
+        _closed(url, stream, opened_at)
 
 
-def read_shard_blocks(
-    url: str, fmt: Format, request: ReadRequest = ReadRequest()
-) -> Iterator[RecordBlock]:
+def read_shard_blocks(url: str, reader: BlockReader, request: ReadRequest) -> Iterator[RecordBlock]:
     """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
-    whose ``source`` is ``url``; ``fmt``'s reader is a :class:`~shardmix.formats.BlockReader`
-    (its records' tags are their keys': :func:`~shardmix.formats.tags.key_tag`)."""
-    reader = reader_for(fmt, request.options)
-    # Not isinstance(reader, BlockReader): a runtime protocol check looks over every member, 25
-    # µs a shard, a twentieth of reading a small shard.
-    if not callable(getattr(reader, "blocks", None)):
-        raise TypeError(f"the {fmt.value} reader does not read records in blocks")
-    reader = cast(BlockReader, reader)
+    whose ``source`` is ``url``, read by ``reader``, the shard's format's made with
+    ``request.options`` (its records' tags are their keys':
+    :func:`~shardmix.formats.tags.key_tag`)."""
     start = request.start
-    with _entered(url, request) as (stream, read):
+    stream, read, opened_at = _entered(url, request)
+    try:
         for block in reader.blocks(stream, url, read):
             if block.records[0] < start:  # the record before ``start`` (see read_shard)
                 index, offset, key = block.records[0], block.offsets[0], block.keys[0]
@@ -155,32 +157,33 @@ def read_shard_blocks(
                     continue
             block.source = url
             yield block
+    finally:
+        _closed(url, stream, opened_at)
 
 
-@contextmanager
-def _entered(url: str, request: ReadRequest) -> Iterator[tuple[BinaryIO, ShardRead]]:
-    """The shard, open where ``request`` begins, and the read its reader's ``records`` or
-    ``blocks`` reads."""
+def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
+    """The shard, open where ``request`` begins, the read its reader's ``records`` or
+    ``blocks`` reads, and the byte it was opened at; :func:`_closed` closes it. (Not a
+    context manager: a piece's read pays for every object made per read.)"""
     start, stop, on_damage = request.start, request.stop, request.on_damage
     resume = start > 0 and request.before_offset >= 0
     offset = request.before_offset if resume else 0
     began = time.perf_counter()
-    with (
-        open_shard(
-            url,
-            options=request.source_options,
-            offset=offset,
-            listed=request.listed,
-            expect=request.expect,
-        ) as stream,
-        _counted(url, stream, offset),
-    ):
+    stream = open_shard(
+        url,
+        options=request.source_options,
+        offset=offset,
+        listed=request.listed,
+        expect=request.expect,
+    )
+    try:
         if not is_local(url) and not opened_ahead(stream):  # read ahead: counted there
             count_stall(time.perf_counter() - began)  # the answer (cached: the download)
         if request.on_open is not None:
             request.on_open(stream_identity(stream))
+        stop_offset = request.stop_offset
         if resume and can_seek_records(stream, url):
-            read = ShardRead(start - 1, stop, offset, on_damage=on_damage)
+            read = ShardRead(start - 1, stop, offset, on_damage=on_damage, stop_offset=stop_offset)
         else:
             if resume:
                 logger.debug(
@@ -188,20 +191,30 @@ def _entered(url: str, request: ReadRequest) -> Iterator[tuple[BinaryIO, ShardRe
                     url,
                     start,
                 )
-            read = ShardRead(start, stop, seek_from=request.seek_from, on_damage=on_damage)
-        yield stream, dataclasses.replace(read, stop_offset=request.stop_offset)
+            read = ShardRead(
+                start,
+                stop,
+                seek_from=request.seek_from,
+                on_damage=on_damage,
+                stop_offset=stop_offset,
+            )
+    except BaseException:
+        stream.close()
+        raise
+    return stream, read, offset
 
 
-@contextmanager
-def _counted(url: str, stream: BinaryIO, offset: int) -> Iterator[None]:
-    """Count the bytes read from a shard whose source does not count them as it fetches
-    them (http(s) and fsspec streams count their own; see :mod:`shardmix.sources.traffic`)."""
+def _closed(url: str, stream: BinaryIO, offset: int) -> None:
+    """Close a shard :func:`_entered` opened at byte ``offset``, the bytes read from it counted
+    where its source does not count them as it fetches them (http(s) and fsspec streams count
+    their own; see :mod:`shardmix.sources.traffic`)."""
     try:
-        yield
-    finally:
         if not counts_itself(url):
-            with suppress(OSError, ValueError):
-                count_bytes(host_of(url), max(0, stream.tell() - offset))
+            count_bytes(host_of(url), max(0, stream.tell() - offset))
+    except (OSError, ValueError):  # a stream that cannot tell: its bytes go uncounted
+        pass
+    finally:
+        stream.close()
 
 
 def read_shard_at(

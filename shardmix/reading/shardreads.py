@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
+from typing import cast
 
 from shardmix.formats import BlockReader, Format, ReadOptions, RecordBlock, reader_for
 from shardmix.formats.tags import NO_TAG
@@ -49,6 +50,9 @@ class ShardReads:
         self.shard_index = {url: i for i, url in reversed(list(enumerate(plan.urls)))}
         self._format_of = format_of
         self.options = options
+        # Each format's reader, made once: making one checks its options (a piece reads
+        # a few dozen records, so what is done per read counts).
+        self._readers = {fmt: reader_for(fmt, options) for fmt in set(format_of.values())}
         self.source_options = source_options
         self.policy = policy
         self.sample_transform = sample_transform
@@ -81,8 +85,7 @@ class ShardReads:
         or transform needs a dict per sample, and every shard's reader gives blocks."""
         if self.sample_transform.active:
             return False
-        formats = set(self._format_of.values())
-        return all(isinstance(reader_for(fmt, self.options), BlockReader) for fmt in formats)
+        return all(isinstance(reader, BlockReader) for reader in self._readers.values())
 
     def read_lane_blocks(
         self, pieces: Sequence[Piece], start: LanePosition = LanePosition()
@@ -119,7 +122,8 @@ class ShardReads:
         check = self._count_check(url, record, piece.stop, self.ledger)
         on_damage = self.ledger if check is None else check.on_damage
         request = self._request(url, record, before_offset, piece.stop, on_damage, before_tag)
-        blocks = reader.read_shard_blocks(url, self._format_of[url], request)
+        shard_reader = cast(BlockReader, self._readers[self._format_of[url]])  # reads_blocks
+        blocks = reader.read_shard_blocks(url, shard_reader, request)
         return blocks if check is None else check.blocks(blocks)
 
     def _count_check(

@@ -17,7 +17,6 @@ The identity travels as plain JSON (:meth:`ShardIdentity.to_json`): ``[size, val
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -90,9 +89,11 @@ class ShardIdentity:
 
 def attach_identity(stream: _Stream, identity: ShardIdentity | None) -> _Stream:
     """Record ``identity`` on an opened ``stream`` (for openers); returns the stream."""
-    # A stream type without a __dict__ cannot carry one: its shard then has no identity.
-    with contextlib.suppress(AttributeError):
+    # Not contextlib.suppress, whose object every open of a shard (each piece's) would pay for.
+    try:  # noqa: SIM105
         setattr(stream, _ATTRIBUTE, identity)
+    except AttributeError:  # a stream type without a __dict__: its shard then has no identity
+        pass
     return stream
 
 
