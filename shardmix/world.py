@@ -14,6 +14,7 @@ group, and the state is gathered over the default group, so any rank's copy resu
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -197,6 +198,10 @@ def _gather_objects(mine: T) -> list[T]:
 # The gloo groups made for the epoch-end exchange, by the process group they copy (the default
 # group, or a data-parallel group).
 _GLOO_GROUPS: dict[int, tuple[Any, Any]] = {}
+# Let go of them at exit, while the interpreter still runs: a gloo group last collected during
+# the interpreter's finalization can abort the process (its threads' work holds tensors, whose
+# release then takes a GIL that is gone), after a clean destroy_process_group() too.
+atexit.register(_GLOO_GROUPS.clear)
 
 
 def end_exchange(
