@@ -3,7 +3,8 @@
 Documents flow through a :class:`~shardmix.loader.MixingLoader` (lanes, the fixed-order merge,
 the shuffle buffer), a window of them at a time; each window is packed
 (:mod:`shardmix.tokens.packing`) and its rows are cut into batches, a batch crossing from one
-window into the next where they meet.
+window into the next where they meet. The next window's reads (each rank's own) are pulled
+evenly while a window's rows go out, so that the DataLoader workers read on meanwhile.
 
 Equal steps on every rank: the ranks pack their windows as one. Each rank reads its window,
 the ranks exchange them, tokens and all (``all_gather_object`` over a gloo copy of the
@@ -55,6 +56,7 @@ from shardmix.world import object_exchange
 # one, so the state is the same on every rank, with its world_size
 TOKENS_STATE_VERSION = 4
 Exchange = Callable[[Any], list[Any]]  # every rank's object, by rank (object_exchange)
+Read = list[dict[str, Any]]  # one MixingLoader batch of documents
 DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
 
 
@@ -91,6 +93,7 @@ class _Source:
     skip: int = 0
     rest: dict[str, Any] | None = None
     tokens: int = 0
+    after: dict[str, Any] | None = None  # the state after the last window read, this pass
     seen: tuple[int, int] = (0, 0)  # documents and tokens read so far (every rank's), for len()
 
     @property
@@ -254,7 +257,7 @@ class TokenLoader:
                 batch = []
         following = self.sources[at].loader.epoch
         for source in self.sources:  # the epoch is over for every source, read whole or not
-            source.windows, source.tokens = [], 0
+            source.windows, source.tokens, source.after = [], 0, None
             for loader in source.loaders:
                 loader.set_epoch(following)
         if batch and not self.drop_last:
@@ -266,15 +269,16 @@ class TokenLoader:
         """``source``'s rows, ``world_size`` at a time (rank ``r`` yields the ``r``-th), from
         where a resume put it; the next window is read when fewer rows are left."""
         skip, rest = source.skip, source.rest
-        source.skip, source.rest, source.windows = 0, None, []
+        source.skip, source.rest, source.windows, source.after = 0, None, [], None
         windows = source.windows
         samples = [iter(loader) for loader in source.loaders]
+        ahead: list[list[Read | None]] = [[] for _ in samples]  # the next window's reads so far
         if rest is not None:
             windows.append(self._rest_window(source, rest, skip, rank, world_size))
         while True:
             left = sum(len(window.rows) - window.yielded for window in windows)
             while left < world_size and not (windows and windows[-1].last):
-                window = self._read_window(source, samples, exchange)
+                window = self._read_window(source, samples, ahead, exchange)
                 if window is None:
                     break
                 windows.append(window)
@@ -296,6 +300,7 @@ class TokenLoader:
                     for _, start, stop in row
                 )
                 break
+            newest = windows[-1]
             step: list[list[Span]] = []
             while windows and len(step) < world_size:
                 window = windows[0]
@@ -304,19 +309,37 @@ class TokenLoader:
                 window.yielded += take
                 if window.yielded == len(window.rows):
                     windows.pop(0)
+            self._read_ahead(newest, samples, ahead)
             yield step + [[]] * (world_size - len(step))  # "pad": rows of padding at the end
         windows.clear()
+
+    def _read_ahead(
+        self, window: _Window, samples: list[Iterator[Read]], ahead: list[list[Read | None]]
+    ) -> None:
+        """Pull the next window's reads (each rank's own: the exchange stays at the window's
+        read) evenly while ``window``'s rows go out, so that the workers read on meanwhile
+        instead of waiting for the window's end; which reads form a window is unchanged."""
+        if window.last:
+            return
+        for reads, pulled in zip(samples, ahead, strict=True):
+            while len(pulled) * len(window.rows) < window.yielded * self.reads and (
+                not pulled or pulled[-1] is not None
+            ):
+                pulled.append(next(reads, None))
 
     def _read_window(
         self,
         source: _Source,
-        samples: list[Iterator[list[dict[str, Any]]]],
+        samples: list[Iterator[Read]],
+        ahead: list[list[Read | None]],
         exchange: Exchange | None,
     ) -> _Window | None:
-        """The next window of every rank, packed as one; None once every rank's is over."""
+        """The next window of every rank, packed as one, its first reads ``ahead``; None once
+        every rank's is over. Its state is the last window's after (reads pulled since)."""
         while True:  # a window whose records were all skipped is passed over
-            state = self._loader_state(source)
-            mine = [self._read(source, at, reads) for at, reads in enumerate(samples)]
+            state = self._loader_state(source) if source.after is None else source.after
+            mine = [self._read(source, at, samples[at], ahead[at]) for at in range(len(samples))]
+            source.after = self._loader_state(source)
             ranks = mine if exchange is None else exchange(mine[0])
             documents = [document for read, _ in ranks for document in read]
             last = all(over for _, over in ranks)
@@ -336,15 +359,16 @@ class TokenLoader:
             order = np.random.default_rng([self.seed, zlib.crc32(names)]).permutation(len(rows))
             full = [sum(stop - start for _, start, stop in row) == self.seq_len for row in rows]
             rows = [rows[i] for i in order if full[i]] + [rows[i] for i in order if not full[i]]
-        return _Window(state, self._loader_state(source), documents, rows, last=last)
+        return _Window(state, source.after, documents, rows, last=last)
 
     def _read(
-        self, source: _Source, at: int, samples: Iterator[list[dict[str, Any]]]
+        self, source: _Source, at: int, samples: Iterator[Read], pulled: list[Read | None]
     ) -> tuple[list[Document], bool]:
-        """A window of one rank's documents, and whether its epoch is over."""
+        """A window of one rank's documents (the reads ``pulled`` ahead first), and whether its
+        epoch is over."""
         documents: list[Document] = []
         for _ in range(self.reads):
-            read = next(samples, None)
+            read = pulled.pop(0) if pulled else next(samples, None)
             if read is None:
                 return documents, True
             documents.extend(filter(None, (self._document(source, s, at) for s in read)))
@@ -361,7 +385,7 @@ class TokenLoader:
     ) -> _Window:
         """The rows a state handed over (:mod:`shardmix.tokens.elastic`), the documents of
         this rank's (after ``skip``, every ``world_size``-th) read again."""
-        state = self._loader_state(source)
+        state = source.after = self._loader_state(source)
         epoch = source.loader.epoch
         mine = {d for row in rest["rows"][skip + rank :: world_size] for d, _, _ in row}
         documents, rows = read_rows(rest, source.dataset, source.name, epoch, self.field, mine)
@@ -409,8 +433,8 @@ class TokenLoader:
         sources = {}
         for source in self.sources:
             windows = source.windows
-            if not windows:
-                loader = self._loader_state(source)
+            if not windows:  # the window read last: reads of the next may have been pulled
+                loader = self._loader_state(source) if source.after is None else source.after
                 position = {"loader": loader, "rows": 0, "rest": None, "after": loader}
             else:
                 first = windows[0]
@@ -464,7 +488,8 @@ class TokenLoader:
             for loader in source.loaders:
                 loader.load_state_dict(saved["loader" if same else "after"])
             source.skip, source.rest = (rows, saved["rest"]) if same else (0, saved["pending"])
-            source.windows, source.tokens = [], part["tokens"][source.name or ""]
+            source.windows, source.after = [], None
+            source.tokens = part["tokens"][source.name or ""]
         self._pending_state = {STATE_KEY: dict(part)}
 
     def _config(self) -> dict[str, Any]:
