@@ -50,7 +50,7 @@ from shardmix.plan.apportion import Stopping, normalized_weights
 from shardmix.plan.sharding import EvenRanks
 from shardmix.reading.reader import Sample
 from shardmix.state.trainers import adopt_pending_state, warn_unregistered
-from shardmix.workers.dataloader import is_worker_failure
+from shardmix.workers.dataloader import DEATHS, is_worker_failure
 from shardmix.workers.pool import WorkerPool
 from shardmix.world import data_parallel_ranks
 
@@ -356,11 +356,15 @@ class _Epoch(Iterator[Any]):
                 if loader is None:
                     raise StopIteration
                 self._loader = None
+                # A worker's death reported while the epoch is made is kept (DEATHS), and
+                # raised as its first step begins, where the epoch can name the worker.
                 self._epoch = loader._start_epoch(self)
-            batch = next(self._epoch)
+            with DEATHS.here():
+                batch = next(self._epoch)
         except RuntimeError as error:
             # torch raises a worker's death from its SIGCHLD handler wherever the main process
-            # is, which may be outside the epoch's own guard: it is named here too.
+            # is, which may be outside the epoch's own guard, or kept since the last step
+            # (DEATHS): it is named here too.
             current = self._epoch or (loader._cursor.current if loader is not None else None)
             if isinstance(error, ShardmixError) or not is_worker_failure(error):
                 raise

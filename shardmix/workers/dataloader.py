@@ -18,6 +18,7 @@ import math
 import os
 import resource
 import signal
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -174,6 +175,7 @@ def start_workers(
         chunks = _closing_at_end(workers, rings)
     if heartbeat is not None:
         watch_progress(workers, heartbeat, timeout)
+    DEATHS.wrap_handler()
     _STARTED.add(workers)
     return chunks, num_lanes, workers
 
@@ -300,6 +302,60 @@ def _is_stopped(pid: int | None) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False
+
+
+class WorkerDeaths:
+    """Where torch's report of a dead worker is raised: inside a loader's step, not in the
+    trainer's own code between steps.
+
+    torch raises a worker's death from its SIGCHLD handler, in the main thread, wherever that
+    thread is. Inside a step (``with deaths.here():``) the loader names the worker
+    (:class:`~shardmix.errors.WorkerError`); between steps the report is kept, and raised when
+    the next step begins, so that it is named there too.
+    """
+
+    def __init__(self) -> None:
+        self.depth = 0  # steps under way (a step may start another loader's)
+        self.kept: list[RuntimeError] = []
+        self.handler: Any = None  # the SIGCHLD handler this wrapped torch's in
+
+    @contextlib.contextmanager
+    def here(self) -> Iterator[None]:
+        self.wrap_handler()
+        self.depth += 1
+        try:
+            if self.kept:
+                kept, self.kept = self.kept[0], []
+                raise kept
+            yield
+        finally:
+            self.wrap_handler()  # torch installs its handler as the first step starts workers
+            self.depth -= 1
+
+    def wrap_handler(self) -> None:
+        """Wrap the SIGCHLD handler torch installs once a process's first workers start."""
+        handler = signal.getsignal(signal.SIGCHLD)
+        if handler is self.handler or not callable(handler):
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread sets signal handlers
+
+        def deferred(signum: int, frame: Any) -> None:
+            if self.depth:
+                handler(signum, frame)
+                return
+            try:
+                handler(signum, frame)
+            except RuntimeError as error:
+                if not is_worker_failure(error):
+                    raise
+                self.kept.append(error)
+
+        signal.signal(signal.SIGCHLD, deferred)
+        self.handler = deferred
+
+
+DEATHS = WorkerDeaths()
 
 
 def is_worker_failure(error: RuntimeError) -> bool:

@@ -28,7 +28,7 @@ from shardmix.reading.chunks import Chunk
 from shardmix.reading.lanechunks import EpochPlan, as_sent, lane_chunks
 from shardmix.reading.progress import Heartbeat, watch_progress
 from shardmix.workers.arena import Arena, InArena
-from shardmix.workers.dataloader import seed_generator, stop_workers, worker_processes
+from shardmix.workers.dataloader import DEATHS, seed_generator, stop_workers, worker_processes
 from shardmix.workers.forkstart import StartFlags, forks, start_forked, worker_context
 from shardmix.workers.lifeline import WorkerInit
 
@@ -81,6 +81,7 @@ class WorkerPool:
             )
         else:
             iterator = self._started(plan, None)
+        DEATHS.wrap_handler()
         if self._heartbeat is not None:
             watch_progress(iterator, self._heartbeat, self.timeout)
         return self._chunks(iterator, self.generation)
