@@ -321,7 +321,6 @@ class WorkerDeaths:
 
     @contextlib.contextmanager
     def here(self) -> Iterator[None]:
-        self.wrap_handler()
         self.depth += 1
         try:
             if self.kept:
@@ -329,11 +328,11 @@ class WorkerDeaths:
                 raise kept
             yield
         finally:
-            self.wrap_handler()  # torch installs its handler as the first step starts workers
             self.depth -= 1
 
     def wrap_handler(self) -> None:
-        """Wrap the SIGCHLD handler torch installs once a process's first workers start."""
+        """Wrap the SIGCHLD handler torch installs once a process's first workers start
+        (called as workers start, here and in :mod:`shardmix.workers.pool`)."""
         handler = signal.getsignal(signal.SIGCHLD)
         if handler is self.handler or not callable(handler):
             return
