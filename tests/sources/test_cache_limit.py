@@ -4,6 +4,7 @@ workers, two epochs over a set three times the limit, two jobs on one folder, SI
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_record_claims import write_manifest_beside
@@ -161,6 +163,35 @@ def test_two_jobs_on_one_folder_stay_within_the_limit_together(remote_set, tmp_p
         assert epochs == [expected_keys(SIZES)] * 2
     assert max(samples) <= limit
     check_ledger(cache, limit)
+
+
+def _open_ledger(folder: str, start: Any, results: Any) -> None:
+    start.wait()
+    try:
+        CacheLedger(folder)
+        results.put("opened")
+    except Exception as error:  # reported to the test, which names it
+        results.put(repr(error))
+
+
+@pytest.mark.slow  # 40 processes
+def test_processes_that_open_a_new_folder_at_once_all_open_it(tmp_path):
+    # Two jobs that start on an empty folder race to make its ledger; the one that lost the race
+    # to switch SQLite's log on used to delete the database under the other.
+    context = multiprocessing.get_context("fork")
+    for round_ in range(10):
+        folder = str(tmp_path / f"cache-{round_}")
+        start, results = context.Barrier(4), context.Queue()
+        processes = [
+            context.Process(target=_open_ledger, args=(folder, start, results)) for _ in range(4)
+        ]
+        for process in processes:
+            process.start()
+        outcomes = [results.get(timeout=120) for _ in processes]
+        for process in processes:
+            process.join()
+        assert outcomes == ["opened"] * 4, f"round {round_}"
+        assert [process.exitcode for process in processes] == [0] * 4
 
 
 @pytest.mark.slow  # processes started and killed

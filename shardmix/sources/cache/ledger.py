@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import sqlite3
 import threading
@@ -97,24 +98,35 @@ class CacheLedger:
         self.evictions = 0  # copies this process evicted
         self._lock = threading.Lock()  # one connection, shared by this process's threads
         self._connection: sqlite3.Connection | None = None
-        database = os.path.join(folder, LEDGER_NAME)
-        existed = os.path.exists(database)
         try:
             os.makedirs(folder, exist_ok=True)
-            with self._lock:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    self._db.execute(statement)
+            with _creating(folder):
+                self._create()
         except (OSError, sqlite3.OperationalError) as error:
-            self.close()
-            if not existed:  # a ledger this process began and could not finish: not left
-                for name in (database, f"{database}-wal", f"{database}-shm", f"{database}-journal"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(name)
             named = self._named(error, None, "its tables")
             if named is error:
                 raise
             raise named from error
         self.reclaim(check_files=True)
+
+    def _create(self) -> None:
+        """Open the database, its log on, and make its tables (the caller holds the folder's
+        creation lock: two processes that open a new folder at once would otherwise race to
+        switch the log on, and the loser, undoing what it began, would delete the winner's
+        database under it)."""
+        database = os.path.join(self.folder, LEDGER_NAME)
+        existed = os.path.exists(database)
+        try:
+            with self._lock:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+        except (OSError, sqlite3.OperationalError):
+            self.close()
+            if not existed:  # a ledger this process began and could not finish: not left
+                for name in (database, f"{database}-wal", f"{database}-shm", f"{database}-journal"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name)
+            raise
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -439,6 +451,19 @@ def _unlink(path: str | None) -> None:
     if path:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+@contextlib.contextmanager
+def _creating(folder: str) -> Iterator[None]:
+    """Hold ``folder``'s creation lock, an ``flock`` on the folder itself (no file of its
+    own, so a disk too full for the ledger keeps nothing), while this process opens the
+    ledger."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 _LEDGERS: dict[tuple[int, str], CacheLedger] = {}
