@@ -91,8 +91,9 @@ class MixingLoader:
             smallest rank's count, ``"pad"`` brings every rank to the largest by repeating its
             first samples of the epoch. The epoch's plan gives the ranks record counts equal
             to within one (shards split at record boundaries where needed), so either loses
-            or repeats fewer than ``world_size`` samples. Planned from record counts, found
-            once per job (the ranks split the counting and share it).
+            or repeats fewer than ``world_size`` samples; ``"none"`` lets every rank yield its
+            own samples, however many. Planned from record counts, found once per job (the
+            ranks split the counting and share it).
         rank, world_size: this process's place among the ranks; detected from
             torch.distributed (when initialized) at each ``iter()`` when not given.
         group: the data-parallel process group (or a one-dimensional DeviceMesh, such as

@@ -156,6 +156,14 @@ def test_pad_repeats_fewer_than_the_new_world_size(pattern, new_world):
     assert sum(repeated.values()) == new_world * quota - sum(own) < new_world
 
 
+@pytest.mark.parametrize(("old_world", "new_world"), [(8, 3), (3, 8), (2, 3)])
+def test_none_reads_every_record_once_after_a_resize(pattern, old_world, new_world):
+    old = make_loaders(pattern, old_world, even_ranks="none")
+    first, saved = run_phase(old, steps=min(len(loader) for loader in old) // 3)
+    second, _ = run_phase(make_loaders(pattern, new_world, even_ranks="none"), saved)
+    assert keys_of(first, second) == expected_keys(SIZES)
+
+
 def test_the_residents_alone_are_dealt_when_the_buffer_holds_the_rest(pattern):
     # The default buffer (8,192 samples) outgrows a rank's share (about 770 samples): it keeps
     # half of what it read, so once a rank's lanes ended (by step 100) what remains is residents.

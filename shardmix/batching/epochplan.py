@@ -96,7 +96,7 @@ def plan_epoch(
         clocks = LaneClocks(lane_pieces, [weight[1] for weight in weights if weight], unit)
     if phase:
         return EpochPlanned(plan, lane_pieces, clocks, phase["quota"], phase["own"])
-    if world_size == 1:
+    if world_size == 1 or settings.even_ranks is EvenRanks.NONE:  # ends with its lanes
         return EpochPlanned(plan, lane_pieces, clocks)
     quota, own = _rank_quota(shards, epoch, rank, world_size, settings.even_ranks, epoch_pass)
     filters = reads.transform is not None or reads.policy.skips
@@ -148,7 +148,7 @@ def plan_ends(
                 reads.plan.kept_totals(epoch, world_size, epoch_pass), exchange, world_size
             )
         if totals is not None:
-            quota, own = rank_quota(totals, settings.even_ranks), totals[rank]
+            quota, own = rank_quota(totals, settings.even_ranks, rank), totals[rank]
             claim, agree, exchange = own, False, None
         elif not resumed:
             learn = exchange if exchange is not None else True
@@ -167,7 +167,7 @@ def _rank_quota(
 ) -> tuple[int, int]:
     """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
     totals = shards.rank_totals(epoch, world_size, epoch_pass)
-    quota = rank_quota(totals, even_ranks)
+    quota = rank_quota(totals, even_ranks, rank)
     if quota == 0:
         empty = [r for r, total in enumerate(totals) if total == 0]
         raise ConfigError(

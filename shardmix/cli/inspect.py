@@ -111,9 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank", type=int, default=0, help="the rank to inspect (0)")
     parser.add_argument(
         "--even-ranks",
-        choices=("drop", "pad"),
+        choices=("drop", "pad", "none"),
         default="drop",
-        help="with several ranks: drop the uneven tail or pad to the largest rank (drop)",
+        help="with several ranks: drop the uneven tail, pad to the largest rank, or let the "
+        "ranks differ (drop)",
     )
     parser.add_argument(
         "--compare", action="store_true", help="also read a plain DataLoader over the shards"

@@ -206,7 +206,7 @@ def resized_position(
         "shards": pack_identities(identities, referenced),
         "phase": {
             "pieces": pack_pieces(mine.pieces),
-            "quota": rank_quota(totals, even_ranks),
+            "quota": rank_quota(totals, even_ranks, rank),
             "own": totals[rank],
             "batches": batches,
         },

@@ -128,7 +128,7 @@ def _samples(options: LoaderOptions, dataset: ShardDataset, epoch: int, epoch_pa
     totals = dataset.plan.kept_totals(epoch, world_size, epoch_pass)  # learned under a filter
     if totals is None:
         totals = dataset.plan.rank_totals(epoch, world_size, epoch_pass)
-    return totals[rank] if world_size == 1 else rank_quota(totals, options.even_ranks)
+    return totals[rank] if world_size == 1 else rank_quota(totals, options.even_ranks, rank)
 
 
 def _mixture_len(options: LoaderOptions, epoch: int) -> int:

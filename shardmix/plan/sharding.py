@@ -70,14 +70,17 @@ class EvenRanks(enum.Enum):
 
     DROP = "drop"  # every rank stops at the smallest rank's count: the uneven tail is dropped
     PAD = "pad"  # every rank reaches the largest rank's count by repeating its first samples
+    NONE = "none"  # every rank yields its own samples, however many: its steps may differ
 
 
-def rank_quota(totals: Sequence[int], policy: EvenRanks) -> int:
-    """The number of samples every rank yields this epoch, given each rank's total.
+def rank_quota(totals: Sequence[int], policy: EvenRanks, rank: int) -> int:
+    """The number of samples rank ``rank`` yields this epoch, given each rank's total.
 
-    >>> rank_quota([120, 97, 130], EvenRanks.DROP), rank_quota([120, 97, 130], EvenRanks.PAD)
-    (97, 130)
+    >>> [rank_quota([120, 97, 130], policy, 0) for policy in EvenRanks]
+    [97, 130, 120]
     """
+    if policy is EvenRanks.NONE:
+        return totals[rank]
     return min(totals) if policy is EvenRanks.DROP else max(totals)
 
 

@@ -53,8 +53,9 @@ from shardmix.tokens.packing import Packing, Piece, pack
 from shardmix.world import object_exchange
 
 # 3: per dataset, and each dataset's tokens yielded this epoch; 4: the ranks' windows packed as
-# one, so the state is the same on every rank, with its world_size
-TOKENS_STATE_VERSION = 4
+# one, so the state is the same on every rank, with its world_size;
+# 5: the documents not evened out over the ranks (their MixingLoaders' even_ranks="none")
+TOKENS_STATE_VERSION = 5
 Exchange = Callable[[Any], list[Any]]  # every rank's object, by rank (object_exchange)
 Read = list[dict[str, Any]]  # one MixingLoader batch of documents
 DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
@@ -128,7 +129,7 @@ class TokenLoader:
             ``shuffle_buffer``, ``timeout``...). Under several ranks every rank yields the same
             number of batches; ``even_ranks`` says what happens to the fewer than
             ``world_size`` rows left at the epoch's end (``"drop"``, or ``"pad"``: rows of
-            padding), and what the MixingLoader does with the documents (docs/epochs.md).
+            padding); every rank reads all of its own documents.
 
     A record whose token field is missing or not a 1-D integer array raises a
     :class:`~shardmix.errors.DecodeError` naming its shard, record and offset; with the
@@ -167,6 +168,16 @@ class TokenLoader:
                 "(stopping='first_exhausted'); for more of a small dataset give it more weight "
                 "or list its shards more than once"
             )
+        self.even_ranks = EvenRanks(options.pop("even_ranks", EvenRanks.DROP))
+        if self.even_ranks is EvenRanks.NONE:
+            raise ConfigError(
+                "a TokenLoader gives every rank the same number of rows: even_ranks must be "
+                "'drop' or 'pad' (what happens to the fewer than world_size rows left at the "
+                "epoch's end)"
+            )
+        # The documents are not evened out: a rank's are packed with every rank's, so an
+        # uneven count costs no step, where evening them would leave whole documents out.
+        options["even_ranks"] = EvenRanks.NONE
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.seed = seed
@@ -206,7 +217,6 @@ class TokenLoader:
                 for other in range(given[1])
             ]
             self.sources.append(_Source(member_name, members[member_name], loaders, given[0]))
-        self.even_ranks = self.sources[0].loader.options.even_ranks
         self._members = members
         self._skips = all(
             isinstance(m, ShardDataset) and m.reads.policy.skips for m in members.values()

@@ -1,5 +1,6 @@
 """Equal steps per rank, with ranks given explicitly (the torchrun test runs real ranks)."""
 
+import zlib
 from collections import Counter
 
 import pytest
@@ -64,6 +65,41 @@ def test_pad_gives_equal_steps_and_loses_nothing(tmp_path, num_workers):
         own = totals[rank]
         assert len(set(keys)) == own
         assert keys[own:] == keys[: max(totals) - own]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_none_gives_every_rank_its_own_samples_and_loses_nothing(tmp_path, num_workers):
+    pattern = write_shards(tmp_path, "tar", SIZES)
+    runs = rank_runs(pattern, 3, "none", num_workers=num_workers)
+    totals = rank_totals(pattern, 3)
+    seen = Counter(key for batches in runs for batch in batches for key in batch)
+    assert seen == Counter(expected_keys(SIZES))
+    for rank, batches in enumerate(runs):
+        assert sum(map(len, batches)) == totals[rank]
+        loader = MixingLoader(
+            ShardDataset(pattern, seed=1, num_lanes=4),
+            batch_size=4,
+            even_ranks="none",
+            rank=rank,
+            world_size=3,
+        )
+        assert len(loader) == len(batches) == -(-totals[rank] // 4)
+
+
+def test_none_under_a_filter_keeps_every_kept_sample_and_pads_none(tmp_path):
+    pattern = write_shards(tmp_path, "tar", SIZES)
+    keep = {key for key in expected_keys(SIZES) if zlib.crc32(key.encode()) % 3}
+    runs = []
+    for rank in range(3):
+        loader = MixingLoader(
+            ShardDataset(pattern, seed=1, transform=lambda s: s if s["__key__"] in keep else None),
+            batch_size=4,
+            even_ranks="none",
+            rank=rank,
+            world_size=3,
+        )
+        runs.append([key for batch in loader for key in batch["__key__"]])
+    assert Counter(key for keys in runs for key in keys) == Counter(keep)
 
 
 def test_resume_exactly_on_every_rank_with_padding(tmp_path):

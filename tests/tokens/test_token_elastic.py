@@ -1,7 +1,6 @@
 """Elastic resume of packed rows: TokenLoaders simulated as ranks, their states joined
 (``join_states``) and resumed on another world size yield every token once; only the fewer
-than W' rows and the fewer than W' documents ``even_ranks="drop"`` leaves at the epoch's end
-are missing."""
+than W' rows ``even_ranks="drop"`` leaves at the epoch's end are missing, never a document."""
 
 from __future__ import annotations
 

@@ -107,9 +107,12 @@ def test_rows_do_not_depend_on_workers_or_a_resume(mixture):
 
 def test_refusals(mixture):
     state = loader(mixture).state_dict()
-    old = {"tokens": {**state["tokens"], "version": 3}}
-    with pytest.raises(ConfigError, match="version 3, this shardmix reads version 4"):
-        loader(mixture).load_state_dict(old)
+    for version in (3, 4):
+        old = {"tokens": {**state["tokens"], "version": version}}
+        with pytest.raises(ConfigError, match=f"version {version}, this shardmix reads version 5"):
+            loader(mixture).load_state_dict(old)
+    with pytest.raises(ConfigError, match="even_ranks must be 'drop' or 'pad'"):
+        loader(mixture, even_ranks="none")
     (a, _), _ = mixture
     other = TokenLoader(
         {"a": ShardDataset(a), "b": ShardDataset(a)},
