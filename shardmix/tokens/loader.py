@@ -414,23 +414,58 @@ class TokenLoader:
         return Document(tokens, shard, record if key is None else key, source.name, ref)
 
     def __len__(self) -> int:
-        """Batches per epoch on every rank, estimated: the documents this rank reads (from the
-        record counts) times the mean tokens per document read so far, over ``seq_len`` and
-        ``batch_size`` (a mixture: until its first dataset runs out, by the weights). Packing
-        pads little, so the estimate errs by the documents' spread; before a dataset's first
-        window is read its token count is unknown."""
+        """Batches per epoch on every rank, estimated from each dataset's tokens: the
+        manifests' token counts (``shardmix convert --tokenizer``) where every shard has one,
+        else the documents this rank reads (from the record counts) times the mean tokens per
+        document read so far, known from the first batch. The rows are the tokens over
+        ``seq_len``, the ranks' union shared out as :meth:`__iter__` shares it (a mixture:
+        until its first dataset runs out, by the weights); the padding of the windows' last
+        rows is not known ahead, so the estimate may fall short by a batch (the manifests'
+        counts) or err by the documents' spread (the tokens read)."""
+        world_size = self.sources[0].loader.options.ranks.resolve()[1]
         rows = []
         for source, weight in zip(self.sources, self.weights, strict=True):
-            documents, tokens = source.seen
-            if not documents:
-                raise UnknownLengthError(
-                    "len() of a TokenLoader is estimated from the tokens of the documents "
-                    "read, and none has been read yet: take len() after the first batch"
-                )
-            read = len(source.loader) * source.loader.batch_size
+            listed = self._manifest_tokens(source)
+            if listed is not None:
+                tokens = float(listed)
+            else:
+                documents, read = source.seen
+                if not isinstance(source.dataset, ShardDataset):
+                    raise UnknownLengthError(
+                        f"len() of a TokenLoader over a {type(source.dataset).__name__} is "
+                        "unknown: only a ShardDataset knows its record counts"
+                    )
+                if not documents:
+                    raise UnknownLengthError(
+                        "len() of a TokenLoader is estimated from the tokens of the documents "
+                        "read, and none has been read yet (its shards' manifests give no "
+                        "token counts): take len() after the first batch"
+                    )
+                epoch = source.loader.epoch
+                tokens = sum(source.dataset.plan.rank_totals(epoch, 1)) * read / documents
             if weight:
-                rows.append(read * tokens / documents / self.seq_len / weight)
-        return -(-int(min(rows) + 0.999999) // self.batch_size)
+                rows.append(-(-int(tokens) // self.seq_len) / weight)
+        union = int(min(rows) + 0.999999)
+        share = -(-union // world_size) if self.even_ranks is EvenRanks.PAD else union // world_size
+        batches, rest = divmod(share, self.batch_size)
+        return batches + (1 if rest and not self.drop_last else 0)
+
+    def _manifest_tokens(self, source: _Source) -> int | None:
+        """The tokens of ``source``'s epoch, every rank's, from its shards' manifests; None
+        where a shard has no count, or records may be dropped (a transform, skipping)."""
+        dataset = source.dataset
+        if self.field != "tokens" or not isinstance(dataset, ShardDataset):
+            return None
+        if dataset.reads.transform is not None or dataset.reads.policy.skips:
+            return None
+        manifests = dataset.plan.record_counts.manifests
+        total = 0
+        for url in dataset.urls:
+            entry = manifests.entry(url)
+            if entry is None or entry.tokens is None:
+                return None
+            total += entry.tokens
+        return total
 
     def state_dict(self) -> dict[str, Any]:
         """The position between batches, the same on every rank: each dataset's MixingLoader

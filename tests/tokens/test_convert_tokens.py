@@ -133,6 +133,39 @@ def test_documents_hold_exactly_their_tokens(tmp_path, tokenizer, inputs, fmt):
     assert_tiles(list(loader), documents)
 
 
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_len_comes_from_the_manifests_token_counts_before_any_batch(
+    tmp_path, tokenizer, inputs, world_size
+):
+    path, _ = tokenizer
+    paths, _ = inputs
+    out = tmp_path / "out"
+    convert(paths, f"{out}/tok-%04d.tar", ConvertOptions(max_records=37, tokens=TokenOptions(path)))
+    manifest = read_manifest(str(out / "tok.manifest.json"))
+    pattern = f"{out}/tok-{{0000..{len(manifest.shards) - 1:04d}}}.tar"
+    ranks = [
+        TokenLoader(
+            ShardDataset(pattern, seed=3),
+            seq_len=16,
+            batch_size=4,
+            window=512,
+            rank=rank,
+            world_size=world_size,
+        )
+        for rank in range(world_size)
+    ]
+    rows = -(-manifest.tokens // 16)  # every rank's, before the padding
+    assert [len(loader) for loader in ranks] == [-(-(rows // world_size) // 4)] * world_size
+    for loader in ranks:
+        batches = list(loader)
+        # Short only by the padding of the windows' last rows: a batch at most, here.
+        assert 0 <= len(batches) - len(loader) <= 1
+        if world_size == 1:
+            padding = sum(int((batch["segment_ids"] == 0).sum()) for batch in batches)
+            yielded = sum(len(batch["input_ids"]) for batch in batches)
+            assert yielded * 16 == manifest.tokens + padding
+
+
 def test_text_is_dropped_unless_kept(tmp_path, tokenizer, inputs):
     path, _ = tokenizer
     paths, _ = inputs

@@ -129,10 +129,17 @@ def test_len_is_estimated_from_the_tokens_read(tmp_path):
     loader = TokenLoader(ShardDataset(pattern), seq_len=128, batch_size=4, window=256)
     with pytest.raises(TypeError, match="first batch"):
         len(loader)
+    actual = sum(
+        1 for _ in TokenLoader(ShardDataset(pattern), seq_len=128, batch_size=4, window=256)
+    )
     batches = iter(loader)
     next(batches)
-    estimate = len(loader)
-    assert abs(estimate - (1 + sum(1 for _ in batches))) <= 0.1 * estimate
+    # One window's mean of 256 log-normal lengths (sigma 1) errs by about 8%; the estimate
+    # sharpens as the windows are read.
+    assert abs(len(loader) - actual) <= 0.15 * actual
+    for _ in range(actual // 2):
+        next(batches)
+    assert abs(len(loader) - actual) <= 0.05 * actual
 
 
 def test_an_array_in_a_npy_field_is_written_as_npy(tmp_path):
