@@ -4,7 +4,9 @@ Calls :func:`shardmix.inspect.inspect_batches` and prints a table per batch (the
 last few when there are many), a summary against the uniformly random ideal with the share per
 tenth of the epoch, and the advice (settings that would mix better, each with the figure an
 inspection with it gave); ``--json`` prints the report's JSON instead (schema:
-docs/inspect-schema.md), ``--plot`` draws it.
+docs/inspect-schema.md), ``--plot`` draws it. With ``--seq-len`` it inspects a TokenLoader's
+batches instead (:func:`shardmix.inspect.tokens.inspect_tokens`): per batch its rows, documents
+per row, padding, distinct shards against a random draw and a mixture's token shares.
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a mixture's epoch ends when one dataset is read whole, or when every dataset "
         "has been (the others starting new passes) (first_exhausted)",
     )
-    parser.add_argument("--batch-size", type=int, default=64, help="samples per batch (64)")
+    parser.add_argument(
+        "--batch-size", type=int, help="samples per batch (64); with --seq-len, rows (8)"
+    )
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
     parser.add_argument(
         "--num-lanes",
@@ -124,6 +128,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not try other settings when the mixing is low (nor the defaults)",
     )
+    parser.add_argument(
+        "--seq-len",
+        type=int,
+        help="inspect a TokenLoader's batches of rows of this many tokens: documents per row, "
+        "padding, distinct shards against a random draw, a mixture's token shares",
+    )
+    parser.add_argument(
+        "--packing", choices=("best_fit", "concat"), help="with --seq-len: packing (best_fit)"
+    )
+    parser.add_argument(
+        "--window", type=int, help="with --seq-len: documents packed together (16384)"
+    )
+    parser.add_argument("--field", help="with --seq-len: the token field (tokens)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", metavar="FILE", help="draw the report to FILE (.png or .svg)")
 
@@ -147,6 +164,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"shardmix inspect: --dataset names {twice} more than once", file=sys.stderr)
         return 2
     urls = {name: pattern for name, _, pattern in args.datasets} if args.datasets else args.urls
+    if args.seq_len is not None:
+        return _run_tokens(args, urls)
+    for flag in ("packing", "window", "field"):
+        if getattr(args, flag) is not None:
+            print(f"shardmix inspect: --{flag} packs tokens; give --seq-len too", file=sys.stderr)
+            return 2
 
     options: dict[str, Any] = {
         name: value
@@ -166,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         options["stopping"] = args.stopping
     report = inspect_batches(
         urls,
-        batch_size=args.batch_size,
+        batch_size=64 if args.batch_size is None else args.batch_size,
         num_workers=args.num_workers,
         seed=args.seed,
         epoch=args.epoch,
@@ -189,6 +212,112 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_report(data))
     return 0
+
+
+# Sample-mode options a token inspection has no use for, and why.
+_NOT_FOR_TOKENS = {
+    "label": "counts a label field of samples",
+    "compare": "reads the samples with a plain DataLoader",
+    "plot": "draws a sample report",
+}
+
+
+def _run_tokens(args: argparse.Namespace, urls: Any) -> int:
+    """``--seq-len``: a TokenLoader's batches (:func:`shardmix.inspect.tokens.inspect_tokens`)."""
+    import json
+    import sys
+
+    from shardmix.inspect.tokens import inspect_tokens
+
+    for flag, why in _NOT_FOR_TOKENS.items():
+        if getattr(args, flag):
+            print(
+                f"shardmix inspect: --{flag} {why}; leave it out with --seq-len "
+                "(a token inspection reports documents per row, padding and shards per batch)",
+                file=sys.stderr,
+            )
+            return 2
+    given = {"packing": args.packing, "window": args.window, "field": args.field}
+    given |= {"num_lanes": args.num_lanes, "shuffle_buffer": args.shuffle_buffer}
+    given["shuffle_buffer_bytes"] = args.shuffle_buffer_bytes
+    options = {name: value for name, value in given.items() if value is not None}
+    if args.datasets:
+        options["weights"] = {name: weight for name, weight, _ in args.datasets}
+        options["stopping"] = args.stopping
+    data = inspect_tokens(
+        urls,
+        seq_len=args.seq_len,
+        batch_size=8 if args.batch_size is None else args.batch_size,
+        batches=args.batches,
+        epoch=args.epoch,
+        seed=args.seed,
+        piece_records=args.piece_records or None,
+        num_workers=args.num_workers,
+        rank=args.rank,
+        world_size=args.world_size,
+        even_ranks=args.even_ranks,
+        **options,
+    )
+    print(json.dumps(data, indent=1) if args.json else format_tokens(data))
+    return 0
+
+
+def format_tokens(data: dict) -> str:
+    """The token report as text: a table per batch and the summary."""
+    s, summary = data["settings"], data["summary"]
+    lines = [
+        f"{len(data['shards'])} shards, {sum(data['shards'].values())} documents; "
+        f"TokenLoader seq_len {s['seq_len']}, batch_size {s['batch_size']}, packing "
+        f"{s['packing']}, window {s['window']}, num_workers {s['num_workers']}, seed {s['seed']}, "
+        f"epoch {s['epoch']}, rank {s['rank']} of {s['world_size']}",
+        "",
+    ]
+    mixture = summary["datasets"] or {}
+    header = f"{'batch':>6} {'rows':>5} {'docs/row':>8} {'padding':>8} {'shards':>6} {'random':>6}"
+    lines.append(header + "".join(f"  {name[:6] + ' share':>12} {'dev':>9}" for name in mixture))
+    batches = data["batches"]
+    shown: list[dict | None] = list(batches)
+    if len(batches) > MAX_ROWS:
+        shown = shown[:EDGE_ROWS] + [None] + shown[-EDGE_ROWS:]
+    for batch in shown:
+        if batch is None:
+            lines.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
+            continue
+        parts = "".join(
+            f"  {part['share']:>12.3f} {part['deviation']:>+9.2f}"
+            for part in (batch["datasets"] or {}).values()
+        )
+        lines.append(
+            f"{batch['index']:>6} {batch['rows']:>5} {batch['documents_per_row']:>8.2f} "
+            f"{batch['padding_tokens']:>8} {batch['distinct_sources']:>6} "
+            f"{batch['random_distinct_sources']:>6.1f}{parts}"
+        )
+    share = summary["padding_share"]
+    ratio = summary["distinct_ratio"]
+    end = "the epoch read to its end" if summary["epoch_end"] else "the epoch goes on"
+    lines += [
+        "",
+        f"{summary['batches']} batches, {summary['rows']} rows ({end})",
+        f"documents per row: {summary['documents_per_row']:.2f}",
+        f"padding: {summary['padding_tokens']} tokens, "
+        + ("no batch" if share is None else f"{share:.3%}")
+        + (
+            f" (the epoch's last batch aside, which holds {summary['last_batch_padding_tokens']})"
+            if summary["epoch_end"]
+            else ""
+        ),
+        f"documents cut across rows: {summary['cut_documents']} of {summary['documents']} "
+        f"({summary['cut_share']:.1%})",
+        f"distinct shards per batch: {summary['mean_distinct_sources']:.2f}, a random draw of "
+        f"as many documents {summary['mean_random_distinct_sources']:.2f}"
+        + ("" if ratio is None else f" ({ratio:.2f}x)"),
+    ]
+    for name, part in mixture.items():
+        lines.append(
+            f"{name}: weight {part['weight']:.3f}, share of the tokens {part['share']:.3f}, "
+            f"largest deviation in a batch {part['max_deviation']:.2f} x seq_len"
+        )
+    return "\n".join(lines)
 
 
 def format_report(data: dict) -> str:

@@ -14,6 +14,9 @@ The package, in the order an inspection runs:
   (``docs/inspect-schema.md``);
 - :mod:`~shardmix.inspect.plot`: :func:`plot_report`, a report drawn (matplotlib, on first use).
 
+Token batches have their own: :mod:`~shardmix.inspect.tokens`: :func:`inspect_tokens`, a
+TokenLoader's documents per row, padding, distinct shards and a mixture's token shares.
+
 Beside it, :mod:`~shardmix.inspect.stat`: :func:`stat_shards`, what a set of shards holds and
 whether every record is sound (``shardmix stat``).
 
@@ -40,6 +43,7 @@ from shardmix.inspect.report import (
 )
 from shardmix.inspect.stat import StatReport, stat_shards
 from shardmix.inspect.summary import ideal_distinct_sources
+from shardmix.inspect.tokens import inspect_tokens
 
 __all__ = [
     "INSPECT_SCHEMA_VERSION",
@@ -59,6 +63,7 @@ __all__ = [
     "TenthStats",
     "ideal_distinct_sources",
     "inspect_batches",
+    "inspect_tokens",
     "plot_report",
     "stat_shards",
 ]

@@ -4,19 +4,12 @@ about as many distinct shards as a uniformly random draw of as many documents wo
 from __future__ import annotations
 
 from collections import Counter
-from math import comb
 
 from token_shards import write_token_shards
 
 from shardmix import ShardDataset
+from shardmix.inspect import ideal_distinct_sources
 from shardmix.tokens import TokenLoader
-
-
-def random_distinct(per_shard: list[int], drawn: int) -> float:
-    """The expected number of distinct shards among ``drawn`` documents drawn without
-    replacement from shards holding ``per_shard`` documents."""
-    total = sum(per_shard)
-    return sum(1 - comb(total - count, drawn) / comb(total, drawn) for count in per_shard)
 
 
 def test_a_batchs_documents_come_from_as_many_shards_as_a_random_draw(tmp_path):
@@ -30,6 +23,6 @@ def test_a_batchs_documents_come_from_as_many_shards_as_a_random_draw(tmp_path):
     for batch in batches:
         held = {(source, key) for row in batch["__segments__"] for source, key, *_ in row}
         got += len({source for source, _ in held})
-        expected += random_distinct(per_shard, len(held))
+        expected += ideal_distinct_sources(per_shard, len(held))
     assert len(batches) > 50
     assert got / expected >= 0.9, (got / len(batches), expected / len(batches))
