@@ -27,14 +27,16 @@ from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS
 from shardmix.tokens import TokenLoader
 
 TOKENS_SCHEMA_VERSION = 1
-Document = tuple[str, Any]  # (shard, key) of a span
+DocumentId = tuple[str, Any]  # (shard, key) of a span
 
 
 class Origin:
     """Where a batch's documents come from: each shard's dataset (None for one dataset), each
     dataset's documents per shard and its weight."""
 
-    def __init__(self, shards: Mapping[str | None, Mapping[str, int]], weights: Mapping) -> None:
+    def __init__(
+        self, shards: Mapping[str | None, Mapping[str, int]], weights: Mapping[str | None, Any]
+    ) -> None:
         self.dataset_of: dict[str, str | None] = {}
         for name, counts in shards.items():
             for url in counts:
@@ -92,14 +94,14 @@ def batch_figures(
     }
 
 
-def rows_per_document(segments: Iterable[Sequence[Sequence[Any]]]) -> Counter[Document]:
+def rows_per_document(segments: Iterable[Sequence[Sequence[Any]]]) -> Counter[DocumentId]:
     """How many rows each document has a piece in (a batch's ``__segments__``)."""
     return Counter(document for row in segments for document in {(s, k) for s, k, _, _ in row})
 
 
 def summarize(
     batches: Sequence[Mapping[str, Any]],
-    rows_of: Counter[Document],
+    rows_of: Counter[DocumentId],
     seq_len: int,
     origin: Origin,
     epoch_end: bool,
@@ -175,21 +177,17 @@ def inspect_tokens(
         name: ShardDataset(pattern, seed=seed, num_lanes=num_lanes, piece_records=piece_records)
         for name, pattern in named.items()
     }
-    shards: dict[str | None, dict[str, int]] = {}
-    for name, dataset in datasets.items():
-        counts = shards[name] = {}
-        for url in dataset.urls:  # a shard listed twice is read twice
-            counts[url] = counts.get(url, 0) + dataset.plan.record_counts.of(url)
+    shards = {name: _documents_per_shard(dataset) for name, dataset in datasets.items()}
     member = datasets if isinstance(urls, Mapping) else datasets[None]
     loader = TokenLoader(
         member, seq_len=seq_len, batch_size=batch_size, seed=seed, weights=weights, **options
     )
     exact = {s.name: w for s, w in zip(loader.sources, loader.weights, strict=True)}
     origin = Origin(shards, exact)
-    figures: list[dict[str, Any]] = []
-    rows_of: Counter[Document] = Counter()
-    epoch_end = True
     loader.set_epoch(epoch)
+    figures: list[dict[str, Any]] = []
+    rows_of: Counter[DocumentId] = Counter()
+    epoch_end = True
     try:
         for index, batch in enumerate(loader):
             if index == batches:
@@ -199,8 +197,7 @@ def inspect_tokens(
             rows_of.update(rows_per_document(batch["__segments__"]))
     finally:
         loader.close()
-    source = loader.sources[0].loader.options
-    rank, world_size = source.ranks.resolve()
+    rank, world_size = loader.sources[0].loader.options.ranks.resolve()
     settings = {
         "urls": dict(urls) if isinstance(urls, Mapping) else urls,
         "seq_len": seq_len,
@@ -227,3 +224,12 @@ def inspect_tokens(
         "skipped": loader.skipped,
         "dropped": loader.dropped,
     }
+
+
+def _documents_per_shard(dataset: ShardDataset) -> dict[str, int]:
+    """The documents (records) of each shard of ``dataset``'s epoch, a shard listed twice
+    counted twice, as it is read."""
+    counts: dict[str, int] = {}
+    for url in dataset.urls:
+        counts[url] = counts.get(url, 0) + dataset.plan.record_counts.of(url)
+    return counts
