@@ -24,9 +24,9 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.state.codec import pack_refs, unpack_refs
 from shardmix.state.ranks import join_states
-from shardmix.tokens.batch import Document, Span
+from shardmix.tokens.batch import Documents, Span
 from shardmix.tokens.documents import document_tokens
-from shardmix.tokens.packing import Piece
+from shardmix.tokens.packing import Row
 
 STATE_KEY = "tokens"
 _NO_TOKENS = np.zeros(0, np.int64)  # a document of another rank's row, not read here
@@ -51,21 +51,24 @@ def read_rows(
     epoch: int,
     field: str,
     wanted: Container[int],
-) -> tuple[list[Document], list[list[Piece]]]:
+) -> tuple[Documents, list[Row]]:
     """The documents ``state`` names (of ``dataset``, the mixture's ``name``) and its rows
     over them: the ``wanted`` documents read again from their shards, the others references
     without tokens (the rows of other ranks)."""
     refs = unpack_refs(state["documents"], "tokens.rest")
-    documents = [Document(_NO_TOKENS, "", -1, name, ref) for ref in refs]
+    documents = Documents()
+    documents.tokens = [_NO_TOKENS] * len(refs)
+    documents.sources, documents.keys = [""] * len(refs), [-1] * len(refs)
+    documents.datasets, documents.refs = [name] * len(refs), list(refs)
     read = [at for at in range(len(refs)) if at in wanted]
     for at, sample in zip(
         read, read_refs(dataset.reads, [refs[at] for at in read], epoch), strict=True
     ):
         key = sample.get("__key__")
-        source, record = sample["__source__"], sample["__index__"]
-        tokens = document_tokens(sample, field)
-        documents[at] = Document(tokens, source, record if key is None else key, name, refs[at])
-    return documents, [[(d, start, stop) for d, start, stop in row] for row in state["rows"]]
+        documents.tokens[at] = document_tokens(sample, field)
+        documents.sources[at] = sample["__source__"]
+        documents.keys[at] = sample["__index__"] if key is None else key
+    return documents, [tuple((d, start, stop) for d, start, stop in row) for row in state["rows"]]
 
 
 def join_token_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -46,10 +46,10 @@ from shardmix.loader import MixingLoader
 from shardmix.plan.apportion import Stopping, member_seed, normalized_weights
 from shardmix.plan.sharding import EvenRanks
 from shardmix.state.ranks import as_saved_by, join_states
-from shardmix.tokens.batch import Document, Span, collate_rows
+from shardmix.tokens.batch import Document, Documents, Span, collate_rows
 from shardmix.tokens.documents import document_tokens
 from shardmix.tokens.elastic import STATE_KEY, read_rows, rows_state
-from shardmix.tokens.packing import Packing, Piece, pack
+from shardmix.tokens.packing import Packing, Row, pack
 from shardmix.world import object_exchange
 
 # 3: per dataset, and each dataset's tokens yielded this epoch; 4: the ranks' windows packed as
@@ -69,8 +69,8 @@ class _Window:
 
     state: dict[str, Any]
     after: dict[str, Any]
-    documents: list[Document]
-    rows: list[list[Piece]]
+    documents: Documents
+    rows: list[Row]
     rest: dict[str, Any] | None = None
     yielded: int = 0
     last: bool = False  # the epoch's last: every rank's MixingLoader ended in it
@@ -351,21 +351,27 @@ class TokenLoader:
             mine = [self._read(source, at, samples[at], ahead[at]) for at in range(len(samples))]
             source.after = self._loader_state(source)
             ranks = mine if exchange is None else exchange(mine[0])
-            documents = [document for read, _ in ranks for document in read]
+            documents = Documents()
+            for read, _ in ranks:
+                documents.extend(read)
             last = all(over for _, over in ranks)
             if documents:
                 break
             if last:
                 return None
-        lengths = [len(document.tokens) for document in documents]
+        lengths = [len(tokens) for tokens in documents.tokens]
         source.seen = (source.seen[0] + len(lengths), source.seen[1] + sum(lengths))
-        rows = pack(self.packing, lengths, self.seq_len)
+        # Tuples, which the garbage collector stops tracking (as Documents: why).
+        rows = [tuple(row) for row in pack(self.packing, lengths, self.seq_len)]
         if self.packing is Packing.BEST_FIT:
             # Best fit orders rows by size; the order of a window's rows is a seeded shuffle,
             # seeded by its documents (by shard index and record, so wherever the shards live)
             # so that a replayed window shuffles the same way. The rows with padding go last,
             # so that the epoch's last window pads its last batch.
-            names = "\n".join(f"{d.dataset}\t{d.ref[0]}\t{d.ref[1]}" for d in documents).encode()
+            names = "\n".join(
+                f"{name}\t{ref[0]}\t{ref[1]}"
+                for name, ref in zip(documents.datasets, documents.refs, strict=True)
+            ).encode()
             order = np.random.default_rng([self.seed, zlib.crc32(names)]).permutation(len(rows))
             full = [sum(stop - start for _, start, stop in row) == self.seq_len for row in rows]
             rows = [rows[i] for i in order if full[i]] + [rows[i] for i in order if not full[i]]
@@ -373,15 +379,18 @@ class TokenLoader:
 
     def _read(
         self, source: _Source, at: int, samples: Iterator[Read], pulled: list[Read | None]
-    ) -> tuple[list[Document], bool]:
+    ) -> tuple[Documents, bool]:
         """A window of one rank's documents (the reads ``pulled`` ahead first), and whether its
         epoch is over."""
-        documents: list[Document] = []
+        documents = Documents()
         for _ in range(self.reads):
             read = pulled.pop(0) if pulled else next(samples, None)
             if read is None:
                 return documents, True
-            documents.extend(filter(None, (self._document(source, s, at) for s in read)))
+            for sample in read:
+                document = self._document(source, sample, at)
+                if document is not None:
+                    documents.append(document)
         return documents, not source.loaders[at].batches_left()
 
     def _loader_state(self, source: _Source) -> dict[str, Any]:

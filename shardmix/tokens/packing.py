@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from enum import Enum
 
 Piece = tuple[int, int, int]
+Row = tuple[Piece, ...]  # a row as the loader holds it
 
 
 class Packing(Enum):
