@@ -425,8 +425,8 @@ class TokenLoader:
     def __len__(self) -> int:
         """Batches per epoch on every rank, estimated from each dataset's tokens: the
         manifests' token counts (``shardmix convert --tokenizer``) where every shard has one,
-        else the documents this rank reads (from the record counts) times the mean tokens per
-        document read so far, known from the first batch. The rows are the tokens over
+        else the epoch's documents, every rank's (from the record counts), times the mean
+        tokens per document read so far, known from the first batch. The rows are the tokens over
         ``seq_len``, the ranks' union shared out as :meth:`__iter__` shares it (a mixture:
         until its first dataset runs out, by the weights); the padding of the windows' last
         rows is not known ahead, so the estimate may fall short by a batch (the manifests'
