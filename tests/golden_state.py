@@ -3,7 +3,7 @@
 Six uneven shards written by shardmix's own writers under relative names, with a fixed
 modification time, read by a MixingLoader with fixed seeds: the state after batch 7 depends on
 nothing but shardmix's code. ``tools/make_golden_state.py`` writes the JSON files from here;
-``tests/test_golden_state.py`` compares them with what the code gives now.
+``tests/state/test_golden_state.py`` compares them with what the code gives now.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Write this version's golden checkpoint states (tests/golden/state/v<N>-<format>-batch7.json).
 
 Run after a deliberate change to the state, with ``STATE_VERSION`` bumped; keep the older files
-(tests/test_golden_state.py checks that they are refused by name).
+(tests/state/test_golden_state.py checks that they are refused by name).
 """
 
 from __future__ import annotations

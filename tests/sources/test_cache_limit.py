@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_record_claims import write_manifest_beside
 
 from shardmix import MixingLoader, ShardDataset
 from shardmix.errors import ConfigError
@@ -26,7 +25,7 @@ from shardmix.sources.cache.bounded import MIN_PART_BYTES, cache_counters
 from shardmix.sources.cache.ledger import LEDGER_NAME, CacheLedger, alive
 from shardmix.sources.cache.store import cache_path
 
-from shards import expected_keys, write_shards
+from shards import expected_keys, write_manifest_beside, write_shards
 
 SIZES = [40, 55, 30, 62, 47, 35, 58, 44, 51, 38, 60, 42]
 PATTERN = "data/part-{0000..0011}.tar"

@@ -13,14 +13,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_record_claims import cut_at_record, write_manifest_beside
 
 import shardmix.sources.version as version
 from shardmix import ShardChangedError, ShardDataset
 from shardmix.sources import SourceOptions
 from shardmix.sources.cache.store import cache_path
 
-from shards import expected_keys, write_shards
+from shards import cut_at_record, expected_keys, write_manifest_beside, write_shards
 
 
 def new_job(monkeypatch: pytest.MonkeyPatch) -> None:

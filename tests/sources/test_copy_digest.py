@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-from test_record_claims import write_manifest_beside
 
 import shardmix.sources.cache.store as cache_module
 import shardmix.sources.version as version
@@ -16,7 +15,7 @@ from shardmix import ShardDataset
 from shardmix.sources import SourceOptions
 from shardmix.sources.cache.store import cache_path
 
-from shards import write_shards
+from shards import write_manifest_beside, write_shards
 
 
 def new_process(monkeypatch: pytest.MonkeyPatch) -> None:

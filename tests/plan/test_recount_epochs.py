@@ -10,14 +10,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_record_claims import write_manifest_beside
 
 from shardmix import MixingLoader, ShardChangedError, ShardDataset
 from shardmix.formats import Format, ReadOptions
 from shardmix.plan.counts import INDEX_EVERY, RecordCounts
 from shardmix.plan.recount import ReadVersions, local_identity, recount_changed
 
-from shards import expected_keys, record_key, write_shard, write_shards
+from shards import expected_keys, record_key, write_manifest_beside, write_shard, write_shards
 
 SIZES = [20, 24, 16, 28]  # 88 records: an even total, so two ranks hold as many
 LATER_NS = 1_800_000_000_000_000_000

@@ -1,7 +1,7 @@
 """A resume on another world or batch size that cannot be done is refused by
 ``load_state_dict``, saying why, before the new world trains: a filter seen dropping samples, a
 ``transform_id`` whose kept counts are not learned or drop records in the rest (a mixture:
-tests/test_elastic.py). A filter that drops nothing in the rest, as learned, resizes."""
+tests/epochs/test_elastic.py). A filter that drops nothing in the rest, as learned, resizes."""
 
 from __future__ import annotations
 

@@ -13,12 +13,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_record_claims import write_manifest_beside
 
 from shardmix import ConfigError, MixingLoader, ShardChangedError, ShardDataset
 from shardmix.formats.tar_writer import TarWriter
 from shardmix.formats.tfrecord_writer import TFRecordWriter
 from shardmix.state.codec import unpack_refs
+
+from shards import write_manifest_beside
 
 SIZES = [20, 24, 16, 28]
 MTIME_NS = 1_700_000_000_000_000_000

@@ -24,7 +24,7 @@ from shardmix.reading.decode import Decoder, ImageOutput, as_decoder
 
 import reads
 
-GOLDEN = Path(__file__).parent / "golden" / "decode"
+GOLDEN = Path(__file__).parent.parent / "golden" / "decode"
 EXPECTED = json.loads((GOLDEN / "expected.json").read_text())
 
 

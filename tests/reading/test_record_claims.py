@@ -4,9 +4,7 @@ on_error="skip" skipped and counted; never a silently shorter or longer epoch.""
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -17,37 +15,10 @@ from shardmix import (
     ShardDataset,
     SkippedDataWarning,
 )
-from shardmix.convert.manifest import Manifest, ShardEntry, write_manifest
-from shardmix.formats import Format
 from shardmix.plan.sharding import World
-from shardmix.reading.reader import read_shard
 from shardmix.sources import SourceOptions
 
-from shards import expected_keys, record_key, write_shards
-
-
-def write_manifest_beside(folder: Path, fmt: str, records: dict[str, int] | None = None) -> Path:
-    """The manifest convert would write for the shards in ``folder`` (``records``: edits)."""
-    entries = []
-    for path in sorted(folder.glob(f"part-*.{fmt}")):
-        data = path.read_bytes()
-        count = sum(1 for _ in read_shard(str(path), Format(fmt)))
-        count = (records or {}).get(path.name, count)
-        entries.append(ShardEntry(path.name, count, len(data), hashlib.sha256(data).hexdigest()))
-    target = folder / "part.manifest.json"
-    write_manifest(str(target), Manifest(fmt, False, False, None, 1, "p", (), tuple(entries)))
-    return target
-
-
-def cut_at_record(path: Path, fmt: str, keep: int) -> None:
-    """Cut the shard at ``path`` where record ``keep`` begins: a whole, shorter shard."""
-    offset = next(
-        s["__offset__"] for s in read_shard(str(path), Format(fmt)) if s["__index__"] == keep
-    )
-    data = path.read_bytes()[:offset]
-    if fmt == "tar":
-        data += bytes(1024)  # the end-of-archive blocks an interrupted copy re-made
-    path.write_bytes(data)
+from shards import cut_at_record, expected_keys, record_key, write_manifest_beside, write_shards
 
 
 def keys(samples) -> Counter[str]:

@@ -252,7 +252,7 @@ def test_collate_names_the_field_the_types_and_a_key(tmp_path):
         list(loader)
 
 
-GOLDEN_DECODE = Path(__file__).parent / "golden" / "decode"
+GOLDEN_DECODE = Path(__file__).parent.parent / "golden" / "decode"
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
