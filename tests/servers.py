@@ -1,11 +1,13 @@
 """Test servers on 127.0.0.1: an HTTP server that serves a folder and misbehaves on request,
-moto's S3 server, and a TCP relay that counts the bytes a server sends."""
+moto's S3 server, a TCP relay that counts the bytes a server sends, and the threading HTTP
+server class the tests' own servers run on."""
 
 from __future__ import annotations
 
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -18,6 +20,18 @@ from pathlib import Path
 import pytest
 
 STALL_SECONDS = 5.0  # far beyond any read timeout used in the tests
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A threading HTTP server whose handler threads are daemons. A client that resets its
+    connection (one that stops reading mid-body, or drops a kept-alive connection) is no server
+    error: left printed, it would come out between two tests, where pytest captures nothing."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionResetError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -136,8 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
 def server(tmp_path: Path) -> Iterator[tuple[str, ServerState]]:
     state = ServerState(root=tmp_path)
     handler = type("Handler", (_Handler,), {"state": state})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
+    httpd = QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}", state

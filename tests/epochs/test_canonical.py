@@ -1,6 +1,7 @@
 """canonical_ranks: the same global batches on every world size that divides it, resizes
 mid-epoch included, each record once per epoch (simulated ranks)."""
 
+import sys
 from collections import Counter
 
 import numpy as np
@@ -311,8 +312,14 @@ def test_a_canonical_field_of_another_version_is_refused_naming_it(shards):
         make(shards, 0, 1).load_state_dict(state)
 
 
-def test_the_old_merge_states_warns_and_is_join_states():
-    with pytest.warns(DeprecationWarning, match=r"use shardmix\.join_states"):
+def test_the_old_merge_states_warns_and_is_join_states(monkeypatch):
+    # the old module's name warns as it is imported: once in each process, unless it is forgotten
+    monkeypatch.delitem(sys.modules, "shardmix.canonical", raising=False)
+    monkeypatch.delitem(vars(shardmix), "canonical", raising=False)
+    with (
+        pytest.warns(DeprecationWarning, match=r"shardmix\.canonical moved to shardmix\.epochs"),
+        pytest.warns(DeprecationWarning, match=r"use shardmix\.join_states"),
+    ):
         from shardmix.canonical import merge_states
     # The rank envelope's join, which shardmix.join_states hands a MixingLoader's states to.
     assert merge_states is shardmix.state.ranks.join_states

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import urllib3
@@ -20,6 +20,8 @@ from shardmix.sources.http.connections import connection_pool
 from shardmix.sources.http.readahead import BlockStream, open_blocks
 from shardmix.sources.http.stream import HttpShardStream, _direct, read_into
 from shardmix.sources.traffic import take_traffic
+
+from servers import QuietServer
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.05, read_timeout=5.0)
 BLOCK = 4096
@@ -76,8 +78,7 @@ class _Chunked(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def chunked() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Chunked)
-    httpd.daemon_threads = True
+    httpd = QuietServer(("127.0.0.1", 0), _Chunked)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/x.bin"

@@ -5,13 +5,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from shardmix.errors import ConfigError
 from shardmix.sources import RemoteStallError, RetryPolicy, SourceOptions
 from shardmix.sources.http.stream import open_http
+
+from servers import QuietServer
 
 DATA = bytes(range(256)) * 40  # 10,240 bytes
 TRICKLE = 0.02  # seconds between single bytes: 50 bytes/s, far below the minimum
@@ -56,8 +58,7 @@ def trickling() -> Iterator[object]:
     def start(slow_answers: int) -> tuple[str, list[str | None]]:
         ranges: list[str | None] = []
         attributes = {"slow_answers": [1] * slow_answers, "ranges": ranges}
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Handler,), attributes))
-        httpd.daemon_threads = True
+        httpd = QuietServer(("127.0.0.1", 0), type("H", (_Handler,), attributes))
         threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(httpd)
         return f"http://127.0.0.1:{httpd.server_address[1]}/a.tar", ranges

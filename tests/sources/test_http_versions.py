@@ -10,7 +10,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -19,6 +19,8 @@ from shardmix.sources import RemoteReadError, SourceOptions, open_shard
 from shardmix.sources.http.stream import open_http
 from shardmix.sources.http.version import SEAM_BYTES
 from shardmix.sources.identity import ShardIdentity, stream_identity
+
+from servers import QuietServer
 
 RECORD = 1000  # the test shard is 200 records of this size
 OLD = b"".join(bytes([i % 251]) * RECORD for i in range(200))
@@ -102,8 +104,7 @@ def serve() -> Iterator[object]:
 
     def start(shard: Shard) -> str:
         handler = type("Handler", (_Handler,), {"shard": shard})
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        httpd.daemon_threads = True
+        httpd = QuietServer(("127.0.0.1", 0), handler)
         threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(httpd)
         return f"http://127.0.0.1:{httpd.server_address[1]}/a.tfrecord"

@@ -14,7 +14,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,8 @@ from shardmix.sources import SourceOptions
 from shardmix.sources.http.connections import forget_pools, headers_for
 from shardmix.sources.http.stream import fetch_range, open_http
 from shardmix.sources.version import shard_version
+
+from servers import QuietServer
 
 DATA = bytes(range(256)) * 300
 SECRET = "Bearer secret-token"
@@ -83,10 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
 
-class _EitherServer(ThreadingHTTPServer):
+class _EitherServer(QuietServer):
     """Answers TLS or plain HTTP on one port, as the client's first byte says."""
 
-    daemon_threads = True
     tls: ssl.SSLContext
 
     def finish_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
