@@ -119,7 +119,7 @@ def lane_chunks(
     if reads is not None and plan.lane_pieces is not None:
         shard_index = reads.shard_index
         reads.ledger = ledger  # this process's copy of the dataset
-        reads.expected, reads.sent = plan.identities, {}
+        reads.expected = plan.identities
         for url, (count, source) in plan.recounts.items():
             reads.plan.record_counts.adopt({url: count}, source)
         lanes = worker_lanes(

@@ -59,11 +59,9 @@ class ShardReads:
         # Counts what this copy of the reads skipped (set per iteration).
         self.ledger: SkipLedger | None = None
         # By shard index: the identities a read of a shard must find (a checkpoint's, set per
-        # epoch), those this copy's reads found since :meth:`take_opened`, and those it sent
-        # this epoch (reset per epoch: a shard read as many pieces is sent once, not per piece).
+        # epoch), and those this copy's reads found since :meth:`take_opened`.
         self.expected: Mapping[int, ShardIdentity] = {}
         self.opened: dict[int, ShardIdentity] = {}
-        self.sent: dict[int, ShardIdentity] = {}
 
     @property
     def transform(self) -> Callable[..., Sample | None] | None:
@@ -145,8 +143,8 @@ class ShardReads:
         return opened
 
     def _note_opened(self, shard: int, identity: ShardIdentity | None) -> None:
-        if identity is not None and self.sent.get(shard) != identity:
-            self.opened[shard] = self.sent[shard] = identity
+        if identity is not None:
+            self.opened[shard] = identity
 
     def _request(
         self,
