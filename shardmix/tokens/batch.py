@@ -3,6 +3,7 @@ kernels take."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,6 +25,12 @@ class Document(NamedTuple):
 Span = tuple[Document, int, int]  # tokens start:stop of a document
 
 
+def named(sample: Mapping[str, Any]) -> tuple[str, str | int]:
+    """A document's shard and key: the record's ``__key__``, or its index where it has none."""
+    key = sample.get("__key__")
+    return sample["__source__"], sample["__index__"] if key is None else key
+
+
 class Documents:
     """A window's documents, a list per field, each :class:`Document` made when asked for.
 
@@ -41,12 +48,20 @@ class Documents:
         self.datasets: list[str | None] = []
         self.refs: list[tuple[int, int, int]] = []
 
-    def append(self, document: Document) -> None:
-        self.tokens.append(document.tokens)
-        self.sources.append(document.source)
-        self.keys.append(document.key)
-        self.datasets.append(document.dataset)
-        self.refs.append(document.ref)
+    def add(
+        self,
+        sample: Mapping[str, Any],
+        tokens: np.ndarray,
+        dataset: str | None,
+        ref: tuple[int, int, int],
+    ) -> None:
+        """The document read as ``sample``, its ``tokens`` (:func:`named`)."""
+        source, key = named(sample)
+        self.tokens.append(tokens)
+        self.sources.append(source)
+        self.keys.append(key)
+        self.datasets.append(dataset)
+        self.refs.append(ref)
 
     def extend(self, other: Documents) -> None:
         for mine, theirs in zip(self._columns(), other._columns(), strict=True):

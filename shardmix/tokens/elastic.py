@@ -24,7 +24,7 @@ from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.state.codec import pack_refs, unpack_refs
 from shardmix.state.ranks import join_states
-from shardmix.tokens.batch import Documents, Span
+from shardmix.tokens.batch import Documents, Span, named
 from shardmix.tokens.documents import document_tokens
 from shardmix.tokens.packing import Row
 
@@ -64,10 +64,8 @@ def read_rows(
     for at, sample in zip(
         read, read_refs(dataset.reads, [refs[at] for at in read], epoch), strict=True
     ):
-        key = sample.get("__key__")
         documents.tokens[at] = document_tokens(sample, field)
-        documents.sources[at] = sample["__source__"]
-        documents.keys[at] = sample["__index__"] if key is None else key
+        documents.sources[at], documents.keys[at] = named(sample)
     return documents, [tuple((d, start, stop) for d, start, stop in row) for row in state["rows"]]
 
 

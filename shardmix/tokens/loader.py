@@ -46,7 +46,7 @@ from shardmix.loader import MixingLoader
 from shardmix.plan.apportion import Stopping, member_seed, normalized_weights
 from shardmix.plan.sharding import EvenRanks
 from shardmix.state.ranks import as_saved_by, join_states
-from shardmix.tokens.batch import Document, Documents, Span, collate_rows
+from shardmix.tokens.batch import Documents, Span, collate_rows
 from shardmix.tokens.documents import document_tokens
 from shardmix.tokens.elastic import STATE_KEY, read_rows, rows_state
 from shardmix.tokens.packing import Packing, Row, pack
@@ -388,9 +388,7 @@ class TokenLoader:
             if read is None:
                 return documents, True
             for sample in read:
-                document = self._document(source, sample, at)
-                if document is not None:
-                    documents.append(document)
+                self._add_document(documents, source, sample, at)
         return documents, not source.loaders[at].batches_left()
 
     def _loader_state(self, source: _Source) -> dict[str, Any]:
@@ -410,17 +408,21 @@ class TokenLoader:
         documents, rows = read_rows(rest, source.dataset, source.name, epoch, self.field, mine)
         return _Window(state, state, documents, rows, rest, skip, rest["last"])
 
-    def _document(self, source: _Source, sample: dict[str, Any], at: int) -> Document | None:
+    def _add_document(
+        self, documents: Documents, source: _Source, sample: dict[str, Any], at: int
+    ) -> None:
+        """Add ``sample`` (read by rank ``at``) to ``documents``; an unreadable token field is
+        raised, or skipped and counted."""
         try:
             tokens = document_tokens(sample, self.field)
         except DecodeError:
             if not self._skips:
                 raise
             self.skipped += at == source.own  # this rank's: each simulated rank counts its own
-            return None
-        key, shard, record = sample.get("__key__"), sample["__source__"], sample["__index__"]
-        ref = (source.dataset.reads.shard_index[shard], record, sample.get("__offset__", -1))
-        return Document(tokens, shard, record if key is None else key, source.name, ref)
+            return
+        shard = source.dataset.reads.shard_index[sample["__source__"]]
+        ref = (shard, sample["__index__"], sample.get("__offset__", -1))
+        documents.add(sample, tokens, source.name, ref)
 
     def __len__(self) -> int:
         """Batches per epoch on every rank, estimated from each dataset's tokens: the
