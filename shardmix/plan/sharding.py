@@ -181,7 +181,10 @@ def cut_pieces(
 
 
 def spread_pieces(
-    pieces: Sequence[Piece], counts: Sequence[int], piece_records: int
+    pieces: Sequence[Piece],
+    counts: Sequence[int],
+    piece_records: int,
+    made: dict[tuple[int, int, int | None], Piece] | None = None,
 ) -> list[Piece]:
     """``pieces`` cut at every ``piece_records``-th record of their shards, ordered by where
     each cut lies in its piece, so that dealt to lanes in this order (:func:`deal_balanced`),
@@ -192,26 +195,49 @@ def spread_pieces(
     while each cut is still read sequentially. Cuts fall on multiples of ``piece_records`` in
     the shard, where the counting pass's sparse index lets a read seek. A cut's place is the
     middle of its records, as a share of its piece; ties keep the order of ``pieces``. The
-    last cut of a piece keeps its ``stop`` (None: read to the shard's end).
+    last cut of a piece keeps its ``stop`` (None: read to the shard's end). ``made``: cuts made
+    before, given again where equal (a plan made every epoch then makes no new objects for
+    the garbage collector's oldest generation to walk), and the new ones added.
 
     >>> spread_pieces([Piece(0), Piece(1, 0, 3)], [5, 9], piece_records=2)
     [Piece(0, 0, 2), Piece(1, 0, 2), Piece(0, 2, 4), Piece(1, 2, 3), Piece(0, 4, None)]
     """
-    placed: list[tuple[float, int, Piece]] = []
-    for order, piece in enumerate(pieces):
-        size = piece.size(counts)
-        end = piece.start + size
-        cuts = [
-            piece.start,
-            *range((piece.start // piece_records + 1) * piece_records, end, piece_records),
-        ]
-        for at, start in enumerate(cuts):
-            stop = cuts[at + 1] if at + 1 < len(cuts) else end
-            middle = ((start + stop) / 2 - piece.start) / size if size else 0.0
-            cut = Piece(piece.shard, start, stop if stop < end else piece.stop)
-            placed.append((middle, order, cut))
-    placed.sort(key=lambda entry: (entry[0], entry[1]))
-    return [cut for _, _, cut in placed]
+    if not pieces:
+        return []
+    # Vectorised (a plan holds thousands of cuts, made again every epoch in every process),
+    # with the arithmetic of one cut at a time, so that the order is the same to the bit.
+    shard = np.fromiter((piece.shard for piece in pieces), np.int64, len(pieces))
+    first = np.fromiter((piece.start for piece in pieces), np.int64, len(pieces))
+    size = np.fromiter((piece.size(counts) for piece in pieces), np.int64, len(pieces))
+    end = first + size
+    boundary = (first // piece_records + 1) * piece_records  # the first cut past ``first``
+    cuts = 1 + np.maximum(0, -((boundary - end) // piece_records))  # ceil((end - b) / pr)
+    order = np.repeat(np.arange(len(pieces)), cuts)
+    at = np.arange(len(order)) - np.repeat(np.cumsum(cuts) - cuts, cuts)  # a cut's place
+    start = np.where(at == 0, first[order], boundary[order] + (at - 1) * piece_records)
+    stop = np.minimum(boundary[order] + at * piece_records, end[order])
+    whole = size[order]
+    middle = np.zeros(len(order))
+    some = whole > 0
+    middle[some] = ((start + stop)[some] / 2 - first[order][some]) / whole[some]
+    placed = np.lexsort((order, middle))
+    stop = stop[placed]
+    order = order[placed]
+    # A last cut keeps its piece's ``stop``: None (to the shard's end) stays None.
+    open_end = np.fromiter((piece.stop is None for piece in pieces), bool, len(pieces))
+    stops: list[int | None] = list(stop.tolist())
+    for last in np.flatnonzero((stop == end[order]) & open_end[order]).tolist():
+        stops[last] = None
+    rows = zip(shard[order].tolist(), start[placed].tolist(), stops, strict=True)
+    if made is None:
+        return list(map(Piece._make, rows))
+    cuts = []
+    for row in rows:
+        cut = made.get(row)
+        if cut is None:
+            cut = made[row] = Piece._make(row)
+        cuts.append(cut)
+    return cuts
 
 
 def rank_shards(order: Sequence[int], *, rank: int, world_size: int) -> list[int]:

@@ -58,6 +58,7 @@ class ShardPlan:
         # What this process's epochs read of each shard, which the next epoch's start checks.
         self.read_versions = ReadVersions()
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
+        self._cuts: dict[tuple[int, int, int | None], Piece] = {}  # spread_pieces's, kept
         # The shards' sizes as the mixer weighs lanes: found once, on first use (see below).
         self._weights: tuple[str, dict[str, float]] | None = None
         self._weights_found = False
@@ -101,7 +102,11 @@ class ShardPlan:
             plan = balanced_pieces(self.shard_counts(world_size), order, world_size)
         counts = self.spread_counts(world_size)
         if counts is not None and self.piece_records is not None:
-            plan = [spread_pieces(pieces, counts, self.piece_records) for pieces in plan]
+            if len(self._cuts) > 4 * sum(counts) // self.piece_records + len(counts):
+                self._cuts.clear()  # most no longer in any plan (rank boundaries moved)
+            plan = [
+                spread_pieces(pieces, counts, self.piece_records, self._cuts) for pieces in plan
+            ]
         self._plan = key, plan
         return plan
 

@@ -203,23 +203,23 @@ def _checked_lanes(
     one lane per worker)."""
     if reads is None or lane_pieces is None:
         return max(1, num_workers), FIRST_CHUNK_SAMPLES, CHUNK_SAMPLES
-    lane_urls = [[reads.plan.urls[piece.shard] for piece in lane] for lane in lane_pieces]
-    check_open_limits(lane_urls, num_workers)
     num_lanes = len(lane_pieces)
+    shards = {piece.shard for lane in lane_pieces for piece in lane}
+    check_open_limits(num_lanes, [reads.plan.urls[shard] for shard in shards], num_workers)
     steady = steady_turn(lane_turn(num_lanes, num_workers))
     return num_lanes, min(steady, lane_turn(num_lanes, num_workers, FIRST_CHUNK_SAMPLES)), steady
 
 
-def check_open_limits(lane_urls: list[list[str]], num_workers: int) -> None:
+def check_open_limits(num_lanes: int, urls: list[str], num_workers: int) -> None:
     """Refuse, naming the settings to change, a plan whose open shards per process would pass
     the open-file limit (RLIMIT_NOFILE) or, for remote shards, :data:`MAX_CONNECTIONS`.
 
-    Each lane keeps one shard open; lane ``l`` lives in worker ``l % num_workers``.
+    Each lane keeps one shard open; lane ``l`` lives in worker ``l % num_workers``. ``urls``:
+    the shards the lanes read.
     """
-    num_lanes = len(lane_urls)
     per_process = math.ceil(num_lanes / max(1, num_workers))
     where = "per worker" if num_workers else "in this process (num_workers=0)"
-    remote = any(not is_local(url) for urls in lane_urls for url in urls)
+    remote = any(not is_local(url) for url in urls)
     if remote and per_process > MAX_CONNECTIONS:
         raise ConfigError(
             f"{num_lanes} lanes over {max(1, num_workers)} processes would hold {per_process} "
