@@ -1,27 +1,20 @@
 """Shuffle buffer: a seeded reservoir that turns a stream into a locally shuffled stream.
 
 Once full, every incoming sample displaces a uniformly chosen resident, which is emitted; at
-the end the residents leave in random order. Residents sit in slots and eviction swaps, so each
-step costs O(1) whatever the capacity: a newcomer takes the slot of the resident it displaces,
-and a pop (at the end) takes a uniformly chosen slot's resident and moves the last slot's
-resident into it.
+the end the residents leave in random order. A newcomer takes the slot of the resident it
+displaces, and a pop moves the last slot's resident into the emptied slot, so each step is O(1).
 
 The buffer emits before it is full (its *warm-up*), so that a first batch does not wait for
 thousands of samples: a push finds room only while the buffer holds fewer than its *limit*,
 ``min(capacity, max(warmup, arrivals // 2))`` (:func:`size_limit`), ``arrivals`` being the
-pushes so far; any other push displaces a resident. The buffer so fills to ``warmup`` samples
-(a few batches) without emitting, emits one sample per push until it took in ``2 * warmup``,
-then one per two pushes, holding half of all it took in, until it is full, and one per push
-from then on. Until it is full, a sample leaves a buffer that holds at least half of what came
-before it, drawn uniformly among them.
+pushes so far. Until it is full, a sample so leaves a buffer that holds at least half of what
+came before it, drawn uniformly among them.
 
-The buffer's state (:meth:`ShuffleBuffer.state_dict`) is the list of what it holds, in slot
-order, their sizes, and the number of random draws made. ``arrivals`` needs no field of its
-own: every push takes a slot or makes one draw and every pop frees a slot with one draw, so it
-is the number held plus the draw count. The draws come from a counter-based stream, drawn in
-blocks from ``(seed, epoch, block)``: nothing to pickle, nothing that depends on time or
-process, and which residents the next evictions take can be worked out ahead
-(:func:`eviction_order`), which is how a restore reads first the residents it needs first.
+The state (:meth:`ShuffleBuffer.state_dict`) is the residents in slot order, their sizes, and
+the draw count (``arrivals`` is the number held plus the draw count). The draws come from a
+counter-based stream, in blocks from ``(seed, epoch, block)``: nothing to pickle, and the next
+evictions can be worked out ahead (:func:`eviction_order`), so a restore reads first the
+residents it needs first.
 """
 
 from __future__ import annotations
@@ -119,11 +112,9 @@ class Draws:
 class ShuffleBuffer(Generic[T]):
     """Holds up to ``capacity`` items, and about ``max_bytes`` of them when given.
 
-    It emits from ``warmup`` items on (None: only once full), as the module says. With
-    ``max_bytes`` (and ``size_of``, an item's size), the buffer stops growing once its
-    items hold that many bytes: from then on every push displaces a resident, as when it is
-    full. The order it produces is therefore a function of the items' sizes too, which are a
-    function of the data; it does not depend on anything else.
+    It emits from ``warmup`` items on (None: only once full). With ``max_bytes`` (and
+    ``size_of``, an item's size) the buffer stops growing once its items hold that many bytes:
+    every push then displaces a resident, so the order depends on the items' sizes too.
     """
 
     def __init__(
@@ -155,8 +146,7 @@ class ShuffleBuffer(Generic[T]):
             self.bytes = sum(self._sizes)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"draws": the draw count, "slots": the residents in slot order, "sizes": theirs}``
-        (plain JSON where the items are); nothing else is needed to go on (see the module)."""
+        """``{"draws": the draw count, "slots": the residents in slot order, "sizes": theirs}``."""
         return {"draws": self.draws.count, "slots": list(self.items), "sizes": self.sizes()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -179,10 +169,8 @@ class ShuffleBuffer(Generic[T]):
         return size_limit(arrivals, self.capacity, self.warmup)
 
     def push(self, item: T, size: int | None = None) -> T | None:
-        """Add ``item``; return the resident it displaced, if it found no room (else ``None``).
-
-        ``size`` is the item's size when the caller knows it (else ``size_of`` tells).
-        """
+        """Add ``item`` (of ``size``, else ``size_of``'s); return the resident it displaced,
+        if it found no room (else ``None``)."""
         items = self.items
         limit = self.limit(self.arrivals)
         if self._size_of is None or self.max_bytes is None:  # both or neither (see __init__)
@@ -212,10 +200,7 @@ class ShuffleBuffer(Generic[T]):
         return evicted
 
     def pop(self) -> T | None:
-        """Remove and return a uniformly chosen resident; ``None`` when empty.
-
-        The last slot's resident moves into the emptied slot.
-        """
+        """Remove and return a uniformly chosen resident; ``None`` when empty."""
         return self._take() if self.items else None
 
     def _take(self) -> T:
@@ -253,14 +238,11 @@ def eviction_order(
     pushing: bool,
     limit: Callable[[int], int] | None = None,
 ) -> list[int]:
-    """Which of ``residents`` (slots) the next ``steps`` evictions take.
+    """Which of ``residents`` (slots) the next ``steps`` evictions take, in the order they leave.
 
-    In the order they leave, each once; those not taken within ``steps`` are left out. With
-    ``pushing``, every step is a push; one that finds room under ``limit(arrivals)`` (the
-    buffer's ``limit``, which never falls as arrivals grow; None: no push finds room) takes a
-    new slot and no step, any other displaces a resident. Else every step is a pop, as at the
-    epoch's end. ``draws`` is not advanced. The prediction is exact but for the byte budget:
-    a push it holds back takes a draw where none was foreseen, and shifts the rest.
+    With ``pushing`` every step is a push (one that finds room under ``limit(arrivals)``, None:
+    never, takes a new slot and no step), else a pop. ``draws`` is not advanced. Exact but for
+    the byte budget: a push it holds back takes a draw where none was foreseen.
 
     >>> buffer = ShuffleBuffer(4, seed=0, epoch=0)
     >>> buffer.restore(["a", "b", "c", "d"])

@@ -1,11 +1,8 @@
 """The shuffle buffer the loader uses: :class:`~shardmix.batching.shuffle.ShuffleBuffer`'s choices
 on arrays of sample ids.
 
-The main process moves samples as integer ids (:mod:`shardmix.batching.rows`); this buffer takes and
-gives them in arrays, a run of pushes in a few numpy calls, and makes exactly the choices the
-one-item-at-a-time :class:`~shardmix.batching.shuffle.ShuffleBuffer` makes: the same draws, slots,
-warm-up and byte budget (what they are is :mod:`shardmix.batching.shuffle`'s to say). Its state
-(:meth:`SlotBuffer.state_dict`) is its residents in slot order, their sizes, and its draws' count.
+It takes and gives ids in arrays, a run of pushes in a few numpy calls, and makes exactly the
+choices the one-item-at-a-time :class:`~shardmix.batching.shuffle.ShuffleBuffer` makes.
 """
 
 from __future__ import annotations
@@ -23,13 +20,10 @@ __all__ = ["SlotBuffer"]
 class SlotBuffer:
     """A :class:`ShuffleBuffer` of integer ids that takes and gives them in arrays.
 
-    It makes exactly the choices a ShuffleBuffer makes for the same pushes and pops (the same
-    draws, slots, warm-up and byte budget), but a run of pushes costs a few numpy calls, not a
-    step per item: which pushes of the run find room follows from the limit alone (until the
-    byte budget says otherwise, where the run is cut), a push that finds room takes a new slot,
-    one that displaces lands in the slot its draw names, and the id it displaces is the slot's
-    resident or, if an earlier push of the run wrote that slot, that push's id. Ids below 0 are
-    the caller's to interpret (a restore's residents).
+    Which pushes of a run find room follows from the limit alone (until the byte budget says
+    otherwise, where the run is cut); a push that displaces lands in the slot its draw names,
+    and displaces the slot's resident or, if an earlier push of the run wrote that slot, that
+    push's id. Ids below 0 are the caller's to interpret (a restore's residents).
     """
 
     def __init__(
@@ -76,9 +70,7 @@ class SlotBuffer:
         self.bytes = int(self._sizes.sum())
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"draws": the draw count, "slots": the residents' ids in slot order, "sizes":
-        theirs}``, as :meth:`ShuffleBuffer.state_dict
-        <shardmix.batching.shuffle.ShuffleBuffer.state_dict>` says it (plain ints)."""
+        """``{"draws": the draw count, "slots": the ids in slot order, "sizes": theirs}``."""
         return {
             "draws": self.draws.count,
             "slots": self.slots.tolist(),
@@ -114,12 +106,9 @@ class SlotBuffer:
         return int(np.searchsorted(displaced, evictions)) + 1
 
     def _held(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(held, limits)`` before each of the next ``count`` pushes, none cut by bytes.
-
-        A push finds room while the buffer holds less than its limit, and the limit grows by
-        at most one per push: the buffer takes every push until it holds its limit (at once,
-        if it holds that many or more), then follows the limit as it grows.
-        """
+        """``(held, limits)`` before each of the next ``count`` pushes, none cut by bytes: the
+        buffer takes every push until it holds its limit, then follows the limit as it grows
+        (by at most one per push)."""
         arrivals, held = self.arrivals, len(self)
         if held >= self.capacity:  # full: no push finds room
             return np.full(count, held), np.full(count, self.capacity)
@@ -137,10 +126,8 @@ class SlotBuffer:
         return held < limits
 
     def push(self, ids: np.ndarray, sizes: np.ndarray, evictions: int) -> tuple[np.ndarray, int]:
-        """Push ``ids`` in order until ``evictions`` residents were displaced, or all are in.
-
-        Returns the displaced ids, in order, and how many of ``ids`` went in.
-        """
+        """Push ``ids`` in order until ``evictions`` residents were displaced, or all are in;
+        the displaced ids, and how many of ``ids`` went in."""
         out: list[np.ndarray] = []
         done = evicted = 0
         total = len(ids)
@@ -213,8 +200,7 @@ class SlotBuffer:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For a run of pushes that write ``slots``: the id and size each finds there (the
         resident, or what an earlier push of the run wrote), and which push writes each slot
-        last. A slot past the residents is read only by a push that an earlier one (the
-        append that made it) wrote before: what the array holds there does not matter."""
+        last."""
         count = len(slots)
         order = np.argsort(slots, kind="stable")
         ordered = slots[order]
@@ -246,8 +232,7 @@ class SlotBuffer:
         self.bytes += int(sizes.sum() - out_sizes.sum())
 
     def pop(self, count: int) -> np.ndarray:
-        """Remove up to ``count`` residents, each uniformly chosen; the last slot's resident
-        moves into the emptied slot (as :meth:`ShuffleBuffer.pop`)."""
+        """Remove up to ``count`` residents, each uniformly chosen (as ShuffleBuffer.pop)."""
         held = self._length
         count = min(count, held)
         kept = held - count
