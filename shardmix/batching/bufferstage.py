@@ -59,8 +59,7 @@ def buffer_start() -> dict[str, Any]:
 
 @dataclass(eq=False)
 class BufferStage:
-    """A :class:`SlotBuffer` and what its ids name; a restore's residents are read in waves
-    of ``first_wave`` samples, then twice as many, ..."""
+    """A :class:`SlotBuffer` and what its ids name."""
 
     buffer: SlotBuffer
     store: RowStore

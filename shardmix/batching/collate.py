@@ -49,8 +49,7 @@ class ListBatch(list[Any]):
 
 
 def collate_samples(samples: Sequence[dict[str, Any]]) -> Any:
-    """One batch from ``samples``, which must all have the same fields: a dict, or what
-    :func:`restructured` makes of samples a transform returned as other than dicts."""
+    """One batch from ``samples``, which must all have the same fields."""
     return restructured(collate_fields(samples))
 
 
@@ -105,16 +104,12 @@ def collate_fields(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
     if len(set(map(len, samples))) != 1:
         odd = next(sample for sample in samples if sample.keys() != fields)
-        raise _odd_fields(odd, fields)
+        raise DecodeError(
+            f"sample {odd.get(KEY_FIELD)!r} from {odd.get(SOURCE_KEY)} {_shape(odd)} but "
+            f"the batch's first sample {_shape(dict.fromkeys(fields))}; make the fields "
+            "uniform with a transform or pass collate_fn"
+        )
     return batch
-
-
-def _odd_fields(odd: dict[str, Any], fields: Any) -> DecodeError:
-    return DecodeError(
-        f"sample {odd.get(KEY_FIELD)!r} from {odd.get(SOURCE_KEY)} {_shape(odd)} but "
-        f"the batch's first sample {_shape(dict.fromkeys(fields))}; make the fields "
-        "uniform with a transform or pass collate_fn"
-    )
 
 
 def _shape(sample: dict[str, Any]) -> str:
@@ -160,8 +155,9 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
         return [default_collate([value])[0] for value in values]
     except (TypeError, ValueError) as error:
         example = samples[0]
+        types = ", ".join(sorted({type(value).__name__ for value in values}))
         raise DecodeError(
-            f"cannot collate {_label(field)} (types {_type_names(values)}, e.g. sample "
+            f"cannot collate {_label(field)} (types {types}, e.g. sample "
             f"{example.get(KEY_FIELD)!r} from {example.get(SOURCE_KEY)}): {error}; "
             "convert it in the transform or pass collate_fn"
         ) from error
@@ -178,10 +174,6 @@ def _stack_arrays(values: list[Any]) -> torch.Tensor | None:
         return torch.from_numpy(np.stack(values))
     except (TypeError, ValueError):
         return None  # shapes differ, or a dtype torch lacks: default_collate decides
-
-
-def _type_names(values: list[Any]) -> str:
-    return ", ".join(sorted({type(value).__name__ for value in values}))
 
 
 def _mixed_kinds_message(field: str, values: list[Any], samples: Sequence[dict[str, Any]]) -> str:

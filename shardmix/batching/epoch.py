@@ -61,8 +61,7 @@ class EpochIterator:
         *,
         epoch_pass: int = 0,
     ):
-        # Settings as a value, not the loader: no reference cycle, so dropping the loader stops
-        # the workers at once instead of at the next garbage collection.
+        # Settings as a value, not the loader: no reference cycle (see EpochSettings).
         self.dataset = dataset = settings.dataset
         self.batch_size = settings.batch_size
         self.drop_last = settings.drop_last
@@ -77,8 +76,7 @@ class EpochIterator:
         self._deferred: BaseException | None = None  # met looking past the last batch cut
         self.closed = False  # the workers were stopped; the position stays valid
         self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
-        # After a resume on another world or batch size, the rest of the epoch is a resized
-        # phase: this rank's pieces come from the state (:mod:`shardmix.epochs.elastic`).
+        # After an elastic resume, the rest of the epoch is a resized phase, from the state.
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         self.reads = reads = shard_reads(dataset)  # None: not a ShardDataset
         planned = (
@@ -109,8 +107,7 @@ class EpochIterator:
             reads.expected = self.workers.identities
             reads.plan.read_versions.watch(self.workers.identities)  # what the next epoch checks
         ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
-        self.quota, self.own = ends.quota, ends.own
-        self.kept = ends.kept
+        self.quota, self.own, self.kept = ends.quota, ends.own, ends.kept
         self._simulated_filter = ends.simulated_filter
         exchange = ends.exchange
         self.rank_end = (
@@ -125,13 +122,11 @@ class EpochIterator:
 
     def _load_counts(self, resume: Mapping[str, Any]) -> None:
         """Take the epoch's counts, padding and shard identities from ``resume``."""
-        assert self.plan is not None  # a ShardDataset's: load_state_dict checked it
-        check_lanes(resume["mixer"], self.plan, self.epoch)
-        reads = self.reads
-        assert reads is not None
-        check_position(resume, self.plan, reads, reads.plan.known_count, "")
-        self.batches = resume["batches"]
-        self.emitted = resume["emitted"]
+        reads, plan = self.reads, self.plan
+        assert reads is not None and plan is not None  # a ShardDataset's: the loader checked
+        check_lanes(resume["mixer"], plan, self.epoch)
+        check_position(resume, plan, reads, reads.plan.known_count, "")
+        self.batches, self.emitted = resume["batches"], resume["emitted"]
         self.padding.load_state_dict(padding_in(resume))
         self.workers.load_identities(resume["shards"])
 
@@ -209,8 +204,7 @@ class EpochIterator:
 
     @property
     def filtered(self) -> dict[str, int]:
-        """``{"dropped": n, "padded": n, "undelivered": n}``: the transform's drops, the
-        padding, and the kept samples past the ranks' common end."""
+        """``{"dropped": n, "padded": n, "undelivered": n}`` samples of this epoch."""
         return {
             "dropped": self.merge.dropped[FILTERED],
             "padded": self.padding.padded,
@@ -280,8 +274,7 @@ class EpochIterator:
         return pin_batch(collated) if self.pin_memory else collated
 
     def _at_end(self) -> bool:
-        """Whether the batch just cut was the epoch's last (no full batch under ``drop_last``,
-        else no sample, follows it)."""
+        """Whether the batch just cut was the epoch's last."""
         needed = self.batch_size if self.drop_last else 1
         if self.quota is not None:
             return self.quota - self.emitted < needed

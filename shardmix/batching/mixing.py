@@ -97,11 +97,8 @@ class LaneMerge:
         self._taken: list[np.ndarray] = []
         self._taken_count = 0
 
-    # -- taking items ----------------------------------------------------------------------
-
     def peek(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, sizes)`` of up to ``count`` next samples, not yet taken (fewer only when
-        no more have been released yet; none at the end)."""
+        """``(ids, sizes)`` of up to ``count`` released samples not yet taken; none at the end."""
         while True:
             ahead = self._ready[self._head :]
             if self._tombstones:
@@ -113,8 +110,7 @@ class LaneMerge:
         return ahead[:, ID], ahead[:, SIZE]
 
     def lookahead(self, count: int) -> int:
-        """The samples released and not yet taken, pulling chunks until there are ``count``
-        of them or the lanes ended (then :attr:`exhausted`, and that is every one left)."""
+        """The samples released and not yet taken, pulling chunks until ``count`` or the end."""
         while True:
             ahead = self._ready[self._head :]
             ready = int((ahead[:, ID] >= 0).sum()) if self._tombstones else len(ahead)
@@ -169,8 +165,6 @@ class LaneMerge:
         """The tombstones taken, by why (``"filtered"``, ``"skipped"``)."""
         self._settle()
         return self._dropped
-
-    # -- arrivals --------------------------------------------------------------------------
 
     def _release(self) -> None:
         """Pull one chunk, and release every pending item no lane can still precede."""
@@ -246,8 +240,6 @@ class LaneMerge:
                 stray = sorted(set(chunk.items[:, LANE].tolist()))
                 raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")
         self._chunks = iter(())
-
-    # -- position --------------------------------------------------------------------------
 
     def _begin(self, live: Sequence[int], cursor: int, start: Sequence[LanePosition]) -> None:
         """Start with the lanes ``live`` in the turn, ``live[cursor]``'s next, from ``start``."""
@@ -336,8 +328,7 @@ def merge_state(
 
 
 def start_state(num_lanes: int) -> dict[str, Any]:
-    """The state of a merge of ``num_lanes`` lanes before any item: every lane live, at the
-    start of its first piece (named before the plan is made: :data:`NO_PIECE`)."""
+    """The state of a merge of ``num_lanes`` lanes before any item."""
     return merge_state(list(range(num_lanes)), 0, [LanePosition()] * num_lanes, None)
 
 

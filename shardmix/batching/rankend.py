@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shardmix.errors import ConfigError
+from shardmix.plan.kept import Exchange
 from shardmix.plan.sharding import EvenRanks
 from shardmix.reading.transforms import FILTERED
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from shardmix.batching.rows import RowStore
     from shardmix.batching.slotbuffer import SlotBuffer
 
-Exchange = Callable[[list[int]], list[list[int]]]
 # ``lookahead(count)``: ``(certain, ended)`` of this rank, having looked ``count`` samples on.
 Lookahead = Callable[[int], tuple[int, bool]]
 
@@ -47,9 +47,8 @@ class RankEnd:
         self.exchanges = 0
 
     def room(self, emitted: int, count: int, lookahead: Lookahead) -> int:
-        """How many of the next ``count`` samples this rank yields, having yielded
-        ``emitted``; an exchange first when they would pass the horizon (every rank at the
-        same step)."""
+        """How many of the next ``count`` samples this rank yields, having yielded ``emitted``
+        (an exchange first when they would pass the horizon)."""
         if self.final is None and emitted + count > self.horizon:
             self._agree(*lookahead(count))
         if self.final is None:

@@ -99,26 +99,21 @@ class _Wave:
                     url=url,
                     record=record,
                 )
-            _check_tag(url, record, offset, tag, sample.get(TAG_KEY, NO_TAG))
+            there = sample.get(TAG_KEY, NO_TAG)
+            if tags_differ(tag, there):
+                raise ConfigError(
+                    f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
+                    f"{url} at byte offset {offset} with tag {tag:#06x}, but the record read "
+                    f"there has tag {there:#06x}: the buffer's references in the state were "
+                    "edited or damaged, or the shard was rewritten in place since the "
+                    "checkpoint; resume from an untouched checkpoint over the same data",
+                    url=url,
+                    offset=None if offset < 0 else offset,
+                    record=record,
+                )
         for sample in found.values():
             sample.pop(TAG_KEY, None)
         return found
-
-
-def _check_tag(url: str, record: int, offset: int, expected: int, found: int) -> None:
-    """Refuse a resident re-read whose record has another tag than the checkpoint says."""
-    if not tags_differ(expected, found):
-        return
-    raise ConfigError(
-        f"cannot resume: the checkpoint's shuffle buffer holds record {record} of {url} at "
-        f"byte offset {offset} with tag {expected:#06x}, but the record read there has tag "
-        f"{found:#06x}: the buffer's references in the state were edited or damaged, or the "
-        "shard was rewritten in place since the checkpoint; resume from an untouched "
-        "checkpoint over the same data",
-        url=url,
-        offset=None if offset < 0 else offset,
-        record=record,
-    )
 
 
 def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key, Sample]) -> None:
@@ -181,11 +176,8 @@ def read_refs(
 
 
 class ResidentReads:
-    """A restored buffer's residents: asked for in waves, in order of need, read when needed.
-
-    ``order`` lists positions in ``refs`` in the order the buffer is expected to evict them.
-    Nothing is read here, but the first wave's reads are asked for.
-    """
+    """A restored buffer's residents, asked for in waves in ``order`` (of expected eviction)
+    and read when needed; here the first wave's reads are asked for."""
 
     def __init__(
         self,

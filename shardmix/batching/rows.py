@@ -53,11 +53,9 @@ from shardmix.reading.columns import (
 _FAST_TYPES = ({bytes}, {str})
 _COLUMNS_COLLATE = (collate_samples, collate_fields)  # the collates RowStore.batch does itself
 # A typed field's array grows by at least this many rows, within this many bytes for all of a
-# sample's typed fields (the pages of rows not written yet take no memory). Doubling from the
-# first chunk copied 4 KiB records about twice each: a fresh loader per epoch of 15,217 such
-# samples, 2 workers, spent 206-215 ms (TFRecord) and 205-207 ms (tar) of the main process's CPU
-# an epoch, 186-196 and 191 ms with this reserve (medians of 11 epochs each way, interleaved, in
-# two runs), and its peak RSS over 3 epochs went from 388 to 372 MiB.
+# sample's typed fields (pages not written yet take no memory). Doubling from the first chunk
+# copied each row about twice: over 15,217 samples of 4 KiB, this reserve took the main
+# process's CPU an epoch from 206-215 ms to 186-196 ms, and peak RSS from 388 to 372 MiB.
 RESERVE_ROWS = 16384
 RESERVE_BYTES = 32 << 20
 _LISTED = (BYTES, STRINGS)  # kinds a batch holds as a list (of bytes, of str)
@@ -109,8 +107,7 @@ class _Field:
         return self.rows.dtype.kind in "SU" and values.dtype.kind == self.rows.dtype.kind
 
     def widen(self, column: Column, used: int) -> None:
-        """Make room for ``column``'s longest string or padded bytes (the first ``used`` rows
-        copied)."""
+        """Make room for ``column``'s longest string or padded bytes."""
         values = column.values
         if (
             self.kind != OBJECTS
@@ -251,8 +248,7 @@ class RowStore:
         return sample
 
     def samples(self, ids: np.ndarray) -> list[Sample]:
-        """The sample dicts of ``ids``, as :meth:`sample` gives each, built a column at a time
-        (a custom ``collate_fn`` takes every batch this way)."""
+        """The sample dicts of ``ids``, as :meth:`sample` gives each, built a column at a time."""
         if WHOLE in self.fields or any(found.missing for found in self.fields.values()):
             return [self.sample(row) for row in ids.tolist()]
         names = list(self.fields)

@@ -47,6 +47,5 @@ class EpochSettings:
     def member(
         self, dataset: IterableDataset[Any], seed: int, pool: WorkerPool | None
     ) -> EpochSettings:
-        """The same settings for another ``dataset``, with its own shuffle ``seed`` and
-        workers (a mixture's member)."""
+        """The same settings for a mixture's member, with its own ``seed`` and workers."""
         return dataclasses.replace(self, dataset=dataset, seed=seed, pool=pool)

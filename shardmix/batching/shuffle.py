@@ -79,8 +79,7 @@ class Draws:
         return self._block[offset] % bound
 
     def take(self, count: int) -> np.ndarray:
-        """The next ``count`` draws, unreduced, as int64 (the same as ``count`` calls would
-        reduce); the count advances only by what :meth:`advance` says was used."""
+        """The next ``count`` draws, unreduced, as int64; the count does not advance."""
         if not count:
             return np.empty(0, dtype=np.int64)
         first = self.count
@@ -164,39 +163,32 @@ class ShuffleBuffer(Generic[T]):
         return len(self.items) + self.draws.count
 
     def limit(self, arrivals: int) -> int:
-        """How many residents the buffer may hold once it took in ``arrivals`` (a capacity-0
-        buffer passes items through without a draw, but its limit stays 0)."""
+        """How many residents the buffer may hold once it took in ``arrivals``."""
         return size_limit(arrivals, self.capacity, self.warmup)
 
     def push(self, item: T, size: int | None = None) -> T | None:
         """Add ``item`` (of ``size``, else ``size_of``'s); return the resident it displaced,
         if it found no room (else ``None``)."""
         items = self.items
-        limit = self.limit(self.arrivals)
-        if self._size_of is None or self.max_bytes is None:  # both or neither (see __init__)
-            if len(items) < limit:
-                items.append(item)
-                return None
-            if not items:  # capacity 0
-                return item
-            index = self.draws.below(len(items))
-            evicted = items[index]
-            items[index] = item  # the newcomer takes the evicted resident's slot
-            return evicted
+        budget = self.max_bytes  # with it, size_of (see __init__)
         if size is None:
-            size = self._size_of(item)
-        if len(items) < limit and (not items or self.bytes + size <= self.max_bytes):
+            size = self._size_of(item) if self._size_of is not None else 0
+        if len(items) < self.limit(self.arrivals) and (
+            budget is None or not items or self.bytes + size <= budget
+        ):
             items.append(item)
-            self._sizes.append(size)
-            self.bytes += size
+            if budget is not None:
+                self._sizes.append(size)
+                self.bytes += size
             return None
-        if not items:
+        if not items:  # capacity 0
             return item
         index = self.draws.below(len(items))
         evicted = items[index]
-        self.bytes += size - self._sizes[index]
-        items[index] = item
-        self._sizes[index] = size
+        items[index] = item  # the newcomer takes the evicted resident's slot
+        if budget is not None:
+            self.bytes += size - self._sizes[index]
+            self._sizes[index] = size
         return evicted
 
     def pop(self) -> T | None:

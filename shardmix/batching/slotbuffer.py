@@ -62,13 +62,6 @@ class SlotBuffer:
         """How many residents the buffer may hold once it took in ``arrivals`` samples."""
         return size_limit(arrivals, self.capacity, self.warmup)
 
-    def restore(self, ids: np.ndarray, sizes: np.ndarray) -> None:
-        """Hold ``ids`` (in slot order) of ``sizes`` bytes."""
-        self._ids = np.asarray(ids, dtype=np.int64).copy()
-        self._sizes = np.asarray(sizes, dtype=np.int64).copy()
-        self._length = len(self._ids)
-        self.bytes = int(self._sizes.sum())
-
     def state_dict(self) -> dict[str, Any]:
         """``{"draws": the draw count, "slots": the ids in slot order, "sizes": theirs}``."""
         return {
@@ -79,7 +72,10 @@ class SlotBuffer:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on where :meth:`state_dict` was taken."""
-        self.restore(np.asarray(state["slots"], dtype=np.int64), np.asarray(state["sizes"]))
+        self._ids = np.array(state["slots"], dtype=np.int64)
+        self._sizes = np.array(state["sizes"], dtype=np.int64)
+        self._length = len(self._ids)
+        self.bytes = int(self._sizes.sum())
         self.draws.count = state["draws"]
 
     def _make_room(self, count: int) -> None:
@@ -102,7 +98,8 @@ class SlotBuffer:
             return evictions  # capacity 0 (every push passes through), or full
         behind = max(0, self.limit(self.arrivals) - len(self))
         count = HELD_SHARE * (evictions + behind) + 2
-        displaced = np.cumsum(~self._rooms(count))
+        held, limits = self._held(count)
+        displaced = np.cumsum(held >= limits)
         return int(np.searchsorted(displaced, evictions)) + 1
 
     def _held(self, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -119,11 +116,6 @@ class SlotBuffer:
         before = np.concatenate(([held], np.maximum(held + caught, limits[:-1])))[:-1]
         sizes = np.where(steps[:-1] <= caught, held + steps[:-1], before)
         return sizes, limits[:-1]
-
-    def _rooms(self, count: int) -> np.ndarray:
-        """Which of the next ``count`` pushes find room, none cut by bytes."""
-        held, limits = self._held(count)
-        return held < limits
 
     def push(self, ids: np.ndarray, sizes: np.ndarray, evictions: int) -> tuple[np.ndarray, int]:
         """Push ``ids`` in order until ``evictions`` residents were displaced, or all are in;
@@ -148,9 +140,8 @@ class SlotBuffer:
         return (out[0] if len(out) == 1 else np.concatenate(out)), done
 
     def _run(self, ids: np.ndarray, sizes: np.ndarray, most: int) -> tuple[np.ndarray, int]:
-        """Push ``ids``, or the first of them: up to ``most`` displacements, and up to where
-        the byte budget changes which pushes find room; the displaced ids and how many of
-        ``ids`` went in."""
+        """:meth:`push` of a run: up to ``most`` displacements, and up to where the byte budget
+        changes which pushes find room."""
         count = len(ids)
         if len(self) >= self.capacity:  # full: every push displaces, whatever the bytes
             count = min(count, most)

@@ -26,21 +26,14 @@ __all__ = ["LoaderStats", "StatsRecorder"]
 class LoaderStats:
     """What the current epoch (else the last one) has done so far, in the main process.
 
-    ``wait_seconds`` is the time ``next()`` spent waiting for the workers' samples (with
-    ``num_workers=0``: reading them), over ``steps`` batches; ``elapsed_seconds`` the time
-    since the epoch's first ``next()``. ``bytes`` and ``requests`` are per ``scheme://host``
-    (``file://`` for local shards), counted as they arrived in the workers: fetched from there,
-    never read from a cached copy (those are ``cache_read_bytes``); ``lane_stalls`` the
-    times a lane waited for the first bytes of its next shard (read-ahead had not brought
-    them), ``lane_stall_seconds`` how long, all lanes together.
-
-    Which stage bounds a step: ``worker_seconds`` is the workers' time, all together, split
-    into ``read`` (opening, fetching and parsing records), ``transform`` (decode and the
-    transform) and ``collate`` (a chunk's columns built and copied to shared memory);
-    ``main_seconds`` the main process's, into ``wait`` (``wait_seconds``), ``batch`` (mixing,
-    shuffling and collating inside ``next()``) and ``step`` (the rest of the elapsed time:
-    the training step). ``image_fallbacks`` counts the images :mod:`shardmix.vision` left to
-    Pillow, by format.
+    ``wait_seconds`` is the time ``next()`` spent waiting for the workers' samples over
+    ``steps`` batches; ``elapsed_seconds`` the time since the epoch's first ``next()``.
+    ``bytes`` and ``requests`` are per ``scheme://host``, fetched (cached copies read are
+    ``cache_read_bytes``); ``lane_stalls`` the times a lane waited for its next shard's first
+    bytes. ``worker_seconds`` splits the workers' time into ``read``, ``transform`` and
+    ``collate``; ``main_seconds`` the main process's into ``wait``, ``batch`` (inside
+    ``next()``) and ``step`` (the training step). ``image_fallbacks`` counts the images
+    :mod:`shardmix.vision` left to Pillow, by format. See ``docs/remote-shards.md``.
     """
 
     epoch: int = 0
@@ -79,8 +72,7 @@ class LoaderStats:
         }
 
     def scalars(self) -> dict[str, float]:
-        """The figures as flat ``name: number`` pairs, as a trainer's logger takes them
-        (per host: ``bytes_per_second/<scheme://host>``)."""
+        """The figures as flat ``name: number`` pairs, as a trainer's logger takes them."""
         flat: dict[str, float] = {
             "steps": float(self.steps),
             "wait_seconds": self.wait_seconds,

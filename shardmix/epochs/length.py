@@ -53,8 +53,7 @@ def loader_length(options: LoaderOptions, cursor: Cursor) -> int:
 
 
 def batches_left(options: LoaderOptions, cursor: Cursor) -> int:
-    """Batches the epoch being read still yields on this rank, counted as ``len()`` counts;
-    ``0`` after its last."""
+    """Batches the epoch being read still yields on this rank, counted as ``len()`` counts."""
     current = cursor.current
     if current is None or cursor.current_iteration != cursor.iterations:
         return loader_length(options, cursor)

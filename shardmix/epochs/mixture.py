@@ -143,10 +143,8 @@ class MixtureEpoch:
         return self._collated(batch)
 
     def _at_end(self) -> bool:
-        """Whether the batch just cut was the epoch's last: the next one would be empty, or
-        short under ``drop_last``, by what each stream has left (see :meth:`_next_samples`;
-        a stream that starts a new pass gives its count, or the next ``next()`` says why not).
-        """
+        """Whether the batch just cut was the epoch's last: the next one, by what each stream
+        has left (a new pass gives its count), would be empty, or short under ``drop_last``."""
         counts = Apportioner(self.apportioner.weights, self.apportioner.credits).counts(
             self.batch_size
         )

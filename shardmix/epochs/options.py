@@ -97,8 +97,7 @@ class LoaderOptions:
         )
 
     def epoch_settings(self, pool: WorkerPool | None) -> EpochSettings:
-        """The settings an epoch reads by, resolved now, with ``pool`` its persistent workers
-        (None: per-epoch workers). A mixture's are its first dataset's."""
+        """The settings an epoch reads by, resolved now (``pool``: its persistent workers)."""
         rank, world_size = self.rank_and_world_size()
         return EpochSettings(
             dataset=self.dataset,
@@ -140,8 +139,7 @@ class LoaderOptions:
         return self.ranks.resolve()
 
     def planning_world(self) -> tuple[int, int]:
-        """``(rank, world_size)`` the epochs are planned for (with ``canonical_ranks``, this
-        rank's first canonical rank's)."""
+        """``(rank, world_size)`` the epochs are planned for (a canonical rank's, if any)."""
         if self.canonical_ranks is None:
             return self.rank_and_world_size()
         return self.own_canonical_ranks()[0], self.canonical_ranks
