@@ -2,12 +2,9 @@
 their clocks, the samples this rank yields and how it knows where they end; and the layout of
 the epoch's position.
 
-:func:`plan_epoch` makes an :class:`EpochPlanned`: shards rewritten since the last epoch are
-counted again first, then the lanes' pieces come from the dataset's plan, or after an elastic
-resume from the state's phase (:mod:`shardmix.epochs.elastic`). :func:`plan_ends` says how the
-rank knows where its epoch ends (a quota known ahead, learned kept counts, or an exchange with
-the other ranks as it goes). :func:`epoch_position` lays out an epoch's position;
-:func:`epoch_start` is the one before its first batch.
+:func:`plan_epoch` takes the lanes' pieces from the dataset's plan, or after an elastic resume
+from the state's phase; :func:`plan_ends` says how the rank knows where its epoch ends (a quota
+known ahead, learned kept counts, or an exchange with the other ranks as it goes).
 """
 
 from __future__ import annotations

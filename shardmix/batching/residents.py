@@ -1,19 +1,16 @@
 """Re-reading records a checkpoint names: the shuffle buffer's residents, in order of need.
 
 A checkpoint names the buffer's residents as ``(shard, record, byte offset)`` references, with
-their sizes and record tags, never their bytes. A restore puts a :class:`Resident` in the buffer
-in place of each sample, and :class:`ResidentReads` reads it when the buffer evicts it. The
-buffer's draws are counter-based, so the order of the next evictions is known in advance
-(:func:`~shardmix.batching.shuffle.eviction_order`): the residents are cut, in that order, into
-waves of one batch, then two, four, ... batches. The first wave's reads are asked for when the
-epoch starts, the others' when the second batch needs one: before the first batch a server sees
-that batch's requests, not the whole buffer's, which over a slow server kept the batch waiting.
+their sizes and record tags. A restore puts a :class:`Resident` in the buffer in place of each
+sample, and :class:`ResidentReads` reads it when the buffer evicts it. The order of evictions is
+known in advance (:func:`~shardmix.batching.shuffle.eviction_order`), so the residents are cut in
+that order into waves of one batch, then two, four, ...: the first wave's reads are asked for at
+the epoch's start, the others' when the second batch needs one, so that a slow server is not
+kept busy with the whole buffer before the first batch.
 
-A record read again must have the tag its reference carries, so a reference shifted onto
-another record (an edited state) is refused, not read as another sample. A resident that cannot
-be read again raises a :class:`~shardmix.errors.ConfigError` naming the shard and the record
-when its wave is first needed: the first wave's at the first batch, any other at the latest
-when that resident leaves the buffer.
+A record read again must have the tag its reference carries (an edited state is refused). A
+resident that cannot be read again raises a :class:`~shardmix.errors.ConfigError` naming the
+shard and the record when its wave is first needed.
 """
 
 from __future__ import annotations

@@ -10,11 +10,9 @@ thousands of samples: a push finds room only while the buffer holds fewer than i
 pushes so far. Until it is full, a sample so leaves a buffer that holds at least half of what
 came before it, drawn uniformly among them.
 
-The state (:meth:`ShuffleBuffer.state_dict`) is the residents in slot order, their sizes, and
-the draw count (``arrivals`` is the number held plus the draw count). The draws come from a
-counter-based stream, in blocks from ``(seed, epoch, block)``: nothing to pickle, and the next
-evictions can be worked out ahead (:func:`eviction_order`), so a restore reads first the
-residents it needs first.
+The state is the residents in slot order, their sizes, and the draw count. The draws come from
+a counter-based stream seeded by ``(seed, epoch, block)``, so the next evictions can be worked
+out ahead (:func:`eviction_order`) and a restore reads first the residents it needs first.
 """
 
 from __future__ import annotations
