@@ -4,27 +4,21 @@ An id at or above 0 is a row of the :class:`~shardmix.batching.rows.RowStore`; a
 ``-1 - n``, the ``n``-th resident a restore put back as a reference, read when the buffer
 evicts it (:class:`~shardmix.batching.residents.ResidentReads`).
 
-The stage's state is the buffer's own (:meth:`~shardmix.batching.slotbuffer.SlotBuffer.state_dict`)
-with each id written as what it names: the ``(shard, record, offset)`` reference of its sample
-and its record's tag. ``{"draws", "items", "sizes", "tags"}``: the draw count, then the
-references, sizes and tags in slot order, packed (:mod:`shardmix.state.codec`).
-:func:`buffer_start` is the state of an empty buffer, written by the same code.
-
-Left to others: the buffer's choices (:mod:`shardmix.batching.shuffle`,
-:mod:`shardmix.batching.slotbuffer`), the rows (:mod:`shardmix.batching.rows`), re-reading the
-residents (:mod:`shardmix.batching.residents`).
+The state is the buffer's own with each id written as what it names: ``{"draws", "items",
+"sizes", "tags"}``, the draw count, then the ``(shard, record, offset)`` references, sizes and
+record tags in slot order, packed (:mod:`shardmix.state.codec`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from shardmix.batching.mixing import LaneMerge
-from shardmix.batching.residents import ResidentReads
+from shardmix.batching.residents import Resident, ResidentReads
 from shardmix.batching.rows import RowStore
 from shardmix.batching.settings import EpochSettings
 from shardmix.batching.shuffle import eviction_order
@@ -49,8 +43,7 @@ __all__ = ["BufferStage", "buffer_start", "buffer_state"]
 def buffer_state(
     draws: int, refs: Sequence[Ref], sizes: Sequence[int], tags: Sequence[int]
 ) -> dict[str, Any]:
-    """The stage's state of a buffer that made ``draws`` draws and holds, in slot order, the
-    samples of ``refs``, of ``sizes``, with ``tags``."""
+    """The state of a buffer that made ``draws`` draws and holds ``refs`` in slot order."""
     return {
         "draws": draws,
         "items": pack_refs(refs),
@@ -66,13 +59,7 @@ def buffer_start() -> dict[str, Any]:
 
 @dataclass(eq=False)
 class BufferStage:
-    """A :class:`SlotBuffer` and what its ids name; its state names the residents' samples.
-
-    It moves samples from a merge through ``buffer`` (:meth:`next_ids`), turns ids into
-    samples, references and tags, says the state and restores it. A restore's residents are
-    read in waves of ``first_wave`` samples, then twice as many, ... by ``reads`` in
-    ``epoch`` (and pass ``epoch_pass``).
-    """
+    """A :class:`SlotBuffer` and what its ids name."""
 
     buffer: SlotBuffer
     store: RowStore
@@ -85,16 +72,14 @@ class BufferStage:
     residents: ResidentReads | None = field(default=None, init=False)
 
     def state_dict(self) -> dict[str, Any]:
-        """The buffer's state, each resident as its sample's reference and tag (see above)."""
+        """The buffer's state, each resident as its sample's reference and tag."""
         state = self.buffer.state_dict()
         slots = np.asarray(state["slots"], dtype=np.int64)
         return buffer_state(state["draws"], self.refs(slots), state["sizes"], self.tags(slots))
 
     def load_state_dict(self, state: Mapping[str, Any], *, pushing: bool = True) -> None:
-        """Hold the residents ``state`` names, as references read when needed; the first
-        wave's reads are asked for now. ``pushing``: lanes are left, so pushes displace residents
-        (else the epoch ends popping them), which says the order the residents are needed in.
-        """
+        """Hold the residents ``state`` names, as references read when needed. ``pushing``:
+        lanes are left, so pushes (not pops) evict them, which orders the reads."""
         reads = self.reads
         assert reads is not None  # a ShardDataset's: the loader restores no other
         refs = unpack_refs(state["items"])
@@ -118,8 +103,7 @@ class BufferStage:
         self.buffer.load_state_dict({"draws": state["draws"], "slots": slots, "sizes": sizes})
 
     def next_ids(self, merge: LaneMerge, count: int) -> np.ndarray:
-        """The ids the buffer gives out next, ``count`` of them unless ``merge`` ended: runs
-        of its samples pushed in, the residents they displace out (popped at the end)."""
+        """The ids the buffer gives out next, ``count`` of them unless ``merge`` ended."""
         out = []
         got = 0
         buffer = self.buffer
@@ -145,8 +129,7 @@ class BufferStage:
     def for_epoch(
         cls, settings: EpochSettings, store: RowStore, epoch: int, epoch_pass: int
     ) -> BufferStage:
-        """The stage of ``epoch`` under ``settings``: its buffer seeded by ``(seed, epoch)``,
-        warming up over four batches, a restore's first wave a batch."""
+        """The stage of ``epoch``: seeded by ``(seed, epoch)``, a restore's first wave a batch."""
         buffer = SlotBuffer(
             settings.shuffle_buffer,
             seed=settings.seed,
@@ -164,8 +147,7 @@ class BufferStage:
             self.residents.read_wave(0)
 
     def samples(self, ids: np.ndarray) -> list[Sample]:
-        """``ids`` as sample dicts (a restored resident read now, or its wave was); their rows
-        are freed."""
+        """``ids`` as sample dicts; their rows are freed."""
         samples = []
         residents = self.residents
         for row in ids.tolist():
@@ -178,8 +160,14 @@ class BufferStage:
         return samples
 
     def release(self, ids: np.ndarray) -> None:
-        """The samples of ``ids`` left with their batch: free their rows."""
+        """Free the rows of ``ids``, which left with their batch."""
         self.store.release(ids[ids >= 0])
+
+    def _restored(self, ids: np.ndarray) -> Iterator[tuple[int, Resident]]:
+        """``(position, resident)`` of each id of ``ids`` that names a restored resident."""
+        for position in np.flatnonzero(ids < 0).tolist():
+            assert self.residents is not None  # only a restore puts residents in
+            yield position, self.residents.residents[-1 - int(ids[position])]
 
     def refs(self, ids: np.ndarray) -> list[Ref]:
         """``(shard_index, record, offset)`` of each id: a stored sample's or a resident's."""
@@ -187,9 +175,8 @@ class BufferStage:
         table = np.zeros((len(ids), 3), dtype=np.int64)
         table[stored] = self.store.refs(ids[stored])
         refs: list[Ref] = [(shard, record, offset) for shard, record, offset in table.tolist()]
-        for position in np.flatnonzero(~stored).tolist():
-            assert self.residents is not None  # only a restore puts residents in
-            refs[position] = self.residents.residents[-1 - int(ids[position])].ref
+        for position, resident in self._restored(ids):
+            refs[position] = resident.ref
         return refs
 
     def tags(self, ids: np.ndarray) -> list[int]:
@@ -197,9 +184,8 @@ class BufferStage:
         stored = ids >= 0
         tags = np.zeros(len(ids), dtype=np.int64)
         tags[stored] = self.store.tags(ids[stored])
-        for position in np.flatnonzero(~stored).tolist():
-            assert self.residents is not None  # only a restore puts residents in
-            tags[position] = self.residents.residents[-1 - int(ids[position])].tag
+        for position, resident in self._restored(ids):
+            tags[position] = resident.tag
         return tags.tolist()
 
     def shards(self) -> list[int]:
@@ -208,9 +194,8 @@ class BufferStage:
         stored = ids >= 0
         shards = np.zeros(len(ids), dtype=np.int64)
         shards[stored] = self.store.refs(ids[stored])[:, 0]
-        for position in np.flatnonzero(~stored).tolist():
-            assert self.residents is not None  # only a restore puts residents in
-            shards[position] = self.residents.residents[-1 - int(ids[position])].ref[0]
+        for position, resident in self._restored(ids):
+            shards[position] = resident.ref[0]
         return shards.tolist()
 
     def close(self) -> None:

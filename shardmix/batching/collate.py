@@ -1,25 +1,16 @@
 """Collate: a list of samples into one batch, the way ``default_collate`` would.
 
-Numbers and equal-shaped arrays become tensors, ``bytes`` and ``str`` stay lists, and so does
-anything else (decoded JSON, PIL images). A field whose values mix these kinds (a tar's ``b"3"``
-beside a TFRecord's ``array([3])``) is an error naming the field, the types and a sample. Two things
-differ from ``default_collate``, on purpose: ``__key__`` and ``__source__`` are always lists
-and ``__index__`` (the record's position in its shard) and ``__offset__`` (its byte offset)
-int64 tensors, so every batch says where its samples came from; and a field whose
-arrays differ in shape (variable-length TFRecord features) becomes a list instead of failing,
-since losing the batch over a ragged field helps nobody.
+Numbers and equal-shaped arrays become tensors; ``bytes``, ``str`` and anything else (decoded
+JSON, PIL images) stay lists. A field whose values mix these kinds is an error naming the
+field, the types and a sample. Two things differ from ``default_collate``, on purpose:
+``__key__`` and ``__source__`` are always lists and ``__index__`` and ``__offset__`` int64
+tensors, so every batch says where its samples came from; and a field whose arrays differ in
+shape (variable-length TFRecord features) becomes a list instead of failing.
 
-A transform that returns a tuple or list, or one value, makes samples that travel as dicts
-with their provenance beside what it returned (:func:`~shardmix.reading.transforms.as_sample`).
-Their batch is the one ``default_collate`` makes, its provenance kept beside it: a tuple's or
-list's values make a :class:`ListBatch` of their columns (each collated as a field is, but
-strings in a tuple, as ``default_collate`` leaves them), one value a tensor (or a ``ListBatch``
-of str, bytes or ragged tensors), and the batch's ``provenance`` attribute holds the fields a
-dict batch would (:func:`restructured`).
-
-The main process collates every batch, so the work is per column, not per sample: the columns
-are cut from the samples in one pass, and a field of numpy arrays of one dtype and shape is
-stacked by numpy in one call (the tensor ``default_collate`` would build from a tensor per array).
+Samples a transform returned as a tuple, a list or one value are collated as
+``default_collate`` would, their provenance kept in the batch's ``provenance`` attribute
+(:func:`restructured`). The work is per column, not per sample: a field of numpy arrays of one
+dtype and shape is stacked by numpy in one call.
 """
 
 from __future__ import annotations
@@ -58,14 +49,13 @@ class ListBatch(list[Any]):
 
 
 def collate_samples(samples: Sequence[dict[str, Any]]) -> Any:
-    """One batch from ``samples``, which must all have the same fields: a dict, or what
-    :func:`restructured` makes of samples a transform returned as other than dicts."""
+    """One batch from ``samples``, which must all have the same fields."""
     return restructured(collate_fields(samples))
 
 
 def restructured(batch: dict[str, Any]) -> Any:
     """A batch dict of samples a transform returned as a tuple, a list or one value, as the
-    batch ``default_collate`` makes of them, its provenance beside it; any other unchanged."""
+    batch ``default_collate`` makes of them, with its provenance; any other unchanged."""
     names = structured(batch)
     if not names:
         return batch
@@ -100,15 +90,13 @@ def collate_fields(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("cannot collate an empty batch")
     fields = samples[0].keys()
     names = tuple(fields)
-    if not names:
-        rows: list[Any] = []
-    else:
-        try:
-            # One pass builds every column: each sample's values, then the columns, all in C.
+    rows: list[Any] = []
+    try:
+        if names:  # one pass builds every column, in C
             rows = list(map(itemgetter(*names), samples))
-        except KeyError:
-            field = next(name for name in names if any(name not in sample for sample in samples))
-            raise DecodeError(_missing_field_message(samples, field)) from None
+    except KeyError:
+        field = next(name for name in names if any(name not in sample for sample in samples))
+        raise DecodeError(_missing_field_message(samples, field)) from None
     columns = zip(*rows, strict=True) if len(names) > 1 else [rows]
     batch = {
         field: _collate_field(field, list(values), samples)
@@ -116,16 +104,12 @@ def collate_fields(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
     if len(set(map(len, samples))) != 1:
         odd = next(sample for sample in samples if sample.keys() != fields)
-        raise _odd_fields(odd, fields)
+        raise DecodeError(
+            f"sample {odd.get(KEY_FIELD)!r} from {odd.get(SOURCE_KEY)} {_shape(odd)} but "
+            f"the batch's first sample {_shape(dict.fromkeys(fields))}; make the fields "
+            "uniform with a transform or pass collate_fn"
+        )
     return batch
-
-
-def _odd_fields(odd: dict[str, Any], fields: Any) -> DecodeError:
-    return DecodeError(
-        f"sample {odd.get(KEY_FIELD)!r} from {odd.get(SOURCE_KEY)} {_shape(odd)} but "
-        f"the batch's first sample {_shape(dict.fromkeys(fields))}; make the fields "
-        "uniform with a transform or pass collate_fn"
-    )
 
 
 def _shape(sample: dict[str, Any]) -> str:
@@ -171,16 +155,16 @@ def _collate_field(field: str, values: list[Any], samples: Sequence[dict[str, An
         return [default_collate([value])[0] for value in values]
     except (TypeError, ValueError) as error:
         example = samples[0]
+        types = ", ".join(sorted({type(value).__name__ for value in values}))
         raise DecodeError(
-            f"cannot collate {_label(field)} (types {_type_names(values)}, e.g. sample "
+            f"cannot collate {_label(field)} (types {types}, e.g. sample "
             f"{example.get(KEY_FIELD)!r} from {example.get(SOURCE_KEY)}): {error}; "
             "convert it in the transform or pass collate_fn"
         ) from error
 
 
 def _stack_arrays(values: list[Any]) -> torch.Tensor | None:
-    """Arrays of one dtype and shape as one tensor, stacked by numpy in one call (what
-    ``default_collate`` gives, without a tensor per array); None where it would not apply."""
+    """Arrays of one dtype and shape as one tensor stacked by numpy; None where not so."""
     dtype = values[0].dtype
     if dtype.kind in "OSUVaMm" or not dtype.isnative:
         return None
@@ -190,10 +174,6 @@ def _stack_arrays(values: list[Any]) -> torch.Tensor | None:
         return torch.from_numpy(np.stack(values))
     except (TypeError, ValueError):
         return None  # shapes differ, or a dtype torch lacks: default_collate decides
-
-
-def _type_names(values: list[Any]) -> str:
-    return ", ".join(sorted({type(value).__name__ for value in values}))
 
 
 def _mixed_kinds_message(field: str, values: list[Any], samples: Sequence[dict[str, Any]]) -> str:
@@ -221,8 +201,8 @@ def _missing_field_message(samples: Sequence[dict[str, Any]], field: str) -> str
 
 
 def join_batches(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Batches :func:`collate_fields` made, joined into the one it makes of all their samples
-    in order (a rank's canonical ranks: :mod:`shardmix.epochs.canonical`), column by column.
+    """Batches :func:`collate_fields` made, joined column by column into the one it makes of
+    all their samples in order (a rank's canonical ranks).
 
     >>> a = collate_fields([{"__key__": "a", "x": 1}])
     >>> b = collate_fields([{"__key__": "b", "x": 2}, {"__key__": "c", "x": 3}])
@@ -245,8 +225,7 @@ def _join_field(field: str, columns: list[Any]) -> Any:
         column.dtype == first.dtype and column.shape[1:] == first.shape[1:] for column in columns
     ):
         return torch.cat(columns)  # one shape: what stacking all the arrays would give
-    # A ragged field (a list of tensors in some batch, or shapes that differ between
-    # batches): a list of tensors, as collate_fields gives for arrays of several shapes.
+    # A ragged field: a list of tensors, as collate_fields gives for arrays of several shapes.
     rows: list[Any] = []
     for column in columns:
         rows.extend(column.unbind(0) if isinstance(column, torch.Tensor) else column)
@@ -260,8 +239,7 @@ def _join_field(field: str, columns: list[Any]) -> Any:
 
 
 def pin_batch(batch: Any) -> Any:
-    """``batch`` with every tensor in page-locked memory, for fast asynchronous copies to GPU
-    (its ``provenance`` kept)."""
+    """``batch`` with every tensor in page-locked memory (its ``provenance`` kept)."""
     if isinstance(batch, torch.Tensor):
         pinned = batch.pin_memory()
         if hasattr(batch, "provenance"):

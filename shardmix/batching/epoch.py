@@ -1,13 +1,9 @@
 """One epoch of a MixingLoader: the batches, and the position between them.
 
-An :class:`EpochIterator` starts the workers (:mod:`shardmix.workers.epoch`), merges their
-lanes (:mod:`shardmix.batching.mixing`), passes the samples through the shuffle buffer
-(:mod:`shardmix.batching.bufferstage`) and cuts batches; under several ranks it cuts or pads the
-epoch to the same number of samples on every rank (:mod:`shardmix.batching.padding`). Between two
-batches its :meth:`EpochIterator.position` is the loader's state: the epoch's counts and each
-stage's own state under its key (:func:`~shardmix.batching.epochplan.epoch_position`). Resuming
-gives each stage its state back; the buffer's residents, references in the state, are read when it
-evicts them.
+An :class:`EpochIterator` starts the workers, merges their lanes, passes the samples through
+the shuffle buffer and cuts batches; under several ranks it cuts or pads the epoch to the same
+number of samples on every rank. Between two batches its :meth:`EpochIterator.position` is the
+loader's state (:func:`~shardmix.batching.epochplan.epoch_position`).
 """
 
 from __future__ import annotations
@@ -55,12 +51,7 @@ T = TypeVar("T")
 
 
 class EpochIterator:
-    """One epoch's batches; its position is the loader's state between batches.
-
-    Under several ranks the epoch is cut (``drop``) or extended (``pad``) to the same number of
-    samples on every rank; padding repeats this rank's first samples of the epoch, re-read by
-    reference, so the state stays references only.
-    """
+    """One epoch's batches; its position is the loader's state between batches."""
 
     def __init__(
         self,
@@ -70,8 +61,7 @@ class EpochIterator:
         *,
         epoch_pass: int = 0,
     ):
-        # Settings as a value, not the loader: no reference cycle, so dropping the loader stops
-        # the workers at once instead of at the next garbage collection.
+        # Settings as a value, not the loader: no reference cycle (see EpochSettings).
         self.dataset = dataset = settings.dataset
         self.batch_size = settings.batch_size
         self.drop_last = settings.drop_last
@@ -86,8 +76,7 @@ class EpochIterator:
         self._deferred: BaseException | None = None  # met looking past the last batch cut
         self.closed = False  # the workers were stopped; the position stays valid
         self.undelivered: int | None = None  # kept samples past the agreed end (counted there)
-        # After a resume on another world or batch size, the rest of the epoch is a resized
-        # phase: this rank's pieces come from the state (:mod:`shardmix.epochs.elastic`).
+        # After an elastic resume, the rest of the epoch is a resized phase, from the state.
         self.phase: dict[str, Any] = dict(resume.get("phase") or {}) if resume else {}
         self.reads = reads = shard_reads(dataset)  # None: not a ShardDataset
         planned = (
@@ -118,8 +107,7 @@ class EpochIterator:
             reads.expected = self.workers.identities
             reads.plan.read_versions.watch(self.workers.identities)  # what the next epoch checks
         ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
-        self.quota, self.own = ends.quota, ends.own
-        self.kept = ends.kept
+        self.quota, self.own, self.kept = ends.quota, ends.own, ends.kept
         self._simulated_filter = ends.simulated_filter
         exchange = ends.exchange
         self.rank_end = (
@@ -133,21 +121,17 @@ class EpochIterator:
         self._first_wave_due = resume is not None
 
     def _load_counts(self, resume: Mapping[str, Any]) -> None:
-        """Take the epoch's counts, the padding and the shards' identities from ``resume``,
-        once its lanes are found to name this plan's pieces."""
-        assert self.plan is not None  # a ShardDataset's: load_state_dict checked it
-        check_lanes(resume["mixer"], self.plan, self.epoch)
-        reads = self.reads
-        assert reads is not None
-        check_position(resume, self.plan, reads, reads.plan.known_count, "")
-        self.batches = resume["batches"]
-        self.emitted = resume["emitted"]
+        """Take the epoch's counts, padding and shard identities from ``resume``."""
+        reads, plan = self.reads, self.plan
+        assert reads is not None and plan is not None  # a ShardDataset's: the loader checked
+        check_lanes(resume["mixer"], plan, self.epoch)
+        check_position(resume, plan, reads, reads.plan.known_count, "")
+        self.batches, self.emitted = resume["batches"], resume["emitted"]
         self.padding.load_state_dict(padding_in(resume))
         self.workers.load_identities(resume["shards"])
 
     def _start(self, planned: EpochPlanned | None, resume: Mapping[str, Any] | None) -> LaneMerge:
-        """Start the workers (each lane where ``resume`` says), give the shuffle buffer its
-        state back while they read ahead, and merge what they send."""
+        """Start the workers (each lane where ``resume`` says) and merge what they send."""
         clocks = planned.clocks if planned else None
         live, starts = resume_points(resume["mixer"]) if resume is not None else (None, None)
         if live is not None and not live:
@@ -185,23 +169,21 @@ class EpochIterator:
         return self._guarded(self._next_batch)
 
     def next_samples(self, count: int) -> list[Sample]:
-        """The epoch's next ``count`` samples as dicts; fewer only at its end (how a mixture
-        takes samples)."""
+        """The epoch's next ``count`` samples as dicts; fewer only at its end (for mixtures)."""
         if self.closed:
             return []
         return self._guarded(lambda: self._samples_to_end(count))
 
     def _samples_to_end(self, count: int) -> list[Sample]:
-        """:meth:`_take`'s samples, kept counts settled once it comes back short (the epoch's
-        end)."""
+        """:meth:`_take`'s samples, kept counts settled once it comes back short."""
         ids, pads = self._take(count)
         if len(ids) + len(pads) < count and self.kept.due:
             self._settle_kept()
         return self.shuffle.samples(ids) + pads
 
     def available(self, count: int) -> int | None:
-        """How many of the next ``count`` samples there are, read ahead as :meth:`_at_end`
-        reads (how a mixture sees its end); None where the ranks agree on the end."""
+        """How many of the next ``count`` samples there are (how a mixture sees its end);
+        None where the ranks agree on the end."""
         if self.closed:
             return 0
         if self.rank_end is not None:
@@ -217,14 +199,12 @@ class EpochIterator:
         return ready
 
     def _guarded(self, step: Callable[[], T]) -> T:
-        """``step()``; on an error the epoch and its workers stop at once, and a dead worker
-        is named (:meth:`~shardmix.workers.epoch.EpochWorkers.guarded`)."""
+        """``step()``; on an error the epoch and its workers stop, a dead worker named."""
         return self.workers.guarded(step, self._fail)
 
     @property
     def filtered(self) -> dict[str, int]:
-        """``{"dropped": n, "padded": n, "undelivered": n}``: what the transform dropped,
-        the padding, and (under several ranks) the kept samples past the ranks' common end."""
+        """``{"dropped": n, "padded": n, "undelivered": n}`` samples of this epoch."""
         return {
             "dropped": self.merge.dropped[FILTERED],
             "padded": self.padding.padded,
@@ -240,8 +220,7 @@ class EpochIterator:
         return True
 
     def named_failure(self, error: RuntimeError) -> WorkerError:
-        """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
-        shards; the epoch and its workers are stopped."""
+        """The WorkerError naming the dead worker of torch's ``error``; the epoch stops."""
         failure = self.workers.named_failure(error)
         self._fail()
         return failure
@@ -252,11 +231,8 @@ class EpochIterator:
         self.workers.fail()
 
     def close(self) -> None:
-        """Stop this epoch's workers now.
-
-        Left to garbage collection, torch's DataLoader waits seconds for workers blocked on a
-        full pipe; stopping them explicitly takes milliseconds.
-        """
+        """Stop this epoch's workers now (left to garbage collection, torch waits seconds
+        for workers blocked on a full pipe)."""
         self.closed = True
         # getattr: an __init__ that raised (a refused plan) leaves some attributes unset.
         for stage in (getattr(self, "workers", None), getattr(self, "shuffle", None)):
@@ -298,8 +274,7 @@ class EpochIterator:
         return pin_batch(collated) if self.pin_memory else collated
 
     def _at_end(self) -> bool:
-        """Whether the batch just cut was the epoch's last: no full batch (``drop_last``) or
-        no sample at all follows it. Reads ahead only once the buffer holds too few."""
+        """Whether the batch just cut was the epoch's last."""
         needed = self.batch_size if self.drop_last else 1
         if self.quota is not None:
             return self.quota - self.emitted < needed
@@ -309,8 +284,8 @@ class EpochIterator:
         return self.merge.lookahead(left) < left
 
     def _take(self, count: int) -> tuple[np.ndarray, list[Sample]]:
-        """The ids of the next ``count`` samples of this rank's epoch, and the padding after
-        them (samples re-read by reference) once this rank's own samples ran out."""
+        """The ids of the next ``count`` samples, and the padding after them once this rank's
+        own samples ran out."""
         if self._first_wave_due:
             # Before any sample: errors re-reading the first wave's residents come first.
             self._first_wave_due = False
@@ -353,8 +328,7 @@ class EpochIterator:
         return ids, pads
 
     def _take_agreed(self, rank_end: RankEnd, count: int) -> tuple[np.ndarray, list[Sample]]:
-        """:meth:`_take` where the ranks agree on the end: this rank's samples up to it, and
-        under ``pad`` the padding once this rank's own ran out."""
+        """:meth:`_take` where the ranks agree on the end."""
         room = rank_end.room(self.emitted, count, self._lookahead)
         ids = self.shuffle.next_ids(self.merge, room)
         if self.even_ranks is EvenRanks.PAD:
@@ -379,8 +353,7 @@ class EpochIterator:
         return look_ahead(self.emitted, self.buffer, self.merge, count + self.batch_size)
 
     def _settle_kept(self) -> None:
-        """At the epoch's last batch: check the kept count this epoch claimed (the rest of this
-        rank's records read and counted as undelivered), or learn from the epoch."""
+        """At the epoch's last batch: check the kept count claimed, or learn it."""
         merge, reads = self.merge, self.reads
         assert reads is not None  # kept counts are a ShardDataset's
         self.kept.settle(
@@ -392,15 +365,13 @@ class EpochIterator:
         )
 
     def _undelivered(self) -> int:
-        """What this rank read but does not yield (:func:`~shardmix.batching.rankend.undelivered`),
-        counted the first time it is asked."""
+        """What this rank read but does not yield, counted the first time it is asked."""
         if self.undelivered is None:
             self.undelivered = undelivered(self.buffer, self.merge, self.store)
         return self.undelivered
 
     def _end_if_over(self, slack: int) -> bool:
-        """Whether the agreed end is within ``slack`` samples; the first time, count what
-        this rank read but does not yield (:func:`~shardmix.batching.rankend.undelivered`)."""
+        """Whether the agreed end is within ``slack`` samples (then count the undelivered)."""
         if self.rank_end is None or not self.rank_end.over(self.emitted + slack):
             return False
         self._undelivered()

@@ -2,24 +2,9 @@
 their clocks, the samples this rank yields and how it knows where they end; and the layout of
 the epoch's position.
 
-:func:`plan_epoch` makes an :class:`EpochPlanned` of a ShardDataset's epoch: shards rewritten
-since the last epoch are counted again first (:mod:`shardmix.plan.recount`), then the lanes' pieces
-come from the dataset's plan, or after a resume on another world or batch size from the
-state's phase (:mod:`shardmix.epochs.elastic`). Under several ranks it says the quota every rank
-yields and this rank's own total (:mod:`shardmix.plan.sharding`); :func:`plan_ends` says how the
-rank knows where its epoch ends (a quota known ahead, learned kept counts, or an exchange with
-the other ranks as it goes).
-
-:func:`epoch_position` lays out an epoch's position (its counts, and each stage's own state
-under its key); :func:`epoch_start` is the position before an epoch's first batch, made of
-each stage's start state. A resumed merge's lanes must name this plan's pieces
-(:func:`check_lanes`).
-
-Left to others: reading the pieces (:mod:`shardmix.workers.dataloader`), merging the lanes
-(:mod:`shardmix.batching.mixing`), each stage's own state (the merge's, the shuffle stage's:
-:mod:`shardmix.batching.bufferstage`, the padding's: :mod:`shardmix.batching.padding`), the epoch's
-batches and the agreement on its end as it goes (:mod:`shardmix.batching.epoch`,
-:mod:`shardmix.batching.rankend`).
+:func:`plan_epoch` takes the lanes' pieces from the dataset's plan, or after an elastic resume
+from the state's phase; :func:`plan_ends` says how the rank knows where its epoch ends (a quota
+known ahead, learned kept counts, or an exchange with the other ranks as it goes).
 """
 
 from __future__ import annotations
@@ -49,10 +34,9 @@ from shardmix.world import end_exchange
 @dataclass(frozen=True)
 class EpochPlanned:
     """A ShardDataset's epoch on this rank: each lane's pieces (also as ``(shard, start,
-    stop)`` tuples, as the workers and the mixer take them), their clocks when the lanes'
-    sizes are known, and under several ranks the quota every rank yields and this rank's own
-    total; ``filters``: whether a transform or skips may drop samples, so that the ranks must
-    agree where the epoch ends."""
+    stop)`` tuples), their clocks when the lanes' sizes are known, and under several ranks the
+    quota every rank yields and this rank's own total; ``filters``: whether samples may be
+    dropped, so that the ranks must agree where the epoch ends."""
 
     plan: list[list[Piece]]
     lane_pieces: list[list[tuple[int, int, int | None]]]
@@ -65,16 +49,14 @@ class EpochPlanned:
 def plan_epoch(
     settings: EpochSettings, epoch: int, epoch_pass: int, phase: Mapping[str, Any], resumed: bool
 ) -> EpochPlanned:
-    """This rank's plan of ``epoch`` (``settings.dataset`` being a ShardDataset); ``phase``,
-    a resized phase's state (empty: the epoch runs as planned); ``resumed``: a restore,
-    whose shards must be as the checkpoint saw them, so nothing is counted again."""
+    """This rank's plan of ``epoch``; ``phase``: a resized phase's state (empty: as planned);
+    ``resumed``: a restore, so nothing is counted again."""
     reads = shard_reads(settings.dataset)
     assert reads is not None
     shards = reads.plan
     rank, world_size = settings.rank, settings.world_size
     if not resumed and epoch_pass == 0:
-        # A new epoch: shards changed since the last one are counted again before the plan
-        # is made (:mod:`shardmix.plan.recount`).
+        # A new epoch: shards changed since the last one are counted again first.
         exchange_counts = end_exchange(world_size, settings.group)
         shards.recount_changed(epoch, rank, world_size, exchange_counts)
     num_lanes = shards.lanes_for(settings.batch_size, world_size)
@@ -106,10 +88,9 @@ def plan_epoch(
 @dataclass(frozen=True)
 class EpochEnds:
     """How this rank knows where its epoch ends: a ``quota`` (with this rank's ``own`` total)
-    known ahead, or an ``exchange`` with the other ranks as it goes
-    (:mod:`shardmix.batching.rankend`), or neither (the epoch ends with its lanes). ``kept``: what
-    the epoch's end settles with learned kept counts (a claim to check, or counts to learn);
-    ``simulated_filter``: ranks simulated in one process, where a filtered sample is refused."""
+    known ahead, an ``exchange`` with the other ranks as it goes, or neither (it ends with its
+    lanes). ``kept``: the kept-count claim to check or learn; ``simulated_filter``: ranks
+    simulated in one process, where a filtered sample is refused."""
 
     quota: int | None
     own: int | None
@@ -178,8 +159,7 @@ def _rank_quota(
 
 
 def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -> None:
-    """Refuse a merge's state (:meth:`~shardmix.batching.mixing.LaneMerge.state_dict`) whose lanes
-    name other pieces than this plan's."""
+    """Refuse a merge's state whose lanes name other pieces than this plan's."""
     for lane, (slot, record, _, *named, _) in enumerate(merge["lanes"]):
         planned = piece_name(plan, lane, slot)
         at_start = (slot, record) == (0, 0) and tuple(named) == NO_PIECE
@@ -195,11 +175,8 @@ def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -
 def remaining_pieces(
     lanes: Sequence[Sequence[Piece]], positions: Sequence[tuple[int, int]], counts: Sequence[int]
 ) -> list[Piece]:
-    """The records of ``lanes`` not yet delivered, lane by lane, as pieces.
-
-    ``positions[l]`` is lane ``l``'s ``(slot, record)``: the piece it reads and the next
-    record of that piece's shard. A piece already begun is cut at that record; pieces not
-    begun stay whole (empty ones too, so they are still opened this epoch).
+    """The records of ``lanes`` not yet delivered at ``positions`` (each lane's ``(slot,
+    record)``), as pieces; pieces not begun stay whole (empty ones too).
 
     >>> lanes = [[Piece(0, 0, None), Piece(1, 0, 5)], [Piece(2, 3, None)]]
     >>> remaining_pieces(lanes, [(0, 4), (1, 0)], [6, 9, 8])
@@ -227,14 +204,12 @@ def check_position(
     where: str,
 ) -> None:
     """Refuse a position whose parts do not add up, naming the field: a lane past its piece,
-    a buffer resident named twice, or named where a lane will still read it, or an ``emitted``
-    other than what the lanes read, less the residents and what was dropped, plus the padding.
+    a buffer resident named twice or where a lane will still read it, or an ``emitted`` other
+    than what the lanes read, less the residents and the drops, plus the padding.
 
-    ``lanes``: the plan's (or the resized phase's); ``count(shard)``: a shard's record count,
-    None where it is not known without a request (the counts are then not checked).
-    ``where``: the position's place in the state (``""``, or ``"ranks.3."``). Where the parts
-    do not add up because a shard the position names was rewritten since (its record count
-    changed), that is the error: a ShardChangedError naming it."""
+    ``count(shard)``: a shard's record count, None where unknown (then not checked); ``where``:
+    the position's place in the state (``""``, or ``"ranks.3."``). Where a shard the position
+    names was rewritten since, a ShardChangedError naming it is raised instead."""
     try:
         _check_position(position, lanes, count, len(dataset.plan.urls), where)
     except ConfigError:
@@ -333,11 +308,9 @@ def epoch_position(
     shards: list[list[Any]],
     phase: dict[str, Any],
 ) -> dict[str, Any]:
-    """An epoch's position as the state lays it out: the epoch's counts, the padding's state
-    (its references under ``"pad"``, its count under ``"dropped"``, beside the tombstones the
-    merge counted, ``dropped``), the merge's state under ``"mixer"``, the shuffle stage's under
-    ``"buffer"``, the identities of the shards these name, and the resized phase.
-    :func:`padding_in` and :func:`dropped_in` read the padding's and the tombstones back."""
+    """An epoch's position as the state lays it out: the counts, the padding (``"pad"``, and
+    its count under ``"dropped"`` beside the merge's tombstones), the merge's state
+    (``"mixer"``), the shuffle stage's (``"buffer"``), the shard identities and the phase."""
     return {
         "epoch": epoch,
         "batches": batches,
@@ -366,7 +339,7 @@ def dropped_in(position: Mapping[str, Any]) -> dict[str, int]:
 
 
 def epoch_start(epoch: int, num_lanes: int) -> dict[str, Any]:
-    """The position at the start of ``epoch``, before any batch: each stage's start state."""
+    """The position at the start of ``epoch``, before any batch."""
     return epoch_position(
         epoch,
         0,

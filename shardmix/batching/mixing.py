@@ -1,22 +1,16 @@
 """Mixing: the main-process stage that merges all lanes in one fixed order.
 
-Workers send :class:`~shardmix.reading.chunks.Chunk` objects, each item keyed by the worker
-(:mod:`shardmix.reading.chunks`): a clock (the share of its lane read before it) or a turn.
-Whichever worker's chunk arrives first, the merge hands items out in ascending ``(key, lane)``
-order, a lane's own items in the order it read them. The output is therefore a function of the
-lanes' contents alone, not of worker timing or of how many workers host them.
+Workers send :class:`~shardmix.reading.chunks.Chunk` objects, each item keyed by the worker:
+a clock (the share of its lane read before it) or a turn. Whichever chunk arrives first, the
+merge hands items out in ascending ``(key, lane)`` order, so the output is a function of the
+lanes' contents alone, not of worker timing or of how many workers host them. An item can go
+once every lane that has not ended has sent one with a higher key; each arriving chunk
+releases, in one sort, every pending item below that threshold. Tombstones (samples the
+transform dropped) are counted and passed over.
 
-An item can go once no lane can still send one that sorts before it: every lane that has not
-ended has sent an item with a higher key. The merge works on arrays: each arriving chunk
-releases, in one sort, every pending item below that threshold, and the shuffle buffer takes
-them as ids (:meth:`LaneMerge.peek`, :meth:`LaneMerge.consume`). Tombstones (samples the
-transform dropped) are counted and passed over without using a place.
-
-The merge also records, per lane, the provenance of the last item it handed out. Its state
-(:meth:`LaneMerge.state_dict`) is that position per lane, plus the turn when lanes take turns
-(the lanes still live, and how many of them had their turn in the current round): restoring it
-(:meth:`LaneMerge.load_state_dict`) and re-reading each lane from its position
-(:func:`resume_points`) gives exactly the items that would have followed.
+The state (:meth:`LaneMerge.state_dict`) is each lane's position after the last item handed
+out, plus the turn when lanes take turns: restoring it and re-reading each lane from its
+position (:func:`resume_points`) gives exactly the items that would have followed.
 """
 
 from __future__ import annotations
@@ -59,21 +53,9 @@ _TAKEN_BACKLOG = 1 << 13
 class LaneMerge:
     """All lanes' items in one fixed order, from the chunks that carry them.
 
-    Args:
-        chunks: the workers' chunks, in any arrival order.
-        num_lanes: lanes ``0 .. num_lanes - 1`` all appear in the chunks.
-        store: where the chunks' samples are kept, by id.
-        clocks: the lanes' sizes, when the items are keyed by clock; ``None``: by turn.
-        lane_pieces: each lane's pieces as ``(shard index, start, stop)``, to turn the
-            provenance of the last item taken into a :class:`LanePosition`.
-        dropped: the tombstones counted before the merge starts (on resume; the state keeps
-            them beside the padding, not in the merge's own state).
-        ledger: where the workers' skip counts are merged.
-        note_filtered: the number of shards, to keep ``(shard, record)`` of every record the
-            transform filtered out (:attr:`filtered_refs`) and the records that arrived of
-            each shard (:attr:`records_seen`), as they arrive: how kept counts are learned.
-            0: neither is kept.
-
+    ``clocks``: the lanes' sizes when items are keyed by clock (None: by turn); ``dropped``:
+    the tombstones counted before a resume; ``note_filtered``: the number of shards, to keep
+    what kept counts are learned from (:attr:`filtered_refs`, :attr:`records_seen`; 0: not).
     A resumed merge is given its state (:meth:`load_state_dict`) before its first item.
     """
 
@@ -115,13 +97,8 @@ class LaneMerge:
         self._taken: list[np.ndarray] = []
         self._taken_count = 0
 
-    # -- taking items ----------------------------------------------------------------------
-
     def peek(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, sizes)`` of up to ``count`` next samples, not yet taken.
-
-        Fewer than ``count`` only when no more have been released yet; none at the end.
-        """
+        """``(ids, sizes)`` of up to ``count`` released samples not yet taken; none at the end."""
         while True:
             ahead = self._ready[self._head :]
             if self._tombstones:
@@ -133,8 +110,7 @@ class LaneMerge:
         return ahead[:, ID], ahead[:, SIZE]
 
     def lookahead(self, count: int) -> int:
-        """The samples released and not yet taken, pulling chunks until there are ``count``
-        of them or the lanes ended (then :attr:`exhausted`, and that is every one left)."""
+        """The samples released and not yet taken, pulling chunks until ``count`` or the end."""
         while True:
             ahead = self._ready[self._head :]
             ready = int((ahead[:, ID] >= 0).sum()) if self._tombstones else len(ahead)
@@ -190,8 +166,6 @@ class LaneMerge:
         self._settle()
         return self._dropped
 
-    # -- arrivals --------------------------------------------------------------------------
-
     def _release(self) -> None:
         """Pull one chunk, and release every pending item no lane can still precede."""
         if not self._ended.all():
@@ -242,8 +216,7 @@ class LaneMerge:
         chunk.stored()  # its columns are the store's rows now
 
     def _note(self, items: np.ndarray) -> None:
-        """Keep what kept counts are learned from: the records of each shard that arrived,
-        and the ``(shard, record)`` of those the transform filtered out."""
+        """Count each shard's records that arrived; keep those the transform filtered out."""
         self.records_seen += np.bincount(items[:, SHARD], minlength=len(self.records_seen))
         if self._tombstones:
             filtered = items[items[:, DROPPED] == FILTERED_ITEM]
@@ -268,11 +241,8 @@ class LaneMerge:
                 raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")
         self._chunks = iter(())
 
-    # -- position --------------------------------------------------------------------------
-
     def _begin(self, live: Sequence[int], cursor: int, start: Sequence[LanePosition]) -> None:
-        """Start with the lanes ``live`` in the turn, ``live[cursor]``'s turn next, each lane
-        read from its ``start``."""
+        """Start with the lanes ``live`` in the turn, ``live[cursor]``'s next, from ``start``."""
         live = list(live)
         self._in_play = np.zeros(self.num_lanes, dtype=bool)
         self._in_play[live] = True
@@ -287,14 +257,13 @@ class LaneMerge:
     def state_dict(self) -> dict[str, Any]:
         """``{"live": lanes, "cursor": index, "lanes": positions}``: the lanes still in the
         turn, the index into them of the next turn, and each lane's position as
-        ``[slot, record, offset, shard, start, stop, tag]`` (:func:`lane_state`)."""
+        ``[slot, record, offset, shard, start, stop, tag]``."""
         live = self.live()
         lanes = self.lane_positions()
         return merge_state(live, self.cursor(live), lanes, self._lane_pieces)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Go on where :meth:`state_dict` was taken; before the first chunk arrives (the
-        workers read each lane from its position, :func:`resume_points`)."""
+        """Go on where :meth:`state_dict` was taken (before the first chunk arrives)."""
         live, start = resume_points(state)
         self._begin(live, state["cursor"], start)
 
@@ -332,23 +301,16 @@ class LaneMerge:
         return positions
 
 
-# A position past a lane's last piece (or at the start of an epoch, before the plan is made)
-# names no piece: ``(shard, start, stop)`` of none.
+# ``(shard, start, stop)`` of no piece: past a lane's last one, or before the plan is made.
 NO_PIECE = (-1, 0, -1)
 
 
 def piece_name(lane_pieces: Pieces | None, lane: int, slot: int) -> tuple[int, int, int]:
-    """``(shard, start, stop)`` of the piece in ``slot`` of ``lane``, as the state names it
-    (stop -1: to the shard's end)."""
+    """``(shard, start, stop)`` of ``lane``'s piece in ``slot`` (stop -1: to the shard's end)."""
     if lane_pieces is None or slot >= len(lane_pieces[lane]):
         return NO_PIECE
     shard, start, stop = lane_pieces[lane][slot]
     return shard, start, -1 if stop is None else stop
-
-
-def lane_state(position: LanePosition, named: tuple[int, int, int]) -> list[int]:
-    """A lane's position in the state: ``[slot, record, offset, shard, start, stop, tag]``."""
-    return [position.slot, position.record, position.offset, *named, position.tag]
 
 
 def merge_state(
@@ -359,15 +321,14 @@ def merge_state(
         "live": live,
         "cursor": cursor,
         "lanes": [
-            lane_state(position, piece_name(lane_pieces, lane, position.slot))
-            for lane, position in enumerate(lanes)
+            [p.slot, p.record, p.offset, *piece_name(lane_pieces, lane, p.slot), p.tag]
+            for lane, p in enumerate(lanes)
         ],
     }
 
 
 def start_state(num_lanes: int) -> dict[str, Any]:
-    """The state of a merge of ``num_lanes`` lanes before any item: every lane live, at the
-    start of its first piece (named before the plan is made: :data:`NO_PIECE`)."""
+    """The state of a merge of ``num_lanes`` lanes before any item."""
     return merge_state(list(range(num_lanes)), 0, [LanePosition()] * num_lanes, None)
 
 

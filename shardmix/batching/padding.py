@@ -1,15 +1,9 @@
 """Padding under several ranks: a rank that runs short repeats its first samples of the epoch.
 
-Under ``pad`` every rank yields as many samples as the rank with the most; a rank whose own ran
-out repeats its first samples of the epoch. It keeps them as ``(shard, record, offset)``
-references while it yields them (:meth:`Padding.keep`: at least :data:`PAD_RESERVE`, more
-where the quota asks for more) and re-reads them by reference when it pads
-(:func:`~shardmix.batching.residents.read_refs`), so the state holds references only: ``"pad"``, the
-references packed (:func:`~shardmix.state.codec.pack_refs`), and ``"padded"``, the samples
-repeated so far (:meth:`Padding.state_dict`; the epoch writes the count under ``"dropped"``).
-
-Left to others: how many samples each rank yields (:mod:`shardmix.batching.epochplan`,
-:mod:`shardmix.batching.rankend`), and when the epoch pads (:mod:`shardmix.batching.epoch`).
+Under ``pad`` every rank yields as many samples as the rank with the most. A rank keeps its
+first samples as ``(shard, record, offset)`` references while it yields them and re-reads them
+when it pads, so the state holds references only: ``"pad"``, the references packed, and
+``"padded"``, the samples repeated so far.
 """
 
 from __future__ import annotations
@@ -27,14 +21,12 @@ from shardmix.state.codec import Ref, check_refs, pack_refs, unpack_refs
 
 __all__ = ["PAD_RESERVE", "Padding", "padding_state"]
 
-# Under several ranks, at least this many of the epoch's first samples are kept by reference
-# to pad with, should the transform drop so many samples that this rank falls short.
+# At least this many of the epoch's first samples are kept to pad with (a filter may drop more).
 PAD_RESERVE = 1024
 
 
 def padding_state(refs: list[Ref], padded: int) -> dict[str, Any]:
-    """The padding's state: ``{"pad": refs packed, "padded": padded}`` (an epoch's start is
-    ``padding_state([], 0)``)."""
+    """The padding's state: ``{"pad": refs packed, "padded": padded}``."""
     return {"pad": pack_refs(refs), "padded": padded}
 
 
@@ -70,7 +62,7 @@ class Padding:
         return dict(self._samples[position % len(self._samples)])
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"pad": the references packed, "padded": the samples padded so far}``."""
+        """The padding's state (:func:`padding_state`)."""
         return padding_state(self.refs, self.padded)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

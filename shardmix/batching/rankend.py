@@ -1,24 +1,19 @@
 """Where an epoch ends under several ranks when the transform filters (or damage is skipped).
 
-The plan gives every rank record counts equal to within one, but a filter keeps a different
-number of samples on each rank, known only once read. So the ranks agree on the end as they
-go: every rank yields the same number of samples, ``min`` of the kept counts (``drop``: none
-twice, the rest counted as *undelivered*) or ``max`` (``pad``: a rank that ran out repeats its
-first samples of the epoch, only as many as needed).
+A filter keeps a different number of samples on each rank, known only once read, so the ranks
+agree on the end as they go: every rank yields ``min`` of the kept counts (``drop``: the rest
+counted as *undelivered*) or ``max`` (``pad``: a rank that ran out repeats its first samples).
 
-A :class:`RankEnd` knows a *horizon*: a number of samples every rank surely yields. Up to it
-the ranks run without talking; a batch that would go past it first makes each rank look ahead
-(its shuffle buffer and the samples its workers already sent: its *certain* count, exact once
-its lanes ended) and exchange ``(certain, ended)`` with the others, a small ``all_gather`` on
-a gloo group (:func:`~shardmix.world.end_exchange`). That moves the horizon on by about a
-shuffle buffer, so the exchanges are rare until a rank nears its end, and then one per batch.
-The end is a function of the data alone (the kept counts), not of when the ranks exchanged,
-so a resumed epoch, which exchanges at its first batch, ends where the live one did.
+A :class:`RankEnd` knows a *horizon*, a number of samples every rank surely yields. Up to it the
+ranks run without talking; a batch that would pass it makes each rank look ahead (its *certain*
+count: its buffer and what its workers already sent, exact once its lanes ended) and exchange
+``(certain, ended)`` in a small ``all_gather`` (:func:`~shardmix.world.end_exchange`). The
+exchanges are rare until a rank nears its end. The end is a function of the kept counts alone,
+so a resumed epoch ends where the live one did.
 
-With ranks simulated in one process there is no one to agree with: a filter is refused
-(:func:`refuse_simulated_filter`). Nor in the rest of an epoch resumed on another world or
-batch size, whose equal shares were dealt ahead (:mod:`shardmix.epochs.elastic`): a sample dropped
-there is refused (:func:`refuse_phase_drop`). A single rank needs none of this.
+Ranks simulated in one process have no one to agree with, nor does a resized phase whose shares
+were dealt ahead: a drop there is refused (:func:`refuse_simulated_filter`,
+:func:`refuse_phase_drop`).
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shardmix.errors import ConfigError
+from shardmix.plan.kept import Exchange
 from shardmix.plan.sharding import EvenRanks
 from shardmix.reading.transforms import FILTERED
 
@@ -35,20 +31,13 @@ if TYPE_CHECKING:
     from shardmix.batching.rows import RowStore
     from shardmix.batching.slotbuffer import SlotBuffer
 
-Exchange = Callable[[list[int]], list[list[int]]]
 # ``lookahead(count)``: ``(certain, ended)`` of this rank, having looked ``count`` samples on.
 Lookahead = Callable[[int], tuple[int, bool]]
 
 
 class RankEnd:
-    """The samples every rank yields this epoch, agreed with the other ranks as they near it.
-
-    Args:
-        exchange: gathers every rank's list of ints (:func:`~shardmix.world.end_exchange`).
-        even_ranks: ``drop``: end at the smallest kept count; ``pad``: at the largest.
-        emitted: the samples this rank already yielded (a resumed epoch's), where the first
-            exchange is due.
-    """
+    """The samples every rank yields this epoch, agreed with the other ranks as they near it;
+    ``emitted``: what a resumed epoch already yielded, where the first exchange is due."""
 
     def __init__(self, exchange: Exchange, even_ranks: EvenRanks, emitted: int = 0) -> None:
         self._exchange = exchange
@@ -58,9 +47,8 @@ class RankEnd:
         self.exchanges = 0
 
     def room(self, emitted: int, count: int, lookahead: Lookahead) -> int:
-        """How many of the next ``count`` samples this rank yields, having yielded
-        ``emitted``; an exchange first when they would pass the horizon (all ranks call
-        this with the same numbers, so they exchange at the same step)."""
+        """How many of the next ``count`` samples this rank yields, having yielded ``emitted``
+        (an exchange first when they would pass the horizon)."""
         if self.final is None and emitted + count > self.horizon:
             self._agree(*lookahead(count))
         if self.final is None:
@@ -72,11 +60,8 @@ class RankEnd:
         return self.final is not None and emitted >= self.final
 
     def _agree(self, certain: int, ended: bool) -> None:
-        """Share ``(certain, ended)``; fix the end once the kept counts decide it.
-
-        Each rank's ``certain`` covers the count it was asked for unless its lanes ended, so
-        one exchange always moves the horizon past that count or fixes the end.
-        """
+        """Share ``(certain, ended)``; fix the end once the kept counts decide it (each
+        exchange moves the horizon past the count asked for, or fixes the end)."""
         ranks = self._exchange([certain, int(ended)])
         self.exchanges += 1
         done = [count for count, ended in ranks if ended]
@@ -94,16 +79,15 @@ class RankEnd:
 
 
 def look_ahead(emitted: int, buffer: SlotBuffer, merge: LaneMerge, count: int) -> tuple[int, bool]:
-    """``(certain, ended)``: the samples this rank surely yields (``emitted``, those in the
-    buffer and those the workers sent, read on until the pushes that give ``count`` more
-    samples are there), and whether its lanes ended (``certain`` is then its kept count)."""
+    """``(certain, ended)``: the samples this rank surely yields, having read on for
+    ``count`` more, and whether its lanes ended (``certain`` is then its kept count)."""
     ready = merge.lookahead(buffer.pushes_for(count))
     return emitted + len(buffer) + ready, merge.exhausted
 
 
 def undelivered(buffer: SlotBuffer, merge: LaneMerge, store: RowStore) -> int:
-    """The samples this rank read but does not yield, once the ranks' end is reached: those
-    in the buffer, and the rest of its lanes (read now, so that every record is counted)."""
+    """The samples this rank read but does not yield past the ranks' end: those in the
+    buffer, and the rest of its lanes (read now, so that every record is counted)."""
     left = len(buffer)
     while True:
         ids, _ = merge.peek(1 << 16)
@@ -118,9 +102,8 @@ def undelivered(buffer: SlotBuffer, merge: LaneMerge, store: RowStore) -> int:
 def refuse_simulated_filter(
     epoch: int, rank: int, world_size: int, where: str, transform_id: str | None = None
 ) -> ConfigError:
-    """The error for a filter under ranks simulated in one process (no process group):
-    at its first drop, or at ``iter()`` for a transform with a ``transform_id`` whose kept
-    counts are not all learned yet."""
+    """The error for a filter under ranks simulated in one process: at its first drop, or
+    at ``iter()`` for a ``transform_id`` whose kept counts are not all learned."""
     if transform_id is not None:
         return ConfigError(
             f"epoch {epoch}: rank {rank} of world_size {world_size}, ranks given to "

@@ -1,33 +1,16 @@
 """Re-reading records a checkpoint names: the shuffle buffer's residents, in order of need.
 
-A checkpoint names the buffer's residents as ``(shard, record, byte offset)`` references and
-their sizes, never their bytes. A restore puts a :class:`Resident` (reference and size) in
-the buffer in place of each sample, and :class:`ResidentReads` turns it into its sample when
-the buffer evicts it. The buffer's draws are counter-based, so which residents the next
-evictions take is known in advance (:func:`~shardmix.batching.shuffle.eviction_order`): the
-residents are cut, in that order, into waves of one batch, then two, four, ... batches. The
-first wave's reads are asked for when the epoch starts, every other wave's when a resident of
-one of them is first needed (the second batch): remote ranges go to one shared pool, which
-serves them in the order they were asked for (:mod:`shardmix.sources.ranges`), and a wave is
-read, all its shards, when one of its residents is first needed. Before the first batch the
-server so sees that batch's residents' requests (and the lanes'), not the whole buffer's, which
-over a slow server or one that accepts few connections at once kept the batch waiting behind
-them; the rest arrives behind it.
-The buffer's byte budget counts the sizes the checkpoint carries, so the order stays exact.
+A checkpoint names the buffer's residents as ``(shard, record, byte offset)`` references, with
+their sizes and record tags. A restore puts a :class:`Resident` in the buffer in place of each
+sample, and :class:`ResidentReads` reads it when the buffer evicts it. The order of evictions is
+known in advance (:func:`~shardmix.batching.shuffle.eviction_order`), so the residents are cut in
+that order into waves of one batch, then two, four, ...: the first wave's reads are asked for at
+the epoch's start, the others' when the second batch needs one, so that a slow server is not
+kept busy with the whole buffer before the first batch.
 
-Each resident's reference carries its record's tag (:mod:`shardmix.formats.tags`): the record
-read again must have it, so a reference that was shifted onto another record (an edited state)
-is refused, not read as another sample.
-
-When errors are raised: a resident that cannot be read again (its shard changed or lost it,
-the data is damaged there, the transform now drops it, its tag differs, the storage fails)
-raises when the first resident of its wave is needed: the first wave's at the first batch (it
-is read before that batch takes its first sample), any other at the latest when that resident
-leaves the buffer. It is the :class:`~shardmix.errors.ConfigError` an eager re-read raises,
-naming the shard and the record (storage errors as they come).
-
-:func:`read_refs` reads a list of references at once (what padding under several ranks
-re-reads). What a reference is, and how it is packed: :mod:`shardmix.state.codec`.
+A record read again must have the tag its reference carries (an edited state is refused). A
+resident that cannot be read again raises a :class:`~shardmix.errors.ConfigError` naming the
+shard and the record when its wave is first needed.
 """
 
 from __future__ import annotations
@@ -96,7 +79,7 @@ class _Wave:
 
     def samples(self) -> dict[Key, Sample]:
         """Every reference's sample, by ``(shard, record)``; a ConfigError if one is missing
-        or, where ``tags`` says what each reference's record has, has another tag."""
+        or has another tag than ``tags`` says."""
         found: dict[Key, Sample] = {}
         for shard_index, samples in self._reads.items():
             _take(self.dataset.plan.urls[shard_index], shard_index, samples, found)
@@ -113,26 +96,21 @@ class _Wave:
                     url=url,
                     record=record,
                 )
-            _check_tag(url, record, offset, tag, sample.get(TAG_KEY, NO_TAG))
+            there = sample.get(TAG_KEY, NO_TAG)
+            if tags_differ(tag, there):
+                raise ConfigError(
+                    f"cannot resume: the checkpoint's shuffle buffer holds record {record} of "
+                    f"{url} at byte offset {offset} with tag {tag:#06x}, but the record read "
+                    f"there has tag {there:#06x}: the buffer's references in the state were "
+                    "edited or damaged, or the shard was rewritten in place since the "
+                    "checkpoint; resume from an untouched checkpoint over the same data",
+                    url=url,
+                    offset=None if offset < 0 else offset,
+                    record=record,
+                )
         for sample in found.values():
             sample.pop(TAG_KEY, None)
         return found
-
-
-def _check_tag(url: str, record: int, offset: int, expected: int, found: int) -> None:
-    """Refuse a resident re-read whose record has another tag than the checkpoint says."""
-    if not tags_differ(expected, found):
-        return
-    raise ConfigError(
-        f"cannot resume: the checkpoint's shuffle buffer holds record {record} of {url} at "
-        f"byte offset {offset} with tag {expected:#06x}, but the record read there has tag "
-        f"{found:#06x}: the buffer's references in the state were edited or damaged, or the "
-        "shard was rewritten in place since the checkpoint; resume from an untouched "
-        "checkpoint over the same data",
-        url=url,
-        offset=None if offset < 0 else offset,
-        record=record,
-    )
 
 
 def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key, Sample]) -> None:
@@ -154,9 +132,7 @@ def _take(url: str, shard_index: int, samples: Iterator[Sample], found: dict[Key
 
 def check_lane_ends(dataset: ShardReads, ends: Sequence[tuple[Ref, int]]) -> None:
     """Refuse a shard whose record a saved lane read last (a reference, and its tag) is not
-    found there now: where an elastic resume deals the rest of a piece from (as a lane that
-    resumes checks the record before it: :func:`~shardmix.reading.reader.check_resumed`).
-    Every shard's reads are asked for first (remote ranges go out together), then read."""
+    found there now: where an elastic resume deals the rest of a piece from."""
     wanted: dict[int, list[tuple[int, int]]] = {}
     for (shard_index, record, offset), _ in ends:
         wanted.setdefault(shard_index, []).append((record, offset))
@@ -190,24 +166,15 @@ def check_lane_ends(dataset: ShardReads, ends: Sequence[tuple[Ref, int]]) -> Non
 def read_refs(
     dataset: ShardReads, refs: Sequence[Ref], epoch: int, epoch_pass: int = 0
 ) -> list[Sample]:
-    """The samples that ``refs`` name, in order, each shard opened once.
-
-    Each record is read at its byte offset where the shard allows it (seekable, not gzip),
-    so the cost follows the number of references, not where they lie in their shards (remote
-    shards: bounded range requests, all shards' at once); else the shard is walked by its
-    framing up to its last wanted record.
-    """
+    """The samples that ``refs`` name, in order, each shard opened once (each record read at
+    its byte offset where the shard allows it, else walked to by its framing)."""
     found = _Wave(dataset, refs, epoch, epoch_pass).samples()
     return [dict(found[shard_index, record]) for shard_index, record, _ in refs]
 
 
 class ResidentReads:
-    """A restored buffer's residents: asked for in waves, in order of need, read when needed.
-
-    ``order`` lists positions in ``refs`` in the order the buffer is expected to evict them
-    (:func:`_waves` says how they are cut into waves). Nothing is read here, but the first
-    wave's reads are asked for (remote ranges start arriving).
-    """
+    """A restored buffer's residents, asked for in waves in ``order`` (of expected eviction)
+    and read when needed; here the first wave's reads are asked for."""
 
     def __init__(
         self,
@@ -271,9 +238,8 @@ class ResidentReads:
         self._asked = max(self._asked, waves)
 
     def read_wave(self, wave: int) -> dict[Key, Sample]:
-        """Wave ``wave``'s samples, read now unless they were (the epoch reads the first wave
-        before its first batch takes a sample, so that its errors come first). A later wave's
-        first need asks for every wave's reads: until then only the first wave's are out."""
+        """Wave ``wave``'s samples, read now unless they were. A later wave's first need asks
+        for every wave's reads: until then only the first wave's are out."""
         found = self._read.get(wave)
         if found is None:
             if wave:
@@ -297,8 +263,7 @@ class ResidentReads:
         return sample
 
     def close(self) -> None:
-        """Let go of the waves not read: their ranges still to fetch are cancelled as the
-        streams are collected (:class:`~shardmix.sources.ranges.RangedStream`)."""
+        """Let go of the waves not read (their ranges are cancelled as they are collected)."""
         self._pending = [None] * len(self._pending)
         self._asked = len(self._pending)
         self._read.clear()
@@ -309,13 +274,9 @@ def _waves(
 ) -> list[int]:
     """The wave of each reference: by need, then whole ranges of a shard in their first's.
 
-    In ``order`` (then the references it does not list, in slot order), the first
-    ``first_wave`` references are wave 0, the next twice as many wave 1, and so on. Then the
-    references of one ``ranged`` shard (read by range requests) that one request would fetch
-    together
-    (:func:`~shardmix.reading.reader.record_ranges`: nearby records) all go in the earliest wave of
-    any of them: nearby residents cost one request, as when the buffer is read all at once,
-    and the later ones are read early at no cost in requests.
+    In ``order`` (then the rest, in slot order), the first ``first_wave`` references are wave
+    0, the next twice as many wave 1, and so on. Then the references of one ``ranged`` shard
+    that one range request would fetch together all go in the earliest wave of any of them.
 
     >>> refs = [(0, 0, 0), (0, 1, 4608), (1, 5, 900000), (0, 99, 900000)]
     >>> _waves(refs, [3, 2], 1, ranged={0, 1}), _waves(refs, [3, 2], 1, ranged=())

@@ -1,22 +1,15 @@
 """Rows: the main process's store of samples, held as columns and named by integer ids.
 
 Every kept sample that arrives in a :class:`~shardmix.reading.chunks.Chunk` gets an id, a row in
-each field's column here; the mixer, the shuffle buffer and the batch cut then move ids (numpy
-integer arrays), not dicts. A batch is gathered per field with one indexing call
-(:meth:`RowStore.batch`), collated the way :func:`~shardmix.batching.collate.collate_samples` would
-collate the same samples. What the fast path cannot collate the same way (mixed types,
-missing fields, decoded objects other than bytes and strings) is rebuilt as sample dicts and
-given to ``collate_samples``, so the result and its errors are the same.
+each field's column here; the mixer, the shuffle buffer and the batch cut then move ids, not
+dicts. A batch is gathered per field with one indexing call (:meth:`RowStore.batch`), collated
+as :func:`~shardmix.batching.collate.collate_samples` would; what this fast path cannot collate
+the same way (mixed types, missing fields, other objects) goes to ``collate_samples`` as dicts.
 
-A field's rows live in one growing numpy array: numbers, equal-shaped arrays, bytes of one
-length and strings in their own dtype, anything else as objects. A typed field grows by a
-reserve of rows at a time (:data:`RESERVE_ROWS`, within :data:`RESERVE_BYTES` for all of a
-sample's typed fields): the rows not written yet take address space, not memory, and a store
-that doubled from its first chunk copied each row about twice an epoch. A field whose kind
-changes between chunks (a ragged feature, a value missing) turns into objects, holding each
-row's original value. Rows leave with their batch (:meth:`RowStore.release`): object rows are
-cleared at once, and the next chunks' samples take the freed rows, so the store holds about as
-many rows as the shuffle buffer and the merge hold samples, and ids never change.
+A field's rows live in one growing numpy array of their own dtype, or of objects; a field whose
+kind changes between chunks (a ragged feature, a value missing) turns into objects. Rows leave
+with their batch (:meth:`RowStore.release`) and the next chunks' samples take the freed rows,
+so the store holds about as many rows as the shuffle buffer and the merge hold samples.
 """
 
 from __future__ import annotations
@@ -60,11 +53,9 @@ from shardmix.reading.columns import (
 _FAST_TYPES = ({bytes}, {str})
 _COLUMNS_COLLATE = (collate_samples, collate_fields)  # the collates RowStore.batch does itself
 # A typed field's array grows by at least this many rows, within this many bytes for all of a
-# sample's typed fields (the pages of rows not written yet take no memory). Doubling from the
-# first chunk copied 4 KiB records about twice each: a fresh loader per epoch of 15,217 such
-# samples, 2 workers, spent 206-215 ms (TFRecord) and 205-207 ms (tar) of the main process's CPU
-# an epoch, 186-196 and 191 ms with this reserve (medians of 11 epochs each way, interleaved, in
-# two runs), and its peak RSS over 3 epochs went from 388 to 372 MiB.
+# sample's typed fields (pages not written yet take no memory). Doubling from the first chunk
+# copied each row about twice: over 15,217 samples of 4 KiB, this reserve took the main
+# process's CPU an epoch from 206-215 ms to 186-196 ms, and peak RSS from 388 to 372 MiB.
 RESERVE_ROWS = 16384
 RESERVE_BYTES = 32 << 20
 _LISTED = (BYTES, STRINGS)  # kinds a batch holds as a list (of bytes, of str)
@@ -97,9 +88,8 @@ class _Field:
         )
 
     def padded_alike(self, column: Column, used: int) -> Column:
-        """Bytes of one length (a void array) and short bytes of mixed lengths (NUL-padded)
-        meet as NUL-padded bytes where that holds each value exactly: ``column`` so, and the
-        field's first ``used`` rows too."""
+        """Void-array bytes and NUL-padded bytes meet as NUL-padded bytes where that holds each
+        value exactly: ``column`` so, and the field's first ``used`` rows too."""
         if self.kind != BYTES or column.kind != BYTES:
             return column
         mine, theirs = self.rows.dtype.kind, column.values.dtype.kind
@@ -113,13 +103,11 @@ class _Field:
         return column
 
     def _padded(self, values: np.ndarray) -> bool:
-        """Whether the field and ``values`` are strings, or NUL-padded bytes: arrays that take
-        values up to their width."""
+        """Whether the field and ``values`` are both strings, or both NUL-padded bytes."""
         return self.rows.dtype.kind in "SU" and values.dtype.kind == self.rows.dtype.kind
 
     def widen(self, column: Column, used: int) -> None:
-        """Make room for ``column``'s longest string or padded bytes (the first ``used`` rows
-        copied: the rest of the reserve is never written)."""
+        """Make room for ``column``'s longest string or padded bytes."""
         values = column.values
         if (
             self.kind != OBJECTS
@@ -133,18 +121,12 @@ class _Field:
     def reserve(self, rows: int, ahead: int = 0) -> None:
         """Room for ``rows`` rows in all: doubled, and a typed field to at least ``ahead`` rows
         (:func:`_rows_ahead`). Called past its length only once every row is used."""
-        if rows <= len(self.rows):
-            return
-        size = max(rows, 2 * len(self.rows), 64)
-        if not self.rows.dtype.hasobject:
-            size = max(size, ahead)
-        grown = np.empty((size, *self.rows.shape[1:]), self.rows.dtype)
-        grown[: len(self.rows)] = self.rows
-        self.rows = grown
+        if rows > len(self.rows):
+            typed = 0 if self.rows.dtype.hasobject else ahead
+            self.rows = _grown(self.rows, max(_capacity(rows, len(self.rows)), typed))
 
     def as_objects(self, used: int) -> None:
-        """Hold each row's original value as an object from now on (the first ``used`` rows;
-        :meth:`reserve` makes room for more)."""
+        """Hold each row's original value as an object from now on (the first ``used`` rows)."""
         if self.kind == OBJECTS:
             return
         objects = np.empty(used, dtype=object)
@@ -266,8 +248,7 @@ class RowStore:
         return sample
 
     def samples(self, ids: np.ndarray) -> list[Sample]:
-        """The sample dicts of ``ids``, as :meth:`sample` gives each, built a column at a time
-        (a custom ``collate_fn`` takes every batch this way)."""
+        """The sample dicts of ``ids``, as :meth:`sample` gives each, built a column at a time."""
         if WHOLE in self.fields or any(found.missing for found in self.fields.values()):
             return [self.sample(row) for row in ids.tolist()]
         names = list(self.fields)
@@ -281,7 +262,7 @@ class RowStore:
 
     def batch(self, ids: np.ndarray, collate: Callable[[list[Sample]], Any]) -> Any:
         """The batch of ``ids``: gathered per column when ``collate`` is the default one (or
-        :func:`~shardmix.batching.collate.collate_fields`, its batch dict)."""
+        :func:`~shardmix.batching.collate.collate_fields`)."""
         if collate not in _COLUMNS_COLLATE or WHOLE in self.fields:
             return collate(self.samples(ids))
         batch: dict[str, Any] = {}
@@ -304,8 +285,7 @@ class RowStore:
         return batch if collate is collate_fields else restructured(batch)
 
     def release(self, ids: np.ndarray) -> None:
-        """The rows of ``ids`` left with their batch: drop what their objects hold, and let
-        the next chunks reuse them."""
+        """Free the rows of ``ids``, which left with their batch, for the next chunks."""
         for found in self.fields.values():
             if found.kind == OBJECTS:
                 found.rows[ids] = None

@@ -1,27 +1,18 @@
 """Shuffle buffer: a seeded reservoir that turns a stream into a locally shuffled stream.
 
 Once full, every incoming sample displaces a uniformly chosen resident, which is emitted; at
-the end the residents leave in random order. Residents sit in slots and eviction swaps, so each
-step costs O(1) whatever the capacity: a newcomer takes the slot of the resident it displaces,
-and a pop (at the end) takes a uniformly chosen slot's resident and moves the last slot's
-resident into it.
+the end the residents leave in random order. A newcomer takes the slot of the resident it
+displaces, and a pop moves the last slot's resident into the emptied slot, so each step is O(1).
 
 The buffer emits before it is full (its *warm-up*), so that a first batch does not wait for
 thousands of samples: a push finds room only while the buffer holds fewer than its *limit*,
 ``min(capacity, max(warmup, arrivals // 2))`` (:func:`size_limit`), ``arrivals`` being the
-pushes so far; any other push displaces a resident. The buffer so fills to ``warmup`` samples
-(a few batches) without emitting, emits one sample per push until it took in ``2 * warmup``,
-then one per two pushes, holding half of all it took in, until it is full, and one per push
-from then on. Until it is full, a sample leaves a buffer that holds at least half of what came
-before it, drawn uniformly among them.
+pushes so far. Until it is full, a sample so leaves a buffer that holds at least half of what
+came before it, drawn uniformly among them.
 
-The buffer's state (:meth:`ShuffleBuffer.state_dict`) is the list of what it holds, in slot
-order, their sizes, and the number of random draws made. ``arrivals`` needs no field of its
-own: every push takes a slot or makes one draw and every pop frees a slot with one draw, so it
-is the number held plus the draw count. The draws come from a counter-based stream, drawn in
-blocks from ``(seed, epoch, block)``: nothing to pickle, nothing that depends on time or
-process, and which residents the next evictions take can be worked out ahead
-(:func:`eviction_order`), which is how a restore reads first the residents it needs first.
+The state is the residents in slot order, their sizes, and the draw count. The draws come from
+a counter-based stream seeded by ``(seed, epoch, block)``, so the next evictions can be worked
+out ahead (:func:`eviction_order`) and a restore reads first the residents it needs first.
 """
 
 from __future__ import annotations
@@ -86,8 +77,7 @@ class Draws:
         return self._block[offset] % bound
 
     def take(self, count: int) -> np.ndarray:
-        """The next ``count`` draws, unreduced, as int64 (the same as ``count`` calls would
-        reduce); the count advances only by what :meth:`advance` says was used."""
+        """The next ``count`` draws, unreduced, as int64; the count does not advance."""
         if not count:
             return np.empty(0, dtype=np.int64)
         first = self.count
@@ -119,11 +109,9 @@ class Draws:
 class ShuffleBuffer(Generic[T]):
     """Holds up to ``capacity`` items, and about ``max_bytes`` of them when given.
 
-    It emits from ``warmup`` items on (None: only once full), as the module says. With
-    ``max_bytes`` (and ``size_of``, an item's size), the buffer stops growing once its
-    items hold that many bytes: from then on every push displaces a resident, as when it is
-    full. The order it produces is therefore a function of the items' sizes too, which are a
-    function of the data; it does not depend on anything else.
+    It emits from ``warmup`` items on (None: only once full). With ``max_bytes`` (and
+    ``size_of``, an item's size) the buffer stops growing once its items hold that many bytes:
+    every push then displaces a resident, so the order depends on the items' sizes too.
     """
 
     def __init__(
@@ -155,8 +143,7 @@ class ShuffleBuffer(Generic[T]):
             self.bytes = sum(self._sizes)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"draws": the draw count, "slots": the residents in slot order, "sizes": theirs}``
-        (plain JSON where the items are); nothing else is needed to go on (see the module)."""
+        """``{"draws": the draw count, "slots": the residents in slot order, "sizes": theirs}``."""
         return {"draws": self.draws.count, "slots": list(self.items), "sizes": self.sizes()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -174,48 +161,36 @@ class ShuffleBuffer(Generic[T]):
         return len(self.items) + self.draws.count
 
     def limit(self, arrivals: int) -> int:
-        """How many residents the buffer may hold once it took in ``arrivals`` (a capacity-0
-        buffer passes items through without a draw, but its limit stays 0)."""
+        """How many residents the buffer may hold once it took in ``arrivals``."""
         return size_limit(arrivals, self.capacity, self.warmup)
 
     def push(self, item: T, size: int | None = None) -> T | None:
-        """Add ``item``; return the resident it displaced, if it found no room (else ``None``).
-
-        ``size`` is the item's size when the caller knows it (else ``size_of`` tells).
-        """
+        """Add ``item`` (of ``size``, else ``size_of``'s); return the resident it displaced,
+        if it found no room (else ``None``)."""
         items = self.items
-        limit = self.limit(self.arrivals)
-        if self._size_of is None or self.max_bytes is None:  # both or neither (see __init__)
-            if len(items) < limit:
-                items.append(item)
-                return None
-            if not items:  # capacity 0
-                return item
-            index = self.draws.below(len(items))
-            evicted = items[index]
-            items[index] = item  # the newcomer takes the evicted resident's slot
-            return evicted
+        budget = self.max_bytes  # with it, size_of (see __init__)
         if size is None:
-            size = self._size_of(item)
-        if len(items) < limit and (not items or self.bytes + size <= self.max_bytes):
+            size = self._size_of(item) if self._size_of is not None else 0
+        if len(items) < self.limit(self.arrivals) and (
+            budget is None or not items or self.bytes + size <= budget
+        ):
             items.append(item)
-            self._sizes.append(size)
-            self.bytes += size
+            if budget is not None:
+                self._sizes.append(size)
+                self.bytes += size
             return None
-        if not items:
+        if not items:  # capacity 0
             return item
         index = self.draws.below(len(items))
         evicted = items[index]
-        self.bytes += size - self._sizes[index]
-        items[index] = item
-        self._sizes[index] = size
+        items[index] = item  # the newcomer takes the evicted resident's slot
+        if budget is not None:
+            self.bytes += size - self._sizes[index]
+            self._sizes[index] = size
         return evicted
 
     def pop(self) -> T | None:
-        """Remove and return a uniformly chosen resident; ``None`` when empty.
-
-        The last slot's resident moves into the emptied slot.
-        """
+        """Remove and return a uniformly chosen resident; ``None`` when empty."""
         return self._take() if self.items else None
 
     def _take(self) -> T:
@@ -253,14 +228,11 @@ def eviction_order(
     pushing: bool,
     limit: Callable[[int], int] | None = None,
 ) -> list[int]:
-    """Which of ``residents`` (slots) the next ``steps`` evictions take.
+    """Which of ``residents`` (slots) the next ``steps`` evictions take, in the order they leave.
 
-    In the order they leave, each once; those not taken within ``steps`` are left out. With
-    ``pushing``, every step is a push; one that finds room under ``limit(arrivals)`` (the
-    buffer's ``limit``, which never falls as arrivals grow; None: no push finds room) takes a
-    new slot and no step, any other displaces a resident. Else every step is a pop, as at the
-    epoch's end. ``draws`` is not advanced. The prediction is exact but for the byte budget:
-    a push it holds back takes a draw where none was foreseen, and shifts the rest.
+    With ``pushing`` every step is a push (one that finds room under ``limit(arrivals)``, None:
+    never, takes a new slot and no step), else a pop. ``draws`` is not advanced. Exact but for
+    the byte budget: a push it holds back takes a draw where none was foreseen.
 
     >>> buffer = ShuffleBuffer(4, seed=0, epoch=0)
     >>> buffer.restore(["a", "b", "c", "d"])

@@ -1,11 +1,8 @@
 """The shuffle buffer the loader uses: :class:`~shardmix.batching.shuffle.ShuffleBuffer`'s choices
 on arrays of sample ids.
 
-The main process moves samples as integer ids (:mod:`shardmix.batching.rows`); this buffer takes and
-gives them in arrays, a run of pushes in a few numpy calls, and makes exactly the choices the
-one-item-at-a-time :class:`~shardmix.batching.shuffle.ShuffleBuffer` makes: the same draws, slots,
-warm-up and byte budget (what they are is :mod:`shardmix.batching.shuffle`'s to say). Its state
-(:meth:`SlotBuffer.state_dict`) is its residents in slot order, their sizes, and its draws' count.
+It takes and gives ids in arrays, a run of pushes in a few numpy calls, and makes exactly the
+choices the one-item-at-a-time :class:`~shardmix.batching.shuffle.ShuffleBuffer` makes.
 """
 
 from __future__ import annotations
@@ -23,13 +20,10 @@ __all__ = ["SlotBuffer"]
 class SlotBuffer:
     """A :class:`ShuffleBuffer` of integer ids that takes and gives them in arrays.
 
-    It makes exactly the choices a ShuffleBuffer makes for the same pushes and pops (the same
-    draws, slots, warm-up and byte budget), but a run of pushes costs a few numpy calls, not a
-    step per item: which pushes of the run find room follows from the limit alone (until the
-    byte budget says otherwise, where the run is cut), a push that finds room takes a new slot,
-    one that displaces lands in the slot its draw names, and the id it displaces is the slot's
-    resident or, if an earlier push of the run wrote that slot, that push's id. Ids below 0 are
-    the caller's to interpret (a restore's residents).
+    Which pushes of a run find room follows from the limit alone (until the byte budget says
+    otherwise, where the run is cut); a push that displaces lands in the slot its draw names,
+    and displaces the slot's resident or, if an earlier push of the run wrote that slot, that
+    push's id. Ids below 0 are the caller's to interpret (a restore's residents).
     """
 
     def __init__(
@@ -68,17 +62,8 @@ class SlotBuffer:
         """How many residents the buffer may hold once it took in ``arrivals`` samples."""
         return size_limit(arrivals, self.capacity, self.warmup)
 
-    def restore(self, ids: np.ndarray, sizes: np.ndarray) -> None:
-        """Hold ``ids`` (in slot order) of ``sizes`` bytes."""
-        self._ids = np.asarray(ids, dtype=np.int64).copy()
-        self._sizes = np.asarray(sizes, dtype=np.int64).copy()
-        self._length = len(self._ids)
-        self.bytes = int(self._sizes.sum())
-
     def state_dict(self) -> dict[str, Any]:
-        """``{"draws": the draw count, "slots": the residents' ids in slot order, "sizes":
-        theirs}``, as :meth:`ShuffleBuffer.state_dict
-        <shardmix.batching.shuffle.ShuffleBuffer.state_dict>` says it (plain ints)."""
+        """``{"draws": the draw count, "slots": the ids in slot order, "sizes": theirs}``."""
         return {
             "draws": self.draws.count,
             "slots": self.slots.tolist(),
@@ -87,7 +72,10 @@ class SlotBuffer:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on where :meth:`state_dict` was taken."""
-        self.restore(np.asarray(state["slots"], dtype=np.int64), np.asarray(state["sizes"]))
+        self._ids = np.array(state["slots"], dtype=np.int64)
+        self._sizes = np.array(state["sizes"], dtype=np.int64)
+        self._length = len(self._ids)
+        self.bytes = int(self._sizes.sum())
         self.draws.count = state["draws"]
 
     def _make_room(self, count: int) -> None:
@@ -110,16 +98,14 @@ class SlotBuffer:
             return evictions  # capacity 0 (every push passes through), or full
         behind = max(0, self.limit(self.arrivals) - len(self))
         count = HELD_SHARE * (evictions + behind) + 2
-        displaced = np.cumsum(~self._rooms(count))
+        held, limits = self._held(count)
+        displaced = np.cumsum(held >= limits)
         return int(np.searchsorted(displaced, evictions)) + 1
 
     def _held(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(held, limits)`` before each of the next ``count`` pushes, none cut by bytes.
-
-        A push finds room while the buffer holds less than its limit, and the limit grows by
-        at most one per push: the buffer takes every push until it holds its limit (at once,
-        if it holds that many or more), then follows the limit as it grows.
-        """
+        """``(held, limits)`` before each of the next ``count`` pushes, none cut by bytes: the
+        buffer takes every push until it holds its limit, then follows the limit as it grows
+        (by at most one per push)."""
         arrivals, held = self.arrivals, len(self)
         if held >= self.capacity:  # full: no push finds room
             return np.full(count, held), np.full(count, self.capacity)
@@ -131,16 +117,9 @@ class SlotBuffer:
         sizes = np.where(steps[:-1] <= caught, held + steps[:-1], before)
         return sizes, limits[:-1]
 
-    def _rooms(self, count: int) -> np.ndarray:
-        """Which of the next ``count`` pushes find room, none cut by bytes."""
-        held, limits = self._held(count)
-        return held < limits
-
     def push(self, ids: np.ndarray, sizes: np.ndarray, evictions: int) -> tuple[np.ndarray, int]:
-        """Push ``ids`` in order until ``evictions`` residents were displaced, or all are in.
-
-        Returns the displaced ids, in order, and how many of ``ids`` went in.
-        """
+        """Push ``ids`` in order until ``evictions`` residents were displaced, or all are in;
+        the displaced ids, and how many of ``ids`` went in."""
         out: list[np.ndarray] = []
         done = evicted = 0
         total = len(ids)
@@ -161,9 +140,8 @@ class SlotBuffer:
         return (out[0] if len(out) == 1 else np.concatenate(out)), done
 
     def _run(self, ids: np.ndarray, sizes: np.ndarray, most: int) -> tuple[np.ndarray, int]:
-        """Push ``ids``, or the first of them: up to ``most`` displacements, and up to where
-        the byte budget changes which pushes find room; the displaced ids and how many of
-        ``ids`` went in."""
+        """:meth:`push` of a run: up to ``most`` displacements, and up to where the byte budget
+        changes which pushes find room."""
         count = len(ids)
         if len(self) >= self.capacity:  # full: every push displaces, whatever the bytes
             count = min(count, most)
@@ -213,8 +191,7 @@ class SlotBuffer:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For a run of pushes that write ``slots``: the id and size each finds there (the
         resident, or what an earlier push of the run wrote), and which push writes each slot
-        last. A slot past the residents is read only by a push that an earlier one (the
-        append that made it) wrote before: what the array holds there does not matter."""
+        last."""
         count = len(slots)
         order = np.argsort(slots, kind="stable")
         ordered = slots[order]
@@ -246,8 +223,7 @@ class SlotBuffer:
         self.bytes += int(sizes.sum() - out_sizes.sum())
 
     def pop(self, count: int) -> np.ndarray:
-        """Remove up to ``count`` residents, each uniformly chosen; the last slot's resident
-        moves into the emptied slot (as :meth:`ShuffleBuffer.pop`)."""
+        """Remove up to ``count`` residents, each uniformly chosen (as ShuffleBuffer.pop)."""
         held = self._length
         count = min(count, held)
         kept = held - count

@@ -1,17 +1,11 @@
 """Loader statistics: where an epoch's time goes, and what it fetched.
 
-:class:`StatsRecorder` lives in the main process, one per MixingLoader, and is started again
-at each epoch. It is told three things: each wait of the main process for a worker's next
-chunk (:meth:`StatsRecorder.timed`, around the workers' iterator: the time a training step
-spends waiting on data), each batch handed out (:meth:`StatsRecorder.step`), and the traffic
-each chunk brings from its worker (:class:`~shardmix.sources.traffic.Traffic`: bytes and
-requests per host, the cache's events, the lanes' stalls at a shard's start), and what the
-main process fetched itself (a manifest, restored residents). What it costs is two clock
-reads and a few dict additions per chunk, never per sample.
-
-``loader.stats()`` freezes the counts into a :class:`LoaderStats`. Counting the bytes is
-left to the sources (:mod:`shardmix.sources.traffic`), carrying them to the main process to
-:mod:`shardmix.reading.lanechunks`.
+:class:`StatsRecorder` lives in the main process, one per MixingLoader, started again at each
+epoch. It is told each wait for a worker's next chunk (:meth:`StatsRecorder.timed`), each batch
+handed out (:meth:`StatsRecorder.step`), and the traffic each chunk brings from its worker
+(:class:`~shardmix.sources.traffic.Traffic`) or the main process fetched itself: two clock reads
+and a few dict additions per chunk, never per sample. ``loader.stats()`` freezes the counts
+into a :class:`LoaderStats`.
 """
 
 from __future__ import annotations
@@ -32,21 +26,14 @@ __all__ = ["LoaderStats", "StatsRecorder"]
 class LoaderStats:
     """What the current epoch (else the last one) has done so far, in the main process.
 
-    ``wait_seconds`` is the time ``next()`` spent waiting for the workers' samples (with
-    ``num_workers=0``: reading them), over ``steps`` batches; ``elapsed_seconds`` the time
-    since the epoch's first ``next()``. ``bytes`` and ``requests`` are per ``scheme://host``
-    (``file://`` for local shards), counted as they arrived in the workers: fetched from there,
-    never read from a cached copy (those are ``cache_read_bytes``); ``lane_stalls`` the
-    times a lane waited for the first bytes of its next shard (read-ahead had not brought
-    them), ``lane_stall_seconds`` how long, all lanes together.
-
-    Which stage bounds a step: ``worker_seconds`` is the workers' time, all together, split
-    into ``read`` (opening, fetching and parsing records), ``transform`` (decode and the
-    transform) and ``collate`` (a chunk's columns built and copied to shared memory);
-    ``main_seconds`` the main process's, into ``wait`` (``wait_seconds``), ``batch`` (mixing,
-    shuffling and collating inside ``next()``) and ``step`` (the rest of the elapsed time:
-    the training step). ``image_fallbacks`` counts the images :mod:`shardmix.vision` left to
-    Pillow, by format.
+    ``wait_seconds`` is the time ``next()`` spent waiting for the workers' samples over
+    ``steps`` batches; ``elapsed_seconds`` the time since the epoch's first ``next()``.
+    ``bytes`` and ``requests`` are per ``scheme://host``, fetched (cached copies read are
+    ``cache_read_bytes``); ``lane_stalls`` the times a lane waited for its next shard's first
+    bytes. ``worker_seconds`` splits the workers' time into ``read``, ``transform`` and
+    ``collate``; ``main_seconds`` the main process's into ``wait``, ``batch`` (inside
+    ``next()``) and ``step`` (the training step). ``image_fallbacks`` counts the images
+    :mod:`shardmix.vision` left to Pillow, by format. See ``docs/remote-shards.md``.
     """
 
     epoch: int = 0
@@ -77,8 +64,7 @@ class LoaderStats:
         return {host: count / elapsed if elapsed else 0.0 for host, count in self.bytes.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types, the derived figures included (``wait_per_step``,
-        ``bytes_per_second``)."""
+        """Plain JSON types, the derived figures included."""
         return {
             **asdict(self),
             "wait_per_step": self.wait_per_step,
@@ -86,8 +72,7 @@ class LoaderStats:
         }
 
     def scalars(self) -> dict[str, float]:
-        """The figures as flat ``name: number`` pairs, as a trainer's logger takes them
-        (per host: ``bytes_per_second/<scheme://host>``)."""
+        """The figures as flat ``name: number`` pairs, as a trainer's logger takes them."""
         flat: dict[str, float] = {
             "steps": float(self.steps),
             "wait_seconds": self.wait_seconds,
@@ -119,14 +104,12 @@ class StatsRecorder:
         self.steps = 0
         self.wait_seconds = 0.0
         self.next_seconds = 0.0  # inside next(), waits included
-        # What this process fetched to prepare the epoch (a manifest, record counts) is its.
-        self.traffic = take_traffic()
+        self.traffic = take_traffic()  # what was fetched to prepare the epoch counts in it
         self._started = None
         self._last = 0.0
 
     def timed(self, chunks: Iterator[T]) -> Iterator[T]:
-        """``chunks``, the time each ``next()`` waits added to the epoch's wait, and each
-        chunk's traffic (a ``traffic`` attribute, when set) to its counts."""
+        """``chunks``, the time each ``next()`` waits and each chunk's ``traffic`` counted."""
         clock = time.perf_counter
         while True:
             before = clock()

@@ -2,21 +2,11 @@
 
 ``MixingLoader(..., canonical_ranks=C)`` plans every epoch for ``C`` ranks whatever the job's
 world size ``W``. Each *canonical rank* ``c`` is read exactly as a loader with the simulated
-world ``rank=c, world_size=C`` reads it: its own lanes, mixer and shuffle buffer (an
-:class:`~shardmix.batching.epoch.EpochIterator`). Physical rank ``r`` runs the canonical ranks
-``r * C/W`` to ``(r + 1) * C/W - 1`` side by side and joins their batches of ``batch_size``,
-in canonical order, into one batch of ``C/W * batch_size`` samples. So the sequence of global
-batches (one step's samples over all ranks) does not depend on ``W``, and a state saved on one
-world size resumes on any other that divides ``C``, mid-epoch included.
-
-The state is a ``C``-rank state keyed by canonical rank, with a ``"canonical"`` field of its
-own version (:mod:`shardmix.state.ranks`, the envelope of every rank's position: under
-torch.distributed it gathers every physical rank's canonical ranks; with ranks simulated in one
-process each loader's state holds its own, and :func:`shardmix.join_states` joins them).
-
-This module owns the split of canonical ranks over physical ranks and the joined batches; the
-epoch itself, its workers and the state's envelope are the epoch's, the pool's and
-:mod:`shardmix.state.ranks`'s.
+world ``rank=c, world_size=C`` reads it. Physical rank ``r`` runs the canonical ranks
+``r * C/W`` to ``(r + 1) * C/W - 1`` side by side and joins their batches, in canonical order,
+into one batch of ``C/W * batch_size`` samples. So the global batches do not depend on ``W``,
+and a state saved on one world size resumes on any other that divides ``C``, mid-epoch
+included. The state is a ``C``-rank state keyed by canonical rank (:mod:`shardmix.state.ranks`).
 """
 
 from __future__ import annotations
@@ -44,14 +34,8 @@ from shardmix.workers.pool import WorkerPool
 
 
 class CanonicalEpoch:
-    """One epoch of the canonical ranks this rank runs, their batches joined in order.
-
-    With one canonical rank per physical rank its batches are that rank's, as they are.
-    With more, the default collate's batches are joined column by column
-    (:func:`~shardmix.batching.collate.join_batches`: the batch it would make of all their samples);
-    under another ``collate_fn`` each canonical rank's epoch hands out its samples, and
-    ``collate_fn`` collates them once, joined.
-    """
+    """One epoch of the canonical ranks this rank runs, their batches joined in order: the
+    default collate's column by column, another ``collate_fn``'s as samples collated once."""
 
     def __init__(
         self,
@@ -185,12 +169,9 @@ def canonical_rank_settings(
     samples: bool,
     alone: bool,
 ) -> EpochSettings:
-    """A rank's epoch settings as one of its canonical ranks reads by: the simulated world
-    ``(canonical, canonical_ranks)``, the workers of its slot on this rank (``pool``), and
-    with ``samples`` (its samples joined with other canonical ranks') samples handed out as
-    they are, for one collate of the joined batch. Pinned memory is for the joined batch only
-    (``alone``: the rank's only canonical rank, whose batches are the rank's).
-    """
+    """The epoch settings of one canonical rank: the simulated world ``(canonical,
+    canonical_ranks)``; ``samples``: batches as lists of samples, for one collate of the joined
+    batch; ``alone``: the rank's only canonical rank, whose batches are the rank's."""
     return dataclasses.replace(
         settings,
         rank=canonical,

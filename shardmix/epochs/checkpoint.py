@@ -1,18 +1,10 @@
 """The loader's checkpoint: its ``state_dict()`` assembled, and a saved one taken back.
 
-A state is the version, the settings it was taken under (``config``: the shards' digest, the
-seeds, the batch, lanes and buffer, the world; a mixture's per dataset) and the positions:
-under several ranks every rank's (or every canonical rank's), gathered over the ranks
-(:mod:`shardmix.state.ranks`). The position is the current epoch's, the start of the next one,
-or the one a ``load_state_dict()`` left to resume from.
-Taking a state back checks its version and shape, then its settings against the loader's
-(the world and batch sizes may change where :mod:`shardmix.epochs.elastic` resizes the position),
-and keeps this rank's position for the next ``iter()``. Both are functions of the loader's
-options and its cursor.
-
-Left to others: the state's JSON and its checks (:mod:`shardmix.state.codec`), each epoch's
-position (:mod:`shardmix.batching.epoch`, :mod:`shardmix.epochs.mixture`,
-:mod:`shardmix.epochs.canonical`), whether an epoch goes on (:mod:`shardmix.epochs.length`).
+A state is the version, the settings it was taken under (``config``; a mixture's per dataset)
+and every rank's position, gathered over the ranks (:mod:`shardmix.state.ranks`). Taking a state
+back checks its version, shape and settings (the world and batch sizes may change where
+:mod:`shardmix.epochs.elastic` resizes the position), and keeps this rank's position for the
+next ``iter()``.
 """
 
 from __future__ import annotations
@@ -43,12 +35,9 @@ from shardmix.state.ranks import (
 
 
 def state_dict(options: LoaderOptions, cursor: Cursor) -> dict[str, Any]:
-    """The position after the last batch handed out, as plain JSON types.
-
-    After an epoch's last batch (counted by ``len()``), or once a newer ``iter()`` was
-    made, that is the next epoch's start. Under torch.distributed the state holds every
-    rank's position, gathered with ``all_gather_object``: call it on every rank at the
-    same step (Lightning does), and save any one rank's copy.
+    """The position after the last batch handed out, as plain JSON types (after an epoch's
+    last batch, or once a newer ``iter()`` was made, the next epoch's start). Under
+    torch.distributed it gathers every rank's position: call it on every rank at the same step.
     """
     dataset = options.shard_dataset("state_dict")
     rank, world_size = options.rank_and_world_size()
@@ -71,8 +60,7 @@ def state_dict(options: LoaderOptions, cursor: Cursor) -> dict[str, Any]:
 def _position(
     options: LoaderOptions, cursor: Cursor, start: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
-    """The position to resume from, else the current epoch's, else ``start()``: the next
-    epoch's start (with ``canonical_ranks``, each of this rank's canonical ranks')."""
+    """The position to resume from, else the current epoch's, else ``start()``."""
     if cursor.resume is not None:
         return copy.deepcopy(cursor.resume)
     if cursor.current is not None and in_epoch(options, cursor):
@@ -81,11 +69,8 @@ def _position(
 
 
 def load_state_dict(options: LoaderOptions, cursor: Cursor, state: Mapping[str, Any]) -> None:
-    """Continue from ``state``: the next ``iter()`` yields what would have followed it.
-
-    Under several ranks each rank takes its own position from the state, whichever rank
-    saved it.
-    """
+    """Continue from ``state``: the next ``iter()`` yields what would have followed it (each
+    rank takes its own position, whichever rank saved it)."""
     dataset = options.shard_dataset("load_state_dict")
     check_version(state)
     check_canonical(state, options.canonical_ranks)
@@ -120,10 +105,8 @@ def load_state_dict(options: LoaderOptions, cursor: Cursor, state: Mapping[str, 
 
 
 def _elastic_fields(options: LoaderOptions, dataset: ShardDataset) -> tuple[str, ...]:
-    """The settings a resume may change (:mod:`shardmix.epochs.elastic`): the world and batch
-    sizes, and the lanes and buffer where they follow them by default. None for a
-    mixture, or with ``canonical_ranks`` (whose states resume on the worlds that divide
-    it)."""
+    """The settings a resume may change: the world and batch sizes, and the lanes and buffer
+    where they follow them by default. None for a mixture, or with ``canonical_ranks``."""
     if options.datasets is not None or options.canonical_ranks is not None:
         return ()
     given = {"num_lanes": dataset.plan.num_lanes, "shuffle_buffer": options.shuffle_buffer}

@@ -1,11 +1,8 @@
 """What every kind of epoch is to the loader, and where the loader is among its epochs.
 
-Three kinds of epoch read for a loader: one dataset's
-(:class:`~shardmix.batching.epoch.EpochIterator`), a mixture's
-(:class:`~shardmix.epochs.mixture.MixtureEpoch`) and a rank's canonical ranks'
-(:class:`~shardmix.epochs.canonical.CanonicalEpoch`). The loader, its length and its
-checkpoint see each as an :class:`Epoch` and never ask which kind it is. :class:`Cursor` is the
-loader's live part: the epoch it reads or reads next, and the position it resumes from.
+One dataset's, a mixture's and a rank's canonical ranks' epochs are each an :class:`Epoch` to
+the loader, which never asks which kind it is. :class:`Cursor` is the loader's live part: the
+epoch it reads or reads next, and the position it resumes from.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ class Epoch(Protocol):
     def skipped(self) -> dict[str, Any] | None: ...  # on_error="skip"'s summary, plain JSON
 
     def sees_its_end(self) -> bool:
-        """Whether the epoch is ``finished`` right after its last batch (else its length
-        tells where it ends: a mixture whose ranks agree on its end)."""
+        """Whether the epoch is ``finished`` right after its last batch (else its length tells)."""
         ...
 
     def named_failure(self, error: RuntimeError) -> WorkerError | None:

@@ -1,28 +1,20 @@
 """Elastic resume: a state saved by W ranks, resumed on W' ranks or with another batch size.
 
 What remains of the epoch when the state was saved is, over every saved rank, the records no
-lane has delivered (the rest of each lane's pieces) and the shuffle buffer's residents (as
-references, with their sizes). :func:`resized_position` computes it from the state alone and
-deals it to the W' ranks, the same way on every rank: each saved rank's residents (by shard
-and record) then its remaining pieces (lane by lane), the saved ranks in order, are laid end
-to end and cut into runs (:func:`~shardmix.plan.sharding.cut_pieces`) whose totals (residents
-plus records) are within one of each other (:func:`deal_shares`). Each rank reads its pieces
-in a *resized phase*: its own lanes (``num_lanes`` or the default for W' and the batch size,
-:func:`~shardmix.plan.sharding.phase_lanes`), its residents back in its buffer, and a quota that
-is the same on every rank (``drop`` and ``pad`` as in any epoch, so fewer than W' samples are
-left out or repeated at the epoch's end). The next epoch is planned for W' as usual.
+lane has delivered and the shuffle buffer's residents (as references). :func:`resized_position`
+computes it from the state alone and deals it to the W' ranks, the same way on every rank: each
+saved rank's residents then its remaining pieces, the saved ranks in order, are laid end to end
+and cut into runs whose totals are within one of each other (:func:`deal_shares`). Each rank
+reads its run in a *resized phase*: its own lanes, its residents back in its buffer, and a quota
+that is the same on every rank. The next epoch is planned for W' as usual.
 
 The phase is in the state (``"phase"``: the rank's pieces, its quota, its own total and the
-batch it began at), so the state of a resized phase is resized the same way, any number of
-times. A state saved at an epoch's start resumes that epoch as planned for W'.
+batch it began at), so a resized phase's state is resized the same way, any number of times.
+A state saved at an epoch's start resumes that epoch as planned for W'.
 
-Left to others: the epoch's plan (:mod:`shardmix.plan.sharding`), the state's format and checks
-(:mod:`shardmix.state.codec`), reading the phase (:mod:`shardmix.batching.epoch`). Refused by
-name: a mixture, and a state that does not hold every saved rank's position. A transform (a decoder,
-an augmentation) and ``on_error="skip"`` are read as usual, but the phase's totals are fixed
-ahead, so a sample one of them drops in a resized phase would end the ranks at different
-steps: refused at the load where that is known (:func:`check_kept`), else where the phase
-meets it (:func:`shardmix.batching.rankend.refuse_phase_drop`).
+Refused by name: a mixture, a state without every saved rank's position, and a filter or skip
+that drops a sample in a resized phase, whose totals are fixed ahead (at the load where that is
+known, :func:`check_kept`, else where the phase meets it).
 """
 
 from __future__ import annotations
@@ -31,20 +23,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardmix.batching.bufferstage import buffer_state
 from shardmix.batching.epochplan import check_position, epoch_start, remaining_pieces
+from shardmix.batching.mixing import piece_name
 from shardmix.batching.residents import check_lane_ends
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, rank_quota
-from shardmix.reading.transforms import FILTERED, SKIPPED
+from shardmix.reading.transforms import FILTERED
 from shardmix.state.codec import (
     Ref,
     check_refs,
     pack_identities,
     pack_pieces,
-    pack_refs,
-    pack_sizes,
-    pack_tags,
     unpack_identities,
     unpack_pieces,
     unpack_refs,
@@ -83,19 +74,15 @@ class Block:
 
 
 def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int) -> list[Share]:
-    """The saved ranks' remainders laid end to end and cut into ``world_size`` shares whose
-    totals differ by at most one.
-
-    Each saved rank's residents come before its pieces, and a share is one contiguous run:
-    a new rank takes the residents and pieces of one or a few saved ranks, so its buffer
-    references about as many shards as a rank's in a planned epoch.
+    """The saved ranks' remainders (residents, then pieces) laid end to end and cut into
+    ``world_size`` contiguous shares whose totals differ by at most one.
 
     >>> block = Block([(1, 0, 0), (1, 1, 9)], [5, 5], [Piece(0, 2, None)], [7, 8])
     >>> [(share.residents, share.pieces) for share in deal_shares([block], [10, 2], 3)]
     [([(1, 0, 0), (1, 1, 9)], [Piece(0, 2, 4)]), ([], [Piece(0, 4, 7)]), ([], [Piece(0, 7, None)])]
     """
     # Each block's residents as a piece of a shard of its own (numbered past the real ones),
-    # so that one cut (:func:`~shardmix.plan.sharding.cut_pieces`) deals residents and records.
+    # so that one cut deals residents and records.
     first = len(counts)
     sizes = [*counts, *(len(block.residents) for block in blocks)]
     laid: list[Piece] = []
@@ -196,13 +183,7 @@ def resized_position(
         **start,
         "mixer": {**start["mixer"], "live": live},
         "batches": batches,
-        "dropped": {FILTERED: 0, SKIPPED: 0, "padded": 0},
-        "buffer": {
-            "draws": 0,
-            "items": pack_refs(mine.residents),
-            "sizes": pack_sizes(mine.sizes),
-            "tags": pack_tags(mine.tags),
-        },
+        "buffer": buffer_state(0, mine.residents, mine.sizes, mine.tags),
         "shards": pack_identities(identities, referenced),
         "phase": {
             "pieces": pack_pieces(mine.pieces),
@@ -234,11 +215,8 @@ def check_kept(
     counts: Sequence[int],
     where: str,
 ) -> None:
-    """Refuse now, not where a rank meets it (:func:`~shardmix.batching.rankend.refuse_phase_drop`),
-    a resize whose rest of the epoch (``left``: the records no lane delivered) a filter cuts:
-    the rest is dealt in equal shares from the record counts. Known ahead: the drops learned
-    for a ``transform_id`` (unknown while not learned), or a transform seen filtering in the
-    saved epoch."""
+    """Refuse now, not where a rank meets it, a resize whose rest of the epoch (``left``) a
+    filter cuts, as learned for a ``transform_id`` or seen in the saved epoch."""
     cause = None
     kept = dataset.plan.kept_counts
     filtered = sum(int(position["dropped"][FILTERED]) for position in positions)
@@ -284,8 +262,7 @@ def _saved_lanes(
 def _lane_ends(
     saved: Sequence[Sequence[int]], lanes: Sequence[Sequence[Piece]]
 ) -> list[tuple[Ref, int]]:
-    """The record each lane read last in a piece it has begun, as a reference, and its tag:
-    where the rest of that piece is dealt from, checked as a lane resuming there checks it."""
+    """The record each lane read last in a piece it has begun, as a reference, and its tag."""
     ends = []
     for (slot, record, offset, *_, tag), pieces in zip(saved, lanes, strict=True):
         if slot < len(pieces) and record > pieces[slot].start and tag:
@@ -303,11 +280,7 @@ def _check_lanes(
             f"plan {len(lanes)} lanes; the state was edited or damaged since it was saved"
         )
     for lane, (slot, record, _, *named, _tag) in enumerate(saved):
-        pieces = lanes[lane]
-        planned = (-1, 0, -1)
-        if slot < len(pieces):
-            piece = pieces[slot]
-            planned = (piece.shard, piece.start, -1 if piece.stop is None else piece.stop)
+        planned = piece_name(lanes, lane, slot)
         if tuple(named) != planned and not ((slot, record) == (0, 0) and named[0] == -1):
             raise ConfigError(
                 f"cannot resume: epoch {epoch}'s rank {rank} lane {lane} was reading piece "

@@ -1,18 +1,9 @@
 """The loader's length: batches per epoch on this rank, and whether the current epoch goes on.
 
-``len(loader)`` and :func:`batches_left` count an epoch's batches from the
-record counts (a manifest, the count cache or a counting pass, shared out over the ranks of the
-job at the first call): this rank's samples in the epoch (the ranks' quota under
-``even_ranks``, or the kept counts learned under a filtering transform), cut into batches; a
-resized phase's batches after those before it (:mod:`shardmix.epochs.elastic`); a mixture's batches
-from each dataset's samples per pass and the weights
-(:func:`~shardmix.plan.apportion.mixture_batches`). Each is a function of the loader's options
-and its cursor (the epoch it is in).
-
-Left to others: the record counts themselves (:mod:`shardmix.plan.counts`,
-:mod:`shardmix.plan.kept`), each rank's share of them (:mod:`shardmix.plan.sharding`), the settings
-the counts are planned by (:mod:`shardmix.epochs.options`), starting and reading the epochs
-(:mod:`shardmix.loader`).
+``len(loader)`` and :func:`batches_left` count an epoch's batches from the record counts: this
+rank's samples in the epoch (the ranks' quota under ``even_ranks``, or the kept counts learned
+under a filtering transform) cut into batches; a resized phase's after those before it; a
+mixture's from each dataset's samples per pass and the weights.
 """
 
 from __future__ import annotations
@@ -46,12 +37,8 @@ def in_epoch(options: LoaderOptions, cursor: Cursor) -> bool:
 
 
 def loader_length(options: LoaderOptions, cursor: Cursor) -> int:
-    """Batches per epoch on this rank, from the record counts (manifest or counting pass).
-
-    Exact without filtering; with a filtering transform (or skipped damage) an upper
-    bound, on one rank as under several, since the samples kept are known only once read
-    (the ranks then agree on the epoch's end as they near it: :mod:`shardmix.batching.rankend`).
-    """
+    """Batches per epoch on this rank, from the record counts: exact without filtering, else
+    an upper bound (the samples kept are known only once read)."""
     dataset = options.dataset
     if not isinstance(dataset, ShardDataset):
         raise UnknownLengthError(
@@ -66,11 +53,7 @@ def loader_length(options: LoaderOptions, cursor: Cursor) -> int:
 
 
 def batches_left(options: LoaderOptions, cursor: Cursor) -> int:
-    """Batches the epoch being read still yields on this rank; ``0`` after its last.
-
-    Counted as ``len()`` counts (an upper bound with a filtering transform on one rank);
-    before an epoch's first batch, that epoch's whole ``len()``.
-    """
+    """Batches the epoch being read still yields on this rank, counted as ``len()`` counts."""
     current = cursor.current
     if current is None or cursor.current_iteration != cursor.iterations:
         return loader_length(options, cursor)
@@ -95,9 +78,8 @@ def batches_in(options: LoaderOptions, cursor: Cursor, epoch: int) -> int:
 
 
 def share_counts(options: LoaderOptions) -> None:
-    """Under ``group``, or with ``canonical_ranks`` (whose plans are for another number of
-    ranks than the job's), have each shard counted by one rank of the job, at the first
-    ``iter()`` or ``len()`` (a collective, as without them); later calls share nothing."""
+    """Under ``group`` or with ``canonical_ranks``, have each shard counted by one rank of the
+    job, at the first ``iter()`` or ``len()`` (a collective); later calls share nothing."""
     _, world_size = options.rank_and_world_size()
     shared = job_count_exchange(world_size, options.ranks.group)
     if shared is None and options.canonical_ranks is not None:
@@ -122,8 +104,7 @@ def _phase(cursor: Cursor, epoch: int) -> dict[str, Any]:
 
 
 def _samples(options: LoaderOptions, dataset: ShardDataset, epoch: int, epoch_pass: int = 0) -> int:
-    """The samples this rank (with ``canonical_ranks``: each of its canonical ranks)
-    yields from ``dataset`` in one pass of ``epoch``."""
+    """The samples this rank (or each canonical rank) yields in one pass of ``epoch``."""
     rank, world_size = options.planning_world()
     totals = dataset.plan.kept_totals(epoch, world_size, epoch_pass)  # learned under a filter
     if totals is None:

@@ -1,24 +1,17 @@
 """Mixtures: batches that hold several named datasets in fixed proportions.
 
-Each dataset of a mixture is read as a single dataset is (its own lanes, workers, mixer and
-shuffle buffer: an :class:`~shardmix.batching.epoch.EpochIterator` used sample by sample), by the
-loader's settings with that dataset, its own seed and its workers (:class:`MixtureSettings`),
-and the :class:`~shardmix.plan.apportion.Apportioner` decides how many samples each dataset gives
-each batch: ``floor(w * batch_size)`` or one more, so every batch holds each dataset's share
-to within one sample. Within a batch the samples are put in a seeded random order. Every
-sample carries ``__dataset__``, its name.
+Each dataset of a mixture is read as a single dataset is (an
+:class:`~shardmix.batching.epoch.EpochIterator` used sample by sample, with its own seed and
+workers), and the :class:`~shardmix.plan.apportion.Apportioner` decides how many samples each
+dataset gives each batch: ``floor(w * batch_size)`` or one more. Within a batch the samples are
+put in a seeded random order; each carries ``__dataset__``, its dataset's name.
 
-An epoch ends by the stopping rule:
-
-- ``first_exhausted``: when one dataset has been read whole (its last batch may be short).
-- ``all_exhausted``: a dataset that runs out starts a new *pass* (a new shard order, drawn
-  from ``(seed, epoch, pass)``) until every dataset has been read whole at least once.
+An epoch ends by the stopping rule: ``first_exhausted`` when one dataset has been read whole;
+``all_exhausted`` once every one has, a dataset that runs out starting a new *pass* (a new
+shard order, drawn from ``(seed, epoch, pass)``).
 
 The state is the batch count, the weights, the apportioner's credits (exact fractions), each
-dataset's pass and its own single-dataset position: resume is exact, as for one dataset.
-
-Left to others: the apportioning arithmetic and the count of an epoch's batches
-(:mod:`shardmix.plan.apportion`), each dataset's epoch (:mod:`shardmix.batching.epoch`).
+dataset's pass and its own single-dataset position.
 """
 
 from __future__ import annotations
@@ -46,9 +39,8 @@ _BATCH_ORDER_STREAM = 0xB47C
 
 @dataclass(frozen=True)
 class MixtureSettings:
-    """What a mixture's epoch reads by: the loader's settings (``shared``: the batch, its
-    collate and order, the seed), each dataset's (``members``: the same settings with that
-    dataset, its own seed and workers), the weights and the stopping rule."""
+    """What a mixture's epoch reads by: the loader's settings (``shared``), each dataset's
+    (``members``: with its own seed and workers), the weights and the stopping rule."""
 
     shared: EpochSettings
     members: Mapping[str, EpochSettings]
@@ -57,10 +49,7 @@ class MixtureSettings:
 
 
 def mixture_settings(options: LoaderOptions, pools: Mapping[str, WorkerPool]) -> MixtureSettings:
-    """A mixture's settings, resolved now: dataset ``i`` reads by the loader's
-    :meth:`~shardmix.epochs.options.LoaderOptions.epoch_settings` with that dataset, its own
-    shuffle seed (:func:`~shardmix.plan.apportion.member_seed`) and its persistent workers, if
-    any (``pools`` by dataset name)."""
+    """A mixture's settings, resolved now (``pools``: persistent workers by dataset name)."""
     shared = options.epoch_settings(pools.get(""))
     members = {
         name: shared.member(dataset, member_seed(shared.seed, index), pools.get(name))
@@ -90,27 +79,20 @@ class MixtureEpoch:
         self._members = settings.members
         mixture = resume["mixture"] if resume is not None else None
         self.batches = resume["batches"] if resume is not None else 0
-        weights = (
-            {name: Fraction(text) for name, text in mixture["weights"].items()}
-            if mixture is not None
-            else dict(settings.weights)
-        )
-        credits = (
-            {name: Fraction(text) for name, text in mixture["credits"].items()}
-            if mixture is not None
-            else None
-        )
-        self.apportioner = Apportioner(weights, credits)
-        self.passes = (
-            dict(mixture["passes"]) if mixture is not None else dict.fromkeys(self.datasets, 0)
-        )
-        self.exhausted = set(mixture["exhausted"]) if mixture is not None else set()
+        self.apportioner = Apportioner(settings.weights)
+        self.passes = dict.fromkeys(self.datasets, 0)
+        self.exhausted: set[str] = set()
+        if mixture is not None:
+            weights = {name: Fraction(text) for name, text in mixture["weights"].items()}
+            credits = {name: Fraction(text) for name, text in mixture["credits"].items()}
+            self.apportioner = Apportioner(weights, credits)
+            self.passes = dict(mixture["passes"])
+            self.exhausted = set(mixture["exhausted"])
         self.streams: dict[str, EpochIterator] = {}
         for name in self.datasets:
             position = mixture["datasets"][name] if mixture is not None else None
             self.streams[name] = self._stream(name, position)
-        # Whether the epoch tells its end after its last batch (else the loader counts): not
-        # where the ranks agree on the end.
+        # Whether the epoch tells its end after its last batch: not where the ranks agree on it.
         self._sees_end = all(stream.rank_end is None for stream in self.streams.values())
         self._deferred: Exception | None = None  # raised by the next next(), after a batch
 
@@ -161,10 +143,8 @@ class MixtureEpoch:
         return self._collated(batch)
 
     def _at_end(self) -> bool:
-        """Whether the batch just cut was the epoch's last: the next one would be empty, or
-        short under ``drop_last``, by what each stream has left (see :meth:`_next_samples`;
-        a stream that starts a new pass gives its count, or the next ``next()`` says why not).
-        """
+        """Whether the batch just cut was the epoch's last: the next one, by what each stream
+        has left (a new pass gives its count), would be empty, or short under ``drop_last``."""
         counts = Apportioner(self.apportioner.weights, self.apportioner.credits).counts(
             self.batch_size
         )

@@ -1,16 +1,9 @@
 """LoaderOptions: a MixingLoader's arguments as one frozen value, checked when it is made.
 
-:class:`~shardmix.loader.MixingLoader` hands its arguments to :class:`LoaderOptions`, whose
-checks each raise a :class:`~shardmix.errors.ConfigError` that names the argument and what to
-use instead, and resolves them at each epoch into frozen values: an
-:class:`~shardmix.batching.settings.EpochSettings` for one dataset (a mixture's members are made
-from it: :func:`~shardmix.epochs.mixture.mixture_settings`), the rank and world size an epoch is
-planned for (resolved at each use: torch.distributed may start after the loader is made), its
-lanes and shuffle buffer. It holds no epoch, no position and no workers.
-
-Left to others: the loader's epochs (:mod:`shardmix.loader`), how many batches they hold
-(:mod:`shardmix.epochs.length`), the state of a checkpoint (:mod:`shardmix.epochs.checkpoint`),
-where this process runs (:mod:`shardmix.world`).
+Each check raises a :class:`~shardmix.errors.ConfigError` that names the argument and what to
+use instead. At each epoch the options resolve into frozen values (an
+:class:`~shardmix.batching.settings.EpochSettings`, the rank and world size: torch.distributed
+may start after the loader is made). They hold no epoch, no position and no workers.
 """
 
 from __future__ import annotations
@@ -44,9 +37,7 @@ DEFAULT_SHUFFLE_BUFFER_BYTES = 64 << 20
 @dataclass(frozen=True)
 class LoaderOptions:
     """A MixingLoader's arguments (see :class:`~shardmix.loader.MixingLoader` for each),
-    checked. A mixture's datasets are ``datasets``, by name, and ``dataset`` is the first (for
-    what needs only a dataset's type). ``ranks`` is how the data-parallel rank is found
-    (:func:`~shardmix.world.data_parallel_ranks`)."""
+    checked. A mixture's datasets are ``datasets``, by name, and ``dataset`` is the first."""
 
     dataset: IterableDataset[Any]
     batch_size: int
@@ -69,9 +60,7 @@ class LoaderOptions:
     canonical_ranks: int | None = None
     torch_arguments: Mapping[str, Any] = field(default_factory=dict, repr=False)
     datasets: dict[str, ShardDataset] | None = None
-    # What the loader's stats() reports, counted into by every epoch made from these options:
-    # a recorder, not a setting, kept here so that a mixture's members and canonical ranks
-    # count into the loader's one.
+    # Not a setting: the loader's one recorder, which every epoch made from these counts into.
     stats: StatsRecorder = field(default_factory=StatsRecorder, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -108,9 +97,7 @@ class LoaderOptions:
         )
 
     def epoch_settings(self, pool: WorkerPool | None) -> EpochSettings:
-        """The settings an epoch reads by, resolved now (the rank and world size included),
-        with ``pool`` its persistent workers (None: per-epoch workers). A mixture's are its
-        first dataset's."""
+        """The settings an epoch reads by, resolved now (``pool``: its persistent workers)."""
         rank, world_size = self.rank_and_world_size()
         return EpochSettings(
             dataset=self.dataset,
@@ -148,32 +135,26 @@ class LoaderOptions:
         return default_shuffle_buffer(self.batch_size)
 
     def rank_and_world_size(self) -> tuple[int, int]:
-        """``(rank, world_size)`` among the data-parallel ranks, which split the data: as
-        given, else from ``group``, else from torch.distributed, else ``(0, 1)``."""
+        """``(rank, world_size)`` among the data-parallel ranks, which split the data."""
         return self.ranks.resolve()
 
     def planning_world(self) -> tuple[int, int]:
-        """``(rank, world_size)`` the epochs are planned for: with ``canonical_ranks``, this
-        rank's first canonical rank and ``canonical_ranks``, else :meth:`rank_and_world_size`."""
+        """``(rank, world_size)`` the epochs are planned for (a canonical rank's, if any)."""
         if self.canonical_ranks is None:
             return self.rank_and_world_size()
         return self.own_canonical_ranks()[0], self.canonical_ranks
 
     def own_canonical_ranks(self) -> range:
-        """The canonical ranks this rank runs (without ``canonical_ranks``, one: its own);
-        a world size that does not divide ``canonical_ranks`` is refused here."""
+        """The canonical ranks this rank runs (without ``canonical_ranks``, its own)."""
         rank, world_size = self.rank_and_world_size()
         if self.canonical_ranks is None:
             return range(rank, rank + 1)
         return canonical_slots(rank, world_size, self.canonical_ranks)
 
     def refuse_at_iter(self, epoch: int, resuming: bool) -> None:
-        """What ``iter()`` refuses (a ConfigError, before a worker starts or a shard is asked
-        for): a world size that does not divide ``canonical_ranks``, a ``cache_limit`` below
-        what the epoch's lanes hold in the cache at once (:mod:`shardmix.plan.cacheroom`), and
-        under ranks simulated in one process (no process group to agree on a filtered epoch's
-        end) a named filter whose kept counts are not learned yet (:mod:`shardmix.plan.kept`;
-        a resumed epoch's own state decides at its first batch)."""
+        """What ``iter()`` refuses before a worker starts: a world size that does not divide
+        ``canonical_ranks``, a ``cache_limit`` below what the epoch's lanes hold in the cache
+        at once, and under simulated ranks a named filter whose kept counts are not learned."""
         processes = len(self.own_canonical_ranks())
         readers = {}
         for name, dataset in self.members().items():
