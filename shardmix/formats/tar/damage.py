@@ -1,10 +1,8 @@
 """Tar record damage: what a read of records does with a damaged record or lost framing.
 
 This module owns :class:`RecordDamage`, the part of :class:`~shardmix.formats.tar.records.
-TarRecords` that words a damaged member's error (a repeated or reserved field, a member too
-large) and, with a damage handler, holds a record's damage until the record ends and reports
-it with the bytes it spanned (raising at once without one). The loop that finds the damage is
-:mod:`shardmix.formats.tar.records`'.
+TarRecords` that words a damaged member's error and, with a damage handler, holds a record's
+damage until the record ends and reports it with the bytes it spanned (else raises at once).
 """
 
 from __future__ import annotations
@@ -64,18 +62,15 @@ class RecordDamage:
         )
 
     def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
-        """A record with intact framing is damaged: raise, or drop it (reported when it ends).
-
-        Damage in a record before ``start`` is not reported: that record is not being read.
-        """
+        """A record with intact framing is damaged: raise, or drop it (reported when it ends;
+        not at all before ``start``, where the record is not being read)."""
         if self._on_damage is None:
             raise error
         if record >= start and self._damage is None:
             self._damage = error
 
     def _end_record(self, record: int, end: int) -> None:
-        """Report the damage of the record that just ended at byte ``end``, with the bytes it
-        spanned."""
+        """Report the damage of the record that just ended at byte ``end``."""
         error, self._damage = self._damage, None
         if error is not None and self._on_damage is not None:
             size = end - self._record_offset

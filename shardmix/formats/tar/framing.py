@@ -1,8 +1,7 @@
 """Tar framing errors: the messages that name a shard's URL, byte offset and member.
 
 This module owns :class:`FramingErrors`, the part of :class:`~shardmix.formats.tar.members.
-TarMembers` that words damage and truncation where the walk stands (the header at ``offset``,
-member ``member`` named ``name`` of ``size`` bytes).
+TarMembers` that words damage and truncation where the walk stands.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import NoReturn
 
 from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
 from shardmix.formats.sniff import format_hint
-from shardmix.formats.tar.headers import BLOCK
+from shardmix.formats.tar.headers import BLOCK, padded
 
 
 class FramingErrors:
@@ -59,11 +58,10 @@ class FramingErrors:
         )
 
     def _member_cut(self, found: int) -> NoReturn:
-        padded = (self.size + BLOCK - 1) & ~(BLOCK - 1)
         self._truncated(
             f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
-            f"declares {self.size} bytes of data ({padded} with padding) but the file ends "
-            f"after {found}",
+            f"declares {self.size} bytes of data ({padded(self.size)} with padding) but the file "
+            f"ends after {found}",
             self.offset + BLOCK + found,
         )
 

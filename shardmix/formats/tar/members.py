@@ -1,11 +1,8 @@
 """Tar framing: a stream's headers (ustar, GNU long names, pax) walked member by member.
 
-This module owns the byte level of a tar shard: reading and checking each 512-byte header
-(checksum, size, name, type), skipping or reading member data, the end-of-archive blocks, and
-the errors that name a byte offset and member index. Grouping members into records, damage
-reports and the reader interface are :mod:`shardmix.formats.tar.records`' and
-:mod:`shardmix.formats.tar.reader`'s (see :mod:`shardmix.formats.tar` for why this is not
-``tarfile``); what one header says is :mod:`shardmix.formats.tar.headers`'.
+This module owns the byte level of a tar shard: reading and checking each 512-byte header,
+skipping or reading member data, and the end-of-archive blocks. Grouping members into records
+is :mod:`shardmix.formats.tar.records`'; what one header says :mod:`shardmix.formats.tar.headers`'.
 
 Two paths walk the headers. :meth:`TarMembers.members` handles every case one member at a
 time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes from the stream's read
@@ -37,8 +34,8 @@ from shardmix.formats.tar.headers import (
     entry_name,
     high_bytes,
     link_name,
-    linked_data,
     long_name_of,
+    padded,
     parse_octal,
     pax_size,
     read_pax,
@@ -99,10 +96,6 @@ class TarMembers(FramingErrors):
 
     # -- reading --------------------------------------------------------------------------
 
-    @staticmethod
-    def _padded(size: int) -> int:
-        return (size + BLOCK - 1) & ~(BLOCK - 1)
-
     def _read_exact(self, count: int) -> bytes:
         """Up to ``count`` bytes; fewer only at the end of the stream."""
         data = self._read(min(count, READ_CHUNK))
@@ -130,7 +123,7 @@ class TarMembers(FramingErrors):
             while pending:
                 part = self._read(min(pending, READ_CHUNK))
                 if not part:
-                    self._member_cut(self._padded(self.size) - pending)
+                    self._member_cut(padded(self.size) - pending)
                 pending -= len(part)
 
     def _next_block(self) -> bytes:
@@ -159,20 +152,20 @@ class TarMembers(FramingErrors):
         if block:
             block += self._read_exact(count - len(block))
         if len(block) < self._pending:
-            self._member_cut(self._padded(self.size) - self._pending + len(block))
+            self._member_cut(padded(self.size) - self._pending + len(block))
         return block
 
     def _set_size(self, size: int) -> None:
         """Record the data size of the member whose header was just read."""
         self.size = size
-        self._pending = padded = (size + BLOCK - 1) & ~(BLOCK - 1)
-        self._next_offset = self.offset + BLOCK + padded
+        self._pending = padded(size)
+        self._next_offset = self.offset + BLOCK + self._pending
 
     def _check_seek_end(self, found: int) -> None:
         """After a seek past a member ended short: was the member itself cut?"""
         end = self._stream.seek(0, io.SEEK_END) - self._base
         data_start = self.offset + BLOCK
-        if end < data_start + self._padded(self.size):
+        if end < data_start + padded(self.size):
             self._member_cut(max(end - data_start, 0))
 
     def read_data(self) -> bytes:
@@ -250,9 +243,7 @@ class TarMembers(FramingErrors):
 
     def runs(self, max_size: int) -> Iterator[Run]:
         """Every regular member, in runs: a :meth:`plain_run` where one starts, else the one
-        member that :meth:`members` reads. Ends after the end-of-archive blocks.
-
-        A member of more than ``max_size`` bytes comes in a run of its own, its data unread.
+        member that :meth:`members` reads (so a member over ``max_size`` bytes, its data unread).
         """
         slow = self.members()
         while True:
@@ -261,19 +252,13 @@ class TarMembers(FramingErrors):
                 name = next(slow, None)
                 if name is None:
                     return
-                offset = self.offset
                 entries = [self.entry_offset]
-                run = Run(None, 0, [offset], [self.size], [name], self.member, entries)
+                run = Run(None, 0, [self.offset], [self.size], [name], self.member, entries)
             yield run
 
     def plain_run(self, max_size: int) -> Run | None:
-        """The plain members (see the module docstring) that follow, as far as the stream's
-        buffer holds them whole, or None when the next one is not plain. Moves past them.
-
-        The headers are found by their size fields alone, then checked all at once (field
-        layout, checksum: :func:`plain_count`); the run ends before the first that fails,
-        which the slow path reads again.
-        """
+        """The plain members that follow, as far as the stream's buffer holds them whole, or
+        None when the next one is not plain (:func:`plain_members`). Moves past them."""
         if self._peek is None:
             return None
         buffer = self._peek(BLOCK)
@@ -295,7 +280,7 @@ class TarMembers(FramingErrors):
         headers, sizes, names, entries = found
         count = len(headers)
         last, size = headers[-1], sizes[-1]
-        after = last + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))  # past the last member's data
+        after = last + BLOCK + padded(size)  # past the last member's data
         if self.seekable:
             self._stream.seek(after, io.SEEK_CUR)
         else:
@@ -373,7 +358,12 @@ class TarMembers(FramingErrors):
             )
         here = self._stream.tell()
         self._stream.seek(self._base)
-        data = linked_data(TarMembers(self._stream, self._url, gzipped=False), target, self.offset)
+        walker, data = TarMembers(self._stream, self._url, gzipped=False), None
+        for name in walker.members():
+            if walker.offset >= self.offset:
+                break
+            if name == target:
+                data = walker.read_data()
         self._stream.seek(here)
         if data is None:
             self.corrupt(

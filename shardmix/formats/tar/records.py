@@ -1,12 +1,9 @@
 """Tar records: the members of one stream grouped into records, and their damage reported.
 
 This module owns :class:`TarRecords`, whose :meth:`~TarRecords._read` is the one loop of
-every read (from a record, in record blocks, wanted records, at offsets, counting). Its first
-part takes plain members into the columns of record blocks (:mod:`~shardmix.formats.blocks`),
-a few list operations per member; a read of samples gives the blocks' records back as dicts.
-The members come from :mod:`shardmix.formats.tar.members`, the wording and reporting of damage
-from :mod:`shardmix.formats.tar.damage`; the reader interface is
-:mod:`shardmix.formats.tar.reader`'s.
+every read (from a record, in record blocks, wanted records, at offsets, counting). Plain
+members go into the columns of record blocks (:mod:`~shardmix.formats.blocks`), a few list
+operations per member; a read of samples gives the blocks' records back as dicts.
 """
 
 from __future__ import annotations
@@ -40,9 +37,9 @@ def _one(
 
 
 class _Reading:
-    """What one read of :class:`TarRecords` carries from run to run: the record in progress
-    (``key``, ``record``; a ``sample`` dict, or with ``columnar`` the block's last record, its
-    first ``filled`` of the block's ``width`` fields read) and the block being filled."""
+    """What one read carries from run to run: the record in progress (``key``, ``record``; a
+    ``sample`` dict, or with ``columnar`` the block's last record, its first ``filled`` of the
+    block's ``width`` fields read) and the block being filled."""
 
     __slots__ = (
         "start", "last", "wanted", "fast", "first_seen", "sample", "fields", "key", "record",
@@ -88,20 +85,13 @@ class TarRecords(RecordDamage):
     def samples(
         self, start: int, stop: int | None = None, wanted: Collection[int] | None = None
     ) -> Iterator[LocatedSample]:
-        """Yield ``(record, offset, sample)`` from record ``start`` on; earlier ones are walked.
-
-        ``offset`` is that of the record's first header (a pax or long-name header when its
-        first member has one), where :meth:`sample_at` can read the record again.
-
-        The walk stops at the first header of record ``stop``. With ``wanted``, only those
-        records are read (the others are walked like those before ``start``) and the walk
-        stops at the first header past the last of them. Damage goes through :meth:`_damaged`
-        (a record) or :meth:`_lost` (the framing).
+        """Yield ``(record, offset, sample)`` of records ``[start, stop)``, or of the ``wanted``
+        ones; the others are walked. ``offset`` is that of the record's first header (a pax or
+        long-name one, if any), where :meth:`sample_at` can read the record again.
         """
         return cast("Iterator[LocatedSample]", self._read(start, stop, wanted, blocks=False))
 
     def blocks(self, start: int, stop: int | None = None) -> Iterator[RecordBlock]:
-        """The records :meth:`samples` gives, in :class:`RecordBlock` objects."""
         return cast("Iterator[RecordBlock]", self._read(start, stop, None, blocks=True))
 
     def _read(
@@ -110,13 +100,11 @@ class TarRecords(RecordDamage):
         """The one loop of every read: located samples, or with ``blocks`` record blocks.
 
         Each run's members go through two loops (:meth:`_run`). The first (:meth:`_plain`)
-        handles the common case in as few steps as can be: plain members whose names split at
-        a dot, grouped into records that are read, with no damage pending, each record's fields
-        in the columns of a block (the first record of a block sets its fields). Anything else
-        stops it before the member changes any state; the record in progress then becomes a
-        sample dict, and the second loop (:meth:`_members`), which handles every case, goes on
-        from that member until a record to read begins further on in the run, which it hands
-        back to the first.
+        takes the common case in as few steps as can be: plain members of records to read, with
+        no damage pending, into the columns of a block (its first record sets its fields).
+        Anything else stops it before the member changes any state; the record in progress
+        becomes a sample dict, and the second loop (:meth:`_members`), which handles every case,
+        goes on until a record to read begins further on in the run.
         """
         state = _Reading(start, stop, wanted, fast=wanted is None and not self.index_every)
         try:
@@ -312,13 +300,11 @@ class TarRecords(RecordDamage):
         return run.buffer[at : at + run.sizes[index]]
 
     def sample_at(self, offset: int, record: int, end: int) -> dict[str, Any]:
-        """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``.
+        """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``
+        (``end``: the stream's size); :class:`CorruptShardError` when no record starts there.
 
-        ``end`` is the stream's size. Raises :class:`CorruptShardError` when no record starts
-        there: the offset is off the 512-byte grid or past the end, the block there is not a
-        header, or the first sample member is found further on. Tar marks no record boundary,
-        so an offset that lands exactly on a later member's header of some record reads that
-        member (and those after it with its key) as the record.
+        Tar marks no record boundary, so an offset that lands exactly on a later member's header
+        of some record reads that member (and those after it with its key) as the record.
         """
         error = self.members.error
         if offset % BLOCK or not 0 <= offset <= end - BLOCK:
@@ -359,8 +345,8 @@ class TarRecords(RecordDamage):
         index: int,
         first_seen: dict[str, tuple[int, int]],
     ) -> CorruptShardError | None:
-        """Count a new record, begun by member ``index`` of ``run`` (whose entry begins at
-        ``entry_offset``); the error if its key was seen before (its sample ended)."""
+        """Count a new record, begun by member ``index`` of ``run`` at ``entry_offset``; the
+        error if its key was seen before (its sample ended)."""
         offset = run.base + run.headers[index]
         earlier = first_seen.get(key)
         self.records += 1
