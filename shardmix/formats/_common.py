@@ -1,8 +1,6 @@
 """Plumbing the format readers share: argument checks, gzip wrapping, stripping positions.
 
-The tar and TFRecord modules own their framing; what is the same around it lives here, so
-that each format's reader is its framing plus calls to these. Finding a format's reader is
-:mod:`shardmix.formats.registry`'s.
+The tar and TFRecord modules own their framing; what is the same around it lives here.
 """
 
 from __future__ import annotations
@@ -19,12 +17,12 @@ from shardmix.policy import DamageHandler
 # What a record becomes: its fields by name, KEY_FIELD among them.
 Sample = dict[str, Any]
 
-# The names shardmix gives fields of its own in a sample. KEY_FIELD is every sample's key, read
-# and written. Provenance, which a sample read back carries (a writer leaves it out): the shard's
-# URL, the record's index and byte offset, the mixture member. Markers, which no sample a user
-# sees holds: the record's tag (formats.tags), a dropped sample's reason, a sample's stated size,
-# the worker that read it, a whole sample in a Ray column. A shard's field under one of these
-# would be overwritten or taken for a marker, so readers and writers refuse them by name.
+# The names shardmix gives fields of its own in a sample. KEY_FIELD is every sample's key.
+# Provenance, which a sample read back carries: the shard's URL, the record's index and byte
+# offset, the mixture member. Markers, which no sample a user sees holds: the record's tag, a
+# dropped sample's reason, its stated size, the worker that read it, a whole sample in a Ray
+# column. A shard's field under one of these would be overwritten or taken for a marker, so
+# readers and writers refuse them by name.
 KEY_FIELD = "__key__"
 SOURCE_KEY, INDEX_KEY, OFFSET_KEY, DATASET_KEY = (
     "__source__",
@@ -57,7 +55,7 @@ def reserved_message(field: str, noun: str = "field") -> str:
 
 
 def wanted_records(records: Sequence[int]) -> list[int]:
-    """``records`` as a list, checked to be record indices in ascending order without repeats.
+    """``records`` as a list, checked to be record indices, ascending without repeats.
 
     >>> wanted_records((0, 3, 7))
     [0, 3, 7]
@@ -147,10 +145,9 @@ def deterministic_gzip(raw: BinaryIO) -> gzip.GzipFile:
 
 
 class Closing:
-    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises.
-
-    A base class for one contract that tar's, TFRecord's and convert's writers share, and
-    nothing else: each defines ``close`` (and ``abort``, where it differs) itself."""
+    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises
+    (tar's, TFRecord's and convert's writers each define ``close``, and ``abort`` if it differs).
+    """
 
     def close(self) -> object:
         raise NotImplementedError
