@@ -1,8 +1,9 @@
 """Tar framing: a stream's headers (ustar, GNU long names, pax) walked member by member.
 
 This module owns the byte level of a tar shard: reading and checking each 512-byte header,
-skipping or reading member data, and the end-of-archive blocks. Grouping members into records
-is :mod:`shardmix.formats.tar.records`'; what one header says :mod:`shardmix.formats.tar.headers`'.
+skipping or reading member data, the end-of-archive blocks, and the errors that name a byte
+offset and member. Grouping members into records is :mod:`shardmix.formats.tar.records`'; what
+one header says :mod:`shardmix.formats.tar.headers`'.
 
 Two paths walk the headers. :meth:`TarMembers.members` handles every case one member at a
 time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes from the stream's read
@@ -15,10 +16,11 @@ from __future__ import annotations
 import io
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
+from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
 from shardmix.formats._common import is_seekable
-from shardmix.formats.tar.framing import FramingErrors
+from shardmix.formats.sniff import format_hint
 from shardmix.formats.tar.headers import (
     BLOCK,
     MAX_META_BYTES,
@@ -49,7 +51,7 @@ _FIRST_RUN_BYTES = 16 << 10
 _MAX_RUN_BYTES = 4 << 20
 
 
-class TarMembers(FramingErrors):
+class TarMembers:
     """Walks one tar stream header by header, yielding the name of each regular member."""
 
     # The fast path's pax headers that change nothing, learned once for the process: a shape's
@@ -68,7 +70,7 @@ class TarMembers(FramingErrors):
         self.seekable = is_seekable(stream)
         self._base = stream.tell() if self.seekable else 0  # offsets count from here
         self.offset = -BLOCK  # byte offset of the current header
-        self._next_offset = 0  # byte offset of the next header
+        self.next_offset = 0  # byte offset of the next header
         self.member = -1  # index of the current header's member (every entry counts)
         self.name = ""  # name of the current member, for error messages
         self.size = 0  # data bytes of the current member
@@ -81,15 +83,10 @@ class TarMembers(FramingErrors):
         # counting pass's index): no run walks past it, and the read ends there.
         self.limit: int | None = None
 
-    @property
-    def next_offset(self) -> int:
-        """The byte offset of the next header."""
-        return self._next_offset
-
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
         self._stream.seek(self._base + offset)
-        self._next_offset = offset
+        self.next_offset = offset
         self._pending = 0
         self.ended = False
         self._run_bytes = _FIRST_RUN_BYTES
@@ -141,7 +138,7 @@ class TarMembers(FramingErrors):
                 block = self._complete(block, count)
             if pending:
                 block = block[pending:]
-        self.offset = self._next_offset
+        self.offset = self.next_offset
         self._pending = 0
         if len(block) != BLOCK:
             self._block_cut(block)
@@ -159,7 +156,7 @@ class TarMembers(FramingErrors):
         """Record the data size of the member whose header was just read."""
         self.size = size
         self._pending = padded(size)
-        self._next_offset = self.offset + BLOCK + self._pending
+        self.next_offset = self.offset + BLOCK + self._pending
 
     def _check_seek_end(self, found: int) -> None:
         """After a seek past a member ended short: was the member itself cut?"""
@@ -265,7 +262,7 @@ class TarMembers(FramingErrors):
         first = self._pending  # the rest of the member before, where its data was not read
         window = first + self._run_bytes
         if self.limit is not None:  # up to the read's end: one run, from a seek too
-            window = first + max(self.limit - self._next_offset, BLOCK)
+            window = first + max(self.limit - self.next_offset, BLOCK)
         if len(buffer) > window:
             self._run_bytes = min(2 * self._run_bytes, _MAX_RUN_BYTES)
             found = plain_members(buffer[:window], first, max_size, self._pax_shapes)
@@ -285,12 +282,12 @@ class TarMembers(FramingErrors):
             self._stream.seek(after, io.SEEK_CUR)
         else:
             self._read(after)
-        base = self._next_offset - first
+        base = self.next_offset - first
         self.offset = base + last
         self.entry_offset = base + entries[-1]
         self.member += count
         self.name, self.size = names[-1], size
-        self._next_offset = base + after
+        self.next_offset = base + after
         self._pending = 0
         first_number = self.member - count + 1
         return Run(buffer, base, headers, sizes, names, first_number, entries)
@@ -403,3 +400,73 @@ class TarMembers(FramingErrors):
         end = self._stream.seek(0, io.SEEK_END)
         self._stream.seek(here)
         return end - self._base
+
+    # -- errors, where the walk stands -----------------------------------------------------
+
+    def _where(self, offset: int, record: int | None = None) -> str:
+        where = describe_position(self._url, record=record, offset=offset)
+        return where + (" (in the decompressed stream)" if self._gzipped else "")
+
+    def corrupt(
+        self, what: str, offset: int | None = None, record: int | None = None, head: bytes = b""
+    ) -> NoReturn:
+        offset = self.offset if offset is None else offset
+        remedy = self._other_format(head, offset) or (
+            "the shard is damaged, re-create or re-download it"
+        )
+        raise CorruptShardError(
+            f"{self._where(offset, record)}: {what}; {remedy}",
+            url=self._url,
+            offset=offset,
+            record=record,
+        )
+
+    def _other_format(self, head: bytes, offset: int) -> str | None:
+        """At offset 0, what to do when ``head`` looks like another format (else None)."""
+        if offset or not head:
+            return None
+        return format_hint(head, "tar", self._gzipped, inflated=self._gzipped)
+
+    def _truncated(self, what: str, offset: int, head: bytes = b"") -> NoReturn:
+        remedy = self._other_format(head, offset) or (
+            "the shard is truncated, re-create or re-download it"
+        )
+        raise TruncatedShardError(
+            f"{self._where(offset)}: {what}; {remedy}",
+            url=self._url,
+            offset=offset,
+        )
+
+    def _member_cut(self, found: int) -> NoReturn:
+        self._truncated(
+            f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
+            f"declares {self.size} bytes of data ({padded(self.size)} with padding) but the file "
+            f"ends after {found}",
+            self.offset + BLOCK + found,
+        )
+
+    def _block_cut(self, block: bytes) -> NoReturn:
+        offset, found = self.offset, len(block)
+        if found == 0 and offset == 0:
+            self._truncated(
+                "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
+                "archive with no members holds two 512-byte zero blocks)",
+                offset,
+            )
+        if found == 0:
+            self._truncated(
+                f"the tar archive ends after {self.member + 1} members without its "
+                "end-of-archive blocks (expected two 512-byte zero blocks)",
+                offset,
+            )
+        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset, block)
+
+    def error(self, what: str, *, record: int, offset: int | None = None) -> CorruptShardError:
+        offset = self.offset if offset is None else offset
+        return CorruptShardError(
+            f"{self._where(offset, record)}: {what}; the shard is damaged, "
+            "re-create or re-download it",
+            url=self._url,
+            offset=offset,
+            record=record,
+        )

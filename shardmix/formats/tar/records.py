@@ -17,11 +17,10 @@ from shardmix.errors import CorruptShardError, ShardmixError
 from shardmix.formats._common import KEY_FIELD
 from shardmix.formats.blocks import BlockColumns, RecordBlock
 from shardmix.formats.registry import LocatedSample
-from shardmix.formats.tar.damage import RecordDamage
-from shardmix.formats.tar.headers import BLOCK, Run
+from shardmix.formats.tar.headers import BLOCK, Member, Run
 from shardmix.formats.tar.members import TarMembers
 from shardmix.formats.tar.names import split_member_name
-from shardmix.policy import DamageHandler
+from shardmix.policy import Damage, DamageHandler
 
 # A block is handed on past this many records, or this many member bytes: about what one run
 # of a 64 KiB read buffer gives on plain members of small records.
@@ -66,13 +65,21 @@ class _Reading:
         self.past_last = False
 
 
-class TarRecords(RecordDamage):
-    """Groups the members of one tar stream into records, and reports their damage."""
+class TarRecords:
+    """Groups the members of one tar stream into records, and reports their damage: with a
+    damage handler, a record's damage is held until the record ends and reported with the bytes
+    it spanned; without one, it is raised at once."""
 
     def __init__(
         self, members: TarMembers, max_member_bytes: int, on_damage: DamageHandler | None
     ) -> None:
-        super().__init__(members, max_member_bytes, on_damage)
+        self.members = members
+        self._max_member_bytes = max_member_bytes
+        self._on_damage = on_damage
+        self.records = 0  # records begun so far
+        self.cut_at: int | None = None  # the first record lost with the framing, if reported
+        self._record_offset = 0  # offset of the current record's first entry
+        self._damage: CorruptShardError | None = None  # of the current record, not yet reported
         self.index_every = 0  # when > 0: note the offset of every ``index_every``-th record
         self.index: list[int] = []
 
@@ -286,8 +293,21 @@ class TarRecords(RecordDamage):
         read = record >= state.start if wanted is None else record in wanted
         state.sample = {KEY_FIELD: key} if read else None
         state.fields = set()
-        reappeared = self._begin_record(key, entry, run, index, state.first_seen)
-        if reappeared is not None:
+        self.records += 1
+        self._record_offset = entry
+        if self.index_every and record % self.index_every == 0:
+            self.index.append(entry)
+        offset = run.base + run.headers[index]
+        earlier = state.first_seen.get(key)
+        state.first_seen[key] = (record, offset)
+        if earlier is not None:
+            reappeared = self.members.error(
+                f"key {key!r} appears again at member {run.first + index} after its record "
+                f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
+                "one sample must be consecutive",
+                record=record,
+                offset=offset,
+            )
             self._damaged(reappeared, record, state.start)
             state.sample = None
         return False
@@ -337,29 +357,71 @@ class TarRecords(RecordDamage):
             "expected a tar record here, found the end of the archive", record=record, offset=offset
         )
 
-    def _begin_record(
-        self,
-        key: str,
-        entry_offset: int,
-        run: Run,
-        index: int,
-        first_seen: dict[str, tuple[int, int]],
-    ) -> CorruptShardError | None:
-        """Count a new record, begun by member ``index`` of ``run`` at ``entry_offset``; the
-        error if its key was seen before (its sample ended)."""
-        offset = run.base + run.headers[index]
-        earlier = first_seen.get(key)
-        self.records += 1
-        self._record_offset = entry_offset
-        if self.index_every and (self.records - 1) % self.index_every == 0:
-            self.index.append(entry_offset)
-        first_seen[key] = (self.records - 1, offset)
-        if earlier is None:
-            return None
+    # -- damage ----------------------------------------------------------------------------
+
+    def _misnamed(self, field: str, record: int, member: Member) -> CorruptShardError:
+        _, offset, number, name, _, _ = member
+        if field.startswith("__"):
+            return self.members.error(
+                f"tar member {number} {name!r} has field {field!r}: field names starting with "
+                "__ are reserved for shardmix's provenance keys (__key__, __source__, "
+                "__index__, __offset__); rename the member",
+                record=record,
+                offset=offset,
+            )
+        hint = ""
+        if "." in field:
+            key = name[: len(name) - len(field) - 1]
+            hint = (
+                f" (a key ends at the first dot of a member's base name, so {name!r} is field "
+                f"{field!r} of key {key!r}: a key holding a dot splits there; write keys "
+                "without dots)"
+            )
         return self.members.error(
-            f"key {key!r} appears again at member {run.first + index} after its record "
-            f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
-            "one sample must be consecutive",
-            record=self.records - 1,
+            f"tar member {number} {name!r} repeats field {field!r} of its sample{hint}",
+            record=record,
             offset=offset,
         )
+
+    def _too_large(self, record: int, member: Member) -> CorruptShardError:
+        _, offset, number, name, size, _ = member
+        return self.members.error(
+            f"tar member {number} {name!r} declares {size} bytes of data, more than "
+            f"max_member_bytes={self._max_member_bytes} (raise max_member_bytes if the shard "
+            "really holds members this large)",
+            record=record,
+            offset=offset,
+        )
+
+    def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
+        """A record with intact framing is damaged: raise, or drop it (reported when it ends;
+        not at all before ``start``, where the record is not being read)."""
+        if self._on_damage is None:
+            raise error
+        if record >= start and self._damage is None:
+            self._damage = error
+
+    def _end_record(self, record: int, end: int) -> None:
+        """Report the damage of the record that just ended at byte ``end``."""
+        error, self._damage = self._damage, None
+        if error is not None and self._on_damage is not None:
+            size = end - self._record_offset
+            self._on_damage(Damage(error, record, self._record_offset, size))
+
+    def _lost(self, error: ShardmixError, record: int, start: int) -> bool:
+        """The framing is lost in ``record``: whether to raise (else the rest was reported)."""
+        if self._on_damage is None or not isinstance(error, CorruptShardError):
+            return True
+        if self.members.ended:  # junk after the end: every record is whole, the last one too
+            self._end_record(record, self.members.entry_offset)
+            record += 1
+            offset = error.offset
+        else:
+            pending, self._damage = self._damage, None
+            if pending is not None:  # report the record's own damage too
+                size = self.members.offset - self._record_offset
+                self._on_damage(Damage(pending, record, self._record_offset, size))
+            offset = self._record_offset if record >= 0 else error.offset
+        self.cut_at = max(record, 0)
+        self._on_damage(Damage(error, max(record, start, 0), offset, rest_of_shard=True))
+        return False
