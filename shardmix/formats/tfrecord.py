@@ -71,12 +71,7 @@ from shardmix.formats.tfrecord_framing import (
 )
 from shardmix.policy import DamageHandler
 
-__all__ = [
-    "TFRecordReader",
-    "masked_crc",
-    "read_tfrecord_records",
-    "shard_stem",
-]
+__all__ = ["TFRecordReader", "masked_crc", "read_tfrecord_records", "shard_stem"]
 
 _NOT_EXAMPLE = (
     "the record is not a tf.train.Example ({}); "

@@ -403,39 +403,33 @@ class TarMembers:
 
     # -- errors, where the walk stands -----------------------------------------------------
 
-    def _where(self, offset: int, record: int | None = None) -> str:
+    def error(
+        self,
+        what: str,
+        *,
+        record: int | None = None,
+        offset: int | None = None,
+        head: bytes = b"",
+        cut: bool = False,
+    ) -> CorruptShardError:
+        """The error at ``offset`` (None: the current header's); ``cut``: a truncation. At
+        offset 0, a ``head`` that looks like another format says so instead of the remedy."""
+        offset = self.offset if offset is None else offset
+        kind, state = (TruncatedShardError, "truncated") if cut else (CorruptShardError, "damaged")
         where = describe_position(self._url, record=record, offset=offset)
-        return where + (" (in the decompressed stream)" if self._gzipped else "")
+        where += " (in the decompressed stream)" if self._gzipped else ""
+        remedy = f"the shard is {state}, re-create or re-download it"
+        if head and not offset:
+            remedy = format_hint(head, "tar", self._gzipped, inflated=self._gzipped) or remedy
+        return kind(f"{where}: {what}; {remedy}", url=self._url, offset=offset, record=record)
 
     def corrupt(
         self, what: str, offset: int | None = None, record: int | None = None, head: bytes = b""
     ) -> NoReturn:
-        offset = self.offset if offset is None else offset
-        remedy = self._other_format(head, offset) or (
-            "the shard is damaged, re-create or re-download it"
-        )
-        raise CorruptShardError(
-            f"{self._where(offset, record)}: {what}; {remedy}",
-            url=self._url,
-            offset=offset,
-            record=record,
-        )
-
-    def _other_format(self, head: bytes, offset: int) -> str | None:
-        """At offset 0, what to do when ``head`` looks like another format (else None)."""
-        if offset or not head:
-            return None
-        return format_hint(head, "tar", self._gzipped, inflated=self._gzipped)
+        raise self.error(what, record=record, offset=offset, head=head)
 
     def _truncated(self, what: str, offset: int, head: bytes = b"") -> NoReturn:
-        remedy = self._other_format(head, offset) or (
-            "the shard is truncated, re-create or re-download it"
-        )
-        raise TruncatedShardError(
-            f"{self._where(offset)}: {what}; {remedy}",
-            url=self._url,
-            offset=offset,
-        )
+        raise self.error(what, offset=offset, head=head, cut=True)
 
     def _member_cut(self, found: int) -> NoReturn:
         self._truncated(
@@ -460,13 +454,3 @@ class TarMembers:
                 offset,
             )
         self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset, block)
-
-    def error(self, what: str, *, record: int, offset: int | None = None) -> CorruptShardError:
-        offset = self.offset if offset is None else offset
-        return CorruptShardError(
-            f"{self._where(offset, record)}: {what}; the shard is damaged, "
-            "re-create or re-download it",
-            url=self._url,
-            offset=offset,
-            record=record,
-        )
