@@ -6,7 +6,7 @@ The tar and TFRecord modules own their framing; what is the same around it lives
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, BinaryIO, Self
@@ -118,6 +118,26 @@ def is_seekable(stream: BinaryIO) -> bool:
         return bool(stream.seekable())
     except (AttributeError, OSError, ValueError):
         return False
+
+
+# Longer reads go in chunks, since a buffered read allocates the whole size it is asked for up
+# front: memory then follows the bytes found, not a damaged size field.
+READ_CHUNK = 1 << 24
+
+
+def read_up_to(read: Callable[[int], bytes], size: int) -> bytes:
+    """Up to ``size`` bytes from ``read``, fewer only at the end of the stream."""
+    data = read(min(size, READ_CHUNK))
+    if len(data) == size or not data:
+        return data
+    parts, missing = [data], size - len(data)
+    while missing:
+        part = read(min(missing, READ_CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        missing -= len(part)
+    return b"".join(parts)
 
 
 def inflated(stream: BinaryIO, url: str, *, gzipped: bool, max_inflated_bytes: int) -> BinaryIO:

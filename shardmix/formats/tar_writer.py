@@ -25,20 +25,18 @@ from shardmix.formats._common import (
     reserved_message,
 )
 from shardmix.formats.registry import Format, register_writer
-from shardmix.formats.tar.headers import BLOCK as _BLOCK
-from shardmix.formats.tar.headers import POSIX_MAGIC as _POSIX_MAGIC
-from shardmix.formats.tar.headers import padded
+from shardmix.formats.tar.headers import BLOCK, POSIX_MAGIC, padded
 from shardmix.formats.tar.names import split_member_name
 
 
 def _template() -> bytes:
-    header = bytearray(_BLOCK)
+    header = bytearray(BLOCK)
     header[100:108] = b"0000644\x00"  # mode
     header[108:116] = b"0000000\x00"  # uid
     header[116:124] = b"0000000\x00"  # gid
     header[136:148] = b"00000000000\x00"  # mtime
     header[148:156] = b" " * 8  # checksum, summed as spaces
-    header[257:265] = _POSIX_MAGIC + b"00"
+    header[257:265] = POSIX_MAGIC + b"00"
     header[329:345] = b"0000000\x00" * 2  # devmajor, devminor
     return bytes(header)
 
@@ -80,7 +78,7 @@ def _member_blocks(name: bytes, data: bytes) -> list[bytes]:
 
 
 def _padding(size: int) -> bytes:
-    return bytes(-size % _BLOCK)
+    return bytes(-size % BLOCK)
 
 
 def _encode_value(key: str, field: str, value: Any) -> bytes:
@@ -182,7 +180,7 @@ class TarWriter(Closing):
         self._closed = True
         try:
             if complete:
-                self._emit(bytes(2 * _BLOCK))
+                self._emit(bytes(2 * BLOCK))
             if self._gzip is not None:
                 self._gzip.close()
         finally:
@@ -237,7 +235,7 @@ class TarShardFormat:
 
     @property
     def end_size(self) -> int:
-        return 2 * _BLOCK  # the end-of-archive blocks
+        return 2 * BLOCK  # the end-of-archive blocks
 
     def can_index(self, *, gzip: bool) -> bool:
         return False
@@ -248,8 +246,8 @@ class TarShardFormat:
         for name, size in zip(fields, sizes, strict=True):
             member = len(f"{key}.{name}".encode("utf-8", "surrogateescape"))
             if member > 100:  # a pax header block and its record
-                total += _BLOCK + padded(member + 20)
-            total += _BLOCK + padded(size)
+                total += BLOCK + padded(member + 20)
+            total += BLOCK + padded(size)
         return total
 
     def open(self, stream: BinaryIO, *, gzip: bool) -> TarSampleWriter:

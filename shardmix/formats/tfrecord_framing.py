@@ -24,7 +24,7 @@ from shardmix.errors import (
     TruncatedShardError,
     describe_position,
 )
-from shardmix.formats._common import is_seekable
+from shardmix.formats._common import READ_CHUNK, is_seekable, read_up_to
 from shardmix.formats.sniff import HEAD_BYTES, format_hint
 from shardmix.policy import Damage, DamageHandler
 
@@ -36,9 +36,6 @@ FOOTER_SIZE = CRC.size  # 4
 MASK_DELTA = 0xA282EAD8
 MASK32 = 0xFFFFFFFF
 _SKIP_CHUNK = 1 << 20
-# Reads of at most this many bytes are one call; longer ones from a stream of unknown size go
-# in chunks, since a buffered read allocates the whole size it is asked for up front.
-_READ_CHUNK = 1 << 24
 DEFAULT_MAX_RECORD_BYTES = 1 << 30
 
 
@@ -75,7 +72,7 @@ class Framing:
         # bytes from the stream's starting position to its end, when it can be known cheaply
         self.size = _remaining_size(stream) if self.seekable else None
         # records up to this length are read in one call (their length fits the known size)
-        self.direct_read = max_record_bytes if self.size is not None else _READ_CHUNK
+        self.direct_read = max_record_bytes if self.size is not None else READ_CHUNK
 
     def where(self, record: int, offset: int) -> str:
         where = describe_position(self.url, offset=offset, record=record)
@@ -130,19 +127,6 @@ class Framing:
         self.on_damage(Damage(error, record, offset, rest, rest_of_shard=True))
         return False
 
-    def read_up_to(self, size: int) -> bytes:
-        """Up to ``size`` bytes (fewer at the end), ``_READ_CHUNK`` at a time, so memory follows
-        the bytes found."""
-        parts = []
-        found = 0
-        while found < size:
-            more = self.stream.read(min(size - found, _READ_CHUNK))
-            if not more:
-                break
-            parts.append(more)
-            found += len(more)
-        return b"".join(parts)
-
     def header(self, header: bytes, record: int, offset: int) -> int:
         """The data length a complete 12-byte header announces, after checking it."""
         length, stored = HEADER.unpack(header)
@@ -175,7 +159,7 @@ class Framing:
         if len(header) != HEADER_SIZE:
             if not header:
                 return None
-            header += self.read_up_to(HEADER_SIZE - len(header))
+            header += read_up_to(self.stream.read, HEADER_SIZE - len(header))
             if len(header) < HEADER_SIZE:
                 raise self.truncated(record, offset, "header", HEADER_SIZE, len(header))
         return self.header(header, record, offset)
@@ -238,7 +222,7 @@ def read_rest(
     """Data and data CRC of a record, after the ``begun`` bytes of them read already (a short
     read: a raw stream, or a truncation; none: a large record from a stream of unknown size)."""
     wanted = length + FOOTER_SIZE
-    framed = begun + framing.read_up_to(wanted - len(begun))
+    framed = begun + read_up_to(framing.stream.read, wanted - len(begun))
     if len(framed) < wanted:
         raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
     return framed[:length], framed[length:]

@@ -20,7 +20,6 @@ NO_DATA = frozenset(b"123456")  # links, devices, directories, FIFOs: no data bl
 METADATA = frozenset(b"g")  # pax global headers: about no member of ours
 NOT_FILES = frozenset(b"DMV")  # GNU dumpdirs, multi-volume parts, volume labels: data, no file
 SKIP_BY_READING = 1 << 16  # skips up to this size read the bytes; longer ones seek
-READ_CHUNK = 1 << 24  # longer reads go in chunks, so a damaged size cannot allocate much
 MAX_META_BYTES = 1 << 20  # the largest GNU long name or pax header we read
 MAX_SIZE = 1 << 62  # larger member sizes are damage, not data
 POSIX_MAGIC = b"ustar\x00"

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, NoReturn
 
 from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
-from shardmix.formats._common import is_seekable
+from shardmix.formats._common import READ_CHUNK, is_seekable, read_up_to
 from shardmix.formats.sniff import format_hint
 from shardmix.formats.tar.headers import (
     BLOCK,
@@ -29,7 +29,6 @@ from shardmix.formats.tar.headers import (
     NO_DATA,
     NOT_FILES,
     POSIX_MAGIC,
-    READ_CHUNK,
     SKIP_BY_READING,
     ZERO_BLOCK,
     Run,
@@ -93,20 +92,6 @@ class TarMembers:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _read_exact(self, count: int) -> bytes:
-        """Up to ``count`` bytes; fewer only at the end of the stream."""
-        data = self._read(min(count, READ_CHUNK))
-        if len(data) == count or not data:
-            return data
-        parts, missing = [data], count - len(data)
-        while missing:
-            part = self._read(min(missing, READ_CHUNK))
-            if not part:
-                break
-            parts.append(part)
-            missing -= len(part)
-        return b"".join(parts)
-
     def _skip_pending(self) -> None:
         """Move past the rest of the current member without keeping its bytes."""
         pending = self._pending
@@ -128,7 +113,7 @@ class TarMembers:
         pending = self._pending
         if pending > SKIP_BY_READING:
             self._skip_pending()
-            block = self._read_exact(BLOCK)
+            block = read_up_to(self._read, BLOCK)
             if len(block) < BLOCK and self.seekable:
                 self._check_seek_end(len(block))
         else:
@@ -147,7 +132,7 @@ class TarMembers:
     def _complete(self, block: bytes, count: int) -> bytes:
         """Finish a short read of the rest of a member plus the next header."""
         if block:
-            block += self._read_exact(count - len(block))
+            block += read_up_to(self._read, count - len(block))
         if len(block) < self._pending:
             self._member_cut(padded(self.size) - self._pending + len(block))
         return block
@@ -170,7 +155,7 @@ class TarMembers:
         if self.link is not None:
             return self._linked_data(self.link)
         size = self.size
-        data = self._read_exact(size)
+        data = read_up_to(self._read, size)
         if len(data) < size:
             self._member_cut(len(data))
         self._pending -= size
@@ -381,7 +366,7 @@ class TarMembers:
 
     def _check_end(self) -> None:
         """After a zero block: accept a second one or EOF, then only zero padding."""
-        block = self._read_exact(BLOCK)
+        block = read_up_to(self._read, BLOCK)
         if block.count(0) != len(block):
             self.corrupt("a lone zero block is followed by data (a damaged header?)")
         offset = self.offset + BLOCK + len(block)
