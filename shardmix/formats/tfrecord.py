@@ -208,17 +208,15 @@ class _ReservedField(DecodeError):
 def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Exception) -> None:
     """Report one record whose payload is no sample (its cause a DecodeError or UTF-8's)."""
     record, offset = located
-    where = framing.where(record, offset)
-    kind: type[DecodeError] = DecodeError
-    if isinstance(cause, DecodedSizeError):
-        kind, message = DecodedSizeError, f"{where}: {cause}"
-    elif isinstance(cause, _ReservedField):
-        message = f"{where}: {cause}"
+    kind = DecodedSizeError if isinstance(cause, DecodedSizeError) else DecodeError
+    if isinstance(cause, (DecodedSizeError, _ReservedField)):
+        what = str(cause)
     elif isinstance(cause, UnicodeDecodeError):
-        message = f"{where}: the __key__ feature is not UTF-8 text"
+        what = "the __key__ feature is not UTF-8 text"
     else:
-        message = f"{where}: {_NOT_EXAMPLE.format(cause)}"
-    error = kind(message, url=framing.url, offset=offset, record=record)
+        what = _NOT_EXAMPLE.format(cause)
+    where = framing.where(record, offset)
+    error = kind(f"{where}: {what}", url=framing.url, offset=offset, record=record)
     error.__cause__ = cause
     framing.damaged(error, record, offset, HEADER_SIZE + size + FOOTER_SIZE)
 
