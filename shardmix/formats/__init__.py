@@ -1,22 +1,15 @@
 """Shard formats: turn a shard's bytes into samples, and samples into shards.
 
-The read API is :class:`~shardmix.formats.registry.ShardReader` and the registry:
-``reader_for(fmt, options)`` gives the reader of a :class:`Format`; what every read promises
-(record indices, byte offsets, cheap skipping, damage, size limits, gzip) is said there once.
-Readers know nothing of workers, ranks or torch. One module per format implements a reader and
-registers it (:mod:`~shardmix.formats.tar`, :mod:`~shardmix.formats.tfrecord`); a
-:class:`~shardmix.formats.registry.BlockReader` (tar's) also gives its records in
-:class:`~shardmix.formats.blocks.RecordBlock` objects, fields as columns. ``writer_for(fmt)``
-gives the write side ``shardmix convert`` uses (:mod:`~shardmix.formats.tar_writer`,
-:mod:`~shardmix.formats.tfrecord_writer`). :class:`Sample` and the names of shardmix's own
-fields (:data:`KEY_FIELD`, :data:`SOURCE_KEY`, ...) are defined once, in
+The read API is :class:`~shardmix.formats.registry.ShardReader`, whose docstring says once what
+every read promises, and ``reader_for(fmt, options)``; ``writer_for(fmt)`` gives the write side
+``shardmix convert`` uses. Readers know nothing of workers, ranks or torch. :class:`Sample` and
+the names of shardmix's own fields (:data:`KEY_FIELD`, ...) are defined in
 :mod:`~shardmix.formats._common`.
 
 The functions below are that API for one call each, for callers holding a format rather than a
 reader: :func:`read_samples` (from record ``start`` on), :func:`read_samples_at` (only some
-records, by index, for streams that cannot seek or are compressed) and
-:func:`read_samples_at_offsets` (records at stored byte offsets of a seekable, uncompressed
-shard: how a restored shuffle buffer is re-read).
+records, by index) and :func:`read_samples_at_offsets` (records at stored byte offsets of a
+seekable, uncompressed shard: how a restored shuffle buffer is re-read).
 """
 
 from __future__ import annotations
@@ -40,7 +33,6 @@ from shardmix.formats._common import (
     ShardRead,
     is_seekable,
     samples_only,
-    wanted_records,
     without_offsets,
 )
 from shardmix.formats.blocks import RecordBlock
@@ -125,17 +117,12 @@ def read_samples_at(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
 
-    ``records``: record indices, ascending and unique (checked at the call; empty reads
-    nothing). As a reader's ``records_wanted``: the records between are walked cheaply,
-    reading stops after the last one wanted, and an index past the end is simply not yielded
-    (the caller decides what that means). ``tagged``: read with the reader whose samples carry
-    their own tag, if the format has one (:func:`~shardmix.formats.tags.tagging_reader`).
+    ``records``: ascending and unique (checked at the call). As a reader's ``records_wanted``:
+    an index past the end is not yielded (the caller decides what that means). ``tagged``: read
+    with the reader whose samples carry their own tag, if the format has one
+    (:func:`~shardmix.formats.tags.tagging_reader`).
     """
-    wanted = wanted_records(records)
-    if not wanted:
-        return iter(())
-    reader = _reader(fmt, options, tagged)
-    found = reader.records_wanted(stream, url, wanted, on_damage=on_damage)
+    found = _reader(fmt, options, tagged).records_wanted(stream, url, records, on_damage=on_damage)
     return without_offsets(found)
 
 
@@ -155,10 +142,10 @@ def read_samples_at_offsets(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
 
-    As a reader's ``records_at``: one seek and one record per offset, checked as a full read
-    checks it; a stale offset raises :class:`~shardmix.errors.CorruptShardError`, noted as
-    such. The stream must be seekable and uncompressed (:func:`can_seek_records`; otherwise
-    :func:`read_samples_at` walks the framing). ``tagged``: as for :func:`read_samples_at`.
+    As a reader's ``records_at``; a stale offset raises
+    :class:`~shardmix.errors.CorruptShardError`, noted as such. The stream must pass
+    :func:`can_seek_records` (otherwise :func:`read_samples_at` walks the framing).
+    ``tagged``: as for :func:`read_samples_at`.
     """
     if not can_seek_records(stream, url):
         raise ValueError(

@@ -1,14 +1,12 @@
 """Plumbing the format readers share: argument checks, gzip wrapping, stripping positions.
 
-The tar and TFRecord modules own their framing; what is the same around it lives here, so
-that each format's reader is its framing plus calls to these. Finding a format's reader is
-:mod:`shardmix.formats.registry`'s.
+The tar and TFRecord modules own their framing; what is the same around it lives here.
 """
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, BinaryIO, Self
@@ -19,12 +17,12 @@ from shardmix.policy import DamageHandler
 # What a record becomes: its fields by name, KEY_FIELD among them.
 Sample = dict[str, Any]
 
-# The names shardmix gives fields of its own in a sample. KEY_FIELD is every sample's key, read
-# and written. Provenance, which a sample read back carries (a writer leaves it out): the shard's
-# URL, the record's index and byte offset, the mixture member. Markers, which no sample a user
-# sees holds: the record's tag (formats.tags), a dropped sample's reason, a sample's stated size,
-# the worker that read it, a whole sample in a Ray column. A shard's field under one of these
-# would be overwritten or taken for a marker, so readers and writers refuse them by name.
+# The names shardmix gives fields of its own in a sample. KEY_FIELD is every sample's key.
+# Provenance, which a sample read back carries: the shard's URL, the record's index and byte
+# offset, the mixture member. Markers, which no sample a user sees holds: the record's tag, a
+# dropped sample's reason, its stated size, the worker that read it, a whole sample in a Ray
+# column. A shard's field under one of these would be overwritten or taken for a marker, so
+# readers and writers refuse them by name.
 KEY_FIELD = "__key__"
 SOURCE_KEY, INDEX_KEY, OFFSET_KEY, DATASET_KEY = (
     "__source__",
@@ -57,7 +55,7 @@ def reserved_message(field: str, noun: str = "field") -> str:
 
 
 def wanted_records(records: Sequence[int]) -> list[int]:
-    """``records`` as a list, checked to be record indices in ascending order without repeats.
+    """``records`` as a list, checked to be record indices, ascending without repeats.
 
     >>> wanted_records((0, 3, 7))
     [0, 3, 7]
@@ -122,6 +120,26 @@ def is_seekable(stream: BinaryIO) -> bool:
         return False
 
 
+# Longer reads go in chunks, since a buffered read allocates the whole size it is asked for up
+# front: memory then follows the bytes found, not a damaged size field.
+READ_CHUNK = 1 << 24
+
+
+def read_up_to(read: Callable[[int], bytes], size: int) -> bytes:
+    """Up to ``size`` bytes from ``read``, fewer only at the end of the stream."""
+    data = read(min(size, READ_CHUNK))
+    if len(data) == size or not data:
+        return data
+    parts, missing = [data], size - len(data)
+    while missing:
+        part = read(min(missing, READ_CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        missing -= len(part)
+    return b"".join(parts)
+
+
 def inflated(stream: BinaryIO, url: str, *, gzipped: bool, max_inflated_bytes: int) -> BinaryIO:
     """The decompressed bytes of ``stream`` when ``gzipped``, else ``stream`` itself."""
     if gzipped:
@@ -147,10 +165,9 @@ def deterministic_gzip(raw: BinaryIO) -> gzip.GzipFile:
 
 
 class Closing:
-    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises.
-
-    A base class for one contract that tar's, TFRecord's and convert's writers share, and
-    nothing else: each defines ``close`` (and ``abort``, where it differs) itself."""
+    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises
+    (tar's, TFRecord's and convert's writers each define ``close``, and ``abort`` if it differs).
+    """
 
     def close(self) -> object:
         raise NotImplementedError

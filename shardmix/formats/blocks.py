@@ -1,22 +1,15 @@
 """Record blocks: consecutive records of one shard, their fields as columns; and the located
 sample, what a record read alone becomes.
 
-:data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by
-and a reader seeks to; :data:`LocatedSample` is ``(record index, byte offset, sample)``, what
-every :class:`~shardmix.formats.registry.ShardReader` gives.
+:data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by;
+:data:`LocatedSample` is ``(record index, byte offset, sample)``, what every read gives.
 
-A :class:`~shardmix.formats.registry.BlockReader` (tar's) gives, from ``blocks()``, the records
-it reads as :class:`RecordBlock` objects rather than one sample dict each: per record its index,
-byte offset and key, per field one list of values. On shards of small records, a dict per
-sample (built by the reader, given its provenance by the lane, taken apart again into columns
-by the worker's :class:`~shardmix.reading.chunks.ChunkBuilder`) costs a worker more than reading the
-record; a block goes from the reader to the chunk's columns with a few list operations per
-record. Every record of a block has the same fields, in the same order; a record that has
-others comes in a block of its own. :class:`BlockColumns` holds the records a reader has read
-until it hands them on.
-
-:meth:`RecordBlock.located` gives the records back as located samples, equal to those a
-plain read gives.
+A :class:`~shardmix.formats.registry.BlockReader` (tar's) gives its records as
+:class:`RecordBlock` objects: per record its index, byte offset and key, per field one list of
+values. On shards of small records, a dict per sample (built by the reader, taken apart again
+into columns by the worker's :class:`~shardmix.reading.chunks.ChunkBuilder`) costs a worker
+more than reading the record; a block goes to the chunk's columns with a few list operations
+per record. Every record of a block has the same fields, in the same order.
 """
 
 from __future__ import annotations
@@ -55,23 +48,12 @@ class RecordBlock:
 
     def split(self, count: int) -> tuple[RecordBlock, RecordBlock]:
         """The first ``count`` records, and the rest."""
-        head = RecordBlock(
-            self.records[:count],
-            self.offsets[:count],
-            self.keys[:count],
-            self.fields,
-            [column[:count] for column in self.values],
-            self.source,
-        )
-        tail = RecordBlock(
-            self.records[count:],
-            self.offsets[count:],
-            self.keys[count:],
-            self.fields,
-            [column[count:] for column in self.values],
-            self.source,
-        )
-        return head, tail
+        return self._part(slice(count)), self._part(slice(count, None))
+
+    def _part(self, part: slice) -> RecordBlock:
+        records, offsets, keys = self.records[part], self.offsets[part], self.keys[part]
+        values = [column[part] for column in self.values]
+        return RecordBlock(records, offsets, keys, self.fields, values, self.source)
 
     def after(self, record: int) -> RecordBlock:
         """The block's records past ``record`` (itself when it holds none up to it)."""
@@ -106,9 +88,8 @@ class RecordBlock:
 
 class BlockColumns:
     """A reader's records as it reads them, in columns, until they are handed on as a
-    :class:`RecordBlock`: per record its key, index and offset, per field (``layout``) one list.
-    The reader appends to the lists that :meth:`columns` gives; the last record may still be
-    in progress, its first fields filled."""
+    :class:`RecordBlock`. The reader appends to the lists that :meth:`columns` gives; the last
+    record may still be in progress, its first fields filled."""
 
     def __init__(self) -> None:
         self._new()
@@ -137,8 +118,7 @@ class BlockColumns:
         self, blocks: bool, keep_last: bool = False
     ) -> list[LocatedSample] | list[RecordBlock]:
         """Hand on the records (all but the last, which may go on, with ``keep_last``): as one
-        :class:`RecordBlock`, or with ``blocks`` False as located samples. What is kept stays
-        in the lists, the block's layout with it."""
+        :class:`RecordBlock`, or with ``blocks`` False as located samples."""
         count = len(self.keys) - keep_last
         if count <= 0:
             if not keep_last:
@@ -153,11 +133,7 @@ class BlockColumns:
             [column[:count] for column in values],
         )
         if keep_last:
-            self.keys, self.records, self.offsets = (
-                self.keys[count:],
-                self.records[count:],
-                self.offsets[count:],
-            )
+            del self.keys[:count], self.records[:count], self.offsets[:count]
             self.values = [column[count:] for column in values]
         else:
             self._new()

@@ -5,11 +5,9 @@ Python's ``gzip`` reports a truncated member as a bare ``EOFError`` and a damage
 :class:`~shardmix.errors.CorruptShardError` that names the URL and the offset reached in the
 decompressed stream, so the format readers above it never see a gzip-specific exception.
 
-It also bounds what one shard may inflate to (``max_inflated_bytes``). Memory is already
-bounded by the readers' per-record limits (``max_record_bytes``, ``max_member_bytes``); this
-limit bounds the time and work a decompression bomb (a few kilobytes that inflate to
-terabytes) can take. The default, 64 GiB, is far above any sensible shard (shards are usually
-100 MB to a few GB), so it only ever stops a bomb or a mistake.
+It also bounds what one shard may inflate to (``max_inflated_bytes``): memory is bounded by
+the readers' per-record limits already; this bounds the time a decompression bomb can take.
+The default, 64 GiB, is far above any sensible shard, so it only ever stops a bomb or a mistake.
 """
 
 from __future__ import annotations

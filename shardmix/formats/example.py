@@ -2,15 +2,13 @@
 
 The message classes are built at import time from a descriptor written out in code, in the
 ``tensorflow`` protobuf package so that field numbers, wire format and full names match what
-TensorFlow writes. They live in a private descriptor pool, so importing TensorFlow in the same
-process never clashes with them.
+TensorFlow writes, in a private descriptor pool, so importing TensorFlow never clashes with them.
 
 Decoding is on the per-sample hot path; it maps each feature to the cheapest useful Python
 value: ``int64_list`` to an ``int64`` array, ``float_list`` to a ``float32`` array,
 ``bytes_list`` to ``bytes`` (one value) or ``list[bytes]`` (any other count), and a feature
-with no kind set to ``[]``. A record laid out as one before it is decoded by slicing, without
-protobuf (:mod:`shardmix.formats.example_layout`: the same values, found faster). Framing
-(the TFRecord container) is :mod:`shardmix.formats.tfrecord`'s.
+with no kind set to ``[]``. A record laid out as one before it is decoded by slicing
+(:mod:`shardmix.formats.example_layout`: the same values, found faster).
 """
 
 from __future__ import annotations
@@ -90,19 +88,13 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     return proto
 
 
-def _message_classes() -> dict[str, type[Message]]:
+def _example_class() -> type[Message]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_file_descriptor())
-    names = ("Example", "Features", "Feature", "BytesList", "FloatList", "Int64List")
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tensorflow.{name}"))
-        for name in names
-    }
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
 
 
-_CLASSES = _message_classes()
-Example: type[Message] = _CLASSES["Example"]
-Feature: type[Message] = _CLASSES["Feature"]
+Example: type[Message] = _example_class()
 
 _BYTES = "bytes_list"
 _FLOAT32 = np.dtype(np.float32)
@@ -111,45 +103,26 @@ _INT64 = np.dtype(np.int64)
 
 # ---------------------------------------------------------------------------------- decoding
 
-
-def _decode_bytes(feature: Any) -> bytes | list[bytes]:
-    values = feature.bytes_list.value
-    return values[0] if len(values) == 1 else list(values)
-
-
 # np.array() on a repeated field costs about 2 us whatever its length; np.fromiter() starts
 # cheaper but grows per value. They cross near 48 values (measured with protobuf's upb backend).
 _FROMITER_MAX = 48
 
 
-def _decode_float(feature: Any) -> np.ndarray:
-    values = feature.float_list.value
+def _array(values: Any, dtype: np.dtype) -> np.ndarray:
     count = len(values)
     if count <= _FROMITER_MAX:
-        return np.fromiter(values, dtype=_FLOAT32, count=count)
-    return np.array(values, dtype=_FLOAT32)
-
-
-def _decode_int64(feature: Any) -> np.ndarray:
-    values = feature.int64_list.value
-    count = len(values)
-    if count <= _FROMITER_MAX:
-        return np.fromiter(values, dtype=_INT64, count=count)
-    return np.array(values, dtype=_INT64)
-
-
-def _decode_unset(feature: Any) -> list[bytes]:
-    return []
+        return np.fromiter(values, dtype=dtype, count=count)
+    return np.array(values, dtype=dtype)
 
 
 # The layouts of the records this process has decoded (a cache: it changes no result).
 _LAYOUTS = Layouts()
 
+# Of the kinds other than bytes, which _parsed decodes inline.
 _DECODERS: dict[str | None, Callable[[Any], Any]] = {
-    "bytes_list": _decode_bytes,
-    "float_list": _decode_float,
-    "int64_list": _decode_int64,
-    None: _decode_unset,
+    "float_list": lambda feature: _array(feature.float_list.value, _FLOAT32),
+    "int64_list": lambda feature: _array(feature.int64_list.value, _INT64),
+    None: lambda feature: [],
 }
 
 

@@ -1,27 +1,22 @@
 """Example layouts: decode ``tf.train.Example`` records that share one wire layout by slicing.
 
 The records of a shard are mostly alike: the same feature names in the same order, one
-``bytes`` value of the same length each, one small integer. Protobuf parses each one anew,
-and reading its features back out of the message costs a worker several times the parse (a
-map lookup, a ``WhichOneof`` and a list per feature). A :class:`Layout` is learned from one
-record by walking its wire: where each value lies, and the bytes around the values (tags,
-lengths, feature names). A record of the same length holding the same bytes around its values
-is that layout with other values, so its features are slices of the payload (and varints read
-in place), and nothing else is parsed.
+``bytes`` value of the same length each, one small integer. Protobuf parses each one anew, and
+reading its features back out of the message costs a worker several times the parse. A
+:class:`Layout` is learned from one record by walking its wire: where each value lies, and the
+bytes around the values (tags, lengths, feature names). A record of the same length holding the
+same bytes around its values is that layout with other values: its features are slices of the
+payload (and varints read in place).
 
 Only the plainest layout is learned: one ``features`` field; map entries of a key (UTF-8) then
 a value, names all different; each feature a ``bytes_list`` of one or more values, or a packed
-``int64_list`` of one or more varints of at most 9 bytes (values in ``0 .. 2**63 - 1``). Anything
-else (floats, empty or unset features, negative integers, unknown or repeated fields) is left
-to protobuf, as is every record that differs from a known layout anywhere but inside its values.
-A layout is checked once as it is learned: it must decode its record to what protobuf gives,
-values, types and the order of the names, else it is not kept. The decoded size is bounded
-before a layout is used (:mod:`shardmix.formats.example_size`'s bound, on the record's length).
+``int64_list`` of one or more varints of at most 9 bytes (values in ``0 .. 2**63 - 1``).
+Anything else is left to protobuf. A layout is kept only if it decodes its record to what
+protobuf gives: values, types and the order of the names.
 
 :class:`Layouts` keeps the layouts learned in a process, by record length, and learns one only
-while the records they decoded pay for the walks (a shard whose records all differ is left to
-protobuf after a few walks). It changes how fast records decode, never what they decode to.
-The decoding itself is :mod:`shardmix.formats.example`'s.
+while the records they decoded pay for the walks. It changes how fast records decode, never
+what they decode to.
 """
 
 from __future__ import annotations
@@ -103,8 +98,7 @@ def _exact_varint(payload: bytes, start: int, stop: int) -> int:
 
 
 def _varint(payload: bytes, pos: int, end: int) -> tuple[int, int]:
-    """:func:`~shardmix.formats.example_size.varint_at`, of at most :data:`_MAX_VARINT` bytes
-    (any other is not of a layout learned here)."""
+    """:func:`~shardmix.formats.example_size.varint_at`, of at most :data:`_MAX_VARINT` bytes."""
     try:
         value, after = varint_at(payload, pos, end)
     except DecodeError:
@@ -219,8 +213,7 @@ def learn_layout(payload: bytes, decoded: dict[str, Any]) -> Layout | None:
 
 
 class Layouts:
-    """The layouts learned in one process, by record length, and what decides when to learn
-    another (see the module docstring)."""
+    """The layouts learned in one process, by record length, and when to learn another."""
 
     def __init__(self) -> None:
         self.by_size: dict[int, Layout] = {}

@@ -1,18 +1,12 @@
 """The decoded size of a ``tf.train.Example``, read from the wire before anything is decoded.
 
-A record of a few hundred KiB (less inside a gzip shard) can decode to gigabytes: a packed
-``int64_list`` spends one byte of wire per value and eight bytes decoded, an empty feature two
-bytes of wire and a dict entry, a key and a list decoded. Protobuf allocates all of it before
-returning, so the bound has to come first: :func:`decoded_size` walks the wire (tags, varints,
-lengths; no message object, no copy of the payload) and sums what decoding would allocate,
-stopping as soon as the sum passes the limit. It reads every wire type protobuf reads, unknown
-fields included, so no record escapes the bound by a layout protobuf accepts.
-
-The sums are estimates of what :func:`shardmix.formats.example.decode_example` builds, on the
-high side: numeric values at their array width, each bytes value with the overhead of a
-``bytes`` object and a list slot, each feature with a dict entry, its key and its value object.
-No estimate exceeds ``MAX_EXPANSION`` bytes per wire byte, so a payload of at most
-``limit // MAX_EXPANSION`` bytes cannot pass the limit and is not walked at all.
+A record of a few hundred KiB can decode to gigabytes: a packed ``int64_list`` spends one byte
+of wire per value and eight bytes decoded, an empty feature two bytes of wire and a dict entry,
+a key and a list decoded. Protobuf allocates all of it before returning, so the bound comes
+first: :func:`decoded_size_over` walks the wire (no message object, no copy of the payload),
+every wire type protobuf reads, and sums what decoding would allocate (on the high side),
+stopping as soon as the sum passes the limit. No estimate exceeds ``MAX_EXPANSION`` bytes per
+wire byte, so a payload of at most ``limit // MAX_EXPANSION`` bytes is not walked at all.
 """
 
 from __future__ import annotations
@@ -85,11 +79,9 @@ def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int
             pos = start + length
             if pos > end:
                 raise DecodeError(f"a field of {length} bytes runs past its message's end")
-            yield number, wire, start, pos
         else:
-            start = pos
-            pos = _skip(buf, pos, end, wire)
-            yield number, wire, start, pos
+            start, pos = pos, _skip(buf, pos, end, wire)
+        yield number, wire, start, pos
 
 
 def _low_bytes(buf: bytes, start: int, stop: int) -> int:
@@ -140,8 +132,8 @@ def _features_size(buf: bytes, start: int, stop: int, size: int, limit: int) -> 
 
 
 def decoded_size_over(payload: bytes, limit: int) -> int | None:
-    """The estimated decoded size of an Example when it passes ``limit`` (the sum where the walk
-    stopped), else None.
+    """The estimated decoded size of an Example when it passes ``limit`` (where the walk stopped),
+    else None.
 
     >>> decoded_size_over(b"\\x0a\\x00" * 10, 1000) is None  # ten empty Features fields
     True

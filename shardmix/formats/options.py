@@ -1,9 +1,7 @@
 """Reading options: how payloads become samples and the size limits checked before allocating.
 
-:class:`ReadOptions` holds the ``ShardDataset`` arguments a format reads by
-(``max_record_bytes``, ``tfrecord_payload``, ...), gathered once; each format's reader takes
-the fields it needs from it in its ``from_options``
-(see :mod:`shardmix.formats.registry`). Nothing here reads bytes.
+:class:`ReadOptions` holds the ``ShardDataset`` arguments a format reads by, gathered once;
+each format's reader takes the fields it needs in its ``from_options``.
 """
 
 from __future__ import annotations

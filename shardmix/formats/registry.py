@@ -2,21 +2,15 @@
 :class:`Format`, looked up by format.
 
 This module owns what names a format (the :class:`Format` enum, the URL extensions that imply
-one, whether a URL is gzip) and the maps from a format to the reader that reads it and to the
-writer side that ``shardmix convert`` writes it with, and nothing that reads or writes bytes.
-The format modules register their reader (and writer) when imported; :func:`reader_for` and
-:func:`writer_for` import a known format's module on first use, so protobuf is loaded only when
-a TFRecord shard is read or written. As in fsspec's registry, registering a second reader or
-writer for a format is refused unless ``clobber=True`` says so: neither changes silently.
+one, whether a URL is gzip) and the maps from a format to its reader and to its writer side,
+and nothing that reads or writes bytes. The format modules register themselves when imported;
+:func:`reader_for` and :func:`writer_for` import a built-in format's module on first use, so
+protobuf is loaded only when a TFRecord shard is read or written. As in fsspec's registry, a
+second registration for a format is refused unless ``clobber=True`` says so.
 
-Adding a format touches its own modules, which implement :class:`ShardReader` and
-:class:`ShardWriterFormat` and call :func:`register_reader` and :func:`register_writer`, and
-this one (a :class:`Format` member, its extensions, its modules).
-
-Words: a *located sample* is ``(record index, byte offset, sample)``, what every read yields;
-a *record position* is ``(record index, byte offset)``, what :meth:`ShardReader.records_at`
-takes (a checkpoint stores it). The offset is where the record starts in the shard (in the
-decompressed stream for a gzip shard).
+A *located sample* is ``(record index, byte offset, sample)``, what every read yields; a
+*record position* is ``(record index, byte offset)``. The offset is where the record starts in
+the shard (in the decompressed stream for a gzip shard).
 """
 
 from __future__ import annotations
@@ -53,17 +47,9 @@ _SUFFIXES: tuple[tuple[str, Format], ...] = (
 # Files written beside shards, never shards themselves.
 NOT_SHARD_SUFFIXES = (".manifest.json", ".idx", ".index", "record-counts.json")
 
-# The module that registers each built-in format's reader when imported.
-_MODULES: dict[Format, str] = {
-    Format.TAR: "shardmix.formats.tar",
-    Format.TFRECORD: "shardmix.formats.tfrecord",
-}
-
-# The module that registers each built-in format's writer when imported.
-_WRITER_MODULES: dict[Format, str] = {
-    Format.TAR: "shardmix.formats.tar_writer",
-    Format.TFRECORD: "shardmix.formats.tfrecord_writer",
-}
+# The modules that register each built-in format's reader and writer when imported.
+_MODULES = {Format.TAR: "shardmix.formats.tar", Format.TFRECORD: "shardmix.formats.tfrecord"}
+_WRITER_MODULES = {fmt: f"{module}_writer" for fmt, module in _MODULES.items()}
 
 
 def infer_format(url: str) -> Format:
@@ -101,17 +87,16 @@ def is_gzipped(url: str) -> bool:
 class ShardReader(Protocol):
     """Reads one format's shards: every read walks the format's one framing loop.
 
-    A reader holds its format's options only (it is cheap, immutable and picklable); each call
-    takes an open binary stream at the shard's start and the shard's URL (for error messages,
-    and for gzip when the reader was not told). Record ``i`` is the ``i``-th record in the
-    file, counting from zero, damaged ones included. Arguments are checked at the call, before
-    any byte is read; the bytes are read as the result is iterated.
+    A reader holds its format's options only (cheap, immutable, picklable); each call takes an
+    open binary stream at the shard's start and the shard's URL (for errors, and for gzip when
+    the reader was not told). Record ``i`` is the ``i``-th record in the file, damaged ones
+    included. Arguments are checked at the call; the bytes are read as the result is iterated.
 
     Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
-    naming the URL, the record index and the byte offset, unless ``on_damage`` is given: then
-    each damage is reported to it as a :class:`~shardmix.policy.Damage` instead. A damaged
-    record whose framing is intact is dropped (its index is missing) and reading goes on;
-    damage that loses the framing ends the shard.
+    naming the URL, the record index and the byte offset, or with ``on_damage`` is reported to
+    it as a :class:`~shardmix.policy.Damage`: a damaged record whose framing is intact is
+    dropped (its index is missing) and reading goes on; damage that loses the framing ends the
+    shard.
     """
 
     def records(
@@ -134,22 +119,16 @@ class ShardReader(Protocol):
         *,
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
-        """Located samples of the ``wanted`` records (ascending, unique), decoding only those.
-
-        The records between are walked as those before ``start`` are; reading stops after the
-        last wanted record. A wanted index past the end of the shard is simply not yielded.
-        """
+        """Located samples of the ``wanted`` records (ascending, unique), decoding only those;
+        the others are walked. A wanted index past the end of the shard is not yielded."""
         ...
 
     def records_at(
         self, stream: BinaryIO, url: str, positions: Sequence[RecordPosition]
     ) -> Iterator[LocatedSample]:
-        """One located sample per ``(record, offset)``: one seek and one record each.
-
-        ``stream`` is seekable and uncompressed. Each record is checked as a full read checks
-        it; no valid record at an offset (a stale one) raises
-        :class:`~shardmix.errors.CorruptShardError`; damage is never skipped here.
-        """
+        """One located sample per ``(record, offset)`` of a seekable, uncompressed ``stream``:
+        one seek and one record each, checked as a full read checks it; no valid record at an
+        offset (a stale one) raises :class:`~shardmix.errors.CorruptShardError`."""
         ...
 
     def count(self, stream: BinaryIO, url: str) -> int:
@@ -159,13 +138,9 @@ class ShardReader(Protocol):
     def index(
         self, stream: BinaryIO, url: str, every: int, on_damage: DamageHandler | None = None
     ) -> tuple[int, list[int]]:
-        """As :meth:`count`, plus the byte offsets of records ``0, every, 2 * every, ...``.
-
-        With ``on_damage``, a shard whose framing is lost is reported to it and counted up to
-        the damage (the records a read under ``on_error="skip"`` can reach), not raised.
-
-        The offsets are a sparse index for ``records(seek_from=...)`` (in the inflated stream
-        for a gzip shard, where they cannot be seeked to).
+        """As :meth:`count`, plus the byte offsets of records ``0, every, 2 * every, ...``: a
+        sparse index for ``ShardRead.seek_from``. With ``on_damage``, a shard whose framing is
+        lost is reported to it and counted up to the damage, not raised.
         """
         ...
 
@@ -196,7 +171,6 @@ def register_reader(fmt: Format, factory: ReaderFactory, *, clobber: bool = Fals
 
 
 def _register(table: dict[Format, T], what: str, fmt: Format, entry: T, clobber: bool) -> None:
-    """Put ``entry`` in ``table`` under ``fmt``, unless another is there and not ``clobber``."""
     known = table.get(fmt)
     if known is not None and known != entry and not clobber:
         raise ValueError(
@@ -206,23 +180,26 @@ def _register(table: dict[Format, T], what: str, fmt: Format, entry: T, clobber:
     table[fmt] = entry
 
 
+def _registered(table: dict[Format, T], modules: dict[Format, str], what: str, fmt: Format) -> T:
+    """``table``'s entry for ``fmt``, imported from its built-in module on first use."""
+    if fmt not in table and fmt in modules:
+        importlib.import_module(modules[fmt])
+    if fmt not in table:
+        raise ValueError(f"no {what} is registered for format {fmt!r}")
+    return table[fmt]
+
+
 def reader_for(fmt: Format, options: ReadOptions | None = None) -> ShardReader:
     """The reader of ``fmt`` with ``options`` (None: the defaults); imports a built-in format."""
-    factory = _FACTORIES.get(fmt)
-    if factory is None and fmt in _MODULES:
-        importlib.import_module(_MODULES[fmt])
-        factory = _FACTORIES.get(fmt)
-    if factory is None:
-        raise ValueError(f"no reader is registered for format {fmt!r}")
+    factory = _registered(_FACTORIES, _MODULES, "reader", fmt)
     return factory(ReadOptions() if options is None else options)
 
 
 class ShardSampleWriter(Protocol):
     """One shard being written by ``shardmix convert``: samples in, the format's records out.
 
-    ``records`` counts the records written, ``bytes_written`` the bytes of the format before
-    any compression (so a record's offset and length, for an index, are the difference around
-    one :meth:`write_sample`).
+    ``records`` counts the records written, ``bytes_written`` the bytes before any compression
+    (a record's offset and length, for an index, are the difference around a write).
     """
 
     @property
@@ -232,11 +209,8 @@ class ShardSampleWriter(Protocol):
     def bytes_written(self) -> int: ...
 
     def write_sample(self, sample: Mapping[str, Any]) -> None:
-        """Append one sample (``"__key__"`` and its fields, as convert loads them).
-
-        A sample the format cannot hold raises :class:`~shardmix.errors.BadInputError`, and
-        nothing of it is written.
-        """
+        """Append one sample (``"__key__"`` and its fields, as convert loads them); one the
+        format cannot hold raises :class:`~shardmix.errors.BadInputError`, nothing written."""
         ...
 
     def close(self) -> None:
@@ -257,10 +231,8 @@ class ShardWriterFormat(Protocol):
         ...
 
     def record_size(self, key: str, fields: Sequence[str], sizes: Sequence[int]) -> int:
-        """The bytes (before compression) a sample with these fields and value sizes takes.
-
-        Exact where the format allows, else an upper bound; what ``--max-bytes`` rolls on.
-        """
+        """The bytes (before compression) a sample with these fields and value sizes takes:
+        exact where the format allows, else an upper bound; what ``--max-bytes`` rolls on."""
         ...
 
     def open(self, stream: BinaryIO, *, gzip: bool) -> ShardSampleWriter:
@@ -278,10 +250,4 @@ def register_writer(fmt: Format, writer: ShardWriterFormat, *, clobber: bool = F
 
 def writer_for(fmt: Format) -> ShardWriterFormat:
     """The writer side of ``fmt``; imports a built-in format's writer module."""
-    writer = _WRITERS.get(fmt)
-    if writer is None and fmt in _WRITER_MODULES:
-        importlib.import_module(_WRITER_MODULES[fmt])
-        writer = _WRITERS.get(fmt)
-    if writer is None:
-        raise ValueError(f"no writer is registered for format {fmt!r}")
-    return writer
+    return _registered(_WRITERS, _WRITER_MODULES, "writer", fmt)

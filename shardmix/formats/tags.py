@@ -1,18 +1,13 @@
 """Record tags: a few bytes that name a record, so that a position taken earlier can be checked.
 
 A checkpoint names a record by its shard, its index and its byte offset; a restore reads it
-there again. The tag is what tells that the record found there is the one the checkpoint
-meant: 16 bits of a hash of what the record holds and of its index. A TFRecord record's tag
-hashes the data CRC the file already holds (its footer: nothing is computed over the payload
-again); any other record's hashes its key (a tar record's ``__key__``). The index is hashed
-too, so a reference whose record index was changed while its offset was not is caught as
-well as one whose offset points at another record. A tag is never 0: :data:`NO_TAG` stands
-for a tag not known (a sample that is not a shard's record, or a state that does not say).
-
-Tags are how :mod:`shardmix.reading.reader` labels the records it reads (under :data:`TAG_KEY`, a
-key the user's transform and batches never see) and what :mod:`shardmix.state.codec` stores. A
-reader whose samples carry a tag of their own (TFRecord's) has a ``with_tags()`` method that
-gives the reader that puts it there (:func:`tagging_reader`).
+there again. The tag tells that the record found there is the one the checkpoint meant: 16 bits
+of a hash of the record's index and of what it holds: a TFRecord record's data CRC (its footer,
+nothing computed over the payload again), any other record's key. A tag is never 0:
+:data:`NO_TAG` stands for a tag not known (a sample that is not a shard's record, or a state
+that does not say). Readers label records with it under :data:`TAG_KEY`, a key the user's
+transform and batches never see; a reader whose samples carry a tag of their own (TFRecord's)
+has a ``with_tags()`` method (:func:`tagging_reader`).
 """
 
 from __future__ import annotations
@@ -53,12 +48,12 @@ def key_tag(index: int, key: Any) -> int:
     """The tag of record ``index`` by its key (:data:`NO_TAG` when it has no string key)."""
     if not isinstance(key, str):
         return NO_TAG
-    return zlib.crc32(key.encode("utf-8", "surrogateescape"), index & 0xFFFFFFFF) % _TAGS + 1
+    return record_tag(index, key.encode("utf-8", "surrogateescape"))
 
 
 def key_tags(records: list[int], keys: list[Any]) -> list[int]:
-    """:func:`key_tag` of each record, in one loop without a call per record (a record block's:
-    what a worker pays for every record it reads).
+    """:func:`key_tag` of each record, in one loop without a call per record (what a worker pays
+    for every record of a block it reads).
 
     >>> key_tags([3, 4], ["a/r3", None]) == [key_tag(3, "a/r3"), NO_TAG]
     True

@@ -1,11 +1,7 @@
 """TarWriter: webdataset-compatible tar shards, byte for byte reproducible.
 
-Members are named ``<key>.<field>`` and written in sorted field order with fixed metadata
-(mtime 0, uid/gid 0, no user names, mode 0644), in ustar format with a pax header only when a
-name does not fit; GNU tar and webdataset read the result. Reading lives in
-:mod:`shardmix.formats.tar`; this module shares only the block size and the naming rule.
-:class:`TarShardFormat` is the format's writer side for ``shardmix convert``, registered
-with :func:`~shardmix.formats.registry.register_writer`.
+GNU tar and webdataset read the result. :class:`TarShardFormat` is the format's writer side
+for ``shardmix convert``.
 """
 
 from __future__ import annotations
@@ -29,19 +25,18 @@ from shardmix.formats._common import (
     reserved_message,
 )
 from shardmix.formats.registry import Format, register_writer
-from shardmix.formats.tar.headers import BLOCK as _BLOCK
-from shardmix.formats.tar.headers import POSIX_MAGIC as _POSIX_MAGIC
+from shardmix.formats.tar.headers import BLOCK, POSIX_MAGIC, padded
 from shardmix.formats.tar.names import split_member_name
 
 
 def _template() -> bytes:
-    header = bytearray(_BLOCK)
+    header = bytearray(BLOCK)
     header[100:108] = b"0000644\x00"  # mode
     header[108:116] = b"0000000\x00"  # uid
     header[116:124] = b"0000000\x00"  # gid
     header[136:148] = b"00000000000\x00"  # mtime
     header[148:156] = b" " * 8  # checksum, summed as spaces
-    header[257:265] = _POSIX_MAGIC + b"00"
+    header[257:265] = POSIX_MAGIC + b"00"
     header[329:345] = b"0000000\x00" * 2  # devmajor, devminor
     return bytes(header)
 
@@ -83,7 +78,7 @@ def _member_blocks(name: bytes, data: bytes) -> list[bytes]:
 
 
 def _padding(size: int) -> bytes:
-    return bytes(-size % _BLOCK)
+    return bytes(-size % BLOCK)
 
 
 def _encode_value(key: str, field: str, value: Any) -> bytes:
@@ -129,10 +124,10 @@ class TarWriter(Closing):
 
     Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
     ``__`` other than ``__key__`` are left out, shardmix's markers such as ``__dropped__``
-    refused). The output is reproducible byte for byte:
-    ustar headers with mtime 0, owner 0, mode 0644, pax headers only for names over 100
-    bytes, and gzip with no name or time. Leaving the ``with`` block by an exception closes
-    the file without the end-of-archive blocks, so readers see the shard as truncated.
+    refused). The output is reproducible byte for byte: ustar headers with mtime 0, owner 0,
+    mode 0644, pax headers only for names over 100 bytes or sizes over 8 GiB, and gzip with no
+    name or time. Leaving the ``with`` block by an exception closes the file without the
+    end-of-archive blocks, so readers see the shard as truncated.
     """
 
     def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
@@ -185,7 +180,7 @@ class TarWriter(Closing):
         self._closed = True
         try:
             if complete:
-                self._emit(bytes(2 * _BLOCK))
+                self._emit(bytes(2 * BLOCK))
             if self._gzip is not None:
                 self._gzip.close()
         finally:
@@ -220,10 +215,6 @@ def tar_value(key: str, field: str, value: Any) -> Any:
     )
 
 
-def _padded(size: int) -> int:
-    return (size + _BLOCK - 1) // _BLOCK * _BLOCK
-
-
 class TarSampleWriter(TarWriter):
     """A :class:`TarWriter` that takes convert's samples: values made tar data first."""
 
@@ -244,7 +235,7 @@ class TarShardFormat:
 
     @property
     def end_size(self) -> int:
-        return 2 * _BLOCK  # the end-of-archive blocks
+        return 2 * BLOCK  # the end-of-archive blocks
 
     def can_index(self, *, gzip: bool) -> bool:
         return False
@@ -255,8 +246,8 @@ class TarShardFormat:
         for name, size in zip(fields, sizes, strict=True):
             member = len(f"{key}.{name}".encode("utf-8", "surrogateescape"))
             if member > 100:  # a pax header block and its record
-                total += _BLOCK + _padded(member + 20)
-            total += _BLOCK + _padded(size)
+                total += BLOCK + padded(member + 20)
+            total += BLOCK + padded(size)
         return total
 
     def open(self, stream: BinaryIO, *, gzip: bool) -> TarSampleWriter:

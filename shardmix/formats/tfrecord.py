@@ -1,7 +1,5 @@
 """TFRecord shards: read the record framing and turn records into samples.
 
-Writing is :mod:`shardmix.formats.tfrecord_writer`'s.
-
 A TFRecord file is a sequence of records, each framed as::
 
     uint64 length (LE) | uint32 masked crc32c(length bytes) | data | uint32 masked crc32c(data)
@@ -12,25 +10,17 @@ checks no CRC (a damaged shard yields damaged samples silently), reports truncat
 reuses for every record, so a payload kept past the next step changes under its holder. Here
 every payload is its own ``bytes`` object, both CRCs are checked, and every failure is a
 :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``) that names the URL,
-the record index and the byte offset. Payload decoding is :mod:`shardmix.formats.example`'s;
-gzip is :mod:`shardmix.formats.compression`'s.
+the record index and the byte offset.
 
-A record's offset is that of its length field; :meth:`TFRecordReader.records` yields it and
-:meth:`TFRecordReader.records_at` reads the record again from there, one seek and one record,
-both CRCs checked (a stale offset fails the length CRC).
+A record's offset is that of its length field (a stale offset fails the length CRC). A length
+field is trusted only after its CRC and ``max_record_bytes`` are checked, and, on a stream whose
+size is unknown (gzip, pipes), a large record is read in chunks, so a damaged or hostile length
+never allocates more than the bytes that really follow it. Damage with intact framing is a data
+CRC mismatch or an undecodable Example.
 
-A length field is trusted only after its CRC and ``max_record_bytes`` are checked, and, on a
-stream whose size is unknown (gzip, pipes), a large record is read in chunks, so a damaged or
-hostile length never allocates more than the bytes that really follow it.
-
-With an ``on_damage`` callback (see :mod:`shardmix.policy`) a record whose data is damaged
-but whose framing is intact (data CRC, undecodable Example) is reported and dropped, and
-reading goes on; damage to the framing itself is reported and ends the shard. Both paths go
-through :meth:`Framing.damaged` and the one ``except`` in :func:`_walk`, the one loop over
-records that every read shares (from a record, wanted records, at offsets); counting walks
-its skipping part. Header checks, errors and damage reports are
-:mod:`shardmix.formats.tfrecord_framing`'s; this module owns the loop, the samples and
-:class:`TFRecordReader`, the TFRecord :class:`~shardmix.formats.registry.ShardReader`.
+This module owns the one loop over records that every read shares (:func:`_walk`), the samples
+and :class:`TFRecordReader`; header checks, errors and damage reports are
+:mod:`shardmix.formats.tfrecord_framing`'s, payload decoding :mod:`shardmix.formats.example`'s.
 """
 
 from __future__ import annotations
@@ -74,22 +64,15 @@ from shardmix.formats.tfrecord_framing import (
     MASK_DELTA,
     Framing,
     data_crc_mismatch,
-    finish_short_read,
     masked_crc,
-    read_large,
+    read_rest,
     shard_stem,
     skip_records,
 )
 from shardmix.policy import DamageHandler
 
-__all__ = [
-    "TFRecordReader",
-    "masked_crc",
-    "read_tfrecord_records",
-    "shard_stem",
-]
+__all__ = ["TFRecordReader", "masked_crc", "read_tfrecord_records", "shard_stem"]
 
-_NO_RECORD = "expected a record here, found the end"
 _NOT_EXAMPLE = (
     "the record is not a tf.train.Example ({}); "
     'if the shard holds other payloads, read it with tfrecord_payload="raw"'
@@ -108,11 +91,8 @@ def _walk(
     framing: Framing, spans: Iterable[_Span], verify: bool, record: int = 0, offset: int = 0
 ) -> Iterator[tuple[int, int, bytes, bytes]]:
     """``(record, offset, payload, footer)`` of the records of each span, from ``record`` at
-    ``offset`` (the footer: the data CRC's bytes, what a record's tag hashes).
-
-    The one loop over records (:func:`_span`'s); damage is handled there and here only. Between
-    spans, records are skipped by their framing, or seeked to when the span says where it
-    starts.
+    ``offset`` (the footer: the data CRC's bytes, what a record's tag hashes). Between spans,
+    records are skipped by their framing, or seeked to when the span says where it starts.
     """
     for first, stop, at in spans:
         try:
@@ -173,9 +153,9 @@ def _span(
                 data = read(length)
                 footer = read(FOOTER_SIZE)
                 if len(data) != length or len(footer) != FOOTER_SIZE:
-                    data, footer = finish_short_read(framing, data, footer, length, record, offset)
+                    data, footer = read_rest(framing, length, record, offset, data + footer)
             else:
-                data, footer = read_large(framing, length, record, offset)
+                data, footer = read_rest(framing, length, record, offset)
             if verify:
                 value = crc(data)
                 computed = (((value >> 15) | (value << 17)) + MASK_DELTA) & MASK32
@@ -206,13 +186,11 @@ def read_tfrecord_records(
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(byte offset, payload)`` for each record of a TFRecord stream, from ``start`` on.
 
-    The first ``start`` records are skipped: their length CRC is checked, then the stream is
-    seeked (or read, when it cannot seek) past their data. ``verify=False`` skips the data CRC
-    check; the length CRC is always checked, since it guards what is allocated. Offsets count
-    from the stream's position when called. Damage raises
-    :class:`~shardmix.errors.CorruptShardError`; a shard that ends inside a record raises
-    :class:`~shardmix.errors.TruncatedShardError`; with ``on_damage`` it is reported instead
-    (see the module docstring). An empty stream yields nothing and warns.
+    The first ``start`` records are skipped by their (checked) length fields. ``verify=False``
+    skips the data CRC check, never the length CRC, which guards what is allocated. Offsets
+    count from the stream's position when called. Damage raises
+    :class:`~shardmix.errors.CorruptShardError` (``TruncatedShardError`` for a cut), or is
+    reported to ``on_damage``. An empty stream yields nothing and warns.
     """
     check_start(start)
     framing = Framing(stream, url, max_record_bytes, inflated=False, on_damage=on_damage)
@@ -230,17 +208,15 @@ class _ReservedField(DecodeError):
 def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Exception) -> None:
     """Report one record whose payload is no sample (its cause a DecodeError or UTF-8's)."""
     record, offset = located
-    where = framing.where(record, offset)
-    kind: type[DecodeError] = DecodeError
-    if isinstance(cause, DecodedSizeError):
-        kind, message = DecodedSizeError, f"{where}: {cause}"
-    elif isinstance(cause, _ReservedField):
-        message = f"{where}: {cause}"
+    kind = DecodedSizeError if isinstance(cause, DecodedSizeError) else DecodeError
+    if isinstance(cause, (DecodedSizeError, _ReservedField)):
+        what = str(cause)
     elif isinstance(cause, UnicodeDecodeError):
-        message = f"{where}: the __key__ feature is not UTF-8 text"
+        what = "the __key__ feature is not UTF-8 text"
     else:
-        message = f"{where}: {_NOT_EXAMPLE.format(cause)}"
-    error = kind(message, url=framing.url, offset=offset, record=record)
+        what = _NOT_EXAMPLE.format(cause)
+    where = framing.where(record, offset)
+    error = kind(f"{where}: {what}", url=framing.url, offset=offset, record=record)
     error.__cause__ = cause
     framing.damaged(error, record, offset, HEADER_SIZE + size + FOOTER_SIZE)
 
@@ -315,7 +291,6 @@ class TFRecordReader:
         return cls(options.tfrecord_payload, *limits, max_decoded_bytes=options.max_decoded_bytes)
 
     def _framing(self, stream: BinaryIO, url: str, on_damage: DamageHandler | None) -> Framing:
-        """The framing of the shard's bytes, inflated first when gzip."""
         gzipped = is_gzipped(url) if self.gzipped is None else self.gzipped
         stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=self.max_inflated_bytes)
         return Framing(stream, url, self.max_record_bytes, inflated=gzipped, on_damage=on_damage)
@@ -325,12 +300,11 @@ class TFRecordReader:
     ) -> Iterator[LocatedSample]:
         framing = self._framing(stream, url, read.on_damage)
         spans = [_Span(read.start, sys.maxsize if read.stop is None else read.stop)]
-        entry = read.entry
-        if entry is None or framing.inflated or not framing.seekable:
-            return _samples(framing, _walk(framing, spans, True), self)
-        record, offset = entry
-        framing.stream.seek(offset)
-        return _samples(framing, _walk(framing, spans, True, record=record, offset=offset), self)
+        record, offset = 0, 0
+        if read.entry is not None and not framing.inflated and framing.seekable:
+            record, offset = read.entry
+            framing.stream.seek(offset)
+        return _samples(framing, _walk(framing, spans, True, record, offset), self)
 
     def records_wanted(
         self,
@@ -364,8 +338,7 @@ class TFRecordReader:
         offsets: list[int] = []
         framing = self._framing(stream, url, on_damage)
         found = (every, offsets) if every else None
-        report = on_damage is not None
-        record, _ = skip_records(framing, sys.maxsize, index=found, report=report)
+        record, _ = skip_records(framing, sys.maxsize, index=found, report=on_damage is not None)
         return record, offsets
 
 

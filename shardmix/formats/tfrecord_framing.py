@@ -1,12 +1,10 @@
 """TFRecord framing: lengths, CRCs, positions, and the errors and damage reports they raise.
 
 This module owns the byte level of a TFRecord stream: checking a record's header (length CRC,
-``max_record_bytes``, the bytes that really follow), reading or skipping its data, and building
-each error (URL, record index, byte offset) and :class:`~shardmix.policy.Damage` report, and
-the stem of a shard's URL that generated keys begin with. The loop over records (which checks
-a header inline, calling :meth:`Framing.header` only to say what failed), and samples, are
-:mod:`shardmix.formats.tfrecord`'s (see its docstring for the framing and why this is not the
-``tfrecord`` package).
+``max_record_bytes``, the bytes that really follow), reading or skipping its data, each error
+and :class:`~shardmix.policy.Damage` report, and the stem of a shard's URL that generated keys
+begin with. The loop over records, which checks a header inline and calls
+:meth:`Framing.header` only to say what failed, is :mod:`shardmix.formats.tfrecord`'s.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from shardmix.errors import (
     TruncatedShardError,
     describe_position,
 )
-from shardmix.formats._common import is_seekable
+from shardmix.formats._common import READ_CHUNK, is_seekable, read_up_to
 from shardmix.formats.sniff import HEAD_BYTES, format_hint
 from shardmix.policy import Damage, DamageHandler
 
@@ -38,9 +36,6 @@ FOOTER_SIZE = CRC.size  # 4
 MASK_DELTA = 0xA282EAD8
 MASK32 = 0xFFFFFFFF
 _SKIP_CHUNK = 1 << 20
-# Reads of at most this many bytes are one call; longer ones from a stream of unknown size go
-# in chunks, since a buffered read allocates the whole size it is asked for up front.
-_READ_CHUNK = 1 << 24
 DEFAULT_MAX_RECORD_BYTES = 1 << 30
 
 
@@ -77,7 +72,7 @@ class Framing:
         # bytes from the stream's starting position to its end, when it can be known cheaply
         self.size = _remaining_size(stream) if self.seekable else None
         # records up to this length are read in one call (their length fits the known size)
-        self.direct_read = max_record_bytes if self.size is not None else _READ_CHUNK
+        self.direct_read = max_record_bytes if self.size is not None else READ_CHUNK
 
     def where(self, record: int, offset: int) -> str:
         where = describe_position(self.url, offset=offset, record=record)
@@ -132,30 +127,11 @@ class Framing:
         self.on_damage(Damage(error, record, offset, rest, rest_of_shard=True))
         return False
 
-    def read_exactly(
-        self, size: int, record: int, offset: int, what: str, *, quiet: bool = False
-    ) -> bytes:
-        """``size`` bytes from the stream; at EOF raises, or returns what there is if quiet.
-
-        Reads at most ``_READ_CHUNK`` bytes at a time, so memory follows the bytes found.
-        """
-        parts = []
-        found = 0
-        while found < size:
-            more = self.stream.read(min(size - found, _READ_CHUNK))
-            if not more:
-                if quiet:
-                    break
-                raise self.truncated(record, offset, what, size, found)
-            parts.append(more)
-            found += len(more)
-        return b"".join(parts)
-
     def header(self, header: bytes, record: int, offset: int) -> int:
         """The data length a complete 12-byte header announces, after checking it."""
         length, stored = HEADER.unpack(header)
-        if masked_crc(header[:8]) != stored:
-            found = masked_crc(header[:8])
+        found = masked_crc(header[:8])
+        if found != stored:
             raise self.corrupt(
                 record,
                 offset,
@@ -177,16 +153,13 @@ class Framing:
                 )
         return length
 
-    def next_length(self, record: int, offset: int) -> int | None:
-        """The length of the record at ``offset``, or None at a clean end of the shard."""
-        return self.length_of(self.stream.read(HEADER_SIZE), record, offset)
-
     def length_of(self, header: bytes, record: int, offset: int) -> int | None:
-        """:meth:`next_length` of the ``header`` bytes read there (fewer at the shard's end)."""
+        """The length of the record whose ``header`` bytes were read at ``offset`` (fewer at the
+        shard's end), or None at a clean end of the shard."""
         if len(header) != HEADER_SIZE:
             if not header:
                 return None
-            header += self.read_exactly(HEADER_SIZE - len(header), record, offset, "", quiet=True)
+            header += read_up_to(self.stream.read, HEADER_SIZE - len(header))
             if len(header) < HEADER_SIZE:
                 raise self.truncated(record, offset, "header", HEADER_SIZE, len(header))
         return self.header(header, record, offset)
@@ -243,29 +216,16 @@ def data_crc_mismatch(
     framing.damaged(error, record, offset, HEADER_SIZE + length + FOOTER_SIZE)
 
 
-def finish_short_read(
-    framing: Framing, data: bytes, footer: bytes, length: int, record: int, offset: int
+def read_rest(
+    framing: Framing, length: int, record: int, offset: int, begun: bytes = b""
 ) -> tuple[bytes, bytes]:
-    """Complete a data + data CRC read that came back short (a raw stream, or a truncation)."""
+    """Data and data CRC of a record, after the ``begun`` bytes of them read already (a short
+    read: a raw stream, or a truncation; none: a large record from a stream of unknown size)."""
     wanted = length + FOOTER_SIZE
-    rest = framing.read_exactly(wanted - len(data) - len(footer), record, offset, "", quiet=True)
-    framed = data + footer + rest
+    framed = begun + read_up_to(framing.stream.read, wanted - len(begun))
     if len(framed) < wanted:
         raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
     return framed[:length], framed[length:]
-
-
-def read_large(framing: Framing, length: int, record: int, offset: int) -> tuple[bytes, bytes]:
-    """Data and data CRC of a large record from a stream of unknown size, chunk by chunk."""
-    wanted = length + FOOTER_SIZE
-    framed = framing.read_exactly(wanted, record, offset, "", quiet=True)
-    if len(framed) < wanted:
-        raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
-    return framed[:length], framed[length:]
-
-
-_GZ_SUFFIX = ".gz"
-_FORMAT_SUFFIXES = (".tfrecords", ".tfrecord")
 
 
 def shard_stem(url: str) -> str:
@@ -275,9 +235,9 @@ def shard_stem(url: str) -> str:
     'train-00003'
     """
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    if name.lower().endswith(_GZ_SUFFIX):
-        name = name[: -len(_GZ_SUFFIX)]
-    for suffix in _FORMAT_SUFFIXES:
+    if name.lower().endswith(".gz"):
+        name = name[:-3]
+    for suffix in (".tfrecords", ".tfrecord"):
         if name.lower().endswith(suffix):
             return name[: -len(suffix)]
     return name
@@ -299,7 +259,7 @@ def skip_records(
     """
     try:
         while record < count:
-            length = framing.next_length(record, offset)
+            length = framing.length_of(framing.stream.read(HEADER_SIZE), record, offset)
             if length is None:
                 return record, offset
             framing.skip(length + FOOTER_SIZE, record, offset)

@@ -1,9 +1,7 @@
 """TFRecordWriter: TFRecord shards of raw payloads or ``tf.train.Example`` records.
 
-Framing as TensorFlow writes it (length, masked CRC-32C of the length, data, masked CRC-32C of
-the data); gzip output is deterministic. Reading lives in :mod:`shardmix.formats.tfrecord`.
-:class:`TFRecordShardFormat` is the format's writer side for ``shardmix convert``, registered
-with :func:`~shardmix.formats.registry.register_writer`.
+Framing as TensorFlow writes it. :class:`TFRecordShardFormat` is the format's writer side for
+``shardmix convert``.
 """
 
 from __future__ import annotations

@@ -14,33 +14,22 @@ error, refuses a shard that lacks its end-of-archive blocks, and skips payloads 
 need by seeking (or by one read when the stream cannot seek). A member whose size field is
 above ``max_member_bytes`` is refused before anything is allocated.
 
-With an ``on_damage`` callback (see :mod:`shardmix.policy`) a damaged record whose framing is
-intact (a field repeated, a key that reappears, a member over ``max_member_bytes``) is
-reported when it ends, with its size, and dropped; damage to the framing (a bad header, a cut)
-is reported and ends the shard. A flipped byte inside a member's data cannot be detected: tar
-has no data checksum.
+Damage with intact framing is a field repeated, a key that reappears, a member over
+``max_member_bytes``; a bad header or a cut loses the framing. A flipped byte inside a member's
+data cannot be detected: tar has no data checksum.
 
 Name conventions follow webdataset so that both group a shard identically: the key is the
 member path up to the first dot of its file name (a file name that starts with a dot takes
 the directory as its key, when the directory's last part has no dot), the field is the rest,
 lower-cased; names without such a dot and ``__name__`` metadata members are not samples.
 Members other than regular files (directories, links, devices) are skipped. Names containing
-newlines may group differently from webdataset. Sparse members are refused.
-
-Each record's offset is that of its first header (a pax or long-name header included);
-:meth:`TarReader.records` yields it and :meth:`TarReader.records_at` reads a record again
-from it, one seek and the record's members (plus the next header, which says where the record
-ends).
+newlines may group differently from webdataset. Sparse members are refused. A record's offset
+is that of its first header (a pax or long-name header included).
 """
 
 from __future__ import annotations
 
 from shardmix.formats.tar.names import split_member_name
-from shardmix.formats.tar.reader import (
-    TarReader,
-)
+from shardmix.formats.tar.reader import TarReader
 
-__all__ = [
-    "TarReader",
-    "split_member_name",
-]
+__all__ = ["TarReader", "split_member_name"]

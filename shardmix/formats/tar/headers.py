@@ -1,16 +1,14 @@
 """Tar headers: the numbers, names and pax records a header holds, and the plain-header check.
 
-This module owns what one 512-byte header (or a pax or long-name header's data) says: numeric
-fields (octal or GNU base-256), pax records, the table that checks many plain headers at once,
-and the shapes (:class:`Run`, ``Member``) in which members reach the grouping of
+This module owns what one 512-byte header (or a pax or long-name header's data) says, the check
+of many plain headers at once, and the shapes (:class:`Run`, ``Member``) in which members reach
 :mod:`shardmix.formats.tar.records`. Walking a stream is :mod:`shardmix.formats.tar.members`'s.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,28 +20,24 @@ NO_DATA = frozenset(b"123456")  # links, devices, directories, FIFOs: no data bl
 METADATA = frozenset(b"g")  # pax global headers: about no member of ours
 NOT_FILES = frozenset(b"DMV")  # GNU dumpdirs, multi-volume parts, volume labels: data, no file
 SKIP_BY_READING = 1 << 16  # skips up to this size read the bytes; longer ones seek
-READ_CHUNK = 1 << 24  # longer reads go in chunks, so a damaged size cannot allocate much
 MAX_META_BYTES = 1 << 20  # the largest GNU long name or pax header we read
 MAX_SIZE = 1 << 62  # larger member sizes are damage, not data
 POSIX_MAGIC = b"ustar\x00"
 
 
 # A regular member: ``(entry offset, offset, number, name, size, data_at)``: where its entry
-# starts (its first header: a pax or long-name one, if any) and its own header, its number
-# (every entry counts), name and data size, and where its data starts in its run's buffer (-1:
-# read it with :meth:`TarMembers.read_data`). Made only where a message needs one.
+# (its first header) and its own header start, its number, name and data size, and where its
+# data starts in its run's buffer (-1: read it from the stream). Made only for a message.
 Member = tuple[int, int, int, str, int, int]
 
 
 class Run(NamedTuple):
-    """Members that follow one another, as parallel lists, so that a run of plain members costs
-    no object per member beside its name.
+    """Members that follow one another, as parallel lists (no object per member but its name).
 
     A plain run's members have their headers at ``headers`` in ``buffer``, which begins at the
-    stream's byte offset ``base``, and are numbered from ``first`` on. The run of one member
-    read the slow way has ``buffer`` None (its data is still in the stream), ``base`` 0 and its
-    header's offset in ``headers``. ``entries`` are where the members' entries begin (at a pax
-    or long-name header, if any; else the member's header), on the grid of ``headers``.
+    stream's byte offset ``base``, and are numbered from ``first`` on; ``entries`` are where
+    their entries begin (at a pax or long-name header, if any). The run of one member read the
+    slow way has ``buffer`` None (its data is still in the stream) and ``base`` 0.
     """
 
     buffer: bytes | None
@@ -60,6 +54,11 @@ class Run(NamedTuple):
         data_at = -1 if self.buffer is None else self.headers[index] + BLOCK
         name, size = self.names[index], self.sizes[index]
         return entry, offset, self.first + index, name, size, data_at
+
+
+def padded(size: int) -> int:
+    """``size`` rounded up to whole 512-byte blocks."""
+    return (size + BLOCK - 1) & ~(BLOCK - 1)
 
 
 def parse_octal(field: bytes) -> int | None:
@@ -142,37 +141,15 @@ def link_name(header: bytes, long_link: str | None, pax: dict[str, bytes]) -> st
     return header[157:257].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
 
 
-class Walker(Protocol):
-    """What :func:`linked_data` needs of a member walker."""
-
-    offset: int
-
-    def members(self) -> Iterator[str]: ...
-
-    def read_data(self) -> bytes: ...
-
-
-def linked_data(walker: Walker, target: str, before: int) -> bytes | None:
-    """The data of the last member named ``target`` whose header is before byte ``before``."""
-    data = None
-    for name in walker.members():
-        if walker.offset >= before:
-            break
-        if name == target:
-            data = walker.read_data()
-    return data
-
-
 def long_name_of(data: bytes) -> str:
     """The name a GNU long-name header's data holds."""
     return data.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
 
 
 def plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
-    """How many of the headers at ``headers`` in ``buffer`` are plain, up to the first that is
-    not: the field layout :data:`_LAYOUT` matches and a checksum that matches (the header's
-    bytes, the checksum field counted as spaces). ``buffer[first:]`` holds whole 512-byte
-    blocks from ``first`` on, and every header lies on that grid.
+    """How many of the headers at ``headers`` in ``buffer`` are plain (:data:`_LAYOUT` and the
+    checksum match), up to the first that is not. The headers lie on the 512-byte grid from
+    ``first`` on.
     """
     if len(headers) <= _FEW:
         return _plain_few(buffer, headers)

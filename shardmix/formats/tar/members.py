@@ -1,11 +1,9 @@
 """Tar framing: a stream's headers (ustar, GNU long names, pax) walked member by member.
 
-This module owns the byte level of a tar shard: reading and checking each 512-byte header
-(checksum, size, name, type), skipping or reading member data, the end-of-archive blocks, and
-the errors that name a byte offset and member index. Grouping members into records, damage
-reports and the reader interface are :mod:`shardmix.formats.tar.records`' and
-:mod:`shardmix.formats.tar.reader`'s (see :mod:`shardmix.formats.tar` for why this is not
-``tarfile``); what one header says is :mod:`shardmix.formats.tar.headers`'.
+This module owns the byte level of a tar shard: reading and checking each 512-byte header,
+skipping or reading member data, the end-of-archive blocks, and the errors that name a byte
+offset and member. Grouping members into records is :mod:`shardmix.formats.tar.records`'; what
+one header says :mod:`shardmix.formats.tar.headers`'.
 
 Two paths walk the headers. :meth:`TarMembers.members` handles every case one member at a
 time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes from the stream's read
@@ -18,10 +16,11 @@ from __future__ import annotations
 import io
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
-from shardmix.formats._common import is_seekable
-from shardmix.formats.tar.framing import FramingErrors
+from shardmix.errors import CorruptShardError, TruncatedShardError, describe_position
+from shardmix.formats._common import READ_CHUNK, is_seekable, read_up_to
+from shardmix.formats.sniff import format_hint
 from shardmix.formats.tar.headers import (
     BLOCK,
     MAX_META_BYTES,
@@ -30,15 +29,14 @@ from shardmix.formats.tar.headers import (
     NO_DATA,
     NOT_FILES,
     POSIX_MAGIC,
-    READ_CHUNK,
     SKIP_BY_READING,
     ZERO_BLOCK,
     Run,
     entry_name,
     high_bytes,
     link_name,
-    linked_data,
     long_name_of,
+    padded,
     parse_octal,
     pax_size,
     read_pax,
@@ -52,7 +50,7 @@ _FIRST_RUN_BYTES = 16 << 10
 _MAX_RUN_BYTES = 4 << 20
 
 
-class TarMembers(FramingErrors):
+class TarMembers:
     """Walks one tar stream header by header, yielding the name of each regular member."""
 
     # The fast path's pax headers that change nothing, learned once for the process: a shape's
@@ -71,7 +69,7 @@ class TarMembers(FramingErrors):
         self.seekable = is_seekable(stream)
         self._base = stream.tell() if self.seekable else 0  # offsets count from here
         self.offset = -BLOCK  # byte offset of the current header
-        self._next_offset = 0  # byte offset of the next header
+        self.next_offset = 0  # byte offset of the next header
         self.member = -1  # index of the current header's member (every entry counts)
         self.name = ""  # name of the current member, for error messages
         self.size = 0  # data bytes of the current member
@@ -84,38 +82,15 @@ class TarMembers(FramingErrors):
         # counting pass's index): no run walks past it, and the read ends there.
         self.limit: int | None = None
 
-    @property
-    def next_offset(self) -> int:
-        """The byte offset of the next header."""
-        return self._next_offset
-
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
         self._stream.seek(self._base + offset)
-        self._next_offset = offset
+        self.next_offset = offset
         self._pending = 0
         self.ended = False
         self._run_bytes = _FIRST_RUN_BYTES
 
     # -- reading --------------------------------------------------------------------------
-
-    @staticmethod
-    def _padded(size: int) -> int:
-        return (size + BLOCK - 1) & ~(BLOCK - 1)
-
-    def _read_exact(self, count: int) -> bytes:
-        """Up to ``count`` bytes; fewer only at the end of the stream."""
-        data = self._read(min(count, READ_CHUNK))
-        if len(data) == count or not data:
-            return data
-        parts, missing = [data], count - len(data)
-        while missing:
-            part = self._read(min(missing, READ_CHUNK))
-            if not part:
-                break
-            parts.append(part)
-            missing -= len(part)
-        return b"".join(parts)
 
     def _skip_pending(self) -> None:
         """Move past the rest of the current member without keeping its bytes."""
@@ -130,7 +105,7 @@ class TarMembers(FramingErrors):
             while pending:
                 part = self._read(min(pending, READ_CHUNK))
                 if not part:
-                    self._member_cut(self._padded(self.size) - pending)
+                    self._member_cut(padded(self.size) - pending)
                 pending -= len(part)
 
     def _next_block(self) -> bytes:
@@ -138,7 +113,7 @@ class TarMembers(FramingErrors):
         pending = self._pending
         if pending > SKIP_BY_READING:
             self._skip_pending()
-            block = self._read_exact(BLOCK)
+            block = read_up_to(self._read, BLOCK)
             if len(block) < BLOCK and self.seekable:
                 self._check_seek_end(len(block))
         else:
@@ -148,7 +123,7 @@ class TarMembers(FramingErrors):
                 block = self._complete(block, count)
             if pending:
                 block = block[pending:]
-        self.offset = self._next_offset
+        self.offset = self.next_offset
         self._pending = 0
         if len(block) != BLOCK:
             self._block_cut(block)
@@ -157,22 +132,22 @@ class TarMembers(FramingErrors):
     def _complete(self, block: bytes, count: int) -> bytes:
         """Finish a short read of the rest of a member plus the next header."""
         if block:
-            block += self._read_exact(count - len(block))
+            block += read_up_to(self._read, count - len(block))
         if len(block) < self._pending:
-            self._member_cut(self._padded(self.size) - self._pending + len(block))
+            self._member_cut(padded(self.size) - self._pending + len(block))
         return block
 
     def _set_size(self, size: int) -> None:
         """Record the data size of the member whose header was just read."""
         self.size = size
-        self._pending = padded = (size + BLOCK - 1) & ~(BLOCK - 1)
-        self._next_offset = self.offset + BLOCK + padded
+        self._pending = padded(size)
+        self.next_offset = self.offset + BLOCK + self._pending
 
     def _check_seek_end(self, found: int) -> None:
         """After a seek past a member ended short: was the member itself cut?"""
         end = self._stream.seek(0, io.SEEK_END) - self._base
         data_start = self.offset + BLOCK
-        if end < data_start + self._padded(self.size):
+        if end < data_start + padded(self.size):
             self._member_cut(max(end - data_start, 0))
 
     def read_data(self) -> bytes:
@@ -180,7 +155,7 @@ class TarMembers(FramingErrors):
         if self.link is not None:
             return self._linked_data(self.link)
         size = self.size
-        data = self._read_exact(size)
+        data = read_up_to(self._read, size)
         if len(data) < size:
             self._member_cut(len(data))
         self._pending -= size
@@ -250,9 +225,7 @@ class TarMembers(FramingErrors):
 
     def runs(self, max_size: int) -> Iterator[Run]:
         """Every regular member, in runs: a :meth:`plain_run` where one starts, else the one
-        member that :meth:`members` reads. Ends after the end-of-archive blocks.
-
-        A member of more than ``max_size`` bytes comes in a run of its own, its data unread.
+        member that :meth:`members` reads (so a member over ``max_size`` bytes, its data unread).
         """
         slow = self.members()
         while True:
@@ -261,26 +234,20 @@ class TarMembers(FramingErrors):
                 name = next(slow, None)
                 if name is None:
                     return
-                offset = self.offset
                 entries = [self.entry_offset]
-                run = Run(None, 0, [offset], [self.size], [name], self.member, entries)
+                run = Run(None, 0, [self.offset], [self.size], [name], self.member, entries)
             yield run
 
     def plain_run(self, max_size: int) -> Run | None:
-        """The plain members (see the module docstring) that follow, as far as the stream's
-        buffer holds them whole, or None when the next one is not plain. Moves past them.
-
-        The headers are found by their size fields alone, then checked all at once (field
-        layout, checksum: :func:`plain_count`); the run ends before the first that fails,
-        which the slow path reads again.
-        """
+        """The plain members that follow, as far as the stream's buffer holds them whole, or
+        None when the next one is not plain (:func:`plain_members`). Moves past them."""
         if self._peek is None:
             return None
         buffer = self._peek(BLOCK)
         first = self._pending  # the rest of the member before, where its data was not read
         window = first + self._run_bytes
         if self.limit is not None:  # up to the read's end: one run, from a seek too
-            window = first + max(self.limit - self._next_offset, BLOCK)
+            window = first + max(self.limit - self.next_offset, BLOCK)
         if len(buffer) > window:
             self._run_bytes = min(2 * self._run_bytes, _MAX_RUN_BYTES)
             found = plain_members(buffer[:window], first, max_size, self._pax_shapes)
@@ -295,17 +262,17 @@ class TarMembers(FramingErrors):
         headers, sizes, names, entries = found
         count = len(headers)
         last, size = headers[-1], sizes[-1]
-        after = last + BLOCK + ((size + BLOCK - 1) & ~(BLOCK - 1))  # past the last member's data
+        after = last + BLOCK + padded(size)  # past the last member's data
         if self.seekable:
             self._stream.seek(after, io.SEEK_CUR)
         else:
             self._read(after)
-        base = self._next_offset - first
+        base = self.next_offset - first
         self.offset = base + last
         self.entry_offset = base + entries[-1]
         self.member += count
         self.name, self.size = names[-1], size
-        self._next_offset = base + after
+        self.next_offset = base + after
         self._pending = 0
         first_number = self.member - count + 1
         return Run(buffer, base, headers, sizes, names, first_number, entries)
@@ -373,7 +340,12 @@ class TarMembers(FramingErrors):
             )
         here = self._stream.tell()
         self._stream.seek(self._base)
-        data = linked_data(TarMembers(self._stream, self._url, gzipped=False), target, self.offset)
+        walker, data = TarMembers(self._stream, self._url, gzipped=False), None
+        for name in walker.members():
+            if walker.offset >= self.offset:
+                break
+            if name == target:
+                data = walker.read_data()
         self._stream.seek(here)
         if data is None:
             self.corrupt(
@@ -394,7 +366,7 @@ class TarMembers(FramingErrors):
 
     def _check_end(self) -> None:
         """After a zero block: accept a second one or EOF, then only zero padding."""
-        block = self._read_exact(BLOCK)
+        block = read_up_to(self._read, BLOCK)
         if block.count(0) != len(block):
             self.corrupt("a lone zero block is followed by data (a damaged header?)")
         offset = self.offset + BLOCK + len(block)
@@ -413,3 +385,57 @@ class TarMembers(FramingErrors):
         end = self._stream.seek(0, io.SEEK_END)
         self._stream.seek(here)
         return end - self._base
+
+    # -- errors, where the walk stands -----------------------------------------------------
+
+    def error(
+        self,
+        what: str,
+        *,
+        record: int | None = None,
+        offset: int | None = None,
+        head: bytes = b"",
+        cut: bool = False,
+    ) -> CorruptShardError:
+        """The error at ``offset`` (None: the current header's); ``cut``: a truncation. At
+        offset 0, a ``head`` that looks like another format says so instead of the remedy."""
+        offset = self.offset if offset is None else offset
+        kind, state = (TruncatedShardError, "truncated") if cut else (CorruptShardError, "damaged")
+        where = describe_position(self._url, record=record, offset=offset)
+        where += " (in the decompressed stream)" if self._gzipped else ""
+        remedy = f"the shard is {state}, re-create or re-download it"
+        if head and not offset:
+            remedy = format_hint(head, "tar", self._gzipped, inflated=self._gzipped) or remedy
+        return kind(f"{where}: {what}; {remedy}", url=self._url, offset=offset, record=record)
+
+    def corrupt(
+        self, what: str, offset: int | None = None, record: int | None = None, head: bytes = b""
+    ) -> NoReturn:
+        raise self.error(what, record=record, offset=offset, head=head)
+
+    def _truncated(self, what: str, offset: int, head: bytes = b"") -> NoReturn:
+        raise self.error(what, offset=offset, head=head, cut=True)
+
+    def _member_cut(self, found: int) -> NoReturn:
+        self._truncated(
+            f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
+            f"declares {self.size} bytes of data ({padded(self.size)} with padding) but the file "
+            f"ends after {found}",
+            self.offset + BLOCK + found,
+        )
+
+    def _block_cut(self, block: bytes) -> NoReturn:
+        offset, found = self.offset, len(block)
+        if found == 0 and offset == 0:
+            self._truncated(
+                "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
+                "archive with no members holds two 512-byte zero blocks)",
+                offset,
+            )
+        if found == 0:
+            self._truncated(
+                f"the tar archive ends after {self.member + 1} members without its "
+                "end-of-archive blocks (expected two 512-byte zero blocks)",
+                offset,
+            )
+        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset, block)

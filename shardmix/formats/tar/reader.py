@@ -1,8 +1,7 @@
 """The tar :class:`~shardmix.formats.registry.ShardReader`: :class:`TarReader` and functions.
 
-This module owns the reader interface (entering a shard at a record or an offset, wanted
-records, records at offsets, counting and indexing) and the reader's registration; the reading
-itself is :mod:`shardmix.formats.tar.records`'.
+This module owns the reader interface and the reader's registration; the reading itself is
+:mod:`shardmix.formats.tar.records`'.
 """
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ class TarReader:
         return is_gzipped(url) if self.gzipped is None else self.gzipped
 
     def _open(self, stream: BinaryIO, url: str, on_damage: DamageHandler | None) -> TarRecords:
-        """The records of the shard's bytes, inflated first when gzip."""
         gzipped = self._gzipped(url)
         stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=self.max_inflated_bytes)
         members = TarMembers(stream, url, gzipped=gzipped)
@@ -69,7 +67,6 @@ class TarReader:
         return self._entered(stream, url, read).blocks(read.start, read.stop)
 
     def _entered(self, stream: BinaryIO, url: str, read: ShardRead) -> TarRecords:
-        """The shard's records, entered where ``read`` says (see the protocol)."""
         reader = self._open(stream, url, read.on_damage)
         entry = read.entry
         if entry is not None and not self._gzipped(url) and reader.members.seekable:

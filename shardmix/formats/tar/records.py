@@ -1,12 +1,9 @@
 """Tar records: the members of one stream grouped into records, and their damage reported.
 
 This module owns :class:`TarRecords`, whose :meth:`~TarRecords._read` is the one loop of
-every read (from a record, in record blocks, wanted records, at offsets, counting). Its first
-part takes plain members into the columns of record blocks (:mod:`~shardmix.formats.blocks`),
-a few list operations per member; a read of samples gives the blocks' records back as dicts.
-The members come from :mod:`shardmix.formats.tar.members`, the wording and reporting of damage
-from :mod:`shardmix.formats.tar.damage`; the reader interface is
-:mod:`shardmix.formats.tar.reader`'s.
+every read (from a record, in record blocks, wanted records, at offsets, counting). Plain
+members go into the columns of record blocks (:mod:`~shardmix.formats.blocks`), a few list
+operations per member; a read of samples gives the blocks' records back as dicts.
 """
 
 from __future__ import annotations
@@ -20,11 +17,10 @@ from shardmix.errors import CorruptShardError, ShardmixError
 from shardmix.formats._common import KEY_FIELD
 from shardmix.formats.blocks import BlockColumns, RecordBlock
 from shardmix.formats.registry import LocatedSample
-from shardmix.formats.tar.damage import RecordDamage
-from shardmix.formats.tar.headers import BLOCK, Run
+from shardmix.formats.tar.headers import BLOCK, Member, Run
 from shardmix.formats.tar.members import TarMembers
 from shardmix.formats.tar.names import split_member_name
-from shardmix.policy import DamageHandler
+from shardmix.policy import Damage, DamageHandler
 
 # A block is handed on past this many records, or this many member bytes: about what one run
 # of a 64 KiB read buffer gives on plain members of small records.
@@ -40,9 +36,9 @@ def _one(
 
 
 class _Reading:
-    """What one read of :class:`TarRecords` carries from run to run: the record in progress
-    (``key``, ``record``; a ``sample`` dict, or with ``columnar`` the block's last record, its
-    first ``filled`` of the block's ``width`` fields read) and the block being filled."""
+    """What one read carries from run to run: the record in progress (``key``, ``record``; a
+    ``sample`` dict, or with ``columnar`` the block's last record, its first ``filled`` of the
+    block's ``width`` fields read) and the block being filled."""
 
     __slots__ = (
         "start", "last", "wanted", "fast", "first_seen", "sample", "fields", "key", "record",
@@ -69,13 +65,21 @@ class _Reading:
         self.past_last = False
 
 
-class TarRecords(RecordDamage):
-    """Groups the members of one tar stream into records, and reports their damage."""
+class TarRecords:
+    """Groups the members of one tar stream into records, and reports their damage: with a
+    damage handler, a record's damage is held until the record ends and reported with the bytes
+    it spanned; without one, it is raised at once."""
 
     def __init__(
         self, members: TarMembers, max_member_bytes: int, on_damage: DamageHandler | None
     ) -> None:
-        super().__init__(members, max_member_bytes, on_damage)
+        self.members = members
+        self._max_member_bytes = max_member_bytes
+        self._on_damage = on_damage
+        self.records = 0  # records begun so far
+        self.cut_at: int | None = None  # the first record lost with the framing, if reported
+        self._record_offset = 0  # offset of the current record's first entry
+        self._damage: CorruptShardError | None = None  # of the current record, not yet reported
         self.index_every = 0  # when > 0: note the offset of every ``index_every``-th record
         self.index: list[int] = []
 
@@ -88,20 +92,13 @@ class TarRecords(RecordDamage):
     def samples(
         self, start: int, stop: int | None = None, wanted: Collection[int] | None = None
     ) -> Iterator[LocatedSample]:
-        """Yield ``(record, offset, sample)`` from record ``start`` on; earlier ones are walked.
-
-        ``offset`` is that of the record's first header (a pax or long-name header when its
-        first member has one), where :meth:`sample_at` can read the record again.
-
-        The walk stops at the first header of record ``stop``. With ``wanted``, only those
-        records are read (the others are walked like those before ``start``) and the walk
-        stops at the first header past the last of them. Damage goes through :meth:`_damaged`
-        (a record) or :meth:`_lost` (the framing).
+        """Yield ``(record, offset, sample)`` of records ``[start, stop)``, or of the ``wanted``
+        ones; the others are walked. ``offset`` is that of the record's first header (a pax or
+        long-name one, if any), where :meth:`sample_at` can read the record again.
         """
         return cast("Iterator[LocatedSample]", self._read(start, stop, wanted, blocks=False))
 
     def blocks(self, start: int, stop: int | None = None) -> Iterator[RecordBlock]:
-        """The records :meth:`samples` gives, in :class:`RecordBlock` objects."""
         return cast("Iterator[RecordBlock]", self._read(start, stop, None, blocks=True))
 
     def _read(
@@ -110,13 +107,11 @@ class TarRecords(RecordDamage):
         """The one loop of every read: located samples, or with ``blocks`` record blocks.
 
         Each run's members go through two loops (:meth:`_run`). The first (:meth:`_plain`)
-        handles the common case in as few steps as can be: plain members whose names split at
-        a dot, grouped into records that are read, with no damage pending, each record's fields
-        in the columns of a block (the first record of a block sets its fields). Anything else
-        stops it before the member changes any state; the record in progress then becomes a
-        sample dict, and the second loop (:meth:`_members`), which handles every case, goes on
-        from that member until a record to read begins further on in the run, which it hands
-        back to the first.
+        takes the common case in as few steps as can be: plain members of records to read, with
+        no damage pending, into the columns of a block (its first record sets its fields).
+        Anything else stops it before the member changes any state; the record in progress
+        becomes a sample dict, and the second loop (:meth:`_members`), which handles every case,
+        goes on until a record to read begins further on in the run.
         """
         state = _Reading(start, stop, wanted, fast=wanted is None and not self.index_every)
         try:
@@ -298,8 +293,21 @@ class TarRecords(RecordDamage):
         read = record >= state.start if wanted is None else record in wanted
         state.sample = {KEY_FIELD: key} if read else None
         state.fields = set()
-        reappeared = self._begin_record(key, entry, run, index, state.first_seen)
-        if reappeared is not None:
+        self.records += 1
+        self._record_offset = entry
+        if self.index_every and record % self.index_every == 0:
+            self.index.append(entry)
+        offset = run.base + run.headers[index]
+        earlier = state.first_seen.get(key)
+        state.first_seen[key] = (record, offset)
+        if earlier is not None:
+            reappeared = self.members.error(
+                f"key {key!r} appears again at member {run.first + index} after its record "
+                f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
+                "one sample must be consecutive",
+                record=record,
+                offset=offset,
+            )
             self._damaged(reappeared, record, state.start)
             state.sample = None
         return False
@@ -312,13 +320,11 @@ class TarRecords(RecordDamage):
         return run.buffer[at : at + run.sizes[index]]
 
     def sample_at(self, offset: int, record: int, end: int) -> dict[str, Any]:
-        """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``.
+        """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``
+        (``end``: the stream's size); :class:`CorruptShardError` when no record starts there.
 
-        ``end`` is the stream's size. Raises :class:`CorruptShardError` when no record starts
-        there: the offset is off the 512-byte grid or past the end, the block there is not a
-        header, or the first sample member is found further on. Tar marks no record boundary,
-        so an offset that lands exactly on a later member's header of some record reads that
-        member (and those after it with its key) as the record.
+        Tar marks no record boundary, so an offset that lands exactly on a later member's header
+        of some record reads that member (and those after it with its key) as the record.
         """
         error = self.members.error
         if offset % BLOCK or not 0 <= offset <= end - BLOCK:
@@ -351,29 +357,71 @@ class TarRecords(RecordDamage):
             "expected a tar record here, found the end of the archive", record=record, offset=offset
         )
 
-    def _begin_record(
-        self,
-        key: str,
-        entry_offset: int,
-        run: Run,
-        index: int,
-        first_seen: dict[str, tuple[int, int]],
-    ) -> CorruptShardError | None:
-        """Count a new record, begun by member ``index`` of ``run`` (whose entry begins at
-        ``entry_offset``); the error if its key was seen before (its sample ended)."""
-        offset = run.base + run.headers[index]
-        earlier = first_seen.get(key)
-        self.records += 1
-        self._record_offset = entry_offset
-        if self.index_every and (self.records - 1) % self.index_every == 0:
-            self.index.append(entry_offset)
-        first_seen[key] = (self.records - 1, offset)
-        if earlier is None:
-            return None
+    # -- damage ----------------------------------------------------------------------------
+
+    def _misnamed(self, field: str, record: int, member: Member) -> CorruptShardError:
+        _, offset, number, name, _, _ = member
+        if field.startswith("__"):
+            return self.members.error(
+                f"tar member {number} {name!r} has field {field!r}: field names starting with "
+                "__ are reserved for shardmix's provenance keys (__key__, __source__, "
+                "__index__, __offset__); rename the member",
+                record=record,
+                offset=offset,
+            )
+        hint = ""
+        if "." in field:
+            key = name[: len(name) - len(field) - 1]
+            hint = (
+                f" (a key ends at the first dot of a member's base name, so {name!r} is field "
+                f"{field!r} of key {key!r}: a key holding a dot splits there; write keys "
+                "without dots)"
+            )
         return self.members.error(
-            f"key {key!r} appears again at member {run.first + index} after its record "
-            f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
-            "one sample must be consecutive",
-            record=self.records - 1,
+            f"tar member {number} {name!r} repeats field {field!r} of its sample{hint}",
+            record=record,
             offset=offset,
         )
+
+    def _too_large(self, record: int, member: Member) -> CorruptShardError:
+        _, offset, number, name, size, _ = member
+        return self.members.error(
+            f"tar member {number} {name!r} declares {size} bytes of data, more than "
+            f"max_member_bytes={self._max_member_bytes} (raise max_member_bytes if the shard "
+            "really holds members this large)",
+            record=record,
+            offset=offset,
+        )
+
+    def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
+        """A record with intact framing is damaged: raise, or drop it (reported when it ends;
+        not at all before ``start``, where the record is not being read)."""
+        if self._on_damage is None:
+            raise error
+        if record >= start and self._damage is None:
+            self._damage = error
+
+    def _end_record(self, record: int, end: int) -> None:
+        """Report the damage of the record that just ended at byte ``end``."""
+        error, self._damage = self._damage, None
+        if error is not None and self._on_damage is not None:
+            size = end - self._record_offset
+            self._on_damage(Damage(error, record, self._record_offset, size))
+
+    def _lost(self, error: ShardmixError, record: int, start: int) -> bool:
+        """The framing is lost in ``record``: whether to raise (else the rest was reported)."""
+        if self._on_damage is None or not isinstance(error, CorruptShardError):
+            return True
+        if self.members.ended:  # junk after the end: every record is whole, the last one too
+            self._end_record(record, self.members.entry_offset)
+            record += 1
+            offset = error.offset
+        else:
+            pending, self._damage = self._damage, None
+            if pending is not None:  # report the record's own damage too
+                size = self.members.offset - self._record_offset
+                self._on_damage(Damage(pending, record, self._record_offset, size))
+            offset = self._record_offset if record >= 0 else error.offset
+        self.cut_at = max(record, 0)
+        self._on_damage(Damage(error, max(record, start, 0), offset, rest_of_shard=True))
+        return False

@@ -6,23 +6,16 @@ run is and what the stream does around it are :mod:`shardmix.formats.tar.members
 
 A member is *plain* when it is a regular file whose header has the field layout GNU tar,
 ``tarfile`` and TarWriter write, a checksum that matches, and data that lies whole in the
-buffer, as do the pax and GNU long-name headers before it: webdataset's TarWriter and
-``tarfile``'s default format write a pax header (its ``mtime``) before every member, GNU tar's
-posix format one with ``atime`` and ``ctime``, so a run covers those members too and a shard
-costs the same whoever wrote it. Of a pax header's records only ``path`` and ``size`` change a
-member (as on the slow path); a ``size`` other than the header's, a ``GNU.sparse`` record or a
-malformed header end the run before its member. A pax header whose shape is known to change
-nothing (:class:`~shardmix.formats.tar.pax.PaxShapes`: the times one tool writes) is not read,
-and one whose very block was found plain before (the block a tool writes for every header of
-one size: :attr:`~shardmix.formats.tar.pax.PaxShapes.blocks`) is compared, not checked again,
-its data too where they are one record like the one after that block (its length, keyword, end).
-A writer that puts that very header before member after member (``tarfile``'s PAX format, and
-webdataset's TarWriter for each length of its float mtimes) is walked in pairs, the pax header
-and the member's, one step of the loop each.
-A run stops at anything else (a link, a directory, a checksum to look at closer, the
-end-of-archive blocks, a member cut by the buffer's end), which the slow path reads, errors
-included. On shards of small records this is most of a reader's time: a few calls per buffer
-instead of several calls and two reads per member.
+buffer, as do the pax and GNU long-name headers before it (most writers put a pax header before
+every member, so a shard costs the same whoever wrote it). Of a pax header's records only
+``path`` and ``size`` change a member; a ``size`` other than the header's, a ``GNU.sparse``
+record or a malformed header end the run before its member. Pax headers known to change nothing
+(:class:`~shardmix.formats.tar.pax.PaxShapes`) are not read, and a writer that puts the very
+same pax header before member after member is walked in pairs, one step of the loop each. A run
+stops at anything else (a link, a directory, a checksum to look at closer, the end-of-archive
+blocks, a member cut by the buffer's end), which the slow path reads, errors included. On
+shards of small records this is most of a reader's time: a few calls per buffer instead of
+several calls and two reads per member.
 """
 
 from __future__ import annotations
@@ -61,12 +54,7 @@ def plain_members(
     buffer: bytes, first: int, max_size: int, shapes: PaxShapes | None = None
 ) -> Found | None:
     """The plain members at ``buffer[first:]`` on, as far as the buffer holds them whole, or
-    None when the first is not plain. ``shapes``: the pax headers known to change nothing.
-
-    The headers are found by their size fields alone, then checked all at once (field layout,
-    checksum: :func:`plain_count`); the run ends before the first entry that fails, which the
-    slow path reads again.
-    """
+    None when the first is not plain. ``shapes``: the pax headers known to change nothing."""
     if len(buffer) < first + BLOCK or buffer[first + 156] not in b"07xL":
         return None  # a quick no for what the slow path takes: no walk of the buffer
     shapes = PaxShapes() if shapes is None else shapes
@@ -74,8 +62,7 @@ def plain_members(
     if walked is None:
         return None
     checked, headers, sizes, entries, metas, learn = walked
-    # The members whose headers (their entry's others come before) are all plain: those
-    # whose own header lies before the first that is not.
+    # The members whose own header lies before the first that is not plain.
     plain = plain_count(buffer, first, checked)
     if learn:
         shapes.learn_blocks(buffer, learn, checked[plain] if plain < len(checked) else len(buffer))
@@ -90,9 +77,8 @@ def plain_members(
 
 
 def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walked | None:
-    """Every header of the buffer's complete entries by their size fields (:data:`_Walked`). A
-    pax header of a shape ``shapes`` knows to change nothing is stepped over: a ``translate``
-    and a look-up, :meth:`PaxShapes.changes_nothing`'s first step."""
+    """Every header of the buffer's complete entries by their size fields (:data:`_Walked`),
+    stepping over the pax headers ``shapes`` knows to change nothing."""
     at, end = first, len(buffer)
     headers: list[int] = []
     checked, sizes, entries = [], [], []
@@ -189,8 +175,7 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
 
 
 def _new_size(size_text: bytes) -> int | None:
-    """The size a size field not in :data:`_SIZES` holds (kept there), or None when it is not
-    octal digits."""
+    """The size a size field not in :data:`_SIZES` holds (kept there), or None if not octal."""
     if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
         return None
     try:
@@ -230,8 +215,7 @@ def _named(
     shapes: PaxShapes,
 ) -> int:
     """Give the members with pax or long-name headers their names; how many members the run
-    keeps (it ends before one whose headers the slow path must read). A pax header whose shape
-    says it changes nothing (:class:`PaxShapes`) is passed over unread."""
+    keeps (it ends before one whose headers the slow path must read)."""
     changes_nothing = shapes.changes_nothing
     for index, found in metas.items():
         if index >= len(headers):
