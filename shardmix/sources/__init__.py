@@ -1,19 +1,13 @@
 """Sources: open a shard URL as a binary stream.
 
-A registry maps URL schemes to openers. Registering a scheme that is already taken is an
-error unless ``override=True``: a plug-in never replaces a reader silently. Openers know
-nothing of formats, workers or ranks; they return a readable binary stream, seekable where the
-storage allows it (seeking is what makes resume and skipping cheap).
-
-Built in: local files (``file``), ``http``/``https`` (:mod:`shardmix.sources.http.stream`),
-``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`); any other scheme goes to
-fsspec when it knows it (:mod:`shardmix.sources.fsspec_source`). Every opener receives the
-same :class:`SourceOptions`, a small picklable value that travels to DataLoader workers; with
-``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache.store` (bounded with
-``cache_limit``: :mod:`shardmix.sources.cache.bounded`).
-
-The options and the errors several openers share are :mod:`shardmix.sources.options`'; the
-registry of schemes is :mod:`shardmix.sources.schemes`'. Both are re-exported here.
+A registry maps URL schemes to openers (:mod:`shardmix.sources.schemes`). Openers know nothing
+of formats, workers or ranks; they return a readable binary stream, seekable where the storage
+allows it (seeking is what makes resume and skipping cheap). Built in: local files, ``http(s)``
+(:mod:`shardmix.sources.http`), ``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`);
+any other scheme goes to fsspec (:mod:`shardmix.sources.fsspec_source`). Every opener receives
+the same :class:`SourceOptions` (:mod:`shardmix.sources.options`), a picklable value that
+travels to DataLoader workers; with ``cache_dir`` set, remote shards are read through
+:mod:`shardmix.sources.cache`.
 """
 
 from __future__ import annotations
@@ -72,8 +66,7 @@ def open_shard(
     """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
 
     The stream stands at byte 0. ``offset`` says where the first read will be (after a seek):
-    an ``http(s)://`` stream makes its first request there, so a resume costs one request
-    (through a bounded cache too, when it has no copy: the rest is fetched, not cached).
+    an ``http(s)://`` stream makes its first request there, so a resume costs one request.
     The stream carries the shard's identity (:func:`~shardmix.sources.identity.stream_identity`)
     when its source gives one. With ``expect``, a shard whose identity conflicts with it is
     refused with a :class:`~shardmix.errors.ShardChangedError` before a byte is read.
@@ -105,7 +98,6 @@ def _open_bounded(
     listed: tuple[int, str | None] | None,
     offset: int,
 ) -> BinaryIO:
-    """The shard through a cache of at most ``options.cache_limit`` bytes."""
     from shardmix.sources.cache.bounded import open_bounded
     from shardmix.sources.version import revalidated
 
@@ -130,7 +122,6 @@ def _open_bounded(
 def _open_cached(
     url: str, scheme: str, options: SourceOptions, listed: tuple[int, str | None] | None
 ) -> BinaryIO:
-    """The shard through the cache in ``options.cache_dir``, a hit or a miss counted."""
     from shardmix.sources.cache.store import open_cached
     from shardmix.sources.traffic import count_cache
     from shardmix.sources.version import revalidated
@@ -165,10 +156,7 @@ def _register_builtin() -> None:
     from shardmix.sources.local import open_local
     from shardmix.sources.pipe import open_pipe
 
-    def open_file(url: str, options: SourceOptions) -> BinaryIO:
-        return open_local(url)
-
-    register_opener("file", open_file)
+    register_opener("file", lambda url, options: open_local(url))
     register_opener("http", open_web)
     register_opener("https", open_web)
     register_opener("pipe", open_pipe)

@@ -1,12 +1,10 @@
 """Command groups: ``pipe:`` commands that never outlive the process that runs them.
 
-Each command runs in its own session, hence its own process group (what the shell starts
-with it, say ``curl | zstd -d``, is in that group too). One watcher per process that runs
-commands, a small Python process in a session of its own, is told each group as it starts
-and ends; it reads its standard input, whose only writer is that process, so when the process
-dies, however (a SIGKILL, the OOM killer, its parent's death), the watcher sees the end of
-its input and kills the groups still running. A command stalled on a network read, which no
-broken pipe would ever end, ends with its reader.
+Each command runs in its own session, hence its own process group (with what the shell starts
+with it, say ``curl | zstd -d``). One watcher per process, a small Python process in a session
+of its own, is told each group as it starts and ends, on its standard input, whose only writer
+is that process: when the process dies, however (SIGKILL, the OOM killer), the watcher sees its
+input end and kills the groups still running, a command stalled on a network read included.
 """
 
 from __future__ import annotations
@@ -69,14 +67,13 @@ def _tell(line: str) -> None:
             _watcher = None
 
 
-# How long an exit waits for its watcher to end (it does at once: its input ended).
 _EXIT_WAIT_SECONDS = 5.0
 
 
 @atexit.register
 def _stop_watcher() -> None:
-    """At this process's exit: end its watcher's input, as its death would, and reap it, so
-    that the exit reports no process or pipe left open (``ResourceWarning``)."""
+    """At exit: end the watcher's input, as this process's death would, and reap it (no
+    ``ResourceWarning`` for a process or pipe left open)."""
     global _watcher
     with _lock:
         watcher, _watcher = _watcher, None

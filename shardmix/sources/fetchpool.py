@@ -1,8 +1,7 @@
 """The thread pool on which a process fetches byte ranges of remote shards, started once.
 
-Shared by the ranged reads of restored residents (:mod:`shardmix.sources.ranges`) and the
-blocks fetched ahead of a lane (:mod:`shardmix.sources.http.readahead`); most of its threads wait on
-a server's latency. A forked child (a DataLoader worker) starts its own on first use.
+Shared by ranged reads (:mod:`shardmix.sources.ranges`) and read-ahead
+(:mod:`shardmix.sources.http.readahead`); a forked child starts its own on first use.
 """
 
 from __future__ import annotations
@@ -29,13 +28,9 @@ def fetch_pool() -> ThreadPoolExecutor:
 
 
 def _started_pool() -> ThreadPoolExecutor:
-    """A pool whose threads are all running, idle.
-
-    A pool starts a thread per request submitted while none is idle, and each start waits for
-    the new thread to run; once the first requests run, their Python code holds the GIL, so
-    starting the rest one by one took 0.6 s on two cores. Started at once, each waiting on
-    one gate, they take milliseconds.
-    """
+    """A pool whose threads are all running, idle: started one per request, each start
+    waiting on the GIL the running requests hold, they took 0.6 s on two cores; started at
+    once, each waiting on one gate, they take milliseconds."""
     executor = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardmix-range")
     gate = threading.Event()
     waiting = [executor.submit(gate.wait) for _ in range(FETCH_THREADS)]

@@ -1,10 +1,9 @@
 """``pipe:COMMAND`` shards: the standard output of a shell command, when explicitly allowed.
 
-A URL list should never run commands by surprise, so :func:`open_pipe` refuses unless
-``SourceOptions(allow_pipe=True)``. :class:`PipeStream` reads the command's output and, at its
-end, checks the exit status: a command that fails raises :class:`PipeCommandError` naming the
-command, its status and the end of what it wrote to stderr, never a silently short shard.
-Closing the stream early stops the command. The stream cannot seek; readers skip by reading.
+:func:`open_pipe` refuses unless ``SourceOptions(allow_pipe=True)``, so a URL list never runs
+a command by surprise. At the output's end the exit status is checked: a command that fails
+raises :class:`PipeCommandError` naming the command, its status and the end of its stderr,
+never a silently short shard. Closing the stream early stops the command. It cannot seek.
 """
 
 from __future__ import annotations
@@ -89,12 +88,10 @@ class PipeStream(io.RawIOBase):
         return count
 
     def close(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # ``_finalizing`` bound at definition: a stream its caller left open may be closed at
-        # exit after this module's globals were cleared.
+        # ``_finalizing`` bound at definition: a stream left open may be closed at exit after
+        # this module's globals were cleared.
         if not self.closed:
-            if _finalizing():
-                # The exit told the watcher to end, and it killed the command's group
-                # (:mod:`.commands`): reap what it killed, quietly.
+            if _finalizing():  # the watcher (commands) killed the command's group: reap it
                 self._stdout.close()
                 self._process.poll()
             else:
@@ -120,7 +117,6 @@ class PipeStream(io.RawIOBase):
         return self._stderr.read().decode("utf-8", "replace").strip()
 
     def _wait(self, timeout: float | None = None) -> int:
-        """Reap the command (``timeout``: raise TimeoutExpired past it) and forget its group."""
         status = self._process.wait(timeout)
         commands.forget(self._process.pid)
         return status

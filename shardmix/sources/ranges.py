@@ -1,17 +1,12 @@
 """Ranged reads of remote shards: a few known byte ranges fetched at once, bounded.
 
 Re-reading single records of a remote shard (a restored shuffle buffer) should cost the
-records' bytes and a round trip, not a stream left running to the end of the shard, nor an
-fsspec read-ahead block of megabytes per record. :func:`open_ranges` starts one bounded
-request per range at once, on a small thread pool shared by the process, and returns a
-seekable stream that serves reads from those ranges; a read outside them (a record longer than
-its range was guessed) fetches one more bounded range. ``http(s)://`` ranges go through
-:func:`shardmix.sources.http.stream.fetch_range` (the connection pool, retries, size and ETag
-checks);
-fsspec URLs through ``filesystem.cat_file(path, start, end)``, which reads exactly that range.
-
-Local files, ``pipe:`` commands and shards read through ``cache_dir`` get ``None``: open them
-with :func:`shardmix.sources.open_shard` (a seek costs nothing there, or nothing can seek).
+records' bytes and a round trip, not a stream running to the shard's end, nor a read-ahead block
+per record. :func:`open_ranges` starts one bounded request per range at once on the process's
+fetch pool (``http(s)`` through :func:`~shardmix.sources.http.stream.fetch_range`, fsspec
+through ``cat_file``) and returns a seekable stream served from those ranges; a read outside
+them fetches one more bounded range. Local files, ``pipe:`` and cached shards get ``None``:
+open them with :func:`shardmix.sources.open_shard`.
 """
 
 from __future__ import annotations
@@ -44,12 +39,9 @@ def open_ranges(
     options: SourceOptions,
     expect: ShardIdentity | None = None,
 ) -> BinaryIO | None:
-    """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now.
-
-    ``None`` when the URL's storage is read by opening it instead (see the module docstring).
-    ``expect``: the version the ranges must come from (a checkpoint's); a range of another
-    version (its size, or over http(s) its validator) is a
-    :class:`~shardmix.errors.ShardChangedError` when it is read.
+    """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now, or
+    ``None`` (see the module docstring). ``expect``: the version the ranges must come from;
+    another is a :class:`~shardmix.errors.ShardChangedError` when it is read.
     """
     fetch = _fetcher(url, options, expect)
     if fetch is None:
@@ -100,11 +92,7 @@ def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:
 
 
 class RangedStream(PositionedStream):
-    """A shard seen through some fetched byte ranges: reads inside them cost nothing more.
-
-    ``expect``: the version the ranges must come from; a size the storage gives that is not
-    its size is a :class:`~shardmix.errors.ShardChangedError`.
-    """
+    """A shard seen through some fetched byte ranges: reads inside them cost nothing more."""
 
     def __init__(
         self,
@@ -117,7 +105,6 @@ class RangedStream(PositionedStream):
         self.url = url
         self._fetch = fetch
         self._expect = expect
-        self._position = 0
         self._size: int | None = None
         self._starts: list[int] = []  # sorted starts of the pieces fetched
         self._pieces: dict[int, bytes] = {}
