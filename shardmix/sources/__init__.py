@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from shardmix.errors import UnsupportedURLError
-from shardmix.sources.identity import ShardIdentity, check_identity, stream_identity
+from shardmix.sources.identity import ShardIdentity, checked_stream
 from shardmix.sources.options import (
     READ_BUFFER_BYTES,
     ReadAhead,
@@ -82,13 +82,7 @@ def open_shard(
         stream = _open_bounded(url, scheme, options, listed, offset)
     else:
         stream = _open_cached(url, scheme, options, listed)
-    if expect is not None:
-        try:
-            check_identity(url, expect, stream_identity(stream))
-        except BaseException:
-            stream.close()
-            raise
-    return stream
+    return stream if expect is None else checked_stream(url, expect, stream)
 
 
 def _open_bounded(

@@ -13,11 +13,17 @@ kind and those differ; :func:`check_identity` turns a conflict into a ``ShardCha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from shardmix.errors import ShardChangedError
 
-__all__ = ["ShardIdentity", "attach_identity", "check_identity", "stream_identity"]
+__all__ = [
+    "ShardIdentity",
+    "attach_identity",
+    "check_identity",
+    "checked_stream",
+    "stream_identity",
+]
 
 _Stream = TypeVar("_Stream")
 _ATTRIBUTE = "shardmix_identity"
@@ -96,6 +102,16 @@ def stream_identity(stream: Any) -> ShardIdentity | None:
     """The identity an opener recorded on ``stream``, or None when its source gave none."""
     identity = getattr(stream, _ATTRIBUTE, None)
     return identity if isinstance(identity, ShardIdentity) else None
+
+
+def checked_stream(url: str, expected: ShardIdentity, stream: BinaryIO) -> BinaryIO:
+    """``stream``, closed and refused (:func:`check_identity`) if it is another version."""
+    try:
+        check_identity(url, expected, stream_identity(stream))
+    except BaseException:
+        stream.close()
+        raise
+    return stream
 
 
 def check_identity(url: str, expected: ShardIdentity, found: ShardIdentity | None) -> None:

@@ -13,6 +13,7 @@ validate a copy here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import threading
@@ -27,7 +28,7 @@ from shardmix.sources.cache.tee import TeeStream
 from shardmix.sources.identity import (
     ShardIdentity,
     attach_identity,
-    check_identity,
+    checked_stream,
     stream_identity,
 )
 from shardmix.sources.options import READ_BUFFER_BYTES
@@ -147,24 +148,16 @@ def _open_leased(
         return None
     assert raw is not None
     identity = ShardIdentity(entry.total, entry.validator)
-
-    def release() -> None:
-        ledger.release(entry.path)
-
+    release = functools.partial(ledger.release, entry.path)
     if entry.size == entry.total:
         stream: BinaryIO = _Leased(raw, release)
     else:
-
-        def open_rest(offset: int) -> BinaryIO:
-            rest = fetch_from(offset)
-            try:
-                check_identity(entry.url, identity, stream_identity(rest))
-            except BaseException:
-                rest.close()
-                raise
-            return rest
-
-        spliced = SplicedStream(raw, entry.total, open_rest, release)
+        spliced = SplicedStream(
+            raw,
+            entry.total,
+            lambda offset: checked_stream(entry.url, identity, fetch_from(offset)),
+            release,
+        )
         stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)
     return attach_identity(stream, identity)
 

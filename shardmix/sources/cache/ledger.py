@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardmix.errors import CacheFullError, ConfigError
+from shardmix.sources.cache.store import DISK_FULL
 
 __all__ = [
     "CacheLedger",
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 LEDGER_NAME = ".shardmix-cache.sqlite"
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _BUSY_TIMEOUT_MS = 60_000
 _WAL_PAGES = 32  # the log kept at 128 KiB: see the connection
 _SCHEMA = """
@@ -172,7 +172,7 @@ class CacheLedger:
         message = str(error).lower()
         code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+; the message before
         full = (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "full" in message
-        full = full or (isinstance(error, OSError) and error.errno in _FULL)
+        full = full or (isinstance(error, OSError) and error.errno in DISK_FULL)
         where = os.path.join(self.folder, LEDGER_NAME)
         if full:
             return CacheFullError(

@@ -43,7 +43,7 @@ __all__ = ["Listed", "cache_path", "download", "open_cached"]
 COPY_BUFFER_BYTES = 1024 * 1024
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_BASENAME_CHARS = 100
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, quota or file size limit
 # What a manifest says of a shard: its size and sha256 (None: not listed).
 Listed = tuple[int, str | None]
 
@@ -123,7 +123,7 @@ def download(
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        if isinstance(error, OSError) and error.errno in _FULL:
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
             raise CacheFullError(
                 f"{url or path}: the cache's disk is full (or over its size limit) after "
                 f"{written:,} bytes of the copy {path} ({error.strerror}); the partial copy "

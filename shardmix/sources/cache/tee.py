@@ -13,13 +13,13 @@ published by ``on_whole(sha256, bytes)``; otherwise ``on_partial()`` drops the t
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
 from shardmix.errors import CacheFullError
+from shardmix.sources.cache.store import DISK_FULL
 from shardmix.sources.positioned import PositionedStream
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ __all__ = ["DRAIN_BYTES", "TeeStream"]
 # A lane that closes the shard this close to its end has the rest read for the copy.
 DRAIN_BYTES = 1 << 20
 _COPY_BYTES = 1 << 20
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class TeeStream(PositionedStream):
@@ -99,7 +98,7 @@ class TeeStream(PositionedStream):
             while written < len(chunk):
                 written += os.pwrite(self._out, chunk[written:], self._filled + written)
         except OSError as error:
-            if error.errno not in _FULL:
+            if error.errno not in DISK_FULL:
                 raise
             raise CacheFullError(
                 f"{self._url}: the cache's disk is full (or over its size limit) after "

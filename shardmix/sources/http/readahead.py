@@ -108,7 +108,9 @@ class BlockStream(PositionedStream):
     def identity(self) -> ShardIdentity:
         """The version read (its first block's), waiting for that block if need be."""
         if self._identity is None:
-            self._first_block()
+            if 0 not in self._futures:
+                self._start_run(self._base)
+            self._result(0)
         assert self._identity is not None
         return self._identity
 
@@ -165,8 +167,6 @@ class BlockStream(PositionedStream):
                 self._rest.close()
         super().close()
 
-    # -- blocks --------------------------------------------------------------------------
-
     def _start_run(self, base: int) -> None:
         """Ask for the blocks from ``base`` on, dropping those of the run before."""
         with self._lock:
@@ -200,20 +200,19 @@ class BlockStream(PositionedStream):
     def _fill(self) -> bool:
         """Ask for blocks up to the window (lock held); whether the last one was just asked."""
         size = self._size
-        if self._rest is not None:
-            return False  # one answer holds the whole shard: no block to ask for
-        while self._next < self._reading + self._window:
-            if size is None or self._base + self._next * self._block >= size:
-                break
+        if self._rest is not None or size is None:
+            return False  # one answer holds the whole shard, or nothing arrived yet
+        while self._next < self._reading + self._window and self._start_of(self._next) < size:
             self._submit()
-        ended = size is not None and self._base + self._next * self._block >= size
-        if ended and not self.tail_done:
-            self.tail_done = True
-            return True
-        return False
+        fire = not self.tail_done and self._start_of(self._next) >= size
+        self.tail_done = self.tail_done or fire
+        return fire
+
+    def _start_of(self, index: int) -> int:
+        return self._base + index * self._block
 
     def _submit(self) -> None:
-        start = self._base + self._next * self._block
+        start = self._start_of(self._next)
         # A run's first block is asked for before the version is known; the others after.
         identity = self._identity
         seam = seam_before(identity.validator, start) if identity and self._next else 0
@@ -225,7 +224,7 @@ class BlockStream(PositionedStream):
 
     def _result(self, index: int) -> Block:
         block = self._futures[index].result()
-        start = self._base + index * self._block
+        start = self._start_of(index)
         self._note(block, start)
         if block.seam:
             ended, last = self._left
@@ -257,7 +256,7 @@ class BlockStream(PositionedStream):
             if future is not None:
                 block = future.result()
                 if self._identity and self._identity.validator is None:
-                    ended = self._base + index * self._block + len(block.data)
+                    ended = self._start_of(index) + len(block.data)
                     self._left = (ended, bytes(block.data[-SEAM_BYTES:]))
                 give_back(block.buffer)  # the reader copied what it read: nothing refers to it
             self._reading = index + 1
@@ -265,18 +264,13 @@ class BlockStream(PositionedStream):
         if fire and self.on_tail is not None:
             self.on_tail()
 
-    def _first_block(self) -> None:
-        if 0 not in self._futures:
-            self._start_run(self._base)
-        self._result(0)
-
 
 _ignoring: set[str] = set()  # hosts that answered a range request with the whole shard
 
 
 def ranges_ignored(url: str) -> None:
-    """``url``'s server answered a range request with the whole shard: ask that host for no
-    more ranges (its shards open as one stream), and warn once per host and process."""
+    """``url``'s server answered a range request with the whole shard: ask its host for no
+    more ranges, and warn once per host and process."""
     host = host_of(url)
     with _registry_lock:
         if host in _ignoring:
@@ -370,7 +364,7 @@ def open_blocks(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
 
 
 def opened_ahead(stream: Any) -> bool:
-    """Whether ``stream`` was opened by :func:`open_blocks` (which counts its own stalls)."""
+    """Whether :func:`open_blocks` (which counts its own stalls) opened ``stream``."""
     return isinstance(getattr(stream, "raw", None), BlockStream)
 
 

@@ -150,7 +150,7 @@ class HttpShardStream(PositionedStream):
         self._position = first_at  # bytes delivered so far (or the seek target)
         self._stop = stop
         self._version = ShardVersion(url, self._where, expect)
-        self._honours_ranges = True
+        self.honours_ranges = True  # False once a range request got the whole shard (200)
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end: int | None = None  # the offset where the current response's body ends
         self._parked: int | None = None  # an answer waits at this offset for a seek there
@@ -169,13 +169,8 @@ class HttpShardStream(PositionedStream):
 
     @property
     def identity(self) -> ShardIdentity:
-        """The version being read: its size and validator, as the first answer said them."""
+        """The version being read, as the first answer said it."""
         return self._version.identity
-
-    @property
-    def honours_ranges(self) -> bool:
-        """False once the server answered a range request with the whole shard (``200``)."""
-        return self._honours_ranges
 
     def unbound(self) -> None:
         """Read on past ``stop``: the answer holds the whole shard (a server ignoring ranges)."""
@@ -208,7 +203,7 @@ class HttpShardStream(PositionedStream):
         if self._response is None or ahead < 0 or at_or_past_end:
             self._drop_response()
             self._position = target
-        elif ahead <= SKIP_BY_READING or not self._honours_ranges:
+        elif ahead <= SKIP_BY_READING or not self.honours_ranges:
             self._skip(ahead)
         else:
             self._drop_response()
@@ -225,8 +220,6 @@ class HttpShardStream(PositionedStream):
         if self._parked is not None:
             self._parked = None
             self._drop_response()
-
-    # -- requests ------------------------------------------------------------------------
 
     def _open_response(self) -> None:
         if self._response is None and not self._at_end():
@@ -297,11 +290,9 @@ class HttpShardStream(PositionedStream):
         self._end = int(length) if length is not None and length.isdigit() else None
         self._version.note_size(self._end, self._position)
         if offset or self._stop is not None:  # a range was asked for: the server ignores it
-            self._honours_ranges = False
+            self.honours_ranges = False
         if offset:
             self._discard(response, offset)
-
-    # -- reading -------------------------------------------------------------------------
 
     def _read_once(self, view: memoryview) -> int:
         while True:
@@ -355,8 +346,6 @@ class HttpShardStream(PositionedStream):
     def _known_size(self) -> int | None:
         return self._version.size
 
-    # -- failures ------------------------------------------------------------------------
-
     def _with_retries(self, action: Callable[[], T]) -> T:
         return self._retries.run(action, self.tell, self._drop_response)
 
@@ -396,8 +385,7 @@ def read_into(response: urllib3.BaseHTTPResponse, view: memoryview) -> int:
 
 def _direct(response: urllib3.BaseHTTPResponse) -> http.client.HTTPResponse | None:
     """The ``http.client`` answer under ``response`` when its body can be received into a
-    caller's buffer: of known length, neither chunked nor decoded, on a buffered socket file
-    (or closed at its end by :func:`read_into`); else None."""
+    caller's buffer (known length, neither chunked nor decoded, a buffered socket file)."""
     answer = getattr(response, "_fp", None)
     if not isinstance(answer, http.client.HTTPResponse) or response.decode_content:
         return None
