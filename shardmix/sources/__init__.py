@@ -12,10 +12,11 @@ travels to DataLoader workers; with ``cache_dir`` set, remote shards are read th
 
 from __future__ import annotations
 
+import os
 from typing import BinaryIO
 
-from shardmix.errors import UnsupportedURLError
-from shardmix.sources.identity import ShardIdentity, checked_stream
+from shardmix.errors import ShardNotFoundError, UnsupportedURLError
+from shardmix.sources.identity import ShardIdentity, attach_identity, checked_stream
 from shardmix.sources.options import (
     READ_BUFFER_BYTES,
     ReadAhead,
@@ -145,12 +146,23 @@ def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:
         raise
 
 
+def _open_local(url: str, options: SourceOptions) -> BinaryIO:
+    """A local shard, buffered and seekable, its identity from the open file's ``fstat``."""
+    try:
+        stream = open(local_path(url), "rb", buffering=READ_BUFFER_BYTES)  # noqa: SIM115 (returned)
+    except IsADirectoryError as error:
+        raise ShardNotFoundError(f"{url}: is a directory, not a shard file", url=url) from error
+    except FileNotFoundError as error:
+        raise ShardNotFoundError(f"{url}: no such shard file", url=url) from error
+    status = os.fstat(stream.fileno())
+    return attach_identity(stream, ShardIdentity(status.st_size, f"mtime_ns:{status.st_mtime_ns}"))
+
+
 def _register_builtin() -> None:
     from shardmix.sources.http.readahead import open_web
-    from shardmix.sources.local import open_local
     from shardmix.sources.pipe import open_pipe
 
-    register_opener("file", lambda url, options: open_local(url))
+    register_opener("file", _open_local)
     register_opener("http", open_web)
     register_opener("https", open_web)
     register_opener("pipe", open_pipe)

@@ -3,32 +3,35 @@
 Re-reading single records of a remote shard (a restored shuffle buffer) should cost the
 records' bytes and a round trip, not a stream running to the shard's end, nor a read-ahead block
 per record. :func:`open_ranges` starts one bounded request per range at once on the process's
-fetch pool (``http(s)`` through :func:`~shardmix.sources.http.stream.fetch_range`, fsspec
-through ``cat_file``) and returns a seekable stream served from those ranges; a read outside
-them fetches one more bounded range. Local files, ``pipe:`` and cached shards get ``None``:
-open them with :func:`shardmix.sources.open_shard`.
+fetch pool (:func:`fetch_pool`, which read-ahead shares; ``http(s)`` through
+:func:`~shardmix.sources.http.stream.fetch_range`, fsspec through ``cat_file``) and returns a
+seekable stream served from those ranges; a read outside them fetches one more bounded range.
+Local files, ``pipe:`` and cached shards get ``None``: open them with
+:func:`shardmix.sources.open_shard`.
 """
 
 from __future__ import annotations
 
 import bisect
 import io
+import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from shardmix.sources.fetchpool import FETCH_THREADS, fetch_pool
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.sources.options import SourceOptions
 from shardmix.sources.positioned import PositionedStream
-from shardmix.sources.schemes import _OPENERS, scheme_of
+from shardmix.sources.schemes import _OPENERS, _OPENERS_AT, scheme_of
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["FETCH_THREADS", "RangedStream", "open_ranges", "reads_ranges"]
+__all__ = ["FETCH_THREADS", "RangedStream", "fetch_pool", "open_ranges", "reads_ranges"]
 
 MIN_FETCH_BYTES = 16 * 1024  # a read outside the ranges fetches at least this much
+FETCH_THREADS = 64  # requests in flight at once, per process (mostly waiting on latency)
 
 Fetch = Callable[[int, int], tuple[bytes, int | None]]  # (start, stop) -> (bytes, shard size)
 
@@ -54,10 +57,8 @@ def reads_ranges(url: str, options: SourceOptions) -> bool:
     scheme = scheme_of(url)
     if scheme in ("file", "pipe") or options.cache_dir is not None:
         return False
-    if scheme in ("http", "https"):
-        from shardmix.sources.http.readahead import open_web
-
-        return _OPENERS.get(scheme) is open_web  # else a plug-in reads them its own way
+    if scheme in ("http", "https"):  # unless a plug-in replaced the built-in opener
+        return scheme in _OPENERS_AT
     return scheme not in _OPENERS
 
 
@@ -173,3 +174,38 @@ class RangedStream(PositionedStream):
         if self._size is None:
             raise io.UnsupportedOperation(f"{self.url}: the shard's size is not known")
         return self._size
+
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def fetch_pool() -> ThreadPoolExecutor:
+    """The process's fetch pool, started on first use."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = _started_pool()
+        return _executor
+
+
+def _started_pool() -> ThreadPoolExecutor:
+    """A pool whose threads are all running, idle: started one per request, each start
+    waiting on the GIL the running requests hold, they took 0.6 s on two cores; started at
+    once, each waiting on one gate, they take milliseconds."""
+    executor = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardmix-range")
+    gate = threading.Event()
+    waiting = [executor.submit(gate.wait) for _ in range(FETCH_THREADS)]
+    gate.set()
+    for future in waiting:
+        future.result()
+    return executor
+
+
+def _forget_pool() -> None:
+    """In a forked child the parent's threads do not exist."""
+    global _executor, _executor_lock
+    _executor, _executor_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)

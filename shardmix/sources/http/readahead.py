@@ -34,12 +34,12 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from shardmix.errors import RangesIgnoredWarning, ShardmixError
-from shardmix.sources.fetchpool import fetch_pool
 from shardmix.sources.http.stream import HttpShardStream, open_http, shard_stream
 from shardmix.sources.http.validators import SEAM_BYTES, changed, check_seam, seam_before
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
 from shardmix.sources.positioned import PositionedStream
+from shardmix.sources.ranges import fetch_pool
 from shardmix.sources.traffic import count_stall, host_of
 
 if TYPE_CHECKING:
