@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 import threading
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
@@ -166,42 +165,17 @@ def count_fallback(image_format: str) -> None:
 
 
 def take_traffic() -> Traffic:
-    """What was counted since the last call (in this process), the counters then reset; the
-    bounded cache's events since the last call among them."""
+    """What was counted since the last call (in this process), the counters then reset."""
     global _counts
     with _lock:
         taken, _counts = _counts, Traffic()
-        for event, count in _bounded_cache_events().items():
-            if count:
-                _bump(taken.cache, event, count)
     return taken
-
-
-# The last running counts of the bounded cache seen, so that each take reports what happened since.
-_cache_seen: dict[str, int] = {}
-
-
-def _bounded_cache_events() -> dict[str, int]:
-    """The bounded cache's hits, misses and evictions since the last call (caller locks)."""
-    cache = sys.modules.get("shardmix.sources.cache.bounded")  # not imported: it counted nothing
-    counters = getattr(cache, "cache_counters", None)
-    if counters is None:
-        return {}
-    counted = counters()
-    events = {}
-    for event in CACHE_EVENTS:
-        now, seen = getattr(counted, event, 0), _cache_seen.get(event, 0)
-        events[event] = now - seen if now >= seen else now  # counted again from 0
-        _cache_seen[event] = now
-    return events
 
 
 def _forget() -> None:
     """In a forked child: the parent's counts are the parent's to report."""
     global _counts, _lock
     _counts, _lock = Traffic(), threading.RLock()
-    with _lock:
-        _bounded_cache_events()  # what the parent's cache counted is seen already
 
 
 os.register_at_fork(after_in_child=_forget)

@@ -33,7 +33,7 @@ from shardmix.sources.identity import (
 )
 from shardmix.sources.options import READ_BUFFER_BYTES
 from shardmix.sources.positioned import PositionedStream
-from shardmix.sources.traffic import CopyFile, count_cache_read
+from shardmix.sources.traffic import CACHE_EVENTS, CopyFile, count_cache, count_cache_read
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -79,9 +79,13 @@ def cache_counters() -> CacheCounters:
 
 
 def _count(**amounts: int) -> None:
+    """Add to this process's counters, and its cache events to its traffic."""
     with _COUNTERS_LOCK:
         for name, amount in amounts.items():
             setattr(_COUNTERS, name, getattr(_COUNTERS, name) + amount)
+    for event in CACHE_EVENTS:
+        if amounts.get(event):
+            count_cache(event, amounts[event])
 
 
 def open_bounded(

@@ -31,7 +31,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from shardmix.errors import CacheFullError, ConfigError
 from shardmix.sources.cache.store import DISK_FULL
@@ -93,10 +93,7 @@ class CacheLedger:
             with _creating(folder):
                 self._create()
         except (OSError, sqlite3.OperationalError) as error:
-            named = self._named(error, None, "its tables")
-            if named is error:
-                raise
-            raise named from error
+            self._raise_named(error, None, "its tables")
         self.reclaim(check_files=True)
 
     def _create(self) -> None:
@@ -148,7 +145,7 @@ class CacheLedger:
         self, url: str | None = None, doing: str = "a change"
     ) -> Iterator[sqlite3.Connection]:
         """One write transaction, rolled back on any error; a full disk or an unwritable folder
-        is named (:meth:`_named`) with the shard ``url`` and what was being recorded."""
+        is named (:meth:`_raise_named`) with the shard ``url`` and what was being recorded."""
         with self._lock:
             try:
                 db = self._db
@@ -161,38 +158,35 @@ class CacheLedger:
                         db.execute("ROLLBACK")
                     raise
             except sqlite3.OperationalError as error:
-                named = self._named(error, url, doing)
-                if named is error:
-                    raise
-                raise named from error
+                self._raise_named(error, url, doing)
 
-    def _named(self, error: Exception, url: str | None, doing: str) -> Exception:
-        """A :class:`CacheFullError` for a full disk, a :class:`ConfigError` for a folder this
-        process cannot write; ``error`` itself otherwise."""
+    def _raise_named(self, error: Exception, url: str | None, doing: str) -> NoReturn:
+        """Raise a :class:`CacheFullError` for a full disk, a :class:`ConfigError` for a folder
+        this process cannot write; ``error`` itself otherwise."""
         message = str(error).lower()
         code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+; the message before
         full = (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "full" in message
         full = full or (isinstance(error, OSError) and error.errno in DISK_FULL)
         where = os.path.join(self.folder, LEDGER_NAME)
         if full:
-            return CacheFullError(
+            raise CacheFullError(
                 f"{url or self.folder}: the disk of cache_dir {self.folder} is full: the cache's "
                 f"ledger {where} could not record {doing} ({error}); nothing of it was kept: "
                 "free space there, lower cache_limit to what the disk holds, or point cache_dir "
                 "at a larger disk",
                 url=url,
-            )
+            ) from error
         unwritable = isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EROFS)
         unwritable = unwritable or any(
             words in message for words in ("unable to open", "readonly", "read-only")
         )
         if unwritable:
-            return ConfigError(
+            raise ConfigError(
                 f"cache_dir {self.folder} cannot be written by this process: the cache's ledger "
                 f"{where} could not record {doing} ({error}); a bounded cache (cache_limit) "
                 "keeps its accounts there: point cache_dir at a folder this process can write"
-            )
-        return error
+            ) from error
+        raise error
 
     def _rows(self, query: str, *arguments: Any) -> list[tuple[Any, ...]]:
         with self._lock:

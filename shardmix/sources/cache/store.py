@@ -70,7 +70,7 @@ def open_cached(
     path = cache_path(cache_dir, url)
     current = version()
     record = _read_record(path) if os.path.isfile(path) else None
-    if record is not None and _stale(path, record, url, current, listed) is None:
+    if record is not None and _current(path, record, url, current, listed):
         return _opened(path, record)
     record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
@@ -136,22 +136,19 @@ def download(
     return record
 
 
-def _stale(
+def _current(
     path: str, record: dict[str, Any], url: str, version: str | None, listed: Listed | None
-) -> str | None:
-    """Why the copy at ``path``, downloaded as ``record`` says, must not be used (None: it may)."""
-    if record.get("url") != url:
-        return "no record of the download"
-    if version is not None and record.get("version") != version:
-        return f"the server has version {version}, the copy {record.get('version')}"
+) -> bool:
+    """Whether the copy at ``path`` may be used: downloaded from ``url`` as ``record`` says, of
+    the server's ``version``, unchanged on disk, and the shard its manifest ``listed``."""
+    if record.get("url") != url or (version is not None and record.get("version") != version):
+        return False
     status = os.stat(path)
     if (status.st_size, status.st_mtime_ns) != (record.get("size"), record.get("mtime_ns")):
-        return "the copy changed on disk since it was downloaded"
-    if listed is not None and _unlike(record, listed):
-        return "the copy is not the shard its manifest lists"
-    if listed is not None and listed[1] is not None and not holds_sha256(path, listed[1]):
-        return "the copy's bytes are not those its manifest lists"
-    return None
+        return False
+    if listed is None:
+        return True
+    return not _unlike(record, listed) and (listed[1] is None or holds_sha256(path, listed[1]))
 
 
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha256), this process
