@@ -120,8 +120,7 @@ class PipeStream(io.RawIOBase):
             )
 
     def _stderr_tail(self) -> str:
-        self._stderr.seek(0, io.SEEK_END)
-        size = self._stderr.tell()
+        size = self._stderr.seek(0, io.SEEK_END)
         self._stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
         return self._stderr.read().decode("utf-8", "replace").strip()
 

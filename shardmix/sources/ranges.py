@@ -116,7 +116,12 @@ class RangedStream(PositionedStream):
         ]
 
     def _known_size(self) -> int | None:
-        return self._shard_size()
+        self._collect()
+        if self._size is None:
+            _, self._size = self._fetch(0, 0)
+        if self._size is None:
+            raise io.UnsupportedOperation(f"{self.url}: the shard's size is not known")
+        return self._size
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
@@ -166,14 +171,6 @@ class RangedStream(PositionedStream):
             if position < start + len(piece):
                 return piece, start
         return None, position
-
-    def _shard_size(self) -> int:
-        self._collect()
-        if self._size is None:
-            _, self._size = self._fetch(0, 0)
-        if self._size is None:
-            raise io.UnsupportedOperation(f"{self.url}: the shard's size is not known")
-        return self._size
 
 
 _executor: ThreadPoolExecutor | None = None

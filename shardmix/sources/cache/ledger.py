@@ -63,6 +63,8 @@ CREATE TABLE IF NOT EXISTS wants (plan TEXT NOT NULL, url TEXT NOT NULL, positio
 CREATE INDEX IF NOT EXISTS wants_by_url ON wants (url, position);
 CREATE INDEX IF NOT EXISTS leases_by_path ON leases (path);
 """
+# How many shards ahead the soonest live plan reads a URL (the query ends with it).
+_NEED = "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan WHERE w.url ="
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,7 @@ class CacheLedger:
     def _write(
         self, url: str | None = None, doing: str = "a change"
     ) -> Iterator[sqlite3.Connection]:
-        """One write transaction, rolled back on any error; a full disk or an unwritable folder
-        is named (:meth:`_raise_named`) with the shard ``url`` and what was being recorded."""
+        """One write transaction, rolled back on any error (named by :meth:`_raise_named`)."""
         with self._lock:
             try:
                 db = self._db
@@ -162,7 +163,7 @@ class CacheLedger:
 
     def _raise_named(self, error: Exception, url: str | None, doing: str) -> NoReturn:
         """Raise a :class:`CacheFullError` for a full disk, a :class:`ConfigError` for a folder
-        this process cannot write; ``error`` itself otherwise."""
+        this process cannot write (naming the shard ``url`` and what was being recorded)."""
         message = str(error).lower()
         code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+; the message before
         full = (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "full" in message
@@ -433,8 +434,7 @@ _LEDGERS_LOCK = threading.Lock()
 
 
 def _close_before_fork() -> None:
-    """SQLite connections must not cross a fork: close this process's (they reopen when next
-    used); a forked child opens ledgers of its own."""
+    """SQLite connections must not cross a fork: close this process's (they reopen)."""
     with _LEDGERS_LOCK:
         for (pid, _), ledger in _LEDGERS.items():
             if pid == os.getpid():
@@ -463,10 +463,7 @@ def choose_victims(
     if needed <= 0:
         return [], 0
     rows = db.execute(
-        "SELECT e.path, e.size, e.used, "
-        "(SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
-        " WHERE w.url = e.url) "
-        "FROM entries e WHERE e.state = 'ready' "
+        f"SELECT e.path, e.size, e.used, ({_NEED} e.url) FROM entries e WHERE e.state = 'ready' "
         "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.path = e.path)"
     ).fetchall()
     own = next_need(db, url)
@@ -485,17 +482,12 @@ def choose_victims(
 
 def next_need(db: sqlite3.Connection, url: str) -> int | None:
     """How many shards ahead the soonest live plan reads ``url`` (None: no plan does)."""
-    (need,) = db.execute(
-        "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
-        "WHERE w.url = ?",
-        (url,),
-    ).fetchone()
+    (need,) = db.execute(f"{_NEED} ?", (url,)).fetchone()
     return None if need is None else int(need)
 
 
 def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` in clock ticks since boot (None: no such process,
-    or no ``/proc`` to tell)."""
+    """Process ``pid``'s start time in clock ticks since boot (None: none, or no ``/proc``)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
             fields = file.read().rpartition(")")[2].split()
