@@ -78,17 +78,21 @@ class TeeStream(PositionedStream):
             data = self._fetch(min(len(view), self._keep - self._position))  # the common case
         elif self._ended:
             return 0
-        else:
-            return self._read_past(view)
+        else:  # past the copy's part: the source alone
+            data = self._read_source(self._position, len(view))
         view[: len(data)] = data
         self._position += len(data)
         return len(data)
 
-    def _fetch(self, count: int) -> bytes:
-        if self._source_at != self._filled:
-            self._source.seek(self._filled)
-            self._source_at = self._filled
+    def _read_source(self, at: int, count: int) -> bytes:
+        if self._source_at != at:
+            self._source.seek(at)
         chunk = self._source.read(count)
+        self._source_at = at + len(chunk)
+        return chunk
+
+    def _fetch(self, count: int) -> bytes:
+        chunk = self._read_source(self._filled, count)
         if not chunk:
             self._ended = True
             return b""
@@ -109,19 +113,7 @@ class TeeStream(PositionedStream):
                 offset=self._filled + written,
             ) from error
         self._filled += len(chunk)
-        self._source_at += len(chunk)
         return chunk
-
-    def _read_past(self, view: memoryview) -> int:
-        """Read past the copy's part, from the source alone."""
-        if self._source_at != self._position:
-            self._source.seek(self._position)
-            self._source_at = self._position
-        chunk = self._source.read(len(view))
-        view[: len(chunk)] = chunk
-        self._position += len(chunk)
-        self._source_at += len(chunk)
-        return len(chunk)
 
     def close(self) -> None:
         if self.closed:
