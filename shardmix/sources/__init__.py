@@ -75,10 +75,8 @@ def open_shard(
     """
     options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)
-    if offset and options.cache_dir is None and scheme in _OPENERS_AT:
-        stream = _OPENERS_AT[scheme](url, options, offset)
-    elif options.cache_dir is None or scheme in _NOT_CACHED:
-        stream = _open_direct(url, scheme, options)
+    if options.cache_dir is None or scheme in _NOT_CACHED:
+        stream = _open_direct(url, scheme, options, offset)
     elif options.cache_limit is not None:
         stream = _open_bounded(url, scheme, options, listed, offset)
     else:
@@ -97,17 +95,11 @@ def _open_bounded(
     from shardmix.sources.version import revalidated
 
     assert options.cache_dir is not None and options.cache_limit is not None
-
-    def fetch_from(at: int) -> BinaryIO:
-        if at and scheme in _OPENERS_AT:
-            return _OPENERS_AT[scheme](url, options, at)
-        return _open_direct(url, scheme, options)
-
     return open_bounded(
         url,
         options.cache_dir,
         options.cache_limit,
-        fetch_from,
+        lambda at: _open_direct(url, scheme, options, at),
         lambda: revalidated(url, options),
         listed,
         offset,
@@ -133,7 +125,10 @@ def _open_cached(
     return stream
 
 
-def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:
+def _open_direct(url: str, scheme: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
+    """The shard from its opener, told ``offset`` where it takes one."""
+    if offset and scheme in _OPENERS_AT:
+        return _OPENERS_AT[scheme](url, options, offset)
     opener = _OPENERS.get(scheme)
     if opener is not None:
         return opener(url, options)
