@@ -419,8 +419,7 @@ def _unlink(path: str | None) -> None:
 
 @contextlib.contextmanager
 def _creating(folder: str) -> Iterator[None]:
-    """Hold ``folder``'s creation lock: an ``flock`` on the folder itself, no file of its own
-    that a disk too full for the ledger would keep."""
+    """Hold ``folder``'s creation lock: an ``flock`` on the folder itself (no file to keep)."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -89,8 +89,7 @@ def _gate(host: str, port: int | None) -> _Gate:
 
 
 class _GatedConnection(HTTPConnection):
-    """A connection that holds its host's gate (if given one) until its first answer's
-    headers arrive, or it closes."""
+    """A connection that holds its host's gate (if given one) until its first answer's headers."""
 
     held: list[_Gate]
 

@@ -249,8 +249,7 @@ class BlockStream(PositionedStream):
             raise changed(self.url, offset, _described(self._identity), _described(found))
 
     def _done_with(self, index: int) -> None:
-        """The reader left block ``index``: drop it (keeping its last bytes, the next block's
-        seam), and ask for one more ahead."""
+        """The reader left block ``index``: drop it (keeping the next seam), ask for one more."""
         with self._lock:
             future = self._futures.pop(index, None)
             if future is not None:
