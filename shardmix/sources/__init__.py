@@ -1,27 +1,22 @@
 """Sources: open a shard URL as a binary stream.
 
-A registry maps URL schemes to openers. Registering a scheme that is already taken is an
-error unless ``override=True``: a plug-in never replaces a reader silently. Openers know
-nothing of formats, workers or ranks; they return a readable binary stream, seekable where the
-storage allows it (seeking is what makes resume and skipping cheap).
-
-Built in: local files (``file``), ``http``/``https`` (:mod:`shardmix.sources.http.stream`),
-``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`); any other scheme goes to
-fsspec when it knows it (:mod:`shardmix.sources.fsspec_source`). Every opener receives the
-same :class:`SourceOptions`, a small picklable value that travels to DataLoader workers; with
-``cache_dir`` set, remote shards are read through :mod:`shardmix.sources.cache.store` (bounded with
-``cache_limit``: :mod:`shardmix.sources.cache.bounded`).
-
-The options and the errors several openers share are :mod:`shardmix.sources.options`'; the
-registry of schemes is :mod:`shardmix.sources.schemes`'. Both are re-exported here.
+A registry maps URL schemes to openers (:mod:`shardmix.sources.schemes`). Openers know nothing
+of formats, workers or ranks; they return a readable binary stream, seekable where the storage
+allows it (seeking is what makes resume and skipping cheap). Built in: local files, ``http(s)``
+(:mod:`shardmix.sources.http`), ``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`);
+any other scheme goes to fsspec (:mod:`shardmix.sources.fsspec_source`). Every opener receives
+the same :class:`SourceOptions` (:mod:`shardmix.sources.options`), a picklable value that
+travels to DataLoader workers; with ``cache_dir`` set, remote shards are read through
+:mod:`shardmix.sources.cache`.
 """
 
 from __future__ import annotations
 
+import os
 from typing import BinaryIO
 
-from shardmix.errors import UnsupportedURLError
-from shardmix.sources.identity import ShardIdentity, check_identity, stream_identity
+from shardmix.errors import ShardNotFoundError, UnsupportedURLError
+from shardmix.sources.identity import ShardIdentity, attach_identity, checked_stream
 from shardmix.sources.options import (
     READ_BUFFER_BYTES,
     ReadAhead,
@@ -72,8 +67,7 @@ def open_shard(
     """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
 
     The stream stands at byte 0. ``offset`` says where the first read will be (after a seek):
-    an ``http(s)://`` stream makes its first request there, so a resume costs one request
-    (through a bounded cache too, when it has no copy: the rest is fetched, not cached).
+    an ``http(s)://`` stream makes its first request there, so a resume costs one request.
     The stream carries the shard's identity (:func:`~shardmix.sources.identity.stream_identity`)
     when its source gives one. With ``expect``, a shard whose identity conflicts with it is
     refused with a :class:`~shardmix.errors.ShardChangedError` before a byte is read.
@@ -81,21 +75,13 @@ def open_shard(
     """
     options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)
-    if offset and options.cache_dir is None and scheme in _OPENERS_AT:
-        stream = _OPENERS_AT[scheme](url, options, offset)
-    elif options.cache_dir is None or scheme in _NOT_CACHED:
-        stream = _open_direct(url, scheme, options)
+    if options.cache_dir is None or scheme in _NOT_CACHED:
+        stream = _open_direct(url, scheme, options, offset)
     elif options.cache_limit is not None:
         stream = _open_bounded(url, scheme, options, listed, offset)
     else:
         stream = _open_cached(url, scheme, options, listed)
-    if expect is not None:
-        try:
-            check_identity(url, expect, stream_identity(stream))
-        except BaseException:
-            stream.close()
-            raise
-    return stream
+    return stream if expect is None else checked_stream(url, expect, stream)
 
 
 def _open_bounded(
@@ -105,22 +91,15 @@ def _open_bounded(
     listed: tuple[int, str | None] | None,
     offset: int,
 ) -> BinaryIO:
-    """The shard through a cache of at most ``options.cache_limit`` bytes."""
     from shardmix.sources.cache.bounded import open_bounded
     from shardmix.sources.version import revalidated
 
     assert options.cache_dir is not None and options.cache_limit is not None
-
-    def fetch_from(at: int) -> BinaryIO:
-        if at and scheme in _OPENERS_AT:
-            return _OPENERS_AT[scheme](url, options, at)
-        return _open_direct(url, scheme, options)
-
     return open_bounded(
         url,
         options.cache_dir,
         options.cache_limit,
-        fetch_from,
+        lambda at: _open_direct(url, scheme, options, at),
         lambda: revalidated(url, options),
         listed,
         offset,
@@ -130,7 +109,6 @@ def _open_bounded(
 def _open_cached(
     url: str, scheme: str, options: SourceOptions, listed: tuple[int, str | None] | None
 ) -> BinaryIO:
-    """The shard through the cache in ``options.cache_dir``, a hit or a miss counted."""
     from shardmix.sources.cache.store import open_cached
     from shardmix.sources.traffic import count_cache
     from shardmix.sources.version import revalidated
@@ -147,7 +125,10 @@ def _open_cached(
     return stream
 
 
-def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:
+def _open_direct(url: str, scheme: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
+    """The shard from its opener, told ``offset`` where it takes one."""
+    if offset and scheme in _OPENERS_AT:
+        return _OPENERS_AT[scheme](url, options, offset)
     opener = _OPENERS.get(scheme)
     if opener is not None:
         return opener(url, options)
@@ -160,15 +141,23 @@ def _open_direct(url: str, scheme: str, options: SourceOptions) -> BinaryIO:
         raise
 
 
+def _open_local(url: str, options: SourceOptions) -> BinaryIO:
+    """A local shard, buffered and seekable, its identity from the open file's ``fstat``."""
+    try:
+        stream = open(local_path(url), "rb", buffering=READ_BUFFER_BYTES)  # noqa: SIM115 (returned)
+    except IsADirectoryError as error:
+        raise ShardNotFoundError(f"{url}: is a directory, not a shard file", url=url) from error
+    except FileNotFoundError as error:
+        raise ShardNotFoundError(f"{url}: no such shard file", url=url) from error
+    status = os.fstat(stream.fileno())
+    return attach_identity(stream, ShardIdentity(status.st_size, f"mtime_ns:{status.st_mtime_ns}"))
+
+
 def _register_builtin() -> None:
     from shardmix.sources.http.readahead import open_web
-    from shardmix.sources.local import open_local
     from shardmix.sources.pipe import open_pipe
 
-    def open_file(url: str, options: SourceOptions) -> BinaryIO:
-        return open_local(url)
-
-    register_opener("file", open_file)
+    register_opener("file", _open_local)
     register_opener("http", open_web)
     register_opener("https", open_web)
     register_opener("pipe", open_pipe)

@@ -1,22 +1,15 @@
 """Shards in any storage fsspec knows (``s3://``, ``gs://``, ``az://``, ...).
 
-The fallback opener: :func:`shardmix.sources.open_shard` sends here every scheme that has no
-opener of its own. fsspec and its backends are optional and imported only here, when such a
-URL is opened; a missing one raises :class:`~shardmix.errors.UnsupportedURLError` naming the
-``pip install`` to run. Storage options (endpoint, credentials, ...) are passed explicitly;
-left out, the backend finds them the standard way (AWS environment variables,
-``AWS_ENDPOINT_URL``, application default credentials, ...). Retries and timeouts are the
-backend's own. The streams returned are fsspec's buffered files: seekable, read ahead in blocks,
-each block fetched counted as a request and its bytes (:mod:`shardmix.sources.traffic`), as an
-``http(s)://`` shard's are (a chain's outer filesystems fetch on their own, uncounted); an
-object replaced while it is read (s3fs's ``FileExpired``: its ``ETag`` no longer matches the
-one it was opened with) is a :class:`~shardmix.errors.ShardChangedError` naming the URL and the
-byte offset of the read that found it.
+The fallback opener for every scheme without an opener of its own. fsspec and its backends are
+optional, imported only here; a missing one raises :class:`~shardmix.errors.UnsupportedURLError`
+naming the ``pip install`` to run. Storage options are passed explicitly (left out, the backend
+finds credentials the standard way); retries and timeouts are the backend's own. Each block
+fetched is counted (:mod:`shardmix.sources.traffic`); an object replaced while it is read
+(s3fs's ``FileExpired``) is a :class:`~shardmix.errors.ShardChangedError`.
 
-A chained URL (``simplecache::s3://bucket/x.tar``) is opened by fsspec's chaining; every
-filesystem of the chain is checked for its backend. Its storage options go to the innermost
-filesystem (the one that holds the data), unless their keys name the chain's protocols
-(``{"s3": {...}, "simplecache": {...}}``, fsspec's own form), which are passed as they are.
+A chained URL (``simplecache::s3://bucket/x.tar``) has every filesystem of the chain checked
+for its backend; its storage options go to the innermost filesystem unless their keys name the
+chain's protocols (``{"s3": {...}, "simplecache": {...}}``, fsspec's own form).
 """
 
 from __future__ import annotations
@@ -118,8 +111,7 @@ class _VersionChecked:
 
 
 def _count_fetches(stream: Any, where: str) -> None:
-    """Count each range that fsspec's block cache fetches for ``stream`` (a file without one,
-    a chain's local copy, is left uncounted)."""
+    """Count each range that fsspec's block cache fetches for ``stream`` (if it has one)."""
     cache: Any = getattr(stream, "cache", None)
     fetch = getattr(cache, "fetcher", None)
     if fetch is None:
@@ -152,8 +144,8 @@ def glob_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> l
 def fsspec_errors(
     url: str, doing: str, *, offset: int | None = None, remedy: str | None = None
 ) -> Iterator[None]:
-    """fsspec's errors as shardmix's, naming the URL (and the offset): a missing shard, access
-    refused, or any other failure to read (``doing`` says what failed, ``remedy`` what to do)."""
+    """fsspec's errors as shardmix's, naming the URL (and the offset), ``doing`` (what failed)
+    and ``remedy``."""
     try:
         yield
     except FileNotFoundError as error:

@@ -1,28 +1,29 @@
 """A shard's identity: what tells one version of a shard's bytes from another.
 
-An identity is a shard's size and the strongest validator its source gives: an ``ETag`` or
-object version id, else a ``Last-Modified`` date or a local file's modification time. It is
-taken from what opening the shard returns anyway (a local ``fstat``, a response's headers),
-never from an extra request. An opener puts it on the stream it returns
-(:func:`attach_identity`); :func:`stream_identity` reads it back; ``None`` means the source
-says nothing that could tell two versions apart (a ``pipe:`` command).
+An identity is a shard's size and the strongest validator its source gives (an ``ETag`` or
+object version id, else a ``Last-Modified`` date or a local file's modification time), taken
+from what opening the shard returns anyway, never from an extra request. An opener puts it on
+the stream it returns (:func:`attach_identity`); :func:`stream_identity` reads it back; ``None``
+means the source says nothing that could tell two versions apart (a ``pipe:`` command).
 
 Two identities *conflict* when their sizes differ, or when both carry a validator of the same
-kind and those differ. A validator of another kind, or a missing one, decides nothing: the
-size still does. :func:`check_identity` turns a conflict into a :class:`ShardChangedError`
-that names the shard, what was expected and what was found.
-
-The identity travels as plain JSON (:meth:`ShardIdentity.to_json`): ``[size, validator]``.
+kind and those differ; :func:`check_identity` turns a conflict into a ``ShardChangedError``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from shardmix.errors import ShardChangedError
 
-__all__ = ["ShardIdentity", "attach_identity", "check_identity", "stream_identity"]
+__all__ = [
+    "ShardIdentity",
+    "attach_identity",
+    "check_identity",
+    "checked_stream",
+    "stream_identity",
+]
 
 _Stream = TypeVar("_Stream")
 _ATTRIBUTE = "shardmix_identity"
@@ -101,6 +102,16 @@ def stream_identity(stream: Any) -> ShardIdentity | None:
     """The identity an opener recorded on ``stream``, or None when its source gave none."""
     identity = getattr(stream, _ATTRIBUTE, None)
     return identity if isinstance(identity, ShardIdentity) else None
+
+
+def checked_stream(url: str, expected: ShardIdentity, stream: BinaryIO) -> BinaryIO:
+    """``stream``, closed and refused (:func:`check_identity`) if it is another version."""
+    try:
+        check_identity(url, expected, stream_identity(stream))
+    except BaseException:
+        stream.close()
+        raise
+    return stream
 
 
 def check_identity(url: str, expected: ShardIdentity, found: ShardIdentity | None) -> None:

@@ -1,9 +1,7 @@
 """Source options: what every opener may need, and the errors several openers share.
 
-:class:`SourceOptions` (storage options, retries, a cache folder, read-ahead, pipe permission)
-is a small picklable value that travels to DataLoader workers; :class:`RetryPolicy` and
-:class:`ReadAhead` are its parts. The errors belong beside the other shardmix errors and may
-move to :mod:`shardmix.errors`. Opening a URL is :mod:`shardmix.sources`'.
+:class:`SourceOptions` is a small picklable value that travels to DataLoader workers;
+:class:`RetryPolicy` and :class:`ReadAhead` are its parts.
 """
 
 from __future__ import annotations
@@ -72,11 +70,10 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ReadAhead:
-    """How far an ``http(s)://`` shard is fetched ahead of its reader
-    (:mod:`shardmix.sources.http.readahead`): up to ``blocks`` range requests of ``block_bytes``
-    each in flight per shard, and a lane's next shard started once its current one's last
-    block is asked for. More blocks raise what a lane gets from a server that caps each
-    connection's bandwidth; each costs ``block_bytes`` of memory per open shard.
+    """How far an ``http(s)://`` shard is fetched ahead of its reader: up to ``blocks`` range
+    requests of ``block_bytes`` each in flight per shard. More blocks raise what a lane gets
+    from a server that caps each connection's bandwidth; each costs ``block_bytes`` of memory
+    per open shard.
     """
 
     blocks: int = 4
@@ -93,19 +90,16 @@ class ReadAhead:
 class SourceOptions:
     """What every opener may need: storage options, retries, a cache folder, pipe permission.
 
-        ``storage_options`` go to the fsspec backend as keyword arguments (``key``, ``secret``,
-        ``client_kwargs={"endpoint_url": ...}``); ``storage_options["headers"]`` also adds HTTP
-        headers to ``http(s)://`` requests. Left out, backends take credentials the standard way
-        (AWS environment variables, ``AWS_ENDPOINT_URL``, ...). It is left out of ``repr`` because
-        it may hold secrets. ``allow_pipe`` lets ``pipe:`` URLs run shell commands; it is off so
-        that a list of URLs never runs a command unless asked to. ``min_bytes_per_s``: an HTTP read
-    that brings fewer bytes than this rate over ``retry.read_timeout`` is a stall, retried from
-    the byte reached (0 turns the check off); a whole shard in one request stays legal however
-    long it takes, as long as its bytes keep coming at that rate. ``cache_limit`` (bytes, with
-    ``cache_dir``) bounds the cache, shared by every process that uses the folder
-    (:func:`shardmix.sources.cache.bounded.open_bounded`); None keeps every copy. ``read_ahead``
-    (a :class:`ReadAhead`) fetches ``http(s)://`` shards in blocks ahead of their readers, a
-    lane's next shard included; None reads each shard in one request, opened when reached.
+    ``storage_options`` go to the fsspec backend as keyword arguments (``key``, ``secret``,
+    ``client_kwargs={"endpoint_url": ...}``); ``storage_options["headers"]`` also adds HTTP
+    headers to ``http(s)://`` requests. Left out, backends take credentials the standard way.
+    It is left out of ``repr`` because it may hold secrets. ``allow_pipe`` lets ``pipe:`` URLs
+    run shell commands. ``min_bytes_per_s``: an HTTP read that brings fewer bytes than this
+    rate over ``retry.read_timeout`` is a stall, retried from the byte reached (0 turns the
+    check off). ``cache_limit`` (bytes, with ``cache_dir``) bounds the cache, shared by every
+    process that uses the folder; None keeps every copy. ``read_ahead`` fetches ``http(s)://``
+    shards in blocks ahead of their readers, a lane's next shard included; None reads each
+    shard in one request, opened when reached.
     """
 
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)

@@ -1,25 +1,33 @@
 """``pipe:COMMAND`` shards: the standard output of a shell command, when explicitly allowed.
 
-A URL list should never run commands by surprise, so :func:`open_pipe` refuses unless
-``SourceOptions(allow_pipe=True)``. :class:`PipeStream` reads the command's output and, at its
-end, checks the exit status: a command that fails raises :class:`PipeCommandError` naming the
-command, its status and the end of what it wrote to stderr, never a silently short shard.
-Closing the stream early stops the command. The stream cannot seek; readers skip by reading.
+:func:`open_pipe` refuses unless ``SourceOptions(allow_pipe=True)``, so a URL list never runs
+a command by surprise. At the output's end the exit status is checked: a command that fails
+raises :class:`PipeCommandError` naming the command, its status and the end of its stderr,
+never a silently short shard. Closing the stream early stops the command. It cannot seek.
+
+Each command runs in its own session, hence its own process group (with what the shell starts
+with it, say ``curl | zstd -d``). One watcher per process, a small Python process in a session
+of its own, is told each group as it starts and ends, on its standard input, whose only writer
+is that process: when the process dies, however (SIGKILL, the OOM killer), the watcher sees its
+input end and kills the groups still running, a command stalled on a network read included.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import io
+import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 from shardmix.errors import ShardmixError, UnsupportedURLError
 from shardmix.errors import describe_position as _where
-from shardmix.sources import commands
 from shardmix.sources.options import READ_BUFFER_BYTES, SourceOptions
 
 if TYPE_CHECKING:
@@ -69,7 +77,7 @@ class PipeStream(io.RawIOBase):
             stderr=self._stderr,
             start_new_session=True,  # its own process group, killed with this process
         )
-        commands.watch(self._process.pid)
+        _watch(self._process.pid)
         # Popen(stdout=PIPE) with the default buffering gives a BufferedReader.
         self._stdout = cast(io.BufferedReader, self._process.stdout)
 
@@ -89,12 +97,10 @@ class PipeStream(io.RawIOBase):
         return count
 
     def close(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # ``_finalizing`` bound at definition: a stream its caller left open may be closed at
-        # exit after this module's globals were cleared.
+        # ``_finalizing`` bound at definition: a stream left open may be closed at exit after
+        # this module's globals were cleared.
         if not self.closed:
-            if _finalizing():
-                # The exit told the watcher to end, and it killed the command's group
-                # (:mod:`.commands`): reap what it killed, quietly.
+            if _finalizing():  # the watcher killed the command's group: reap it
                 self._stdout.close()
                 self._process.poll()
             else:
@@ -114,15 +120,13 @@ class PipeStream(io.RawIOBase):
             )
 
     def _stderr_tail(self) -> str:
-        self._stderr.seek(0, io.SEEK_END)
-        size = self._stderr.tell()
+        size = self._stderr.seek(0, io.SEEK_END)
         self._stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
         return self._stderr.read().decode("utf-8", "replace").strip()
 
     def _wait(self, timeout: float | None = None) -> int:
-        """Reap the command (``timeout``: raise TimeoutExpired past it) and forget its group."""
         status = self._process.wait(timeout)
-        commands.forget(self._process.pid)
+        _forget(self._process.pid)
         return status
 
     def _stop(self) -> None:
@@ -130,11 +134,91 @@ class PipeStream(io.RawIOBase):
         self._stdout.close()
         if self._process.poll() is None:
             group = self._process.pid
-            commands.kill_group(group, signal.SIGTERM)
+            _kill_group(group, signal.SIGTERM)
             try:
                 self._wait(_STOP_WAIT_SECONDS)
             except subprocess.TimeoutExpired:
-                commands.kill_group(group, signal.SIGKILL)
+                _kill_group(group, signal.SIGKILL)
                 self._wait()
         else:
-            commands.forget(self._process.pid)
+            _forget(self._process.pid)
+
+
+_WATCHER = r"""
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    if line[:1] == "+":
+        groups.add(int(line[1:]))
+    elif line[:1] == "-":
+        groups.discard(int(line[1:]))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+_lock = threading.Lock()
+_watcher: tuple[int, subprocess.Popen[bytes]] | None = None  # (the pid it watches, it)
+
+
+def _watch(group: int) -> None:
+    """Have this process's watcher kill process group ``group`` if this process dies first."""
+    _tell(f"+{group}\n")
+
+
+def _forget(group: int) -> None:
+    """The group ended (its leader was reaped): the watcher must not kill it any more."""
+    _tell(f"-{group}\n")
+
+
+def _kill_group(group: int, sig: int) -> None:
+    """Send ``sig`` to every process of ``group`` still running."""
+    with contextlib.suppress(OSError):  # gone already
+        os.killpg(group, sig)
+
+
+def _tell(line: str) -> None:
+    global _watcher
+    with _lock:
+        if _watcher is None or _watcher[0] != os.getpid():  # none yet, or a forked parent's
+            _watcher = (os.getpid(), _start())
+        stdin = _watcher[1].stdin
+        assert stdin is not None
+        try:
+            stdin.write(line.encode())
+            stdin.flush()
+        except OSError:  # the watcher died (killed by hand): start another one next time
+            _watcher = None
+
+
+_EXIT_WAIT_SECONDS = 5.0
+
+
+@atexit.register
+def _stop_watcher() -> None:
+    """At exit: end the watcher's input, as this process's death would, and reap it (no
+    ``ResourceWarning`` for a process or pipe left open)."""
+    global _watcher
+    with _lock:
+        watcher, _watcher = _watcher, None
+    if watcher is None or watcher[0] != os.getpid():  # none, or a forked parent's
+        return
+    process = watcher[1]
+    with contextlib.suppress(OSError):
+        if process.stdin is not None:
+            process.stdin.close()  # the watcher kills what still runs, then ends
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(_EXIT_WAIT_SECONDS)
+
+
+def _start() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-S", "-c", _WATCHER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # signals to the trainer's group (Ctrl-C) leave it running
+        restore_signals=True,
+    )

@@ -1,11 +1,8 @@
 """The seekable raw stream that the cache's, the range reads' and HTTP's streams share.
 
-A :class:`PositionedStream` keeps a position and serves reads from it: a seek only moves the
-position (nothing is fetched until a read; a subclass may do more in its own ``seek``),
-``SEEK_END`` counts from the size the subclass knows (:meth:`PositionedStream._known_size`).
-Subclasses implement ``readinto`` from the position: the cache's tee and splice
-(:mod:`shardmix.sources.cache`), the ranged reads (:mod:`shardmix.sources.ranges`), and the
-HTTP streams (:mod:`shardmix.sources.http`).
+A seek only moves the position (nothing is fetched until a read); ``SEEK_END`` counts from the
+size the subclass knows (:meth:`PositionedStream._known_size`). Subclasses implement
+``readinto`` from the position.
 """
 
 from __future__ import annotations
@@ -56,5 +53,4 @@ class PositionedStream(io.RawIOBase):
         raise NotImplementedError
 
     def _name(self) -> str:
-        """What a seek error names: the stream's ``url`` where it has one."""
         return getattr(self, "url", type(self).__name__)

@@ -1,39 +1,37 @@
 """Ranged reads of remote shards: a few known byte ranges fetched at once, bounded.
 
 Re-reading single records of a remote shard (a restored shuffle buffer) should cost the
-records' bytes and a round trip, not a stream left running to the end of the shard, nor an
-fsspec read-ahead block of megabytes per record. :func:`open_ranges` starts one bounded
-request per range at once, on a small thread pool shared by the process, and returns a
-seekable stream that serves reads from those ranges; a read outside them (a record longer than
-its range was guessed) fetches one more bounded range. ``http(s)://`` ranges go through
-:func:`shardmix.sources.http.stream.fetch_range` (the connection pool, retries, size and ETag
-checks);
-fsspec URLs through ``filesystem.cat_file(path, start, end)``, which reads exactly that range.
-
-Local files, ``pipe:`` commands and shards read through ``cache_dir`` get ``None``: open them
-with :func:`shardmix.sources.open_shard` (a seek costs nothing there, or nothing can seek).
+records' bytes and a round trip, not a stream running to the shard's end, nor a read-ahead block
+per record. :func:`open_ranges` starts one bounded request per range at once on the process's
+fetch pool (:func:`fetch_pool`, which read-ahead shares; ``http(s)`` through
+:func:`~shardmix.sources.http.stream.fetch_range`, fsspec through ``cat_file``) and returns a
+seekable stream served from those ranges; a read outside them fetches one more bounded range.
+Local files, ``pipe:`` and cached shards get ``None``: open them with
+:func:`shardmix.sources.open_shard`.
 """
 
 from __future__ import annotations
 
 import bisect
 import io
+import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from shardmix.sources.fetchpool import FETCH_THREADS, fetch_pool
 from shardmix.sources.identity import ShardIdentity, check_identity
 from shardmix.sources.options import SourceOptions
 from shardmix.sources.positioned import PositionedStream
-from shardmix.sources.schemes import _OPENERS, scheme_of
+from shardmix.sources.schemes import _OPENERS, _OPENERS_AT, scheme_of
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["FETCH_THREADS", "RangedStream", "open_ranges", "reads_ranges"]
+__all__ = ["FETCH_THREADS", "RangedStream", "fetch_pool", "open_ranges", "reads_ranges"]
 
 MIN_FETCH_BYTES = 16 * 1024  # a read outside the ranges fetches at least this much
+FETCH_THREADS = 64  # requests in flight at once, per process (mostly waiting on latency)
 
 Fetch = Callable[[int, int], tuple[bytes, int | None]]  # (start, stop) -> (bytes, shard size)
 
@@ -44,12 +42,9 @@ def open_ranges(
     options: SourceOptions,
     expect: ShardIdentity | None = None,
 ) -> BinaryIO | None:
-    """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now.
-
-    ``None`` when the URL's storage is read by opening it instead (see the module docstring).
-    ``expect``: the version the ranges must come from (a checkpoint's); a range of another
-    version (its size, or over http(s) its validator) is a
-    :class:`~shardmix.errors.ShardChangedError` when it is read.
+    """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now, or
+    ``None`` (see the module docstring). ``expect``: the version the ranges must come from;
+    another is a :class:`~shardmix.errors.ShardChangedError` when it is read.
     """
     fetch = _fetcher(url, options, expect)
     if fetch is None:
@@ -62,10 +57,8 @@ def reads_ranges(url: str, options: SourceOptions) -> bool:
     scheme = scheme_of(url)
     if scheme in ("file", "pipe") or options.cache_dir is not None:
         return False
-    if scheme in ("http", "https"):
-        from shardmix.sources.http.readahead import open_web
-
-        return _OPENERS.get(scheme) is open_web  # else a plug-in reads them its own way
+    if scheme in ("http", "https"):  # unless a plug-in replaced the built-in opener
+        return scheme in _OPENERS_AT
     return scheme not in _OPENERS
 
 
@@ -100,11 +93,7 @@ def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:
 
 
 class RangedStream(PositionedStream):
-    """A shard seen through some fetched byte ranges: reads inside them cost nothing more.
-
-    ``expect``: the version the ranges must come from; a size the storage gives that is not
-    its size is a :class:`~shardmix.errors.ShardChangedError`.
-    """
+    """A shard seen through some fetched byte ranges: reads inside them cost nothing more."""
 
     def __init__(
         self,
@@ -117,7 +106,6 @@ class RangedStream(PositionedStream):
         self.url = url
         self._fetch = fetch
         self._expect = expect
-        self._position = 0
         self._size: int | None = None
         self._starts: list[int] = []  # sorted starts of the pieces fetched
         self._pieces: dict[int, bytes] = {}
@@ -128,7 +116,12 @@ class RangedStream(PositionedStream):
         ]
 
     def _known_size(self) -> int | None:
-        return self._shard_size()
+        self._collect()
+        if self._size is None:
+            _, self._size = self._fetch(0, 0)
+        if self._size is None:
+            raise io.UnsupportedOperation(f"{self.url}: the shard's size is not known")
+        return self._size
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
@@ -179,10 +172,37 @@ class RangedStream(PositionedStream):
                 return piece, start
         return None, position
 
-    def _shard_size(self) -> int:
-        self._collect()
-        if self._size is None:
-            _, self._size = self._fetch(0, 0)
-        if self._size is None:
-            raise io.UnsupportedOperation(f"{self.url}: the shard's size is not known")
-        return self._size
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def fetch_pool() -> ThreadPoolExecutor:
+    """The process's fetch pool, started on first use."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = _started_pool()
+        return _executor
+
+
+def _started_pool() -> ThreadPoolExecutor:
+    """A pool whose threads are all running, idle: started one per request, each start
+    waiting on the GIL the running requests hold, they took 0.6 s on two cores; started at
+    once, each waiting on one gate, they take milliseconds."""
+    executor = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardmix-range")
+    gate = threading.Event()
+    waiting = [executor.submit(gate.wait) for _ in range(FETCH_THREADS)]
+    gate.set()
+    for future in waiting:
+        future.result()
+    return executor
+
+
+def _forget_pool() -> None:
+    """In a forked child the parent's threads do not exist."""
+    global _executor, _executor_lock
+    _executor, _executor_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)

@@ -1,9 +1,7 @@
 """Schemes: which opener reads a URL, by its scheme.
 
-A registry maps URL schemes to openers (:func:`register_opener`); registering a scheme that is
-already taken is an error unless ``override=True``, so a plug-in never replaces a reader
-silently. :func:`scheme_of` names a URL's scheme (a path is ``file``). Opening is
-:func:`shardmix.sources.open_shard`'s.
+Registering a scheme that is already taken is an error unless ``override=True``, so a plug-in
+never replaces a reader silently (:func:`register_opener`).
 """
 
 from __future__ import annotations
@@ -41,9 +39,8 @@ def scheme_of(url: str) -> str:
 
 
 def counts_itself(url: str) -> bool:
-    """Whether the opener of ``url`` counts what it fetches (:mod:`shardmix.sources.traffic`):
-    ``http(s)://``'s and fsspec's do; a local file, a pipe or a registered opener's stream is
-    counted by the reader.
+    """Whether the opener of ``url`` counts what it fetches (http(s) and fsspec); the reader
+    counts the rest.
 
     >>> counts_itself("s3://b/x.tar"), counts_itself("https://h/x.tar"), counts_itself("x.tar")
     (True, True, False)

@@ -1,32 +1,26 @@
 """Traffic: what this process's sources fetched, counted where the bytes arrive, and where
 its time went.
 
-One set of counters per process (a DataLoader worker has its own, as it has its own
-connection pools): body bytes and requests per ``(scheme, host)`` (what came from there, never
-what a cached copy gave), the bytes read from cached copies (:class:`CopyFile`), the cache's
-hits, misses and evictions, and the *stalls*, the times a lane had to wait for the first bytes
-of a shard because read-ahead had not brought them yet (with the seconds it waited). Beside
-them, a worker's seconds per stage (:func:`count_seconds`: reading, transforming, collating)
-and the images :mod:`shardmix.vision` handed to Pillow (:func:`count_fallback`). Openers and
-the read-ahead add to them (:func:`count_bytes`, :func:`count_request`, :func:`count_cache`,
-:func:`count_cache_read`, :func:`count_stall`); a worker takes what was counted since its last
-chunk with :func:`take_traffic` and sends it along (:mod:`shardmix.reading.lanechunks`), and
-the main process adds the parts up (:mod:`shardmix.batching.stats`).
+One set of counters per process (a DataLoader worker has its own): body bytes and requests per
+``(scheme, host)`` (never what a cached copy gave), the bytes read from cached copies
+(:class:`CopyFile`), the cache's hits, misses and evictions, the *stalls* (a lane waiting for
+the first bytes of a shard read-ahead had not brought yet, and for how long), a worker's seconds
+per stage (:func:`count_seconds`) and the images :mod:`shardmix.vision` handed to Pillow
+(:func:`count_fallback`). A worker takes what was counted since its last chunk with
+:func:`take_traffic` and sends it along; the main process adds the parts up
+(:mod:`shardmix.batching.stats`, which also says what the counts mean to a user).
 
-Counting is a dict update under a lock per read of up to a read buffer (64 KiB and more), so
-that threads reading ahead count beside the lane's own reads. What the counts mean to a user
-(rates, per-step waits) is left to :mod:`shardmix.batching.stats`.
+Counting is a dict update under a lock per read of a read buffer or more, so that threads
+reading ahead count beside the lane's own reads.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import sys
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -68,37 +62,24 @@ class Traffic:
     image_fallbacks: dict[str, int] = field(default_factory=dict)  # by Pillow's format name
 
     def __bool__(self) -> bool:
-        return bool(
-            self.bytes
-            or self.requests
-            or self.cache
-            or self.cache_read_bytes
-            or self.stalls
-            or self.stage_seconds
-            or self.image_fallbacks
-        )
+        return any(getattr(self, name) for name in _FIELDS if name != "stall_seconds")
 
     def add(self, other: Traffic) -> None:
         """Add ``other``'s counts to these."""
-        for mine, theirs in (
-            (self.bytes, other.bytes),
-            (self.requests, other.requests),
-            (self.cache, other.cache),
-            (self.image_fallbacks, other.image_fallbacks),
-        ):
-            _add_to(mine, theirs)
-        _add_to(self.stage_seconds, other.stage_seconds)
-        self.cache_read_bytes += other.cache_read_bytes
-        self.stalls += other.stalls
-        self.stall_seconds += other.stall_seconds
+        for name in _FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if isinstance(mine, dict):
+                for key, value in theirs.items():
+                    _bump(mine, key, value)
+            else:
+                setattr(self, name, mine + theirs)
 
 
-Number = TypeVar("Number", int, float)
+_FIELDS = [each.name for each in fields(Traffic)]
 
 
-def _add_to(mine: dict[str, Number], theirs: Mapping[str, Number]) -> None:
-    for key, value in theirs.items():
-        mine[key] = mine.get(key, 0) + value
+def _bump(counts: dict[str, Any], key: str, amount: float) -> None:
+    counts[key] = counts.get(key, 0) + amount
 
 
 # Reentrant: a shard's reader left unfinished counts its bytes in its ``finally``, which the
@@ -126,21 +107,19 @@ def host_of(url: str) -> str:
 def count_bytes(where: str, count: int) -> None:
     """``count`` bytes arrived from ``where`` (a :func:`host_of` key)."""
     with _lock:
-        _counts.bytes[where] = _counts.bytes.get(where, 0) + count
+        _bump(_counts.bytes, where, count)
 
 
 def count_request(where: str) -> None:
     """One request was sent to ``where`` (a :func:`host_of` key)."""
     with _lock:
-        _counts.requests[where] = _counts.requests.get(where, 0) + 1
+        _bump(_counts.requests, where, 1)
 
 
 def count_cache(event: str, count: int = 1) -> None:
     """The cache had ``count`` more ``event`` (one of :data:`CACHE_EVENTS`)."""
-    if event not in CACHE_EVENTS:
-        raise ValueError(f"cache event must be one of {CACHE_EVENTS}, got {event!r}")
     with _lock:
-        _counts.cache[event] = _counts.cache.get(event, 0) + count
+        _bump(_counts.cache, event, count)
 
 
 def count_cache_read(count: int) -> None:
@@ -174,54 +153,27 @@ def count_stall(seconds: float) -> None:
 def count_seconds(stage: str, seconds: float) -> None:
     """This process spent ``seconds`` more in ``stage`` (``read``, ``transform``, ``collate``)."""
     with _lock:
-        _counts.stage_seconds[stage] = _counts.stage_seconds.get(stage, 0.0) + seconds
+        _bump(_counts.stage_seconds, stage, seconds)
 
 
 def count_fallback(image_format: str) -> None:
     """One image of ``image_format`` was decoded by Pillow, not the fast decoder."""
     with _lock:
-        _counts.image_fallbacks[image_format] = _counts.image_fallbacks.get(image_format, 0) + 1
+        _bump(_counts.image_fallbacks, image_format, 1)
 
 
 def take_traffic() -> Traffic:
-    """What was counted since the last call (in this process), the counters then reset; the
-    bounded cache's events since the last call among them."""
+    """What was counted since the last call (in this process), the counters then reset."""
     global _counts
     with _lock:
         taken, _counts = _counts, Traffic()
-        for event, count in _bounded_cache_events().items():
-            if count:
-                taken.cache[event] = taken.cache.get(event, 0) + count
     return taken
-
-
-# The bounded cache keeps its own running counts
-# (shardmix.sources.cache.bounded.cache_counters): the last ones seen, so that each take
-# reports what happened since.
-_cache_seen: dict[str, int] = {}
-
-
-def _bounded_cache_events() -> dict[str, int]:
-    """The bounded cache's hits, misses and evictions since the last call (caller locks)."""
-    cache = sys.modules.get("shardmix.sources.cache.bounded")  # not imported: it counted nothing
-    counters = getattr(cache, "cache_counters", None)
-    if counters is None:
-        return {}
-    counted = counters()
-    events = {}
-    for event in CACHE_EVENTS:
-        now, seen = getattr(counted, event, 0), _cache_seen.get(event, 0)
-        events[event] = now - seen if now >= seen else now  # counted again from 0
-        _cache_seen[event] = now
-    return events
 
 
 def _forget() -> None:
     """In a forked child: the parent's counts are the parent's to report."""
     global _counts, _lock
     _counts, _lock = Traffic(), threading.RLock()
-    with _lock:
-        _bounded_cache_events()  # what the parent's cache counted is seen already
 
 
 os.register_at_fork(after_in_child=_forget)

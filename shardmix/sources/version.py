@@ -1,14 +1,10 @@
 """A shard's version: what tells a cached record count from a stale one.
 
 A local file's version is its size and modification time, an ``http(s)://`` shard's its
-``ETag`` (else its size and ``Last-Modified``), asked with one ``HEAD`` request
-(redirects followed as :func:`~shardmix.sources.http.connections.follow_redirects` says), and an
-fsspec shard's the size and ETag (or modification time) its backend reports. None means the version
-cannot be told (a ``pipe:`` command, a server that says nothing): such a shard's count is never
-cached, so a count is never trusted beyond what can be checked. :func:`revalidated` asks once
-per process, URL and epoch (how the shard cache checks its copies): each process's reads of an
-epoch begin with :func:`forget_versions`, so a persistent worker looks again at the next epoch,
-and the identities its copies carry tell the trainer's process which version it read.
+``ETag`` (else its size and ``Last-Modified``) from one ``HEAD`` request, an fsspec shard's the
+size and ETag (or modification time) its backend reports. None means it cannot be told (a
+``pipe:`` command, a silent server): such a shard's count is never cached. :func:`revalidated`
+asks once per process, URL and epoch (each epoch's reads begin with :func:`forget_versions`).
 """
 
 from __future__ import annotations
@@ -49,7 +45,6 @@ def shard_version(url: str, options: SourceOptions) -> str | None:
         return None  # cannot tell: the shard is counted, and the counting pass says what failed
 
 
-# (cache_dir, url): version, this process and epoch
 _REVALIDATED: dict[tuple[str, str], str | None] = {}
 
 
@@ -59,7 +54,7 @@ def forget_versions() -> None:
 
 
 def revalidated(url: str, options: SourceOptions) -> str | None:
-    """:func:`shard_version` of ``url``, asked once per process (and cache folder) and epoch."""
+    """:func:`shard_version` of ``url``, asked once per process, cache folder and epoch."""
     key = (options.cache_dir or "", url)
     if key not in _REVALIDATED:
         _REVALIDATED[key] = shard_version(url, options)

@@ -2,23 +2,18 @@
 this process tells it and counts of it.
 
 :func:`open_bounded` opens a shard's ready copy, leased while open, when one is current, else
-the remote stream, copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the ledger
-admits the copy under the limit. A copy holds a whole shard or, where the room left is
-smaller, the shard's first part, of one block (:data:`MIN_PART_BYTES`) at least; a lane reads
-the rest from the source (:class:`SplicedStream`). Room is reserved before a byte is
-written, so the files the cache wrote never hold more than the limit. The lanes' plans
-(:func:`plan_reads`) say which copies are needed next. :func:`cache_counters` counts this
-process's hits, misses and evictions.
-
-Left to others: the accounts, leases and which copy to evict (:mod:`shardmix.sources.cache.ledger`,
-:mod:`shardmix.sources.cache.ledger`: SQLite in the folder, shared by every process on the node);
-where a copy lives (:func:`shardmix.sources.cache.store.cache_path`); the ledger's rows, not the
-unbounded cache's JSON records, are what validates a copy here.
+the remote stream, copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the
+ledger (:mod:`shardmix.sources.cache.ledger`) admits the copy under the limit. A copy holds a
+whole shard or, where less room is left, its first part of :data:`MIN_PART_BYTES` at least,
+read on from the source (:class:`SplicedStream`). The lanes' plans (:func:`plan_reads`) say
+which copies are needed next. The ledger's rows, not the unbounded cache's JSON records,
+validate a copy here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import threading
@@ -33,12 +28,12 @@ from shardmix.sources.cache.tee import TeeStream
 from shardmix.sources.identity import (
     ShardIdentity,
     attach_identity,
-    check_identity,
+    checked_stream,
     stream_identity,
 )
 from shardmix.sources.options import READ_BUFFER_BYTES
 from shardmix.sources.positioned import PositionedStream
-from shardmix.sources.traffic import CopyFile, count_cache_read
+from shardmix.sources.traffic import CACHE_EVENTS, CopyFile, count_cache, count_cache_read
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -61,9 +56,8 @@ MIN_PART_BYTES = 64 * 1024
 
 @dataclass
 class CacheCounters:
-    """What this process's bounded cache did: copies read (``hits``, ``hit_bytes``: their
-    sizes), shards fetched (``misses``), of which streamed without a copy (``uncached``: not
-    admitted under the limit, or filled by another reader at the time), bytes written to new
+    """What this process's bounded cache did: copies read (``hits``, of ``hit_bytes``), shards
+    fetched (``misses``), of which streamed without a copy (``uncached``), bytes written to new
     copies (``filled_bytes``) and copies evicted to make room (``evictions``)."""
 
     hits: int = 0
@@ -85,9 +79,13 @@ def cache_counters() -> CacheCounters:
 
 
 def _count(**amounts: int) -> None:
+    """Add to this process's counters, and its cache events to its traffic."""
     with _COUNTERS_LOCK:
         for name, amount in amounts.items():
             setattr(_COUNTERS, name, getattr(_COUNTERS, name) + amount)
+    for event in CACHE_EVENTS:
+        if amounts.get(event):
+            count_cache(event, amounts[event])
 
 
 def open_bounded(
@@ -99,9 +97,7 @@ def open_bounded(
     listed: Listed | None = None,
     offset: int = 0,
 ) -> BinaryIO:
-    """Open ``url`` through the bounded cache in ``cache_dir``: its copy, leased while open,
-    when one is ready and current; else the remote stream, copied as it is read when the
-    ledger admits the copy under ``limit`` bytes (all of it, or its first part).
+    """Open ``url`` through the bounded cache in ``cache_dir`` (see the module docstring).
 
     ``fetch_from(offset)`` opens the remote stream, standing at 0, with its first request at
     ``offset``. ``offset`` is where the first read will be: a resume mid-shard without a copy
@@ -156,31 +152,22 @@ def _open_leased(
         return None
     assert raw is not None
     identity = ShardIdentity(entry.total, entry.validator)
-
-    def release() -> None:
-        ledger.release(entry.path)
-
+    release = functools.partial(ledger.release, entry.path)
     if entry.size == entry.total:
         stream: BinaryIO = _Leased(raw, release)
     else:
-
-        def open_rest(offset: int) -> BinaryIO:
-            rest = fetch_from(offset)
-            try:
-                check_identity(entry.url, identity, stream_identity(rest))
-            except BaseException:
-                rest.close()
-                raise
-            return rest
-
-        spliced = SplicedStream(raw, entry.total, open_rest, release)
+        spliced = SplicedStream(
+            raw,
+            entry.total,
+            lambda offset: checked_stream(entry.url, identity, fetch_from(offset)),
+            release,
+        )
         stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)
     return attach_identity(stream, identity)
 
 
 def _unlisted(entry: Entry, listed: Listed) -> bool:
-    """Whether the copy ``entry`` is not of the shard its manifest lists (a part of a shard
-    has no sha256 to compare)."""
+    """Whether the copy ``entry`` is not of the shard its manifest lists."""
     size, sha256 = listed
     if entry.total != size:
         return True
@@ -257,8 +244,7 @@ def _tee(
 
 
 def has_copy(cache_dir: str, url: str) -> bool:
-    """Whether the bounded cache in ``cache_dir`` holds all of ``url`` now (read-ahead need
-    not fetch its start; a copy evicted before it is opened is fetched then)."""
+    """Whether the bounded cache in ``cache_dir`` holds all of ``url`` now."""
     return ledger_for(cache_dir).holds(cache_path(cache_dir, url))
 
 
@@ -274,14 +260,10 @@ def end_plan(cache_dir: str, plan: str) -> None:
     ledger_for(cache_dir).end_plan(plan)
 
 
-# A shard read from the first part of it that the cache holds, then from its source: a bounded
-# cache with less room than a shard keeps the shard's first bytes (tee). SplicedStream reads those
-# from the copy, and the rest from the remote source, opened when a read first passes the copy's
-# end (open_rest(offset), which asks for that byte first and checks that the source is still the
-# version copied). Seeks go to either side.
 class SplicedStream(PositionedStream):
     """Bytes ``[0, len(copy))`` of a ``size``-byte shard from ``copy``, the rest from the
-    stream ``open_rest(offset)`` opens (standing at 0, its first request at ``offset``)."""
+    stream ``open_rest(offset)`` opens when a read first passes the copy's end (standing at 0,
+    its first request at ``offset``, checked to be the version copied)."""
 
     def __init__(
         self,
@@ -298,7 +280,6 @@ class SplicedStream(PositionedStream):
         self._on_close: Callable[[], None] | None = on_close
         self._rest: BinaryIO | None = None
         self._rest_at = -1  # where the rest's stream stands
-        self._position = 0
 
     def _known_size(self) -> int | None:
         return self._size

@@ -1,34 +1,24 @@
 """The accounts of a bounded shard cache: what it holds, who reads it, who needs what next.
 
 A cache folder with a ``cache_limit`` keeps one SQLite database, ``.shardmix-cache.sqlite``
-(write-ahead log on), which every worker and process on the node opens, concurrent jobs on the
-same folder included. Its tables:
+(write-ahead log on), shared by every process on the node, concurrent jobs included. Its tables:
+``entries`` (one row per file the cache wrote: path, URL, bytes held or reserved, ``filling``
+by an ``owner`` into a ``part`` file or ``ready``, and what validates it), ``leases`` (open
+readers of ready copies), ``plans`` and ``wants`` (each reading plan's position, and the shards
+it reads later this epoch, with the position at which it reads each).
 
-- ``entries``: one row per file the cache wrote: the copy's path, its URL, the bytes it holds
-  or has reserved, whether it is ``filling`` (a lane is writing it; the row's ``owner`` and
-  ``part`` name the writer and its temporary file) or ``ready``, and what validates it (the
-  server's version, the stream's identity, the copy's modification time and sha256);
-- ``leases``: one row per open reader of a ready copy, by owner;
-- ``plans`` and ``wants``: each reading plan's position, and the shards it reads later in
-  this epoch, with the position at which it reads each.
+An *owner* is a process, named by its pid and start time so that a pid reused by another
+program is not taken for the reader that died. Every change is one ``BEGIN IMMEDIATE``
+transaction, and files are deleted inside the transaction that drops their rows: a process
+killed mid-way never leaves accounts that say less than the disk holds. What a dead owner held
+is reclaimed by the next process that finds the cache full and by every process when it first
+opens the folder: a SIGKILL leaves no lock or account that a later run trips on.
 
-An *owner* is a process (its pid and start time, so that a
-pid reused by another program is not taken for the reader that died). Every change is one
-``BEGIN IMMEDIATE`` transaction, and files are deleted inside the transaction that drops their
-rows: a process killed mid-way leaves its transaction rolled back, never accounts that say
-less than the disk holds. What a dead owner held (its leases, its wants, the copies it was
-filling and their temporary files) is reclaimed by the next process that finds the cache full
-and by every process when it first opens the folder: a SIGKILL leaves no lock or account that
-a later run trips on.
-
-The reservation is made before a byte is written, for the shard's whole size or, where less
-is free, for its first part (a ``minimum`` at least), and an eviction that needs only part of
-a copy trims the copy to its first part: the files the cache wrote never hold more than the
-limit (beside this database and its log). Never is a copy that is leased or filling
-evicted; among the others, the plans choose (:func:`choose_victims`), and a
-newcomer that would need a copy evicted that is needed sooner than itself is not admitted:
-its lane streams it without caching. Left to others: what to cache and opening a copy
-(:mod:`shardmix.sources.cache.bounded`), writing the copy (:mod:`shardmix.sources.cache.tee`).
+Room is reserved before a byte is written, for the whole shard or, where less is free, its
+first part (a ``minimum`` at least), and an eviction that needs only part of a copy trims it:
+the files the cache wrote never hold more than the limit. A leased or filling copy is never
+evicted; among the others the plans choose (:func:`choose_victims`), and a newcomer that would
+need a copy evicted that is needed sooner than itself is not admitted (its lane streams it).
 """
 
 from __future__ import annotations
@@ -41,9 +31,10 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from shardmix.errors import CacheFullError, ConfigError
+from shardmix.sources.cache.store import DISK_FULL
 
 __all__ = [
     "CacheLedger",
@@ -58,7 +49,6 @@ __all__ = [
 ]
 
 LEDGER_NAME = ".shardmix-cache.sqlite"
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _BUSY_TIMEOUT_MS = 60_000
 _WAL_PAGES = 32  # the log kept at 128 KiB: see the connection
 _SCHEMA = """
@@ -73,6 +63,8 @@ CREATE TABLE IF NOT EXISTS wants (plan TEXT NOT NULL, url TEXT NOT NULL, positio
 CREATE INDEX IF NOT EXISTS wants_by_url ON wants (url, position);
 CREATE INDEX IF NOT EXISTS leases_by_path ON leases (path);
 """
+# How many shards ahead the soonest live plan reads a URL (the query ends with it).
+_NEED = "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan WHERE w.url ="
 
 
 @dataclass(frozen=True)
@@ -103,17 +95,13 @@ class CacheLedger:
             with _creating(folder):
                 self._create()
         except (OSError, sqlite3.OperationalError) as error:
-            named = self._named(error, None, "its tables")
-            if named is error:
-                raise
-            raise named from error
+            self._raise_named(error, None, "its tables")
         self.reclaim(check_files=True)
 
     def _create(self) -> None:
-        """Open the database, its log on, and make its tables (the caller holds the folder's
-        creation lock: two processes that open a new folder at once would otherwise race to
-        switch the log on, and the loser, undoing what it began, would delete the winner's
-        database under it)."""
+        """Open the database and make its tables, under the folder's creation lock: two
+        processes opening a new folder at once would otherwise race to switch the log on, and
+        the loser, undoing what it began, would delete the winner's database under it."""
         database = os.path.join(self.folder, LEDGER_NAME)
         existed = os.path.exists(database)
         try:
@@ -158,9 +146,7 @@ class CacheLedger:
     def _write(
         self, url: str | None = None, doing: str = "a change"
     ) -> Iterator[sqlite3.Connection]:
-        """One write transaction: committed whole at the end, rolled back on any error. A
-        full disk or an unwritable folder is named (:meth:`_named`: the shard ``url`` and
-        what was being recorded, ``doing``)."""
+        """One write transaction, rolled back on any error (named by :meth:`_raise_named`)."""
         with self._lock:
             try:
                 db = self._db
@@ -173,49 +159,43 @@ class CacheLedger:
                         db.execute("ROLLBACK")
                     raise
             except sqlite3.OperationalError as error:
-                named = self._named(error, url, doing)
-                if named is error:
-                    raise
-                raise named from error
+                self._raise_named(error, url, doing)
 
-    def _named(self, error: Exception, url: str | None, doing: str) -> Exception:
-        """A :class:`CacheFullError` for a full disk, a :class:`ConfigError` for a folder this
-        process cannot write; ``error`` itself otherwise."""
+    def _raise_named(self, error: Exception, url: str | None, doing: str) -> NoReturn:
+        """Raise a :class:`CacheFullError` for a full disk, a :class:`ConfigError` for a folder
+        this process cannot write (naming the shard ``url`` and what was being recorded)."""
         message = str(error).lower()
         code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+; the message before
         full = (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "full" in message
-        full = full or (isinstance(error, OSError) and error.errno in _FULL)
+        full = full or (isinstance(error, OSError) and error.errno in DISK_FULL)
         where = os.path.join(self.folder, LEDGER_NAME)
         if full:
-            return CacheFullError(
+            raise CacheFullError(
                 f"{url or self.folder}: the disk of cache_dir {self.folder} is full: the cache's "
                 f"ledger {where} could not record {doing} ({error}); nothing of it was kept: "
                 "free space there, lower cache_limit to what the disk holds, or point cache_dir "
                 "at a larger disk",
                 url=url,
-            )
+            ) from error
         unwritable = isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EROFS)
         unwritable = unwritable or any(
             words in message for words in ("unable to open", "readonly", "read-only")
         )
         if unwritable:
-            return ConfigError(
+            raise ConfigError(
                 f"cache_dir {self.folder} cannot be written by this process: the cache's ledger "
                 f"{where} could not record {doing} ({error}); a bounded cache (cache_limit) "
                 "keeps its accounts there: point cache_dir at a folder this process can write"
-            )
-        return error
+            ) from error
+        raise error
 
     def _rows(self, query: str, *arguments: Any) -> list[tuple[Any, ...]]:
         with self._lock:
             return list(self._db.execute(query, arguments))
 
-    # Readers of ready copies.
-
     def lease(self, path: str, url: str) -> Entry | None:
-        """A plan of this process reaches ``url`` (see :meth:`_reached`); the ready copy at
-        ``path``, leased to this process in the same transaction (None: none is ready), so
-        that no writer sees it unneeded and unleased in between."""
+        """A plan of this process reaches ``url``; the ready copy at ``path`` (None: none),
+        leased in the same transaction so that no writer sees it unneeded and unleased."""
         with self._write() as db:
             self._reached(db, url)
             row = db.execute(
@@ -248,14 +228,11 @@ class CacheLedger:
             db.execute("DELETE FROM leases WHERE path = ?", (path,))
             _unlink(path)
 
-    # Writers of new copies.
-
     def reserve(self, path: str, url: str, part: str, size: int, limit: int, minimum: int) -> int:
-        """Reserve room for a copy of ``url`` (``size`` bytes) that this process writes to
-        ``part``, evicting what the plans need later than ``url`` (or not at all): the bytes
-        reserved, all ``size`` or, when only less is free, the first ``minimum`` or more; 0
-        when none (someone else fills it, or the limit is held by what is needed sooner or
-        being read)."""
+        """Reserve room for a copy of ``url`` (``size`` bytes) written to ``part``, evicting what
+        the plans need later than ``url``: the bytes reserved, all ``size`` or at least
+        ``minimum``; 0 when none (someone else fills it, or what is needed sooner or being
+        read holds the limit)."""
         doing = f"room for a copy of {size:,} bytes"
         with self._write(url, doing) as db:
             kept = self._try_reserve(db, path, url, part, size, limit, minimum)
@@ -302,9 +279,8 @@ class CacheLedger:
     def publish(
         self, path: str, url: str, filled: int, copy: tuple[str | None, str | None, str]
     ) -> None:
-        """Move this process's copy of ``url`` (``filled`` bytes) into place at ``path`` and mark
-        it ready, validated by ``copy``: the server's version, the stream's validator and the
-        sha256. A ledger that cannot record it (a full disk) keeps neither copy nor row."""
+        """Move this process's copy of ``url`` into place at ``path``, ready, validated by
+        ``copy`` (version, validator, sha256); on a full disk neither copy nor row is kept."""
         version, validator, sha256 = copy
         try:
             with self._write(url, f"the copy of {filled:,} bytes") as db:
@@ -326,13 +302,12 @@ class CacheLedger:
             raise
 
     def take_evictions(self) -> int:
-        """The copies this process evicted since the last call."""
         count, self.evictions = self.evictions, 0
         return count
 
     def abandon(self, path: str) -> None:
-        """Give up this process's copy at ``path`` being filled: its temporary file and row
-        (the file first: on a full disk, what frees the room the row's deletion needs)."""
+        """Give up this process's copy at ``path`` being filled: its temporary file first (on a
+        full disk, what frees the room the row's deletion needs), then its row."""
         parts = self._rows(
             "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
             path,
@@ -345,8 +320,6 @@ class CacheLedger:
                 "DELETE FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
                 (path, self.owner),
             )
-
-    # Plans.
 
     def plan(self, plan: str, urls: Sequence[tuple[str, int]]) -> None:
         """Replace what ``plan`` reads later: ``(url, position)`` pairs (position: how many
@@ -363,8 +336,7 @@ class CacheLedger:
             )
 
     def _reached(self, db: sqlite3.Connection, url: str) -> None:
-        """A plan of this process or of its parent (the main process of a DataLoader worker)
-        opens ``url``: it no longer needs it later."""
+        """A plan of this process or of its parent (a worker's main process) opens ``url``."""
         parent = owner_of(os.getppid())
         row = db.execute(
             "SELECT w.rowid, w.plan, w.position FROM wants w JOIN plans p ON p.plan = w.plan "
@@ -379,8 +351,6 @@ class CacheLedger:
         with self._write() as db:
             db.execute("DELETE FROM wants WHERE plan = ?", (plan,))
             db.execute("DELETE FROM plans WHERE plan = ?", (plan,))
-
-    # Reclaiming.
 
     def reclaim(self, *, check_files: bool = False) -> bool:
         """Free what dead owners held (and, with ``check_files``, drop rows of copies gone
@@ -430,15 +400,9 @@ class CacheLedger:
             )
         )
 
-    def held(self) -> int:
-        """The bytes the cache holds or has reserved."""
-        ((total,),) = self._rows("SELECT COALESCE(SUM(size), 0) FROM entries")
-        return int(total)
-
 
 def _trim(db: sqlite3.Connection, path: str, size: int) -> None:
-    """Keep only the first ``size`` bytes of the copy at ``path`` (a part of a shard has no
-    sha256 of the whole to check)."""
+    """Keep only the first ``size`` bytes of the copy at ``path`` (a part has no sha256)."""
     os.truncate(path, size)
     status = os.stat(path)
     db.execute(
@@ -455,9 +419,7 @@ def _unlink(path: str | None) -> None:
 
 @contextlib.contextmanager
 def _creating(folder: str) -> Iterator[None]:
-    """Hold ``folder``'s creation lock, an ``flock`` on the folder itself (no file of its
-    own, so a disk too full for the ledger keeps nothing), while this process opens the
-    ledger."""
+    """Hold ``folder``'s creation lock: an ``flock`` on the folder itself (no file to keep)."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -471,16 +433,14 @@ _LEDGERS_LOCK = threading.Lock()
 
 
 def _close_before_fork() -> None:
-    """SQLite connections must not cross a fork (a DataLoader worker's): close this
-    process's, which reopen when next used; a forked child opens ledgers of its own."""
+    """SQLite connections must not cross a fork: close this process's (they reopen)."""
     with _LEDGERS_LOCK:
         for (pid, _), ledger in _LEDGERS.items():
             if pid == os.getpid():
                 ledger.close()
 
 
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(before=_close_before_fork)
+os.register_at_fork(before=_close_before_fork)
 
 
 def ledger_for(folder: str) -> CacheLedger:
@@ -492,10 +452,8 @@ def ledger_for(folder: str) -> CacheLedger:
         return _LEDGERS[key]
 
 
-# Which copies to evict to make room: the plans' choice. Each running epoch tells the ledger its
-# lanes' shards in order (plan), so the cache knows how soon each copy is needed again. Among the
-# ready copies nobody reads: first those no live plan reads again this epoch, least recently used
-# first; then those needed furthest ahead; never one needed sooner than the newcomer.
+# Among the ready copies nobody reads: first those no live plan reads again this epoch, least
+# recently used first; then those needed furthest ahead; never one needed sooner than the newcomer.
 def choose_victims(
     db: sqlite3.Connection, url: str, needed: int
 ) -> tuple[list[tuple[str, int]], int]:
@@ -504,14 +462,10 @@ def choose_victims(
     if needed <= 0:
         return [], 0
     rows = db.execute(
-        "SELECT e.path, e.size, e.used, "
-        "(SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
-        " WHERE w.url = e.url) "
-        "FROM entries e WHERE e.state = 'ready' "
+        f"SELECT e.path, e.size, e.used, ({_NEED} e.url) FROM entries e WHERE e.state = 'ready' "
         "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.path = e.path)"
     ).fetchall()
     own = next_need(db, url)
-    # Unneeded first (least recently used first), then the furthest ahead first.
     rows.sort(key=lambda row: (0, row[2]) if row[3] is None else (1, -row[3]))
     chosen: list[tuple[str, int]] = []
     freed = 0
@@ -527,20 +481,12 @@ def choose_victims(
 
 def next_need(db: sqlite3.Connection, url: str) -> int | None:
     """How many shards ahead the soonest live plan reads ``url`` (None: no plan does)."""
-    (need,) = db.execute(
-        "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan "
-        "WHERE w.url = ?",
-        (url,),
-    ).fetchone()
+    (need,) = db.execute(f"{_NEED} ?", (url,)).fetchone()
     return None if need is None else int(need)
 
 
-# Owners: a process, named by its pid and its start time (/proc/<pid>/stat), so that a pid reused
-# by another program is not taken for the reader that died. A forked DataLoader worker is an
-# owner of its own.
 def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` in clock ticks since boot (None: no such process,
-    or no ``/proc`` to tell)."""
+    """Process ``pid``'s start time in clock ticks since boot (None: none, or no ``/proc``)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
             fields = file.read().rpartition(")")[2].split()

@@ -1,30 +1,21 @@
 """A local cache of remote shards: each downloaded once, then read from disk while it is current.
 
-A shard's cached copy is ``cache_dir/<sha256(url)[:16]>-<basename>``, and beside it a hidden
-record of what was downloaded (``.<name>.json``: the URL, the shard's version at the server,
-the copy's size, modification time and sha256). A download goes to a unique temporary file in
-the same folder (``.<name>.<random>.part``), is hashed as it is written, flushed and fsynced,
-then moved onto its final name with :func:`os.replace`, which is atomic: a reader finds no file
-or a whole one, never a partial one. Workers and processes that download the same shard at
-once each write their own temporary file and the last move wins, with the same bytes. A failed
-download removes its temporary file; a full disk (or file size limit) is a
+A shard's cached copy is ``cache_dir/<sha256(url)[:16]>-<basename>``, with a hidden record of
+what was downloaded beside it (``.<name>.json``: the URL, the server's version, the copy's size,
+modification time and sha256). A download goes to a unique temporary file in the same folder,
+hashed as it is written, fsynced, then moved onto its final name with :func:`os.replace`: a
+reader finds no file or a whole one, and concurrent downloads of one shard each write their own
+and the last move wins, with the same bytes. A full disk is a
 :class:`~shardmix.errors.CacheFullError` naming the copy.
 
-A copy is used only while it is what was downloaded and the server still has that version:
-the server's version (:func:`~shardmix.sources.version.shard_version`, one ``HEAD`` for HTTP)
-is asked once per process, URL and epoch, and compared with the recorded one; the copy's size
-and modification time with the record (a copy truncated or replaced on disk); and, when a
-manifest lists the shard (``listed``: its size and sha256), the record with it and the copy's
-bytes with its sha256 (:func:`holds_sha256`: hashed at its first use in a process). The copy
-carries the identity of the stream it was downloaded from, which the trainer's process holds
-every worker's reads of an epoch to. A mismatch discards the copy and downloads it again; a
-fresh download that is not the manifest's shard is a :class:`~shardmix.errors.ShardChangedError`.
-A server that cannot tell a version (or cannot be reached) leaves a whole copy in use. Which
-shards to cache is :func:`shardmix.sources.open_shard`'s choice.
-
-With ``SourceOptions(cache_limit=...)`` the cache is bounded instead
-(:mod:`shardmix.sources.cache.bounded`, which keeps copies at the same paths, :func:`cache_path`,
-and validates them by its ledger's rows rather than by these JSON records).
+A copy is used only while it is what was downloaded and the server still has that version: the
+server's version (:func:`~shardmix.sources.version.revalidated`, asked once per process, URL and
+epoch), the copy's size and modification time, and, when a manifest lists the shard
+(``listed``), its size and sha256 (:func:`holds_sha256`) are compared with the record. A
+mismatch downloads the copy again; a fresh download that is not the manifest's shard is a
+:class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version leaves a whole
+copy in use. With ``cache_limit`` the cache is bounded instead
+(:mod:`shardmix.sources.cache.bounded`: same paths, validated by its ledger's rows).
 """
 
 from __future__ import annotations
@@ -52,7 +43,7 @@ __all__ = ["Listed", "cache_path", "download", "open_cached"]
 COPY_BUFFER_BYTES = 1024 * 1024
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_BASENAME_CHARS = 100
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, quota or file size limit
 # What a manifest says of a shard: its size and sha256 (None: not listed).
 Listed = tuple[int, str | None]
 
@@ -79,7 +70,7 @@ def open_cached(
     path = cache_path(cache_dir, url)
     current = version()
     record = _read_record(path) if os.path.isfile(path) else None
-    if record is not None and _stale(path, record, url, current, listed) is None:
+    if record is not None and _current(path, record, url, current, listed):
         return _opened(path, record)
     record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
@@ -97,8 +88,7 @@ def open_cached(
 
 
 def _opened(path: str, record: dict[str, Any]) -> BinaryIO:
-    """The copy at ``path`` (its reads counted as the cache's), with the identity of the
-    shard it was downloaded from."""
+    """The copy at ``path`` with the identity of the shard it was downloaded from."""
     identity = ShardIdentity(record["size"], record.get("validator"))
     return attach_identity(io.BufferedReader(CopyFile(path), READ_BUFFER_BYTES), identity)
 
@@ -133,7 +123,7 @@ def download(
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        if isinstance(error, OSError) and error.errno in _FULL:
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
             raise CacheFullError(
                 f"{url or path}: the cache's disk is full (or over its size limit) after "
                 f"{written:,} bytes of the copy {path} ({error.strerror}); the partial copy "
@@ -146,22 +136,19 @@ def download(
     return record
 
 
-def _stale(
+def _current(
     path: str, record: dict[str, Any], url: str, version: str | None, listed: Listed | None
-) -> str | None:
-    """Why the copy at ``path``, downloaded as ``record`` says, must not be used (None: it may)."""
-    if record.get("url") != url:
-        return "no record of the download"
-    if version is not None and record.get("version") != version:
-        return f"the server has version {version}, the copy {record.get('version')}"
+) -> bool:
+    """Whether the copy at ``path`` may be used: downloaded from ``url`` as ``record`` says, of
+    the server's ``version``, unchanged on disk, and the shard its manifest ``listed``."""
+    if record.get("url") != url or (version is not None and record.get("version") != version):
+        return False
     status = os.stat(path)
     if (status.st_size, status.st_mtime_ns) != (record.get("size"), record.get("mtime_ns")):
-        return "the copy changed on disk since it was downloaded"
-    if listed is not None and _unlike(record, listed):
-        return "the copy is not the shard its manifest lists"
-    if listed is not None and listed[1] is not None and not holds_sha256(path, listed[1]):
-        return "the copy's bytes are not those its manifest lists"
-    return None
+        return False
+    if listed is None:
+        return True
+    return not _unlike(record, listed) and (listed[1] is None or holds_sha256(path, listed[1]))
 
 
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha256), this process
@@ -175,7 +162,7 @@ def hashed(path: str, sha256: str) -> None:
 
 def holds_sha256(path: str, sha256: str) -> bool:
     """Whether the copy at ``path`` hashes to ``sha256``: read whole at its first use in this
-    process (and again once it changed on disk), trusted after."""
+    process (and once it changed on disk), trusted after."""
     status = os.stat(path)
     key = (path, status.st_size, status.st_mtime_ns, sha256)
     if key not in _VERIFIED:
@@ -244,9 +231,6 @@ def _fsync_folder(folder: str) -> None:
         handle = os.open(folder, os.O_RDONLY)
     except OSError:
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(handle)
-    except OSError:
-        pass
-    finally:
-        os.close(handle)
+    os.close(handle)

@@ -1,30 +1,25 @@
 """A lane reading a remote shard while its cached copy fills: one stream, two uses of each byte.
 
-:class:`TeeStream` reads the remote stream in order and writes every byte it gets to the
-copy's temporary file as it hands it to the lane, so the first sample comes as soon as without
-a cache and the copy is whole when the lane reaches the shard's end. A seek forward reads up to
-the target (the copy keeps those bytes too); a read behind the bytes already fetched is served
-from the temporary file, so the remote shard is fetched once, in order, whatever the lane does.
-The sha256 is taken as the bytes are written.
+:class:`TeeStream` reads the remote stream in order and writes every byte to the copy's
+temporary file as it hands it to the lane, so the first sample comes as soon as without a cache.
+A seek forward reads up to the target (the copy keeps those bytes too); a read behind is served
+from the temporary file, so the remote shard is fetched once, in order, and hashed as written.
 
-The copy may keep only the shard's first ``keep`` bytes (a cache with less room than the
-shard): past them the lane reads the source alone. When the copy holds its ``keep`` bytes it is
-done (:meth:`TeeStream.close` reads the last :data:`DRAIN_BYTES` itself when the lane stopped
-that close, as a tar reader does before the archive's padding): ``on_whole(sha256, bytes)``
-publishes it. A lane that stops earlier, or a read that fails, leaves ``on_partial()`` to drop
-the temporary file. Where the copy goes
-and what validates it is :mod:`shardmix.sources.cache.bounded`'s.
+The copy may keep only the shard's first ``keep`` bytes (less room than the shard): past them
+the lane reads the source alone. A copy that holds its ``keep`` bytes at close (which reads the
+last :data:`DRAIN_BYTES` itself, as a tar reader stops before the archive's padding) is
+published by ``on_whole(sha256, bytes)``; otherwise ``on_partial()`` drops the temporary file.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
 from shardmix.errors import CacheFullError
+from shardmix.sources.cache.store import DISK_FULL
 from shardmix.sources.positioned import PositionedStream
 
 if TYPE_CHECKING:
@@ -35,14 +30,12 @@ __all__ = ["DRAIN_BYTES", "TeeStream"]
 # A lane that closes the shard this close to its end has the rest read for the copy.
 DRAIN_BYTES = 1 << 20
 _COPY_BYTES = 1 << 20
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class TeeStream(PositionedStream):
-    """``source`` (the shard ``url``) read once, in order, with its first ``keep`` bytes
-    written to the file descriptor ``out`` as they are read; past ``keep``, reads and seeks go
-    to ``source``. ``size`` is the shard's size. The copy is done when it holds ``keep``
-    bytes. A full disk is a :class:`~shardmix.errors.CacheFullError`.
+    """``source`` (the ``size``-byte shard ``url``) read once, in order, its first ``keep``
+    bytes written to the file descriptor ``out`` as they are read; past ``keep``, reads and
+    seeks go to ``source``. A full disk is a :class:`~shardmix.errors.CacheFullError`.
     """
 
     def __init__(
@@ -64,7 +57,6 @@ class TeeStream(PositionedStream):
         self._on_whole = on_whole
         self._on_partial = on_partial
         self._digest = hashlib.sha256()
-        self._position = 0
         self._filled = 0  # bytes fetched and written to ``out``
         self._source_at = 0  # where ``source`` stands
         self._ended = False  # the source ended before ``keep``
@@ -86,17 +78,21 @@ class TeeStream(PositionedStream):
             data = self._fetch(min(len(view), self._keep - self._position))  # the common case
         elif self._ended:
             return 0
-        else:
-            return self._read_past(view)
+        else:  # past the copy's part: the source alone
+            data = self._read_source(self._position, len(view))
         view[: len(data)] = data
         self._position += len(data)
         return len(data)
 
-    def _fetch(self, count: int) -> bytes:
-        if self._source_at != self._filled:
-            self._source.seek(self._filled)
-            self._source_at = self._filled
+    def _read_source(self, at: int, count: int) -> bytes:
+        if self._source_at != at:
+            self._source.seek(at)
         chunk = self._source.read(count)
+        self._source_at = at + len(chunk)
+        return chunk
+
+    def _fetch(self, count: int) -> bytes:
+        chunk = self._read_source(self._filled, count)
         if not chunk:
             self._ended = True
             return b""
@@ -106,7 +102,7 @@ class TeeStream(PositionedStream):
             while written < len(chunk):
                 written += os.pwrite(self._out, chunk[written:], self._filled + written)
         except OSError as error:
-            if error.errno not in _FULL:
+            if error.errno not in DISK_FULL:
                 raise
             raise CacheFullError(
                 f"{self._url}: the cache's disk is full (or over its size limit) after "
@@ -117,19 +113,7 @@ class TeeStream(PositionedStream):
                 offset=self._filled + written,
             ) from error
         self._filled += len(chunk)
-        self._source_at += len(chunk)
         return chunk
-
-    def _read_past(self, view: memoryview) -> int:
-        """Read past the copy's part, from the source alone."""
-        if self._source_at != self._position:
-            self._source.seek(self._position)
-            self._source_at = self._position
-        chunk = self._source.read(len(view))
-        view[: len(chunk)] = chunk
-        self._position += len(chunk)
-        self._source_at += len(chunk)
-        return len(chunk)
 
     def close(self) -> None:
         if self.closed:

@@ -1,25 +1,19 @@
 """HTTP(S) connections of one process and the one redirect policy every request follows.
 
 :func:`connection_pool` gives this process's urllib3 ``PoolManager`` for a URL (a
-``ProxyManager`` for hosts that ``HTTPS_PROXY``/``HTTP_PROXY`` name and ``NO_PROXY`` does not
-exempt), so connections stay alive from one shard, one range, to the next; a forked DataLoader
-worker starts its own pools. A process opens at most :data:`NEW_CONNECTIONS_PER_HOST`
-connections to a host at once: a connection holds its host's gate from its connect until its
-first answer's headers (or its close), so a restore's burst of range requests opens
-connections a few at a time, and a server with a short listen backlog (Python's
-``http.server``: 5) is not sent dozens of connects at once, whose dropped SYNs the kernel
-resends only after 1, 3, 7 s. Requests on kept-alive connections pass no gate, and a request
-waiting at the gate takes a connection another request gives back meanwhile.
+``ProxyManager`` where ``HTTPS_PROXY``/``HTTP_PROXY`` name one and ``NO_PROXY`` does not exempt
+the host), so connections stay alive from one request to the next; a forked worker starts its
+own. A process opens at most :data:`NEW_CONNECTIONS_PER_HOST` connections to a host at once,
+each holding its host's gate from its connect until its first answer's headers: a restore's
+burst of range requests then opens connections a few at a time, and a server with a short
+listen backlog (Python's ``http.server``: 5) is not sent dozens of connects whose dropped SYNs
+the kernel resends only after 1, 3, 7 s. A request waiting at the gate takes a connection
+another request gives back meanwhile.
 
-:func:`follow_redirects` is the redirect policy of the whole-shard GET, the range reads and the
-version check (``HEAD``) alike: at most :data:`MAX_REDIRECTS` hops, to ``http(s)`` URLs only,
-and the caller's headers (credentials, often) go only to the shard's own origin, the same
-scheme, host and port: an ``https`` to ``http`` redirect on the same host drops them, as one to
-another host or port does. A redirect's body is read to its end (an empty one included) before
-its connection goes back to the pool, so the next request on it finds the connection ready.
-
-Left to the callers: what a final answer means (:mod:`shardmix.sources.http.stream`,
-:mod:`shardmix.sources.version`), retries and timeouts.
+:func:`follow_redirects` is the policy of the GET, the range reads and the version check
+(``HEAD``) alike: at most :data:`MAX_REDIRECTS` hops, to ``http(s)`` URLs only, and the caller's
+headers (credentials, often) go only to the shard's own scheme, host and port. A redirect's
+small body is read to its end so that its connection is kept.
 """
 
 from __future__ import annotations
@@ -95,8 +89,7 @@ def _gate(host: str, port: int | None) -> _Gate:
 
 
 class _GatedConnection(HTTPConnection):
-    """A connection that holds its host's gate (if its pool gave it one) until its first
-    answer's headers arrive, or it closes."""
+    """A connection that holds its host's gate (if given one) until its first answer's headers."""
 
     held: list[_Gate]
 
@@ -196,11 +189,8 @@ def headers_for(shard_url: str, target: str, headers: Mapping[str, str]) -> dict
 
 
 def follow_redirects(url: str, headers: Mapping[str, str], send: Send) -> urllib3.BaseHTTPResponse:
-    """The first answer to ``send(target, headers)`` that is not a redirect, ``url`` first.
-
-    ``send`` makes one request with ``redirect=False``; the headers it is given are the
-    caller's only while the target is ``url``'s origin.
-    """
+    """The first answer to ``send(target, headers)`` (one request, ``redirect=False``) that is
+    not a redirect, ``url`` first; ``headers`` go only to ``url``'s origin."""
     target = url
     for _ in range(MAX_REDIRECTS + 1):
         response = send(target, headers_for(url, target, headers))

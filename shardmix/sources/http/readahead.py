@@ -2,36 +2,24 @@
 started before the lane gets there.
 
 With ``SourceOptions(read_ahead=ReadAhead(...))`` an ``http(s)://`` shard opens as a
-:class:`BlockStream`: bounded range requests of ``block_bytes`` each, up to ``blocks`` of them
-in flight ahead of the reader, on the process's range threads
-(:func:`shardmix.sources.ranges`; as many threads as the connection pool keeps connections
-per host, so read-ahead never holds more connections than the pool). A server that caps the
-bandwidth of one connection then gives a lane up to ``blocks`` connections' worth. Each block
-goes through :class:`~shardmix.sources.http.stream.HttpShardStream` (its retries, resume, stall
-check, and the bytes counted for ``loader.stats()``), into a buffer used again once the
-reader has left the block (:func:`fetch_block`); every block must come from
-the version of the first one (size and validator), else a
-:class:`~shardmix.errors.ShardChangedError`. From a server that gives no validator, each block
-after a run's first asks for the bytes before it too, the seam a range resume asks for
-(:func:`~shardmix.sources.http.validators.seam_before`), and the reader compares them with the end
-of the block it just left
-(:func:`~shardmix.sources.http.validators.check_seam`): a shard replaced by one of the same size
-between two blocks is refused there, never read as a mix of two versions.
+:class:`BlockStream`: up to ``blocks`` range requests of ``block_bytes`` in flight ahead of the
+reader on the process's fetch pool, so a server that caps each connection's bandwidth gives a
+lane up to ``blocks`` connections' worth. Each block goes through
+:class:`~shardmix.sources.http.stream.HttpShardStream` (retries, stall check, bytes counted)
+and must come from the first block's version (size and validator), else a
+:class:`~shardmix.errors.ShardChangedError`. Without a validator, each block after a run's
+first also asks for the seam before it (:func:`~shardmix.sources.http.validators.seam_before`),
+compared with the end of the block the reader left: a shard replaced by one of the same size
+is refused there, never read as a mix of two versions.
 
-A server that ignores ``Range`` answers the first block's request with the whole shard
-(``200``): that answer is read on as the shard (no block asked for again), the host is asked
-for no more ranges (its shards then open as one stream each, nothing started ahead), and a
-:class:`~shardmix.errors.RangesIgnoredWarning` says so, once per host and process.
+A server that ignores ``Range`` answers the first block with the whole shard (``200``): that
+answer is read on as the shard, the host is asked for no more ranges (its shards open as one
+stream each), and a :class:`~shardmix.errors.RangesIgnoredWarning` says so once per host.
 
-At a shard boundary: a lane tells :func:`follow` which shard it reads after the one it opens;
-once the last block of that one is asked for, the next shard's first blocks are asked for too,
-and its :class:`BlockStream` waits in this process until the lane opens it
-(:func:`open_blocks`). So the lane finds the start of its next shard already fetched, and
-only a wait for it that happens anyway is counted as a stall (``loader.stats().lane_stalls``).
-A lane that ends early drops what it had started (:func:`forget`).
-
-Left to others: which shards a lane reads (:mod:`shardmix.reading.reader`), caching
-(:mod:`shardmix.sources.cache`, which fetches through these streams too).
+At a shard boundary: once a shard's last block is asked for, the first blocks of the shard its
+lane reads next (:func:`follow`) are asked for too, and that stream waits until the lane opens
+it (:func:`open_blocks`); only a wait for it that happens anyway counts as a lane stall
+(``loader.stats().lane_stalls``). A lane that ends early drops what it started (:func:`forget`).
 """
 
 from __future__ import annotations
@@ -46,12 +34,12 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from shardmix.errors import RangesIgnoredWarning, ShardmixError
-from shardmix.sources.fetchpool import fetch_pool
 from shardmix.sources.http.stream import HttpShardStream, open_http, shard_stream
 from shardmix.sources.http.validators import SEAM_BYTES, changed, check_seam, seam_before
 from shardmix.sources.identity import ShardIdentity, attach_identity
 from shardmix.sources.options import READ_BUFFER_BYTES, ReadAhead, SourceOptions
 from shardmix.sources.positioned import PositionedStream
+from shardmix.sources.ranges import fetch_pool
 from shardmix.sources.traffic import count_stall, host_of
 
 if TYPE_CHECKING:
@@ -72,19 +60,18 @@ __all__ = [
 
 
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
-    """Open an ``http(s)://`` shard (the opener registered for both schemes): read ahead in
-    blocks with ``options.read_ahead``, else one stream (:func:`.http.open_http`)."""
+    """The opener of ``http(s)://``: read ahead in blocks with ``options.read_ahead``, else one
+    stream (:func:`~shardmix.sources.http.stream.open_http`)."""
     if options.read_ahead is not None and host_of(url) not in _ignoring:
         return open_blocks(url, options, offset)
     return open_http(url, options, offset)
 
 
 class BlockStream(PositionedStream):
-    """One http(s) shard as a raw, readable, seekable stream, fetched in blocks ahead.
+    """One http(s) shard as a raw seekable stream, fetched in blocks ahead.
 
-    The first block asked for starts at ``first_at``, though the stream stands at 0 (as
-    :class:`~shardmix.sources.http.stream.HttpShardStream`'s): a reader that seeks there first finds
-    it fetched. A read anywhere else starts the blocks again from there.
+    The first block asked for starts at ``first_at``, though the stream stands at 0: a reader
+    that seeks there first finds it fetched. A read anywhere else starts the blocks again there.
     """
 
     def __init__(
@@ -101,7 +88,6 @@ class BlockStream(PositionedStream):
         self._window = settings.blocks
         self._block = settings.block_bytes
         self._lock = threading.Lock()
-        self._position = 0
         self._size: int | None = None
         self._identity: ShardIdentity | None = None
         self._futures: dict[int, Future[Block]] = {}
@@ -111,12 +97,10 @@ class BlockStream(PositionedStream):
         self._run = 0  # tells the runs apart (a seek starts a new one)
         # The block the reader is in, its version and seam checked: index, offset, bytes.
         self._current: tuple[int, int, memoryview] | None = None
-        # Where the block the reader left last ended, and its last bytes: what the next
-        # block's seam must be (no validator).
+        # Where the block the reader left ended, and its last bytes: the next block's seam.
         self._left: tuple[int, bytes] = (-1, b"")
         self.on_tail = on_tail  # called once the shard's last block is asked for
-        # The server answered a range with the whole shard: what reads on past the block.
-        self._rest: HttpShardStream | None = None
+        self._rest: HttpShardStream | None = None  # the one answer of a server ignoring ranges
         self.tail_done = False
         self._start_run(first_at)
 
@@ -124,7 +108,9 @@ class BlockStream(PositionedStream):
     def identity(self) -> ShardIdentity:
         """The version read (its first block's), waiting for that block if need be."""
         if self._identity is None:
-            self._first_block()
+            if 0 not in self._futures:
+                self._start_run(self._base)
+            self._result(0)
         assert self._identity is not None
         return self._identity
 
@@ -176,30 +162,27 @@ class BlockStream(PositionedStream):
     def close(self) -> None:
         if not self.closed:
             with self._lock:
-                self._run += 1
-                for future in self._futures.values():
-                    future.cancel()
-                self._futures.clear()
-                self._current = None
+                self._drop_run()
             if self._rest is not None:
                 self._rest.close()
         super().close()
 
-    # -- blocks --------------------------------------------------------------------------
-
     def _start_run(self, base: int) -> None:
         """Ask for the blocks from ``base`` on, dropping those of the run before."""
         with self._lock:
-            self._run += 1
-            for future in self._futures.values():
-                future.cancel()
-            self._futures = {}
-            self._current = None
+            self._drop_run()
             self._base, self._next, self._reading = base, 0, 0
             run = self._run
             self._submit()
-        first = self._futures[0]
-        first.add_done_callback(lambda done: self._first_arrived(done, run))
+        self._futures[0].add_done_callback(lambda done: self._first_arrived(done, run))
+
+    def _drop_run(self) -> None:
+        """Cancel the current run's blocks (lock held)."""
+        self._run += 1
+        for future in self._futures.values():
+            future.cancel()
+        self._futures = {}
+        self._current = None
 
     def _first_arrived(self, future: Future[Block], run: int) -> None:
         """Once the size is known, ask for the rest of the window (in a fetch thread)."""
@@ -209,44 +192,39 @@ class BlockStream(PositionedStream):
             self._note(future.result(), self._base)
         except ShardmixError:
             return  # a changed shard: the reader meets it at this block
-        fire = False
         with self._lock:
-            if run == self._run and not self.closed:
-                fire = self._fill()
+            fire = run == self._run and not self.closed and self._fill()
         if fire and self.on_tail is not None:
             self.on_tail()
 
     def _fill(self) -> bool:
         """Ask for blocks up to the window (lock held); whether the last one was just asked."""
         size = self._size
-        if self._rest is not None:
-            return False  # one answer holds the whole shard: no block to ask for
-        while self._next < self._reading + self._window:
-            if size is None or self._base + self._next * self._block >= size:
-                break
+        if self._rest is not None or size is None:
+            return False  # one answer holds the whole shard, or nothing arrived yet
+        while self._next < self._reading + self._window and self._start_of(self._next) < size:
             self._submit()
-        ended = size is not None and self._base + self._next * self._block >= size
-        if ended and not self.tail_done:
-            self.tail_done = True
-            return True
-        return False
+        fire = not self.tail_done and self._start_of(self._next) >= size
+        self.tail_done = self.tail_done or fire
+        return fire
+
+    def _start_of(self, index: int) -> int:
+        return self._base + index * self._block
 
     def _submit(self) -> None:
-        start = self._base + self._next * self._block
-        stop = start + self._block
+        start = self._start_of(self._next)
         # A run's first block is asked for before the version is known; the others after.
         identity = self._identity
         seam = seam_before(identity.validator, start) if identity and self._next else 0
         seam = min(seam, self._block)  # within the block before, which the reader keeps
-        pool = fetch_pool()
-        self._futures[self._next] = pool.submit(
-            fetch_block, self.url, self._options, start, stop, seam
+        self._futures[self._next] = fetch_pool().submit(
+            fetch_block, self.url, self._options, start, start + self._block, seam
         )
         self._next += 1
 
     def _result(self, index: int) -> Block:
         block = self._futures[index].result()
-        start = self._base + index * self._block
+        start = self._start_of(index)
         self._note(block, start)
         if block.seam:
             ended, last = self._left
@@ -271,15 +249,13 @@ class BlockStream(PositionedStream):
             raise changed(self.url, offset, _described(self._identity), _described(found))
 
     def _done_with(self, index: int) -> None:
-        """The reader left block ``index``: drop it (keeping its last bytes, the next block's
-        seam), and ask for one more ahead."""
-        fire = False
+        """The reader left block ``index``: drop it (keeping the next seam), ask for one more."""
         with self._lock:
             future = self._futures.pop(index, None)
             if future is not None:
                 block = future.result()
                 if self._identity and self._identity.validator is None:
-                    ended = self._base + index * self._block + len(block.data)
+                    ended = self._start_of(index) + len(block.data)
                     self._left = (ended, bytes(block.data[-SEAM_BYTES:]))
                 give_back(block.buffer)  # the reader copied what it read: nothing refers to it
             self._reading = index + 1
@@ -287,18 +263,13 @@ class BlockStream(PositionedStream):
         if fire and self.on_tail is not None:
             self.on_tail()
 
-    def _first_block(self) -> None:
-        if 0 not in self._futures:
-            self._start_run(self._base)
-        self._result(0)
-
 
 _ignoring: set[str] = set()  # hosts that answered a range request with the whole shard
 
 
 def ranges_ignored(url: str) -> None:
-    """``url``'s server answered a range request with the whole shard: ask that host for no
-    more ranges (its shards open as one stream), and warn once per host and process."""
+    """``url``'s server answered a range request with the whole shard: ask its host for no
+    more ranges, and warn once per host and process."""
     host = host_of(url)
     with _registry_lock:
         if host in _ignoring:
@@ -392,28 +363,14 @@ def open_blocks(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
 
 
 def opened_ahead(stream: Any) -> bool:
-    """Whether ``stream`` was opened by :func:`open_blocks` (which counts its own stalls)."""
+    """Whether :func:`open_blocks` (which counts its own stalls) opened ``stream``."""
     return isinstance(getattr(stream, "raw", None), BlockStream)
 
 
-def _forget_all() -> None:
-    """In a forked child: the parent's streams and threads are not ours."""
-    global _registry_lock
-    _following.clear()
-    _waiting.clear()
-    _started.clear()
-    _registry_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_all)
-
-
-# One block: its bytes fetched in one bounded request straight into a buffer, and the buffers
-# kept for the next blocks. A block of megabytes received into a fresh bytearray costs more than
-# its copy from the socket (zero-filled, each page faulted in and later given back), so
-# fetch_block receives a block into one buffer (no copy per read, to join, or to split off the
-# seam), and a reader hands the buffer of a block it has left back (give_back) for a block
-# fetched next. Up to KEPT_BYTES of buffers wait; one more is dropped.
+# A block of megabytes received into a fresh bytearray costs more than its copy from the socket
+# (zero-filled, each page faulted in and later given back), so fetch_block receives a block into
+# one buffer (no copy per read, to join, or to split off the seam), and a reader gives the buffer
+# of a block it has left back (give_back) for a block fetched next.
 KEPT_BYTES = 64 << 20  # buffers kept for reuse, per process, at most
 
 _lock = threading.Lock()
@@ -423,13 +380,11 @@ _kept: list[bytearray] = []
 class Block(NamedTuple):
     """A block as fetched: ``data`` is a view of ``buffer``, given back once read."""
 
-    data: memoryview  # the block's bytes
-    identity: ShardIdentity  # the version they came from
+    data: memoryview
+    identity: ShardIdentity  # the version the bytes came from
     seam: bytes  # the bytes just before the block, asked for again (no validator)
     buffer: bytearray
-    # The answer went on past the block (a server that ignores ranges sends the whole shard):
-    # the stream that reads on from the block's end, unbounded.
-    rest: HttpShardStream | None = None
+    rest: HttpShardStream | None = None  # reads on past the block (a server ignoring ranges)
 
 
 def fetch_block(url: str, options: SourceOptions, start: int, stop: int, seam: int = 0) -> Block:
@@ -447,18 +402,16 @@ def fetch_block(url: str, options: SourceOptions, start: int, stop: int, seam: i
     except BaseException:
         stream.close()
         raise
-    rest = None
-    if stream.honours_ranges:
+    rest = None if stream.honours_ranges else stream
+    if rest is None:
         stream.close()
     else:
         stream.unbound()
-        rest = stream
     return Block(view[seam:filled], stream.identity, bytes(view[:seam]), buffer, rest)
 
 
 def take(size: int) -> bytearray:
-    """A buffer of at least ``size`` bytes (one kept, when one fits, else a new one); its
-    contents are whatever it held."""
+    """A buffer of at least ``size`` bytes, a kept one when one fits; its contents are stale."""
     with _lock:
         for index in range(len(_kept) - 1, -1, -1):
             if size <= len(_kept[index]) <= size + (size >> 3):  # no buffer far too large
@@ -473,11 +426,14 @@ def give_back(buffer: bytearray) -> None:
             _kept.append(buffer)
 
 
-def _forget() -> None:
-    """In a forked child: start with none kept (the parent's pages are shared until written)."""
-    global _lock
+def _forget_all() -> None:
+    """In a forked child: the parent's streams, threads and buffers are not ours."""
+    global _registry_lock, _lock
+    _following.clear()
+    _waiting.clear()
+    _started.clear()
     _kept.clear()
-    _lock = threading.Lock()
+    _registry_lock, _lock = threading.Lock(), threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget)
+os.register_at_fork(after_in_child=_forget_all)

@@ -2,16 +2,12 @@
 to give up.
 
 A connection refused, reset or timed out, a 408, 429 or 5xx answer, a body that ends early or
-a stall (fewer than ``min_bytes_per_s`` over ``read_timeout``) is :class:`Transient`:
-:class:`Retries` waits with exponential backoff and jitter (or as ``Retry-After`` says, capped
-by ``max_backoff``) and tries again, up to :class:`~shardmix.sources.RetryPolicy`'s
-``max_attempts``, then raises an error naming the URL, the byte offset reached and the attempts
-made. A permanent answer (404, 410, 401, 403, other 4xx) and a TLS certificate that does not
-verify fail at once.
-
+a stall is :class:`Transient`: :class:`Retries` waits with exponential backoff and jitter (or as
+``Retry-After`` says, capped by ``max_backoff``) and tries again up to ``max_attempts``, then
+raises an error naming the URL, the byte offset reached and the attempts made. A permanent
+answer (404, 410, 401, 403, other 4xx) and a TLS certificate that does not verify fail at once.
 The retries are shardmix's own rather than urllib3's ``Retry``: a retry in the middle of a body
-must resume at the byte reached and count progress, which urllib3 leaves to the caller. Left to
-others: what a retry asks for and checks (:class:`~shardmix.sources.http.stream.HttpShardStream`).
+must resume at the byte reached and count progress, which urllib3 leaves to the caller.
 """
 
 from __future__ import annotations
@@ -68,9 +64,8 @@ class Retries:
     def run(
         self, action: Callable[[], T], offset: Callable[[], int], reset: Callable[[], None]
     ) -> T:
-        """``action()``, tried again after each :class:`Transient` failure until the policy
-        gives up; ``reset()`` after every failure (drop the answer), ``offset()`` the byte
-        reached, for the log and the error."""
+        """``action()``, tried again after each :class:`Transient` until the policy gives up;
+        ``reset()`` after every failure, ``offset()`` the byte reached (for the message)."""
         failures = 0
         while True:
             try:
@@ -113,11 +108,8 @@ class Retries:
 
 
 class RateWatch:
-    """A stall: fewer bytes than ``min_bytes_per_s`` over the last ``read_timeout``.
-
-    Stalls count across reads (each brings a little progress) until the rate recovers; one
-    more than the policy's attempts allow gives up.
-    """
+    """A stall: fewer bytes than ``min_bytes_per_s`` over the last ``read_timeout``; stalls
+    count across reads until the rate recovers, and the policy's attempts bound them."""
 
     def __init__(self, retries: Retries, min_bytes_per_s: float) -> None:
         self._retries = retries
@@ -131,7 +123,7 @@ class RateWatch:
 
     def check(self, position: int) -> None:
         """Raise a :class:`Transient` stall (or give up) if the rate up to ``position`` is
-        below the minimum; called before a read, so that a stall loses no byte taken."""
+        below the minimum."""
         since, start = self._window
         elapsed = time.monotonic() - since
         if not self._min_rate or elapsed < self._retries.policy.read_timeout:

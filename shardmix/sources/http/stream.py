@@ -1,30 +1,18 @@
 """HTTP(S) shards, streamed over one urllib3 connection pool per process; retried, resumed.
 
-:class:`HttpShardStream` reads one URL through the process's connection pool
-(:func:`shardmix.sources.http.connections.connection_pool`), following redirects as
-:func:`~shardmix.sources.http.connections.follow_redirects` says (credentials stay on the shard's
-own scheme, host and port). Transient failures (a connection refused, reset or timed out;
-408, 429 and 5xx answers; a body that ends before its ``Content-Length``) are retried with
-exponential backoff and jitter, as :class:`RetryPolicy` says. A retry resumes where the stream
-stands, with ``Range: bytes=N-``: a ``206`` answer must start at N, a ``200`` answer (a server
-that ignores ranges) has its first N bytes dropped, so every byte arrives exactly once. A shard
-whose ``ETag`` (else ``Last-Modified``) or size changes between two requests is a
-:class:`~shardmix.errors.ShardChangedError`, never a mix of two versions: resumes ask for the
-version read, every answer is checked against it (:mod:`shardmix.sources.http.version`, which
-also compares the bytes at the seam of a resume from a server that gives no validator), and
-the stream's identity is that version.
-Permanent answers (404, 410, 401, 403, other 4xx) fail at once. Every socket wait is bounded by
-``read_timeout``, so a stalled server ends in an error naming the URL, the byte offset reached
-and the attempts made (:mod:`shardmix.sources.http.retry` judges the failures and waits).
+:class:`HttpShardStream` reads one URL through the process's connection pool, following
+redirects as :func:`~shardmix.sources.http.connections.follow_redirects` says. Transient
+failures are retried as :class:`RetryPolicy` says (:mod:`shardmix.sources.http.retry` judges
+them); a retry resumes where the stream stands with ``Range: bytes=N-``: a ``206`` must start at
+N, a ``200`` (a server that ignores ranges) has its first N bytes dropped, so every byte arrives
+exactly once. Every answer is held to the version the first one named
+(:mod:`shardmix.sources.http.version`), so a shard replaced between two requests is a
+:class:`~shardmix.errors.ShardChangedError`, never a mix of two versions. Permanent answers
+(404, 410, 401, 403, other 4xx) fail at once.
 
-A stream may be bounded (``stop``: reading ends there, each request asks for
-``bytes=N-M``), which is how single records are fetched (:mod:`shardmix.sources.ranges`), and
-may make its first request at an offset other than 0 (``first_at``) while still standing at 0,
-so that a reader which seeks there first costs one request.
-
-Left to others: when to retry and how long to wait (:mod:`shardmix.sources.http.retry`),
-caching (:mod:`shardmix.sources.cache.store`), authentication schemes beyond the fixed headers in
-``storage_options["headers"]``.
+A stream may be bounded (``stop``: each request asks for ``bytes=N-M``), which is how blocks
+and single records are fetched, and may make its first request at ``first_at`` while still
+standing at 0, so that a reader which seeks there first costs one request.
 """
 
 from __future__ import annotations
@@ -59,8 +47,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HttpShardStream",
-    "RetryPolicy",
-    "connection_pool",
     "fetch_range",
     "open_http",
     "read_into",
@@ -85,12 +71,8 @@ def _headers_of(url: str, options: SourceOptions) -> Mapping[str, str]:
 
 
 def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
-    """Open an ``http(s)://`` shard: a buffered, seekable stream that retries and resumes.
-
-    ``offset`` is where the first read will be: the first request asks for it. The opener
-    registered for http(s) is :func:`shardmix.sources.http.readahead.open_web`, which reads ahead
-    in blocks instead when ``options.read_ahead`` asks for it.
-    """
+    """Open an ``http(s)://`` shard as one buffered, seekable stream that retries and resumes;
+    its first request asks for ``offset``."""
     stream = shard_stream(url, options, offset)
     buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
     return attach_identity(buffered, stream.identity)
@@ -123,12 +105,9 @@ def fetch_range(
     stop: int,
     expect: ShardIdentity | None = None,
 ) -> tuple[bytes, int | None]:
-    """Bytes ``start`` up to ``stop`` of ``url`` (fewer at its end), in one bounded request
-    unless it must be retried, and the shard's size when the server said it.
-
-    ``expect``: the version the bytes must come from (a checkpoint's); an answer of another
-    size or validator is a :class:`~shardmix.errors.ShardChangedError`.
-    """
+    """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request unless it
+    must be retried, and the shard's size when the server said it; ``expect``: the version the
+    bytes must come from (a checkpoint's), else a :class:`~shardmix.errors.ShardChangedError`."""
     stream = shard_stream(url, options, start, stop, expect)
     with stream:
         stream.seek(start)
@@ -139,13 +118,12 @@ def fetch_range(
 
 
 class HttpShardStream(PositionedStream):
-    """One HTTP(S) shard as a raw, readable, seekable stream (wrap it in a BufferedReader).
+    """One HTTP(S) shard as a raw seekable stream (wrap it in a BufferedReader).
 
     The first request is made here, so a missing shard fails when it is opened; it asks for
     ``first_at``, though the stream stands at 0 until a seek there takes up that answer.
-    ``stop`` bounds the stream: reads end there, and every request asks for no more.
-    ``expect``: a version known before the first request (a checkpoint's): every answer,
-    the first one included, must be of its size and validator.
+    ``expect``: a version known before the first request (a checkpoint's) that every answer
+    must match.
     """
 
     def __init__(
@@ -172,7 +150,7 @@ class HttpShardStream(PositionedStream):
         self._position = first_at  # bytes delivered so far (or the seek target)
         self._stop = stop
         self._version = ShardVersion(url, self._where, expect)
-        self._honours_ranges = True
+        self.honours_ranges = True  # False once a range request got the whole shard (200)
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end: int | None = None  # the offset where the current response's body ends
         self._parked: int | None = None  # an answer waits at this offset for a seek there
@@ -191,13 +169,8 @@ class HttpShardStream(PositionedStream):
 
     @property
     def identity(self) -> ShardIdentity:
-        """The version being read: its size and validator, as the first answer said them."""
+        """The version being read, as the first answer said it."""
         return self._version.identity
-
-    @property
-    def honours_ranges(self) -> bool:
-        """False once the server answered a range request with the whole shard (``200``)."""
-        return self._honours_ranges
 
     def unbound(self) -> None:
         """Read on past ``stop``: the answer holds the whole shard (a server ignoring ranges)."""
@@ -230,7 +203,7 @@ class HttpShardStream(PositionedStream):
         if self._response is None or ahead < 0 or at_or_past_end:
             self._drop_response()
             self._position = target
-        elif ahead <= SKIP_BY_READING or not self._honours_ranges:
+        elif ahead <= SKIP_BY_READING or not self.honours_ranges:
             self._skip(ahead)
         else:
             self._drop_response()
@@ -247,8 +220,6 @@ class HttpShardStream(PositionedStream):
         if self._parked is not None:
             self._parked = None
             self._drop_response()
-
-    # -- requests ------------------------------------------------------------------------
 
     def _open_response(self) -> None:
         if self._response is None and not self._at_end():
@@ -293,10 +264,8 @@ class HttpShardStream(PositionedStream):
             )
 
     def _accept(self, response: urllib3.BaseHTTPResponse, offset: int, seam: bytes) -> bool:
-        """Check an answer; leave its body ready to read at ``offset``, or say there is none.
-
-        ``seam``: the bytes just before ``offset`` as read, which the answer must start with.
-        """
+        """Check an answer; leave its body ready to read at ``offset`` (after ``seam``, the bytes
+        before it as read), or say there is none."""
         status = response.status
         version = self._version
         if status in (200, 206):
@@ -321,11 +290,9 @@ class HttpShardStream(PositionedStream):
         self._end = int(length) if length is not None and length.isdigit() else None
         self._version.note_size(self._end, self._position)
         if offset or self._stop is not None:  # a range was asked for: the server ignores it
-            self._honours_ranges = False
+            self.honours_ranges = False
         if offset:
             self._discard(response, offset)
-
-    # -- reading -------------------------------------------------------------------------
 
     def _read_once(self, view: memoryview) -> int:
         while True:
@@ -379,8 +346,6 @@ class HttpShardStream(PositionedStream):
     def _known_size(self) -> int | None:
         return self._version.size
 
-    # -- failures ------------------------------------------------------------------------
-
     def _with_retries(self, action: Callable[[], T]) -> T:
         return self._retries.run(action, self.tell, self._drop_response)
 
@@ -393,18 +358,15 @@ class HttpShardStream(PositionedStream):
         self._end = None
 
 
-# An answer's body read straight into the caller's buffer. urllib3's read1 (what has arrived,
-# which the stall check needs) allocates a bytes object as large as the read asked for (a
-# read-ahead block's 4 MB), has one receive fill part of it, shrinks it, and the caller copies it
-# again: fresh memory, page faults and a copy per receive. read_into instead has the answer's
-# buffered socket file receive once (readinto1) into the caller's buffer, and keeps http.client's
-# count of the body's bytes left, closing the answer at its end as http.client does, so that its
-# connection carries the next request. An answer of another shape (chunked, encoded, of unknown
-# length, wrapped otherwise) is read with read1.
+# urllib3's read1 (what has arrived, which the stall check needs) allocates a bytes object as
+# large as the read asked for (a read-ahead block's 4 MB), has one receive fill part of it,
+# shrinks it, and the caller copies it again: fresh memory, page faults and a copy per receive.
+# read_into has the buffered socket file receive once (readinto1) into the caller's buffer and
+# keeps http.client's count of the body's bytes left, closing the answer at its end as
+# http.client does, so that its connection carries the next request.
 def read_into(response: urllib3.BaseHTTPResponse, view: memoryview) -> int:
-    """Receive up to ``len(view)`` bytes of ``response``'s body into ``view``, at most one
-    receive from the socket (what has arrived, or the first bytes to arrive); 0 at the end of
-    the body, or when the connection ended it."""
+    """Receive up to ``len(view)`` bytes of ``response``'s body into ``view`` in at most one
+    receive; 0 at the end of the body. Answers of another shape are read with ``read1``."""
     answer = _direct(response)
     if answer is None:
         chunk = response.read1(len(view))
@@ -423,8 +385,7 @@ def read_into(response: urllib3.BaseHTTPResponse, view: memoryview) -> int:
 
 def _direct(response: urllib3.BaseHTTPResponse) -> http.client.HTTPResponse | None:
     """The ``http.client`` answer under ``response`` when its body can be received into a
-    caller's buffer: of known length, neither chunked nor decoded, on a buffered socket file
-    (or closed at its end by :func:`read_into`); else None."""
+    caller's buffer (known length, neither chunked nor decoded, a buffered socket file)."""
     answer = getattr(response, "_fp", None)
     if not isinstance(answer, http.client.HTTPResponse) or response.decode_content:
         return None

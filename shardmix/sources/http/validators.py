@@ -1,19 +1,13 @@
 """What an HTTP answer says about the version of the shard it carries, and how a resume asks
 for that same version.
 
-:func:`validator_of` takes the strongest validator a response gives (its ``ETag``, else its
-``Last-Modified``) in :class:`~shardmix.sources.identity.ShardIdentity`'s ``kind:value`` form;
+:func:`validator_of` takes a response's ``ETag``, else its ``Last-Modified``;
 :func:`precondition` is the header a range resume sends with it (``If-Match`` for a strong
 ``ETag``, so a replaced object answers 412; ``If-Range`` otherwise, so it answers 200 with the
-new version, which the stream then refuses); :func:`changed` is the error for a shard that is
-another version than the one being read. A server that gives no validator cannot show a
-replacement, only a change of size: :func:`warn_unvalidated` says so once per host. What
-can still be checked there is the *seam*: a read that goes on from bytes already read (a range
-resume, the next read-ahead block) asks for the last :data:`SEAM_BYTES` of them again
-(:func:`seam_before`) and compares them with those read (:func:`check_seam`), so a shard
-replaced by one of the same size is refused there unless the bytes at the seam agree.
-
-Left to :mod:`shardmix.sources.http.stream`: the requests, and comparing what each answer says.
+new version, which the stream refuses). A server that gives no validator can show only a change
+of size (:func:`warn_unvalidated` says so once per host), and the *seam*: a read that goes on
+from bytes already read asks for the last :data:`SEAM_BYTES` of them again
+(:func:`seam_before`) and compares them (:func:`check_seam`).
 """
 
 from __future__ import annotations
@@ -36,8 +30,6 @@ __all__ = [
     "warn_unvalidated",
 ]
 
-# Without a validator, a read that goes on from bytes already read asks again for this many
-# bytes before them and compares them: the seam is all a replacement of the same size can show.
 # Not fewer: a tar member's zero padding runs up to 511 bytes and a header's last 12 are zeros,
 # alike in every version; 1,024 bytes before any offset hold 512 or more of a member's content
 # or header (its name), which tell versions apart.
@@ -78,8 +70,8 @@ def changed(url: str, offset: int, expected: str, found: str) -> ShardChangedErr
 
 
 def seam_before(validator: str | None, offset: int) -> int:
-    """How many bytes before ``offset`` a read going on from there asks for again: the seam
-    (none where the version has a validator, whose precondition already says it).
+    """How many bytes before ``offset`` a read going on from there asks for again (none
+    where the version has a validator, whose precondition already says it).
 
     >>> seam_before(None, 4096), seam_before(None, 10), seam_before('etag:"v1"', 4096)
     (1024, 10, 0)
@@ -88,8 +80,7 @@ def seam_before(validator: str | None, offset: int) -> int:
 
 
 def check_seam(url: str, offset: int, seam: bytes, found: bytes) -> None:
-    """Refuse ``found``, the bytes an answer gives just before ``offset``, unless they are
-    ``seam``, those read there first."""
+    """Refuse ``found``, the bytes an answer gives before ``offset``, unless they are ``seam``."""
     if found != seam:
         raise changed(
             url,

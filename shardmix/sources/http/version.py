@@ -1,17 +1,11 @@
 """The version of an HTTP(S) shard a stream reads, as its answers say it, checked answer by
 answer.
 
-Every answer must come from one version of the shard: the ``ETag`` (else ``Last-Modified``) the
-first answer gave (or a checkpoint's identity said), and one size, whether a ``Content-Length``,
-a ``Content-Range`` total or the end of a body of unknown length told it. From a server that
-gives no validator, the last ``SEAM_BYTES`` read are kept, and a resume asks for them again and
-compares them: a shard replaced by one of the same size is caught there unless the bytes at the
-seam agree. Any disagreement is a :class:`~shardmix.errors.ShardChangedError`, never a mix of
-two versions.
-
-Left to others: the requests and the reading
-(:class:`~shardmix.sources.http.stream.HttpShardStream`), the validator headers and the error's
-wording (:mod:`shardmix.sources.http.validators`).
+Every answer must come from one version: the ``ETag`` (else ``Last-Modified``) the first answer
+gave (or a checkpoint's identity said), and one size, told by a ``Content-Length``, a
+``Content-Range`` total or the end of a body of unknown length. Without a validator, the last
+``SEAM_BYTES`` read are kept, and a resume asks for them again and compares them. Any
+disagreement is a :class:`~shardmix.errors.ShardChangedError`, never a mix of two versions.
 """
 
 from __future__ import annotations
@@ -38,9 +32,8 @@ _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)", re.IGNORECASE)
 
 
 class ShardVersion:
-    """What one stream of ``url`` knows of the version it reads: its size and validator, and
-    the seam. ``host`` is what the seam's bytes are counted under; ``expect``, a version
-    known before the first answer (a checkpoint's)."""
+    """What one stream of ``url`` knows of the version it reads: its size, validator and seam
+    (counted under ``host``); ``expect``: a version known before the first answer."""
 
     def __init__(self, url: str, host: str, expect: ShardIdentity | None) -> None:
         self.url = url
@@ -56,12 +49,11 @@ class ShardVersion:
 
     @property
     def identity(self) -> ShardIdentity:
-        """The version being read: its size and validator, as the first answer said them."""
         return ShardIdentity(self.size, self.validator)
 
     def same_shard(self, response: urllib3.BaseHTTPResponse, position: int) -> None:
         """Check a 200 or 206 answer's validator against the version read (the first answer's
-        sets it); ``position``: where the stream stands, for the error."""
+        sets it)."""
         found = validator_of(response.headers)
         if self.validator is None:
             self.validator = found
@@ -108,8 +100,7 @@ class ShardVersion:
         return self._seam if self._seam_end == offset and self.validator is None else b""
 
     def keep_seam(self, view: memoryview, count: int, position: int) -> None:
-        """Keep the last ``SEAM_BYTES`` read up to ``position``, the ``count`` just read into
-        ``view`` included (only while no validator is known)."""
+        """Keep the last ``SEAM_BYTES`` read up to ``position`` (while no validator is known)."""
         if self.validator is not None:
             return
         if count >= SEAM_BYTES:
