@@ -234,9 +234,9 @@ def _tee(
                 "written: re-create the manifest, or restore the shard (the copy was removed)",
                 url=url,
             )
-        ledger.publish(path, url, filled, (current, validator, sha256))
+        status = ledger.publish(path, url, filled, (current, validator, sha256))
         if filled == size and listed is not None and listed[1] is not None:
-            hashed(path, sha256)  # as it was written
+            hashed(path, sha256, status)  # as it was written (not stat'ed again: evictable now)
         _count(filled_bytes=filled)
 
     tee = TeeStream(url, source, out, size, kept, done, lambda: ledger.abandon(path))

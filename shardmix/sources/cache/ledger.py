@@ -278,9 +278,10 @@ class CacheLedger:
 
     def publish(
         self, path: str, url: str, filled: int, copy: tuple[str | None, str | None, str]
-    ) -> None:
+    ) -> os.stat_result:
         """Move this process's copy of ``url`` into place at ``path``, ready, validated by
-        ``copy`` (version, validator, sha256); on a full disk neither copy nor row is kept."""
+        ``copy`` (version, validator, sha256); on a full disk neither copy nor row is kept.
+        Returns the copy's status as it was put in place (another job may evict it at once)."""
         version, validator, sha256 = copy
         try:
             with self._write(url, f"the copy of {filled:,} bytes") as db:
@@ -295,6 +296,7 @@ class CacheLedger:
                     "version = ?, validator = ?, mtime_ns = ?, sha256 = ? WHERE path = ?",
                     (status.st_size, version, validator, status.st_mtime_ns, sha256, path),
                 )
+            return status
         except CacheFullError:
             _unlink(path)  # moved into place, its row rolled back: the space it took, freed
             with contextlib.suppress(CacheFullError):

@@ -154,9 +154,10 @@ def _current(
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha256), this process
 
 
-def hashed(path: str, sha256: str) -> None:
-    """The copy at ``path`` was hashed to ``sha256`` as it was written: trust it."""
-    status = os.stat(path)
+def hashed(path: str, sha256: str, status: os.stat_result | None = None) -> None:
+    """The copy at ``path`` (``status``: its status when written) was hashed to ``sha256`` as
+    it was written: trust it."""
+    status = status or os.stat(path)
     _VERIFIED.add((path, status.st_size, status.st_mtime_ns, sha256))
 
 
