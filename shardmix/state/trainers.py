@@ -61,7 +61,7 @@ def adopt_pending_state(loader: Any) -> bool:
     if not any(candidate is loader for candidate in flattened):
         return False
     # Lightning saves one state per loader that has state_dict and load_state_dict, in order.
-    stateful = [candidate for candidate in flattened if _is_stateful(candidate)]
+    stateful = [candidate for candidate in flattened if is_stateful(candidate)]
     for candidate, state in zip(stateful, states, strict=False):
         if type(candidate) is type(loader):
             candidate.load_state_dict(state)
@@ -92,7 +92,7 @@ def peek_locals(frame: FrameType) -> dict[str, Any]:
     return found
 
 
-def _is_stateful(loader: Any) -> bool:
+def is_stateful(loader: Any) -> bool:
     return callable(getattr(loader, "state_dict", None)) and callable(
         getattr(loader, "load_state_dict", None)
     )
