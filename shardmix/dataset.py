@@ -43,11 +43,10 @@ class ShardDataset(IterableDataset[Sample]):
     """Samples from tar or TFRecord shards named by a URL pattern.
 
     Args:
-        urls: a pattern (``"data/train-{000000..000063}.tar"``, several joined by ``::``, a
-            glob) or a list of them.
-        format: ``"tar"`` or ``"tfrecord"``; inferred from each URL's extension when omitted.
-        seed: seeds the per-epoch shard order.
-        shuffle_shards: shuffle the shard order every epoch (from ``(seed, epoch)``).
+        urls: a pattern (``"data/train-{000000..000063}.tar"``, ``::``-joined, a glob) or a
+            list of them.
+        format: ``"tar"`` or ``"tfrecord"`` (default: from each URL's extension).
+        seed, shuffle_shards: shuffle the shard order every epoch, from ``(seed, epoch)``.
         num_lanes: how many shards each rank reads at once; the sample order is defined over
             lanes, not workers. Keep it at least the number of workers.
         piece_records: each shard is read as pieces of this many records, dealt to different
@@ -69,7 +68,6 @@ class ShardDataset(IterableDataset[Sample]):
             ``"torch"``), a :class:`~shardmix.reading.decode.Decoder`, or any function.
         tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
             each record's bytes under ``"record"``.
-        max_record_bytes: a TFRecord length field above this is refused as damage.
         record_counts: records per shard URL (a manifest), or a list of counts in the order of
             the expanded URLs; the others are counted when a plan for several ranks needs them.
         counts_cache: a JSON file keeping counted shards for later jobs (each entry used while
@@ -83,10 +81,9 @@ class ShardDataset(IterableDataset[Sample]):
             :class:`SkippedDataWarning` and counted (``MixingLoader.skipped``).
         max_skips: with ``on_error="skip"``, more skips than this raise
             :class:`TooManySkipsError` (``None``: no limit).
-        max_member_bytes, max_inflated_bytes: a tar member, or a gzip shard's inflated
-            stream, larger than this is refused as damage.
-        max_decoded_bytes: a ``tf.train.Example`` that would decode to more than this is a
-            :class:`DecodedSizeError`.
+        max_record_bytes, max_member_bytes, max_inflated_bytes, max_decoded_bytes: a TFRecord
+            record, tar member, gzip shard's inflated stream or decoded ``tf.train.Example``
+            larger than this is refused as damage.
     """
 
     def __init__(

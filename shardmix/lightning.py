@@ -86,7 +86,7 @@ class ShardmixStats(pl.Callback):
 def _flattened(loaders: Any) -> list[Any]:
     """The loaders in what ``trainer.train_dataloader`` returns (one, or a collection)."""
     if isinstance(loaders, dict):
-        return [leaf for value in loaders.values() for leaf in _flattened(value)]
+        loaders = list(loaders.values())
     if isinstance(loaders, (list, tuple)):
         return [leaf for value in loaders for leaf in _flattened(value)]
     return [] if loaders is None else [loaders]

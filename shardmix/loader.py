@@ -52,39 +52,32 @@ class MixingLoader:
     """Batches mixed across every worker's open shards.
 
     Args:
-        dataset: a :class:`ShardDataset` (its lanes are spread over the workers, the batch
-            order does not depend on ``num_workers``, and the loader can checkpoint), or any
-            IterableDataset (each worker is then one lane; no checkpoints).
+        dataset: a :class:`ShardDataset` (batches independent of ``num_workers``, checkpoints),
+            a dict of them (a mixture), or any IterableDataset (a lane per worker; no checkpoints).
+        weights, stopping: a mixture's weights by dataset name, and when its epoch ends.
         batch_size: samples per batch.
         num_workers: DataLoader worker processes; 0 reads in the main process.
-        shuffle_buffer: samples held by the main-process shuffle buffer (0 disables it);
-            default 64 per sample of a batch, at least 8,192.
-        shuffle_buffer_bytes: the buffer also stops growing at this many bytes of samples
-            (default 64 MiB; ``None``: no byte budget).
+        shuffle_buffer: samples held by the shuffle buffer (0 disables it); default 64 per
+            sample of a batch, at least 8,192.
+        shuffle_buffer_bytes: the buffer also stops growing at this many bytes (``None``: no
+            byte budget).
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
         collate_fn: turns a list of samples into a batch; default
             :func:`~shardmix.batching.collate.collate_samples`.
         drop_last: drop the last batch of an epoch when it is short.
-        timeout: seconds the worker the loop waits for may read nothing before a WorkerError
-            (0 waits forever).
-        prefetch_factor: chunks each worker prepares ahead.
-        multiprocessing_context: passed to the DataLoader.
+        timeout: seconds without progress before a WorkerError (0 waits forever).
+        prefetch_factor, multiprocessing_context, worker_init_fn: as in torch.
         persistent_workers: keep the worker processes from one epoch to the next (default
-            True, unlike torch); ``False`` starts new workers at every epoch.
-        worker_init_fn: called in each worker process with its worker id, as in torch.
+            True, unlike torch).
         even_ranks: under torch.distributed, every rank yields the same number of samples
             each epoch: ``"drop"`` stops every rank at the smallest rank's count, ``"pad"``
             brings every rank to the largest by repeating its first samples; either loses or
             repeats fewer than ``world_size`` samples. ``"none"``: each rank yields its own.
-        rank, world_size: this process's place among the ranks; detected from
-            torch.distributed at each ``iter()`` when not given.
-        group: the data-parallel process group (or a one-dimensional DeviceMesh, such as
-            ``mesh["dp"]``): the data is split over its ranks, and the ranks of one model
-            replica yield the same batches (docs/guides/distributed.md).
-        data_parallel_rank, data_parallel_size: the data-parallel rank and size of ranks
-            simulated in one process (with ``rank``/``world_size``), as ``group`` gives them.
-        pin_memory: put each batch's tensors in page-locked memory (ignored, with a warning,
-            without CUDA).
+        rank, world_size: this process's place among the ranks (default: torch.distributed's).
+        group: the data-parallel process group (or a one-dimensional DeviceMesh): the ranks of
+            one model replica yield the same batches (docs/guides/distributed.md).
+        data_parallel_rank, data_parallel_size: ``group``'s rank and size, simulated.
+        pin_memory: put each batch's tensors in page-locked memory (where CUDA is).
         canonical_ranks: plan every epoch for this many ranks, whatever the world size, so
             that the global batches are the same on every world size that divides it and a
             state resumes on any of them. ``batch_size``, ``num_workers`` and

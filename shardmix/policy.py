@@ -119,8 +119,6 @@ class SkipLedger:
     def __init__(
         self, max_skips: int | None = None, *, warn: bool = True, reported: Collection[str] = ()
     ) -> None:
-        if max_skips is not None and max_skips < 0:
-            raise ConfigError(f"max_skips must be >= 0 or None, got {max_skips}")
         self.max_skips = max_skips
         self.warn = warn
         self._reported = reported

@@ -120,13 +120,12 @@ class ShardSink(Datasink[dict[str, Any]]):
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
         task = int(ctx.task_idx)
         attempt = os.path.join(self.staging, f"task-{task:06d}-{uuid.uuid4().hex[:8]}")
-        suffix = self.pattern.suffix
-        with ShardWriter(os.path.join(attempt, f"s-%06d{suffix}"), self.options) as writer:
+        path = os.path.join(attempt, f"s-%06d{self.pattern.suffix}")
+        with ShardWriter(path, self.options) as writer:
             position = 0
             for block in blocks:
-                accessor = BlockAccessor.for_block(block)
                 row: Any
-                for row in accessor.iter_rows(public_row_format=True):
+                for row in BlockAccessor.for_block(block).iter_rows(public_row_format=True):
                     sample = dict(row)
                     if SAMPLE_COLUMN in sample:
                         sample = dict(sample[SAMPLE_COLUMN])
@@ -334,8 +333,8 @@ def convert_on_ray(
     manifest, _ = committed_shards(output)
     return RayConvertSummary(
         shards=len(manifest.shards),
-        records=sum(shard.records for shard in manifest.shards),
-        bytes=sum(shard.bytes for shard in manifest.shards),
+        records=manifest.records,
+        bytes=manifest.bytes,
         seconds=time.monotonic() - began,
         manifest=os.path.abspath(sink.manifest_path),
         skipped=list(listing.skipped),

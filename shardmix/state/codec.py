@@ -6,7 +6,8 @@ are ``(shard, record, offset)`` references packed into one base64 string: per re
 shard's index, then the record's index and byte offset as distances from the previous resident
 of the same shard, as varints, deflated (a 10,000-sample buffer packs into a few tens of KiB).
 An offset of -1 is not known (a transform dropped ``__offset__``): that resident is found by
-its index. What each version added: docs/checkpoint.md.
+its index. Every unpacking refuses a damaged string with a ConfigError naming its field. What
+each version added: docs/checkpoint.md.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def pack_refs(refs: Sequence[Ref]) -> str:
     [(3, 10, 5120), (0, 0, -1), (3, 12, 6144), (3, 13, 7168)]
     """
     last: dict[int, tuple[int, int]] = {}
-    values = []
+    values: list[int] = []
     for shard, record, offset in refs:
         last_record, last_offset = last.get(shard, (0, 0))
         # An offset is stored plus one: -1 (unknown) as 0.
@@ -105,8 +106,7 @@ def pack_refs(refs: Sequence[Ref]) -> str:
 
 
 def unpack_refs(packed: str, field: str = "buffer.items") -> list[Ref]:
-    """The references :func:`pack_refs` packed; a damaged string is a ConfigError naming
-    ``field``."""
+    """The references :func:`pack_refs` packed."""
     return list(_unpacked_refs(packed, field))
 
 
@@ -150,8 +150,7 @@ def pack_pieces(pieces: Sequence[Piece]) -> str:
 
 
 def unpack_pieces(packed: str, num_shards: int, field: str) -> list[Piece]:
-    """The pieces :func:`pack_pieces` packed; a damaged string, or a piece that names no shard
-    of ``num_shards``, is a ConfigError naming ``field``."""
+    """The pieces :func:`pack_pieces` packed, each checked to name a shard of ``num_shards``."""
     refs = unpack_refs(packed, field)
     check_refs(refs, num_shards, field)
     return [Piece(shard, start, None if stop < 0 else stop) for shard, start, stop in refs]
@@ -168,8 +167,7 @@ def pack_identities(identities: Mapping[int, Any], shards: Iterable[int]) -> lis
 
 
 def unpack_identities(saved: Sequence[Any], num_shards: int, field: str) -> dict[int, Any]:
-    """The identities :func:`pack_identities` packed, by shard index; an entry that names no
-    shard of ``num_shards`` or holds no ``[size, validator]`` is a ConfigError naming it."""
+    """The identities :func:`pack_identities` packed, by shard index, each checked."""
     identities = {}
     for at, entry in enumerate(saved):
         if not (isinstance(entry, list) and len(entry) == 3 and _is_identity(entry[1:])):
@@ -204,8 +202,7 @@ def pack_tags(tags: Sequence[int]) -> str:
 
 
 def unpack_tags(packed: str, count: int, field: str = "buffer.tags") -> list[int]:
-    """The ``count`` tags :func:`pack_tags` packed; a damaged string, or one of another
-    count, is a ConfigError naming ``field``."""
+    """The ``count`` tags :func:`pack_tags` packed."""
     try:
         data = base64.b64decode(packed, validate=True)
     except (ValueError, TypeError) as error:
@@ -232,8 +229,7 @@ def pack_sizes(sizes: Sequence[int]) -> str:
 
 
 def unpack_sizes(packed: str, field: str = "buffer.sizes") -> list[int]:
-    """The sizes :func:`pack_sizes` packed; a damaged string is a ConfigError naming
-    ``field``."""
+    """The sizes :func:`pack_sizes` packed."""
     inflate = zlib.decompressobj()
     try:
         data = inflate.decompress(base64.b64decode(packed, validate=True), MAX_INFLATED)

@@ -31,11 +31,9 @@ _MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
 MOST = 1 << 63
 
 
-def check_state(state: Any) -> None:
-    """Refuse a state whose fields are missing or of the wrong type, naming the field (a
-    mixture's down to each dataset's position)."""
-    if not isinstance(state, Mapping):
-        raise ConfigError(f"cannot resume: a loader state is a dict, not {type(state).__name__}")
+def check_state(state: Mapping[str, Any]) -> None:
+    """Refuse a state (a dict: :func:`~shardmix.state.codec.check_version`) whose fields are
+    missing or of the wrong type, naming the field (a mixture's down to each position)."""
     _check_fields(state, {"config": "mapping", "ranks": "mapping"}, "")
     positions = [state, *state["ranks"].values()]
     for at, position in enumerate(positions):

@@ -39,21 +39,16 @@ def gather_positions(
         if other not in first:
             first[other] = holder, theirs
         elif theirs != first[other][1]:
-            raise _replica_error(other, first[other], (holder, theirs))
+            earlier, mine = first[other]
+            raise ConfigError(
+                f"ranks {earlier} and {holder} of the job share data-parallel rank {other} but "
+                f"are at different positions (epoch {mine.get('epoch')} batch "
+                f"{mine.get('batches')}, and epoch {theirs.get('epoch')} batch "
+                f"{theirs.get('batches')}): the ranks of one model replica must draw the same "
+                "batches; call state_dict() on every rank at the same step"
+            )
     others = {str(other): theirs for other, (_, theirs) in sorted(first.items()) if other != rank}
     return {**position, "rank": rank, "ranks": others}
-
-
-def _replica_error(
-    rank: int, one: tuple[int, dict[str, Any]], other: tuple[int, dict[str, Any]]
-) -> ConfigError:
-    (first, mine), (second, theirs) = one, other
-    return ConfigError(
-        f"ranks {first} and {second} of the job share data-parallel rank {rank} but are at "
-        f"different positions (epoch {mine.get('epoch')} batch {mine.get('batches')}, and "
-        f"epoch {theirs.get('epoch')} batch {theirs.get('batches')}): the ranks of one model "
-        "replica must draw the same batches; call state_dict() on every rank at the same step"
-    )
 
 
 def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:

@@ -63,21 +63,15 @@ def read_rows(
     return documents, [tuple((d, start, stop) for d, start, stop in row) for row in state["rows"]]
 
 
-def join_token_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One state of TokenLoaders simulated as ranks: each holds every rank's position, so
-    they are the same."""
-    for state in states:
-        if state != states[0]:
-            raise ConfigError(
-                "cannot join the TokenLoader states: they differ, and the ranks' states at one "
-                "step are the same; join the states of one job's ranks, saved at the same step"
-            )
-    return dict(states[0])
-
-
 def join_any_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``shardmix.join_states``: the ranks' states of a TokenLoader (:func:`join_token_states`)
-    or of a MixingLoader, plain or canonical (:func:`shardmix.state.ranks.join_states`)."""
-    if states and "tokens" in states[0]:
-        return join_token_states(states)
-    return join_states(states)
+    """``shardmix.join_states``: the ranks' states of a MixingLoader, plain or canonical
+    (:func:`shardmix.state.ranks.join_states`), or of a TokenLoader, which are the same (each
+    holds every rank's position)."""
+    if not states or "tokens" not in states[0]:
+        return join_states(states)
+    if any(state != states[0] for state in states):
+        raise ConfigError(
+            "cannot join the TokenLoader states: they differ, and the ranks' states at one "
+            "step are the same; join the states of one job's ranks, saved at the same step"
+        )
+    return dict(states[0])

@@ -105,8 +105,8 @@ class TokenLoader:
         packing: ``"best_fit"`` (default): each ``seq_len`` piece of a document fills a row
             alone and the remainders, longest first, each go to the open row they fill best;
             ``"concat"``: concatenate and cut. Rows are padded only at a window's end.
-        window: documents packed together (rounded up to a multiple of 256). A larger window
-            pads less; a resume re-reads up to one window.
+        window: documents packed together (a multiple of 256); more pads less, and a resume
+            re-reads up to one window.
         drop_last: drop the epoch's last batch when it is short.
         weights: a mixture's weights by dataset name, held in tokens: each next row comes from
             the dataset furthest below its share of the tokens yielded so far, so that in
@@ -145,9 +145,8 @@ class TokenLoader:
         except ValueError:
             choices = [choice.value for choice in Packing]
             raise ConfigError(f"packing must be one of {choices}, got {packing!r}") from None
-        if Stopping(options.pop("stopping", Stopping.FIRST_EXHAUSTED)) is not (
-            Stopping.FIRST_EXHAUSTED
-        ):
+        stopping = Stopping(options.pop("stopping", Stopping.FIRST_EXHAUSTED))
+        if stopping is not Stopping.FIRST_EXHAUSTED:
             raise ConfigError(
                 "a TokenLoader's mixture ends its epoch when a dataset has no row left "
                 "(stopping='first_exhausted'); for more of a small dataset give it more weight "
