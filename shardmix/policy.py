@@ -105,15 +105,10 @@ class SkipLedger:
         warn: warn once per shard with a :class:`SkippedDataWarning` (workers pass ``False``).
         reported: shards whose damage the counting pass already warned about.
 
-    The summary, plain JSON::
-
-        {"skips": int, "records": int, "bytes": int, "shards_cut": int, "uncounted_cuts": int,
-         "shards": {url: {"skips": int, "records": int, "bytes": int, "cut": int,
-                          "uncounted": int, "first": str}}}  # "first": the first damage
-
-    ``records`` counts every record lost, a cut shard's rest included when a count of the
-    shard says how many it held; a cut that no count knows is counted in ``uncounted``
-    instead. ``skips`` is the records dropped one by one plus the cuts.
+    The summary, plain JSON: ``skips``, ``records``, ``bytes``, ``shards_cut`` and
+    ``uncounted_cuts`` in all, and the same per shard under ``shards`` (with ``first``, the
+    first damage); a cut shard's records are counted where a count of the shard says how many
+    it held, else the cut is uncounted (docs/epochs.md).
     """
 
     def __init__(

@@ -7,9 +7,8 @@ window's rows go out, so that the workers read on meanwhile.
 
 Equal steps on every rank: each rank reads its window, the ranks exchange them, tokens and all
 (:func:`~shardmix.world.object_exchange`), and every rank packs their union the same way; at
-each step rank ``r`` yields row ``r, r + W, r + 2W, ...`` of it. At the epoch's end fewer than
-``W`` rows are left: ``even_ranks="drop"`` drops them, ``"pad"`` gives the ranks without one a
-row of padding. Ranks simulated in one process read every rank's window themselves.
+each step rank ``r`` yields row ``r, r + W, r + 2W, ...`` of it. Ranks simulated in one process
+read every rank's window themselves.
 
 Resume replays a window rather than storing one (as grain's shuffle does): the state is the
 MixingLoader's state just before the current window's first document, and how many of that
