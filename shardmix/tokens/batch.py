@@ -86,15 +86,13 @@ def collate_rows(rows: list[list[Span]], seq_len: int) -> dict[str, Any]:
     segments = []
     for row, pieces in enumerate(rows):
         at = 0
-        spans = []
         for segment, (document, start, stop) in enumerate(pieces, 1):
             end = at + stop - start
             input_ids[row, at:end] = document.tokens[start:stop]
             position_ids[row, at:end] = positions[: end - at]
             segment_ids[row, at:end] = segment
-            spans.append((document.source, document.key, start, stop))
             at = end
-        segments.append(spans)
+        segments.append([(document.source, document.key, a, b) for document, a, b in pieces])
     return {
         "input_ids": torch.from_numpy(input_ids),
         "position_ids": torch.from_numpy(position_ids),
