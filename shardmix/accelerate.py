@@ -1,25 +1,14 @@
 """Accelerate: train from a MixingLoader under an ``accelerate.Accelerator``, resuming exactly.
 
-A MixingLoader splits the shards between the ranks itself (each rank reads only its share),
-so it must never go through Accelerate's DataLoader preparation, which would either send rank
-0's batches to every rank or keep 1/N of what each rank reads. ``accelerator.prepare`` hands
-any object that is not a torch DataLoader back unchanged, so a MixingLoader passed there is
-left alone, but then its batches stay on the CPU, ``GradientState.end_of_dataloader`` is never
-set (gradient accumulation syncs on it at an epoch's end) and ``save_state``/``load_state``
-leave its position out.
+A MixingLoader splits the shards between the ranks itself, so it must never go through
+Accelerate's DataLoader preparation. ``accelerator.prepare`` hands it back unchanged, but then
+its batches stay on the CPU, ``GradientState.end_of_dataloader`` is never set and
+``save_state``/``load_state`` leave its position out.
 
-:func:`prepare_loader` does what ``prepare`` does for a DataLoader and nothing more: it
-registers the MixingLoader for checkpointing (``accelerator.register_for_checkpointing``: the
-loader's ``state_dict()`` runs on every rank and gathers every rank's position, rank 0 writes
-it, and every rank takes its own back in ``load_state``), and it returns an
-:class:`AcceleratedLoader` that moves each batch to ``accelerator.device`` and marks the
-epoch's last batch. The last batch is known from the loader's count
-(:meth:`~shardmix.loader.MixingLoader.batches_left`), not by reading one batch ahead as
-Accelerate's own loaders do, so the state saved after a batch is that batch's position.
-
-A MixingLoader iterated where an Accelerator is in reach, without being registered, warns
-(:func:`shardmix.state.trainers.warn_unregistered`). This module imports Accelerate; shardmix
-itself never does.
+:func:`prepare_loader` registers the loader for checkpointing (its ``state_dict()`` gathers
+every rank's position) and returns an :class:`AcceleratedLoader` that moves each batch to
+``accelerator.device`` and marks the epoch's last batch from the loader's count, not by reading
+a batch ahead, so the state saved after a batch is that batch's position.
 """
 
 from __future__ import annotations
@@ -42,12 +31,10 @@ except ImportError as error:  # pragma: no cover - the extra is missing
 
 @dataclass(eq=False)
 class AcceleratedLoader:
-    """A MixingLoader as Accelerate's training loop expects it; see :func:`prepare_loader`.
-
-    It iterates the loader, moves each batch to ``accelerator.device`` and sets
-    ``end_of_dataloader`` (which ``accelerator.gradient_state`` reports while it iterates) on
-    each epoch's last batch. ``len()``, ``state_dict()``, ``load_state_dict()``,
-    ``set_epoch()`` and ``close()`` are the loader's.
+    """A MixingLoader as Accelerate's training loop expects it (:func:`prepare_loader`): each
+    batch on ``accelerator.device``, ``end_of_dataloader`` set on each epoch's last batch;
+    ``len()``, ``state_dict()``, ``load_state_dict()``, ``set_epoch()`` and ``close()`` are
+    the loader's.
     """
 
     loader: MixingLoader
@@ -99,9 +86,8 @@ def prepare_loader(
 ) -> AcceleratedLoader:
     """Register ``loader`` for ``accelerator``'s checkpoints and wrap it for its loop.
 
-    Call it before ``accelerator.load_state()`` (which restores only what is registered by
-    then), once per loader; pass the loader itself to ``accelerator.prepare`` never (it would
-    come back unchanged). ``device_placement=False`` leaves the batches where they are;
+    Call it before ``accelerator.load_state()``, once per loader, instead of
+    ``accelerator.prepare``. ``device_placement=False`` leaves the batches where they are;
     ``non_blocking`` is passed to each tensor's ``.to()`` (with ``pin_memory=True``).
     """
     if not isinstance(loader, MixingLoader):

@@ -1,12 +1,10 @@
 """ShardDataset: the shards of a URL pattern as a torch IterableDataset, what users build.
 
-It owns the user's arguments: checked, resolved into the plan it holds (``plan``, a
+It checks the user's arguments into the plan it holds (``plan``, a
 :class:`~shardmix.reading.shardplan.ShardPlan`) and the reads of that plan (``reads``, a
-:class:`~shardmix.reading.shardreads.ShardReads`), and direct iteration (``set_epoch``,
-``iter``). Iterated directly, or by a plain DataLoader, each worker reads its lanes interleaved.
-Under :class:`~shardmix.loader.MixingLoader` the workers read the lanes the epoch's plan
-gives them (:mod:`shardmix.reading.lanechunks`) and the trainer merges them in one fixed order,
-so that the mixing order does not depend on the workers.
+:class:`~shardmix.reading.shardreads.ShardReads`). Iterated directly, or by a plain DataLoader,
+each worker reads its lanes interleaved; under :class:`~shardmix.loader.MixingLoader` the
+trainer merges the lanes in one fixed order, whatever the workers.
 """
 
 from __future__ import annotations
@@ -45,61 +43,47 @@ class ShardDataset(IterableDataset[Sample]):
     """Samples from tar or TFRecord shards named by a URL pattern.
 
     Args:
-        urls: a pattern (``"data/train-{000000..000063}.tar"``, several joined by ``::``, a
-            glob) or a list of them.
-        format: ``"tar"`` or ``"tfrecord"``; inferred from each URL's extension when omitted.
-        seed: seeds the per-epoch shard order.
-        shuffle_shards: shuffle the shard order every epoch (from ``(seed, epoch)``).
-        num_lanes: how many shards each rank reads at once. The sample order is defined over
-            lanes, so it does not change with ``num_workers``; keep it at least the number of
-            workers.
-        piece_records: each shard is read as pieces of this many records (the last shorter),
-            dealt to different lanes and times of the epoch, so that a shard written in sorted
-            order (one class per shard) is spread over the whole epoch instead of living in
-            one part of it; reads stay sequential within a piece. ``None``: whole shards.
-            Pieces are cut from record counts: on one rank they are found when every shard
-            is a local uncompressed file or has a manifest; else shards are read whole
-            (``docs/epochs.md``).
-        transform: applied to every sample in the worker (decode images here). Returning
-            ``None`` drops the sample, counted (``MixingLoader.filtered``); an exception is
-            raised as :class:`TransformError` naming the shard, record and key (skipped and
-            counted under ``on_error="skip"``). Provenance keys are kept even when the
-            function drops them. It must be deterministic: a resume runs it again.
+        urls: a pattern (``"data/train-{000000..000063}.tar"``, ``::``-joined, a glob) or a
+            list of them.
+        format: ``"tar"`` or ``"tfrecord"`` (default: from each URL's extension).
+        seed, shuffle_shards: shuffle the shard order every epoch, from ``(seed, epoch)``.
+        num_lanes: how many shards each rank reads at once; the sample order is defined over
+            lanes, not workers. Keep it at least the number of workers.
+        piece_records: each shard is read as pieces of this many records, dealt to different
+            lanes and times of the epoch, so that a shard written in sorted order is spread
+            over the whole epoch. ``None``: whole shards. Pieces need record counts; shards
+            without one are read whole (``docs/epochs.md``).
+        transform: applied to every sample in the worker. Returning ``None`` drops the sample
+            (counted: ``MixingLoader.filtered``); an exception is raised as
+            :class:`TransformError` naming the shard, record and key. It must be
+            deterministic: a resume runs it again.
         transform_rng: call ``transform(sample, rng)`` with a ``numpy.random.Generator``
-            seeded from ``(seed, epoch, pass, shard index, record index)``, for random
-            augmentation that is reproducible and resumes exactly.
+            seeded from ``(seed, epoch, pass, shard index, record index)``.
         transform_id: a name for ``transform`` that changes whenever which records it drops
-            changes. With it, an epoch read whole teaches the dataset which records each
-            shard keeps (:mod:`shardmix.plan.kept`, kept beside the count cache): ``len()`` is then
-            exact under a filter, and ranks know the epoch's end ahead. Not with
-            ``transform_rng=True`` (its drops may differ per epoch) or ``on_error="skip"``.
-        decode: decode fields before ``transform`` (:mod:`shardmix.reading.decode`): ``True`` for
-            the webdataset conventions, an image mode (``"numpy"``, ``"pil"``, ``"torch"``),
-            a :class:`~shardmix.reading.decode.Decoder`, or any function of a sample.
+            changes: an epoch read whole then teaches the dataset which records each shard
+            keeps (:mod:`shardmix.plan.kept`), so ``len()`` is exact under a filter. Not with
+            ``transform_rng=True`` or ``on_error="skip"``.
+        decode: decode fields before ``transform`` (:mod:`shardmix.reading.decode`): ``True``
+            for the webdataset conventions, an image mode (``"numpy"``, ``"pil"``,
+            ``"torch"``), a :class:`~shardmix.reading.decode.Decoder`, or any function.
         tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
             each record's bytes under ``"record"``.
-        max_record_bytes: a TFRecord length field above this is refused as damage.
-        record_counts: records per shard URL, when known (a manifest), or a list of counts in
-            the order of the expanded URLs (one per shard); the others are counted
-            when a plan for several ranks needs them (once per job: the ranks split the
-            counting and share the counts).
-        counts_cache: a JSON file where counted shards are kept for later jobs, each entry
-            used only while the shard's size and modification time (or ETag) are unchanged;
-            default ``record-counts.json`` in ``source_options.cache_dir`` when that is set,
-            else none. The data folder itself is never written.
-        source_options: how remote shards are opened: fsspec ``storage_options`` (endpoint,
-            credentials), retries and timeouts, a local ``cache_dir``, and ``allow_pipe`` for
-            ``pipe:`` URLs (off: a URL list never runs a command unless asked to).
+        record_counts: records per shard URL (a manifest), or a list of counts in the order of
+            the expanded URLs; the others are counted when a plan for several ranks needs them.
+        counts_cache: a JSON file keeping counted shards for later jobs (each entry used while
+            the shard's size and mtime or ETag are unchanged); default ``record-counts.json``
+            in ``source_options.cache_dir`` when that is set, else none.
+        source_options: how shards are opened: fsspec ``storage_options``, retries and
+            timeouts, a local ``cache_dir``, and ``allow_pipe`` for ``pipe:`` URLs.
         on_error: ``"raise"`` (default): damage stops the epoch with an error naming the file,
-            record and byte offset. ``"skip"``: a damaged record is left out (or, when the
-            framing is lost, the rest of its shard), a :class:`SkippedDataWarning` names it
-            once per shard, and everything skipped is counted (``MixingLoader.skipped``).
+            record and byte offset. ``"skip"``: a damaged record (or, when the framing is lost,
+            the rest of its shard) is left out, warned once per shard with
+            :class:`SkippedDataWarning` and counted (``MixingLoader.skipped``).
         max_skips: with ``on_error="skip"``, more skips than this raise
-            :class:`TooManySkipsError` listing them all (``None``: no limit).
-        max_member_bytes, max_inflated_bytes: a tar member, or a gzip shard's inflated
-            stream, larger than this is refused as damage (no decompression bombs).
-        max_decoded_bytes: a ``tf.train.Example`` that would decode to more than this (its
-            size read from the wire first) is damage, a :class:`DecodedSizeError`.
+            :class:`TooManySkipsError` (``None``: no limit).
+        max_record_bytes, max_member_bytes, max_inflated_bytes, max_decoded_bytes: a TFRecord
+            record, tar member, gzip shard's inflated stream or decoded ``tf.train.Example``
+            larger than this is refused as damage.
     """
 
     def __init__(
@@ -220,8 +204,7 @@ class ShardDataset(IterableDataset[Sample]):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Sample]:
-        world = detect_world()
-        return self.iter_world(world, self.epoch)
+        return self.iter_world(detect_world(), self.epoch)
 
     def iter_world(self, world: World, epoch: int) -> Iterator[Any]:
         """The samples that ``world``'s worker reads in ``epoch``, its lanes interleaved."""

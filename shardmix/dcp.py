@@ -1,17 +1,10 @@
 """torch.distributed.checkpoint: a MixingLoader as a ``Stateful`` in ``dcp.save`` / ``dcp.load``.
 
-DCP flattens a nested ``state_dict()`` into one entry per leaf and keeps one copy of each
-non-tensor entry that several ranks save under the same key, taken from any one of them. A
-MixingLoader's own state differs from rank to rank in its top level (each rank saves its own
-position there, beside the others'), so handed to DCP as it is, a rank could resume with one
-rank's ``"rank"`` and another rank's position.
-
-:class:`LoaderState` gives DCP one entry instead: the gathered state of every rank, as rank 0
-would have saved it (:func:`~shardmix.state.ranks.as_saved_by`), as one JSON string, which is
-therefore the same on every rank. On load every rank reads that entry whole and takes its own
-position from it, as with any saved state. ``state_dict()`` is a collective under
-torch.distributed, as DCP's own calls are: every rank takes part in ``dcp.save`` and
-``dcp.load``.
+DCP keeps one copy of each non-tensor leaf that several ranks save under one key, taken from
+any of them; a MixingLoader's state differs from rank to rank in its top level, so a rank could
+resume with one rank's ``"rank"`` and another's position. :class:`LoaderState` gives DCP one
+entry instead: every rank's state as rank 0 would have saved it, as one JSON string, the same
+on every rank. ``state_dict()`` is a collective under torch.distributed, as DCP's calls are.
 """
 
 from __future__ import annotations

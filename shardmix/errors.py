@@ -1,10 +1,9 @@
 """The exceptions and warnings shardmix raises.
 
-Every exception derives from :class:`ShardmixError` and from the builtin that fits it, so
-``except ValueError`` keeps working for users who never heard of shardmix. Each one takes a
-single message string as its only positional argument: that is what lets an exception raised
-in a DataLoader worker be rebuilt in the main process with its type intact. Structured context
-(URL, byte offset, record index) travels as keyword attributes and survives pickling.
+Every exception derives from :class:`ShardmixError` and from the builtin that fits it. Each
+takes one message as its only positional argument, so that an exception raised in a DataLoader
+worker is rebuilt in the main process with its type intact; the URL, byte offset and record
+travel as keyword attributes and survive pickling.
 """
 
 from __future__ import annotations
@@ -71,8 +70,7 @@ class ShardChangedError(ShardmixError, RuntimeError):
 
 
 class CacheFullError(ShardmixError, OSError):
-    """The disk of ``cache_dir`` is full (or a file size limit was hit); the partial copy was
-    removed."""
+    """The disk of ``cache_dir`` is full; the partial copy was removed."""
 
 
 class ShardNotFoundError(ShardmixError, FileNotFoundError):
@@ -132,8 +130,7 @@ class EmptyShardWarning(ShardmixWarning):
 
 
 class ManifestMismatchWarning(ShardmixWarning):
-    """A shard's size is not the one the manifest beside it names (its records are checked
-    as it is read)."""
+    """A shard's size is not the one the manifest beside it names."""
 
 
 class MissingShardWarning(ShardmixWarning):
@@ -141,37 +138,32 @@ class MissingShardWarning(ShardmixWarning):
 
 
 class UnregisteredLoaderWarning(ShardmixWarning):
-    """A MixingLoader iterated under an Accelerate ``Accelerator`` it is not registered with
-    for checkpointing: ``save_state``/``load_state`` would leave its position out, and a
-    resumed run would start its epoch over."""
+    """A MixingLoader iterated under an Accelerate ``Accelerator`` that would checkpoint
+    without it, so that a resumed run would start its epoch over."""
 
 
 class WorkerRestartWarning(ShardmixWarning):
-    """A DataLoader worker hung at its fork (before running any Python) and the epoch's
-    workers were started again, before any of their samples were read."""
+    """A DataLoader worker hung at its fork and the epoch's workers were started again."""
 
 
 class UnvalidatedShardWarning(ShardmixWarning):
-    """A server gives no ETag or Last-Modified: a shard replaced there by one of the same size
-    cannot be detected (warned once per host)."""
+    """A server gives no ETag or Last-Modified: a shard replaced by one of the same size
+    cannot be detected."""
 
 
 class RangesIgnoredWarning(ShardmixWarning):
-    """A server answered a range request with the whole shard: read-ahead reads that host's
-    shards in one request each (warned once per host)."""
+    """A server answered a range request with the whole shard (one request per shard there)."""
 
 
 def describe_position(url: str, *, offset: int | None = None, record: int | None = None) -> str:
-    """The ``where`` part of an error message: ``'x.tar' record 7 at byte offset 5120'``.
+    """The ``where`` part of an error message.
 
     >>> describe_position("a.tfrecord", offset=12, record=0)
     'a.tfrecord: record 0 at byte offset 12'
     >>> describe_position("a.tar", offset=1024)
     'a.tar: at byte offset 1024'
     """
-    parts = []
-    if record is not None:
-        parts.append(f"record {record}")
+    parts = [f"record {record}"] if record is not None else []
     if offset is not None:
         parts.append(f"at byte offset {offset}")
     return f"{url}: {' '.join(parts)}" if parts else url

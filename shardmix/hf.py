@@ -1,24 +1,13 @@
 """The Hugging Face Trainer over a MixingLoader, resuming exactly from its checkpoints.
 
-The Trainer builds its own DataLoader from ``train_dataset`` (through ``accelerator.prepare``,
-which re-shards an IterableDataset), and resumes mid-epoch by re-reading the epoch's first
-batches and dropping them (``skip_first_batches``). :class:`ShardmixTrainerMixin` replaces both:
-
-- ``get_train_dataloader`` returns the MixingLoader itself (in a thin view), never prepared or
-  re-sampled: the loader plans every rank's share; the Trainer moves each batch to its device.
-- every checkpoint folder holds ``shardmix_loader.json``: the loader's ``state_dict()``, taken
-  on every rank (under torch.distributed it gathers every rank's position) and written by the
-  process that writes ``trainer_state.json``, before it, so a folder with a trainer state always
-  holds the loader's.
-- ``train(resume_from_checkpoint=...)`` loads that state into the loader on every rank, and the
-  resumed epoch reads on from it: no batch is read twice, none is skipped. The Trainer's own
-  fast-forward is turned off for the resumed epoch only, by handing its ``skip_first_batches``
-  the view, which it returns unchanged (the Trainer has no hook for that; this is the one place
-  shardmix reaches into its module). Its step counters still start where the checkpoint was.
-
-The view forwards ``set_epoch`` except for the resumed epoch, whose position came from the
-checkpoint, and refuses a checkpoint whose epoch is not the one the Trainer resumes. transformers
-is imported here, never by ``import shardmix``.
+The Trainer builds its own DataLoader from ``train_dataset`` (re-sharding an IterableDataset)
+and resumes mid-epoch by re-reading the epoch's first batches (``skip_first_batches``).
+:class:`ShardmixTrainerMixin` replaces both: ``get_train_dataloader`` returns the MixingLoader
+itself (in a thin view); every checkpoint folder holds ``shardmix_loader.json`` (the loader's
+``state_dict()``, written before ``trainer_state.json``); ``train(resume_from_checkpoint=...)``
+loads it on every rank, and the Trainer's fast-forward is turned off for the resumed epoch only
+(its ``skip_first_batches`` is handed the view back unchanged: the one place shardmix reaches
+into the Trainer's module).
 """
 
 from __future__ import annotations
@@ -39,8 +28,7 @@ from shardmix.loader import MixingLoader
 
 LOADER_STATE_NAME = "shardmix_loader.json"
 
-# The Trainer's steps that the mixin takes part in; a Trainer without them would resume by
-# skipping batches again, with no word, so the module refuses to load there.
+# The Trainer's steps the mixin takes part in; without them it would resume by skipping batches.
 _NEEDED = ("_init_training_state", "_run_epoch", "_save_checkpoint", "_get_output_dir")
 _MISSING = [name for name in _NEEDED if not callable(getattr(Trainer, name, None))]
 if _MISSING:
@@ -52,17 +40,14 @@ if _MISSING:
 
 
 class TrainerLoader:
-    """What the Trainer iterates: the MixingLoader, with the resumed epoch's ``set_epoch`` held.
-
-    Everything but ``set_epoch`` goes to the loader unchanged.
-    """
+    """What the Trainer iterates: the MixingLoader, with the resumed epoch's ``set_epoch`` held
+    (and checked against the checkpoint's epoch)."""
 
     def __init__(self, loader: MixingLoader) -> None:
         self.loader = loader
         self._resumed_epoch: int | None = None
 
     def resume(self, state: dict[str, Any], source: str) -> None:
-        """Load ``state`` (read from ``source``) into the loader for the next epoch to start."""
         try:
             self.loader.load_state_dict(state)
         except ConfigError as error:
@@ -72,7 +57,6 @@ class TrainerLoader:
 
     @property
     def resuming(self) -> bool:
-        """Whether the next epoch is the one read on from a checkpoint."""
         return self._resumed_epoch is not None
 
     def set_epoch(self, epoch: int) -> None:
@@ -158,8 +142,7 @@ class ShardmixTrainerMixin:
             _write_state(os.path.join(output_dir, LOADER_STATE_NAME), state)
         super()._save_checkpoint(model, trial)  # type: ignore[misc]
 
-    # Attributes the Trainer provides; declared for type checkers.
-    args: Any
+    args: Any  # the Trainer's, declared for type checkers
     state: Any
 
 
@@ -204,7 +187,7 @@ def _read_state(path: str) -> dict[str, Any]:
 
 
 def _write_state(path: str, state: dict[str, Any]) -> None:
-    """Write ``state`` as JSON, whole or not at all (a rename after the write)."""
+    """Write ``state`` as JSON, whole or not at all."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     partial = f"{path}.partial"
     with open(partial, "w", encoding="utf-8") as file:

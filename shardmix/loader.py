@@ -1,24 +1,15 @@
 """MixingLoader: what a training loop holds.
 
-DataLoader workers read lanes and send their samples to the main process in columnar chunks
-(one pickle per chunk, one array per column: :mod:`shardmix.workers.dataloader`,
-:mod:`shardmix.reading.chunks`). In the main process the samples are kept as columns
-(:mod:`shardmix.batching.rows`), and the lanes are merged in a fixed order
-(:mod:`shardmix.batching.mixing`), passed through a seeded shuffle buffer
-(:mod:`shardmix.batching.shuffle`) and cut into batches (:mod:`shardmix.batching.epoch`), all on
-integer ids. Every batch therefore draws on all the shards open in all workers, and the batches are
-a function of the data, the seeds and the epoch alone.
+DataLoader workers read lanes and send their samples to the main process in columnar chunks;
+there the lanes are merged in a fixed order (:mod:`shardmix.batching.mixing`), shuffled by a
+seeded buffer and cut into batches (:mod:`shardmix.batching.epoch`), all on integer ids. Every
+batch draws on all the shards open in all workers, and the batches are a function of the data,
+the seeds and the epoch alone.
 
-This module takes the settings, starts an epoch at the first ``next()`` of each ``iter()``
-(like a DataLoader: an iterator dropped before its first batch starts nothing and uses up no
-epoch), keeps the worker processes across epochs (:mod:`shardmix.workers.pool`), and reports what
-the current epoch filtered, skipped and waited for.
-
-Left to :mod:`shardmix.epochs`, whose values and functions the loader holds and calls: its
-options, checked and resolved at each epoch (:mod:`shardmix.epochs.options`), the kinds of
-epoch and their contract (:mod:`shardmix.epochs.contract`), the batches per epoch
-(:mod:`shardmix.epochs.length`), and the checked, versioned ``state_dict()`` and back
-(:mod:`shardmix.epochs.checkpoint`; under torch.distributed it holds every rank's position).
+This module takes the settings, starts an epoch at the first ``next()`` of each ``iter()`` (an
+iterator dropped before its first batch starts nothing), keeps the worker processes across
+epochs (:mod:`shardmix.workers.pool`), and reports what the epoch filtered, skipped and waited
+for. Options, epoch kinds, length and checkpoint are :mod:`shardmix.epochs`'s.
 """
 
 from __future__ import annotations
@@ -61,59 +52,36 @@ class MixingLoader:
     """Batches mixed across every worker's open shards.
 
     Args:
-        dataset: a :class:`ShardDataset` (its lanes are spread over the workers, the batch
-            order does not depend on ``num_workers``, and the loader can checkpoint), or any
-            IterableDataset (each worker is then one lane; no checkpoints).
+        dataset: a :class:`ShardDataset` (batches independent of ``num_workers``, checkpoints),
+            a dict of them (a mixture), or any IterableDataset (a lane per worker; no checkpoints).
+        weights, stopping: a mixture's weights by dataset name, and when its epoch ends.
         batch_size: samples per batch.
         num_workers: DataLoader worker processes; 0 reads in the main process.
-        shuffle_buffer: samples held by the main-process shuffle buffer (0 disables it);
-            default 64 per sample of a batch, at least 8,192
-            (:func:`~shardmix.plan.sharding.default_shuffle_buffer`).
-        shuffle_buffer_bytes: the buffer also stops growing once its samples hold this many
-            bytes (default 64 MiB; ``None``: no byte budget), so that large or decoded
-            samples cannot fill the main process's memory.
+        shuffle_buffer: samples held by the shuffle buffer (0 disables it); default 64 per
+            sample of a batch, at least 8,192.
+        shuffle_buffer_bytes: the buffer also stops growing at this many bytes (``None``: no
+            byte budget).
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
-        collate_fn: turns a list of samples, as the transform returned them, into a batch;
-            default :func:`~shardmix.batching.collate.collate_samples`.
+        collate_fn: turns a list of samples into a batch; default
+            :func:`~shardmix.batching.collate.collate_samples`.
         drop_last: drop the last batch of an epoch when it is short.
-        timeout: seconds the worker the loop waits for may read nothing before a WorkerError
-            (0 waits forever); time without progress, as in docs/workers.md.
-        prefetch_factor: chunks each worker prepares ahead.
-        multiprocessing_context: passed to the DataLoader.
+        timeout: seconds without progress before a WorkerError (0 waits forever).
+        prefetch_factor, multiprocessing_context, worker_init_fn: as in torch.
         persistent_workers: keep the worker processes from one epoch to the next (default
-            True, unlike torch's DataLoader, whose default is False): a new epoch neither forks
-            nor re-imports, and the epoch's plan reaches the workers through a queue.
-            ``False`` starts new workers at every epoch; :meth:`close` stops them either way.
-        worker_init_fn: called in each worker process with its worker id, as in torch, after
-            shardmix's own set-up (which ends the worker should this process die).
+            True, unlike torch).
         even_ranks: under torch.distributed, every rank yields the same number of samples
-            (so the same number of batches) each epoch: ``"drop"`` stops every rank at the
-            smallest rank's count, ``"pad"`` brings every rank to the largest by repeating its
-            first samples of the epoch. The epoch's plan gives the ranks record counts equal
-            to within one (shards split at record boundaries where needed), so either loses
-            or repeats fewer than ``world_size`` samples; ``"none"`` lets every rank yield its
-            own samples, however many. Planned from record counts, found once per job (the
-            ranks split the counting and share it).
-        rank, world_size: this process's place among the ranks; detected from
-            torch.distributed (when initialized) at each ``iter()`` when not given.
-        group: the data-parallel process group (or a one-dimensional DeviceMesh, such as
-            ``mesh["dp"]``), one rank per model replica: the data is split over its ranks,
-            and the ranks of one replica (tensor-, context- or pipeline-parallel peers, of
-            the same data-parallel rank) yield the same batches. ``world_size`` in the state
-            is then the data-parallel size; see docs/guides/distributed.md.
-        data_parallel_rank, data_parallel_size: the data-parallel rank and size of ranks
-            simulated in one process (with ``rank``/``world_size``), as ``group`` gives them.
-        pin_memory: put each batch's tensors in page-locked memory, so that
-            ``.to("cuda", non_blocking=True)`` overlaps the copy with compute. Ignored, with a
-            warning, where no CUDA device is available.
+            each epoch: ``"drop"`` stops every rank at the smallest rank's count, ``"pad"``
+            brings every rank to the largest by repeating its first samples; either loses or
+            repeats fewer than ``world_size`` samples. ``"none"``: each rank yields its own.
+        rank, world_size: this process's place among the ranks (default: torch.distributed's).
+        group: the data-parallel process group (or a one-dimensional DeviceMesh): the ranks of
+            one model replica yield the same batches (docs/guides/distributed.md).
+        data_parallel_rank, data_parallel_size: ``group``'s rank and size, simulated.
+        pin_memory: put each batch's tensors in page-locked memory (where CUDA is).
         canonical_ranks: plan every epoch for this many ranks, whatever the world size, so
-            that the global batches (each step's samples over all ranks) are the same on
-            every world size that divides it, and a state resumes on any of them
-            (:mod:`shardmix.epochs.canonical`). ``batch_size`` is then per canonical rank: each rank
-            yields ``canonical_ranks // world_size * batch_size`` samples per batch, and
-            ``num_workers`` and ``shuffle_buffer`` are per canonical rank too (a rank runs
-            ``canonical_ranks // world_size`` of each: docs/guides/canonical-ranks.md says
-            what that costs). A world size that does not divide it is refused at ``iter()``.
+            that the global batches are the same on every world size that divides it and a
+            state resumes on any of them. ``batch_size``, ``num_workers`` and
+            ``shuffle_buffer`` are then per canonical rank (docs/guides/canonical-ranks.md).
     """
 
     def __init__(
@@ -176,8 +144,7 @@ class MixingLoader:
             torch_arguments=torch_arguments,
         )
         self.options = options
-        # Persistent workers: one pool per dataset (a mixture's datasets each have their own,
-        # a rank's canonical ranks beyond its first theirs, made at their first epoch).
+        # Persistent workers: one pool per dataset (a rank's later canonical ranks: _slot_pools).
         self.pools: dict[str, WorkerPool] = {}
         if persistent_workers and num_workers > 0:
             self.pools = {name: options.new_pool(each) for name, each in options.members().items()}
@@ -194,8 +161,7 @@ class MixingLoader:
         """The dataset read (a mixture's first), as a DataLoader's ``dataset``."""
         return self.options.dataset
 
-    # A DataLoader's attributes, read as training code and trainers read them (read-only: the
-    # options are frozen; a loader with other settings is a new loader).
+    # A DataLoader's attributes, read-only (the options are frozen).
     batch_size = property(lambda self: self.options.batch_size, doc="Samples per batch.")
     num_workers = property(lambda self: self.options.num_workers, doc="DataLoader workers.")
     drop_last = property(lambda self: self.options.drop_last, doc="Drop a short last batch.")
@@ -211,19 +177,16 @@ class MixingLoader:
         return length.loader_length(self.options, self._cursor)
 
     def batches_left(self) -> int:
-        """Batches the epoch being read still yields on this rank; ``0`` after its last
-        (:func:`shardmix.epochs.length.batches_left`)."""
+        """Batches the epoch being read still yields on this rank; ``0`` after its last."""
         return length.batches_left(self.options, self._cursor)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch handed out, as plain JSON types
-        (:func:`shardmix.epochs.checkpoint.state_dict`): under torch.distributed every rank's,
-        so call it on every rank at the same step (Lightning does)."""
+        """The position after the last batch handed out, as plain JSON types: under
+        torch.distributed every rank's, so call it on every rank at the same step."""
         return checkpoint.state_dict(self.options, self._cursor)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``: the next ``iter()`` yields what would have followed it
-        (:func:`shardmix.epochs.checkpoint.load_state_dict`)."""
+        """Continue from ``state``: the next ``iter()`` yields what would have followed it."""
         checkpoint.load_state_dict(self.options, self._cursor, state)
 
     def set_epoch(self, epoch: int) -> None:
@@ -234,16 +197,13 @@ class MixingLoader:
     def __iter__(self) -> Iterator[Any]:
         """An iterator over the next epoch's batches; the epoch starts at its first ``next()``.
 
-        Refused here (a ConfigError, before a worker starts or a shard is asked for): a world
-        size that does not divide ``canonical_ranks``, a ``cache_limit`` below what the
-        epoch's lanes hold in the cache at once (:mod:`shardmix.plan.cacheroom`), a named filter
-        not yet learned under ranks simulated in one process (:mod:`shardmix.plan.kept`)."""
+        Settings the epoch cannot run with are refused here, a ConfigError before any worker
+        starts (:meth:`~shardmix.epochs.options.LoaderOptions.refuse_at_iter`)."""
         self.options.refuse_at_iter(self._cursor.epoch, resuming=bool(self._cursor.resume))
         self._cursor.iterations += 1
         return _Epoch(self, self._cursor.iterations)
 
     def _start_epoch(self, holder: _Epoch) -> Epoch:
-        """Start the epoch of the iterator ``holder``, at its first ``next()``."""
         options, cursor = self.options, self._cursor
         length.share_counts(options)
         cursor.holder = weakref.ref(holder)
@@ -268,8 +228,7 @@ class MixingLoader:
 
     def _slot_pools(self) -> list[WorkerPool | None]:
         """The persistent workers of each of this rank's canonical ranks (None: per-epoch
-        workers): the first has the loader's own pool; the others get theirs at their first
-        epoch, so a rank runs ``C/W * num_workers`` worker processes."""
+        workers): the first has the loader's own pool, the others theirs from their first epoch."""
         count = len(self.options.own_canonical_ranks())
         if self.pool is None:
             return [None] * count
@@ -279,16 +238,13 @@ class MixingLoader:
         return [self.pool, *(self.pools[f"canonical slot {slot}"] for slot in range(1, count))]
 
     def stats(self) -> LoaderStats:
-        """What the current epoch (else the last one) has done so far: the time waited for
-        data per step, bytes and requests per scheme and host, the cache's hits, misses and
-        evictions, the lanes' stalls. Cheap: counted per chunk of samples, never per sample."""
+        """What the current epoch (else the last one) has done so far: time waited per step,
+        traffic per host, the cache's hits and misses, the lanes' stalls. Cheap to call."""
         return self.options.stats.snapshot(live=length.in_epoch(self.options, self._cursor))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        """Take a mixture's next batches by ``weights`` (a curriculum); the state keeps them.
-
-        Applied from the next batch of the current epoch, or from the next epoch's start.
-        """
+        """Take a mixture's next batches by ``weights`` (a curriculum), from the next batch
+        on; the state keeps them."""
         exact = normalized_weights(list(self.options.datasets or {}), weights)
         self.options = dataclasses.replace(self.options, weights=dict(weights))
         current, resume = self._cursor.current, self._cursor.resume
@@ -299,10 +255,8 @@ class MixingLoader:
             resume["mixture"]["credits"] = dict.fromkeys(exact, "0")
 
     def close(self) -> None:
-        """Stop the worker processes now: the current epoch's, and the persistent ones.
-
-        The position stays valid, and a later ``iter()`` starts new workers.
-        """
+        """Stop the worker processes now; the position stays valid, and a later ``iter()``
+        starts new workers."""
         self._cursor.stop_current()
         for pool in self.pools.values():
             pool.close()
@@ -311,12 +265,10 @@ class MixingLoader:
     def filtered(self) -> dict[str, Any]:
         """What the current epoch's transform dropped, and the padding that made up for it.
 
-        ``{"dropped": n, "padded": n, "undelivered": n}``: samples for which the transform
-        returned ``None``; under several ranks, samples repeated so that this rank yields as
-        many as the others (``even_ranks="pad"``), and kept samples this rank read but did not
-        yield because another rank ran out first (``"drop"``; counted at the epoch's end).
-        A mixture gives that per dataset: ``{name: {"dropped": n, ...}}``.
-        Samples the transform raised on under ``on_error="skip"`` are in :attr:`skipped`.
+        ``{"dropped": n, "padded": n, "undelivered": n}``: samples the transform returned
+        ``None`` for, samples repeated by ``even_ranks="pad"``, and samples read but not
+        yielded under ``"drop"`` (counted at the epoch's end). A mixture gives that per
+        dataset: ``{name: {"dropped": n, ...}}``.
         """
         current = self._cursor.current
         if current is None:
@@ -327,20 +279,15 @@ class MixingLoader:
 
     @property
     def skipped(self) -> dict[str, Any] | None:
-        """What the current epoch skipped under ``on_error="skip"``, as plain JSON (else None).
-
-        ``{"skips", "records", "bytes", "shards_cut", "shards": {url: {...}}}``; see
-        :class:`~shardmix.policy.SkipLedger`.
-        """
+        """What the current epoch skipped under ``on_error="skip"``, as plain JSON (else None):
+        :meth:`shardmix.policy.SkipLedger.summary`."""
         current = self._cursor.current
         return None if current is None else current.skipped()
 
 
 class _Epoch(Iterator[Any]):
-    """What ``iter(loader)`` returns: the epoch starts at the first ``next()``.
-
-    It holds the loader until then, and only the epoch afterwards (which holds settings, not
-    the loader), so that dropping the loader still stops its workers at once.
+    """What ``iter(loader)`` returns: it holds the loader until the first ``next()`` starts the
+    epoch, and only the epoch afterwards, so that dropping the loader stops its workers at once.
     """
 
     def __init__(self, loader: MixingLoader, iteration: int) -> None:
@@ -357,15 +304,13 @@ class _Epoch(Iterator[Any]):
                 if loader is None:
                     raise StopIteration
                 self._loader = None
-                # A worker's death reported while the epoch is made is kept (DEATHS), and
-                # raised as its first step begins, where the epoch can name the worker.
+                # A worker's death while the epoch is made is kept (DEATHS), raised below.
                 self._epoch = loader._start_epoch(self)
             with DEATHS.here():
                 batch = next(self._epoch)
         except RuntimeError as error:
             # torch raises a worker's death from its SIGCHLD handler wherever the main process
-            # is, which may be outside the epoch's own guard, or kept since the last step
-            # (DEATHS): it is named here too.
+            # is, maybe outside the epoch's own guard: it is named here too.
             current = self._epoch or (loader._cursor.current if loader is not None else None)
             if isinstance(error, ShardmixError) or not is_worker_failure(error):
                 raise

@@ -1,18 +1,12 @@
 """Error policy: what happens to damaged data, and the ledger that counts what was skipped.
 
-The format readers find damage; this module decides nothing about *where* it is found, only
-what a skip means and how it is counted. A reader given an ``on_damage`` callback reports each
-:class:`Damage` to it instead of raising: a damaged record whose framing is intact (TFRecord
-data CRC, an undecodable Example, a repeated tar field) is dropped and reading goes on; damage
-that loses the framing (length CRC, truncation, a bad tar header) drops the rest of the shard.
+A reader given an ``on_damage`` callback reports each :class:`Damage` to it instead of raising:
+a damaged record whose framing is intact is dropped and reading goes on; damage that loses the
+framing (length CRC, truncation, a bad tar header) drops the rest of the shard.
 
-:class:`SkipLedger` is that callback under ``on_error="skip"``. It counts skips per shard
-(records, bytes, shards cut short), warns once per shard with :class:`SkippedDataWarning`, and
-raises :class:`TooManySkipsError` summarising everything skipped once more than ``max_skips``
-skips are counted. Its :meth:`~SkipLedger.summary` is plain JSON, so the ledgers of DataLoader
-workers can travel to the main process and be merged there (:meth:`~SkipLedger.merge`); the
-budget is then enforced once, over all workers. Applying the policy to a dataset (which
-readers get a ledger, where ledgers are merged) is left to the dataset and the loader.
+:class:`SkipLedger` is that callback under ``on_error="skip"``: it counts skips per shard, warns
+once per shard and raises :class:`TooManySkipsError` past ``max_skips``. Its summary is plain
+JSON, so workers' ledgers are merged in the main process, which holds the budget.
 """
 
 from __future__ import annotations
@@ -49,10 +43,8 @@ class OnError(enum.Enum):
 class ErrorPolicy:
     """How damaged data is handled: ``ErrorPolicy(OnError.SKIP, max_skips=100)``.
 
-    ``on_error`` also accepts the enum's value (``"raise"``, ``"skip"``).
-
-    ``max_skips`` is the budget of skips (damaged records dropped plus shards cut short) over
-    a whole epoch; one more raises :class:`TooManySkipsError`. ``None`` skips without limit.
+    ``max_skips`` is the budget of skips (records dropped plus shards cut short) over an epoch;
+    one more raises :class:`TooManySkipsError`. ``None`` skips without limit.
     """
 
     on_error: OnError = OnError.RAISE
@@ -78,13 +70,11 @@ class ErrorPolicy:
 
 @dataclass(frozen=True)
 class Damage:
-    """One piece of damage a reader found and did not raise, because it was told to report it.
+    """One piece of damage a reader reported instead of raising ``error``.
 
-    ``error`` is what would have been raised; it names the URL and the position. ``record`` and
-    ``offset`` are where the loss starts: the damaged record, or the first record of the
-    shard's rest. ``size`` is the bytes of shard passed over (framing included) when known.
-    ``rest_of_shard`` says the framing was lost, so everything from ``record`` on is dropped;
-    ``records`` is how many records that lost, when a count of the shard says (else None).
+    ``record`` and ``offset`` are where the loss starts; ``size`` the bytes passed over, when
+    known. ``rest_of_shard``: the framing was lost, so everything from ``record`` on is
+    dropped; ``records`` is how many records that lost, when a count of the shard says.
     """
 
     error: CorruptShardError | DecodeError
@@ -110,34 +100,20 @@ class SkipLedger:
     """Counts what was skipped, per shard; usable as a reader's ``on_damage`` callback.
 
     Args:
-        max_skips: raise :class:`TooManySkipsError` when the count of skips goes past this
-            (``None``: never). In DataLoader workers pass ``None`` and let the main process's
-            ledger, which merges them all, hold the budget.
-        warn: warn once per shard (a :class:`SkippedDataWarning` naming the file and the
-            position). Workers pass ``False`` when their ledgers are merged in the main
-            process, which then warns for them.
-        reported: shards whose damage was already warned about (by the counting pass): they
-            are counted here, not warned about again.
+        max_skips: raise :class:`TooManySkipsError` past this many skips (``None``: never;
+            workers pass ``None`` and the main process's ledger holds the budget).
+        warn: warn once per shard with a :class:`SkippedDataWarning` (workers pass ``False``).
+        reported: shards whose damage the counting pass already warned about.
 
-    The summary, plain JSON::
-
-        {"skips": int, "records": int, "bytes": int, "shards_cut": int, "uncounted_cuts": int,
-         "shards": {url: {"skips": int, "records": int, "bytes": int, "cut": int,
-                          "uncounted": int, "first": str}}}  # "first": the first damage
-
-    ``records`` counts every record lost: those dropped one by one, and those of a shard's rest
-    dropped (``cut``/``shards_cut``) when a count of the shard (a manifest, the count cache,
-    ``record_counts=``, a counting pass of the whole shard) says how many it held. A cut whose
-    records no count knows (the counting pass itself stopped at the damage) is counted in
-    ``uncounted``/``uncounted_cuts`` instead, its bytes in ``bytes`` when the shard's size is
-    known. ``skips`` is the records dropped one by one plus the cuts.
+    The summary, plain JSON: ``skips``, ``records``, ``bytes``, ``shards_cut`` and
+    ``uncounted_cuts`` in all, and the same per shard under ``shards`` (with ``first``, the
+    first damage); a cut shard's records are counted where a count of the shard says how many
+    it held, else the cut is uncounted (docs/epochs.md).
     """
 
     def __init__(
         self, max_skips: int | None = None, *, warn: bool = True, reported: Collection[str] = ()
     ) -> None:
-        if max_skips is not None and max_skips < 0:
-            raise ConfigError(f"max_skips must be >= 0 or None, got {max_skips}")
         self.max_skips = max_skips
         self.warn = warn
         self._reported = reported
@@ -148,23 +124,19 @@ class SkipLedger:
     def for_policy(
         cls, policy: ErrorPolicy, *, warn: bool = True, reported: Collection[str] = ()
     ) -> SkipLedger:
-        """The ledger that enforces ``policy``'s budget."""
         return cls(policy.max_skips, warn=warn, reported=reported)
-
-    # -- counting -------------------------------------------------------------------------
 
     def __call__(self, damage: Damage) -> None:
         """Count one piece of damage (the ``on_damage`` callback)."""
-        entry = _empty_shard_entry()
-        entry["skips"] = 1
-        entry["first"] = _describe(damage)
-        entry["bytes"] = damage.size or 0
-        if damage.rest_of_shard:
-            entry["cut"] = 1
-            entry["records"] = damage.records or 0
-            entry["uncounted"] = int(damage.records is None)
-        else:
-            entry["records"] = 1
+        cut = damage.rest_of_shard
+        entry = {
+            "skips": 1,
+            "records": (damage.records or 0) if cut else 1,
+            "bytes": damage.size or 0,
+            "cut": int(cut),
+            "uncounted": int(cut and damage.records is None),
+            "first": _describe(damage),
+        }
         self._add({damage.url: entry})
 
     def merge(self, other_summary: Mapping[str, Any]) -> None:
@@ -200,8 +172,6 @@ class SkipLedger:
         if self.max_skips is not None and self.skips > self.max_skips:
             raise TooManySkipsError(self._too_many())
 
-    # -- reading --------------------------------------------------------------------------
-
     @property
     def skips(self) -> int:
         """Skips counted so far: records dropped plus shards cut short."""
@@ -215,10 +185,7 @@ class SkipLedger:
         return _summary(self._shards)
 
     def take(self) -> dict[str, Any] | None:
-        """What was counted since the last ``take()``, or None when nothing was.
-
-        A worker sends these deltas to the main process, which merges each exactly once.
-        """
+        """What was counted since the last ``take()`` (a worker's delta), or None."""
         if not self._fresh:
             return None
         fresh, self._fresh = self._fresh, {}
@@ -248,14 +215,12 @@ class SkipLedger:
 
 def _summary(shards: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     copied = copy.deepcopy(dict(shards))
-    return {
-        "skips": sum(entry["skips"] for entry in copied.values()),
-        "records": sum(entry["records"] for entry in copied.values()),
-        "bytes": sum(entry["bytes"] for entry in copied.values()),
-        "shards_cut": sum(entry["cut"] for entry in copied.values()),
-        "uncounted_cuts": sum(entry["uncounted"] for entry in copied.values()),
-        "shards": copied,
+    names = ("skips", "records", "bytes", "shards_cut", "uncounted_cuts")
+    keys = ("skips", "records", "bytes", "cut", "uncounted")
+    totals = {
+        name: sum(e[key] for e in copied.values()) for name, key in zip(names, keys, strict=True)
     }
+    return {**totals, "shards": copied}
 
 
 def _describe(damage: Damage) -> str:

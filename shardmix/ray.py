@@ -1,14 +1,10 @@
 """Ray Data in and out: write a Dataset as shards (:class:`ShardSink`), read shards as one,
 convert inputs into shards on Ray (:func:`convert_on_ray`).
 
-``pip install 'shardmix[ray]'``. Ray is imported here only, when this module is. What a user
-relies on (staging folders per task attempt, the manifest written last as the commit, the
-prefix's lock, keys, identical shards under ``preserve_order``, conversion with the local
-engine's listing) is told in ``docs/ray.md``.
-
-Samples travel from the read tasks to the write tasks as Python objects in one column of Ray
-blocks (:data:`~shardmix.formats.SAMPLE_COLUMN`): the values shardmix itself just loaded, whose
-types an Arrow column per field would change (a list field would become an array).
+``pip install 'shardmix[ray]'``; the guarantees (staging per task attempt, the manifest written
+last as the commit, the prefix's lock) are told in ``docs/ray.md``. Samples travel from the read
+tasks to the write tasks as Python objects in one column (:data:`~shardmix.formats.SAMPLE_COLUMN`),
+whose types an Arrow column per field would change.
 """
 
 from __future__ import annotations
@@ -55,8 +51,6 @@ from shardmix.sources import open_shard
 __all__ = ["RayConvertSummary", "ShardSink", "convert_on_ray", "read_shards"]
 
 ROWS_PER_BLOCK = 1024
-# A column of whole samples as Python objects, made by shardmix's own read tasks
-# (:func:`convert_on_ray`): the values as loaded, which an Arrow column of each field would retype.
 _PRINTF = re.compile(r"%0?[0-9]*d")  # an output pattern's shard number, as ShardSink takes it
 
 
@@ -103,11 +97,8 @@ class ShardSink(Datasink[dict[str, Any]]):
         """Refuse existing output (unless ``overwrite``); delete what dead runs left staged."""
         ours = self._existing()
         if ours and not self.overwrite:
-            interrupted = (
-                ""
-                if ours[-1].endswith(".manifest.json")
-                else " (no manifest: an interrupted write)"
-            )
+            manifest = ours[-1].endswith(".manifest.json")
+            interrupted = "" if manifest else " (no manifest: an interrupted write)"
             raise OutputExistsError(
                 f"{self.pattern.folder}: already holds {ours[0]} (and {len(ours) - 1} more) for "
                 f"this pattern{interrupted}; pass overwrite=True to replace them, or choose "
@@ -129,13 +120,12 @@ class ShardSink(Datasink[dict[str, Any]]):
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
         task = int(ctx.task_idx)
         attempt = os.path.join(self.staging, f"task-{task:06d}-{uuid.uuid4().hex[:8]}")
-        suffix = self.pattern.suffix
-        with ShardWriter(os.path.join(attempt, f"s-%06d{suffix}"), self.options) as writer:
+        path = os.path.join(attempt, f"s-%06d{self.pattern.suffix}")
+        with ShardWriter(path, self.options) as writer:
             position = 0
             for block in blocks:
-                accessor = BlockAccessor.for_block(block)
                 row: Any
-                for row in accessor.iter_rows(public_row_format=True):
+                for row in BlockAccessor.for_block(block).iter_rows(public_row_format=True):
                     sample = dict(row)
                     if SAMPLE_COLUMN in sample:
                         sample = dict(sample[SAMPLE_COLUMN])
@@ -257,11 +247,9 @@ class _ShardsDatasource(Datasource):
 def read_shards(urls: str | Sequence[str], *, format: str | None = None) -> ray.data.Dataset:
     """Shards as a Dataset, one read task per shard, a row per sample.
 
-    ``urls`` is any pattern :class:`~shardmix.ShardDataset` takes (``out/train-{000000..000063}
-    .tar``, a glob, a list, ``::``-joined patterns), of shards any tool wrote (webdataset, the
-    ``tfrecord`` package, TensorFlow), with or without a manifest; ``format`` as there. A
-    :class:`ShardSink` output pattern (``out/train-%06d.tar``) or a manifest's path reads the
-    committed shards its manifest lists, and is refused until the manifest is written.
+    ``urls`` and ``format`` as :class:`~shardmix.ShardDataset` takes them, of shards any tool
+    wrote. A :class:`ShardSink` output pattern (``out/train-%06d.tar``) or a manifest's path
+    reads the committed shards its manifest lists, and is refused until the manifest is written.
     """
     if isinstance(urls, str) and (_PRINTF.search(urls) or urls.endswith(".manifest.json")):
         manifest, paths = committed_shards(urls)
@@ -345,8 +333,8 @@ def convert_on_ray(
     manifest, _ = committed_shards(output)
     return RayConvertSummary(
         shards=len(manifest.shards),
-        records=sum(shard.records for shard in manifest.shards),
-        bytes=sum(shard.bytes for shard in manifest.shards),
+        records=manifest.records,
+        bytes=manifest.bytes,
         seconds=time.monotonic() - began,
         manifest=os.path.abspath(sink.manifest_path),
         skipped=list(listing.skipped),

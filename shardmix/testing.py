@@ -1,9 +1,8 @@
 """Testing helpers for users' own pipelines: check that a loader resumes exactly.
 
-:func:`check_resume` runs a loader uninterrupted, then, for every step (or the steps given),
-runs it to that step, takes ``state_dict()``, passes it through JSON, restores it into a new
-loader and checks that the rest of the run is identical, batch for batch. It also checks that
-the state keeps one shape (the same keys and types) at every step.
+:func:`check_resume` runs a loader uninterrupted, then for every step restores a JSON copy of
+the state taken there into a new loader and checks that the rest of the run is identical, and
+that the state keeps one shape (the same keys and types) at every step.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ class ResumeMismatchError(AssertionError):
 
 
 def batch_fingerprint(batch: Any) -> tuple[tuple[str, int], ...]:
-    """What identifies a batch: the (source, index) of each sample, in order (a batch that is
-    not a dict: of its ``provenance``)."""
+    """The (source, index) of each sample of a batch (or of its ``provenance``), in order."""
     provenance = batch if isinstance(batch, dict) else batch.provenance
     indexes = [int(i) for i in provenance[INDEX_KEY]]
     return tuple(zip(provenance[SOURCE_KEY], indexes, strict=True))
@@ -43,8 +41,7 @@ def run_steps(
 ) -> list[tuple[int, Any]]:
     """``(epoch, batch)`` pairs of a training loop of ``epochs`` epochs, up to ``stop_at``."""
     out: list[tuple[int, Any]] = []
-    first = loader.epoch
-    for epoch in range(first, epochs):
+    for epoch in range(loader.epoch, epochs):
         for batch in loader:
             out.append((epoch, batch))
             if stop_at is not None and len(out) == stop_at:
@@ -55,8 +52,8 @@ def run_steps(
 def checkpoint_after(
     loader: MixingLoader, epochs: int, step: int
 ) -> tuple[list[Any], dict[str, Any]]:
-    """The first ``step`` batches of a training loop, and the state a checkpoint taken inside
-    the loop after the last of them saves (as plain JSON, read back)."""
+    """The first ``step`` batches of a training loop, and the state saved after the last of
+    them (as plain JSON, read back)."""
     out: list[Any] = []
     for _ in range(loader.epoch, epochs):
         for batch in loader:

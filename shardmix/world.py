@@ -1,15 +1,13 @@
 """Detect this process's distributed rank and DataLoader worker, once, at the edge.
 
 Everything below receives a :class:`~shardmix.plan.sharding.World` explicitly; this is the only
-module that asks torch where it runs, and the only one that talks to the other ranks (sharing
-record counts: :func:`count_exchange`; the state: :func:`state_exchange`; where an epoch ends:
-:func:`end_exchange`; a token loader's windows: :func:`object_exchange`).
+module that asks torch where it runs, and the only one that talks to the other ranks (the
+``*_exchange`` functions).
 
-The data is split over the *data-parallel* ranks (:class:`Ranks`): every rank of the default
-group, or the ranks of the process group given as ``MixingLoader(group=...)`` (one rank per
-model replica), or ranks simulated in one process. The ranks of one replica read the same
-share, so they yield the same batches; the end of an epoch is agreed over the data-parallel
-group, and the state is gathered over the default group, so any rank's copy resumes them all.
+The data is split over the *data-parallel* ranks (:class:`Ranks`): the default group's, those of
+``MixingLoader(group=...)`` (one rank per model replica), or ranks simulated in one process. The
+end of an epoch is agreed over the data-parallel group; the state is gathered over the default
+group, so any rank's copy resumes them all.
 """
 
 from __future__ import annotations
@@ -39,10 +37,8 @@ def detect_rank() -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Ranks:
-    """How a loader finds its data-parallel rank: given, from a process group, or detected.
-
-    Made once by :func:`data_parallel_ranks`, which checks the arguments; :meth:`resolve` is
-    asked at each use, since torch.distributed may be initialized after the loader is made.
+    """How a loader finds its data-parallel rank: given, from a process group, or detected
+    (at each :meth:`resolve`: torch.distributed may be initialized after the loader is made).
     """
 
     given: tuple[int, int] | None = None  # simulated: (rank, world_size) over the data ranks
@@ -141,12 +137,9 @@ def detect_world(rank: int | None = None, world_size: int | None = None) -> Worl
 
 
 def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None:
-    """``(rank, exchange)``: how the ranks share their record counts, or None.
-
-    ``exchange`` is ``all_gather_object`` on the default group. None unless torch.distributed
-    is initialized with ``world_size`` processes and this is a rank's main process (never a
-    DataLoader worker, which must not join a collective): with ranks simulated in one
-    process, each process counts on its own.
+    """``(rank, exchange)``: how the ranks share their record counts (``all_gather_object``
+    on the default group), or None unless torch.distributed runs ``world_size`` processes and
+    this is a rank's main process (a DataLoader worker must not join a collective).
     """
     if world_size < 2 or not _in_main_process():
         return None
@@ -158,12 +151,9 @@ def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None
 def job_count_exchange(
     world_size: int, group: Any
 ) -> tuple[int, int, Callable[[T], list[T]]] | None:
-    """``(rank, ranks, exchange)``: how every rank of the job shares the record counts under
-    a data-parallel ``group`` of ``world_size`` ranks, or None (no group, one data-parallel
-    rank, whose plan needs no counts, or not a rank's main process).
-
-    Over the default group: each shard is counted by one rank of the job, tensor- or
-    pipeline-parallel peers included, rather than by each rank of a replica again.
+    """``(rank, ranks, exchange)``: how every rank of the job (over the default group) shares
+    the record counts under a data-parallel ``group`` of ``world_size`` ranks, or None (no
+    group, one data-parallel rank, or not a rank's main process).
     """
     if group is None or world_size < 2 or not _in_main_process():
         return None
@@ -171,11 +161,8 @@ def job_count_exchange(
 
 
 def state_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]] | None:
-    """``exchange(mine)``: every rank's object, to gather the loader state; or None.
-
-    Over the default group, so that the state holds the position of every data-parallel rank
-    whichever rank saves it: with ``group`` whenever torch.distributed runs this process's
-    main process, else where :func:`count_exchange` is not None.
+    """``exchange(mine)``: every rank's object over the default group, to gather the loader
+    state; or None (see :func:`count_exchange`; with ``group``, in any rank's main process).
     """
     if group is None:
         shared = count_exchange(world_size)
@@ -184,23 +171,18 @@ def state_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]]
 
 
 def _in_main_process() -> bool:
-    """Whether torch.distributed is initialized and this is a rank's main process."""
     return get_worker_info() is None and dist.is_available() and dist.is_initialized()
 
 
 def _gather_objects(mine: T) -> list[T]:
-    """Every rank's ``mine``, by rank, with ``all_gather_object`` on the default group."""
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)
     return gathered
 
 
-# The gloo groups made for the epoch-end exchange, by the process group they copy (the default
-# group, or a data-parallel group).
+# The gloo copies of process groups, by the group copied. Let go of at exit: a gloo group last
+# collected during the interpreter's finalization can abort the process.
 _GLOO_GROUPS: dict[int, tuple[Any, Any]] = {}
-# Let go of them at exit, while the interpreter still runs: a gloo group last collected during
-# the interpreter's finalization can abort the process (its threads' work holds tensors, whose
-# release then takes a GIL that is gone), after a clean destroy_process_group() too.
 atexit.register(_GLOO_GROUPS.clear)
 
 
@@ -208,13 +190,10 @@ def end_exchange(
     world_size: int, group: Any = None
 ) -> Callable[[list[int]], list[list[int]]] | None:
     """``exchange(values)``: every data-parallel rank's list of ints (same length on all), or
-    None.
+    None where no process group runs these ranks.
 
-    The ranks agree where an epoch ends over a gloo copy of their process group (the default
-    group, or ``group``), made once per group: never the group itself, since under NCCL
-    gathering there would sync the GPU at each exchange. None where no process group runs
-    these ranks (:func:`count_exchange` is None, or ``group`` is given but this is a
-    DataLoader worker).
+    Over a gloo copy of the data-parallel group, never the group itself: under NCCL that would
+    sync the GPU at each exchange.
     """
     gloo = _data_gloo(world_size, group)
     if gloo is None:
@@ -230,8 +209,7 @@ def end_exchange(
 
 
 def object_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]] | None:
-    """``exchange(mine)``: every data-parallel rank's object, by rank (``all_gather_object``
-    over the gloo copy that :func:`end_exchange` uses), or None where it is None."""
+    """``exchange(mine)``: every data-parallel rank's object, as :func:`end_exchange`."""
     gloo = _data_gloo(world_size, group)
     if gloo is None:
         return None
@@ -247,35 +225,25 @@ def object_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]
 def _data_gloo(world_size: int, group: Any) -> Any:
     """The gloo copy of the data-parallel group (see :func:`end_exchange`), or None."""
     if group is None:
-        return None if count_exchange(world_size) is None else _gloo_group()
+        return None if count_exchange(world_size) is None else _gloo_copy(dist.group.WORLD)
     return _gloo_copy(group) if _in_main_process() else None
-
-
-def _gloo_group() -> Any:
-    """The gloo group of every rank, made at the first call (a collective, as is every
-    exchange: all ranks make it at the same step)."""
-    default = dist.group.WORLD
-    made = _GLOO_GROUPS.get(id(default))
-    if made is None or made[0] is not default:
-        made = (default, dist.new_group(backend="gloo"))
-        _GLOO_GROUPS[id(default)] = made
-    return made[1]
 
 
 def _gloo_copy(group: Any) -> Any:
     """A gloo group of the ranks of ``group``, made at the first call on every rank of the
     job at the same step: making a group is a collective of the default group, so the ranks
     share their groups' ranks and all of them make every data-parallel group, in one order."""
-    if group is dist.group.WORLD:
-        return _gloo_group()
     made = _GLOO_GROUPS.get(id(group))
     if made is None or made[0] is not group:
-        mine = tuple(dist.get_process_group_ranks(group))
-        groups: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(groups, mine, group=_gloo_group())
-        copies = {
-            ranks: dist.new_group(list(ranks), backend="gloo") for ranks in sorted(set(groups))
-        }
-        made = (group, copies[mine])
-        _GLOO_GROUPS[id(group)] = made
+        if group is dist.group.WORLD:
+            copy = dist.new_group(backend="gloo")
+        else:
+            mine = tuple(dist.get_process_group_ranks(group))
+            groups: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(groups, mine, group=_gloo_copy(dist.group.WORLD))
+            copies = {
+                ranks: dist.new_group(list(ranks), backend="gloo") for ranks in sorted(set(groups))
+            }
+            copy = copies[mine]
+        made = _GLOO_GROUPS[id(group)] = (group, copy)
     return made[1]

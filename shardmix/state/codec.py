@@ -2,16 +2,12 @@
 its version and settings on load (its fields are checked by :mod:`shardmix.state.fields`).
 
 The state holds positions and references, never sample bytes. The shuffle buffer's residents
-are written as ``(shard, record, offset)`` references packed into one base64 string: per
-resident the shard's index in the dataset's URL list, then the record's index and its byte
-offset in the shard, each as its distance from the previous resident of the same shard
-(a shard's residents are mostly near each other, so distances are small), as varints,
-deflated. A 10,000-sample buffer packs into a few tens of KiB. The offset lets a restore seek
-straight to each resident instead of walking the shard to it; -1 stands for an offset not
-known (a transform dropped ``__offset__``), and such a resident is found by its index.
-
-What each version added: docs/checkpoint.md. A state of an older version is refused, naming both
-versions (:func:`check_version`).
+are ``(shard, record, offset)`` references packed into one base64 string: per resident the
+shard's index, then the record's index and byte offset as distances from the previous resident
+of the same shard, as varints, deflated (a 10,000-sample buffer packs into a few tens of KiB).
+An offset of -1 is not known (a transform dropped ``__offset__``): that resident is found by
+its index. Every unpacking refuses a damaged string with a ConfigError naming its field. What
+each version added: docs/checkpoint.md.
 """
 
 from __future__ import annotations
@@ -27,15 +23,14 @@ from typing import Any
 
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import Piece
-from shardmix.state.fields import MOST, is_count, refuse_field
+from shardmix.state.fields import MOST, damaged, is_count, refuse_field
 
 STATE_VERSION = 12
 
 # (shard index in the URL list, record index in the shard, byte offset of the record or -1)
 Ref = tuple[int, int, int]
 
-# What a packed field may inflate to: 16 MiB of varints, some four million references. A field
-# deflated from more (a damaged or forged state) is refused before it takes the memory.
+# What a packed field may inflate to (16 MiB of varints): more is refused before it takes memory.
 MAX_INFLATED = 1 << 24
 
 
@@ -57,11 +52,9 @@ def check_config(
     *,
     free: Collection[str] = (),
 ) -> None:
-    """Refuse a checkpoint whose settings differ from the loader's, naming the field.
-
-    A mixture's settings nest per dataset; a field there is named ``datasets.<name>.<field>``.
-    The top-level fields in ``free`` may differ (what a resize re-deals:
-    :mod:`shardmix.epochs.elastic`).
+    """Refuse a checkpoint whose settings differ from the loader's, naming the field (a
+    mixture's as ``datasets.<name>.<field>``). The top-level fields in ``free`` may differ
+    (what a resize re-deals: :mod:`shardmix.epochs.elastic`).
     """
     fields = sorted(current, key=lambda field: field in _DERIVED)  # stable: the rest in order
     for name in fields:
@@ -103,30 +96,25 @@ def pack_refs(refs: Sequence[Ref]) -> str:
     [(3, 10, 5120), (0, 0, -1), (3, 12, 6144), (3, 13, 7168)]
     """
     last: dict[int, tuple[int, int]] = {}
-    out = bytearray()
+    values: list[int] = []
     for shard, record, offset in refs:
         last_record, last_offset = last.get(shard, (0, 0))
-        _put_varint(out, shard)
-        _put_varint(out, _zigzag(record - last_record))
-        _put_varint(out, _zigzag(offset + 1 - last_offset))  # -1 (unknown) is stored as 0
+        # An offset is stored plus one: -1 (unknown) as 0.
+        values += shard, _zigzag(record - last_record), _zigzag(offset + 1 - last_offset)
         last[shard] = record, offset + 1
-    return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
+    return pack_sizes(values)
 
 
 def unpack_refs(packed: str, field: str = "buffer.items") -> list[Ref]:
-    """The references :func:`pack_refs` packed; a damaged string is a ConfigError naming
-    ``field``."""
+    """The references :func:`pack_refs` packed."""
     return list(_unpacked_refs(packed, field))
 
 
 @functools.lru_cache(maxsize=4)  # a restore unpacks the buffer to check it, then to load it
 def _unpacked_refs(packed: str, field: str) -> tuple[Ref, ...]:
-    values = _unpacked(packed, field)
+    values = unpack_sizes(packed, field)
     if len(values) % 3:
-        raise ConfigError(
-            f"cannot resume: the loader state's {field!r} holds {len(values)} numbers, not "
-            "three per reference; the state was edited or damaged since it was saved"
-        )
+        raise damaged(field, f"holds {len(values)} numbers, not three per reference")
     refs = []
     last: dict[int, tuple[int, int]] = {}
     for position in range(0, len(values) - 2, 3):
@@ -144,11 +132,11 @@ def check_refs(refs: Sequence[Ref], num_shards: int, field: str) -> None:
     range (negative, or past what a file can hold)."""
     for at, (shard, record, offset) in enumerate(refs):
         if not (0 <= shard < num_shards and 0 <= record < MOST and -1 <= offset < MOST):
-            raise ConfigError(
-                f"cannot resume: the loader state's {field!r} reference {at} is (shard, "
-                f"record, offset) {(shard, record, offset)}, but the dataset has shards 0 to "
-                f"{num_shards - 1} and records and offsets are 0 to 2**63 - 1; the state was "
-                "edited or damaged since it was saved"
+            raise damaged(
+                field,
+                f"reference {at} is (shard, record, offset) {(shard, record, offset)}, but the "
+                f"dataset has shards 0 to {num_shards - 1} and records and offsets are 0 to "
+                "2**63 - 1",
             )
 
 
@@ -162,8 +150,7 @@ def pack_pieces(pieces: Sequence[Piece]) -> str:
 
 
 def unpack_pieces(packed: str, num_shards: int, field: str) -> list[Piece]:
-    """The pieces :func:`pack_pieces` packed; a damaged string, or a piece that names no shard
-    of ``num_shards``, is a ConfigError naming ``field``."""
+    """The pieces :func:`pack_pieces` packed, each checked to name a shard of ``num_shards``."""
     refs = unpack_refs(packed, field)
     check_refs(refs, num_shards, field)
     return [Piece(shard, start, None if stop < 0 else stop) for shard, start, stop in refs]
@@ -180,8 +167,7 @@ def pack_identities(identities: Mapping[int, Any], shards: Iterable[int]) -> lis
 
 
 def unpack_identities(saved: Sequence[Any], num_shards: int, field: str) -> dict[int, Any]:
-    """The identities :func:`pack_identities` packed, by shard index; an entry that names no
-    shard of ``num_shards`` or holds no ``[size, validator]`` is a ConfigError naming it."""
+    """The identities :func:`pack_identities` packed, by shard index, each checked."""
     identities = {}
     for at, entry in enumerate(saved):
         if not (isinstance(entry, list) and len(entry) == 3 and _is_identity(entry[1:])):
@@ -203,8 +189,8 @@ def _is_identity(value: Any) -> bool:
 
 
 def pack_tags(tags: Sequence[int]) -> str:
-    """Pack record tags (16-bit, 0 for one not known), in order, as 2 bytes each in base64: a
-    tag is a hash, which no compression makes smaller.
+    """Pack record tags (16-bit hashes, 0 for one not known), in order, as 2 bytes each in
+    base64 (no compression makes a hash smaller).
 
     >>> unpack_tags(pack_tags([0, 1, 65535]), 3)
     [0, 1, 65535]
@@ -216,20 +202,13 @@ def pack_tags(tags: Sequence[int]) -> str:
 
 
 def unpack_tags(packed: str, count: int, field: str = "buffer.tags") -> list[int]:
-    """The ``count`` tags :func:`pack_tags` packed; a damaged string, or one of another
-    count, is a ConfigError naming ``field``."""
+    """The ``count`` tags :func:`pack_tags` packed."""
     try:
         data = base64.b64decode(packed, validate=True)
     except (ValueError, TypeError) as error:
-        raise ConfigError(
-            f"cannot resume: the loader state's {field!r} is not a packed string this shardmix "
-            f"wrote ({error}); the state was edited or damaged since it was saved"
-        ) from error
+        raise _not_packed(field, error) from error
     if len(data) != 2 * count:
-        raise ConfigError(
-            f"cannot resume: the loader state's {field!r} holds {len(data) / 2:g} tags for "
-            f"{count} references; the state was edited or damaged since it was saved"
-        )
+        raise damaged(field, f"holds {len(data) / 2:g} tags for {count} references")
     tags = array("H")
     tags.frombytes(data)
     if sys.byteorder != "little":
@@ -250,13 +229,7 @@ def pack_sizes(sizes: Sequence[int]) -> str:
 
 
 def unpack_sizes(packed: str, field: str = "buffer.sizes") -> list[int]:
-    """The sizes :func:`pack_sizes` packed; a damaged string is a ConfigError naming
-    ``field``."""
-    return _unpacked(packed, field)
-
-
-def _unpacked(packed: str, field: str) -> list[int]:
-    """The varints of a packed string, or a ConfigError naming the field it came from."""
+    """The sizes :func:`pack_sizes` packed."""
     inflate = zlib.decompressobj()
     try:
         data = inflate.decompress(base64.b64decode(packed, validate=True), MAX_INFLATED)
@@ -265,16 +238,14 @@ def _unpacked(packed: str, field: str) -> list[int]:
         if not inflate.eof:
             raise ValueError("its deflated stream is cut short")
     except (ValueError, TypeError, zlib.error) as error:
-        raise ConfigError(
-            f"cannot resume: the loader state's {field!r} is not a packed string this shardmix "
-            f"wrote ({error}); the state was edited or damaged since it was saved"
-        ) from error
+        raise _not_packed(field, error) from error
     if data and data[-1] >= 0x80:
-        raise ConfigError(
-            f"cannot resume: the loader state's {field!r} ends inside a number; the state was "
-            "edited or damaged since it was saved"
-        )
+        raise damaged(field, "ends inside a number")
     return _varints(data)
+
+
+def _not_packed(field: str, error: Exception) -> ConfigError:
+    return damaged(field, f"is not a packed string this shardmix wrote ({error})")
 
 
 def _zigzag(value: int) -> int:

@@ -1,8 +1,8 @@
 """The loader state's fields: which a position holds, of what kind, and the refusal of a state
 whose fields are missing or of the wrong type, naming the field.
 
-A position's layout is the epoch's and its stages' (:mod:`shardmix.batching.epoch`); what each
-packed string holds, and the state's versions, are :mod:`shardmix.state.codec`'s to say.
+A position's layout is the epoch's (:mod:`shardmix.batching.epoch`); the packed strings and the
+versions are :mod:`shardmix.state.codec`'s.
 """
 
 from __future__ import annotations
@@ -31,12 +31,9 @@ _MIXTURE = {"epoch": "count", "batches": "count", "mixture": "mapping"}
 MOST = 1 << 63
 
 
-def check_state(state: Any) -> None:
-    """Refuse a state whose fields are missing or of the wrong type, naming the field.
-
-    A mixture's state is checked down to each dataset's position."""
-    if not isinstance(state, Mapping):
-        raise ConfigError(f"cannot resume: a loader state is a dict, not {type(state).__name__}")
+def check_state(state: Mapping[str, Any]) -> None:
+    """Refuse a state (a dict: :func:`~shardmix.state.codec.check_version`) whose fields are
+    missing or of the wrong type, naming the field (a mixture's down to each position)."""
     _check_fields(state, {"config": "mapping", "ranks": "mapping"}, "")
     positions = [state, *state["ranks"].values()]
     for at, position in enumerate(positions):
@@ -134,7 +131,12 @@ def _is_lane(lane: Any) -> bool:
 
 def refuse_field(field: str, expected: str, found: Any) -> None:
     shown = repr(found) if len(repr(found)) <= 60 else f"{type(found).__name__} value"
-    raise ConfigError(
-        f"cannot resume: the loader state's {field!r} should be {expected}, found {shown}; the "
-        "state was edited or damaged since it was saved"
+    raise damaged(field, f"should be {expected}, found {shown}")
+
+
+def damaged(field: str, what: str) -> ConfigError:
+    """The error for a state whose ``field`` ``what`` (holds what no saved state holds)."""
+    return ConfigError(
+        f"cannot resume: the loader state's {field!r} {what}; the state was edited or damaged "
+        "since it was saved"
     )

@@ -1,21 +1,13 @@
 """Rank state: one loader state for every rank, so that one rank's checkpoint resumes them all.
 
-Trainers such as Lightning save the loader state from rank 0 only, then hand that one state to
-every rank on resume. So under torch.distributed :func:`gather_positions` collects every rank's
-position (``all_gather_object`` on the default group, through
-:func:`~shardmix.world.state_exchange`) into the state: the saving rank's position at the top
-level, as with a single rank, beside ``"rank"`` (which rank that is) and ``"ranks"`` (every
-other rank's position, keyed by the rank as a string). :func:`own_position` picks the loading
-rank's. Ranks here are data-parallel ranks: under ``MixingLoader(group=...)`` the ranks of one
-model replica share one, so the state holds each data-parallel rank's position once (checked
-to be the same on every rank of the replica). With ranks simulated in one process
-(``MixingLoader(rank=, world_size=)``) there is nothing to gather: ``"ranks"`` is empty and the
-state resumes its own rank only; :func:`join_states` joins such states into one.
+Trainers such as Lightning save the loader state from rank 0 only and hand it to every rank on
+resume, so under torch.distributed :func:`gather_positions` collects every data-parallel rank's
+position into the state: the saving rank's at the top level beside ``"rank"``, and every other
+rank's in ``"ranks"`` (keyed by the rank as a string); :func:`own_position` picks the loading
+rank's. Ranks simulated in one process gather nothing: :func:`join_states` joins their states.
 
 A state of ``canonical_ranks`` (:mod:`shardmix.epochs.canonical`) has the same layout over the
-canonical ranks, keyed by canonical rank, with a ``"canonical"`` field of its own version:
-:func:`gather_canonical` collects every physical rank's canonical ranks, :func:`own_positions`
-picks a rank's, and :func:`join_states` joins simulated ranks' states as it joins plain ones.
+canonical ranks, with a ``"canonical"`` field of its own version.
 """
 
 from __future__ import annotations
@@ -29,20 +21,16 @@ from shardmix.world import state_exchange
 
 CANONICAL_VERSION = 1
 
-# The top-level keys of a state that are not its saving rank's (or first canonical rank's)
-# position.
+# The top-level keys of a state that are not its saving (or first canonical) rank's position.
 _NOT_POSITION = ("version", "config", "rank", "ranks", "canonical")
 
 
 def gather_positions(
     position: dict[str, Any], rank: int, world_size: int, group: Any = None
 ) -> dict[str, Any]:
-    """``position`` with every other data-parallel rank's, gathered when torch.distributed
-    runs the ranks (``group``: the data-parallel group, if not the default one).
-
-    A collective of the default group under torch.distributed: every rank must call it at the
-    same point.
-    """
+    """``position`` with every other data-parallel rank's (``group``: the data-parallel group,
+    if not the default one); a collective under torch.distributed, checking that the ranks of
+    one model replica are at one position."""
     exchange = state_exchange(world_size, group)
     if exchange is None:
         return {**position, "rank": rank, "ranks": {}}
@@ -51,22 +39,16 @@ def gather_positions(
         if other not in first:
             first[other] = holder, theirs
         elif theirs != first[other][1]:
-            raise _replica_error(other, first[other], (holder, theirs))
+            earlier, mine = first[other]
+            raise ConfigError(
+                f"ranks {earlier} and {holder} of the job share data-parallel rank {other} but "
+                f"are at different positions (epoch {mine.get('epoch')} batch "
+                f"{mine.get('batches')}, and epoch {theirs.get('epoch')} batch "
+                f"{theirs.get('batches')}): the ranks of one model replica must draw the same "
+                "batches; call state_dict() on every rank at the same step"
+            )
     others = {str(other): theirs for other, (_, theirs) in sorted(first.items()) if other != rank}
     return {**position, "rank": rank, "ranks": others}
-
-
-def _replica_error(
-    rank: int, one: tuple[int, dict[str, Any]], other: tuple[int, dict[str, Any]]
-) -> ConfigError:
-    """The error for two ranks of one model replica at different positions."""
-    (first, mine), (second, theirs) = one, other
-    return ConfigError(
-        f"ranks {first} and {second} of the job share data-parallel rank {rank} but are at "
-        f"different positions (epoch {mine.get('epoch')} batch {mine.get('batches')}, and "
-        f"epoch {theirs.get('epoch')} batch {theirs.get('batches')}): the ranks of one model "
-        "replica must draw the same batches; call state_dict() on every rank at the same step"
-    )
 
 
 def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
@@ -85,11 +67,8 @@ def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
 
 
 def as_saved_by(state: Mapping[str, Any], rank: int = 0) -> dict[str, Any]:
-    """``state`` as ``rank`` would have saved it: the same on every rank that gathered it.
-
-    A state that does not hold ``rank``'s position (ranks simulated in one process) is
-    returned as it is.
-    """
+    """``state`` as ``rank`` would have saved it (the same on every rank that gathered it), or
+    as it is where it does not hold ``rank``'s position."""
     positions = {str(state.get("rank")): own_position(state, state.get("rank", 0))}
     positions.update(state.get("ranks") or {})
     if str(rank) not in positions:
@@ -118,10 +97,8 @@ def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One state holding the positions of ranks simulated in one process or more
     (``MixingLoader(rank=, world_size=)``), as torch.distributed would have gathered it.
 
-    ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order. States
-    of ``canonical_ranks`` join into one state of every canonical rank they hold, which
-    resumes on any world size that divides it. (``shardmix.join_states`` joins TokenLoaders'
-    states too: :func:`shardmix.tokens.elastic.join_any_states`.)
+    ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order; states
+    of ``canonical_ranks`` join into one state of every canonical rank they hold.
     """
     if not states:
         raise ConfigError("join_states() needs at least one rank's state")
@@ -176,9 +153,8 @@ def gather_canonical(
     canonical_ranks: int,
     group: Any = None,
 ) -> dict[str, Any]:
-    """The state of ``positions`` (this rank's canonical ranks) and, under torch.distributed,
-    every other rank's (``group``: the data-parallel group, if not the default one): a
-    collective of the default group there, called by every rank at the same step."""
+    """The state of ``positions`` (this rank's canonical ranks) and every other rank's, as
+    :func:`gather_positions` gathers them."""
     held = dict(positions)
     exchange = state_exchange(world_size, group)
     if exchange is not None:

@@ -1,33 +1,17 @@
 """A loader state that a trainer saved and restored but never handed to the loader.
 
 Lightning (2.6) keeps the loader states of the checkpoint being resumed in its fit loop
-(``_combined_loader_states_to_load``) and hands them to the loaders only while it sets the
-training data up after the restore. When the data was set up before the restore, as
-``trainer.estimated_stepping_batches`` does in ``configure_optimizers``, the states stay there
-and the resumed run would restart its epoch with no word.
+(``_combined_loader_states_to_load``) and hands them over only while it sets the training data
+up after the restore; data set up before (``trainer.estimated_stepping_batches``) never gets
+them. :func:`adopt_pending_state`, at each MixingLoader epoch's first ``next()``, loads them as
+Lightning would have when called from inside such a fit loop.
 
-:func:`adopt_pending_state` runs at the start of every MixingLoader epoch (its first
-``next()``). When it is called from inside a Lightning fit loop that still holds such states,
-it loads them into the MixingLoaders of the fit loop's training data, as Lightning would have,
-and clears them, so that the resume is exact with or without
-:class:`shardmix.lightning.ShardmixResume`. Lightning is found through the call stack and by
-the attributes it uses, never imported: without Lightning this costs one ``sys.modules``
-look-up.
+Accelerate checkpoints only the objects registered with it: :func:`warn_unregistered` warns at
+a MixingLoader's first epoch when an ``Accelerator`` is in reach of the loop (a caller's local
+or global) and the loader is registered with none of them.
 
-Accelerate saves and restores only the objects registered with
-``accelerator.register_for_checkpointing``; ``accelerator.prepare`` hands a MixingLoader back
-unchanged and registers nothing. :func:`warn_unregistered` runs at the start of a
-MixingLoader's first epoch: when an ``Accelerator`` is in reach of the loop (a local or global
-of a caller) and the loader is registered with none of those in reach, it warns with
-:class:`~shardmix.errors.UnregisteredLoaderWarning` naming the fix
-(:func:`shardmix.accelerate.prepare_loader`), since ``load_state`` would leave the position out
-and the resumed run would start its epoch over. Accelerate too is found by the attributes it
-uses, never imported.
-
-Both read callers' locals through :func:`peek_locals`. Before Python 3.13 ``frame.f_locals``
-of a function's frame is a snapshot that the frame keeps until the next look: an iterator the
-caller then deletes (``del it``) would stay alive in it, and the loader would take the epoch for
-still held. The snapshot is copied and emptied, so the look leaves no reference behind.
+Both find the trainer through the call stack, by the attributes it uses, never importing it;
+they read callers' locals through :func:`peek_locals`, which leaves no reference behind.
 """
 
 from __future__ import annotations
@@ -61,7 +45,7 @@ def adopt_pending_state(loader: Any) -> bool:
     if not any(candidate is loader for candidate in flattened):
         return False
     # Lightning saves one state per loader that has state_dict and load_state_dict, in order.
-    stateful = [candidate for candidate in flattened if _is_stateful(candidate)]
+    stateful = [candidate for candidate in flattened if is_stateful(candidate)]
     for candidate, state in zip(stateful, states, strict=False):
         if type(candidate) is type(loader):
             candidate.load_state_dict(state)
@@ -82,7 +66,8 @@ def _fit_loop(frame: FrameType | None) -> Any:
 
 
 def peek_locals(frame: FrameType) -> dict[str, Any]:
-    """The locals of ``frame`` as a new dict, with no snapshot of them left on the frame."""
+    """The locals of ``frame`` as a new dict, with no snapshot of them left on the frame: before
+    Python 3.13 that snapshot would keep an iterator the caller deleted alive."""
     scope = frame.f_locals
     found = dict(scope)
     if sys.version_info < (3, 13) and frame.f_code.co_flags & CO_OPTIMIZED:
@@ -92,7 +77,7 @@ def peek_locals(frame: FrameType) -> dict[str, Any]:
     return found
 
 
-def _is_stateful(loader: Any) -> bool:
+def is_stateful(loader: Any) -> bool:
     return callable(getattr(loader, "state_dict", None)) and callable(
         getattr(loader, "load_state_dict", None)
     )

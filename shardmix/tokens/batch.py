@@ -11,9 +11,8 @@ import torch
 
 
 class Document(NamedTuple):
-    """A document's tokens and where they came from: the shard and the record's key (or index),
-    and the reference that reads it again: the mixture's dataset (None outside a mixture) and
-    ``(shard, record, byte offset)`` in it."""
+    """A document's tokens, its shard and key (or index), and what reads it again: the
+    mixture's dataset (None outside one) and ``(shard, record, byte offset)`` in it."""
 
     tokens: np.ndarray
     source: str
@@ -32,12 +31,9 @@ def named(sample: Mapping[str, Any]) -> tuple[str, str | int]:
 
 
 class Documents:
-    """A window's documents, a list per field, each :class:`Document` made when asked for.
-
-    A window holds thousands of documents for as long as its rows go out: as objects of their
-    own they would reach the garbage collector's oldest generation (it never untracks a
-    named tuple), whose full collections then walked the whole heap every few windows, a
-    fifth of the main process's time. Five lists a window cost it nothing."""
+    """A window's documents, a list per field, each :class:`Document` made when asked for:
+    thousands of objects of their own would reach the garbage collector's oldest generation,
+    whose full collections then cost a fifth of the main process's time."""
 
     __slots__ = ("tokens", "sources", "keys", "datasets", "refs")
 
@@ -55,7 +51,6 @@ class Documents:
         dataset: str | None,
         ref: tuple[int, int, int],
     ) -> None:
-        """The document read as ``sample``, its ``tokens`` (:func:`named`)."""
         source, key = named(sample)
         self.tokens.append(tokens)
         self.sources.append(source)
@@ -80,9 +75,9 @@ class Documents:
 
 
 def collate_rows(rows: list[list[Span]], seq_len: int) -> dict[str, Any]:
-    """``input_ids`` (int64), ``position_ids`` (int64, from 0 at every piece), ``segment_ids``
-    (int32, 1.. per piece of a row, 0 on padding), all ``(len(rows), seq_len)``, and
-    ``__segments__``: per row its ``(source, key, start, stop)`` spans in order."""
+    """``input_ids``, ``position_ids`` (from 0 at every piece), ``segment_ids`` (1.. per piece
+    of a row, 0 on padding), all ``(len(rows), seq_len)``, and ``__segments__``: per row its
+    ``(source, key, start, stop)`` spans in order."""
     shape = (len(rows), seq_len)
     input_ids = np.zeros(shape, np.int64)
     position_ids = np.zeros(shape, np.int64)
@@ -91,15 +86,13 @@ def collate_rows(rows: list[list[Span]], seq_len: int) -> dict[str, Any]:
     segments = []
     for row, pieces in enumerate(rows):
         at = 0
-        spans = []
         for segment, (document, start, stop) in enumerate(pieces, 1):
             end = at + stop - start
             input_ids[row, at:end] = document.tokens[start:stop]
             position_ids[row, at:end] = positions[: end - at]
             segment_ids[row, at:end] = segment
-            spans.append((document.source, document.key, start, stop))
             at = end
-        segments.append(spans)
+        segments.append([(document.source, document.key, a, b) for document, a, b in pieces])
     return {
         "input_ids": torch.from_numpy(input_ids),
         "position_ids": torch.from_numpy(position_ids),

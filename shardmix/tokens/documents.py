@@ -1,8 +1,7 @@
 """Documents: a sample's token field as a 1-D integer array, or the error that names it.
 
-The field is ``tokens`` as the dataset returns it: a TFRecord int64 list feature (an int64
-array), a ``tokens.npy`` member of a tar record (its ``.npy`` bytes, or the array where the
-dataset's ``decode=`` already loaded them), or whatever array a transform put there.
+The field is a TFRecord int64 list feature, a ``tokens.npy`` member of a tar record (bytes, or
+the array ``decode=`` loaded), or whatever array a transform put there.
 """
 
 from __future__ import annotations
@@ -48,8 +47,8 @@ def document_tokens(sample: dict[str, Any], field: str) -> np.ndarray:
     return tokens
 
 
-# The header ``np.save`` writes for a 1-D integer array (format 1.0). ``np.load`` reads a
-# header with ``ast.literal_eval``, which costs more than the tokens of a short document.
+# The header ``np.save`` writes for a 1-D integer array (format 1.0), read without np.load's
+# ``ast.literal_eval``, which costs more than the tokens of a short document.
 _VECTOR_HEADER = re.compile(
     rb"\{'descr': '([<>|][iu][1248])', 'fortran_order': False, 'shape': \((\d+),\), \} *\n"
 )
@@ -57,7 +56,7 @@ _VECTOR_HEADER = re.compile(
 
 def _npy_vector(value: bytes | bytearray | memoryview) -> np.ndarray | None:
     """The 1-D integer array of ``.npy`` bytes with :data:`_VECTOR_HEADER` (a view of
-    immutable ``bytes``, else a copy); None for any other header (``np.load`` reads those)."""
+    ``bytes``, else a copy); None for any other header."""
     size = int.from_bytes(value[8:10], "little")
     found = _VECTOR_HEADER.fullmatch(value, 10, 10 + size) if value[6:8] == b"\x01\x00" else None
     if found is None:

@@ -1,14 +1,10 @@
 """Elastic resume of packed rows: the rows not yet yielded, held as references.
 
-A resume on the same world size replays the current window (:mod:`shardmix.tokens.loader`). On
-another world size that cannot work: the MixingLoader deals the rest of the epoch anew, so a
-window's documents land on other ranks. So a state also holds, for each dataset, the
-MixingLoader's state *after* the last window read and the rows of the windows read that no
-rank yielded yet, each piece a reference ``(shard, record, byte offset)`` and its token span,
-never a token. Every rank's state holds the same (the ranks pack their windows as one), so
-:func:`join_token_states` of simulated ranks checks that and keeps one. On ``W'`` ranks those
-rows come first, rank ``r`` yielding rows ``r, r + W', ...``, each rank reading the documents of
-its own again (:func:`read_rows`, the buffer residents' re-read); then the windows the
+On another world size a window cannot be replayed (the MixingLoader deals the rest of the
+epoch anew), so a state also holds, per dataset, the MixingLoader's state *after* the last
+window read and the rows no rank yielded yet, each piece a reference ``(shard, record, byte
+offset)`` and its token span. On ``W'`` ranks those rows come first, rank ``r`` yielding rows
+``r, r + W', ...`` and reading their documents again (:func:`read_rows`); then the windows the
 MixingLoader deals on: every token once.
 """
 
@@ -34,8 +30,7 @@ _NO_TOKENS = np.zeros(0, np.int64)  # a document of another rank's row, not read
 
 def rows_state(rows: Sequence[Sequence[Span]], last: bool) -> dict[str, Any]:
     """``rows`` (of one dataset) as JSON: the documents' references once each, per row its
-    pieces ``[document, start, stop]``, and whether they end the epoch (``last``: the
-    MixingLoader state after them is the next epoch's start)."""
+    pieces ``[document, start, stop]``, and whether they end the epoch."""
     documents: dict[tuple[int, int, int], int] = {}
     pieces = [
         [[documents.setdefault(d.ref, len(documents)), start, stop] for d, start, stop in row]
@@ -52,9 +47,8 @@ def read_rows(
     field: str,
     wanted: Container[int],
 ) -> tuple[Documents, list[Row]]:
-    """The documents ``state`` names (of ``dataset``, the mixture's ``name``) and its rows
-    over them: the ``wanted`` documents read again from their shards, the others references
-    without tokens (the rows of other ranks)."""
+    """The documents ``state`` names and its rows over them: the ``wanted`` documents read
+    again from ``dataset``, the others (other ranks') without tokens."""
     refs = unpack_refs(state["documents"], "tokens.rest")
     documents = Documents()
     documents.tokens = [_NO_TOKENS] * len(refs)
@@ -69,21 +63,15 @@ def read_rows(
     return documents, [tuple((d, start, stop) for d, start, stop in row) for row in state["rows"]]
 
 
-def join_token_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One state of TokenLoaders simulated as ranks (their ``state_dict()`` at the same step),
-    which resumes on any world size: each holds every rank's position, so they are the same."""
-    for state in states:
-        if state != states[0]:
-            raise ConfigError(
-                "cannot join the TokenLoader states: they differ, and the ranks' states at one "
-                "step are the same; join the states of one job's ranks, saved at the same step"
-            )
-    return dict(states[0])
-
-
 def join_any_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``shardmix.join_states``: the ranks' states of a TokenLoader (:func:`join_token_states`)
-    or of a MixingLoader, plain or canonical (:func:`shardmix.state.ranks.join_states`)."""
-    if states and "tokens" in states[0]:
-        return join_token_states(states)
-    return join_states(states)
+    """``shardmix.join_states``: the ranks' states of a MixingLoader, plain or canonical
+    (:func:`shardmix.state.ranks.join_states`), or of a TokenLoader, which are the same (each
+    holds every rank's position)."""
+    if not states or "tokens" not in states[0]:
+        return join_states(states)
+    if any(state != states[0] for state in states):
+        raise ConfigError(
+            "cannot join the TokenLoader states: they differ, and the ranks' states at one "
+            "step are the same; join the states of one job's ranks, saved at the same step"
+        )
+    return dict(states[0])

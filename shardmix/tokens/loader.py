@@ -1,31 +1,20 @@
 """TokenLoader: documents of token shards, mixed like samples, packed into rows of ``seq_len``.
 
-Documents flow through a :class:`~shardmix.loader.MixingLoader` (lanes, the fixed-order merge,
-the shuffle buffer), a window of them at a time; each window is packed
-(:mod:`shardmix.tokens.packing`) and its rows are cut into batches, a batch crossing from one
-window into the next where they meet. The next window's reads (each rank's own) are pulled
-evenly while a window's rows go out, so that the DataLoader workers read on meanwhile.
+Documents flow through a :class:`~shardmix.loader.MixingLoader`, a window of them at a time;
+each window is packed (:mod:`shardmix.tokens.packing`) and its rows cut into batches, a batch
+crossing from one window into the next. The next window's reads are pulled evenly while a
+window's rows go out, so that the workers read on meanwhile.
 
-Equal steps on every rank: the ranks pack their windows as one. Each rank reads its window,
-the ranks exchange them, tokens and all (``all_gather_object`` over a gloo copy of the
-data-parallel group: :func:`~shardmix.world.object_exchange`; each rank receives every rank's
-window, ``W`` times the tokens it yields), and every rank packs their union, in rank order, the
-same way. The union's rows, window after window, are one sequence; at each step rank ``r``
-yields its next row ``r, r + W, r + 2W, ...``, so the ranks yield the same number of rows and
-read (and exchange) their next window at the same step. At the epoch's end fewer than ``W`` rows
-are left: ``even_ranks="drop"`` (default) drops them, ``"pad"`` gives the ranks without one a
-row of padding (``segment_ids`` 0). Ranks simulated in one process (``rank=``/``world_size=``)
-cannot exchange: each reads every rank's window itself (a MixingLoader per rank: ``W`` times
-the reading), which gives the same rows.
+Equal steps on every rank: each rank reads its window, the ranks exchange them, tokens and all
+(:func:`~shardmix.world.object_exchange`), and every rank packs their union the same way; at
+each step rank ``r`` yields row ``r, r + W, r + 2W, ...`` of it. Ranks simulated in one process
+read every rank's window themselves.
 
-Resume replays a window rather than storing one (grain's shuffle does the same): the state is
-the MixingLoader's state (every rank's position) taken just before the current window's first
-document, and how many of that window's rows the ranks already yielded: the same on every
-rank. ``load_state_dict`` loads the former; the next epoch re-reads the window (at most
-``window`` documents per rank, by the MixingLoader's exact resume, whatever ``num_workers``),
-packs it again the same way and skips the rows yielded. The state holds no token, and the rows
-after a resume are the rows an uninterrupted run yields. On another world size the state's
-references to the rows not yet yielded take over (:mod:`shardmix.tokens.elastic`).
+Resume replays a window rather than storing one (as grain's shuffle does): the state is the
+MixingLoader's state just before the current window's first document, and how many of that
+window's rows the ranks yielded. The next epoch re-reads the window, packs it again and skips
+the rows yielded; the state holds no token. On another world size the state's references to
+the rows not yet yielded take over (:mod:`shardmix.tokens.elastic`).
 """
 
 from __future__ import annotations
@@ -63,9 +52,8 @@ DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whol
 
 @dataclass
 class _Window:
-    """The documents of one window (every rank's), its rows, the rows the ranks yielded, and
-    the MixingLoader states before and after it (``rest``: the rows a state handed over,
-    which are the window, read again)."""
+    """One window (every rank's documents), its rows, the rows yielded, and the MixingLoader
+    states before and after it (``rest``: the rows a state handed over, read again)."""
 
     state: dict[str, Any]
     after: dict[str, Any]
@@ -81,10 +69,9 @@ class _Window:
 
 @dataclass
 class _Source:
-    """One dataset of the loader: its MixingLoaders (this rank's, or every simulated rank's,
-    this one's at ``own``), the windows whose rows are being yielded, where a resume starts
-    (``skip`` rows of its first window yielded, or the ``rest`` a state handed over) and the
-    ranks' tokens yielded this epoch."""
+    """One dataset: its MixingLoaders (this rank's, or every simulated rank's, this one's at
+    ``own``), the windows being yielded, where a resume starts (``skip`` rows of its first
+    window, or the ``rest`` a state handed over) and the tokens yielded this epoch."""
 
     name: str | None
     dataset: Any
@@ -117,24 +104,21 @@ class TokenLoader:
         packing: ``"best_fit"`` (default): each ``seq_len`` piece of a document fills a row
             alone and the remainders, longest first, each go to the open row they fill best;
             ``"concat"``: concatenate and cut. Rows are padded only at a window's end.
-        window: documents packed together (rounded up to a multiple of 256). A larger window
-            pads less; a resume re-reads up to one window.
+        window: documents packed together (a multiple of 256); more pads less, and a resume
+            re-reads up to one window.
         drop_last: drop the epoch's last batch when it is short.
-        weights: a mixture's weights by dataset name, held in tokens: each dataset is packed
-            into rows of its own, and each next row comes from the dataset furthest below its
-            share of the tokens yielded so far this epoch, so that in every batch its tokens
-            are within one ``seq_len`` of its weight times the batch's tokens. The epoch ends
-            when a dataset has no row left (``stopping="first_exhausted"``).
+        weights: a mixture's weights by dataset name, held in tokens: each next row comes from
+            the dataset furthest below its share of the tokens yielded so far, so that in
+            every batch its tokens are within one ``seq_len`` of its share. The epoch ends
+            when a dataset has no row left.
         options: passed to each dataset's MixingLoader (``rank``, ``world_size``, ``group``,
-            ``shuffle_buffer``, ``timeout``...). Under several ranks every rank yields the same
-            number of batches; ``even_ranks`` says what happens to the fewer than
-            ``world_size`` rows left at the epoch's end (``"drop"``, or ``"pad"``: rows of
-            padding); every rank reads all of its own documents.
+            ``shuffle_buffer``, ...); ``even_ranks`` is ``"drop"`` or ``"pad"`` (the rows left
+            at the epoch's end, fewer than ``world_size``, dropped or padded).
 
     A record whose token field is missing or not a 1-D integer array raises a
-    :class:`~shardmix.errors.DecodeError` naming its shard, record and offset; with the
-    dataset's ``on_error="skip"`` it is skipped and counted in :attr:`skipped`. The tokens of the
-    rows left out at an epoch's end (every rank's) are counted in :attr:`dropped`.
+    :class:`~shardmix.errors.DecodeError`; with the dataset's ``on_error="skip"`` it is
+    skipped and counted in :attr:`skipped`. The tokens of the rows dropped at an epoch's end
+    are counted in :attr:`dropped`.
     """
 
     def __init__(
@@ -160,9 +144,8 @@ class TokenLoader:
         except ValueError:
             choices = [choice.value for choice in Packing]
             raise ConfigError(f"packing must be one of {choices}, got {packing!r}") from None
-        if Stopping(options.pop("stopping", Stopping.FIRST_EXHAUSTED)) is not (
-            Stopping.FIRST_EXHAUSTED
-        ):
+        stopping = Stopping(options.pop("stopping", Stopping.FIRST_EXHAUSTED))
+        if stopping is not Stopping.FIRST_EXHAUSTED:
             raise ConfigError(
                 "a TokenLoader's mixture ends its epoch when a dataset has no row left "
                 "(stopping='first_exhausted'); for more of a small dataset give it more weight "
@@ -175,8 +158,7 @@ class TokenLoader:
                 "'drop' or 'pad' (what happens to the fewer than world_size rows left at the "
                 "epoch's end)"
             )
-        # The documents are not evened out: a rank's are packed with every rank's, so an
-        # uneven count costs no step, where evening them would leave whole documents out.
+        # The documents are not evened out: the ranks' are packed together.
         options["even_ranks"] = EvenRanks.NONE
         self.seq_len = seq_len
         self.batch_size = batch_size
@@ -217,7 +199,6 @@ class TokenLoader:
                 for other in range(given[1])
             ]
             self.sources.append(_Source(member_name, members[member_name], loaders, given[0]))
-        self._members = members
         self._skips = all(
             isinstance(m, ShardDataset) and m.reads.policy.skips for m in members.values()
         )
@@ -248,9 +229,8 @@ class TokenLoader:
         steps = [self._steps(source, rank, world_size, exchange) for source in self.sources]
         batch: list[list[Span]] = []
         while True:
-            # The source furthest below its share of the tokens so far (ties: the larger
-            # weight, then the first name): a source's tokens stay within one row of its share.
-            # The ranks' tokens, so that every rank picks the same source.
+            # The source furthest below its share of the ranks' tokens so far (ties: the
+            # larger weight, then the first name): every rank picks the same.
             total = sum(source.tokens for source in self.sources)
             deficits = [
                 (weight * total - source.tokens, weight, -at)
@@ -276,8 +256,7 @@ class TokenLoader:
     def _steps(
         self, source: _Source, rank: int, world_size: int, exchange: Exchange | None
     ) -> Iterator[list[list[Span]]]:
-        """``source``'s rows, ``world_size`` at a time (rank ``r`` yields the ``r``-th), from
-        where a resume put it; the next window is read when fewer rows are left."""
+        """``source``'s rows, ``world_size`` at a time, from where a resume put it."""
         skip, rest = source.skip, source.rest
         source.skip, source.rest, source.windows, source.after = 0, None, [], None
         windows = source.windows
@@ -326,9 +305,8 @@ class TokenLoader:
     def _read_ahead(
         self, window: _Window, samples: list[Iterator[Read]], ahead: list[list[Read | None]]
     ) -> None:
-        """Pull the next window's reads (each rank's own: the exchange stays at the window's
-        read) evenly while ``window``'s rows go out, so that the workers read on meanwhile
-        instead of waiting for the window's end; which reads form a window is unchanged."""
+        """Pull the next window's reads evenly while ``window``'s rows go out (which reads form
+        a window is unchanged)."""
         if window.last:
             return
         for reads, pulled in zip(samples, ahead, strict=True):
@@ -344,8 +322,8 @@ class TokenLoader:
         ahead: list[list[Read | None]],
         exchange: Exchange | None,
     ) -> _Window | None:
-        """The next window of every rank, packed as one, its first reads ``ahead``; None once
-        every rank's is over. Its state is the last window's after (reads pulled since)."""
+        """The next window of every rank, packed as one (its first reads ``ahead``); None once
+        every rank's is over."""
         while True:  # a window whose records were all skipped is passed over
             state = self._loader_state(source) if source.after is None else source.after
             mine = [self._read(source, at, samples[at], ahead[at]) for at in range(len(samples))]
@@ -364,10 +342,8 @@ class TokenLoader:
         # Tuples, which the garbage collector stops tracking (as Documents: why).
         rows = [tuple(row) for row in pack(self.packing, lengths, self.seq_len)]
         if self.packing is Packing.BEST_FIT:
-            # Best fit orders rows by size; the order of a window's rows is a seeded shuffle,
-            # seeded by its documents (by shard index and record, so wherever the shards live)
-            # so that a replayed window shuffles the same way. The rows with padding go last,
-            # so that the epoch's last window pads its last batch.
+            # Best fit orders rows by size: shuffle them, seeded by the window's documents (so a
+            # replay shuffles the same way), the rows with padding last.
             names = "\n".join(
                 f"{name}\t{ref[0]}\t{ref[1]}"
                 for name, ref in zip(documents.datasets, documents.refs, strict=True)
@@ -380,8 +356,7 @@ class TokenLoader:
     def _read(
         self, source: _Source, at: int, samples: Iterator[Read], pulled: list[Read | None]
     ) -> tuple[Documents, bool]:
-        """A window of one rank's documents (the reads ``pulled`` ahead first), and whether its
-        epoch is over."""
+        """A window of one rank's documents, and whether its epoch is over."""
         documents = Documents()
         for _ in range(self.reads):
             read = pulled.pop(0) if pulled else next(samples, None)
@@ -392,7 +367,7 @@ class TokenLoader:
         return documents, not source.loaders[at].batches_left()
 
     def _loader_state(self, source: _Source) -> dict[str, Any]:
-        """The MixingLoader's state, every rank's position in it, the same on every rank."""
+        """The MixingLoader's state with every rank's position, the same on every rank."""
         if len(source.loaders) > 1:
             return join_states([loader.state_dict() for loader in source.loaders])
         return as_saved_by(source.loader.state_dict(), 0)
@@ -400,8 +375,7 @@ class TokenLoader:
     def _rest_window(
         self, source: _Source, rest: dict[str, Any], skip: int, rank: int, world_size: int
     ) -> _Window:
-        """The rows a state handed over (:mod:`shardmix.tokens.elastic`), the documents of
-        this rank's (after ``skip``, every ``world_size``-th) read again."""
+        """The rows a state handed over (:mod:`shardmix.tokens.elastic`), this rank's read again."""
         state = source.after = self._loader_state(source)
         epoch = source.loader.epoch
         mine = {d for row in rest["rows"][skip + rank :: world_size] for d, _, _ in row}
@@ -411,8 +385,7 @@ class TokenLoader:
     def _add_document(
         self, documents: Documents, source: _Source, sample: dict[str, Any], at: int
     ) -> None:
-        """Add ``sample`` (read by rank ``at``) to ``documents``; an unreadable token field is
-        raised, or skipped and counted."""
+        """Add ``sample`` (read by rank ``at``) to ``documents``, or skip and count it."""
         try:
             tokens = document_tokens(sample, self.field)
         except DecodeError:
@@ -427,12 +400,8 @@ class TokenLoader:
     def __len__(self) -> int:
         """Batches per epoch on every rank, estimated from each dataset's tokens: the
         manifests' token counts (``shardmix convert --tokenizer``) where every shard has one,
-        else the epoch's documents, every rank's (from the record counts), times the mean
-        tokens per document read so far, known from the first batch. The rows are the tokens over
-        ``seq_len``, the ranks' union shared out as :meth:`__iter__` shares it (a mixture:
-        until its first dataset runs out, by the weights); the padding of the windows' last
-        rows is not known ahead, so the estimate may fall short by a batch (the manifests'
-        counts) or err by the documents' spread (the tokens read)."""
+        else the epoch's documents times the mean tokens per document read so far (known from
+        the first batch). The padding is not known ahead, so it may be a batch off."""
         world_size = self.sources[0].loader.options.ranks.resolve()[1]
         rows = []
         for source, weight in zip(self.sources, self.weights, strict=True):
@@ -462,8 +431,8 @@ class TokenLoader:
         return batches + (1 if rest and not self.drop_last else 0)
 
     def _manifest_tokens(self, source: _Source) -> int | None:
-        """The tokens of ``source``'s epoch, every rank's, from its shards' manifests; None
-        where a shard has no count, or records may be dropped (a transform, skipping)."""
+        """The tokens of ``source``'s epoch from its shards' manifests; None where a shard has
+        no count, or records may be dropped."""
         dataset = source.dataset
         if self.field != "tokens" or not isinstance(dataset, ShardDataset):
             return None
@@ -479,11 +448,8 @@ class TokenLoader:
         return total
 
     def state_dict(self) -> dict[str, Any]:
-        """The position between batches, the same on every rank: each dataset's MixingLoader
-        state (every rank's position) before its first window not yielded whole, the rows of it
-        the ranks yielded, and the ranks' tokens yielded this epoch; for another world size,
-        the state after its last window read and the rows not yet yielded, as references
-        (JSON types; no token). A collective under torch.distributed: call it on every rank."""
+        """The position between batches as JSON, the same on every rank (no token). A
+        collective under torch.distributed: call it on every rank."""
         if self._pending_state is not None:
             return self._pending_state
         sources = {}

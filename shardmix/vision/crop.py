@@ -1,12 +1,10 @@
 """Crops: which box of an image (torchvision's draws), and that box as a square array.
 
-:func:`random_box` is torchvision's ``RandomResizedCrop.get_params`` (ten tries at an area
-and a log-uniform aspect ratio, then the central fallback) drawn from a numpy generator, so
-that a seeded transform (``transform_rng=True``) draws the same box for a record in every run
-and after every resume. :func:`box_pixels` cuts a box out of an encoded image and resizes it
-the cheapest way that stays close to a full decode and Pillow's antialiased resize: a reduced
-DCT scale where the box is at least twice the output on both sides, then halvings and a
-bilinear resize (:func:`resized_crop`).
+:func:`random_box` is torchvision's ``RandomResizedCrop.get_params`` drawn from a numpy
+generator, so that a seeded transform draws the same box for a record in every run and resume.
+:func:`box_pixels` cuts a box out of an encoded image the cheapest way that stays close to a
+full decode and Pillow's antialiased resize: a reduced DCT scale where the box is at least
+twice the output on both sides, then halvings and a bilinear resize.
 """
 
 from __future__ import annotations
@@ -67,9 +65,7 @@ def box_pixels(sample: dict[str, Any], name: str, image: Encoded, box: Box, size
     factor = 1
     while h >= 2 * factor * size and w >= 2 * factor * size and factor < 8:
         factor *= 2
-    if factor > 1 and image.fast:
-        # The DCT scale 1/factor (1/2, 1/4, 1/8): the box stays at least size on each side,
-        # and the resize after it still shrinks (antialiased), from 1/factor² of the pixels.
+    if factor > 1 and image.fast:  # the DCT scale 1/factor: the box stays at least size
         array = decoded(
             sample,
             name,
@@ -90,11 +86,9 @@ def box_pixels(sample: dict[str, Any], name: str, image: Encoded, box: Box, size
 def resized_crop(array: np.ndarray, box: Box, size: int) -> Any:
     """``box`` of an HWC array resized to ``size`` x ``size``, antialiased where it shrinks.
 
-    Halved by 2x2 means while both sides are at least twice ``size`` (OpenCV's vectorised
-    ``INTER_AREA`` case: 0.01 ms; an ``INTER_AREA`` resize at any other factor costs 0.5-0.7
-    ms at 500x375, as much as the decode), then bilinear, whose four taps a shrink under 2x
-    leaves no pixel out of (``INTER_AREA`` where one side still shrinks 2x or more): 36-44 dB
-    PSNR against Pillow's antialiased resize on photographs.
+    Halved by 2x2 means while both sides are at least twice ``size`` (OpenCV's fast
+    ``INTER_AREA`` case), then bilinear, whose four taps a shrink under 2x leaves no pixel out
+    of: 36-44 dB PSNR against Pillow's antialiased resize on photographs.
     """
     cv2 = opencv()
     top, left, h, w = box

@@ -1,17 +1,13 @@
 """An encoded image's size from its header, then its pixels at the smallest useful scale.
 
-JPEGs go to libjpeg-turbo through simplejpeg; everything else (PNG, WebP, ..., and CMYK or
-YCCK JPEGs, whose colours libjpeg-turbo would convert otherwise than Pillow) and any JPEG that
-simplejpeg refuses goes to Pillow, counted per format in ``loader.stats().image_fallbacks``.
-Why not Pillow for all: on one core, decode + RandomResizedCrop(224) + flip runs at 338
-images per CPU-second with Pillow on ImageNet-like JPEGs (500x375) and at 922-972 with
-simplejpeg + OpenCV; 52 against 164-190 on 1600x1200 (issue 47's measures). simplejpeg, not
-PyTurboJPEG: a wheel with libjpeg-turbo inside, and ``min_height``/``min_width`` for libjpeg's
-reduced DCT scales (1/2, 1/4, 1/8 of each side decoded for a fraction of the work). Neither
-exposes libjpeg-turbo's scanline crop, so the whole image is decoded (at the reduced scale).
+JPEGs go to libjpeg-turbo through simplejpeg; everything else (and CMYK or YCCK JPEGs, and
+any JPEG simplejpeg refuses) goes to Pillow, counted per format in
+``loader.stats().image_fallbacks``. Why: decode + RandomResizedCrop(224) + flip runs at 338
+images per CPU-second with Pillow on 500x375 JPEGs, 922-972 with simplejpeg + OpenCV (issue
+47). simplejpeg, not PyTurboJPEG: a wheel with libjpeg-turbo inside, and reduced DCT scales.
 
-A decoder bomb (a few bytes declaring a huge image) is refused from the header, before any
-pixel is allocated: more than :data:`MAX_PIXELS`, Pillow's own bound for its bomb error.
+A decoder bomb is refused from the header, before any pixel is allocated: more than
+:data:`MAX_PIXELS`, Pillow's own bound for its bomb error.
 """
 
 from __future__ import annotations
@@ -70,12 +66,11 @@ class Encoded:
 
     def decode(self, min_height: int = 0, min_width: int = 0, coarse: bool = False) -> np.ndarray:
         """RGB ``uint8`` HWC pixels; with ``min_height``/``min_width``, at the smallest reduced
-        DCT scale (1/2 or less) with at least those sides, if there is one (JPEG only).
-        ``coarse``: libjpeg-turbo's fast integer DCT and chroma upsampling by replication,
-        for a resize to follow: 10% less decode, 42 dB from the accurate pixels."""
+        DCT scale with at least those sides (JPEG only). ``coarse``: libjpeg-turbo's fast DCT
+        and upsampling, for a resize to follow (10% less decode, 42 dB from the accurate)."""
         if self.fast:
             try:
-                array: np.ndarray = _module("simplejpeg").decode_jpeg(
+                return _module("simplejpeg").decode_jpeg(
                     self.data,
                     "RGB",
                     fastdct=coarse,
@@ -84,7 +79,6 @@ class Encoded:
                     min_width=min_width,
                     min_factor=2,
                 )
-                return array
             except ValueError:  # libjpeg-turbo refused it: Pillow may not
                 pass
         try:
@@ -114,7 +108,6 @@ def decode_field(sample: dict[str, Any], name: str) -> Encoded:
 
 
 def undecodable(sample: dict[str, Any], name: str, error: _Refused) -> DecodeError:
-    """The error for an image field that could not be decoded."""
     message = _message(sample, name, sample[name], _EXPECTED, error.__cause__)
     # Without the decoder's remedy (raw_fields): the transform's error names what to do.
     return DecodeError(message.rpartition("; keep it")[0], **_position(sample))
@@ -129,8 +122,7 @@ def decoded(sample: dict[str, Any], name: str, image: Encoded, **options: Any) -
 
 
 def opencv() -> Any:
-    """The ``cv2`` module, kept to one thread in this process: the DataLoader's workers are
-    the parallelism, and OpenCV's own pool would only add CPU time to each image."""
+    """The ``cv2`` module, kept to one thread: the DataLoader's workers are the parallelism."""
     cv2 = _module("cv2")
     if cv2.getNumThreads() != 1:
         cv2.setNumThreads(1)
@@ -157,6 +149,5 @@ def _imported(name: str) -> Any:
         return None
 
 
-# Imported with this module, so that DataLoader workers forked later do not import them each
-# (OpenCV's import costs a worker about half a CPU-second).
+# Imported with this module, not in each forked worker (OpenCV's import: half a CPU-second).
 _MODULES = {name: _imported(name) for name in ("cv2", "simplejpeg")}
