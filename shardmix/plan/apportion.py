@@ -1,15 +1,9 @@
 """Apportioning: how many samples each dataset of a mixture gives each batch, as arithmetic.
 
-The :class:`Apportioner` gives dataset ``i`` ``floor(w_i * batch_size)`` samples or one more,
-the extra samples going to the datasets owed the most so far, so every batch holds each
-dataset's share to within one sample and the cumulative count never drifts from ``w * samples``
-by a sample or more. :func:`mixture_batches` counts an epoch's batches from each dataset's
-samples per pass under the :class:`Stopping` rule, :func:`last_counts` sizes the last batch,
-and :func:`member_seed` gives each dataset its own shuffle seed. Pure functions of their
-arguments, doctested.
-
-Left to others: reading the datasets and cutting the batches (:mod:`shardmix.epochs.mixture`),
-checking a mixture's settings (:class:`~shardmix.loader.MixingLoader`).
+Dataset ``i`` gives each batch ``floor(w_i * batch_size)`` samples or one more
+(:class:`Apportioner`), so the cumulative count never drifts from ``w * samples`` by a sample
+or more. :func:`mixture_batches` counts an epoch's batches, :func:`last_counts` sizes the last
+one, and :func:`member_seed` gives each dataset its own shuffle seed. Pure functions, doctested.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Record counts per shard: what balanced plans are made from, and where range reads seek.
 
-Counts come, in this order, from what the user gave, from a manifest that ``shardmix convert``
-wrote beside the shards, local or remote (:mod:`shardmix.plan.manifests`; a local shard whose size
-is not the manifest's is warned about, and its count stays a claim the read checks), from the
-count cache (an entry is used only while the shard's
-version, :func:`~shardmix.sources.version.shard_version`, still matches it: a stale entry is
-counted again, never trusted), or from a counting pass that walks the shard's framing only
-(TFRecord length fields, tar headers; payloads are seeked past, not decoded). The counting
-pass also notes the byte offset of every :data:`INDEX_EVERY`-th record: a sparse index, kept
-with the count, that a range read seeks to instead of walking from byte 0.
+Counts come, in this order, from what the user gave, from a manifest beside the shards
+(:mod:`shardmix.plan.manifests`), from the count cache (an entry used only while the shard's
+version, :func:`~shardmix.sources.version.shard_version`, still matches it), or from a counting
+pass that walks the shard's framing only. The pass also notes the byte offset of every
+:data:`INDEX_EVERY`-th record: a sparse index a range read seeks to instead of walking from 0.
 
-Once per job: :meth:`RecordCounts.resolve_all` splits the shards over the ranks (shard ``i``
-of the distinct URLs is resolved by rank ``i % world_size``) and shares the results through
-the ``exchange`` its caller passes (``all_gather_object`` under torch.distributed; this module
-does not import torch), so that each shard's framing is walked by one process of the job.
-Each process keeps the counts for the life of the :class:`RecordCounts`. Every count is a claim:
-:meth:`RecordCounts.claim` says what it is and where it came from, and the read of the shard
-checks it (:mod:`shardmix.reading.claims`).
+:meth:`RecordCounts.resolve_all` splits the shards over the ranks and shares the results through
+the ``exchange`` its caller passes (this module does not import torch), so that each shard is
+walked by one process of the job. Every count is a claim the read checks
+(:mod:`shardmix.reading.claims`).
 """
 
 from __future__ import annotations

@@ -1,27 +1,17 @@
 """Kept counts: which records a filtering transform drops, learned per shard, by ``transform_id``.
 
-A transform that returns ``None`` filters: the samples it keeps are known only once read, so
-``len()`` is the unfiltered count (an upper bound) and several ranks agree on the epoch's end as
-they near it (:mod:`shardmix.batching.rankend`). When the user names the transform with
-``ShardDataset(transform_id=...)`` (a promise: the same id keeps the same records), an epoch
-read whole from its start teaches the dataset which records of each shard were dropped. From
-then on, for every shard so learned:
+A filter's kept samples are known only once read, so ``len()`` is an upper bound and several
+ranks agree on the epoch's end as they near it (:mod:`shardmix.batching.rankend`). When the
+user names the transform (``ShardDataset(transform_id=...)``, a promise: the same id keeps the
+same records), an epoch read whole teaches the dataset which records of each shard were
+dropped. From then on ``len()`` is exact and the ranks know ahead where the epoch ends. Every
+count is still a claim: an epoch that keeps another number raises a
+:class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what was learned.
 
-- ``len()`` is exact, on one rank and under several (each rank's kept total is known from the
-  plan's pieces, a split piece included: the dropped record indices are kept, not a count);
-- the ranks know ahead where the epoch ends, as without a filter: no exchange, and ranks
-  simulated in one process can filter too;
-- every count is still a claim: an epoch that keeps another number of samples than learned
-  raises a :class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what
-  was learned (the transform changed under the same name). An epoch's :class:`KeptClaim` says
-  what its end settles: the claim to check, or the counts to learn.
-
-What is learned is kept for the life of the dataset object and, when the dataset has a count
-cache file, in ``kept-counts.json`` beside it, each shard's entry used only while the shard's
-version (:func:`~shardmix.sources.version.shard_version`) and record count are unchanged.
-Under several ranks, each rank sends the records it saw dropped to the others at the epoch's
-end (one gather of integers), so every rank learns the whole epoch. This module imports no
-torch: the gather is a function its caller passes.
+What is learned is kept for the dataset's life and, with a count cache file, in
+``kept-counts.json`` beside it, each entry used only while the shard's version and count are
+unchanged. Under several ranks, each sends the records it saw dropped to the others at the
+epoch's end. This module imports no torch: the gather is a function its caller passes.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The manifests beside the shards: what each says about a shard, local or remote.
 
-``shardmix convert`` writes ``<prefix>.manifest.json`` beside its shards (the schema is in
-:mod:`shardmix.convert.manifest`). Beside local shards every ``*.manifest.json`` of the folder
-is read. Beside remote shards a folder cannot be listed, so the one name convert gives the
-manifest of shards named like them is asked for, once per folder and process
-(:func:`manifest_name_for`: ``train-000000.tar`` → ``train.manifest.json``); a folder that has
-none (404) costs that one request. What a manifest says is a claim: the size it names is
-compared with the local file's (a mismatch is warned about, naming both, and the claim stands,
-so that the read checks the count), and the count with what the read finds
-(:mod:`shardmix.reading.claims`). Left to others: using the counts (:mod:`shardmix.plan.counts`),
-checking sha256 (``shardmix stat --verify``, the cache).
+``shardmix convert`` writes ``<prefix>.manifest.json`` beside its shards. Beside local shards
+every ``*.manifest.json`` of the folder is read; beside remote ones, which cannot be listed, the
+one name convert gives them (:func:`manifest_name_for`) is asked for once per folder and
+process. What a manifest says is a claim: a local file of another size is warned about, and
+the count is checked by the read (:mod:`shardmix.reading.claims`).
 """
 
 from __future__ import annotations

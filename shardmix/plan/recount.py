@@ -1,30 +1,15 @@
 """A new epoch re-plans a shard that changed since the last one: re-counted once, counts shared.
 
-An epoch is planned from record counts (:mod:`shardmix.plan.counts`). A shard rewritten between two
-epochs with another number of records would make the next plan wrong, so at the start of each
-new epoch (never within one, never at a restore: nothing half-read crosses versions) the
-loader compares the identity each local shard had when this process last read it
-(:mod:`shardmix.sources.identity`: the chunks of the last epoch carry it) with the shard's
-``os.stat`` now. A shard found changed whose count the loader holds is counted again (one
-counting pass over that shard alone), its count and sparse index replaced (and the count
-cache written), what a named filter learned of it forgotten, and the epoch planned from the
-new counts.
+At the start of each new epoch (never within one, never at a restore) the loader compares the
+identity each local shard had when this process last read it with its ``os.stat`` now. A
+changed shard whose count the loader holds is counted again, its count replaced (and the
+count cache written), what a named filter learned of it forgotten. Remote shards are not
+checked here (a request per shard and epoch): the read checks their counts.
 
-Remote shards are not checked here: that would cost a request per shard and epoch. A remote
-shard changed between epochs is seen by the read, as within an epoch (its count checked,
-:mod:`shardmix.reading.claims`).
-
-Several ranks plan from the same counts, or all refuse:
-
-- under torch.distributed, each rank stats the shards it has read, the ranks gather which changed
-  (one gather of one int per epoch; two more only when a shard changed), each changed shard is
-  counted by one rank and the counts are shared, so every rank adopts the same counts; a count
-  that fails raises the same :class:`~shardmix.errors.ShardChangedError` on every rank;
-- ranks simulated in one process share nothing, so each stats every local shard of the
-  dataset at each epoch's start (the first one included, for the shards it never reads) and
-  counts again every changed one itself: every rank then finds the same.
-
-This module imports no torch: the gather is a function its caller passes.
+Under torch.distributed the ranks gather which shards changed, each changed shard is counted by
+one rank and the counts shared, so every rank plans alike (a failure raises the same
+:class:`~shardmix.errors.ShardChangedError` everywhere); ranks simulated in one process each
+stat every local shard instead. This module imports no torch: the gather is passed in.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """What runs in each worker: its lanes of one epoch, read into chunks for the main process.
 
 A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or through a persistent
-worker's queue: :mod:`shardmix.workers.pool`), reads the lanes it hosts in turn
-(:func:`~shardmix.reading.lanes.round_robin_chunks`) and sends them as columnar
-:class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its last
-chunk (``on_error="skip"``), the identities of the shards it opened and the bytes its sources
-fetched.
-
-Left to others: planning the epoch and starting, stopping and naming the workers
-(:mod:`shardmix.workers.dataloader`), the chunk's layout (:mod:`shardmix.reading.chunks`), reading a
-lane (:class:`~shardmix.reading.shardreads.ShardReads`).
+worker's queue: :mod:`shardmix.workers.pool`), reads the lanes it hosts in turn and sends them
+as :class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its
+last chunk, the identities of the shards it opened and the bytes its sources fetched.
 """
 
 from __future__ import annotations

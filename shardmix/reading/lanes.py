@@ -4,11 +4,7 @@ A *lane* reads a list of pieces of shards one after another (:func:`read_lane`),
 :class:`LanePosition` on when it resumes. A process reading several lanes keeps one shard open
 per lane and takes samples from the lanes in turn (:func:`round_robin`), so consecutive samples
 come from different files; a worker takes them in turns sized for the trip to the main process
-(:func:`round_robin_chunks`, a chunk per group of turns).
-
-Left to others: reading one shard's records with their provenance (:mod:`shardmix.reading.reader`),
-which lanes a worker hosts (:mod:`shardmix.plan.sharding`), turning a group of turns into a columnar
-chunk (:mod:`shardmix.reading.chunks`).
+(:func:`round_robin_chunks`).
 """
 
 from __future__ import annotations

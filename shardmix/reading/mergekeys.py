@@ -1,13 +1,8 @@
 """Merge keys: what orders the lanes' samples when the main process merges them.
 
 With the lanes' sizes known, a sample's key is its *clock*, the share of its lane read before
-it (:class:`LaneClocks`); else its *turn*, how many samples its lane gave before it, so that
-the lanes take turns. :class:`MergeKeys` works the keys out in the workers, a chunk at a time,
-where it costs the main process nothing.
-
-Left to others: the chunk that carries the keys (:mod:`shardmix.reading.chunks`), the merge that
-orders by them (:mod:`shardmix.batching.mixing`), the plan of each lane's pieces
-(:mod:`shardmix.plan.sharding`).
+it (:class:`LaneClocks`); else its *turn*, how many samples its lane gave before it.
+:class:`MergeKeys` works the keys out in the workers, where it costs the main process nothing.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Progress: ``timeout=`` as time without progress, however many samples a chunk holds.
 
-torch's DataLoader applies its ``timeout`` to one fetch, and a shardmix fetch is a whole chunk
-of up to thousands of samples: with a slow transform a healthy worker would trip it. So each
-worker counts what it reads, one shared counter per worker (:class:`Heartbeat`), bumped at
-every sample (every record block where records go to the chunks in blocks), and the main
-process, while it waits for a chunk, looks at the counter of the worker that owes it
-(:func:`watch_progress`): the wait fails only after ``timeout`` seconds in which that worker
-read nothing. A failure is the RuntimeError torch raises for a timeout, with the worker named,
-which the epoch turns into a :class:`~shardmix.errors.WorkerError`.
+torch's DataLoader applies ``timeout`` to one fetch, and a shardmix fetch is a whole chunk: with a
+slow transform a healthy worker would trip it. So each worker bumps a shared counter per sample
+read (:class:`Heartbeat`), and the main process fails a wait only after ``timeout`` seconds in
+which the worker that owes the chunk read nothing (:func:`watch_progress`), with the
+RuntimeError torch raises for a timeout, the worker named.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Reader: the samples of one shard's records, each with its provenance.
 
 Provenance (``__source__``, ``__index__``, ``__offset__``) is attached here, once, and travels
-with each sample to the batch; it is what resume and ``inspect`` are built on.
-
-``__offset__`` is the byte where the record starts in its shard (in the decompressed stream of
-a gzip shard). It rides with the sample (a column of the worker's chunk, then of the trainer's
-rows) rather than in a side table, which would have to follow every sample from the workers
-through the mixer and the shuffle buffer; the format readers know it anyway. A checkpoint
-stores it with the record index, and :func:`read_shard_at` seeks straight to it (on remote
-storage: a bounded range request per group of nearby records, several in flight). A lane
-resumes at the offset of the last record it delivered
-(:class:`~shardmix.reading.lanes.LanePosition`): one seek, or one range request, instead of walking
-the shard from its start. Shards are read through their format's
-:class:`~shardmix.formats.ShardReader`.
-
-Left to others: reading shards one after another and taking open lanes in turn
-(:mod:`shardmix.reading.lanes`), opening the bytes (:mod:`shardmix.sources`), the framing of each
-format (:mod:`shardmix.formats`).
+with each sample to the batch; it is what resume and ``inspect`` are built on. ``__offset__`` is
+the byte where the record starts (in the decompressed stream of a gzip shard): a checkpoint
+stores it, and a resume seeks straight to it (:func:`read_shard_at`; on remote storage, a
+bounded range request per group of nearby records) instead of walking the shard from its start.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """ShardPlan: which pieces of which shards each rank and lane reads in an epoch.
 
-It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data: the shard order,
-the pieces per rank, dealt to lanes by size), the record counts it is made from, and the
-totals a rank reads or keeps. Reading the pieces is
-:class:`~shardmix.reading.shardreads.ShardReads`'s (which holds the plan); checking the user's
-arguments is :class:`~shardmix.dataset.ShardDataset`'s (which holds both, as ``plan`` and
-``reads``).
+It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data), the record
+counts it is made from, and the totals a rank reads or keeps. Reading the pieces is
+:class:`~shardmix.reading.shardreads.ShardReads`'s.
 """
 
 from __future__ import annotations

@@ -1,31 +1,21 @@
 """The transform contract: decoding, the user's transform, filtering, seeded augmentation.
 
-A dataset's samples pass through here in the process that reads them (a DataLoader worker,
-or the main process with no workers), one record at a time:
+A dataset's samples pass through here in the process that reads them, one record at a time:
+**decode** (optional, :mod:`shardmix.reading.decode`), then the user's **transform**, which
+*filters* a sample out by returning ``None``. With ``transform_rng=True`` it is called as
+``transform(sample, rng)`` with a generator seeded from ``(seed, epoch, pass, shard, record)``
+(:func:`record_rng`), so random augmentation keeps resume exact. A failure is wrapped in
+:class:`~shardmix.errors.TransformError` naming the shard, record, offset and key; under
+``on_error="skip"`` it is counted like damage.
 
-- **decode** (optional) turns a record's fields into values (:mod:`shardmix.reading.decode`);
-- **transform** (optional) is the user's function. Returning ``None`` *filters* the sample
-  out. With ``transform_rng=True`` it is called as ``transform(sample, rng)`` with a
-  ``numpy.random.Generator`` seeded from ``(dataset seed, epoch, pass, shard index, record
-  index)``: the same record gets the same draws in every run and in every re-read after a
-  resume, so random augmentation keeps resume exact.
-- A decode or transform that raises is wrapped in :class:`~shardmix.errors.TransformError`
-  naming the shard, record, byte offset and key, chained to the original. Under
-  ``on_error="skip"`` it is reported to the error policy's ledger and counted like damage.
-- What it returns must be what torch's ``default_collate`` takes at the top: a dict of fields,
-  a tuple or list of values, or one tensor, numpy array, number, str or bytes, the same kind
-  for every sample. Anything else is refused at once with a ``TransformError`` (never skipped).
-  A sample that is not a dict travels as one all the same, its provenance beside it: a tuple's
-  values under :data:`TUPLE` and their position, a list's under :data:`LIST`, a single value
-  under :data:`VALUE` (:func:`as_sample`); :func:`as_returned` gives it back as returned, and
-  the default collate makes its batch (:func:`~shardmix.batching.collate.restructured`).
+What the transform returns must be what ``default_collate`` takes at the top (a dict, a tuple
+or list, or one tensor, array, number, str or bytes), the same kind for every sample; anything
+else is refused at once. A sample that is not a dict travels as one all the same, beside its
+provenance (:func:`as_sample`, undone by :func:`as_returned`).
 
-A record that is filtered out or skipped does not vanish: it leaves a *tombstone*, a small
-dict holding only its provenance and :data:`DROPPED_KEY` (``"filtered"`` or ``"skipped"``). The
-tombstone travels to the main process like a sample, where the mixer counts it and moves its
-lane's position past it, and is never batched. That is what keeps the filter count exact and
-makes a resumed lane start after the records it already dropped instead of dropping them
-twice. Direct iteration drops tombstones at once (:func:`without_tombstones`).
+A record filtered out or skipped leaves a *tombstone*: its provenance and :data:`DROPPED_KEY`.
+It travels to the main process like a sample, which counts it and moves its lane past it, and
+is never batched: that keeps the filter count exact and a resumed lane from dropping it twice.
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
 """Arena: a worker's chunks reach the main process through shared memory, not the pipe.
 
-Nearly all of a chunk's bytes are numpy arrays (its items, and its columns of numbers, bytes
-or strings). Through the DataLoader's pipe, each of those bytes is pickled by the worker's
-queue thread, written in 64 KiB pieces, read back into a growing buffer and unpickled: on
-records of 256 B that took about 0.6 us of the main process's CPU per sample, a quarter of its
-cost, and as much again in the worker.
-
-So each worker owns a ring of shared memory, made by the main process before the workers
-start: an anonymous memory file (``memfd``) that the main process maps, fork workers inherit and
-spawn workers map by its descriptor. A page takes memory once written; torch's shared memory
-would allocate every page first, 0.3 ms a MiB (10 ms of two workers' rings before the first
-batch), and stays the fallback where there is no ``memfd``. The worker copies a
-chunk's arrays into its ring and sends, through the pipe, only where they lie and the rest of
-the chunk (lists of objects, the lanes that ended, what was skipped). Unpickling that in the
-main process copies the items out and leaves the columns in the ring, which the main process's
-store copies once into its rows (a copy at unpickling as well cost a chunk of 4 KiB records 8
-MB more); then the chunk is :meth:`~shardmix.reading.chunks.Chunk.stored` and marks the ring
-free up to its end. A worker's chunks are stored in the order it sent them, so one counter per
-worker says how much of its ring is free. A chunk that does not fit in the free part of the
-ring (one larger than the ring, or the main process behind) goes through the pipe as before:
-nothing ever waits for room.
-
-Rings take :data:`RING_BYTES` (32 MiB) per worker; torch's, only when ``/dev/shm`` has twice
-that free for all workers (a container's default 64 MiB does not hold two workers' rings:
-``memfd``, which is not in ``/dev/shm``, is the way there), else every chunk goes through the
-pipe.
+Nearly all of a chunk's bytes are numpy arrays. Through the DataLoader's pipe each byte is
+pickled, written in 64 KiB pieces and read back: on 256 B records about 0.6 us of the main
+process's CPU per sample, a quarter of its cost. So each worker owns a ring of shared memory
+made by the main process before the workers start: an anonymous ``memfd`` (a page takes memory
+only once written; torch's shared memory, the fallback, allocates every page first, 0.3 ms a
+MiB). The worker copies a chunk's arrays into its ring and sends only where they lie through
+the pipe; the main process's store copies the columns out once, and then the chunk is
+:meth:`~shardmix.reading.chunks.Chunk.stored`, which frees the ring up to its end. Chunks are
+stored in the order sent, so one counter per worker says how much of its ring is free. A chunk
+that does not fit goes through the pipe: nothing ever waits for room.
 """
 
 from __future__ import annotations

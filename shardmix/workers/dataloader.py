@@ -1,13 +1,9 @@
 """Workers: an epoch's reading planned, started, stopped, and named when a worker dies.
 
-:func:`start_workers` checks a plan against the process's limits (open files, connections, the
-cache's size), tells a bounded cache what the epoch will read, and starts the reading: in this
-process, in torch's DataLoader workers, or through a :class:`~shardmix.workers.pool.WorkerPool`'s
-persistent ones. It is the one place that touches torch's DataLoader, so the rest of the loader
-never does. :func:`failure_message` says which worker ended, how, and what it hosted.
-
-Left to others: what runs in each worker, its lanes read into chunks
-(:mod:`shardmix.reading.lanechunks`); the persistent workers (:mod:`shardmix.workers.pool`).
+:func:`start_workers` checks a plan against the process's limits (open files, connections),
+tells a bounded cache what the epoch will read, and starts the reading: in this process, in
+torch's DataLoader workers, or through a :class:`~shardmix.workers.pool.WorkerPool`'s
+persistent ones. :func:`failure_message` says which worker ended, how, and what it hosted.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """One epoch's workers as the trainer process sees them: started, watched, named, stopped.
 
-:class:`EpochWorkers` starts the workers of an epoch
-(:func:`~shardmix.workers.dataloader.start_workers`), checks each chunk they send against the shard
-identities seen before (a shard rewritten while the epoch reads it is refused:
-:mod:`shardmix.sources.identity`), names a worker that died (which one, its lanes and shards) and
-stops them. The identities are part of the epoch's state: ``"shards"``, the ``[shard, size,
-validator]`` of every shard the state references (:func:`~shardmix.state.codec.pack_identities`),
-which a restore holds the shards to.
-
-Left to others: what a worker reads (:mod:`shardmix.workers.dataloader`,
-:mod:`shardmix.reading.lanechunks`), the merge of what they send (:mod:`shardmix.batching.mixing`),
-the epoch (:mod:`shardmix.batching.epoch`).
+:class:`EpochWorkers` starts the workers of an epoch, checks each chunk they send against the
+shard identities seen before (a shard rewritten while the epoch reads it is refused), names a
+worker that died and stops them. The identities are the epoch state's ``"shards"`` entry
+(:func:`~shardmix.state.codec.pack_identities`), which a restore holds the shards to.
 """
 
 from __future__ import annotations

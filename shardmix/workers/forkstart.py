@@ -1,26 +1,15 @@
 """Fork starts: a DataLoader worker that hangs at its fork is forked again, never waited on.
 
-CPython 3.11 re-initialises a forked child's thread states under the runtime's lock on its list
-of them (``HEAD_LOCK``) before the child runs any Python, and that lock may be held at the
-moment of the fork by another thread of the parent: a C++ thread that takes the interpreter
-lock for the first time (torch.distributed's gloo threads, for one) creates its thread state
-under it, without the interpreter lock that ``os.fork`` holds. The child then waits on that
-lock forever, and torch's DataLoader waits on the child as on any live worker: the epoch hangs
-without a word. Measured here: three stuck workers in 20,000-27,000 forks of a 2-rank gloo job
-with fresh workers each epoch, stuck in ``PyOS_AfterFork_Child`` ->
-``_PyThreadState_DeleteExcept`` (gdb on the worker).
+A forked child re-initialises its thread states under the runtime's lock on their list, which
+another thread of the parent may hold at the fork (a C++ thread taking the interpreter lock for
+the first time, such as torch.distributed's gloo threads): the child then waits forever, and so
+does the epoch. Measured: three stuck workers in 20,000-27,000 forks of a 2-rank gloo job.
 
-So every worker marks, first thing in :class:`~shardmix.workers.lifeline.WorkerInit`, that it runs
-(:class:`StartFlags`: a shared byte per worker), and after ``fork`` starts the workers, the main
-process waits for every mark (:func:`start_forked`), milliseconds for a healthy worker. A live
-worker unmarked after :data:`START_SECONDS` is stuck at its fork: the workers are stopped and
-started again, before any of their chunks reached the epoch (so nothing is read twice), with a
-:class:`~shardmix.errors.WorkerRestartWarning`; after :data:`START_ATTEMPTS` such starts, a
-:class:`~shardmix.errors.WorkerError`. Workers started by ``spawn`` or ``forkserver`` fork from a
-process of one thread and are not waited on.
-
-Left to others: starting and stopping the workers (:mod:`shardmix.workers.dataloader`,
-:mod:`shardmix.workers.pool`), a worker that stops reading later (:mod:`shardmix.reading.progress`).
+So every worker marks that it runs first thing (:class:`StartFlags`), and after a ``fork`` start
+the main process waits for every mark (:func:`start_forked`). A live worker unmarked after
+:data:`START_SECONDS` is stuck: the workers are started again before any chunk reached the
+epoch, with a :class:`~shardmix.errors.WorkerRestartWarning`; after :data:`START_ATTEMPTS`, a
+:class:`~shardmix.errors.WorkerError`.
 """
 
 from __future__ import annotations

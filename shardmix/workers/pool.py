@@ -1,16 +1,10 @@
 """Persistent workers: DataLoader worker processes that serve every epoch of a MixingLoader.
 
-torch's DataLoader with ``persistent_workers=True`` keeps its workers and calls ``iter()`` on
-each worker's copy of the dataset again at every ``iter()`` of the DataLoader; an
-IterableDataset has no other way to learn what the new epoch is. So the pool gives each
-worker its own queue, created before the workers start, and puts the epoch's
-:class:`~shardmix.reading.lanechunks.EpochPlan` (epoch, lane pieces, start positions, shares) into
-every queue just before ``iter()``: each worker takes exactly one plan per ``iter()``.
-
-Every chunk travels tagged with its plan's ``generation``; the main process drops chunks of
-an earlier generation, so an epoch left early (a ``break``) never leaks into the next (torch
-also drains them when it resets its workers). A worker failure, or :meth:`WorkerPool.close`,
-stops the processes; the next epoch starts new ones.
+torch calls ``iter()`` on each persistent worker's copy of the dataset at every epoch, which
+leaves an IterableDataset no way to learn the epoch. So each worker gets its own queue, and
+the pool puts the epoch's :class:`~shardmix.reading.lanechunks.EpochPlan` into every queue just
+before ``iter()``. Chunks travel tagged with their plan's ``generation``; the main process
+drops those of an earlier one, so an epoch left early never leaks into the next.
 """
 
 from __future__ import annotations
