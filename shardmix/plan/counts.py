@@ -14,6 +14,7 @@ walked by one process of the job. Every count is a claim the read checks
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -24,25 +25,18 @@ from typing import Any
 
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, RecordPosition, is_gzipped, reader_for
-from shardmix.plan.manifests import (  # noqa: F401 (manifest_counts, manifest_shards: re-exported)
-    MANIFEST_VERSION,
-    Manifests,
-    manifest_counts,
-    manifest_shards,
-)
+from shardmix.plan.manifests import Manifests, manifest_shards  # noqa: F401 (re-exported)
 from shardmix.policy import Damage, DamageHandler
 from shardmix.sources import SourceOptions, is_local, open_shard
 from shardmix.sources.version import shard_version
 
 CACHE_VERSION = 1
 COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
-# The counting pass notes the byte offset of every 16th record: where a piece (a multiple of it:
-# plan.sharding.DEFAULT_PIECE_RECORDS) begins and ends, so that its read neither walks to it
-# nor past it.
+# The counting pass notes every 16th record's offset: where a piece (a multiple of it) begins
+# and ends, so that its read neither walks to it nor past it.
 INDEX_EVERY = 16
 
-# Shares each process's results with every process of the job: one entry per process, in rank
-# order (``torch.distributed.all_gather_object``).
+# Every process's results, in rank order (``torch.distributed.all_gather_object``).
 Exchange = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 log = logging.getLogger(__name__)
@@ -107,11 +101,8 @@ def index_records(
     every: int = INDEX_EVERY,
     on_damage: DamageHandler | None = None,
 ) -> ShardCount:
-    """One shard's count and sparse offset index, by walking its framing once.
-
-    With ``on_damage`` (``on_error="skip"``), a shard whose framing is lost is reported to it
-    and counted up to the damage: the records a read can reach.
-    """
+    """One shard's count and sparse offset index, by walking its framing once; with
+    ``on_damage``, a shard whose framing is lost is reported to it and counted up to the damage."""
     cut: list[int] = []
 
     def report(damage: Damage) -> None:
@@ -133,9 +124,8 @@ class RecordCounts:
     """Record counts of a fixed shard list, found on first use and then kept.
 
     ``cache_path``: a JSON file where counted shards are kept for later jobs (None: none).
-    ``on_damage``: under ``on_error="skip"``, the counting pass reports a shard whose framing
-    is lost to it (a :class:`~shardmix.policy.SkipLedger`) and counts the records before the
-    damage; such a shard is counted again by each job, never cached.
+    ``on_damage``: the counting pass reports a shard whose framing is lost to it and counts the
+    records before the damage; such a shard is never cached.
     """
 
     def __init__(
@@ -178,7 +168,7 @@ class RecordCounts:
 
     def claim(self, url: str) -> tuple[int, str] | None:
         """``(records, where the count comes from)`` for ``url`` when this process knows its
-        count without a request (given, resolved, or in a manifest already read), else None."""
+        count without a request, else None."""
         found = self._counts.get(url)
         if found is not None:
             return found.records, self._sources.get(url, "the plan")
@@ -188,35 +178,26 @@ class RecordCounts:
         return entry.records, f"the manifest {entry.manifest}"
 
     def holds(self, url: str) -> bool:
-        """Whether this process holds a count of ``url`` (given, resolved, or in a manifest
-        already read): one a change of the shard makes stale."""
+        """Whether this process holds a count of ``url`` (one a change of the shard makes stale)."""
         return self.claim(url) is not None
 
     def recount(self, url: str) -> ShardCount:
-        """Count ``url`` again by walking its framing (a shard changed since it was counted),
-        the count cache written; :meth:`adopt` makes it the count."""
-        version = None
-        if self._cache_path is not None:
-            version = shard_version(url, self.source_options)
-        entry = self._index(url)
-        if url in self.damaged:
-            version = None
-        found = ShardCount(entry.records, entry.index, entry.every, version)
+        """Count ``url`` again (it changed), the count cache written; :meth:`adopt` makes it
+        the count."""
+        found = self._counted(url, self._version(url))
         self._save({url: found})
         return found
 
     def adopt(self, found: Mapping[str, ShardCount], source: str) -> None:
-        """Make the counts of ``found`` (:meth:`recount`'s, here or on another rank) the
-        counts of their shards, over any given, manifest or cached count; ``source`` names
-        where they come from in a claim's error."""
+        """Make the counts of ``found`` (:meth:`recount`'s, here or on another rank) the counts
+        of their shards over any other; ``source`` names where they come from."""
         for url, entry in found.items():
             self._counts[url] = entry
             self._sources[url] = source
             self._recounted[url] = entry, source
 
     def recounts(self) -> dict[str, tuple[ShardCount, str]]:
-        """The counts made again so far, with their sources: what a copy of this dataset made
-        before them (a persistent worker's) must :meth:`adopt` too."""
+        """The counts made again so far, with their sources (for older copies to adopt)."""
         return dict(self._recounted)
 
     def of(self, url: str) -> int:
@@ -230,9 +211,8 @@ class RecordCounts:
 
     def seek_from(self, url: str, start: int) -> RecordPosition | None:
         """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known.
-        A local, uncompressed shard whose count came without an index (a manifest, or given)
-        is indexed here by one walk of its framing, once per process: pieces of it are then
-        entered by a seek each, not by a walk from its start each."""
+        A local, uncompressed shard counted without an index is indexed here, once per process,
+        so that its pieces are entered by a seek each, not a walk from its start each."""
         found = self._counts.get(url)
         if found is not None and found.index:
             return found.seek_from(start)
@@ -255,11 +235,8 @@ class RecordCounts:
     def resolve_all(
         self, *, rank: int = 0, world_size: int = 1, exchange: Exchange | None = None
     ) -> list[int]:
-        """Every shard's count, in URL order; with ``exchange``, each found by one rank.
-
-        With ``exchange``, every process of the job must call this at the same point (it is a
-        collective), once: later calls answer from what was shared.
-        """
+        """Every shard's count, in URL order; with ``exchange`` (a collective, the first time),
+        each found by one rank."""
         if exchange is not None and not self._shared:
             distinct = list(dict.fromkeys(self._urls))
             mine = [url for url in distinct[rank::world_size] if url not in self._counts]
@@ -282,23 +259,23 @@ class RecordCounts:
                 resolved[url] = ShardCount(listed.records)
                 self._sources[url] = f"the manifest {listed.manifest}"
                 continue
-            version = None
-            if self._cache_path is not None:
-                version = shard_version(url, self.source_options)
-                cached = self._cache().get(url)
-                if version is not None and cached is not None and cached.version == version:
-                    resolved[url] = cached
-                    self._sources[url] = f"the count cache {self._cache_path}"
-                    continue
-            entry = self._index(url)
-            if url in self.damaged:
-                version = None  # counted again next time, so the damage is reported again
-            resolved[url] = ShardCount(entry.records, entry.index, entry.every, version)
+            version = self._version(url)
+            cached = self._cache().get(url) if version is not None else None
+            if cached is not None and cached.version == version:
+                resolved[url] = cached
+                self._sources[url] = f"the count cache {self._cache_path}"
+                continue
+            resolved[url] = self._counted(url, version)
             self._sources[url] = "the counting pass"
         return resolved
 
-    def _index(self, url: str) -> ShardCount:
-        """Count ``url`` by walking its framing, damage reported to ``on_damage`` if given."""
+    def _version(self, url: str) -> str | None:
+        """The version a count of ``url`` is cached at (None: no cache)."""
+        return None if self._cache_path is None else shard_version(url, self.source_options)
+
+    def _counted(self, url: str, version: str | None) -> ShardCount:
+        """Count ``url`` by walking its framing, at ``version``: none where damage was found,
+        so that it is counted, and the damage reported, again."""
         on_damage = self._on_damage
         handler = None
         if on_damage is not None:
@@ -308,7 +285,8 @@ class RecordCounts:
                 on_damage(damage)
 
         options, source_options = self._options, self.source_options
-        return index_records(url, self._formats[url], options, source_options, on_damage=handler)
+        found = index_records(url, self._formats[url], options, source_options, on_damage=handler)
+        return dataclasses.replace(found, version=None if url in self.damaged else version)
 
     def _cache(self) -> dict[str, ShardCount]:
         if self._cached is None:
@@ -368,9 +346,8 @@ def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str
 
 def write_json_file(path: str, document: Any, what: str) -> None:
     """Write ``document`` to ``path`` under a temporary name and rename it, so that the
-    processes of a job, which may all write the same file, never leave a half-written one.
-    A file that cannot be written (a read-only folder) is logged and left out: a cache
-    missed is slower, never wrong."""
+    processes of a job never leave a half-written one. A failure is logged: a cache missed
+    is slower, never wrong."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)

@@ -34,8 +34,7 @@ from shardmix.sources.version import shard_version
 KEPT_VERSION = 1
 KEPT_CACHE_NAME = "kept-counts.json"  # beside the count cache file
 
-# ``exchange(values)``: every rank's list of ints, of equal lengths on every rank
-# (:func:`~shardmix.world.end_exchange`).
+# Every rank's list of ints, of equal lengths (:func:`~shardmix.world.end_exchange`).
 Exchange = Callable[[list[int]], list[list[int]]]
 
 log = logging.getLogger(__name__)
@@ -69,15 +68,8 @@ class ShardKept:
 
 
 class KeptCounts:
-    """The kept counts one dataset learned for its ``transform_id``.
-
-    Args:
-        transform_id: the user's name for the transform.
-        urls: the dataset's shard list (entries are keyed by URL).
-        cache_path: ``kept-counts.json``, read at first use and written as shards are learned
-            (None: kept in memory only).
-        source_options: how a cached entry's shard version is looked up.
-    """
+    """The kept counts one dataset learned for its ``transform_id``, by URL; ``cache_path``
+    (``kept-counts.json``, None: none) is read at first use and written as shards are learned."""
 
     def __init__(
         self,
@@ -127,18 +119,10 @@ class KeptCounts:
 
     def forget(self) -> None:
         """Discard everything learned, here and in the cache file (a count proved wrong)."""
-        forgotten = set(self._shards) | set(self._urls)
-        self._shards = {}
-        if self._cache_path is not None:
-            document = _read(self._cache_path)
-            entries = document.get(self.transform_id, {})
-            for url in forgotten:
-                entries.pop(url, None)
-            _write(self._cache_path, document)
+        self.forget_urls(set(self._shards) | set(self._urls))
 
     def forget_urls(self, urls: Iterable[str]) -> None:
-        """Discard what was learned of the shards ``urls`` (they changed), here and in the
-        cache file."""
+        """Discard what was learned of the shards ``urls``, here and in the cache file."""
         gone = set(urls)
         for url in gone:
             self._shards.pop(url, None)
@@ -187,7 +171,7 @@ def agreed_totals(
     totals: list[int] | None, exchange: Exchange | None, world_size: int
 ) -> list[int] | None:
     """``totals`` where every rank has the same (one gather under ``exchange``), else None:
-    the ranks use learned kept counts all together, or none of them does."""
+    the ranks use learned kept counts all together, or none does."""
     if exchange is None:
         return totals
     mine = [0] * (1 + world_size) if totals is None else [1, *totals]
@@ -211,9 +195,8 @@ def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int
 
 
 class KeptClaim:
-    """What an epoch does with learned kept counts at its end: check the number of samples
-    this rank claimed from them ahead (``claim``), or learn them from the epoch (``learn``:
-    True, or the ranks' gather); neither where there is nothing to settle."""
+    """What an epoch does with learned kept counts at its end: check the samples this rank
+    claimed from them (``claim``), or learn them (``learn``: True, or the ranks' gather)."""
 
     def __init__(
         self,
@@ -247,8 +230,7 @@ class KeptClaim:
         valid: bool,
     ) -> None:
         """At the epoch's last batch: check the claim against ``found()`` (this rank's kept
-        samples, yielded or not), or learn from the epoch (:func:`learn_epoch`; ``counts()``
-        is asked under the ranks' gather only)."""
+        samples), or learn from the epoch (``counts()`` asked under the ranks' gather only)."""
         kept = self._kept
         assert kept is not None
         claim, self.claim, learn, self.learn = self.claim, None, self.learn, False
@@ -270,10 +252,9 @@ def learn_epoch(
     exchange: Exchange | None,
     valid: bool,
 ) -> None:
-    """Learn from an epoch read whole from its start on every rank: ``filtered`` holds this
-    rank's filtered ``(shard, record)`` rows, ``seen`` the records that arrived per shard.
-    ``counts``: every shard's count (known under several ranks); None on one rank, where
-    ``seen`` is the count. Under ``exchange`` every rank calls this at the same step."""
+    """Learn from an epoch read whole on every rank: ``filtered`` holds this rank's filtered
+    ``(shard, record)`` rows, ``seen`` the records that arrived per shard (the counts on one
+    rank; ``counts`` under several). Under ``exchange`` every rank calls this at once."""
     mine = np.concatenate(filtered) if filtered else np.empty((0, 2), dtype=np.int64)
     pairs: list[tuple[int, int]] | None = [(int(a), int(b)) for a, b in mine.tolist()]
     if exchange is not None:
@@ -286,20 +267,22 @@ def learn_epoch(
 def gather_dropped(
     exchange: Exchange, mine: Sequence[tuple[int, int]], valid: bool
 ) -> list[tuple[int, int]] | None:
-    """Every rank's dropped ``(shard, record)`` pairs, or None unless every rank's are
-    ``valid`` (two gathers, the same on every rank: the lengths, then the padded pairs)."""
-    flat = [value for pair in mine for value in pair]
-    sizes = exchange([len(flat), int(valid)])
-    if not all(ok for _, ok in sizes):
+    """Every rank's dropped ``(shard, record)`` pairs, or None unless every rank's are ``valid``."""
+    parts = gather_ints(exchange, [int(valid), *(value for pair in mine for value in pair)])
+    if not all(part[0] for part in parts):
         return None
-    longest = max(size for size, _ in sizes)
+    return [pair for part in parts for pair in zip(part[1::2], part[2::2], strict=True)]
+
+
+def gather_ints(exchange: Exchange, mine: Sequence[int]) -> list[list[int]]:
+    """Every rank's list of ints, of any lengths: one gather of the lengths, and one of the
+    padded lists unless every list is empty."""
+    lengths = [part[0] for part in exchange([len(mine)])]
+    longest = max(lengths)
     if longest == 0:
-        return []
-    gathered = exchange(flat + [-1] * (longest - len(flat)))
-    pairs: list[tuple[int, int]] = []
-    for (size, _), values in zip(sizes, gathered, strict=True):
-        pairs.extend(zip(values[0:size:2], values[1:size:2], strict=True))
-    return pairs
+        return [[] for _ in lengths]
+    gathered = exchange(list(mine) + [0] * (longest - len(mine)))
+    return [part[:length] for part, length in zip(gathered, lengths, strict=True)]
 
 
 def kept_cache_path(counts_cache: str | None) -> str | None:

@@ -212,8 +212,3 @@ def warn_missing_listed(urls: str | Sequence[str]) -> None:
             ),
             stacklevel=3,
         )
-
-
-def manifest_counts(folder: str) -> dict[str, tuple[int, int]]:
-    """``{shard name: (records, bytes)}`` from the manifests in ``folder`` (none: empty)."""
-    return {name: (e.records, e.bytes) for name, e in local_entries(folder).items()}

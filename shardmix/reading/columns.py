@@ -21,6 +21,7 @@ import torch
 from numpy.char import str_len
 
 from shardmix.formats import SIZE_KEY, Sample
+from shardmix.reading.reader import value_bytes
 
 
 class Kind(Enum):
@@ -99,14 +100,8 @@ def sizes_of(columns: dict[str, Column], count: int) -> np.ndarray:
         elif column.kind in (ARRAYS, TENSORS):
             sizes += values.itemsize * int(np.prod(values.shape[1:]))
         elif column.kind == OBJECTS:
-            sizes += np.fromiter(map(_value_bytes, values), dtype=np.int64, count=count)
+            sizes += np.fromiter(map(value_bytes, values), dtype=np.int64, count=count)
     return sizes
-
-
-def _value_bytes(value: Any) -> int:
-    if isinstance(value, (bytes, bytearray, str)):
-        return len(value)
-    return int(getattr(value, "nbytes", 0) or 0)
 
 
 def columns_of(samples: list[Sample], skip: tuple[str, ...] = ()) -> dict[str, Column]:

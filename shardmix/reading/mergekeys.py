@@ -15,15 +15,12 @@ import numpy as np
 
 
 class LaneClocks:
-    """How far through its lane a sample is, from the sizes of the lane's pieces.
+    """How far through its lane a sample is, from 0 to 1, from the sizes of the lane's pieces.
 
     ``lane_pieces[lane]`` is the lane's pieces as ``(shard index, start, stop)`` and
-    ``weights[lane][slot]`` the size of its piece ``slot``, in records (``unit="records"``: a
-    sample is placed by its record index) or bytes (``"bytes"``, whole shards only: by its
-    byte offset). A sample's clock is the share of its lane read before it, from 0 to 1.
-    Taking the sample with the lowest clock next makes every lane progress at the same
-    relative pace, so all lanes end together and the last batches of an epoch mix as many
-    files as the first.
+    ``weights[lane][slot]`` the size of piece ``slot`` in records (``unit="records"``) or bytes
+    (``"bytes"``, whole shards only: a sample is placed by its byte offset). Taking the lowest
+    clock next makes all lanes end together, so the last batches mix as many files as the first.
     """
 
     def __init__(
@@ -39,10 +36,7 @@ class LaneClocks:
         self.starts: list[list[float]] = []
         self.totals: list[float] = []
         for lane_weights in weights:
-            starts, total = [], 0.0
-            for weight in lane_weights:
-                starts.append(total)
-                total += weight
+            *starts, total = itertools.accumulate(lane_weights, initial=0.0)
             self.starts.append(starts)
             self.totals.append(total)
 

@@ -52,21 +52,17 @@ class ShardPlan:
         self.shuffle_shards = shuffle_shards
         self.num_lanes = num_lanes
         self.piece_records = piece_records
-        # What this process's epochs read of each shard, which the next epoch's start checks.
-        self.read_versions = ReadVersions()
+        self.read_versions = ReadVersions()  # what this process's epochs read of each shard
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
-        # The shards' sizes as the mixer weighs lanes: found once, on first use (see below).
+        # The shards' sizes as the mixer weighs lanes: found once, on first use.
         self._weights: tuple[str, dict[str, float]] | None = None
         self._weights_found = False
         self._counts: list[int] | None = None  # every shard's count, once found
         self._spreads: bool | None = None  # whether one rank's plan cuts shards (spread_counts)
 
     def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
-        """The number of lanes: ``num_lanes`` when given, else from the batch size.
-
-        See :func:`~shardmix.plan.sharding.default_num_lanes`; without a batch size (direct
-        iteration, a plain DataLoader) the default is 32.
-        """
+        """The number of lanes: ``num_lanes`` when given, else from the batch size
+        (:func:`~shardmix.plan.sharding.default_num_lanes`; without one, 32)."""
         if self.num_lanes is not None:
             return self.num_lanes
         if batch_size is None:
@@ -75,13 +71,9 @@ class ShardPlan:
         return default_num_lanes(batch_size=batch_size, shards_per_rank=shards_per_rank)
 
     def rank_pieces(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[list[Piece]]:
-        """Each rank's pieces in ``epoch``: the epoch's plan (:mod:`shardmix.plan.sharding`).
-
-        One rank reads every shard whole, in the epoch's order. Several ranks get a balanced
-        plan, made from every shard's record count (:meth:`shard_counts`). With
-        ``piece_records`` and the counts (:meth:`spread_counts`), each rank's pieces are then
-        cut and spread over the epoch (:func:`~shardmix.plan.sharding.spread_pieces`).
-        """
+        """Each rank's pieces in ``epoch``: one rank reads every shard whole, in the epoch's
+        order; several get a plan balanced by record counts. With :meth:`spread_counts`, each
+        rank's pieces are then cut and spread over the epoch."""
         key = (epoch, world_size, epoch_pass)
         if self._plan is not None and self._plan[0] == key:
             return self._plan[1]
@@ -105,13 +97,10 @@ class ShardPlan:
     def spread_counts(self, world_size: int) -> list[int] | None:
         """Every shard's count when the plan cuts shards into pieces, else None (whole shards).
 
-        Pieces are made from counts (given, a manifest, the count cache, the counting pass, or
-        the plan's under several ranks) when every shard is a local, uncompressed file: one
-        whose middle is reached by a seek (a shard counted without an index, from a manifest,
-        is indexed by one walk of its framing in the process that first enters it mid-way).
-        Else (a remote or gzip shard, whose middle costs a read of its start, or a request per
-        piece) every shard is read whole. A function of the shard list alone, so every rank
-        and process plans alike.
+        Shards are cut (with ``piece_records``) only when every one is a local, uncompressed
+        file, whose middle is reached by a seek; a remote or gzip shard's middle costs a read
+        of its start, or a request per piece. A function of the shard list alone, so every
+        rank and process plans alike.
         """
         if self.piece_records is None or not self._spreadable():
             return None
@@ -125,9 +114,8 @@ class ShardPlan:
     def recount_changed(
         self, epoch: int, rank: int, world_size: int, exchange: Exchange | None
     ) -> list[int]:
-        """At the start of a new epoch (not a restore): count again each shard that changed
-        since this process last read it, so that the epoch is planned from its new count
-        (:mod:`shardmix.plan.recount`); the indices of the shards found changed. A collective under
+        """At a new epoch's start: count again each shard changed since this process read it
+        (:mod:`shardmix.plan.recount`); the indices of those changed. A collective under
         ``exchange``."""
         changed = recount_changed(
             self.urls,
@@ -145,29 +133,23 @@ class ShardPlan:
         return changed
 
     def shard_counts(self, world_size: int = 1) -> list[int]:
-        """Every shard's record count, in URL order, found once per job.
-
-        Under torch.distributed with ``world_size`` ranks, called in the main process of
-        every rank at the same point (the first epoch, or ``len()``), each shard is counted
-        by one rank and the counts are shared; elsewhere this process counts what no
-        manifest or count cache has.
-        """
+        """Every shard's record count, in URL order, found once per job: under
+        torch.distributed, a collective (each shard counted by one rank, the counts shared)."""
         if self._counts is not None:
             return self._counts
         shared = count_exchange(world_size)
         if shared is None:
-            counts = self.record_counts.resolve_all()
+            self._counts = self.record_counts.resolve_all()
         else:
             rank, exchange = shared
-            counts = self.record_counts.resolve_all(
+            self._counts = self.record_counts.resolve_all(
                 rank=rank, world_size=world_size, exchange=exchange
             )
-        self._counts = counts  # kept: a plan asks for them once per lane
-        return counts
+        return self._counts
 
     def known_count(self, shard_index: int) -> int | None:
-        """Shard ``shard_index``'s record count if this process holds it (given, in a manifest
-        read already, or counted), else None: nothing is read for it."""
+        """Shard ``shard_index``'s record count if this process holds it, else None (nothing
+        is read for it)."""
         claimed = self.record_counts.claim(self.urls[shard_index])
         return None if claimed is None else claimed[0]
 
@@ -180,11 +162,9 @@ class ShardPlan:
         num_lanes: int | None = None,
         epoch_pass: int = 0,
     ) -> list[list[Piece]]:
-        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order.
-
-        With sizes known (:meth:`piece_weights`), pieces are dealt so that lanes hold about
-        the same size; else like cards.
-        """
+        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order: dealt so that
+        lanes hold about the same size where sizes are known (:meth:`piece_weights`), else
+        like cards."""
         pieces = self.rank_pieces(epoch, world_size, epoch_pass)[rank]
         lanes = num_lanes or self.lanes_for(None, world_size)
         weights = self.piece_weights(pieces, world_size)
@@ -202,15 +182,10 @@ class ShardPlan:
     def piece_weights(
         self, pieces: Sequence[Piece], world_size: int
     ) -> tuple[str, list[float]] | None:
-        """``(unit, size of each piece)`` when the sizes are known, else None.
-
-        Records under several ranks or when shards are cut into pieces (the plan counted every
-        shard: :meth:`spread_counts`), or when every shard's count is given or in a manifest;
-        else bytes when every shard is a local, uncompressed file (one rank reads whole
-        shards: a piece's size is its file's); else unknown. The mixer
-        then takes samples from the lanes in proportion to these sizes, so that all lanes end
-        together. A function of the data and the world size alone.
-        """
+        """``(unit, size of each piece)`` when the sizes are known, else None: records where
+        the plan counted every shard or every count is given or in a manifest; else bytes
+        where every shard is a local, uncompressed file. The mixer takes the lanes in
+        proportion to these sizes, so that all lanes end together."""
         counts = self.spread_counts(world_size)
         if counts is None and world_size > 1:
             counts = self.shard_counts(world_size)
@@ -234,8 +209,8 @@ class ShardPlan:
         return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
 
     def kept_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int] | None:
-        """How many samples each rank keeps in ``epoch`` under the filter, when every shard's
-        kept count was learned (:mod:`shardmix.plan.kept`); else None."""
+        """How many samples each rank keeps in ``epoch`` under the filter, when learned
+        (:mod:`shardmix.plan.kept`); else None."""
         if self.kept_counts is None:
             return None
         plan = self.rank_pieces(epoch, world_size, epoch_pass)

@@ -51,20 +51,15 @@ _TRANSFORM_STREAM = 0x7A5F
 
 @dataclass(frozen=True)
 class SampleTransform:
-    """Decode, transform and filter the records of one shard (picklable, for the workers).
-
-    Args:
-        transform: the user's function: ``f(sample)``, or ``f(sample, rng)`` with ``rng``.
-        decode: applied before ``transform`` (e.g. a :class:`~shardmix.reading.decode.Decoder`).
-        rng: call ``transform(sample, rng)`` with a generator seeded per record.
-        seed: the dataset's seed, the first part of every record's generator seed.
-    """
+    """Decode, transform and filter the records of one shard (picklable, for the workers):
+    ``transform(sample)``, or with ``rng`` ``transform(sample, rng)`` seeded per record from
+    ``seed`` (the dataset's); ``decode`` first."""
 
     transform: Callable[..., Any] | None = None
     decode: Callable[[Sample], Sample] | None = None
     rng: bool = False
     seed: int = 0
-    # The first kept sample's kind in this process, and which sample it was: all must match.
+    # The first kept sample's kind in this process, and which it was: all must match.
     first: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -81,13 +76,9 @@ class SampleTransform:
         epoch_pass: int = 0,
         example: bool = False,
     ) -> Iterator[Sample]:
-        """``samples`` decoded and transformed, a tombstone in place of each one dropped.
-        ``example``: they are TFRecord Examples, whose features a
-        :class:`~shardmix.reading.decode.Decoder` decodes by type (:meth:`Decoder.example`).
-
-        A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
-        decoder and the transform, and put back in what they give or the tombstone.
-        """
+        """``samples`` decoded and transformed, a tombstone in place of each one dropped
+        (``example``: TFRecord Examples, see :meth:`Decoder.example`). A record's tag is held
+        back from the decoder and the transform, and put back in what they give."""
         clock, spent = time.perf_counter, 0.0
         try:
             for sample in samples:
@@ -153,20 +144,15 @@ class SampleTransform:
         return sample
 
     def _refused(self, sample: Sample, expected: str) -> TransformError:
-        url = sample.get(SOURCE_KEY) or "<unknown shard>"
-        record, offset = sample.get(INDEX_KEY), sample.get(OFFSET_KEY)
         returned = as_returned(sample)
         if isinstance(returned, dict):  # as returned, without the provenance added
             returned = {k: v for k, v in returned.items() if k not in PROVENANCE_KEYS}
         function = "the transform" if self.transform is not None else "the decoder"
         name = _name(self.transform if self.transform is not None else self.decode)
-        return TransformError(
-            f"{describe_position(url, offset=offset, record=record)}: {function} {name} "
-            f"returned {type(returned).__name__} {reprlib.repr(returned)} for the sample with "
-            f"key {sample.get(KEY_FIELD)!r}; {expected}",
-            url=url,
-            offset=offset,
-            record=record,
+        return _error(
+            sample,
+            f"{function} {name} returned {type(returned).__name__} {reprlib.repr(returned)} "
+            f"for the sample with key {sample.get(KEY_FIELD)!r}; {expected}",
         )
 
 
@@ -278,17 +264,19 @@ def _name(function: Callable[..., Any] | None) -> str:
     return f"{getattr(function, '__module__', None)}.{qualname}"
 
 
-def _wrap(error: Exception, sample: Sample) -> DecodeError:
-    url = sample.get(SOURCE_KEY) or "<unknown shard>"
-    record = sample.get(INDEX_KEY)
-    offset = sample.get(OFFSET_KEY)
-    where = describe_position(url, offset=offset, record=record)
+def _wrap(error: Exception, sample: Sample) -> TransformError:
     what = "decoding" if isinstance(error, DecodeError) else "the transform"
-    return TransformError(
-        f"{where}: {what} failed on the sample with key {sample.get(KEY_FIELD)!r}: "
+    return _error(
+        sample,
+        f"{what} failed on the sample with key {sample.get(KEY_FIELD)!r}: "
         f"{type(error).__name__}: {error}; fix the data or the transform, or pass "
         "on_error='skip' to skip and count such samples",
-        url=url,
-        offset=offset,
-        record=record,
     )
+
+
+def _error(sample: Sample, what: str) -> TransformError:
+    """A TransformError saying ``what`` went wrong at ``sample``'s shard, record and offset."""
+    url = sample.get(SOURCE_KEY) or "<unknown shard>"
+    record, offset = sample.get(INDEX_KEY), sample.get(OFFSET_KEY)
+    where = describe_position(url, offset=offset, record=record)
+    return TransformError(f"{where}: {what}", url=url, offset=offset, record=record)

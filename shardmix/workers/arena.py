@@ -34,10 +34,9 @@ from shardmix.reading.columns import OBJECTS, Column
 from shardmix.reading.lanechunks import CHUNK_BYTES
 from shardmix.sources.traffic import count_seconds
 
-# Shared memory per worker. A worker has up to the DataLoader's prefetch_factor (2) chunks in
-# its ring, each up to CHUNK_BYTES (and one lane's turn past it), and a chunk that would cross
-# the ring's end starts over at its start: room for four keeps chunks of 4 KiB records in the
-# ring, where 16 MiB sent about one in ten through the pipe.
+# Shared memory per worker: prefetch_factor (2) chunks of up to CHUNK_BYTES (and one turn past
+# it), a chunk that would cross the ring's end starting over at its start. Room for four keeps
+# chunks of 4 KiB records in the ring, where 16 MiB sent one in ten through the pipe.
 RING_BYTES = 4 * CHUNK_BYTES
 _ALIGN = 64  # each array starts on a cache line
 _SHM = "/dev/shm"
@@ -49,10 +48,8 @@ _NO_ITEMS = np.empty((0, 0), dtype=np.int64)
 
 
 class Arena:
-    """One ring of :data:`RING_BYTES` per worker, and how far the main process has read each.
-
-    Made in the main process (:meth:`create`); the workers get it with the dataset.
-    """
+    """One ring of :data:`RING_BYTES` per worker, and how far the main process has read each;
+    made in the main process (:meth:`create`), the workers get it with the dataset."""
 
     def __init__(self, num_workers: int, ring_bytes: int | None = None) -> None:
         self.token = next(_TOKENS) + (os.getpid() << 20)
@@ -60,13 +57,12 @@ class Arena:
         self.received = 0  # in the main process: chunks that came through the rings
         self.num_workers = num_workers
         self._written: int | None = None  # in a worker: bytes ever written to its ring
-        # Shared memory made without touching it: a page takes RAM once a worker writes it.
         self._fd: Any = None
         if hasattr(os, "memfd_create"):
             self._fd = os.memfd_create("shardmix-arena", os.MFD_CLOEXEC)
             os.ftruncate(self._fd, num_workers * (ring_bytes + 8))
             self._map_rings()
-        else:  # torch's shared memory, which allocates it all (about 0.3 ms a MiB)
+        else:
             storage = torch.UntypedStorage._new_shared(num_workers * ring_bytes)
             self.rings = torch.empty(0, dtype=torch.uint8).set_(storage).view(num_workers, -1)
             # Per worker: the end, in bytes ever written, of the last chunk the main process read.
@@ -74,7 +70,6 @@ class Arena:
         _OPEN[self.token] = self
 
     def _map_rings(self) -> None:
-        """The rings and the released ends, as views of the memory behind ``self._fd``."""
         rings = self.num_workers * self.ring_bytes
         self._map = mmap.mmap(self._fd, rings + 8 * self.num_workers)
         self.rings = torch.frombuffer(self._map, dtype=torch.uint8, count=rings)
@@ -97,8 +92,7 @@ class Arena:
         return cls(num_workers, ring_bytes)
 
     def close(self) -> None:
-        """Forget the rings in this process (their memory goes with the last process that
-        maps them)."""
+        """Forget the rings in this process (their memory goes with the last one mapping them)."""
         _OPEN.pop(self.token, None)
         fd, self._fd = self._fd, None
         if isinstance(fd, int):
@@ -124,8 +118,8 @@ class Arena:
         return sent
 
     def send(self, worker: int, chunk: Chunk) -> Chunk | InArena:
-        """In worker ``worker``: ``chunk`` with its arrays in the ring, or as it is when the
-        free part of the ring cannot hold them."""
+        """In worker ``worker``: ``chunk`` with its arrays in the ring, or as it is where the
+        ring's free part cannot hold them."""
         arrays = _arrays_of(chunk)
         layout, total = [], 0
         for array in arrays:
@@ -163,7 +157,7 @@ class Arena:
 
 class Placement(NamedTuple):
     """Where a chunk's arrays lie: worker ``worker``'s ring of arena ``token``, from byte
-    ``start`` (counted in bytes ever written) to ``end``, each array at its offset."""
+    ``start`` to ``end`` (in bytes ever written)."""
 
     token: int
     worker: int
@@ -173,8 +167,7 @@ class Placement(NamedTuple):
 
 
 class InArena:
-    """A chunk whose arrays lie in a worker's ring: unpickled in the main process, it is the
-    :class:`Chunk` again, and the ring is free up to its end."""
+    """A chunk whose arrays lie in a worker's ring: unpickled, it is the :class:`Chunk` again."""
 
     def __init__(self, placement: Placement, shell: Chunk) -> None:
         self.placement = placement
@@ -214,8 +207,7 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
 
 
 class InRings(IterableDataset[Chunk | InArena]):
-    """An epoch's own workers (not persistent ones) sending ``chunks``' arrays through
-    ``arena``'s rings."""
+    """An epoch's own workers sending ``chunks``' arrays through ``arena``'s rings."""
 
     def __init__(self, chunks: IterableDataset[Chunk], arena: Arena) -> None:
         self.chunks = chunks
