@@ -28,16 +28,15 @@ __all__ = ["CacheReaders", "check_cache_room", "remote_lanes"]
 
 @dataclass(frozen=True)
 class CacheReaders:
-    """One dataset of an epoch, as a bounded cache sees it: its source options and the lanes
-    of its remote shards that read at once."""
+    """One dataset of an epoch as a bounded cache sees it: its options and lanes that read."""
 
     options: SourceOptions
     lanes: int
 
 
 def remote_lanes(urls: Sequence[str], num_lanes: int, processes: int = 1) -> int:
-    """The lanes of remote shards that read at once: ``num_lanes`` per planned rank, at most
-    one per remote shard, times the ranks one process runs (``processes``).
+    """The lanes of remote shards that read at once: ``num_lanes``, at most one per remote
+    shard, times the ranks one process runs.
 
     >>> remote_lanes(["https://h/a.tar", "https://h/b.tar", "/x/c.tar"], 8)
     2
@@ -54,9 +53,8 @@ def remote_lanes(urls: Sequence[str], num_lanes: int, processes: int = 1) -> int
 
 
 def check_cache_room(readers: Mapping[str, CacheReaders]) -> None:
-    """Refuse, with a :class:`~shardmix.errors.ConfigError` naming the limit, the minimum and
-    how it is made up, a ``cache_limit`` below what the lanes of ``readers`` (by dataset
-    name; ``""`` for a dataset alone) that read at once hold in its folder together."""
+    """Refuse (:class:`~shardmix.errors.ConfigError`) a ``cache_limit`` below what the lanes of
+    ``readers`` (by dataset name; ``""`` alone) hold in its folder together."""
     by_folder: dict[str, dict[str, CacheReaders]] = {}
     for name, reader in readers.items():
         options = reader.options

@@ -194,22 +194,16 @@ def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int
     )
 
 
+@dataclass(eq=False)
 class KeptClaim:
     """What an epoch does with learned kept counts at its end: check the samples this rank
     claimed from them (``claim``), or learn them (``learn``: True, or the ranks' gather)."""
 
-    def __init__(
-        self,
-        kept: KeptCounts | None,
-        claim: int | None,
-        learn: Exchange | bool,
-        epoch: int,
-        rank: int,
-    ) -> None:
-        self._kept = kept
-        self.claim = claim
-        self.learn = learn
-        self._where = epoch, rank
+    kept: KeptCounts | None
+    claim: int | None
+    learn: Exchange | bool
+    epoch: int
+    rank: int
 
     @property
     def due(self) -> bool:
@@ -218,8 +212,8 @@ class KeptClaim:
 
     def stale(self, found: int) -> ConfigError:
         """The error for this rank's samples ending at ``found``, short of the claim."""
-        assert self._kept is not None and self.claim is not None
-        return stale_kept(self._kept, *self._where, found, self.claim)
+        assert self.kept is not None and self.claim is not None
+        return stale_kept(self.kept, self.epoch, self.rank, found, self.claim)
 
     def settle(
         self,
@@ -231,13 +225,13 @@ class KeptClaim:
     ) -> None:
         """At the epoch's last batch: check the claim against ``found()`` (this rank's kept
         samples), or learn from the epoch (``counts()`` asked under the ranks' gather only)."""
-        kept = self._kept
+        kept = self.kept
         assert kept is not None
         claim, self.claim, learn, self.learn = self.claim, None, self.learn, False
         if claim is not None:
             kept_here = found()
             if kept_here != claim:
-                raise stale_kept(kept, *self._where, kept_here, claim)
+                raise stale_kept(kept, self.epoch, self.rank, kept_here, claim)
             return
         exchange = learn if callable(learn) else None
         totals = counts() if exchange is not None else None

@@ -32,8 +32,8 @@ _PROTOCOL = re.compile(r"[a-z][a-z0-9+.-]*")
 
 
 def expand_urls(urls: str | Sequence[str], options: SourceOptions | None = None) -> list[str]:
-    """The shard URLs a pattern (or list of patterns) names, in order (``options``: the
-    storage options an fsspec glob is listed with).
+    """The shard URLs a pattern (or list of patterns) names, in order (``options``: what an
+    fsspec glob is listed with).
 
     >>> expand_urls("d/train-{000..002}.tar")
     ['d/train-000.tar', 'd/train-001.tar', 'd/train-002.tar']
@@ -105,8 +105,7 @@ def _check_ranges(part: str, pattern: str) -> None:
     """Refuse a pattern whose brace ranges multiply past MAX_URLS, before any is expanded."""
     total = 1
     for first, last, step in _RANGE.findall(part):
-        span = abs(_range_end(last) - _range_end(first)) // max(abs(int(step or 1)), 1) + 1
-        total *= span
+        total *= abs(_range_end(last) - _range_end(first)) // max(abs(int(step or 1)), 1) + 1
         if total > MAX_URLS:
             raise _too_many(pattern)
 

@@ -70,15 +70,13 @@ def as_sent(chunk: Any) -> Any:
     return chunk
 
 
+@dataclass(eq=False)
 class LaneChunks(IterableDataset[Chunk]):
     """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
 
-    def __init__(
-        self, dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None
-    ) -> None:
-        self.dataset = dataset
-        self.plan = plan
-        self.heartbeat = heartbeat
+    dataset: IterableDataset[Any]
+    plan: EpochPlan
+    heartbeat: Heartbeat | None
 
     def __iter__(self) -> Iterator[Chunk]:
         return lane_chunks(self.dataset, self.plan, self.heartbeat)

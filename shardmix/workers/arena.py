@@ -19,7 +19,7 @@ import mmap
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from multiprocessing.reduction import DupFd
 from operator import setitem
@@ -81,14 +81,13 @@ class Arena:
     def create(cls, num_workers: int, ring_bytes: int | None = None) -> Arena | None:
         """Rings for ``num_workers`` workers, or None where shared memory lacks the room."""
         ring_bytes = ring_bytes or RING_BYTES
-        if hasattr(os, "memfd_create"):
-            return cls(num_workers, ring_bytes)
-        try:
-            stat = os.statvfs(_SHM)
-        except OSError:
-            return None
-        if stat.f_bavail * stat.f_frsize < 2 * num_workers * ring_bytes:
-            return None
+        if not hasattr(os, "memfd_create"):  # torch's shared memory: allocated at once
+            try:
+                stat = os.statvfs(_SHM)
+            except OSError:
+                return None
+            if stat.f_bavail * stat.f_frsize < 2 * num_workers * ring_bytes:
+                return None
         return cls(num_workers, ring_bytes)
 
     def close(self) -> None:
@@ -166,12 +165,12 @@ class Placement(NamedTuple):
     layout: list[tuple[int, str, tuple[int, ...]]]  # (offset, dtype, shape) per array
 
 
+@dataclass(eq=False)
 class InArena:
     """A chunk whose arrays lie in a worker's ring: unpickled, it is the :class:`Chunk` again."""
 
-    def __init__(self, placement: Placement, shell: Chunk) -> None:
-        self.placement = placement
-        self.shell = shell  # the chunk without its arrays
+    placement: Placement
+    shell: Chunk  # the chunk without its arrays
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_received, (self.placement, self.shell))
@@ -206,12 +205,12 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
     return replace(shell, items=items, columns=columns, release=freed)
 
 
+@dataclass(eq=False)
 class InRings(IterableDataset[Chunk | InArena]):
     """An epoch's own workers sending ``chunks``' arrays through ``arena``'s rings."""
 
-    def __init__(self, chunks: IterableDataset[Chunk], arena: Arena) -> None:
-        self.chunks = chunks
-        self.arena = arena
+    chunks: IterableDataset[Chunk]
+    arena: Arena
 
     def __iter__(self) -> Iterator[Chunk | InArena]:
         info = get_worker_info()

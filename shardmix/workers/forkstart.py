@@ -25,25 +25,20 @@ from shardmix.errors import WorkerError, WorkerRestartWarning
 
 T = TypeVar("T")
 
-# How long a forked worker may take to run its first line of Python. A healthy one takes
-# milliseconds (seconds on a machine loaded many times over); a stuck one never does.
+# How long a forked worker may take to run its first line of Python (a healthy one: ms).
 START_SECONDS = 20.0
 # Starts of an epoch's workers before a worker stuck at each of them is an error.
 START_ATTEMPTS = 3
 
 
 class StartFlags:
-    """One byte per worker in shared memory: whether that worker runs (set by the worker).
-
-    An anonymous shared mapping, which forked workers inherit: no descriptor (a
-    ``multiprocessing`` shared array keeps a file open in the main process for good).
-    """
+    """One byte per worker in shared memory: whether that worker runs (an anonymous mapping:
+    a ``multiprocessing`` array would keep a file open in the main process for good)."""
 
     def __init__(self, num_workers: int) -> None:
         self.flags = mmap.mmap(-1, max(1, num_workers))
 
     def mark(self, worker: int) -> None:
-        """In worker ``worker``, first thing: it runs."""
         if 0 <= worker < len(self.flags):
             self.flags[worker] = 1
 
@@ -52,16 +47,14 @@ class StartFlags:
 
 
 def worker_context(context: Any) -> Any:
-    """The multiprocessing context of a DataLoader given ``multiprocessing_context=context``
-    (``None``: the default start method's; a name: that method's)."""
+    """The multiprocessing context of a DataLoader given ``multiprocessing_context=context``."""
     if context is None or isinstance(context, str):
         return multiprocessing.get_context(context)
     return context
 
 
 def forks(context: Any) -> bool:
-    """Whether a DataLoader with ``multiprocessing_context=context`` forks its workers from
-    this process."""
+    """Whether a DataLoader with ``multiprocessing_context=context`` forks its workers."""
     return bool(worker_context(context).get_start_method() == "fork")
 
 
@@ -71,9 +64,8 @@ def start_forked(
     num_workers: int,
     processes: Callable[[T], list[Any]],
 ) -> T:
-    """``start(flags)`` (the workers, which mark ``flags`` as they run), started again while a
-    worker hangs at its fork; ``stop`` stops what a start started, ``processes`` its worker
-    processes in worker order."""
+    """``start(flags)``'s workers, which mark ``flags`` as they run, started again while one
+    hangs at its fork; ``stop`` stops them, ``processes`` gives their processes."""
     for attempt in range(1, START_ATTEMPTS + 1):
         flags = StartFlags(num_workers)
         workers = start(flags)
@@ -103,7 +95,7 @@ def start_forked(
 
 def _stuck(processes: list[Any], flags: StartFlags) -> list[tuple[int, int]]:
     """``(worker, pid)`` of the live workers that did not mark ``flags`` in time; none where one
-    died (its death is the epoch's error, named where chunks are awaited)."""
+    died (its death is the epoch's error)."""
     deadline = time.monotonic() + START_SECONDS
     pause = 0.0005
     while True:

@@ -28,10 +28,8 @@ POLL_SECONDS = 0.5
 
 
 class WorkerInit:
-    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``.
-
-    Picklable (it travels to workers under ``spawn`` and ``forkserver``) as long as ``user`` is.
-    """
+    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``
+    (picklable as long as ``user`` is)."""
 
     def __init__(
         self, user: Callable[[int], None] | None, started: Callable[[int], None] | None = None
@@ -52,9 +50,8 @@ class WorkerInit:
 def die_with_parent(
     poll_seconds: float = POLL_SECONDS, trainer: tuple[int, int | None] | None = None
 ) -> None:
-    """End this process (at once, no cleanup) when its parent process ends, or ``trainer``
-    (``(pid, start time)``), if given; a parent other than the trainer (a forkserver) is
-    killed with it."""
+    """End this process (at once) when its parent ends, or ``trainer`` (``(pid, start time)``);
+    a parent other than the trainer (a forkserver) is killed with it."""
     parent = os.getppid()
     _set_parent_death_signal()
     if os.getppid() != parent:  # the parent died before the signal was armed
@@ -104,7 +101,7 @@ def _running(pid: int, start: int | None) -> bool:
         except ProcessLookupError:
             return False
         except OSError:
-            return True
+            pass
         return True
     try:
         with open(f"/proc/{pid}/stat") as stat:

@@ -26,8 +26,8 @@ from shardmix.workers.dataloader import DEATHS, seed_generator, stop_workers, wo
 from shardmix.workers.forkstart import StartFlags, forks, start_forked, worker_context
 from shardmix.workers.lifeline import WorkerInit
 
-# Pools with running workers: closed at interpreter exit, before module teardown, so that a
-# script that never calls ``close()`` stops its workers cleanly and prints nothing.
+# Pools with running workers: closed at exit, before module teardown, so that a script that
+# never calls ``close()`` stops its workers cleanly.
 _LIVE: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
@@ -39,10 +39,8 @@ def _close_live_pools() -> None:
 
 @dataclass(eq=False)
 class WorkerPool:
-    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch.
-
-    Created without processes; they start at the first :meth:`start_epoch`.
-    """
+    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch; they
+    start at the first :meth:`start_epoch`."""
 
     dataset: IterableDataset[Any]
     _: KW_ONLY
@@ -59,7 +57,6 @@ class WorkerPool:
 
     @property
     def started(self) -> bool:
-        """Whether worker processes are running (or were started and not stopped)."""
         return self._loader is not None
 
     def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
@@ -81,12 +78,10 @@ class WorkerPool:
         return self._chunks(iterator, self.generation)
 
     def _started(self, plan: EpochPlan, flags: StartFlags | None) -> Any:
-        """The workers started, reading ``plan``; each marks ``flags`` as it runs."""
         self._start(plan, flags)
         return self._handed(plan)
 
     def _handed(self, plan: EpochPlan) -> Any:
-        """Every worker's copy of ``plan``, and torch's iterator over what they send."""
         assert self._loader is not None
         self.generation += 1
         plan = replace(plan, generation=self.generation)
@@ -146,32 +141,23 @@ class WorkerPool:
             arena.close()
         for queue in queues:
             queue.close()
-            # The workers are gone, so a plan none of them took cannot block its feeder thread
-            # (the pipe has no reader left); joining it closes the pipe now, not at some point.
-            queue.join_thread()
+            queue.join_thread()  # the workers are gone: a plan none took cannot block it
 
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # Bound at definition: a pool collected after this module's globals were cleared at
-        # exit (``sys`` among them) must not raise there; the atexit hook closed live pools.
+        # Bound at definition: this module's globals may be gone when a pool is collected.
         if _finalizing():
             return
         self.close()
 
 
+@dataclass(eq=False)
 class _PlannedChunks(IterableDataset[tuple[int, Chunk | InArena]]):
     """Runs in each worker: at every ``iter()``, takes the epoch's plan from its own queue."""
 
-    def __init__(
-        self,
-        dataset: IterableDataset[Any],
-        queues: list[Any],
-        arena: Arena | None,
-        heartbeat: Heartbeat | None = None,
-    ) -> None:
-        self.dataset = dataset
-        self.queues = queues
-        self.arena = arena
-        self.heartbeat = heartbeat
+    dataset: IterableDataset[Any]
+    queues: list[Any]
+    arena: Arena | None
+    heartbeat: Heartbeat | None
 
     def __iter__(self) -> Iterator[tuple[int, Chunk | InArena]]:
         info = get_worker_info()
