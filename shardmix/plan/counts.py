@@ -274,8 +274,13 @@ class RecordCounts:
         return None if self._cache_path is None else shard_version(url, self.source_options)
 
     def _counted(self, url: str, version: str | None) -> ShardCount:
-        """Count ``url`` by walking its framing, at ``version``: none where damage was found,
-        so that it is counted, and the damage reported, again."""
+        """``url`` counted at ``version``: none where damage was found, so that it is counted,
+        and the damage reported, again."""
+        found = self._index(url)
+        return dataclasses.replace(found, version=None if url in self.damaged else version)
+
+    def _index(self, url: str) -> ShardCount:
+        """Count ``url`` by walking its framing, damage reported to ``on_damage`` if given."""
         on_damage = self._on_damage
         handler = None
         if on_damage is not None:
@@ -285,8 +290,7 @@ class RecordCounts:
                 on_damage(damage)
 
         options, source_options = self._options, self.source_options
-        found = index_records(url, self._formats[url], options, source_options, on_damage=handler)
-        return dataclasses.replace(found, version=None if url in self.damaged else version)
+        return index_records(url, self._formats[url], options, source_options, on_damage=handler)
 
     def _cache(self) -> dict[str, ShardCount]:
         if self._cached is None:

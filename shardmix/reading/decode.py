@@ -41,16 +41,11 @@ __all__ = ["Decoder", "ImageOutput", "as_decoder"]
 class ImageOutput(enum.Enum):
     """What an image field decodes to (``Decoder(images=...)``; ``None`` keeps the bytes).
 
-    - ``NUMPY``: a ``uint8`` array, ``(H, W, 3)`` RGB for colour images (alpha and palettes
-      are converted away), ``(H, W, 1)`` for grayscale in the image's own depth (8-bit as
-      ``uint8``, 16-bit as ``uint16``, bilevel as ``uint8`` 0/255);
-    - ``PIL``: the ``PIL.Image.Image`` as stored (its own mode: palette indices, alpha),
-      fully loaded;
-    - ``TORCH``: that numpy array as a ``(C, H, W)`` tensor (``C`` is 1 for grayscale).
-
-    A palette image (a segmentation mask saved in mode ``P``) becomes RGB colours under
-    ``NUMPY`` and ``TORCH``; take ``PIL`` and ``numpy.asarray(image)`` for its indices.
-    Animated GIFs and multi-page TIFFs give their first frame.
+    ``NUMPY``: an ``(H, W, 3)`` RGB array for colour images (alpha and palettes converted away),
+    ``(H, W, 1)`` for grayscale in its own depth (``uint8``, ``uint16``; bilevel as 0/255);
+    ``PIL``: the ``PIL.Image.Image`` as stored, fully loaded (a mask's palette indices:
+    ``numpy.asarray(image)``); ``TORCH``: the numpy array as ``(C, H, W)``. Animated GIFs and
+    multi-page TIFFs give their first frame.
     """
 
     NUMPY = "numpy"

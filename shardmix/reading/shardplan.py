@@ -7,6 +7,7 @@ counts it is made from, and the totals a rank reads or keeps. Reading the pieces
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -54,11 +55,7 @@ class ShardPlan:
         self.piece_records = piece_records
         self.read_versions = ReadVersions()  # what this process's epochs read of each shard
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
-        # The shards' sizes as the mixer weighs lanes: found once, on first use.
-        self._weights: tuple[str, dict[str, float]] | None = None
-        self._weights_found = False
         self._counts: list[int] | None = None  # every shard's count, once found
-        self._spreads: bool | None = None  # whether one rank's plan cuts shards (spread_counts)
 
     def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
         """The number of lanes: ``num_lanes`` when given, else from the batch size
@@ -102,14 +99,13 @@ class ShardPlan:
         of its start, or a request per piece. A function of the shard list alone, so every
         rank and process plans alike.
         """
-        if self.piece_records is None or not self._spreadable():
+        if self.piece_records is None or not self._spreadable:
             return None
         return self.shard_counts(world_size)
 
+    @functools.cached_property
     def _spreadable(self) -> bool:
-        if self._spreads is None:
-            self._spreads = all(is_local(url) and not is_gzipped(url) for url in self.urls)
-        return self._spreads
+        return all(is_local(url) and not is_gzipped(url) for url in self.urls)
 
     def recount_changed(
         self, epoch: int, rank: int, world_size: int, exchange: Exchange | None
@@ -129,7 +125,7 @@ class ShardPlan:
         )
         if changed:  # plans and lane weights made from the old counts or sizes are made again
             self._plan, self._counts = None, None
-            self._weights, self._weights_found = None, False
+            self.__dict__.pop("_weights", None)
         return changed
 
     def shard_counts(self, world_size: int = 1) -> list[int]:
@@ -191,14 +187,21 @@ class ShardPlan:
             counts = self.shard_counts(world_size)
         if counts is not None:
             return "records", [float(piece.size(counts)) for piece in pieces]
-        if not self._weights_found:
-            self._weights = _known_weights(self.urls, self.record_counts)
-            self._weights_found = True
         known = self._weights
         if known is None:
             return None
         unit, by_url = known
         return unit, [by_url[self.urls[piece.shard]] for piece in pieces]
+
+    @functools.cached_property
+    def _weights(self) -> tuple[str, dict[str, float]] | None:
+        """The shards' sizes as the mixer weighs lanes, found on first use."""
+        known = {url: self.record_counts.known(url) for url in self.urls}
+        if all(count is not None for count in known.values()):
+            return "records", {url: float(count or 0) for url, count in known.items()}
+        if self._spreadable:
+            return "bytes", {url: float(os.path.getsize(local_path(url))) for url in self.urls}
+        return None
 
     def rank_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int]:
         """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
@@ -215,14 +218,3 @@ class ShardPlan:
             return None
         plan = self.rank_pieces(epoch, world_size, epoch_pass)
         return self.kept_counts.totals(plan, self.shard_counts(world_size))
-
-
-def _known_weights(
-    urls: Sequence[str], counts: RecordCounts
-) -> tuple[str, dict[str, float]] | None:
-    known = {url: counts.known(url) for url in urls}
-    if all(count is not None for count in known.values()):
-        return "records", {url: float(count or 0) for url, count in known.items()}
-    if all(is_local(url) and not is_gzipped(url) for url in urls):
-        return "bytes", {url: float(os.path.getsize(local_path(url))) for url in urls}
-    return None
