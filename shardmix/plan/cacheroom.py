@@ -53,8 +53,7 @@ def remote_lanes(urls: Sequence[str], num_lanes: int, processes: int = 1) -> int
 
 
 def check_cache_room(readers: Mapping[str, CacheReaders]) -> None:
-    """Refuse (:class:`~shardmix.errors.ConfigError`) a ``cache_limit`` below what the lanes of
-    ``readers`` (by dataset name; ``""`` alone) hold in its folder together."""
+    """Refuse a ``cache_limit`` below what the lanes of ``readers`` (by dataset) hold at once."""
     by_folder: dict[str, dict[str, CacheReaders]] = {}
     for name, reader in readers.items():
         options = reader.options

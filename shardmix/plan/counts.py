@@ -101,8 +101,7 @@ def index_records(
     every: int = INDEX_EVERY,
     on_damage: DamageHandler | None = None,
 ) -> ShardCount:
-    """One shard's count and sparse offset index, by walking its framing once; with
-    ``on_damage``, a shard whose framing is lost is reported to it and counted up to the damage."""
+    """One shard's count and sparse offset index (up to damage reported to ``on_damage``)."""
     cut: list[int] = []
 
     def report(damage: Damage) -> None:
@@ -167,8 +166,7 @@ class RecordCounts:
         return count
 
     def claim(self, url: str) -> tuple[int, str] | None:
-        """``(records, where the count comes from)`` for ``url`` when this process knows its
-        count without a request, else None."""
+        """``(records, where the count comes from)`` if known without a request, else None."""
         found = self._counts.get(url)
         if found is not None:
             return found.records, self._sources.get(url, "the plan")
@@ -182,15 +180,13 @@ class RecordCounts:
         return self.claim(url) is not None
 
     def recount(self, url: str) -> ShardCount:
-        """Count ``url`` again (it changed), the count cache written; :meth:`adopt` makes it
-        the count."""
+        """Count ``url`` again (it changed), the cache written; :meth:`adopt` makes it the count."""
         found = self._counted(url, self._version(url))
         self._save({url: found})
         return found
 
     def adopt(self, found: Mapping[str, ShardCount], source: str) -> None:
-        """Make the counts of ``found`` (:meth:`recount`'s, here or on another rank) the counts
-        of their shards over any other; ``source`` names where they come from."""
+        """Make ``found`` the counts of their shards, ``source`` naming where they come from."""
         for url, entry in found.items():
             self._counts[url] = entry
             self._sources[url] = source
@@ -235,8 +231,7 @@ class RecordCounts:
     def resolve_all(
         self, *, rank: int = 0, world_size: int = 1, exchange: Exchange | None = None
     ) -> list[int]:
-        """Every shard's count, in URL order; with ``exchange`` (a collective, the first time),
-        each found by one rank."""
+        """Every shard's count, in URL order; with ``exchange`` (a collective), each found once."""
         if exchange is not None and not self._shared:
             distinct = list(dict.fromkeys(self._urls))
             mine = [url for url in distinct[rank::world_size] if url not in self._counts]
@@ -274,8 +269,7 @@ class RecordCounts:
         return None if self._cache_path is None else shard_version(url, self.source_options)
 
     def _counted(self, url: str, version: str | None) -> ShardCount:
-        """``url`` counted at ``version``: none where damage was found, so that it is counted,
-        and the damage reported, again."""
+        """``url`` counted at ``version`` (none after damage: counted and reported again)."""
         found = self._index(url)
         return dataclasses.replace(found, version=None if url in self.damaged else version)
 

@@ -90,8 +90,7 @@ class KeptCounts:
         return {**self.__dict__, "_shards": {}, "_loaded": True}
 
     def totals(self, plan: Sequence[Sequence[Piece]], counts: Sequence[int]) -> list[int] | None:
-        """Each rank's kept samples under ``plan`` (one list of pieces per rank), given every
-        shard's record count; None unless every shard of the plan was learned at that count."""
+        """Each rank's kept samples under ``plan``; None unless every shard was learned."""
         self._load(counts)
         totals = []
         for pieces in plan:
@@ -105,8 +104,7 @@ class KeptCounts:
         return totals
 
     def learn(self, counts: Sequence[int], dropped: Iterable[tuple[int, int]]) -> None:
-        """Learn every shard from one whole epoch: ``dropped`` holds ``(shard, record)`` of
-        each record the transform dropped, over every rank; ``counts`` every shard's count."""
+        """Learn every shard from one whole epoch's dropped ``(shard, record)`` pairs."""
         by_shard: dict[int, list[int]] = {shard: [] for shard in range(len(self._urls))}
         for shard, record in dropped:
             by_shard[shard].append(record)
@@ -182,8 +180,7 @@ def agreed_totals(
 
 
 def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int) -> ConfigError:
-    """The error for an epoch that kept another number of samples than learned; what was
-    learned is discarded first, so that the next run learns it again."""
+    """The error for an epoch that kept other than learned; what was learned is discarded."""
     kept.forget()
     return ConfigError(
         f"epoch {epoch}, rank {rank}: the transform kept {found} samples of this rank's "

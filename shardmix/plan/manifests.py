@@ -53,8 +53,7 @@ class Manifests:
         self._warned: set[str] = set()
 
     def entry(self, url: str, *, fetch: bool = True) -> ManifestEntry | None:
-        """The manifest entry of shard ``url``, or None. Without ``fetch``, a remote folder's
-        manifest is not asked for here (only one already read answers)."""
+        """Shard ``url``'s manifest entry, or None (without ``fetch``: only from manifests read)."""
         if scheme_of(url) == "pipe":
             return None
         if is_local(url):
@@ -180,8 +179,7 @@ def _shards_of(where: str, data: bytes, ignored: str) -> list[Mapping[str, Any]]
 
 
 def missing_listed(urls: str | Sequence[str]) -> list[str]:
-    """The local shards a manifest lists that a glob of ``urls`` would match, but that are
-    gone (a glob finds what is there; the manifest says what should be)."""
+    """The local shards a manifest lists that a glob of ``urls`` would match, but are gone."""
     missing: list[str] = []
     patterns = [urls] if isinstance(urls, str) else list(urls)
     for part in [part for pattern in patterns for part in split_patterns(pattern)]:

@@ -49,8 +49,7 @@ class ReadVersions:
 
 
 def local_identity(url: str) -> ShardIdentity | None:
-    """A local shard's identity now (one ``os.stat``); None for a remote shard, or a local one
-    that cannot be stat'ed (its read names what is wrong)."""
+    """A local shard's identity now (one ``os.stat``); None where unknown."""
     if not is_local(url):
         return None
     try:

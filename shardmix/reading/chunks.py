@@ -86,8 +86,7 @@ class Chunk:
         return len(self.items)
 
     def stored(self) -> None:
-        """Say the columns were copied out: their shared memory, if any, may take new chunks
-        (:mod:`shardmix.workers.arena`); the columns must not be read again."""
+        """Say the columns were copied out: their shared memory, if any, may take new chunks."""
         release, self.release = self.release, None
         if release is not None:
             release()
@@ -149,8 +148,7 @@ class ChunkBuilder:
         return self._from_samples(lane_chunk)
 
     def _joinable(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> bool:
-        """Whether record blocks join column by column: a ShardDataset's (whose provenance
-        the items carry), all with the same fields."""
+        """Whether record blocks join column by column: a ShardDataset's, all of the same fields."""
         blocks = [block for _, taken, _ in lane_chunk for block in taken]
         fields = blocks[0].fields
         return self._shard_index is not None and all(block.fields == fields for block in blocks)
@@ -235,8 +233,7 @@ class ChunkBuilder:
         return Chunk(rows, columns, derived=derived)
 
     def _derived(self, kept: list[Sample], items: _Items) -> tuple[str, ...]:
-        """The provenance fields the items carry for the kept samples, so that no column repeats
-        them: the URL and record index always, the offset where every kept sample has one."""
+        """The provenance fields the items carry for the kept samples, which no column repeats."""
         if self._shard_index is None or not kept:
             return ()
         offsets = items.offsets

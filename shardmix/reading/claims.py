@@ -56,8 +56,7 @@ class CountCheck:
             self._forward(damage)
 
     def _with_records(self, damage: Damage) -> Damage:
-        """A cut of the shard's rest, with the records of this read it lost (known only when
-        the count is of the whole shard)."""
+        """A cut of the shard's rest, with the records of this read it lost, where known."""
         end = self.expected if self.stop is None else self.stop
         first = max(damage.record or 0, self.start, self._reached + 1)
         if damage.records is not None or not self._whole or first > end:

@@ -105,8 +105,7 @@ def sizes_of(columns: dict[str, Column], count: int) -> np.ndarray:
 
 
 def columns_of(samples: list[Sample], skip: tuple[str, ...] = ()) -> dict[str, Column]:
-    """The samples' fields but ``skip`` as columns; a sample lacking a field has
-    :data:`MISSING` there."""
+    """The samples' fields but ``skip`` as columns (:data:`MISSING` where one lacks a field)."""
     if not samples:
         return {}
     names = tuple(samples[0])

@@ -116,8 +116,7 @@ class Decoder:
         return {name: self._decode_field(sample, name, value) for name, value in sample.items()}
 
     def example(self, sample: dict[str, Any]) -> dict[str, Any]:
-        """A new sample from a TFRecord Example: a bytes feature is decoded by its name only
-        where its bytes are what the name says, and stays ``bytes`` otherwise."""
+        """A new sample from a TFRecord Example: a bytes feature decoded only where it can be."""
         return {
             name: self._decode_field(sample, name, value, strict=False)
             for name, value in sample.items()

@@ -133,8 +133,7 @@ def _read_lane(
     beat: Callable[[Iterator[Any]], Iterator[Any]],
     blocks: bool,
 ) -> Iterator[Any] | BlockTurns:
-    """Lane ``lane`` of ``plan`` from its start, counted by ``beat``: in record blocks with
-    ``blocks`` (no transform), else as samples."""
+    """Lane ``lane`` of ``plan``, counted by ``beat``: in record blocks with ``blocks``."""
     assert plan.lane_pieces is not None
     pieces = plan.lane_pieces[lane]
     start = plan.starts[lane] if plan.starts else LanePosition()
@@ -158,8 +157,7 @@ def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> 
 
 
 def _with_news(chunks: Iterator[Chunk], reads: ShardReads | None) -> Iterator[Chunk]:
-    """``chunks``, each with what this process's sources fetched since the one before and,
-    with ``reads``, the identities of the shards opened until it was made."""
+    """``chunks``, each with the traffic and the identities of shards opened since the last."""
     for chunk in chunks:
         if reads is not None:
             chunk.identities = reads.take_opened()

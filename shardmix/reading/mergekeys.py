@@ -53,8 +53,7 @@ def slot_of(
     from_slot: int,
     lane: int,
 ) -> int:
-    """The first slot at or after ``from_slot`` of ``lane``'s ``pieces`` that holds ``record``
-    of ``shard``."""
+    """The first slot from ``from_slot`` of ``lane``'s ``pieces`` that holds ``record``."""
     for slot in range(from_slot, len(pieces)):
         piece_shard, start, stop = pieces[slot]
         if piece_shard == shard and start <= record and (stop is None or record < stop):
@@ -179,8 +178,7 @@ class MergeKeys:
     def _enter_piece(
         self, clocks: LaneClocks, lane: int, shard: int, record: int
     ) -> tuple[int, float]:
-        """Make the piece of ``lane`` that holds ``record`` of ``shard`` the lane's own;
-        its ``(start, stop)`` (stop: inf for a piece to the shard's end)."""
+        """Make the piece holding ``record`` the lane's own: its ``(start, stop)``."""
         pieces = clocks.lane_pieces[lane]
         slot = self._slots[lane] = slot_of(pieces, shard, record, self._slots.get(lane, 0), lane)
         _, start, stop = pieces[slot]

@@ -95,8 +95,7 @@ WHOLE_SHARD = ReadRequest()
 
 
 def read_shard(url: str, fmt: Format, request: ReadRequest = WHOLE_SHARD) -> Iterator[Sample]:
-    """The samples of the records ``request`` asks of one shard, each with its provenance and
-    its tag (under ``__tag__``: :mod:`shardmix.formats.tags`)."""
+    """The samples of the records ``request`` asks of one shard, with provenance and tag."""
     start = request.start
     stream, read, opened_at = _entered(url, request)
     try:
@@ -117,8 +116,7 @@ def read_shard(url: str, fmt: Format, request: ReadRequest = WHOLE_SHARD) -> Ite
 
 
 def read_shard_blocks(url: str, reader: BlockReader, request: ReadRequest) -> Iterator[RecordBlock]:
-    """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
-    whose ``source`` is ``url``, read by ``reader`` (made with ``request.options``)."""
+    """The records :func:`read_shard` gives, in record blocks whose ``source`` is ``url``."""
     start = request.start
     stream, read, opened_at = _entered(url, request)
     try:

@@ -144,8 +144,7 @@ class ShardPlan:
         return self._counts
 
     def known_count(self, shard_index: int) -> int | None:
-        """Shard ``shard_index``'s record count if this process holds it, else None (nothing
-        is read for it)."""
+        """Shard ``shard_index``'s record count if this process holds it, else None."""
         claimed = self.record_counts.claim(self.urls[shard_index])
         return None if claimed is None else claimed[0]
 
@@ -212,8 +211,7 @@ class ShardPlan:
         return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
 
     def kept_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int] | None:
-        """How many samples each rank keeps in ``epoch`` under the filter, when learned
-        (:mod:`shardmix.plan.kept`); else None."""
+        """How many samples each rank keeps in ``epoch``, when learned; else None."""
         if self.kept_counts is None:
             return None
         plan = self.rank_pieces(epoch, world_size, epoch_pass)

@@ -157,8 +157,7 @@ class SampleTransform:
 
 
 def as_sample(result: Any, provenance: Sample) -> Sample:
-    """What the transform returned as a sample dict with ``provenance`` (a dict's own
-    provenance fields are kept)."""
+    """What the transform returned as a sample dict with ``provenance``."""
     if isinstance(result, dict):
         for key, value in provenance.items():
             result.setdefault(key, value)
@@ -249,8 +248,7 @@ def without_tombstones(
 
 
 def samples_as_returned(samples: Iterator[Sample]) -> Iterator[Any]:
-    """``samples`` without their records' tags, as the transform returned them (what direct
-    iteration gives)."""
+    """``samples`` as the transform returned them, without their tags."""
     for sample in samples:
         if isinstance(sample, dict):
             sample.pop(TAG_KEY, None)

@@ -117,8 +117,7 @@ class Arena:
         return sent
 
     def send(self, worker: int, chunk: Chunk) -> Chunk | InArena:
-        """In worker ``worker``: ``chunk`` with its arrays in the ring, or as it is where the
-        ring's free part cannot hold them."""
+        """In worker ``worker``: ``chunk`` with its arrays in the ring where they fit."""
         arrays = _arrays_of(chunk)
         layout, total = [], 0
         for array in arrays:

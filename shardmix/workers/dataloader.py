@@ -77,8 +77,7 @@ class PersistentWorkers(Protocol):
 
 
 def lane_turn(num_lanes: int, num_workers: int, samples: int = CHUNK_SAMPLES) -> int:
-    """How many samples each of ``num_lanes`` lanes gives per turn in a worker's chunk of
-    ``samples`` (:data:`~shardmix.reading.lanechunks.CHUNK_BYTES` may cut it)."""
+    """How many samples each of ``num_lanes`` lanes gives per turn in a chunk of ``samples``."""
     return max(1, math.ceil(samples * max(1, num_workers) / num_lanes))
 
 
@@ -345,8 +344,7 @@ def worker_processes(workers: Any) -> list[Any]:
 def failure_message(
     epoch: int, error: RuntimeError, processes: list[Any], plan: list[list[Piece]] | None, urls: Any
 ) -> str:
-    """What a :class:`~shardmix.errors.WorkerError` says: which worker ended, how, and the
-    lanes and shards it hosted."""
+    """What a WorkerError says: which worker ended, how, and the lanes and shards it hosted."""
     ended = [
         (worker, process, process.exitcode)
         for worker, process in enumerate(processes)
