@@ -120,12 +120,9 @@ def index_records(
 
 
 class RecordCounts:
-    """Record counts of a fixed shard list, found on first use and then kept.
-
-    ``cache_path``: a JSON file where counted shards are kept for later jobs (None: none).
-    ``on_damage``: the counting pass reports a shard whose framing is lost to it and counts the
-    records before the damage; such a shard is never cached.
-    """
+    """Record counts of a fixed shard list, found on first use and then kept (``cache_path``:
+    a JSON file that keeps them for later jobs). ``on_damage`` is told of a shard whose framing
+    is lost, counted up to the damage and never cached."""
 
     def __init__(
         self,

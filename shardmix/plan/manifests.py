@@ -150,11 +150,8 @@ def _add_entry(found: dict[str, ManifestEntry], where: str, shard: Mapping[str, 
 
 
 def manifest_shards(folder: str, ignored: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """``(manifest path, shard entry)`` for each shard the manifests in ``folder`` list.
-
-    A manifest that cannot be read, or is of another version, is skipped with a warning that
-    ends in ``ignored`` (what its absence costs).
-    """
+    """``(manifest path, shard entry)`` for each shard the manifests in ``folder`` list; one
+    unreadable, or of another version, is skipped, logged with ``ignored`` (what that costs)."""
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.manifest.json"))):
         try:
             with open(path, "rb") as file:

@@ -118,11 +118,8 @@ class _Items:
 
 
 class ChunkBuilder:
-    """Turns a worker's lane groups into :class:`Chunk` objects, one per group.
-
-    ``shard_index``: each URL's index (``None``: any iterable dataset, whose samples may carry
-    no provenance); ``clocks``: the lanes' sizes, to key samples by clock (``None``: by turn).
-    """
+    """Turns a worker's lane groups into :class:`Chunk` objects, one per group; ``shard_index``
+    is None for any iterable dataset, ``clocks`` None to key samples by turn."""
 
     def __init__(self, shard_index: dict[str, int] | None, clocks: LaneClocks | None) -> None:
         self._shard_index = shard_index

@@ -27,12 +27,9 @@ T = TypeVar("T")  # what a lane yields: samples, or record blocks
 
 @dataclass(frozen=True)
 class LanePosition:
-    """Where a lane resumes: the piece in slot ``slot`` of the lane's list (not a shard index),
-    at record ``record`` of its shard. ``offset`` is the byte offset of record ``record - 1``,
-    the last one delivered (-1: unknown): the lane resumes by reading that record there and
-    dropping it, never walking the shard from its start. ``tag`` is that record's tag (0:
-    unknown), which the record read there must have.
-    """
+    """Where a lane resumes: the piece in slot ``slot`` of the lane's list, at record
+    ``record`` of its shard. The lane reads record ``record - 1`` at byte ``offset`` (-1:
+    unknown) and drops it, never walking the shard from its start; it must have tag ``tag``."""
 
     slot: int = 0
     record: int = 0
@@ -46,13 +43,9 @@ def read_lane(
     start: LanePosition = LanePosition(),
     ahead: Callable[[Piece, Piece | None], None] | None = None,
 ) -> Iterator[T]:
-    """The samples of a lane's pieces, one after another, from ``start`` on.
-
-    ``read_one(piece, record, before_offset, before_tag)`` reads ``piece`` from record
-    ``record`` on (:class:`~shardmix.reading.reader.ReadRequest`). ``ahead(piece, following)``,
-    when given, is told before each piece is opened which piece follows it (None: none, also
-    said when the lane ends early).
-    """
+    """The samples of a lane's pieces, one after another, from ``start`` on: ``read_one(piece,
+    record, before_offset, before_tag)`` reads ``piece`` from ``record`` on; ``ahead(piece,
+    following)`` is told before each piece is opened which follows it (None: none, or ended)."""
     lane = _read_lane(pieces, read_one, start, ahead)
     _OPEN_LANES.add(lane)
     return lane
@@ -123,19 +116,15 @@ class BlockTurns:
         """Blocks of the next ``count`` records (fewer at the lane's end), and how many."""
         taken: list[RecordBlock] = []
         have = 0
-        block, self._rest = self._rest, None
         while have < count:
+            block = self._rest if self._rest is not None else next(self._blocks, None)
+            self._rest = None
             if block is None:
-                block = next(self._blocks, None)
-                if block is None:
-                    break
-            size = len(block.records)
-            if have + size > count:
+                break
+            if have + len(block.records) > count:
                 block, self._rest = block.split(count - have)
-                size = count - have
             taken.append(block)
-            have += size
-            block = None
+            have += len(block.records)
         return taken, have
 
 
@@ -147,15 +136,11 @@ def round_robin_chunks(
     sample_size: Callable[[], float | None] | None = None,
     steady: int | None = None,
 ) -> Iterator[LaneChunk]:
-    """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane.
-
-    Lanes are sent at the rate the main process takes them, so that little waits there: the
-    same number from each, or with ``shares``, ``per_lane`` times each lane's share (fractions
-    carried from chunk to chunk). A chunk closes early, after the lane that takes it past
-    ``max_bytes`` (each sample counted at ``sample_size()``, else at its lane's first sample's
-    size), and fewer are taken from each lane where a turn of all would pass it. With
-    ``steady``, the turns double from chunk to chunk up to ``steady``.
-    """
+    """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane
+    (with ``shares``, times each lane's share: the rate the main process takes it), the turns
+    doubling from chunk to chunk up to ``steady``. A chunk closes early, after the lane that
+    takes it past ``max_bytes`` (each sample counted at ``sample_size()``, else at its lane's
+    first sample's size), and fewer are taken where a turn of all lanes would pass it."""
     live = dict(lanes)
     chunker = _Chunker(live, per_lane, max_bytes, shares, sample_size, steady)
     while live:
@@ -196,9 +181,15 @@ class _Chunker:
 
     def __post_init__(self, lanes: Mapping[int, Any]) -> None:
         self.owed = dict.fromkeys(lanes, 1.0)  # every lane's first sample goes in the first chunk
-        self.each, self.rate = _chunk_rate(
-            self.per_lane, self.max_bytes, len(lanes), self.sample_size
-        )
+        self._measure(len(lanes))
+
+    def _measure(self, lanes: int) -> None:
+        """The next chunk's bytes per sample, and samples per lane and turn: one turn of every
+        lane (what the main process holds before it can merge) stays within a chunk's bytes."""
+        self.each = self.sample_size() if self.sample_size is not None else None
+        self.rate = self.per_lane
+        if self.max_bytes is not None and self.each and lanes:
+            self.rate = max(1, min(self.per_lane, int(self.max_bytes / (lanes * self.each))))
 
     def wanted(self, lane: int) -> int:
         """How many samples ``lane`` gives in this turn (0: none yet, under ``shares``)."""
@@ -229,24 +220,6 @@ class _Chunker:
             return
         chunk, self.chunk, self.size = self.chunk, [], 0
         yield chunk
-        self.per_lane = _grown(self.per_lane, self.steady)
-        self.each, self.rate = _chunk_rate(self.per_lane, self.max_bytes, live, self.sample_size)
-
-
-def _grown(per_lane: int, steady: int | None) -> int:
-    """The next chunk's turn: twice ``per_lane``, up to ``steady`` (None: unchanged)."""
-    return per_lane if steady is None or per_lane >= steady else min(steady, 2 * per_lane)
-
-
-def _chunk_rate(
-    per_lane: int,
-    max_bytes: int | None,
-    lanes: int,
-    sample_size: Callable[[], float | None] | None,
-) -> tuple[float | None, int]:
-    """``(bytes per sample, samples per lane and turn)`` for the next chunk: one turn of every
-    lane (what the main process holds before it can merge) stays within a chunk's bytes."""
-    each = sample_size() if sample_size is not None else None
-    if max_bytes is None or not each or not lanes:
-        return each, per_lane
-    return each, max(1, min(per_lane, int(max_bytes / (lanes * each))))
+        if self.steady is not None and self.per_lane < self.steady:
+            self.per_lane = min(self.steady, 2 * self.per_lane)
+        self._measure(live)

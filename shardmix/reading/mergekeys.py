@@ -15,13 +15,10 @@ import numpy as np
 
 
 class LaneClocks:
-    """How far through its lane a sample is, from 0 to 1, from the sizes of the lane's pieces.
-
-    ``lane_pieces[lane]`` is the lane's pieces as ``(shard index, start, stop)`` and
-    ``weights[lane][slot]`` the size of piece ``slot`` in records (``unit="records"``) or bytes
-    (``"bytes"``, whole shards only: a sample is placed by its byte offset). Taking the lowest
-    clock next makes all lanes end together, so the last batches mix as many files as the first.
-    """
+    """How far through its lane a sample is, from 0 to 1: ``lane_pieces[lane]`` is the lane's
+    ``(shard index, start, stop)`` pieces, ``weights[lane][slot]`` their sizes in ``unit``
+    (``"bytes"``: a sample is placed by its byte offset). Taking the lowest clock next makes
+    all lanes end together, so the last batches mix as many files as the first."""
 
     def __init__(
         self,

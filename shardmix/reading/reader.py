@@ -198,14 +198,10 @@ def read_shard_at(
     longest_record: int | None = None,
     expect: ShardIdentity | None = None,
 ) -> Iterator[Sample]:
-    """The samples of the ``(record, offset)`` pairs of one shard, with their provenance.
-
-    ``positions`` are sorted by record, without repeats (offset -1: unknown). Where the shard
-    can seek, is not compressed and every offset is known, each record is read at its offset (a
-    stale offset raises :class:`~shardmix.errors.CorruptShardError`); else the records are found
-    by walking the framing, and one not found is left out. A remote shard's ranges are asked
-    for at the call, several at once. ``longest_record``: see :func:`record_ranges`.
-    """
+    """The samples of the ``(record, offset)`` pairs of one shard (sorted by record; offset
+    -1: unknown), with their provenance: each read at its offset where the shard can seek and
+    every offset is known, else found by walking the framing (one not found is left out). A
+    remote shard's ranges are asked for at the call (:func:`record_ranges`)."""
     if not positions:
         return iter(())
     ranged = None

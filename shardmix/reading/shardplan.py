@@ -92,13 +92,9 @@ class ShardPlan:
         return plan
 
     def spread_counts(self, world_size: int) -> list[int] | None:
-        """Every shard's count when the plan cuts shards into pieces, else None (whole shards).
-
-        Shards are cut (with ``piece_records``) only when every one is a local, uncompressed
-        file, whose middle is reached by a seek; a remote or gzip shard's middle costs a read
-        of its start, or a request per piece. A function of the shard list alone, so every
-        rank and process plans alike.
-        """
+        """Every shard's count when the plan cuts shards into pieces (with ``piece_records``,
+        where every shard is a local, uncompressed file, whose middle a seek reaches), else
+        None. A function of the shard list alone, so every rank and process plans alike."""
         if self.piece_records is None or not self._spreadable:
             return None
         return self.shard_counts(world_size)

@@ -96,13 +96,9 @@ def start_workers(
     pool: PersistentWorkers | None = None,
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
-    """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
-
-    ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``clocks`` their sizes when
-    known. The workers are torch's DataLoader iterator (``None`` where this process or
-    ``pool``'s workers read the lanes): stop them with :func:`stop_workers`. ``identities``:
-    what each shard must be, by shard index (a checkpoint's).
-    """
+    """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``, the
+    workers being torch's DataLoader iterator (None where this process or ``pool`` reads):
+    stop them with :func:`stop_workers`. ``identities``: what each shard must be."""
     num_workers, timeout = options.num_workers, options.timeout
     reads = shard_reads(dataset)
     num_lanes, per_lane, steady = _checked_lanes(reads, lane_pieces, num_workers)
