@@ -172,10 +172,6 @@ class RecordCounts:
             return None
         return entry.records, f"the manifest {entry.manifest}"
 
-    def holds(self, url: str) -> bool:
-        """Whether this process holds a count of ``url`` (one a change of the shard makes stale)."""
-        return self.claim(url) is not None
-
     def recount(self, url: str) -> ShardCount:
         """Count ``url`` again (it changed), the cache written; :meth:`adopt` makes it the count."""
         found = self._counted(url, self._version(url))

@@ -204,7 +204,7 @@ class KeptClaim:
 
     @property
     def due(self) -> bool:
-        """Whether the epoch's end has something to settle (it is settled once)."""
+        """Whether the epoch's end has something to settle (once)."""
         return self.claim is not None or self.learn is not False
 
     def stale(self, found: int) -> ConfigError:
@@ -230,29 +230,16 @@ class KeptClaim:
             if kept_here != claim:
                 raise stale_kept(kept, self.epoch, self.rank, kept_here, claim)
             return
-        exchange = learn if callable(learn) else None
-        totals = counts() if exchange is not None else None
-        learn_epoch(kept, totals, filtered, seen, exchange, valid)
-
-
-def learn_epoch(
-    kept: KeptCounts,
-    counts: Sequence[int] | None,
-    filtered: Sequence[np.ndarray],
-    seen: np.ndarray,
-    exchange: Exchange | None,
-    valid: bool,
-) -> None:
-    """Learn from an epoch read whole on every rank: ``filtered`` holds this rank's filtered
-    ``(shard, record)`` rows, ``seen`` the records that arrived per shard (the counts on one
-    rank; ``counts`` under several). Under ``exchange`` every rank calls this at once."""
-    mine = np.concatenate(filtered) if filtered else np.empty((0, 2), dtype=np.int64)
-    pairs: list[tuple[int, int]] | None = [(int(a), int(b)) for a, b in mine.tolist()]
-    if exchange is not None:
-        pairs = gather_dropped(exchange, pairs or [], valid)
-    if pairs is None or not valid:
-        return
-    kept.learn(seen.tolist() if counts is None else counts, pairs)
+        # Learn from the epoch, read whole on every rank: ``filtered`` holds this rank's filtered
+        # ``(shard, record)`` rows, ``seen`` the records that arrived per shard.
+        mine = np.concatenate(filtered) if filtered else np.empty((0, 2), dtype=np.int64)
+        pairs: list[tuple[int, int]] | None = [(int(a), int(b)) for a, b in mine.tolist()]
+        totals: Sequence[int] = seen.tolist()  # every shard's count, on one rank
+        if callable(learn):  # every rank calls this at the same step
+            totals = counts()
+            pairs = gather_dropped(learn, pairs or [], valid)
+        if pairs is not None and valid:
+            kept.learn(totals, pairs)
 
 
 def gather_dropped(

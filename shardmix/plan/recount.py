@@ -101,7 +101,7 @@ def recount_changed(
     changed = [shard for shard, _, _ in changed_shards(urls, versions, every_shard)]
     if exchange is not None:
         changed = sorted({shard for part in gather_ints(exchange, changed) for shard in part})
-    stale = [shard for shard in changed if counts.holds(urls[shard])]
+    stale = [shard for shard in changed if counts.claim(urls[shard]) is not None]
     source = f"the count made again at epoch {epoch}"
     if exchange is not None and stale:
         counts.adopt(
