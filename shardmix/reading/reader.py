@@ -152,23 +152,13 @@ def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
             count_stall(time.perf_counter() - began)  # the answer (cached: the download)
         if request.on_open is not None:
             request.on_open(stream_identity(stream))
-        stop_offset = request.stop_offset
+        stop_offset, seek_from = request.stop_offset, request.seek_from
         if resume and can_seek_records(stream, url):
             read = ShardRead(start - 1, stop, offset, on_damage=on_damage, stop_offset=stop_offset)
         else:
             if resume:
-                logger.debug(
-                    "%s: gzip or not seekable; walking the framing from the start to record %d",
-                    url,
-                    start,
-                )
-            read = ShardRead(
-                start,
-                stop,
-                seek_from=request.seek_from,
-                on_damage=on_damage,
-                stop_offset=stop_offset,
-            )
+                logger.debug("%s: gzip or unseekable; walking the framing to record %d", url, start)
+            read = ShardRead(start, stop, None, seek_from, on_damage, stop_offset)
     except BaseException:
         stream.close()
         raise

@@ -71,9 +71,7 @@ class PersistentWorkers(Protocol):
     """Workers that outlive an epoch and read each epoch's plan as it comes (a
     :class:`~shardmix.workers.pool.WorkerPool`)."""
 
-    def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
-        """The chunks of ``plan``'s epoch, read by these workers."""
-        ...
+    def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]: ...
 
 
 def lane_turn(num_lanes: int, num_workers: int, samples: int = CHUNK_SAMPLES) -> int:

@@ -65,21 +65,17 @@ class WorkerPool:
             iterator = self._handed(plan)
         elif forks(self.multiprocessing_context):  # a forked worker may hang at its start
             iterator = start_forked(
-                lambda flags: self._started(plan, flags),
+                lambda flags: self._start(plan, flags),
                 lambda _: self.close(),
                 self.num_workers,
                 lambda _: self.processes(),
             )
         else:
-            iterator = self._started(plan, None)
+            iterator = self._start(plan, None)
         DEATHS.wrap_handler()
         if self._heartbeat is not None:
             watch_progress(iterator, self._heartbeat, self.timeout)
         return self._chunks(iterator, self.generation)
-
-    def _started(self, plan: EpochPlan, flags: StartFlags | None) -> Any:
-        self._start(plan, flags)
-        return self._handed(plan)
 
     def _handed(self, plan: EpochPlan) -> Any:
         assert self._loader is not None
@@ -98,7 +94,8 @@ class WorkerPool:
             if generation != self.generation:  # a newer epoch took the workers over
                 return
 
-    def _start(self, plan: EpochPlan, flags: StartFlags | None) -> None:
+    def _start(self, plan: EpochPlan, flags: StartFlags | None) -> Any:
+        """The workers started, reading ``plan``; each marks ``flags`` as it runs."""
         context = worker_context(self.multiprocessing_context)
         self._queues = [context.Queue() for _ in range(self.num_workers)]
         self._arena = Arena.create(self.num_workers)
@@ -116,6 +113,7 @@ class WorkerPool:
             generator=seed_generator(plan),  # its workers' seeds: from the first epoch's plan
         )
         _LIVE.add(self)
+        return self._handed(plan)
 
     def processes(self) -> list[Any]:
         """The worker processes, in worker order (empty before the first epoch and after close)."""
