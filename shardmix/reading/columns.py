@@ -50,24 +50,16 @@ _TENSOR_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _PADDING_SLACK = 16
 
 
-class Missing:
-    """Stands in a column for a field a sample does not have."""
+class Missing(Enum):
+    """Stands in a column for a field a sample does not have (one value, kept by pickling)."""
 
-    _instance: Missing | None = None
-
-    def __new__(cls) -> Missing:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Missing, ())
+    MISSING = "MISSING"
 
     def __repr__(self) -> str:
         return "MISSING"
 
 
-MISSING = Missing()
+MISSING = Missing.MISSING
 
 
 @dataclass
