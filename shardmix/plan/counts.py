@@ -309,8 +309,7 @@ def read_counts_cache(path: str) -> dict[str, ShardCount]:
 
 
 def read_json_file(path: str, version: tuple[str, int], field: str, what: str) -> dict[str, Any]:
-    """The dict under ``field`` of the JSON file at ``path`` when its ``version`` field is
-    as given; missing, of another version or unreadable: empty (logged), never an error."""
+    """The dict under ``field`` of the JSON file at ``path`` if of ``version``, else empty."""
     try:
         with open(path, encoding="utf-8") as file:
             document = json.load(file)

@@ -129,8 +129,7 @@ def shared_recounts(
     world_size: int,
     exchange: Exchange,
 ) -> dict[str, ShardCount]:
-    """The new counts of the ``agreed`` shards, the ``i``-th counted by rank ``i % world_size``
-    and shared; a count that failed anywhere is raised on every rank."""
+    """The ``agreed`` shards counted again, each by one rank, and shared with every rank."""
     payload: list[int] = []
     failure: BaseException | None = None
     for shard in agreed[rank::world_size]:

@@ -127,8 +127,7 @@ class CountCheck:
 
 
 def counted_rest(items: Iterator[Any], size: Callable[[Any], int]) -> tuple[int, bool]:
-    """``(records, whole)``: the records ``items`` still gives (``size`` of each), and whether
-    all were counted (damage found on the way ends the count)."""
+    """``(records, whole)``: the records ``items`` still gives, and whether damage cut it short."""
     count = 0
     try:
         for item in items:

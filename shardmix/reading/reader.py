@@ -134,8 +134,8 @@ def read_shard_blocks(url: str, reader: BlockReader, request: ReadRequest) -> It
 
 
 def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
-    """The shard open where ``request`` begins, the read its reader reads, and the byte it
-    was opened at (not a context manager: a piece's read pays for every object made)."""
+    """The shard open where ``request`` begins, the read its reader reads, and its start byte
+    (not a context manager: a piece's read pays for every object made)."""
     start, stop, on_damage = request.start, request.stop, request.on_damage
     resume = start > 0 and request.before_offset >= 0
     offset = request.before_offset if resume else 0
@@ -166,8 +166,7 @@ def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
 
 
 def _closed(url: str, stream: BinaryIO, offset: int) -> None:
-    """Close a shard :func:`_entered` opened at byte ``offset``, its bytes read counted where its
-    source does not count its own (:mod:`shardmix.sources.traffic`)."""
+    """Close a shard :func:`_entered` opened, its bytes counted where its source does not."""
     try:
         if not counts_itself(url):
             count_bytes(host_of(url), max(0, stream.tell() - offset))
@@ -212,9 +211,7 @@ def _read_at(
     expect: ShardIdentity | None,
 ) -> Iterator[Sample]:
     offsets = dict(positions)
-    opened = open_shard(url, options=source_options, expect=expect) if ranged is None else None
-    stream = ranged if ranged is not None else opened
-    assert stream is not None
+    stream = ranged or open_shard(url, options=source_options, expect=expect)
     with stream:
         if can_seek_records(stream, url) and min(offsets.values()) >= 0:
             buffered = stream if ranged is not None else _small_buffer(stream)

@@ -58,8 +58,7 @@ class ShardPlan:
         self._counts: list[int] | None = None  # every shard's count, once found
 
     def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
-        """The number of lanes: ``num_lanes`` when given, else from the batch size
-        (:func:`~shardmix.plan.sharding.default_num_lanes`; without one, 32)."""
+        """The number of lanes: ``num_lanes`` when given, else from the batch size (else 32)."""
         if self.num_lanes is not None:
             return self.num_lanes
         if batch_size is None:

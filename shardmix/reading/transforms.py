@@ -80,13 +80,14 @@ class SampleTransform:
         (``example``: TFRecord Examples, see :meth:`Decoder.example`). A record's tag is held
         back from the decoder and the transform, and put back in what they give."""
         clock, spent = time.perf_counter, 0.0
+        stream = (epoch, epoch_pass, shard_index)  # with the record's index, seeds its rng
         try:
             for sample in samples:
                 tag = sample.pop(TAG_KEY, None)
                 provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
                 before = clock()
                 try:
-                    result = self._one(sample, provenance, epoch, epoch_pass, shard_index, example)
+                    result = self._one(sample, provenance, stream, example)
                 except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
                     wrapped = _wrap(error, sample)
                     if on_damage is None:
@@ -103,13 +104,7 @@ class SampleTransform:
             count_seconds("transform", spent)
 
     def _one(
-        self,
-        sample: Sample,
-        provenance: Sample,
-        epoch: int,
-        epoch_pass: int,
-        shard_index: int,
-        example: bool,
+        self, sample: Sample, provenance: Sample, stream: tuple[int, int, int], example: bool
     ) -> Any:
         if example and isinstance(self.decode, Decoder):
             sample = self.decode.example(sample)
@@ -118,7 +113,7 @@ class SampleTransform:
         if self.transform is None:
             result: Any = sample
         elif self.rng:
-            rng = record_rng(self.seed, epoch, epoch_pass, shard_index, provenance[INDEX_KEY])
+            rng = record_rng(self.seed, *stream, provenance[INDEX_KEY])
             result = self.transform(sample, rng)
         else:
             result = self.transform(sample)

@@ -123,8 +123,7 @@ class EpochWorkers:
             yield chunk
 
     def guarded(self, step: Callable[[], T], fail: Callable[[], None]) -> T:
-        """``step()``; on an error ``fail()`` stops the epoch and its workers at once, and a
-        dead worker is named."""
+        """``step()``; on an error, ``fail()`` stops the workers at once, a dead worker named."""
         try:
             return step()
         except StopIteration:

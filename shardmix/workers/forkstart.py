@@ -94,8 +94,7 @@ def start_forked(
 
 
 def _stuck(processes: list[Any], flags: StartFlags) -> list[tuple[int, int]]:
-    """``(worker, pid)`` of the live workers that did not mark ``flags`` in time; none where one
-    died (its death is the epoch's error)."""
+    """``(worker, pid)`` of live workers that did not mark ``flags`` in time (none if one died)."""
     deadline = time.monotonic() + START_SECONDS
     pause = 0.0005
     while True:
