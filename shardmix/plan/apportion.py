@@ -1,15 +1,9 @@
 """Apportioning: how many samples each dataset of a mixture gives each batch, as arithmetic.
 
-The :class:`Apportioner` gives dataset ``i`` ``floor(w_i * batch_size)`` samples or one more,
-the extra samples going to the datasets owed the most so far, so every batch holds each
-dataset's share to within one sample and the cumulative count never drifts from ``w * samples``
-by a sample or more. :func:`mixture_batches` counts an epoch's batches from each dataset's
-samples per pass under the :class:`Stopping` rule, :func:`last_counts` sizes the last batch,
-and :func:`member_seed` gives each dataset its own shuffle seed. Pure functions of their
-arguments, doctested.
-
-Left to others: reading the datasets and cutting the batches (:mod:`shardmix.epochs.mixture`),
-checking a mixture's settings (:class:`~shardmix.loader.MixingLoader`).
+Dataset ``i`` gives each batch ``floor(w_i * batch_size)`` samples or one more
+(:class:`Apportioner`), so the cumulative count never drifts from ``w * samples`` by a sample
+or more. :func:`mixture_batches` counts an epoch's batches, :func:`last_counts` sizes the last
+one, and :func:`member_seed` gives each dataset its own shuffle seed. Pure functions, doctested.
 """
 
 from __future__ import annotations
@@ -49,12 +43,9 @@ def normalized_weights(names: Sequence[str], weights: Mapping[str, float]) -> di
 
 
 class Apportioner:
-    """How many samples each dataset gives each batch.
-
-    Dataset ``i`` gives ``floor(w_i * B)`` samples, and the ``B - sum(floors)`` left over go
-    to the datasets with the largest credit, credit being what each is owed so far; ties go
-    to the first name. Credits stay within (-1, 1), so the cumulative count of each dataset
-    stays within one sample of ``w_i * B * batches``.
+    """How many samples each dataset gives each batch: ``floor(w_i * B)``, and the samples
+    left over to the datasets owed the most so far (ties to the first name). What each is owed
+    stays within (-1, 1), so each cumulative count stays within one sample of its share.
 
     >>> apportioner = Apportioner({"a": Fraction(1, 2), "b": Fraction(1, 3), "c": Fraction(1, 6)})
     >>> [apportioner.counts(10) for _ in range(3)]
@@ -94,10 +85,8 @@ def mixture_batches(
     stopping: Stopping,
     drop_last: bool,
 ) -> int:
-    """How many batches a mixture's epoch yields, given each dataset's samples per pass.
-
-    ``totals[name][p]`` is what dataset ``name`` yields in pass ``p`` (the last entry is
-    repeated for later passes).
+    """How many batches a mixture's epoch yields: ``totals[name][p]`` is what dataset ``name``
+    yields in pass ``p`` (the last entry repeated for later passes).
 
     >>> from fractions import Fraction as F
     >>> mixture_batches({"a": [10], "b": [100]}, {"a": F(1, 2), "b": F(1, 2)}, 4,
@@ -139,8 +128,8 @@ def mixture_batches(
 def last_counts(
     weights: Mapping[str, Fraction], available: Mapping[str, int], batch_size: int
 ) -> dict[str, int]:
-    """The counts of a mixture's last batch: the largest batch in which every dataset holds
-    its share to within one sample and none gives more than it has left.
+    """The counts of a mixture's last batch: the largest in which every dataset holds its
+    share to within one sample and none gives more than it has left.
 
     >>> from fractions import Fraction as F
     >>> last_counts({"a": F(1, 2), "b": F(1, 2)}, {"a": 5, "b": 2}, 10)

@@ -1,7 +1,4 @@
-"""Checks of ShardDataset's arguments that need no torch: unknown names, empty tars, counts.
-
-They run in the constructor, so that a mistake is reported where the dataset is built.
-"""
+"""Checks of ShardDataset's arguments that need no torch: unknown names, empty tars, counts."""
 
 from __future__ import annotations
 

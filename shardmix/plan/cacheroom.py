@@ -1,26 +1,16 @@
 """The room an epoch's plan needs in a bounded cache, refused at ``iter()`` when it is not there.
 
-Every lane keeps one shard open at a time (:func:`shardmix.reading.lanes.read_lane` closes a
-shard before it opens the next), and every lane of a rank reads at once, a mixture's datasets
-included. Through a bounded cache (:mod:`shardmix.sources.cache.bounded`) a lane that opens a
-remote shard holds one entry of the ledger while it reads: the copy it leased, or the copy
-it fills, of the whole shard or of its first block at least
-(:data:`~shardmix.sources.cache.bounded.MIN_PART_BYTES`); no lane ever holds two. So the lanes that
-read at once need ``lanes × one block`` of the limit together: below that, some lane always
-finds the limit held by the others' copies in use and reads its shard without one, epoch
-after epoch, and the cache mostly streams (the thrashing of a limit too low). Nothing waits
-for room, so no limit deadlocks. At the minimum every lane can hold its block, but room is
-first come: a lane that finds more free takes more (its whole shard, if it fits), and a lane
-that then finds none streams its shard, as above. Read-ahead adds nothing to the minimum:
-the blocks it fetches ahead wait in the reading process's memory, not in the cache, and
-become a copy only as the lane reads them.
+Every lane keeps one shard open at a time, and every lane of a rank reads at once. Through a
+bounded cache (:mod:`shardmix.sources.cache.bounded`) a lane reading a remote shard holds one
+entry while it reads, of the whole shard or of its first block at least
+(:data:`~shardmix.sources.cache.bounded.MIN_PART_BYTES`). So the lanes need ``lanes × one block``
+of the limit together: below that, some lane always finds the limit held by the others and
+streams its shard, epoch after epoch (the thrashing of a limit too low). Nothing waits for
+room, so no limit deadlocks; read-ahead adds nothing (its blocks wait in memory).
 
-The lanes of remote shards that read at once are counted from the plan's settings alone, so
-that the refusal comes before a worker starts or a request is made: ``num_lanes`` (given, or
-from the batch size), at most one lane per remote shard (two lanes reading pieces of one
-shard share one entry), times the canonical ranks a process runs. Datasets whose caches share
-a folder add up. Each rank counts its own: ranks on one node that share a folder need the
-room each.
+The lanes are counted from the plan's settings alone, so that the refusal comes before a worker
+starts: ``num_lanes``, at most one per remote shard, times the canonical ranks a process runs.
+Datasets whose caches share a folder add up; each rank counts its own.
 """
 
 from __future__ import annotations
@@ -38,16 +28,15 @@ __all__ = ["CacheReaders", "check_cache_room", "remote_lanes"]
 
 @dataclass(frozen=True)
 class CacheReaders:
-    """One dataset of an epoch, as a bounded cache sees it: its source options and the lanes
-    of its remote shards that read at once."""
+    """One dataset of an epoch as a bounded cache sees it: its options and lanes that read."""
 
     options: SourceOptions
     lanes: int
 
 
 def remote_lanes(urls: Sequence[str], num_lanes: int, processes: int = 1) -> int:
-    """The lanes of remote shards that read at once: ``num_lanes`` per planned rank, at most
-    one per remote shard, times the ranks one process runs (``processes``).
+    """The lanes of remote shards that read at once: ``num_lanes``, at most one per remote
+    shard, times the ranks one process runs.
 
     >>> remote_lanes(["https://h/a.tar", "https://h/b.tar", "/x/c.tar"], 8)
     2
@@ -64,9 +53,7 @@ def remote_lanes(urls: Sequence[str], num_lanes: int, processes: int = 1) -> int
 
 
 def check_cache_room(readers: Mapping[str, CacheReaders]) -> None:
-    """Refuse, with a :class:`~shardmix.errors.ConfigError` naming the limit, the minimum and
-    how it is made up, a ``cache_limit`` below what the lanes of ``readers`` (by dataset
-    name; ``""`` for a dataset alone) that read at once hold in its folder together."""
+    """Refuse a ``cache_limit`` below what the lanes of ``readers`` (by dataset) hold at once."""
     by_folder: dict[str, dict[str, CacheReaders]] = {}
     for name, reader in readers.items():
         options = reader.options

@@ -1,26 +1,20 @@
 """Record counts per shard: what balanced plans are made from, and where range reads seek.
 
-Counts come, in this order, from what the user gave, from a manifest that ``shardmix convert``
-wrote beside the shards, local or remote (:mod:`shardmix.plan.manifests`; a local shard whose size
-is not the manifest's is warned about, and its count stays a claim the read checks), from the
-count cache (an entry is used only while the shard's
-version, :func:`~shardmix.sources.version.shard_version`, still matches it: a stale entry is
-counted again, never trusted), or from a counting pass that walks the shard's framing only
-(TFRecord length fields, tar headers; payloads are seeked past, not decoded). The counting
-pass also notes the byte offset of every :data:`INDEX_EVERY`-th record: a sparse index, kept
-with the count, that a range read seeks to instead of walking from byte 0.
+Counts come, in this order, from what the user gave, from a manifest beside the shards
+(:mod:`shardmix.plan.manifests`), from the count cache (an entry used only while the shard's
+version, :func:`~shardmix.sources.version.shard_version`, still matches it), or from a counting
+pass that walks the shard's framing only. The pass also notes the byte offset of every
+:data:`INDEX_EVERY`-th record: a sparse index a range read seeks to instead of walking from 0.
 
-Once per job: :meth:`RecordCounts.resolve_all` splits the shards over the ranks (shard ``i``
-of the distinct URLs is resolved by rank ``i % world_size``) and shares the results through
-the ``exchange`` its caller passes (``all_gather_object`` under torch.distributed; this module
-does not import torch), so that each shard's framing is walked by one process of the job.
-Each process keeps the counts for the life of the :class:`RecordCounts`. Every count is a claim:
-:meth:`RecordCounts.claim` says what it is and where it came from, and the read of the shard
-checks it (:mod:`shardmix.reading.claims`).
+:meth:`RecordCounts.resolve_all` splits the shards over the ranks and shares the results through
+the ``exchange`` its caller passes (this module does not import torch), so that each shard is
+walked by one process of the job. Every count is a claim the read checks
+(:mod:`shardmix.reading.claims`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,25 +25,18 @@ from typing import Any
 
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, RecordPosition, is_gzipped, reader_for
-from shardmix.plan.manifests import (  # noqa: F401 (manifest_counts, manifest_shards: re-exported)
-    MANIFEST_VERSION,
-    Manifests,
-    manifest_counts,
-    manifest_shards,
-)
+from shardmix.plan.manifests import Manifests, manifest_shards  # noqa: F401 (re-exported)
 from shardmix.policy import Damage, DamageHandler
 from shardmix.sources import SourceOptions, is_local, open_shard
 from shardmix.sources.version import shard_version
 
 CACHE_VERSION = 1
 COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
-# The counting pass notes the byte offset of every 16th record: where a piece (a multiple of it:
-# plan.sharding.DEFAULT_PIECE_RECORDS) begins and ends, so that its read neither walks to it
-# nor past it.
+# The counting pass notes every 16th record's offset: where a piece (a multiple of it) begins
+# and ends, so that its read neither walks to it nor past it.
 INDEX_EVERY = 16
 
-# Shares each process's results with every process of the job: one entry per process, in rank
-# order (``torch.distributed.all_gather_object``).
+# Every process's results, in rank order (``torch.distributed.all_gather_object``).
 Exchange = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 log = logging.getLogger(__name__)
@@ -114,11 +101,7 @@ def index_records(
     every: int = INDEX_EVERY,
     on_damage: DamageHandler | None = None,
 ) -> ShardCount:
-    """One shard's count and sparse offset index, by walking its framing once.
-
-    With ``on_damage`` (``on_error="skip"``), a shard whose framing is lost is reported to it
-    and counted up to the damage: the records a read can reach.
-    """
+    """One shard's count and sparse offset index (up to damage reported to ``on_damage``)."""
     cut: list[int] = []
 
     def report(damage: Damage) -> None:
@@ -137,13 +120,9 @@ def index_records(
 
 
 class RecordCounts:
-    """Record counts of a fixed shard list, found on first use and then kept.
-
-    ``cache_path``: a JSON file where counted shards are kept for later jobs (None: none).
-    ``on_damage``: under ``on_error="skip"``, the counting pass reports a shard whose framing
-    is lost to it (a :class:`~shardmix.policy.SkipLedger`) and counts the records before the
-    damage; such a shard is counted again by each job, never cached.
-    """
+    """Record counts of a fixed shard list, found on first use and then kept (``cache_path``:
+    a JSON file that keeps them for later jobs). ``on_damage`` is told of a shard whose framing
+    is lost, counted up to the damage and never cached."""
 
     def __init__(
         self,
@@ -184,8 +163,7 @@ class RecordCounts:
         return count
 
     def claim(self, url: str) -> tuple[int, str] | None:
-        """``(records, where the count comes from)`` for ``url`` when this process knows its
-        count without a request (given, resolved, or in a manifest already read), else None."""
+        """``(records, where the count comes from)`` if known without a request, else None."""
         found = self._counts.get(url)
         if found is not None:
             return found.records, self._sources.get(url, "the plan")
@@ -194,36 +172,21 @@ class RecordCounts:
             return None
         return entry.records, f"the manifest {entry.manifest}"
 
-    def holds(self, url: str) -> bool:
-        """Whether this process holds a count of ``url`` (given, resolved, or in a manifest
-        already read): one a change of the shard makes stale."""
-        return self.claim(url) is not None
-
     def recount(self, url: str) -> ShardCount:
-        """Count ``url`` again by walking its framing (a shard changed since it was counted),
-        the count cache written; :meth:`adopt` makes it the count."""
-        version = None
-        if self._cache_path is not None:
-            version = shard_version(url, self.source_options)
-        entry = self._index(url)
-        if url in self.damaged:
-            version = None
-        found = ShardCount(entry.records, entry.index, entry.every, version)
+        """Count ``url`` again (it changed), the cache written; :meth:`adopt` makes it the count."""
+        found = self._counted(url, self._version(url))
         self._save({url: found})
         return found
 
     def adopt(self, found: Mapping[str, ShardCount], source: str) -> None:
-        """Make the counts of ``found`` (:meth:`recount`'s, here or on another rank) the
-        counts of their shards, over any given, manifest or cached count; ``source`` names
-        where they come from in a claim's error."""
+        """Make ``found`` the counts of their shards, ``source`` naming where they come from."""
         for url, entry in found.items():
             self._counts[url] = entry
             self._sources[url] = source
             self._recounted[url] = entry, source
 
     def recounts(self) -> dict[str, tuple[ShardCount, str]]:
-        """The counts made again so far, with their sources: what a copy of this dataset made
-        before them (a persistent worker's) must :meth:`adopt` too."""
+        """The counts made again so far, with their sources (for older copies to adopt)."""
         return dict(self._recounted)
 
     def of(self, url: str) -> int:
@@ -237,9 +200,8 @@ class RecordCounts:
 
     def seek_from(self, url: str, start: int) -> RecordPosition | None:
         """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known.
-        A local, uncompressed shard whose count came without an index (a manifest, or given)
-        is indexed here by one walk of its framing, once per process: pieces of it are then
-        entered by a seek each, not by a walk from its start each."""
+        A local, uncompressed shard counted without an index is indexed here, once per process,
+        so that its pieces are entered by a seek each, not a walk from its start each."""
         found = self._counts.get(url)
         if found is not None and found.index:
             return found.seek_from(start)
@@ -262,11 +224,7 @@ class RecordCounts:
     def resolve_all(
         self, *, rank: int = 0, world_size: int = 1, exchange: Exchange | None = None
     ) -> list[int]:
-        """Every shard's count, in URL order; with ``exchange``, each found by one rank.
-
-        With ``exchange``, every process of the job must call this at the same point (it is a
-        collective), once: later calls answer from what was shared.
-        """
+        """Every shard's count, in URL order; with ``exchange`` (a collective), each found once."""
         if exchange is not None and not self._shared:
             distinct = list(dict.fromkeys(self._urls))
             mine = [url for url in distinct[rank::world_size] if url not in self._counts]
@@ -289,20 +247,24 @@ class RecordCounts:
                 resolved[url] = ShardCount(listed.records)
                 self._sources[url] = f"the manifest {listed.manifest}"
                 continue
-            version = None
-            if self._cache_path is not None:
-                version = shard_version(url, self.source_options)
-                cached = self._cache().get(url)
-                if version is not None and cached is not None and cached.version == version:
-                    resolved[url] = cached
-                    self._sources[url] = f"the count cache {self._cache_path}"
-                    continue
-            entry = self._index(url)
-            if url in self.damaged:
-                version = None  # counted again next time, so the damage is reported again
-            resolved[url] = ShardCount(entry.records, entry.index, entry.every, version)
+            version = self._version(url)
+            cached = self._cache().get(url) if version is not None else None
+            if cached is not None and cached.version == version:
+                resolved[url] = cached
+                self._sources[url] = f"the count cache {self._cache_path}"
+                continue
+            resolved[url] = self._counted(url, version)
             self._sources[url] = "the counting pass"
         return resolved
+
+    def _version(self, url: str) -> str | None:
+        """The version a count of ``url`` is cached at (None: no cache)."""
+        return None if self._cache_path is None else shard_version(url, self.source_options)
+
+    def _counted(self, url: str, version: str | None) -> ShardCount:
+        """``url`` counted at ``version`` (none after damage: counted and reported again)."""
+        found = self._index(url)
+        return dataclasses.replace(found, version=None if url in self.damaged else version)
 
     def _index(self, url: str) -> ShardCount:
         """Count ``url`` by walking its framing, damage reported to ``on_damage`` if given."""
@@ -347,8 +309,7 @@ def read_counts_cache(path: str) -> dict[str, ShardCount]:
 
 
 def read_json_file(path: str, version: tuple[str, int], field: str, what: str) -> dict[str, Any]:
-    """The dict under ``field`` of the JSON file at ``path`` when its ``version`` field is
-    as given; missing, of another version or unreadable: empty (logged), never an error."""
+    """The dict under ``field`` of the JSON file at ``path`` if of ``version``, else empty."""
     try:
         with open(path, encoding="utf-8") as file:
             document = json.load(file)
@@ -375,9 +336,8 @@ def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str
 
 def write_json_file(path: str, document: Any, what: str) -> None:
     """Write ``document`` to ``path`` under a temporary name and rename it, so that the
-    processes of a job, which may all write the same file, never leave a half-written one.
-    A file that cannot be written (a read-only folder) is logged and left out: a cache
-    missed is slower, never wrong."""
+    processes of a job never leave a half-written one. A failure is logged: a cache missed
+    is slower, never wrong."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)

@@ -1,27 +1,17 @@
 """Kept counts: which records a filtering transform drops, learned per shard, by ``transform_id``.
 
-A transform that returns ``None`` filters: the samples it keeps are known only once read, so
-``len()`` is the unfiltered count (an upper bound) and several ranks agree on the epoch's end as
-they near it (:mod:`shardmix.batching.rankend`). When the user names the transform with
-``ShardDataset(transform_id=...)`` (a promise: the same id keeps the same records), an epoch
-read whole from its start teaches the dataset which records of each shard were dropped. From
-then on, for every shard so learned:
+A filter's kept samples are known only once read, so ``len()`` is an upper bound and several
+ranks agree on the epoch's end as they near it (:mod:`shardmix.batching.rankend`). When the
+user names the transform (``ShardDataset(transform_id=...)``, a promise: the same id keeps the
+same records), an epoch read whole teaches the dataset which records of each shard were
+dropped. From then on ``len()`` is exact and the ranks know ahead where the epoch ends. Every
+count is still a claim: an epoch that keeps another number raises a
+:class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what was learned.
 
-- ``len()`` is exact, on one rank and under several (each rank's kept total is known from the
-  plan's pieces, a split piece included: the dropped record indices are kept, not a count);
-- the ranks know ahead where the epoch ends, as without a filter: no exchange, and ranks
-  simulated in one process can filter too;
-- every count is still a claim: an epoch that keeps another number of samples than learned
-  raises a :class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what
-  was learned (the transform changed under the same name). An epoch's :class:`KeptClaim` says
-  what its end settles: the claim to check, or the counts to learn.
-
-What is learned is kept for the life of the dataset object and, when the dataset has a count
-cache file, in ``kept-counts.json`` beside it, each shard's entry used only while the shard's
-version (:func:`~shardmix.sources.version.shard_version`) and record count are unchanged.
-Under several ranks, each rank sends the records it saw dropped to the others at the epoch's
-end (one gather of integers), so every rank learns the whole epoch. This module imports no
-torch: the gather is a function its caller passes.
+What is learned is kept for the dataset's life and, with a count cache file, in
+``kept-counts.json`` beside it, each entry used only while the shard's version and count are
+unchanged. Under several ranks, each sends the records it saw dropped to the others at the
+epoch's end. This module imports no torch: the gather is a function its caller passes.
 """
 
 from __future__ import annotations
@@ -44,8 +34,7 @@ from shardmix.sources.version import shard_version
 KEPT_VERSION = 1
 KEPT_CACHE_NAME = "kept-counts.json"  # beside the count cache file
 
-# ``exchange(values)``: every rank's list of ints, of equal lengths on every rank
-# (:func:`~shardmix.world.end_exchange`).
+# Every rank's list of ints, of equal lengths (:func:`~shardmix.world.end_exchange`).
 Exchange = Callable[[list[int]], list[list[int]]]
 
 log = logging.getLogger(__name__)
@@ -79,15 +68,8 @@ class ShardKept:
 
 
 class KeptCounts:
-    """The kept counts one dataset learned for its ``transform_id``.
-
-    Args:
-        transform_id: the user's name for the transform.
-        urls: the dataset's shard list (entries are keyed by URL).
-        cache_path: ``kept-counts.json``, read at first use and written as shards are learned
-            (None: kept in memory only).
-        source_options: how a cached entry's shard version is looked up.
-    """
+    """The kept counts one dataset learned for its ``transform_id``, by URL; ``cache_path``
+    (``kept-counts.json``, None: none) is read at first use and written as shards are learned."""
 
     def __init__(
         self,
@@ -108,8 +90,7 @@ class KeptCounts:
         return {**self.__dict__, "_shards": {}, "_loaded": True}
 
     def totals(self, plan: Sequence[Sequence[Piece]], counts: Sequence[int]) -> list[int] | None:
-        """Each rank's kept samples under ``plan`` (one list of pieces per rank), given every
-        shard's record count; None unless every shard of the plan was learned at that count."""
+        """Each rank's kept samples under ``plan``; None unless every shard was learned."""
         self._load(counts)
         totals = []
         for pieces in plan:
@@ -123,8 +104,7 @@ class KeptCounts:
         return totals
 
     def learn(self, counts: Sequence[int], dropped: Iterable[tuple[int, int]]) -> None:
-        """Learn every shard from one whole epoch: ``dropped`` holds ``(shard, record)`` of
-        each record the transform dropped, over every rank; ``counts`` every shard's count."""
+        """Learn every shard from one whole epoch's dropped ``(shard, record)`` pairs."""
         by_shard: dict[int, list[int]] = {shard: [] for shard in range(len(self._urls))}
         for shard, record in dropped:
             by_shard[shard].append(record)
@@ -137,18 +117,10 @@ class KeptCounts:
 
     def forget(self) -> None:
         """Discard everything learned, here and in the cache file (a count proved wrong)."""
-        forgotten = set(self._shards) | set(self._urls)
-        self._shards = {}
-        if self._cache_path is not None:
-            document = _read(self._cache_path)
-            entries = document.get(self.transform_id, {})
-            for url in forgotten:
-                entries.pop(url, None)
-            _write(self._cache_path, document)
+        self.forget_urls(set(self._shards) | set(self._urls))
 
     def forget_urls(self, urls: Iterable[str]) -> None:
-        """Discard what was learned of the shards ``urls`` (they changed), here and in the
-        cache file."""
+        """Discard what was learned of the shards ``urls``, here and in the cache file."""
         gone = set(urls)
         for url in gone:
             self._shards.pop(url, None)
@@ -197,7 +169,7 @@ def agreed_totals(
     totals: list[int] | None, exchange: Exchange | None, world_size: int
 ) -> list[int] | None:
     """``totals`` where every rank has the same (one gather under ``exchange``), else None:
-    the ranks use learned kept counts all together, or none of them does."""
+    the ranks use learned kept counts all together, or none does."""
     if exchange is None:
         return totals
     mine = [0] * (1 + world_size) if totals is None else [1, *totals]
@@ -208,8 +180,7 @@ def agreed_totals(
 
 
 def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int) -> ConfigError:
-    """The error for an epoch that kept another number of samples than learned; what was
-    learned is discarded first, so that the next run learns it again."""
+    """The error for an epoch that kept other than learned; what was learned is discarded."""
     kept.forget()
     return ConfigError(
         f"epoch {epoch}, rank {rank}: the transform kept {found} samples of this rank's "
@@ -220,33 +191,26 @@ def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int
     )
 
 
+@dataclass(eq=False)
 class KeptClaim:
-    """What an epoch does with learned kept counts at its end: check the number of samples
-    this rank claimed from them ahead (``claim``), or learn them from the epoch (``learn``:
-    True, or the ranks' gather); neither where there is nothing to settle."""
+    """What an epoch does with learned kept counts at its end: check the samples this rank
+    claimed from them (``claim``), or learn them (``learn``: True, or the ranks' gather)."""
 
-    def __init__(
-        self,
-        kept: KeptCounts | None,
-        claim: int | None,
-        learn: Exchange | bool,
-        epoch: int,
-        rank: int,
-    ) -> None:
-        self._kept = kept
-        self.claim = claim
-        self.learn = learn
-        self._where = epoch, rank
+    kept: KeptCounts | None
+    claim: int | None
+    learn: Exchange | bool
+    epoch: int
+    rank: int
 
     @property
     def due(self) -> bool:
-        """Whether the epoch's end has something to settle (it is settled once)."""
+        """Whether the epoch's end has something to settle (once)."""
         return self.claim is not None or self.learn is not False
 
     def stale(self, found: int) -> ConfigError:
         """The error for this rank's samples ending at ``found``, short of the claim."""
-        assert self._kept is not None and self.claim is not None
-        return stale_kept(self._kept, *self._where, found, self.claim)
+        assert self.kept is not None and self.claim is not None
+        return stale_kept(self.kept, self.epoch, self.rank, found, self.claim)
 
     def settle(
         self,
@@ -257,59 +221,46 @@ class KeptClaim:
         valid: bool,
     ) -> None:
         """At the epoch's last batch: check the claim against ``found()`` (this rank's kept
-        samples, yielded or not), or learn from the epoch (:func:`learn_epoch`; ``counts()``
-        is asked under the ranks' gather only)."""
-        kept = self._kept
+        samples), or learn from the epoch (``counts()`` asked under the ranks' gather only)."""
+        kept = self.kept
         assert kept is not None
         claim, self.claim, learn, self.learn = self.claim, None, self.learn, False
         if claim is not None:
             kept_here = found()
             if kept_here != claim:
-                raise stale_kept(kept, *self._where, kept_here, claim)
+                raise stale_kept(kept, self.epoch, self.rank, kept_here, claim)
             return
-        exchange = learn if callable(learn) else None
-        totals = counts() if exchange is not None else None
-        learn_epoch(kept, totals, filtered, seen, exchange, valid)
-
-
-def learn_epoch(
-    kept: KeptCounts,
-    counts: Sequence[int] | None,
-    filtered: Sequence[np.ndarray],
-    seen: np.ndarray,
-    exchange: Exchange | None,
-    valid: bool,
-) -> None:
-    """Learn from an epoch read whole from its start on every rank: ``filtered`` holds this
-    rank's filtered ``(shard, record)`` rows, ``seen`` the records that arrived per shard.
-    ``counts``: every shard's count (known under several ranks); None on one rank, where
-    ``seen`` is the count. Under ``exchange`` every rank calls this at the same step."""
-    mine = np.concatenate(filtered) if filtered else np.empty((0, 2), dtype=np.int64)
-    pairs: list[tuple[int, int]] | None = [(int(a), int(b)) for a, b in mine.tolist()]
-    if exchange is not None:
-        pairs = gather_dropped(exchange, pairs or [], valid)
-    if pairs is None or not valid:
-        return
-    kept.learn(seen.tolist() if counts is None else counts, pairs)
+        # Learn from the epoch, read whole on every rank: ``filtered`` holds this rank's filtered
+        # ``(shard, record)`` rows, ``seen`` the records that arrived per shard.
+        mine = np.concatenate(filtered) if filtered else np.empty((0, 2), dtype=np.int64)
+        pairs: list[tuple[int, int]] | None = [(int(a), int(b)) for a, b in mine.tolist()]
+        totals: Sequence[int] = seen.tolist()  # every shard's count, on one rank
+        if callable(learn):  # every rank calls this at the same step
+            totals = counts()
+            pairs = gather_dropped(learn, pairs or [], valid)
+        if pairs is not None and valid:
+            kept.learn(totals, pairs)
 
 
 def gather_dropped(
     exchange: Exchange, mine: Sequence[tuple[int, int]], valid: bool
 ) -> list[tuple[int, int]] | None:
-    """Every rank's dropped ``(shard, record)`` pairs, or None unless every rank's are
-    ``valid`` (two gathers, the same on every rank: the lengths, then the padded pairs)."""
-    flat = [value for pair in mine for value in pair]
-    sizes = exchange([len(flat), int(valid)])
-    if not all(ok for _, ok in sizes):
+    """Every rank's dropped ``(shard, record)`` pairs, or None unless every rank's are ``valid``."""
+    parts = gather_ints(exchange, [int(valid), *(value for pair in mine for value in pair)])
+    if not all(part[0] for part in parts):
         return None
-    longest = max(size for size, _ in sizes)
+    return [pair for part in parts for pair in zip(part[1::2], part[2::2], strict=True)]
+
+
+def gather_ints(exchange: Exchange, mine: Sequence[int]) -> list[list[int]]:
+    """Every rank's list of ints, of any lengths: one gather of the lengths, and one of the
+    padded lists unless every list is empty."""
+    lengths = [part[0] for part in exchange([len(mine)])]
+    longest = max(lengths)
     if longest == 0:
-        return []
-    gathered = exchange(flat + [-1] * (longest - len(flat)))
-    pairs: list[tuple[int, int]] = []
-    for (size, _), values in zip(sizes, gathered, strict=True):
-        pairs.extend(zip(values[0:size:2], values[1:size:2], strict=True))
-    return pairs
+        return [[] for _ in lengths]
+    gathered = exchange(list(mine) + [0] * (longest - len(mine)))
+    return [part[:length] for part, length in zip(gathered, lengths, strict=True)]
 
 
 def kept_cache_path(counts_cache: str | None) -> str | None:

@@ -1,15 +1,10 @@
 """The manifests beside the shards: what each says about a shard, local or remote.
 
-``shardmix convert`` writes ``<prefix>.manifest.json`` beside its shards (the schema is in
-:mod:`shardmix.convert.manifest`). Beside local shards every ``*.manifest.json`` of the folder
-is read. Beside remote shards a folder cannot be listed, so the one name convert gives the
-manifest of shards named like them is asked for, once per folder and process
-(:func:`manifest_name_for`: ``train-000000.tar`` → ``train.manifest.json``); a folder that has
-none (404) costs that one request. What a manifest says is a claim: the size it names is
-compared with the local file's (a mismatch is warned about, naming both, and the claim stands,
-so that the read checks the count), and the count with what the read finds
-(:mod:`shardmix.reading.claims`). Left to others: using the counts (:mod:`shardmix.plan.counts`),
-checking sha256 (``shardmix stat --verify``, the cache).
+``shardmix convert`` writes ``<prefix>.manifest.json`` beside its shards. Beside local shards
+every ``*.manifest.json`` of the folder is read; beside remote ones, which cannot be listed, the
+one name convert gives them (:func:`manifest_name_for`) is asked for once per folder and
+process. What a manifest says is a claim: a local file of another size is warned about, and
+the count is checked by the read (:mod:`shardmix.reading.claims`).
 """
 
 from __future__ import annotations
@@ -58,8 +53,7 @@ class Manifests:
         self._warned: set[str] = set()
 
     def entry(self, url: str, *, fetch: bool = True) -> ManifestEntry | None:
-        """The manifest entry of shard ``url``, or None. Without ``fetch``, a remote folder's
-        manifest is not asked for here (only one already read answers)."""
+        """Shard ``url``'s manifest entry, or None (without ``fetch``: only from manifests read)."""
         if scheme_of(url) == "pipe":
             return None
         if is_local(url):
@@ -156,11 +150,8 @@ def _add_entry(found: dict[str, ManifestEntry], where: str, shard: Mapping[str, 
 
 
 def manifest_shards(folder: str, ignored: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """``(manifest path, shard entry)`` for each shard the manifests in ``folder`` list.
-
-    A manifest that cannot be read, or is of another version, is skipped with a warning that
-    ends in ``ignored`` (what its absence costs).
-    """
+    """``(manifest path, shard entry)`` for each shard the manifests in ``folder`` list; one
+    unreadable, or of another version, is skipped, logged with ``ignored`` (what that costs)."""
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.manifest.json"))):
         try:
             with open(path, "rb") as file:
@@ -185,8 +176,7 @@ def _shards_of(where: str, data: bytes, ignored: str) -> list[Mapping[str, Any]]
 
 
 def missing_listed(urls: str | Sequence[str]) -> list[str]:
-    """The local shards a manifest lists that a glob of ``urls`` would match, but that are
-    gone (a glob finds what is there; the manifest says what should be)."""
+    """The local shards a manifest lists that a glob of ``urls`` would match, but are gone."""
     missing: list[str] = []
     patterns = [urls] if isinstance(urls, str) else list(urls)
     for part in [part for pattern in patterns for part in split_patterns(pattern)]:
@@ -217,8 +207,3 @@ def warn_missing_listed(urls: str | Sequence[str]) -> None:
             ),
             stacklevel=3,
         )
-
-
-def manifest_counts(folder: str) -> dict[str, tuple[int, int]]:
-    """``{shard name: (records, bytes)}`` from the manifests in ``folder`` (none: empty)."""
-    return {name: (e.records, e.bytes) for name, e in local_entries(folder).items()}

@@ -1,54 +1,32 @@
 """A new epoch re-plans a shard that changed since the last one: re-counted once, counts shared.
 
-An epoch is planned from record counts (:mod:`shardmix.plan.counts`). A shard rewritten between two
-epochs with another number of records would make the next plan wrong, so at the start of each
-new epoch (never within one, never at a restore: nothing half-read crosses versions) the
-loader compares the identity each local shard had when this process last read it
-(:mod:`shardmix.sources.identity`: the chunks of the last epoch carry it) with the shard's
-``os.stat`` now. A shard found changed whose count the loader holds is counted again (one
-counting pass over that shard alone), its count and sparse index replaced (and the count
-cache written), what a named filter learned of it forgotten, and the epoch planned from the
-new counts.
+At the start of each new epoch (never within one, never at a restore) the loader compares the
+identity each local shard had when this process last read it with its ``os.stat`` now. A
+changed shard whose count the loader holds is counted again, its count replaced (and the
+count cache written), what a named filter learned of it forgotten. Remote shards are not
+checked here (a request per shard and epoch): the read checks their counts.
 
-Remote shards are not checked here: that would cost a request per shard and epoch. A remote
-shard changed between epochs is seen by the read, as within an epoch (its count checked,
-:mod:`shardmix.reading.claims`).
-
-Several ranks plan from the same counts, or all refuse:
-
-- under torch.distributed, each rank stats the shards it has read, the ranks gather which changed
-  (one gather of one int per epoch; two more only when a shard changed), each changed shard is
-  counted by one rank and the counts are shared, so every rank adopts the same counts; a count
-  that fails raises the same :class:`~shardmix.errors.ShardChangedError` on every rank;
-- ranks simulated in one process share nothing, so each stats every local shard of the
-  dataset at each epoch's start (the first one included, for the shards it never reads) and
-  counts again every changed one itself: every rank then finds the same.
-
-This module imports no torch: the gather is a function its caller passes.
+Under torch.distributed the ranks gather which shards changed, each changed shard is counted by
+one rank and the counts shared, so every rank plans alike (a failure raises the same
+:class:`~shardmix.errors.ShardChangedError` everywhere); ranks simulated in one process each
+stat every local shard instead. This module imports no torch: the gather is passed in.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from shardmix.errors import ShardChangedError, ShardmixError
 from shardmix.plan.counts import RecordCounts, ShardCount
-from shardmix.plan.kept import KeptCounts
+from shardmix.plan.kept import Exchange, KeptCounts, gather_ints
 from shardmix.sources import is_local, local_path
 from shardmix.sources.identity import ShardIdentity
 
-# ``exchange(values)``: every rank's list of ints, of equal lengths on every rank
-# (:func:`~shardmix.world.end_exchange`).
-Exchange = Callable[[list[int]], list[list[int]]]
-
 
 class ReadVersions:
-    """The identity each shard of one dataset had when this process last read or checked it.
-
-    Each epoch hands over its live ``{shard index: identity}`` (:meth:`watch`); the next
-    epoch's start folds them in (:meth:`settle`) before comparing.
-    """
+    """The identity each shard of one dataset had when this process last read or checked it:
+    each epoch hands over its live ``{shard index: identity}`` (:meth:`watch`)."""
 
     def __init__(self) -> None:
         self.known: dict[int, ShardIdentity] = {}
@@ -71,8 +49,7 @@ class ReadVersions:
 
 
 def local_identity(url: str) -> ShardIdentity | None:
-    """A local shard's identity now (one ``os.stat``), as its opener records it; None for a
-    remote shard, or a local one that cannot be stat'ed (its read names what is wrong)."""
+    """A local shard's identity now (one ``os.stat``); None where unknown."""
     if not is_local(url):
         return None
     try:
@@ -85,9 +62,8 @@ def local_identity(url: str) -> ShardIdentity | None:
 def changed_shards(
     urls: Sequence[str], versions: ReadVersions, every_shard: bool
 ) -> list[tuple[int, ShardIdentity, ShardIdentity]]:
-    """``(shard, identity known, identity now)`` of each local shard that changed since it was
-    last read or checked: those read (``every_shard``: every local shard, one ``stat`` each,
-    the first time only noted). What each is now becomes what is known."""
+    """``(shard, identity known, identity now)`` of each local shard read (``every_shard``:
+    every local one) that changed since; what each is now becomes what is known."""
     known = versions.settle()
     shards = range(len(urls)) if every_shard else sorted(known)
     changed = []
@@ -118,18 +94,14 @@ def recount_changed(
     exchange: Exchange | None,
     kept: KeptCounts | None = None,
 ) -> list[int]:
-    """Count again every shard changed since the last epoch whose count ``counts`` holds (see
-    the module); the indices of the shards found changed, the same on every rank under
-    ``exchange``.
-
-    Under ``exchange`` every rank calls this at the same step (a collective); without it,
-    ``world_size`` > 1 means ranks simulated in one process (every local shard is checked).
-    """
+    """Count again every shard changed since the last epoch whose count ``counts`` holds; the
+    indices of the shards found changed. A collective under ``exchange``; without it,
+    ``world_size`` > 1 means ranks simulated in one process."""
     every_shard = world_size > 1 and exchange is None
     changed = [shard for shard, _, _ in changed_shards(urls, versions, every_shard)]
     if exchange is not None:
         changed = sorted({shard for part in gather_ints(exchange, changed) for shard in part})
-    stale = [shard for shard in changed if counts.holds(urls[shard])]
+    stale = [shard for shard in changed if counts.claim(urls[shard]) is not None]
     source = f"the count made again at epoch {epoch}"
     if exchange is not None and stale:
         counts.adopt(
@@ -157,8 +129,7 @@ def shared_recounts(
     world_size: int,
     exchange: Exchange,
 ) -> dict[str, ShardCount]:
-    """The new counts of the ``agreed`` shards, each counted by rank ``i % world_size`` (its
-    place in ``agreed``) and shared; a count that failed anywhere is raised on every rank."""
+    """The ``agreed`` shards counted again, each by one rank, and shared with every rank."""
     payload: list[int] = []
     failure: BaseException | None = None
     for shard in agreed[rank::world_size]:
@@ -185,8 +156,7 @@ def shared_recounts(
 
 
 def recount_failed(url: str, epoch: int, rank: int | None) -> ShardChangedError:
-    """The error for a shard that changed since the last epoch and could not be counted again
-    (the same on every rank)."""
+    """The error for a changed shard that could not be counted again."""
     where = "" if rank is None else f" on rank {rank} (its error says what was found)"
     return ShardChangedError(
         f"{url}: the shard changed since the last epoch, and counting its records again for "
@@ -194,14 +164,3 @@ def recount_failed(url: str, epoch: int, rank: int | None) -> ShardChangedError:
         "dataset without it",
         url=url,
     )
-
-
-def gather_ints(exchange: Exchange, mine: Sequence[int]) -> list[list[int]]:
-    """Every rank's list of ints, of any lengths: one gather of the lengths, and one of the
-    padded lists unless every list is empty."""
-    lengths = [part[0] for part in exchange([len(mine)])]
-    longest = max(lengths)
-    if longest == 0:
-        return [[] for _ in lengths]
-    gathered = exchange(list(mine) + [0] * (longest - len(mine)))
-    return [part[:length] for part, length in zip(gathered, lengths, strict=True)]

@@ -1,20 +1,12 @@
 """URL patterns: from what a user writes to the ordered list of shard URLs.
 
-A pattern is a string or a list of strings. A string may join several patterns with ``::``,
-except where ``::`` chains fsspec filesystems: a part that is a bare fsspec protocol name (no
-``/``, such as ``simplecache``, ``filecache``, ``blockcache``) followed by a part with a scheme
-is one URL, ``simplecache::s3://bucket/train-{0..9}.tar``, kept whole and opened through fsspec.
-Each pattern is brace-expanded (``train-{000000..000063}.tar``, ``{a,b}``, via braceexpand) and,
-when it has glob characters, globbed: a local path by :mod:`glob`, an fsspec URL
-(``s3://bucket/train-*.tar``) by its filesystem's listing, never an ``http(s)://`` one (a server
-has no listing; ``?`` starts its query). Order is kept as written (globs are sorted), so the
-shard list, and with it every epoch's order, is stable across machines.
-
-A glob names shards, not the files written beside them: ``data/*`` leaves out manifests
-(``*.manifest.json``), TFRecord index files (``*.idx``, ``*.index``) and the record count
-cache (``record-counts.json``), which a folder of converted shards holds next to the shards.
-A written pattern expands to at most :data:`MAX_URLS` URLs: ``{0..999999999}`` is a typo
-that would otherwise take the machine's memory, so it is refused, naming the pattern.
+A pattern is a string or a list of strings; a string may join several with ``::``, except
+where ``::`` chains fsspec filesystems (``simplecache::s3://bucket/train-{0..9}.tar`` is one
+URL). Each pattern is brace-expanded and, with glob characters, globbed (locally, or by an
+fsspec filesystem's listing; never over http(s)). Order is kept as written (globs sorted), so
+every epoch's order is stable across machines. A glob leaves out the files written beside
+shards (manifests, index files, the count cache). A pattern expanding to more than
+:data:`MAX_URLS` URLs is a typo, refused before it takes the machine's memory.
 """
 
 from __future__ import annotations
@@ -40,8 +32,8 @@ _PROTOCOL = re.compile(r"[a-z][a-z0-9+.-]*")
 
 
 def expand_urls(urls: str | Sequence[str], options: SourceOptions | None = None) -> list[str]:
-    """The shard URLs a pattern (or list of patterns) names, in order (``options``: the
-    storage options an fsspec glob is listed with).
+    """The shard URLs a pattern (or list of patterns) names, in order (``options``: what an
+    fsspec glob is listed with).
 
     >>> expand_urls("d/train-{000..002}.tar")
     ['d/train-000.tar', 'd/train-001.tar', 'd/train-002.tar']
@@ -113,8 +105,7 @@ def _check_ranges(part: str, pattern: str) -> None:
     """Refuse a pattern whose brace ranges multiply past MAX_URLS, before any is expanded."""
     total = 1
     for first, last, step in _RANGE.findall(part):
-        span = abs(_range_end(last) - _range_end(first)) // max(abs(int(step or 1)), 1) + 1
-        total *= span
+        total *= abs(_range_end(last) - _range_end(first)) // max(abs(int(step or 1)), 1) + 1
         if total > MAX_URLS:
             raise _too_many(pattern)
 

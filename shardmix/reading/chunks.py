@@ -1,17 +1,10 @@
 """Chunks: what a worker sends the main process, as columns rather than sample dicts.
 
-A worker reads its lanes in turn (:func:`~shardmix.reading.lanes.round_robin_chunks`) and turns each
-group of samples into one :class:`Chunk`: per *item* (a sample, or a tombstone the transform
-left, :mod:`shardmix.reading.transforms`) one row of integers (its lane, merge key, provenance and
-size); per *field*, one column of the kept samples' values (:mod:`shardmix.reading.columns`). A
-ShardDataset's provenance (``__source__``, ``__index__``, ``__offset__``) rides only in the
-rows, and so does each record's tag (``__tag__``, which no batch shows). The main process
-never rebuilds the dicts on its hot path (:mod:`shardmix.batching.rows`).
-
-Each item's row carries its merge key, what orders the lanes in the main process
-(:mod:`shardmix.batching.mixing`), worked out in the worker by :mod:`shardmix.reading.mergekeys`.
-Left to others: taking the lanes in turn (:mod:`shardmix.reading.lanes`), the columns' types
-(:mod:`shardmix.reading.columns`), the store the main process keeps the items in
+A :class:`Chunk` holds per *item* (a sample, or a tombstone the transform left) one row of
+integers: its lane, merge key (:mod:`shardmix.reading.mergekeys`), provenance and size; and per
+*field* one column of the kept samples' values (:mod:`shardmix.reading.columns`). A
+ShardDataset's provenance and each record's tag (``__tag__``, which no batch shows) ride only in
+the rows, so the main process never rebuilds the dicts on its hot path
 (:mod:`shardmix.batching.rows`).
 """
 
@@ -76,35 +69,31 @@ def keys_of(items: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Chunk:
-    """A worker's samples of several lanes: one row of ``items`` per item (columns :data:`ID`
-    to :data:`DROPPED`), one column per field of the kept ones."""
+    """A worker's samples of several lanes: one row of ``items`` per item, one column per
+    field of the kept ones."""
 
     items: np.ndarray
     columns: dict[str, Column]
     ended: list[int] = field(default_factory=list)  # lanes whose last item is in this chunk
     skipped: dict[str, Any] | None = None  # what the worker skipped since its last chunk
     derived: tuple[str, ...] = ()  # fields of PROVENANCE the items carry (not columns)
-    # The identities of the shards opened for this chunk, by shard index.
-    identities: dict[int, ShardIdentity] = field(default_factory=dict)
-    # What the worker's sources fetched since its last chunk (:mod:`shardmix.batching.stats`).
-    traffic: Traffic | None = None
-    # Where the columns' arrays still lie in the worker's shared memory: what frees it once
-    # they are stored (:meth:`stored`); None where they are the chunk's own.
+    identities: dict[int, ShardIdentity] = field(default_factory=dict)  # of shards opened
+    traffic: Traffic | None = None  # what the worker's sources fetched since its last chunk
+    # Frees the worker's shared memory the columns still lie in (None: they are the chunk's own).
     release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def stored(self) -> None:
-        """Say the columns were copied out: their shared memory, if any, may take new
-        chunks (:mod:`shardmix.workers.arena`), and the columns must not be read again."""
+        """Say the columns were copied out: their shared memory, if any, may take new chunks."""
         release, self.release = self.release, None
         if release is not None:
             release()
 
 
 def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
-    """The samples of record blocks, with their provenance, as a lane reads them one by one."""
+    """The samples of record blocks, with their provenance."""
     samples = []
     for block in blocks:
         for record, offset, sample in block.located():
@@ -118,8 +107,7 @@ def _samples_of(blocks: list[RecordBlock]) -> list[Sample]:
 
 @dataclass
 class _Items:
-    """Per item of a chunk, as arrays: its lane, record, byte offset, shard, why it carries
-    no sample (:data:`KEPT`: it does) and its record's tag."""
+    """Per item of a chunk, as arrays (``dropped``: :data:`KEPT` or why it has no sample)."""
 
     lanes: np.ndarray
     records: np.ndarray
@@ -130,14 +118,8 @@ class _Items:
 
 
 class ChunkBuilder:
-    """Turns a worker's lane groups into :class:`Chunk` objects, one per group.
-
-    Args:
-        shard_index: each URL's index in the dataset's URL list (``None``: any iterable
-            dataset, whose samples may carry no provenance).
-        clocks: the lanes' sizes, to key samples by clock; ``None`` keys them by turn
-            (:mod:`shardmix.reading.mergekeys`).
-    """
+    """Turns a worker's lane groups into :class:`Chunk` objects, one per group; ``shard_index``
+    is None for any iterable dataset, ``clocks`` None to key samples by turn."""
 
     def __init__(self, shard_index: dict[str, int] | None, clocks: LaneClocks | None) -> None:
         self._shard_index = shard_index
@@ -154,8 +136,7 @@ class ChunkBuilder:
         return chunk
 
     def _made(self, lane_chunk: LaneChunk) -> Chunk:
-        """Lanes read in record blocks make their chunk block by block where they can
-        (:meth:`_joinable`); else, and for lanes read as samples, the chunk is made of dicts."""
+        """Lanes read in record blocks join block by block where they can, else as dicts."""
         if any(taken and isinstance(taken[0], RecordBlock) for _, taken, _ in lane_chunk):
             blocks = cast("list[tuple[int, list[RecordBlock], bool]]", lane_chunk)
             if self._joinable(blocks):
@@ -164,8 +145,7 @@ class ChunkBuilder:
         return self._from_samples(lane_chunk)
 
     def _joinable(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> bool:
-        """Whether record blocks join column by column: a ShardDataset's (whose provenance
-        the items carry), all with the same fields."""
+        """Whether record blocks join column by column: a ShardDataset's, all of the same fields."""
         blocks = [block for _, taken, _ in lane_chunk for block in taken]
         fields = blocks[0].fields
         return self._shard_index is not None and all(block.fields == fields for block in blocks)
@@ -184,8 +164,7 @@ class ChunkBuilder:
         shard_of = cast("dict[str, int]", self._shard_index)  # _joinable: a ShardDataset's
         sources = (shard_of[cast(str, block.source)] for block in blocks)
         shards = np.repeat(np.fromiter(sources, np.int64, len(blocks)), sizes)
-        # As columns_of makes them from the samples: the key, the fields, then any provenance
-        # the items do not carry.
+        # As columns_of makes them: the key, the fields, then provenance the items do not carry.
         fields = blocks[0].fields
         keys = list(chain.from_iterable(b.keys for b in blocks))
         tags = np.fromiter(key_tags(records.tolist(), keys), np.int64, count)
@@ -227,7 +206,7 @@ class ChunkBuilder:
     ) -> Chunk:
         """The chunk of these items (``kept`` of them samples, in ``columns``)."""
         count = len(items.lanes)
-        rows = np.empty((count, ITEM_COLUMNS), dtype=np.int64)
+        rows = np.zeros((count, ITEM_COLUMNS), dtype=np.int64)
         rows[:, TAG] = items.tags
         rows[:, ID] = -1
         rows[:, LANE] = items.lanes
@@ -235,7 +214,6 @@ class ChunkBuilder:
         rows[:, RECORD] = items.records
         rows[:, OFFSET] = items.offsets
         rows[:, DROPPED] = items.dropped
-        rows[:, SIZE] = 0
         is_kept = items.dropped == KEPT
         sizes = sizes_of(columns, kept)
         if SOURCE_KEY in derived:  # the URL counts as the sample's __source__ string would
@@ -252,9 +230,7 @@ class ChunkBuilder:
         return Chunk(rows, columns, derived=derived)
 
     def _derived(self, kept: list[Sample], items: _Items) -> tuple[str, ...]:
-        """The provenance fields the items carry for the kept samples, so that no column
-        repeats them: the shard's URL and the record index always (they are how the shard
-        and record were found), the offset where every kept sample has one."""
+        """The provenance fields the items carry for the kept samples, which no column repeats."""
         if self._shard_index is None or not kept:
             return ()
         offsets = items.offsets

@@ -1,15 +1,11 @@
 """A count is a claim the read checks: a shard must hold the records its count says.
 
-The plan is made from record counts (a manifest, the count cache, ``record_counts=``, or a
-counting pass: :mod:`shardmix.plan.counts`). A read of records ``[start, stop)`` of a shard whose
-count is known checks, as the records pass, that it reaches record ``stop - 1`` (fewer records:
-the shard was cut, at a record boundary perhaps) and, for a read to the shard's end, that no
-record lies past the count (more records: it grew, or the count was edited). Either is a
-:class:`~shardmix.errors.RecordCountError` naming the shard, where the count came from and
-both numbers; under ``on_error="skip"`` it is reported to the damage handler instead (the
-shard's rest counted as cut short, the surplus records left out), never a silently shorter
-or longer epoch. Damage the reader already reported counts as reached: a record skipped for
-its CRC is not a missing record, and a shard whose rest was dropped is not checked again.
+A read of records ``[start, stop)`` of a shard whose count is known (:mod:`shardmix.plan.counts`)
+checks that it reaches record ``stop - 1`` and, read to the shard's end, that no record lies
+past the count. Either failure is a :class:`~shardmix.errors.RecordCountError` naming the shard,
+where the count came from and both numbers; under ``on_error="skip"`` it goes to the damage
+handler instead, never a silently shorter or longer epoch. Damage the reader already reported
+counts as reached (a record skipped for its CRC is not missing).
 """
 
 from __future__ import annotations
@@ -24,11 +20,9 @@ from shardmix.policy import Damage, DamageHandler
 
 
 class CountCheck:
-    """Checks one read of records ``[start, stop)`` of ``url`` against the claimed count.
-
-    ``claim`` is ``(records, where the count comes from)``. Pass :attr:`on_damage` to the
-    reader (it forwards to ``on_damage``), then read through :meth:`samples` or :meth:`blocks`.
-    """
+    """Checks one read of records ``[start, stop)`` of ``url`` against ``claim``, ``(records,
+    where the count comes from)``. Pass :attr:`on_damage` to the reader, then read through
+    :meth:`samples` or :meth:`blocks`."""
 
     def __init__(
         self,
@@ -62,8 +56,7 @@ class CountCheck:
             self._forward(damage)
 
     def _with_records(self, damage: Damage) -> Damage:
-        """A cut of the shard's rest, with the records of this read it lost (when the count is
-        of the whole shard; a count cut short by the damage does not know them)."""
+        """A cut of the shard's rest, with the records of this read it lost, where known."""
         end = self.expected if self.stop is None else self.stop
         first = max(damage.record or 0, self.start, self._reached + 1)
         if damage.records is not None or not self._whole or first > end:
@@ -134,8 +127,7 @@ class CountCheck:
 
 
 def counted_rest(items: Iterator[Any], size: Callable[[Any], int]) -> tuple[int, bool]:
-    """``(records, whole)``: the records ``items`` still gives (``size`` of each), and whether
-    all were counted (damage found on the way ends the count)."""
+    """``(records, whole)``: the records ``items`` still gives, and whether damage cut it short."""
     count = 0
     try:
         for item in items:

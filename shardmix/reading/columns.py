@@ -1,12 +1,9 @@
 """Columns: a group of samples as one column per field, the form in which they cross from a
-worker to the main process (:mod:`shardmix.reading.chunks`) and are stored there
-(:mod:`shardmix.batching.rows`).
+worker to the main process and are stored there (:mod:`shardmix.batching.rows`).
 
-A column of numbers, of equal-shaped arrays or tensors, of bytes of one length or of strings
-is one numpy array: it pickles as one buffer, and the main process gathers a batch's rows
-with one indexing call. Anything else (bytes of mixed lengths, decoded JSON, images, values of
-mixed types) stays a list. :func:`sizes_of` measures each sample as
-:func:`~shardmix.reading.reader.sample_bytes` would, per column.
+A column of numbers, of equal-shaped arrays or tensors, of bytes or of strings is one numpy
+array: it pickles as one buffer, and a batch's rows are gathered with one indexing call.
+Anything else (decoded JSON, images, values of mixed types) stays a list.
 """
 
 from __future__ import annotations
@@ -24,13 +21,13 @@ import torch
 from numpy.char import str_len
 
 from shardmix.formats import SIZE_KEY, Sample
+from shardmix.reading.reader import value_bytes
 
 
 class Kind(Enum):
-    """How a column holds its values: a list (``OBJECTS``), or a numpy array whose first
-    axis is the rows. Bytes of one length travel as a void array, short bytes of mixed
-    lengths as a NUL-padded bytes array, and strings as a unicode array, which ``tolist()``
-    turns back into a list of bytes or str."""
+    """How a column holds its values: a list (``OBJECTS``), or a numpy array whose first axis
+    is the rows (bytes of one length as a void array, short bytes of mixed lengths NUL-padded,
+    strings as a unicode array: ``tolist()`` gives them back)."""
 
     OBJECTS = "objects"
     INTS = "ints"
@@ -53,35 +50,23 @@ _TENSOR_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _PADDING_SLACK = 16
 
 
-class Missing:
-    """Stands in a column for a field a sample does not have."""
+class Missing(Enum):
+    """Stands in a column for a field a sample does not have (one value, kept by pickling)."""
 
-    _instance: Missing | None = None
-
-    def __new__(cls) -> Missing:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Missing, ())
+    MISSING = "MISSING"
 
     def __repr__(self) -> str:
         return "MISSING"
 
 
-MISSING = Missing()
+MISSING = Missing.MISSING
 
 
 @dataclass
 class Column:
-    """One field's values for a chunk's kept samples, in item order.
-
-    ``kind`` says how ``values`` holds them: :data:`OBJECTS` is a list (with :data:`MISSING`
-    where a sample lacks the field); the others are numpy arrays whose first axis is the
-    rows. ``dtype`` is the tensor dtype of a :data:`TENSORS` column whose array holds the bits
-    under another dtype (bfloat16 as int16), else None.
-    """
+    """One field's values for a chunk's kept samples, in item order (:data:`MISSING` where
+    a sample lacks the field). ``dtype`` is the tensor dtype of a :data:`TENSORS` column whose
+    array holds the bits under another dtype (bfloat16 as int16), else None."""
 
     kind: Kind
     values: Any
@@ -100,28 +85,19 @@ def sizes_of(columns: dict[str, Column], count: int) -> np.ndarray:
     sizes = np.zeros(count, dtype=np.int64)
     for column in columns.values():
         values = column.values
-        if column.kind == BYTES and values.dtype.kind == "S":
+        if column.kind == STRINGS or (column.kind == BYTES and values.dtype.kind == "S"):
             sizes += str_len(values)
         elif column.kind == BYTES:
             sizes += values.dtype.itemsize
-        elif column.kind == STRINGS:
-            sizes += str_len(values)
         elif column.kind in (ARRAYS, TENSORS):
             sizes += values.itemsize * int(np.prod(values.shape[1:]))
         elif column.kind == OBJECTS:
-            sizes += np.fromiter(map(_value_bytes, values), dtype=np.int64, count=count)
+            sizes += np.fromiter(map(value_bytes, values), dtype=np.int64, count=count)
     return sizes
 
 
-def _value_bytes(value: Any) -> int:
-    if isinstance(value, (bytes, bytearray, str)):
-        return len(value)
-    return int(getattr(value, "nbytes", 0) or 0)
-
-
 def columns_of(samples: list[Sample], skip: tuple[str, ...] = ()) -> dict[str, Column]:
-    """The samples' fields but ``skip`` as columns; a sample lacking a field has
-    :data:`MISSING` there."""
+    """The samples' fields but ``skip`` as columns (:data:`MISSING` where one lacks a field)."""
     if not samples:
         return {}
     names = tuple(samples[0])
@@ -184,9 +160,8 @@ def _bytes_column(values: list[bytes]) -> Column:
         return Column(OBJECTS, values)
     if int(lengths.min()) == width:
         return Column(BYTES, np.frombuffer(b"".join(values), dtype=f"V{width}"))
-    # Short bytes of mixed lengths (labels, ids) as NUL-padded bytes, which ``tolist()`` gives
-    # back stripped: exact unless a value ends in NUL, and kept so only while the padding
-    # stays small.
+    # Short bytes of mixed lengths as NUL-padded bytes, which ``tolist()`` gives back stripped:
+    # exact unless a value ends in NUL, and only while the padding stays small.
     if width * len(values) > 2 * int(lengths.sum()) + _PADDING_SLACK * len(values):
         return Column(OBJECTS, values)
     packed = np.array(values, dtype=bytes)

@@ -1,39 +1,21 @@
 """Decoders: a sample's fields from bytes to the values a training loop wants, opt in.
 
-This module owns :class:`Decoder`, one sample dict in, a new sample dict out, and
-:func:`as_decoder`, which turns what a user passes as ``ShardDataset(decode=...)`` into a
-``Decoder`` (or ``None``). Reading records is the format readers' job; applying the decoder
-in the workers, and what ``on_error`` does with a :class:`~shardmix.errors.DecodeError`, is
-the dataset's.
+A tar field is chosen by its name's last extension part, case-insensitively, with
+webdataset's conventions, so that shards written for it decode here as users expect:
 
-A tar field is chosen by its name's last extension part, case-insensitively (``seg.png`` is
-a PNG). The conventions are webdataset's, so that shards written for it decode here as users
-expect (a TFRecord feature's name is no file extension, so :meth:`Decoder.example` keeps a
-bytes feature whose bytes are not what its name says):
-
-- ``cls``, ``cls2``, ``index``, ``id``: ``int``, from ASCII digits (an optional ``-``;
-  surrounding whitespace is stripped);
-- ``txt``, ``text``: ``str`` (UTF-8); ``json``: ``json.loads``;
-- ``npy``: ``numpy.load(..., allow_pickle=False)``;
+- ``cls``, ``cls2``, ``index``, ``id``: ``int`` from ASCII digits; ``txt``, ``text``: ``str``
+  (UTF-8); ``json``: ``json.loads``; ``npy``: ``numpy.load(..., allow_pickle=False)``;
 - ``png``, ``jpg``, ``jpeg``, ``ppm``, ``pgm``, ``pbm``, ``bmp``, ``webp``, ``tif``, ``tiff``,
   ``gif``: an image, with Pillow (``pip install 'shardmix[image]'``), see :class:`ImageOutput`;
 - ``gz``: gunzipped (to at most :data:`MAX_GUNZIP_BYTES`), then decoded by the extension
-  before it, so ``txt.gz`` is ``str`` and ``json.gz`` is JSON; ``x.gz`` of an unknown ``x``
-  gives the decompressed bytes;
+  before it (``json.gz`` is JSON);
 - anything else, and every ``__provenance__`` key, stays as it is.
 
-Nothing is ever unpickled. webdataset decodes ``pyd``/``pickle`` fields with ``pickle.loads``
-and ``pth`` with ``torch.load``; both run code chosen by whoever wrote the shard, and shards
-come from buckets, mirrors and colleagues. So those fields stay ``bytes`` (unpickle them
-yourself in a ``transform`` if you trust the source), ``npy`` is loaded with
-``allow_pickle=False`` (an object array is a :class:`~shardmix.errors.DecodeError`), and Pillow
-is only allowed the image formats above (not EPS, which runs Ghostscript, nor any other
-plugin a mislabelled field might pick).
-
-``Decoder(scalars=True)`` is for TFRecord ``tf.train.Example`` samples, whose int64 and float
-features arrive as 1-D arrays: a one-element ``int64`` or ``float32`` array becomes a numpy
-scalar of the same dtype. Not a Python ``int``/``float``: collate makes a batch of numpy
-scalars a tensor of shape ``(B,)`` and keeps float32 (Python floats would become float64).
+Nothing is ever unpickled: webdataset's ``pyd``/``pickle``/``pth`` decoders run code chosen by
+whoever wrote the shard, and shards come from buckets, mirrors and colleagues. So those fields
+stay ``bytes``, ``npy`` refuses object arrays, and Pillow is only allowed the image formats
+above (not EPS, which runs Ghostscript). A TFRecord feature's name is no file extension, so
+:meth:`Decoder.example` keeps a bytes feature whose bytes are not what its name says.
 """
 
 from __future__ import annotations
@@ -59,16 +41,11 @@ __all__ = ["Decoder", "ImageOutput", "as_decoder"]
 class ImageOutput(enum.Enum):
     """What an image field decodes to (``Decoder(images=...)``; ``None`` keeps the bytes).
 
-    - ``NUMPY``: a ``uint8`` array, ``(H, W, 3)`` RGB for colour images (alpha and palettes
-      are converted away), ``(H, W, 1)`` for grayscale in the image's own depth (8-bit as
-      ``uint8``, 16-bit as ``uint16``, bilevel as ``uint8`` 0/255);
-    - ``PIL``: the ``PIL.Image.Image`` as stored (its own mode: palette indices, alpha),
-      fully loaded;
-    - ``TORCH``: that numpy array as a ``(C, H, W)`` tensor (``C`` is 1 for grayscale).
-
-    A palette image (a segmentation mask saved in mode ``P``) becomes RGB colours under
-    ``NUMPY`` and ``TORCH``; take ``PIL`` and ``numpy.asarray(image)`` for its indices.
-    Animated GIFs and multi-page TIFFs give their first frame.
+    ``NUMPY``: an ``(H, W, 3)`` RGB array for colour images (alpha and palettes converted away),
+    ``(H, W, 1)`` for grayscale in its own depth (``uint8``, ``uint16``; bilevel as 0/255);
+    ``PIL``: the ``PIL.Image.Image`` as stored, fully loaded (a mask's palette indices:
+    ``numpy.asarray(image)``); ``TORCH``: the numpy array as ``(C, H, W)``. Animated GIFs and
+    multi-page TIFFs give their first frame.
     """
 
     NUMPY = "numpy"
@@ -100,12 +77,12 @@ class Decoder:
 
     ``images`` is an :class:`ImageOutput` or its value (``"numpy"``, ``"pil"``, ``"torch"``),
     or ``None`` to leave image fields as bytes. ``scalars`` turns one-element int64/float32
-    arrays (TFRecord features) into numpy scalars. ``raw_fields`` names fields (exactly as
-    in the sample) left as they are whatever their extension: a TFRecord ``id`` feature that
-    holds text rather than digits, say.
+    arrays (TFRecord features) into numpy scalars of the same dtype, which collate into a
+    ``(B,)`` tensor and keep float32. ``raw_fields`` names fields left as they are whatever
+    their extension (a TFRecord ``id`` feature that holds text, say).
 
-    Calling it returns a new dict; the sample given is not changed. A field that cannot be
-    decoded raises :class:`~shardmix.errors.DecodeError` naming the field and the sample.
+    Calling it returns a new dict. A field that cannot be decoded raises
+    :class:`~shardmix.errors.DecodeError` naming the field and the sample.
     """
 
     images: ImageOutput | None = ImageOutput.NUMPY
@@ -139,9 +116,7 @@ class Decoder:
         return {name: self._decode_field(sample, name, value) for name, value in sample.items()}
 
     def example(self, sample: dict[str, Any]) -> dict[str, Any]:
-        """A new sample from a TFRecord Example, whose features carry their own types: a bytes
-        feature is decoded by its name only where its bytes are what the name says (an ``id``
-        of ASCII digits, a ``json`` that parses), and stays ``bytes`` otherwise."""
+        """A new sample from a TFRecord Example: a bytes feature decoded only where it can be."""
         return {
             name: self._decode_field(sample, name, value, strict=False)
             for name, value in sample.items()
@@ -208,9 +183,6 @@ def as_decoder(value: bool | str | Decoder | None) -> Decoder | None:
         f"decode must be True, False, None, an image output ({choices}) or a "
         f"shardmix.reading.decode.Decoder, got {value!r}"
     )
-
-
-# ----------------------------------------------------------------------------- field decoders
 
 
 class _Undecodable(Exception):
@@ -318,11 +290,7 @@ def _is_scalar_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.shape == (1,) and value.dtype in _SCALAR_DTYPES
 
 
-# ------------------------------------------------------------------------------------ errors
-
-
 def _position(sample: dict[str, Any]) -> dict[str, Any]:
-    """The error's url, record and offset keywords, from the sample's provenance keys."""
     return {
         "url": sample.get(SOURCE_KEY),
         "record": sample.get(INDEX_KEY),

@@ -1,15 +1,9 @@
 """What runs in each worker: its lanes of one epoch, read into chunks for the main process.
 
 A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or through a persistent
-worker's queue: :mod:`shardmix.workers.pool`), reads the lanes it hosts in turn
-(:func:`~shardmix.reading.lanes.round_robin_chunks`) and sends them as columnar
-:class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its last
-chunk (``on_error="skip"``), the identities of the shards it opened and the bytes its sources
-fetched.
-
-Left to others: planning the epoch and starting, stopping and naming the workers
-(:mod:`shardmix.workers.dataloader`), the chunk's layout (:mod:`shardmix.reading.chunks`), reading a
-lane (:class:`~shardmix.reading.shardreads.ShardReads`).
+worker's queue: :mod:`shardmix.workers.pool`), reads the lanes it hosts in turn and sends them
+as :class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its
+last chunk, the identities of the shards it opened and the bytes its sources fetched.
 """
 
 from __future__ import annotations
@@ -37,26 +31,17 @@ from shardmix.world import detect_world
 
 T = TypeVar("T")
 
-# Per lane, at least this many samples in one stretch once a worker's turns have grown to it (as
-# CHUNK_BYTES allows): a shard read in long stretches keeps its reader's buffer and state in the
-# CPU's caches, where hundreds of open shards taken a few samples at a time cost a worker a
-# third more CPU per small record. The turns start at the lanes' share of
-# :data:`~shardmix.workers.dataloader.FIRST_CHUNK_SAMPLES` and double from chunk to chunk up to
-# their steady size, so that only the first few chunks are small. The main process holds about one
-# turn of every lane (CHUNK_BYTES bounds it).
+# A lane's steady turn, at least (as CHUNK_BYTES allows): a shard read in long stretches keeps
+# its reader's state in the CPU's caches, where hundreds of open shards taken a few samples at
+# a time cost a worker a third more CPU per small record.
 MIN_TURN = 64
-# A chunk holds at most about this many bytes of samples, so that the chunks in flight (two per
-# worker, prefetch_factor) stay small whatever the record size.
+# A chunk's bytes of samples, about, at most: the chunks in flight stay small.
 CHUNK_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """What a worker needs to read one epoch, beside the dataset it already holds.
-
-    ``generation`` tells the chunks of one ``iter()`` from those of the one before it (a pool's
-    workers serve many).
-    """
+    """What a worker needs to read one epoch, beside the dataset it already holds."""
 
     epoch: int
     rank: int
@@ -66,21 +51,17 @@ class EpochPlan:
     per_lane: int  # each lane's turn in a worker's first chunk
     starts: list[LanePosition] | None
     epoch_pass: int = 0  # the pass over the dataset within the epoch (mixtures)
-    generation: int = 0
+    generation: int = 0  # tells one ``iter()``'s chunks from the last's (a pool's workers)
     seed: int = 0  # the loader's (a mixture member's): its workers' seeds come from it
     steady: int = 0  # the turn the turns double up to (0: per_lane, as they start)
     # By shard index, the identity each shard must have (a restored checkpoint's).
     identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
-    # The counts the main process made again since the shards changed
-    # (:mod:`shardmix.plan.recount`), which a worker's older copy of the dataset adopts: ``{url:
-    # (count, its source)}``.
+    # Counts made again since the shards changed, which a worker's older copy adopts.
     recounts: Mapping[str, tuple[ShardCount, str]] = field(default_factory=dict)
 
 
 def steady_turn(per_lane: int) -> int:
-    """A lane's turn once a worker's turns have grown, ``per_lane`` being its share of
-    :data:`~shardmix.workers.dataloader.CHUNK_SAMPLES`
-    (:func:`~shardmix.workers.dataloader.lane_turn`)."""
+    """A lane's turn once a worker's turns have grown, from its share of a steady chunk."""
     return max(MIN_TURN, per_lane)
 
 
@@ -89,15 +70,13 @@ def as_sent(chunk: Any) -> Any:
     return chunk
 
 
+@dataclass(eq=False)
 class LaneChunks(IterableDataset[Chunk]):
     """Runs in each worker: reads the worker's lanes of one epoch and yields them in chunks."""
 
-    def __init__(
-        self, dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None
-    ) -> None:
-        self.dataset = dataset
-        self.plan = plan
-        self.heartbeat = heartbeat
+    dataset: IterableDataset[Any]
+    plan: EpochPlan
+    heartbeat: Heartbeat | None
 
     def __iter__(self) -> Iterator[Chunk]:
         return lane_chunks(self.dataset, self.plan, self.heartbeat)
@@ -106,8 +85,7 @@ class LaneChunks(IterableDataset[Chunk]):
 def lane_chunks(
     dataset: IterableDataset[Any], plan: EpochPlan, heartbeat: Heartbeat | None = None
 ) -> Iterator[Chunk]:
-    """This process's lanes of ``plan``, in chunks, with what was skipped since the last;
-    each sample read (each record block) counted into ``heartbeat``, if given."""
+    """This process's lanes of ``plan``, in chunks, what it reads counted into ``heartbeat``."""
     world = detect_world(plan.rank, plan.world_size)
     forget_versions()  # a version holds for one epoch: a persistent worker looks again
     beat = _counter(heartbeat, world.worker)
@@ -144,10 +122,8 @@ def lane_chunks(
         lambda: builder.mean_size,
         steady=plan.steady or plan.per_lane,
     )
-    chunks = _built(groups, builder, ledger)
-    if reads is not None and shard_index is not None:
-        chunks = _with_identities(chunks, reads)
-    return collected_between(_with_traffic(chunks))
+    opened = reads if shard_index is not None else None
+    return collected_between(_with_news(_built(groups, builder, ledger), opened))
 
 
 def _read_lane(
@@ -157,9 +133,7 @@ def _read_lane(
     beat: Callable[[Iterator[Any]], Iterator[Any]],
     blocks: bool,
 ) -> Iterator[Any] | BlockTurns:
-    """Lane ``lane`` of ``plan`` from its start, what it reads counted by ``beat``: with
-    ``blocks`` (``reads.reads_blocks``: no transform) in record blocks, which go to
-    the chunk's columns as they are, else as samples."""
+    """Lane ``lane`` of ``plan``, counted by ``beat``: in record blocks with ``blocks``."""
     assert plan.lane_pieces is not None
     pieces = plan.lane_pieces[lane]
     start = plan.starts[lane] if plan.starts else LanePosition()
@@ -169,8 +143,7 @@ def _read_lane(
 
 
 def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> Iterator[Chunk]:
-    """The chunks of ``groups``, the seconds spent reading each group (its transforms among
-    them: stats subtracts them) and building its chunk counted for ``loader.stats()``."""
+    """The chunks of ``groups``, the seconds spent reading and building each counted."""
     clock = time.perf_counter
     before = clock()
     for group in groups:
@@ -183,35 +156,25 @@ def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> 
         before = clock()
 
 
-def _with_identities(chunks: Iterator[Chunk], reads: ShardReads) -> Iterator[Chunk]:
-    """``chunks``, each with the identities of the shards opened until it was made."""
+def _with_news(chunks: Iterator[Chunk], reads: ShardReads | None) -> Iterator[Chunk]:
+    """``chunks``, each with the traffic and the identities of shards opened since the last."""
     for chunk in chunks:
-        chunk.identities = reads.take_opened()
-        yield chunk
-
-
-def _with_traffic(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, each with what this process's sources fetched since the one before."""
-    for chunk in chunks:
+        if reads is not None:
+            chunk.identities = reads.take_opened()
         chunk.traffic = take_traffic() or None
         yield chunk
 
 
 def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:
-    """Wrap a lane's iterator so that what it reads is counted into ``heartbeat`` (if any)."""
     if heartbeat is None:
         return lambda items: items
     return lambda items: heartbeat.counted(items, worker)
 
 
 def collected_between(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, with Python's cycle collector paused while each is made.
-
-    A chunk's samples are thousands of dicts alive at once: left running, the collector would
-    scan them over and over while they pile up (about a quarter of a worker's CPU time on
-    small records). Paused, it runs once the chunk is made and its dicts are freed, so cyclic
-    garbage waits at most one chunk. Where the collector was off already, it stays off.
-    """
+    """``chunks``, with Python's cycle collector paused while each is made: it would scan a
+    chunk's thousands of dicts over and over while they pile up (a quarter of a worker's CPU
+    on small records). Cyclic garbage waits at most one chunk."""
     while True:
         enabled = gc.isenabled()
         gc.disable()

@@ -4,11 +4,7 @@ A *lane* reads a list of pieces of shards one after another (:func:`read_lane`),
 :class:`LanePosition` on when it resumes. A process reading several lanes keeps one shard open
 per lane and takes samples from the lanes in turn (:func:`round_robin`), so consecutive samples
 come from different files; a worker takes them in turns sized for the trip to the main process
-(:func:`round_robin_chunks`, a chunk per group of turns).
-
-Left to others: reading one shard's records with their provenance (:mod:`shardmix.reading.reader`),
-which lanes a worker hosts (:mod:`shardmix.plan.sharding`), turning a group of turns into a columnar
-chunk (:mod:`shardmix.reading.chunks`).
+(:func:`round_robin_chunks`).
 """
 
 from __future__ import annotations
@@ -31,15 +27,9 @@ T = TypeVar("T")  # what a lane yields: samples, or record blocks
 
 @dataclass(frozen=True)
 class LanePosition:
-    """Where a lane resumes: the piece in slot ``slot`` of the lane's list, at record ``record``.
-
-    ``slot`` is a position in the lane's list of pieces, not an index into the dataset's URL
-    list (that is a ``shard_index``); ``record`` is a record index in the piece's shard.
-    ``offset`` is the byte offset of record ``record - 1``, the last one the lane delivered,
-    or -1 when not known: the lane resumes by reading that record there and dropping it, so
-    the shard is neither walked nor downloaded from its start. ``tag`` is that record's tag
-    (:mod:`shardmix.formats.tags`; 0: not known): the record read there must have it.
-    """
+    """Where a lane resumes: the piece in slot ``slot`` of the lane's list, at record
+    ``record`` of its shard. The lane reads record ``record - 1`` at byte ``offset`` (-1:
+    unknown) and drops it, never walking the shard from its start; it must have tag ``tag``."""
 
     slot: int = 0
     record: int = 0
@@ -53,26 +43,16 @@ def read_lane(
     start: LanePosition = LanePosition(),
     ahead: Callable[[Piece, Piece | None], None] | None = None,
 ) -> Iterator[T]:
-    """The samples of a lane's pieces, one after another, from ``start`` on.
-
-    ``read_one(piece, record, before_offset, before_tag)`` reads ``piece`` from record
-    ``record`` (in the shard) on; ``before_offset`` is where record ``record - 1`` begins, or
-    -1, and ``before_tag`` that record's tag, or 0 (see
-    :func:`~shardmix.reading.reader.read_shard`): ``start``'s, in the piece the lane resumes in.
-    ``ahead(piece, following)``, when given, is told before each piece is opened which piece follows
-    it (None: none, which is also said when the lane ends early).
-
-    A lane left open is closed at the process's exit (:func:`_close_open_lanes`), its shard
-    closed while the modules it uses still stand.
-    """
+    """The samples of a lane's pieces, one after another, from ``start`` on: ``read_one(piece,
+    record, before_offset, before_tag)`` reads ``piece`` from ``record`` on; ``ahead(piece,
+    following)`` is told before each piece is opened which follows it (None: none, or ended)."""
     lane = _read_lane(pieces, read_one, start, ahead)
     _OPEN_LANES.add(lane)
     return lane
 
 
-# The lanes not finished or closed yet: a generator left suspended (a loop left with ``break``,
-# the process then ending) would be closed only as the interpreter tears its modules down, and
-# its shard's clean-up, running then, found their globals gone ("Exception ignored").
+# Lanes not finished, closed at exit: a generator left suspended would be closed only as the
+# interpreter tears its modules down, its shard's clean-up then finding its globals gone.
 _OPEN_LANES: weakref.WeakSet[Generator[Any, None, None]] = weakref.WeakSet()
 
 
@@ -120,8 +100,7 @@ def round_robin(lanes: Sequence[Iterator[Sample]]) -> Iterator[Sample]:
 _ENDED: Any = object()  # a lane's end: ``None`` or any other value could be a sample
 
 
-# A chunk's lanes: ``(lane, what it gave, whether it ended)``, what it gave being samples or,
-# from a :class:`BlockTurns` lane, record blocks.
+# A chunk's lanes: ``(lane, samples or record blocks it gave, whether it ended)``.
 LaneChunk = list[tuple[int, list[Sample] | list[RecordBlock], bool]]
 
 
@@ -137,19 +116,15 @@ class BlockTurns:
         """Blocks of the next ``count`` records (fewer at the lane's end), and how many."""
         taken: list[RecordBlock] = []
         have = 0
-        block, self._rest = self._rest, None
         while have < count:
+            block = self._rest if self._rest is not None else next(self._blocks, None)
+            self._rest = None
             if block is None:
-                block = next(self._blocks, None)
-                if block is None:
-                    break
-            size = len(block.records)
-            if have + size > count:
+                break
+            if have + len(block.records) > count:
                 block, self._rest = block.split(count - have)
-                size = count - have
             taken.append(block)
-            have += size
-            block = None
+            have += len(block.records)
         return taken, have
 
 
@@ -161,23 +136,11 @@ def round_robin_chunks(
     sample_size: Callable[[], float | None] | None = None,
     steady: int | None = None,
 ) -> Iterator[LaneChunk]:
-    """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane.
-
-    Each entry is ``(lane, samples, ended)``; ``ended`` marks a lane's last entry. A lane is an
-    iterator of samples, or :class:`BlockTurns`, whose entries hold record blocks. Lanes are
-    sent at the rate the main process consumes them, so that little waits in its stash: the
-    same number from each (it takes lanes in turn), or, with ``shares``, ``per_lane`` times
-    each lane's share (it takes lanes in proportion to their sizes), the fractions carried
-    from chunk to chunk, so that a small lane may send nothing in a turn. A chunk closes
-    early, after the lane that takes it past ``max_bytes``, and the next chunk goes on from
-    the next lane: what is in flight stays bounded in bytes whatever the record size, and
-    fewer than ``per_lane`` are taken from each
-    lane where a turn of all of them would pass ``max_bytes``. The bytes are counted roughly:
-    each sample at ``sample_size()`` (the mean the last chunk measured, say), or where that
-    gives None, at the :func:`~shardmix.reading.reader.sample_bytes` of its lane's first sample in
-    the chunk. With ``steady``, the turns double from chunk to chunk, from ``per_lane`` up to
-    ``steady``.
-    """
+    """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane
+    (with ``shares``, times each lane's share: the rate the main process takes it), the turns
+    doubling from chunk to chunk up to ``steady``. A chunk closes early, after the lane that
+    takes it past ``max_bytes`` (each sample counted at ``sample_size()``, else at its lane's
+    first sample's size), and fewer are taken where a turn of all lanes would pass it."""
     live = dict(lanes)
     chunker = _Chunker(live, per_lane, max_bytes, shares, sample_size, steady)
     while live:
@@ -197,7 +160,6 @@ def round_robin_chunks(
 def _take(
     lane: Iterator[Sample] | BlockTurns, wanted: int
 ) -> tuple[list[Sample] | list[RecordBlock], int]:
-    """A lane's next ``wanted`` samples (fewer at its end), and how many."""
     if isinstance(lane, BlockTurns):
         return lane.take(wanted)
     taken = list(islice(lane, wanted))
@@ -219,9 +181,15 @@ class _Chunker:
 
     def __post_init__(self, lanes: Mapping[int, Any]) -> None:
         self.owed = dict.fromkeys(lanes, 1.0)  # every lane's first sample goes in the first chunk
-        self.each, self.rate = _chunk_rate(
-            self.per_lane, self.max_bytes, len(lanes), self.sample_size
-        )
+        self._measure(len(lanes))
+
+    def _measure(self, lanes: int) -> None:
+        """The next chunk's bytes per sample, and samples per lane and turn: one turn of every
+        lane (what the main process holds before it can merge) stays within a chunk's bytes."""
+        self.each = self.sample_size() if self.sample_size is not None else None
+        self.rate = self.per_lane
+        if self.max_bytes is not None and self.each and lanes:
+            self.rate = max(1, min(self.per_lane, int(self.max_bytes / (lanes * self.each))))
 
     def wanted(self, lane: int) -> int:
         """How many samples ``lane`` gives in this turn (0: none yet, under ``shares``)."""
@@ -239,40 +207,19 @@ class _Chunker:
         self.chunk.append((lane, taken, ended))
         if self.max_bytes is None or not count:
             return False
-        if self.each is None:
+        each = self.each
+        if each is None:
             first = taken[0]
-            one = first.sample_bytes() if isinstance(first, RecordBlock) else sample_bytes(first)
-            self.size += int(one * count)
-        else:
-            self.size += int(self.each * count)
+            each = first.sample_bytes() if isinstance(first, RecordBlock) else sample_bytes(first)
+        self.size += int(each * count)
         return self.size >= self.max_bytes
 
     def cut(self, live: int) -> Iterator[LaneChunk]:
-        """The chunk so far, if any; then the next one's turns, once the chunk is made (its
-        maker measures the mean sample size that ``sample_size()`` gives)."""
+        """The chunk so far, if any; then the next one's turns, once its maker measured it."""
         if not self.chunk:
             return
         chunk, self.chunk, self.size = self.chunk, [], 0
         yield chunk
-        self.per_lane = _grown(self.per_lane, self.steady)
-        self.each, self.rate = _chunk_rate(self.per_lane, self.max_bytes, live, self.sample_size)
-
-
-def _grown(per_lane: int, steady: int | None) -> int:
-    """The next chunk's turn: twice ``per_lane``, up to ``steady`` (None: unchanged)."""
-    return per_lane if steady is None or per_lane >= steady else min(steady, 2 * per_lane)
-
-
-def _chunk_rate(
-    per_lane: int,
-    max_bytes: int | None,
-    lanes: int,
-    sample_size: Callable[[], float | None] | None,
-) -> tuple[float | None, int]:
-    """``(bytes per sample, samples per lane and turn)`` for the next chunk: one turn of every
-    lane stays within a chunk's bytes, since the main process holds about a turn of every
-    lane before it can merge them."""
-    each = sample_size() if sample_size is not None else None
-    if max_bytes is None or not each or not lanes:
-        return each, per_lane
-    return each, max(1, min(per_lane, int(max_bytes / (lanes * each))))
+        if self.steady is not None and self.per_lane < self.steady:
+            self.per_lane = min(self.steady, 2 * self.per_lane)
+        self._measure(live)

@@ -1,13 +1,8 @@
 """Merge keys: what orders the lanes' samples when the main process merges them.
 
 With the lanes' sizes known, a sample's key is its *clock*, the share of its lane read before
-it (:class:`LaneClocks`); else its *turn*, how many samples its lane gave before it, so that
-the lanes take turns. :class:`MergeKeys` works the keys out in the workers, a chunk at a time,
-where it costs the main process nothing.
-
-Left to others: the chunk that carries the keys (:mod:`shardmix.reading.chunks`), the merge that
-orders by them (:mod:`shardmix.batching.mixing`), the plan of each lane's pieces
-(:mod:`shardmix.plan.sharding`).
+it (:class:`LaneClocks`); else its *turn*, how many samples its lane gave before it.
+:class:`MergeKeys` works the keys out in the workers, where it costs the main process nothing.
 """
 
 from __future__ import annotations
@@ -20,16 +15,10 @@ import numpy as np
 
 
 class LaneClocks:
-    """How far through its lane a sample is, from the sizes of the lane's pieces.
-
-    ``lane_pieces[lane]`` is the lane's pieces as ``(shard index, start, stop)`` and
-    ``weights[lane][slot]`` the size of its piece ``slot``, in records (``unit="records"``: a
-    sample is placed by its record index) or bytes (``"bytes"``, whole shards only: by its
-    byte offset). A sample's clock is the share of its lane read before it, from 0 to 1.
-    Taking the sample with the lowest clock next makes every lane progress at the same
-    relative pace, so all lanes end together and the last batches of an epoch mix as many
-    files as the first.
-    """
+    """How far through its lane a sample is, from 0 to 1: ``lane_pieces[lane]`` is the lane's
+    ``(shard index, start, stop)`` pieces, ``weights[lane][slot]`` their sizes in ``unit``
+    (``"bytes"``: a sample is placed by its byte offset). Taking the lowest clock next makes
+    all lanes end together, so the last batches mix as many files as the first."""
 
     def __init__(
         self,
@@ -44,10 +33,7 @@ class LaneClocks:
         self.starts: list[list[float]] = []
         self.totals: list[float] = []
         for lane_weights in weights:
-            starts, total = [], 0.0
-            for weight in lane_weights:
-                starts.append(total)
-                total += weight
+            *starts, total = itertools.accumulate(lane_weights, initial=0.0)
             self.starts.append(starts)
             self.totals.append(total)
 
@@ -64,8 +50,7 @@ def slot_of(
     from_slot: int,
     lane: int,
 ) -> int:
-    """The first slot at or after ``from_slot`` of ``lane``'s ``pieces`` that holds ``record``
-    of ``shard``."""
+    """The first slot from ``from_slot`` of ``lane``'s ``pieces`` that holds ``record``."""
     for slot in range(from_slot, len(pieces)):
         piece_shard, start, stop = pieces[slot]
         if piece_shard == shard and start <= record and (stop is None or record < stop):
@@ -190,8 +175,7 @@ class MergeKeys:
     def _enter_piece(
         self, clocks: LaneClocks, lane: int, shard: int, record: int
     ) -> tuple[int, float]:
-        """Make the piece of ``lane`` that holds ``record`` of ``shard`` the lane's own;
-        its ``(start, stop)`` (stop: inf for a piece to the shard's end)."""
+        """Make the piece holding ``record`` the lane's own: its ``(start, stop)``."""
         pieces = clocks.lane_pieces[lane]
         slot = self._slots[lane] = slot_of(pieces, shard, record, self._slots.get(lane, 0), lane)
         _, start, stop = pieces[slot]

@@ -1,13 +1,10 @@
 """Progress: ``timeout=`` as time without progress, however many samples a chunk holds.
 
-torch's DataLoader applies its ``timeout`` to one fetch, and a shardmix fetch is a whole chunk
-of up to thousands of samples: with a slow transform a healthy worker would trip it. So each
-worker counts what it reads, one shared counter per worker (:class:`Heartbeat`), bumped at
-every sample (every record block where records go to the chunks in blocks), and the main
-process, while it waits for a chunk, looks at the counter of the worker that owes it
-(:func:`watch_progress`): the wait fails only after ``timeout`` seconds in which that worker
-read nothing. A failure is the RuntimeError torch raises for a timeout, with the worker named,
-which the epoch turns into a :class:`~shardmix.errors.WorkerError`.
+torch's DataLoader applies ``timeout`` to one fetch, and a shardmix fetch is a whole chunk: with a
+slow transform a healthy worker would trip it. So each worker bumps a shared counter per sample
+read (:class:`Heartbeat`), and the main process fails a wait only after ``timeout`` seconds in
+which the worker that owes the chunk read nothing (:func:`watch_progress`), with the
+RuntimeError torch raises for a timeout, the worker named.
 """
 
 from __future__ import annotations
@@ -25,11 +22,7 @@ POLL_SECONDS = 0.25
 
 class Heartbeat:
     """One counter per worker in shared memory: how many samples (or blocks) it has read.
-
-    Created in the main process before the workers start; it travels to them with the
-    dataset they are given (inherited under ``fork``, sent at the start under ``spawn`` and
-    ``forkserver``).
-    """
+    Made in the main process; it travels to the workers with their dataset."""
 
     def __init__(self, num_workers: int) -> None:
         self.counts = RawArray("q", max(1, num_workers))
@@ -50,11 +43,8 @@ class Heartbeat:
 
 
 def watch_progress(iterator: Any, heartbeat: Heartbeat, timeout: float) -> None:
-    """Make a DataLoader iterator's fetch wait while the worker that owes it reads on.
-
-    The iterator must have been made with the same ``timeout`` (> 0): its fetch then asks
-    ``_try_get_data`` once, which this replaces with a loop of short waits.
-    """
+    """Make a DataLoader iterator's fetch wait while the worker that owes it reads on: its
+    ``_try_get_data`` (made with the same ``timeout``) becomes a loop of short waits."""
     if timeout <= 0 or getattr(iterator, "_shardmix_watched", False):
         return
     wait_once: Callable[[float], tuple[bool, Any]] = iterator._try_get_data
@@ -89,7 +79,6 @@ def _wait(
 
 
 def _owing_worker(iterator: Any) -> int | None:
-    """The worker whose chunk the iterator waits for (``None`` if torch's state says not)."""
     info = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", None))
     if info and isinstance(info[0], int):
         return info[0]

@@ -1,22 +1,10 @@
 """Reader: the samples of one shard's records, each with its provenance.
 
 Provenance (``__source__``, ``__index__``, ``__offset__``) is attached here, once, and travels
-with each sample to the batch; it is what resume and ``inspect`` are built on.
-
-``__offset__`` is the byte where the record starts in its shard (in the decompressed stream of
-a gzip shard). It rides with the sample (a column of the worker's chunk, then of the trainer's
-rows) rather than in a side table, which would have to follow every sample from the workers
-through the mixer and the shuffle buffer; the format readers know it anyway. A checkpoint
-stores it with the record index, and :func:`read_shard_at` seeks straight to it (on remote
-storage: a bounded range request per group of nearby records, several in flight). A lane
-resumes at the offset of the last record it delivered
-(:class:`~shardmix.reading.lanes.LanePosition`): one seek, or one range request, instead of walking
-the shard from its start. Shards are read through their format's
-:class:`~shardmix.formats.ShardReader`.
-
-Left to others: reading shards one after another and taking open lanes in turn
-(:mod:`shardmix.reading.lanes`), opening the bytes (:mod:`shardmix.sources`), the framing of each
-format (:mod:`shardmix.formats`).
+with each sample to the batch; it is what resume and ``inspect`` are built on. ``__offset__`` is
+the byte where the record starts (in the decompressed stream of a gzip shard): a checkpoint
+stores it, and a resume seeks straight to it (:func:`read_shard_at`; on remote storage, a
+bounded range request per group of nearby records) instead of walking the shard from its start.
 """
 
 from __future__ import annotations
@@ -26,7 +14,7 @@ import io
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 # Both format readers are imported here, in the process that builds the dataset, rather than
 # on first use: workers started by fork (every epoch) inherit them instead of each importing
@@ -67,37 +55,26 @@ logger = logging.getLogger(__name__)
 # Told the identity of each shard a read opens (None: its source gives none).
 OnOpen = Callable[[ShardIdentity | None], None]
 
-# Re-reading records by range: a record whose length is not known from its neighbour's offset
-# is fetched with this many bytes at least (grown to the longest record seen in the shard),
-# plus RANGE_TAIL (a tar record is known to end only at the next header). Ranges closer than
-# RANGE_GAP bytes are fetched in one request: about one 4 KiB record between two residents (a
-# restore at 90% of a short epoch fetched 21.8 MB of tar for 17.3 MB of residents at 8 KiB, 29.6
-# MB at 16 KiB, in the same time to its first batch).
+# Re-reading by range: a record of unknown length is fetched with RANGE_GUESS bytes at least,
+# plus RANGE_TAIL (a tar record ends only at the next header). Ranges closer than RANGE_GAP are
+# one request (a restore at 90% of an epoch fetched 21.8 MB of tar for 17.3 MB of residents at
+# 8 KiB, 29.6 MB at 16 KiB, in the same time to its first batch).
 RANGE_GUESS = 8 * 1024
 RANGE_TAIL = 1024
 RANGE_GAP = 8 * 1024
 
 
-# Not frozen: a frozen dataclass sets each field through object.__setattr__, which costs a
-# piece's read (a few dozen records) about a tenth of its CPU time over its twelve fields.
+# Not frozen: a frozen dataclass's __setattr__ costs a piece's read a tenth of its CPU time.
 @dataclasses.dataclass(slots=True)
 class ReadRequest:
-    """What one read of a shard asks :func:`read_shard` or :func:`read_shard_blocks`.
+    """What one read of a shard asks :func:`read_shard` or :func:`read_shard_blocks`: records
+    ``[start, stop)`` (``stop`` None: to the end), damaged ones reported to ``on_damage`` and
+    left out (``__index__`` then has gaps).
 
-    Records ``[start, stop)`` (``stop`` None: to the shard's end). With ``on_damage``, damaged
-    records are reported to it and left out; ``__index__`` stays the record's position in the
-    shard, so the indices then have gaps. ``before_offset``, when not -1, is where record
-    ``start - 1`` begins: reading starts there (that record is read and dropped) where the shard
-    can seek. Else ``seek_from``, a sparse index entry at or before ``start``, is where a
-    seekable, uncompressed shard is entered; else the framing is walked from byte 0. ``listed``:
-    the size and sha256 a manifest gives the shard (a cached copy is checked against them).
-    ``before_tag``, when not 0, is the tag record ``start - 1`` has: the record read at
-    ``before_offset`` must have it, else the read raises a ConfigError (:func:`check_resumed`).
-
-    ``expect``: the identity the shard had when this position was taken; another version is
-    refused with :class:`~shardmix.errors.ShardChangedError` before a record is read.
-    ``on_open`` is told the identity the opened shard has. ``stop_offset``, when known (a
-    sparse index entry), is where record ``stop`` begins: the reader ends there.
+    The read enters at ``before_offset`` (not -1), where record ``start - 1`` begins (read and
+    dropped; its tag must be ``before_tag`` when not 0: :func:`check_resumed`), where the shard
+    can seek; else at ``seek_from``, a sparse index entry; else at byte 0. ``expect``: the
+    identity the shard must have (else :class:`~shardmix.errors.ShardChangedError`).
     """
 
     start: int = 0
@@ -107,20 +84,18 @@ class ReadRequest:
     source_options: SourceOptions | None = None
     on_damage: DamageHandler | None = None
     before_offset: int = -1
-    listed: tuple[int, str | None] | None = None
+    listed: tuple[int, str | None] | None = None  # a manifest's size and sha256 of the shard
     expect: ShardIdentity | None = None
-    on_open: OnOpen | None = None
+    on_open: OnOpen | None = None  # told the opened shard's identity
     before_tag: int = NO_TAG
-    stop_offset: int | None = None
+    stop_offset: int | None = None  # where record ``stop`` begins, if known: the read ends there
 
 
-# A read of a whole shard, from its start (never changed: shared by the calls that default to it).
 WHOLE_SHARD = ReadRequest()
 
 
 def read_shard(url: str, fmt: Format, request: ReadRequest = WHOLE_SHARD) -> Iterator[Sample]:
-    """The samples of the records ``request`` asks of one shard, each with its provenance and
-    its tag (under ``__tag__``: :mod:`shardmix.formats.tags`)."""
+    """The samples of the records ``request`` asks of one shard, with provenance and tag."""
     start = request.start
     stream, read, opened_at = _entered(url, request)
     try:
@@ -141,10 +116,7 @@ def read_shard(url: str, fmt: Format, request: ReadRequest = WHOLE_SHARD) -> Ite
 
 
 def read_shard_blocks(url: str, reader: BlockReader, request: ReadRequest) -> Iterator[RecordBlock]:
-    """The records :func:`read_shard` gives, in :class:`~shardmix.formats.RecordBlock` objects
-    whose ``source`` is ``url``, read by ``reader``, the shard's format's made with
-    ``request.options`` (its records' tags are their keys':
-    :func:`~shardmix.formats.tags.key_tag`)."""
+    """The records :func:`read_shard` gives, in record blocks whose ``source`` is ``url``."""
     start = request.start
     stream, read, opened_at = _entered(url, request)
     try:
@@ -162,9 +134,8 @@ def read_shard_blocks(url: str, reader: BlockReader, request: ReadRequest) -> It
 
 
 def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
-    """The shard, open where ``request`` begins, the read its reader's ``records`` or
-    ``blocks`` reads, and the byte it was opened at; :func:`_closed` closes it. (Not a
-    context manager: a piece's read pays for every object made per read.)"""
+    """The shard open where ``request`` begins, the read its reader reads, and its start byte
+    (not a context manager: a piece's read pays for every object made)."""
     start, stop, on_damage = request.start, request.stop, request.on_damage
     resume = start > 0 and request.before_offset >= 0
     offset = request.before_offset if resume else 0
@@ -181,23 +152,13 @@ def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
             count_stall(time.perf_counter() - began)  # the answer (cached: the download)
         if request.on_open is not None:
             request.on_open(stream_identity(stream))
-        stop_offset = request.stop_offset
+        stop_offset, seek_from = request.stop_offset, request.seek_from
         if resume and can_seek_records(stream, url):
             read = ShardRead(start - 1, stop, offset, on_damage=on_damage, stop_offset=stop_offset)
         else:
             if resume:
-                logger.debug(
-                    "%s: gzip or not seekable; walking the framing from the start to record %d",
-                    url,
-                    start,
-                )
-            read = ShardRead(
-                start,
-                stop,
-                seek_from=request.seek_from,
-                on_damage=on_damage,
-                stop_offset=stop_offset,
-            )
+                logger.debug("%s: gzip or unseekable; walking the framing to record %d", url, start)
+            read = ShardRead(start, stop, None, seek_from, on_damage, stop_offset)
     except BaseException:
         stream.close()
         raise
@@ -205,9 +166,7 @@ def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
 
 
 def _closed(url: str, stream: BinaryIO, offset: int) -> None:
-    """Close a shard :func:`_entered` opened at byte ``offset``, the bytes read from it counted
-    where its source does not count them as it fetches them (http(s) and fsspec streams count
-    their own; see :mod:`shardmix.sources.traffic`)."""
+    """Close a shard :func:`_entered` opened, its bytes counted where its source does not."""
     try:
         if not counts_itself(url):
             count_bytes(host_of(url), max(0, stream.tell() - offset))
@@ -228,21 +187,10 @@ def read_shard_at(
     longest_record: int | None = None,
     expect: ShardIdentity | None = None,
 ) -> Iterator[Sample]:
-    """The samples of the ``(record, offset)`` pairs of one shard, with their provenance.
-
-    ``positions`` are sorted by record, without repeats; an offset of -1 means unknown. The shard
-    is opened once. When it can seek and is not compressed, and every offset is known, each
-    record is read at its offset, one seek and one record each
-    (:func:`~shardmix.formats.read_samples_at_offsets`; a stale offset raises
-    :class:`~shardmix.errors.CorruptShardError`). Otherwise the records are found by index,
-    walking the framing (:func:`~shardmix.formats.read_samples_at`, which reports damage to
-    ``on_damage`` when given); a record not found there is left out.
-
-    The ranges of a remote shard are asked for here, at the call, several at once; the
-    records are read as the result is iterated. ``longest_record``: see :func:`record_ranges`.
-    ``expect``: the identity the shard had when the positions were taken (see
-    :class:`ReadRequest`).
-    """
+    """The samples of the ``(record, offset)`` pairs of one shard (sorted by record; offset
+    -1: unknown), with their provenance: each read at its offset where the shard can seek and
+    every offset is known, else found by walking the framing (one not found is left out). A
+    remote shard's ranges are asked for at the call (:func:`record_ranges`)."""
     if not positions:
         return iter(())
     ranged = None
@@ -263,9 +211,7 @@ def _read_at(
     expect: ShardIdentity | None,
 ) -> Iterator[Sample]:
     offsets = dict(positions)
-    opened = open_shard(url, options=source_options, expect=expect) if ranged is None else None
-    stream = ranged if ranged is not None else opened
-    assert stream is not None
+    stream = ranged or open_shard(url, options=source_options, expect=expect)
     with stream:
         if can_seek_records(stream, url) and min(offsets.values()) >= 0:
             buffered = stream if ranged is not None else _small_buffer(stream)
@@ -306,10 +252,9 @@ def record_ranges(
 ) -> list[tuple[int, int]]:
     """Byte ranges ``(start, stop)`` that hold the records at ``positions``, nearby ones merged.
 
-    A record followed by the next record's position ends where that one starts; any other
-    is given the longest such length, or ``longest_record`` when longer (the longest known
-    in the shard from other positions: :func:`longest_record`), or ``RANGE_GUESS`` when none
-    is known, plus ``RANGE_TAIL``.
+    A record followed by the next record ends where that one starts; any other is given the
+    longest such length (or ``longest_record``, if longer; ``RANGE_GUESS`` if none), plus
+    ``RANGE_TAIL``.
 
     >>> record_ranges([(0, 0), (1, 4608), (2, 9216), (9, 80000)])
     [(0, 14848), (80000, 85632)]
@@ -361,19 +306,17 @@ def _small_buffer(stream: BinaryIO) -> BinaryIO:
 
 
 def sample_bytes(sample: Sample) -> int:
-    """About how much memory a sample's values hold: bytes, strings, arrays and tensors.
-
-    A sample may state its size under ``__bytes__`` (``shardmix inspect`` drops payloads but
-    keeps their size, so that byte budgets bind as in training).
-    """
+    """About how much memory a sample's values hold: bytes, strings, arrays and tensors, or
+    the size it states under ``__bytes__`` (``inspect`` drops payloads but keeps their size)."""
     values = sample.values() if isinstance(sample, dict) else (sample,)
     stated = sample.get(SIZE_KEY) if isinstance(sample, dict) else None
     if stated is not None:
         return int(stated)
-    total = 0
-    for value in values:
-        if isinstance(value, (bytes, bytearray, str)):
-            total += len(value)
-        else:
-            total += int(getattr(value, "nbytes", 0) or 0)
-    return total
+    return sum(map(value_bytes, values))
+
+
+def value_bytes(value: Any) -> int:
+    """The bytes one value holds, as :func:`sample_bytes` counts them."""
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    return int(getattr(value, "nbytes", 0) or 0)

@@ -1,15 +1,13 @@
 """ShardPlan: which pieces of which shards each rank and lane reads in an epoch.
 
-It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data: the shard order,
-the pieces per rank, dealt to lanes by size), the record counts it is made from, and the
-totals a rank reads or keeps. Reading the pieces is
-:class:`~shardmix.reading.shardreads.ShardReads`'s (which holds the plan); checking the user's
-arguments is :class:`~shardmix.dataset.ShardDataset`'s (which holds both, as ``plan`` and
-``reads``).
+It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data), the record
+counts it is made from, and the totals a rank reads or keeps. Reading the pieces is
+:class:`~shardmix.reading.shardreads.ShardReads`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -55,22 +53,13 @@ class ShardPlan:
         self.shuffle_shards = shuffle_shards
         self.num_lanes = num_lanes
         self.piece_records = piece_records
-        # What this process's epochs read of each shard, which the next epoch's start checks.
-        self.read_versions = ReadVersions()
+        self.read_versions = ReadVersions()  # what this process's epochs read of each shard
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
         self._cuts: dict[tuple[int, int, int | None], Piece] = {}  # spread_pieces's, kept
-        # The shards' sizes as the mixer weighs lanes: found once, on first use (see below).
-        self._weights: tuple[str, dict[str, float]] | None = None
-        self._weights_found = False
         self._counts: list[int] | None = None  # every shard's count, once found
-        self._spreads: bool | None = None  # whether one rank's plan cuts shards (spread_counts)
 
     def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
-        """The number of lanes: ``num_lanes`` when given, else from the batch size.
-
-        See :func:`~shardmix.plan.sharding.default_num_lanes`; without a batch size (direct
-        iteration, a plain DataLoader) the default is 32.
-        """
+        """The number of lanes: ``num_lanes`` when given, else from the batch size (else 32)."""
         if self.num_lanes is not None:
             return self.num_lanes
         if batch_size is None:
@@ -79,13 +68,9 @@ class ShardPlan:
         return default_num_lanes(batch_size=batch_size, shards_per_rank=shards_per_rank)
 
     def rank_pieces(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[list[Piece]]:
-        """Each rank's pieces in ``epoch``: the epoch's plan (:mod:`shardmix.plan.sharding`).
-
-        One rank reads every shard whole, in the epoch's order. Several ranks get a balanced
-        plan, made from every shard's record count (:meth:`shard_counts`). With
-        ``piece_records`` and the counts (:meth:`spread_counts`), each rank's pieces are then
-        cut and spread over the epoch (:func:`~shardmix.plan.sharding.spread_pieces`).
-        """
+        """Each rank's pieces in ``epoch``: one rank reads every shard whole, in the epoch's
+        order; several get a plan balanced by record counts. With :meth:`spread_counts`, each
+        rank's pieces are then cut and spread over the epoch."""
         key = (epoch, world_size, epoch_pass)
         if self._plan is not None and self._plan[0] == key:
             return self._plan[1]
@@ -111,31 +96,22 @@ class ShardPlan:
         return plan
 
     def spread_counts(self, world_size: int) -> list[int] | None:
-        """Every shard's count when the plan cuts shards into pieces, else None (whole shards).
-
-        Pieces are made from counts (given, a manifest, the count cache, the counting pass, or
-        the plan's under several ranks) when every shard is a local, uncompressed file: one
-        whose middle is reached by a seek (a shard counted without an index, from a manifest,
-        is indexed by one walk of its framing in the process that first enters it mid-way).
-        Else (a remote or gzip shard, whose middle costs a read of its start, or a request per
-        piece) every shard is read whole. A function of the shard list alone, so every rank
-        and process plans alike.
-        """
-        if self.piece_records is None or not self._spreadable():
+        """Every shard's count when the plan cuts shards into pieces (with ``piece_records``,
+        where every shard is a local, uncompressed file, whose middle a seek reaches), else
+        None. A function of the shard list alone, so every rank and process plans alike."""
+        if self.piece_records is None or not self._spreadable:
             return None
         return self.shard_counts(world_size)
 
+    @functools.cached_property
     def _spreadable(self) -> bool:
-        if self._spreads is None:
-            self._spreads = all(is_local(url) and not is_gzipped(url) for url in self.urls)
-        return self._spreads
+        return all(is_local(url) and not is_gzipped(url) for url in self.urls)
 
     def recount_changed(
         self, epoch: int, rank: int, world_size: int, exchange: Exchange | None
     ) -> list[int]:
-        """At the start of a new epoch (not a restore): count again each shard that changed
-        since this process last read it, so that the epoch is planned from its new count
-        (:mod:`shardmix.plan.recount`); the indices of the shards found changed. A collective under
+        """At a new epoch's start: count again each shard changed since this process read it
+        (:mod:`shardmix.plan.recount`); the indices of those changed. A collective under
         ``exchange``."""
         changed = recount_changed(
             self.urls,
@@ -149,33 +125,26 @@ class ShardPlan:
         )
         if changed:  # plans and lane weights made from the old counts or sizes are made again
             self._plan, self._counts = None, None
-            self._weights, self._weights_found = None, False
+            self.__dict__.pop("_weights", None)
         return changed
 
     def shard_counts(self, world_size: int = 1) -> list[int]:
-        """Every shard's record count, in URL order, found once per job.
-
-        Under torch.distributed with ``world_size`` ranks, called in the main process of
-        every rank at the same point (the first epoch, or ``len()``), each shard is counted
-        by one rank and the counts are shared; elsewhere this process counts what no
-        manifest or count cache has.
-        """
+        """Every shard's record count, in URL order, found once per job: under
+        torch.distributed, a collective (each shard counted by one rank, the counts shared)."""
         if self._counts is not None:
             return self._counts
         shared = count_exchange(world_size)
         if shared is None:
-            counts = self.record_counts.resolve_all()
+            self._counts = self.record_counts.resolve_all()
         else:
             rank, exchange = shared
-            counts = self.record_counts.resolve_all(
+            self._counts = self.record_counts.resolve_all(
                 rank=rank, world_size=world_size, exchange=exchange
             )
-        self._counts = counts  # kept: a plan asks for them once per lane
-        return counts
+        return self._counts
 
     def known_count(self, shard_index: int) -> int | None:
-        """Shard ``shard_index``'s record count if this process holds it (given, in a manifest
-        read already, or counted), else None: nothing is read for it."""
+        """Shard ``shard_index``'s record count if this process holds it, else None."""
         claimed = self.record_counts.claim(self.urls[shard_index])
         return None if claimed is None else claimed[0]
 
@@ -188,11 +157,9 @@ class ShardPlan:
         num_lanes: int | None = None,
         epoch_pass: int = 0,
     ) -> list[list[Piece]]:
-        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order.
-
-        With sizes known (:meth:`piece_weights`), pieces are dealt so that lanes hold about
-        the same size; else like cards.
-        """
+        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order: dealt so that
+        lanes hold about the same size where sizes are known (:meth:`piece_weights`), else
+        like cards."""
         pieces = self.rank_pieces(epoch, world_size, epoch_pass)[rank]
         lanes = num_lanes or self.lanes_for(None, world_size)
         weights = self.piece_weights(pieces, world_size)
@@ -210,28 +177,30 @@ class ShardPlan:
     def piece_weights(
         self, pieces: Sequence[Piece], world_size: int
     ) -> tuple[str, list[float]] | None:
-        """``(unit, size of each piece)`` when the sizes are known, else None.
-
-        Records under several ranks or when shards are cut into pieces (the plan counted every
-        shard: :meth:`spread_counts`), or when every shard's count is given or in a manifest;
-        else bytes when every shard is a local, uncompressed file (one rank reads whole
-        shards: a piece's size is its file's); else unknown. The mixer
-        then takes samples from the lanes in proportion to these sizes, so that all lanes end
-        together. A function of the data and the world size alone.
-        """
+        """``(unit, size of each piece)`` when the sizes are known, else None: records where
+        the plan counted every shard or every count is given or in a manifest; else bytes
+        where every shard is a local, uncompressed file. The mixer takes the lanes in
+        proportion to these sizes, so that all lanes end together."""
         counts = self.spread_counts(world_size)
         if counts is None and world_size > 1:
             counts = self.shard_counts(world_size)
         if counts is not None:
             return "records", [float(piece.size(counts)) for piece in pieces]
-        if not self._weights_found:
-            self._weights = _known_weights(self.urls, self.record_counts)
-            self._weights_found = True
         known = self._weights
         if known is None:
             return None
         unit, by_url = known
         return unit, [by_url[self.urls[piece.shard]] for piece in pieces]
+
+    @functools.cached_property
+    def _weights(self) -> tuple[str, dict[str, float]] | None:
+        """The shards' sizes as the mixer weighs lanes, found on first use."""
+        known = {url: self.record_counts.known(url) for url in self.urls}
+        if all(count is not None for count in known.values()):
+            return "records", {url: float(count or 0) for url, count in known.items()}
+        if self._spreadable:
+            return "bytes", {url: float(os.path.getsize(local_path(url))) for url in self.urls}
+        return None
 
     def rank_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int]:
         """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
@@ -242,20 +211,8 @@ class ShardPlan:
         return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
 
     def kept_totals(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[int] | None:
-        """How many samples each rank keeps in ``epoch`` under the filter, when every shard's
-        kept count was learned (:mod:`shardmix.plan.kept`); else None."""
+        """How many samples each rank keeps in ``epoch``, when learned; else None."""
         if self.kept_counts is None:
             return None
         plan = self.rank_pieces(epoch, world_size, epoch_pass)
         return self.kept_counts.totals(plan, self.shard_counts(world_size))
-
-
-def _known_weights(
-    urls: Sequence[str], counts: RecordCounts
-) -> tuple[str, dict[str, float]] | None:
-    known = {url: counts.known(url) for url in urls}
-    if all(count is not None for count in known.values()):
-        return "records", {url: float(count or 0) for url, count in known.items()}
-    if all(is_local(url) and not is_gzipped(url) for url in urls):
-        return "bytes", {url: float(os.path.getsize(local_path(url))) for url in urls}
-    return None

@@ -1,31 +1,21 @@
 """The transform contract: decoding, the user's transform, filtering, seeded augmentation.
 
-A dataset's samples pass through here in the process that reads them (a DataLoader worker,
-or the main process with no workers), one record at a time:
+A dataset's samples pass through here in the process that reads them, one record at a time:
+**decode** (optional, :mod:`shardmix.reading.decode`), then the user's **transform**, which
+*filters* a sample out by returning ``None``. With ``transform_rng=True`` it is called as
+``transform(sample, rng)`` with a generator seeded from ``(seed, epoch, pass, shard, record)``
+(:func:`record_rng`), so random augmentation keeps resume exact. A failure is wrapped in
+:class:`~shardmix.errors.TransformError` naming the shard, record, offset and key; under
+``on_error="skip"`` it is counted like damage.
 
-- **decode** (optional) turns a record's fields into values (:mod:`shardmix.reading.decode`);
-- **transform** (optional) is the user's function. Returning ``None`` *filters* the sample
-  out. With ``transform_rng=True`` it is called as ``transform(sample, rng)`` with a
-  ``numpy.random.Generator`` seeded from ``(dataset seed, epoch, pass, shard index, record
-  index)``: the same record gets the same draws in every run and in every re-read after a
-  resume, so random augmentation keeps resume exact.
-- A decode or transform that raises is wrapped in :class:`~shardmix.errors.TransformError`
-  naming the shard, record, byte offset and key, chained to the original. Under
-  ``on_error="skip"`` it is reported to the error policy's ledger and counted like damage.
-- What it returns must be what torch's ``default_collate`` takes at the top: a dict of fields,
-  a tuple or list of values, or one tensor, numpy array, number, str or bytes, the same kind
-  for every sample. Anything else is refused at once with a ``TransformError`` (never skipped).
-  A sample that is not a dict travels as one all the same, its provenance beside it: a tuple's
-  values under :data:`TUPLE` and their position, a list's under :data:`LIST`, a single value
-  under :data:`VALUE` (:func:`as_sample`); :func:`as_returned` gives it back as returned, and
-  the default collate makes its batch (:func:`~shardmix.batching.collate.restructured`).
+What the transform returns must be what ``default_collate`` takes at the top (a dict, a tuple
+or list, or one tensor, array, number, str or bytes), the same kind for every sample; anything
+else is refused at once. A sample that is not a dict travels as one all the same, beside its
+provenance (:func:`as_sample`, undone by :func:`as_returned`).
 
-A record that is filtered out or skipped does not vanish: it leaves a *tombstone*, a small
-dict holding only its provenance and :data:`DROPPED_KEY` (``"filtered"`` or ``"skipped"``). The
-tombstone travels to the main process like a sample, where the mixer counts it and moves its
-lane's position past it, and is never batched. That is what keeps the filter count exact and
-makes a resumed lane start after the records it already dropped instead of dropping them
-twice. Direct iteration drops tombstones at once (:func:`without_tombstones`).
+A record filtered out or skipped leaves a *tombstone*: its provenance and :data:`DROPPED_KEY`.
+It travels to the main process like a sample, which counts it and moves its lane past it, and
+is never batched: that keeps the filter count exact and a resumed lane from dropping it twice.
 """
 
 from __future__ import annotations
@@ -61,20 +51,15 @@ _TRANSFORM_STREAM = 0x7A5F
 
 @dataclass(frozen=True)
 class SampleTransform:
-    """Decode, transform and filter the records of one shard (picklable, for the workers).
-
-    Args:
-        transform: the user's function: ``f(sample)``, or ``f(sample, rng)`` with ``rng``.
-        decode: applied before ``transform`` (e.g. a :class:`~shardmix.reading.decode.Decoder`).
-        rng: call ``transform(sample, rng)`` with a generator seeded per record.
-        seed: the dataset's seed, the first part of every record's generator seed.
-    """
+    """Decode, transform and filter the records of one shard (picklable, for the workers):
+    ``transform(sample)``, or with ``rng`` ``transform(sample, rng)`` seeded per record from
+    ``seed`` (the dataset's); ``decode`` first."""
 
     transform: Callable[..., Any] | None = None
     decode: Callable[[Sample], Sample] | None = None
     rng: bool = False
     seed: int = 0
-    # The first kept sample's kind in this process, and which sample it was: all must match.
+    # The first kept sample's kind in this process, and which it was: all must match.
     first: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -91,21 +76,18 @@ class SampleTransform:
         epoch_pass: int = 0,
         example: bool = False,
     ) -> Iterator[Sample]:
-        """``samples`` decoded and transformed, a tombstone in place of each one dropped.
-        ``example``: they are TFRecord Examples, whose features a
-        :class:`~shardmix.reading.decode.Decoder` decodes by type (:meth:`Decoder.example`).
-
-        A record's tag (``__tag__``: :mod:`shardmix.formats.tags`) is held back from the
-        decoder and the transform, and put back in what they give or the tombstone.
-        """
+        """``samples`` decoded and transformed, a tombstone in place of each one dropped
+        (``example``: TFRecord Examples, see :meth:`Decoder.example`). A record's tag is held
+        back from the decoder and the transform, and put back in what they give."""
         clock, spent = time.perf_counter, 0.0
+        stream = (epoch, epoch_pass, shard_index)  # with the record's index, seeds its rng
         try:
             for sample in samples:
                 tag = sample.pop(TAG_KEY, None)
                 provenance = {key: sample[key] for key in PROVENANCE_KEYS if key in sample}
                 before = clock()
                 try:
-                    result = self._one(sample, provenance, epoch, epoch_pass, shard_index, example)
+                    result = self._one(sample, provenance, stream, example)
                 except Exception as error:  # noqa: BLE001 - any failure of user code is wrapped
                     wrapped = _wrap(error, sample)
                     if on_damage is None:
@@ -122,13 +104,7 @@ class SampleTransform:
             count_seconds("transform", spent)
 
     def _one(
-        self,
-        sample: Sample,
-        provenance: Sample,
-        epoch: int,
-        epoch_pass: int,
-        shard_index: int,
-        example: bool,
+        self, sample: Sample, provenance: Sample, stream: tuple[int, int, int], example: bool
     ) -> Any:
         if example and isinstance(self.decode, Decoder):
             sample = self.decode.example(sample)
@@ -137,7 +113,7 @@ class SampleTransform:
         if self.transform is None:
             result: Any = sample
         elif self.rng:
-            rng = record_rng(self.seed, epoch, epoch_pass, shard_index, provenance[INDEX_KEY])
+            rng = record_rng(self.seed, *stream, provenance[INDEX_KEY])
             result = self.transform(sample, rng)
         else:
             result = self.transform(sample)
@@ -163,26 +139,20 @@ class SampleTransform:
         return sample
 
     def _refused(self, sample: Sample, expected: str) -> TransformError:
-        url = sample.get(SOURCE_KEY) or "<unknown shard>"
-        record, offset = sample.get(INDEX_KEY), sample.get(OFFSET_KEY)
         returned = as_returned(sample)
         if isinstance(returned, dict):  # as returned, without the provenance added
             returned = {k: v for k, v in returned.items() if k not in PROVENANCE_KEYS}
         function = "the transform" if self.transform is not None else "the decoder"
         name = _name(self.transform if self.transform is not None else self.decode)
-        return TransformError(
-            f"{describe_position(url, offset=offset, record=record)}: {function} {name} "
-            f"returned {type(returned).__name__} {reprlib.repr(returned)} for the sample with "
-            f"key {sample.get(KEY_FIELD)!r}; {expected}",
-            url=url,
-            offset=offset,
-            record=record,
+        return _error(
+            sample,
+            f"{function} {name} returned {type(returned).__name__} {reprlib.repr(returned)} "
+            f"for the sample with key {sample.get(KEY_FIELD)!r}; {expected}",
         )
 
 
 def as_sample(result: Any, provenance: Sample) -> Sample:
-    """What the transform returned as a sample dict with ``provenance`` (a dict's own
-    provenance fields are kept)."""
+    """What the transform returned as a sample dict with ``provenance``."""
     if isinstance(result, dict):
         for key, value in provenance.items():
             result.setdefault(key, value)
@@ -273,8 +243,7 @@ def without_tombstones(
 
 
 def samples_as_returned(samples: Iterator[Sample]) -> Iterator[Any]:
-    """``samples`` without their records' tags, as the transform returned them (what direct
-    iteration gives)."""
+    """``samples`` as the transform returned them, without their tags."""
     for sample in samples:
         if isinstance(sample, dict):
             sample.pop(TAG_KEY, None)
@@ -288,17 +257,19 @@ def _name(function: Callable[..., Any] | None) -> str:
     return f"{getattr(function, '__module__', None)}.{qualname}"
 
 
-def _wrap(error: Exception, sample: Sample) -> DecodeError:
-    url = sample.get(SOURCE_KEY) or "<unknown shard>"
-    record = sample.get(INDEX_KEY)
-    offset = sample.get(OFFSET_KEY)
-    where = describe_position(url, offset=offset, record=record)
+def _wrap(error: Exception, sample: Sample) -> TransformError:
     what = "decoding" if isinstance(error, DecodeError) else "the transform"
-    return TransformError(
-        f"{where}: {what} failed on the sample with key {sample.get(KEY_FIELD)!r}: "
+    return _error(
+        sample,
+        f"{what} failed on the sample with key {sample.get(KEY_FIELD)!r}: "
         f"{type(error).__name__}: {error}; fix the data or the transform, or pass "
         "on_error='skip' to skip and count such samples",
-        url=url,
-        offset=offset,
-        record=record,
     )
+
+
+def _error(sample: Sample, what: str) -> TransformError:
+    """A TransformError saying ``what`` went wrong at ``sample``'s shard, record and offset."""
+    url = sample.get(SOURCE_KEY) or "<unknown shard>"
+    record, offset = sample.get(INDEX_KEY), sample.get(OFFSET_KEY)
+    where = describe_position(url, offset=offset, record=record)
+    return TransformError(f"{where}: {what}", url=url, offset=offset, record=record)

@@ -1,30 +1,15 @@
 """Arena: a worker's chunks reach the main process through shared memory, not the pipe.
 
-Nearly all of a chunk's bytes are numpy arrays (its items, and its columns of numbers, bytes
-or strings). Through the DataLoader's pipe, each of those bytes is pickled by the worker's
-queue thread, written in 64 KiB pieces, read back into a growing buffer and unpickled: on
-records of 256 B that took about 0.6 us of the main process's CPU per sample, a quarter of its
-cost, and as much again in the worker.
-
-So each worker owns a ring of shared memory, made by the main process before the workers
-start: an anonymous memory file (``memfd``) that the main process maps, fork workers inherit and
-spawn workers map by its descriptor. A page takes memory once written; torch's shared memory
-would allocate every page first, 0.3 ms a MiB (10 ms of two workers' rings before the first
-batch), and stays the fallback where there is no ``memfd``. The worker copies a
-chunk's arrays into its ring and sends, through the pipe, only where they lie and the rest of
-the chunk (lists of objects, the lanes that ended, what was skipped). Unpickling that in the
-main process copies the items out and leaves the columns in the ring, which the main process's
-store copies once into its rows (a copy at unpickling as well cost a chunk of 4 KiB records 8
-MB more); then the chunk is :meth:`~shardmix.reading.chunks.Chunk.stored` and marks the ring
-free up to its end. A worker's chunks are stored in the order it sent them, so one counter per
-worker says how much of its ring is free. A chunk that does not fit in the free part of the
-ring (one larger than the ring, or the main process behind) goes through the pipe as before:
-nothing ever waits for room.
-
-Rings take :data:`RING_BYTES` (32 MiB) per worker; torch's, only when ``/dev/shm`` has twice
-that free for all workers (a container's default 64 MiB does not hold two workers' rings:
-``memfd``, which is not in ``/dev/shm``, is the way there), else every chunk goes through the
-pipe.
+Nearly all of a chunk's bytes are numpy arrays. Through the DataLoader's pipe each byte is
+pickled, written in 64 KiB pieces and read back: on 256 B records about 0.6 us of the main
+process's CPU per sample, a quarter of its cost. So each worker owns a ring of shared memory
+made by the main process before the workers start: an anonymous ``memfd`` (a page takes memory
+only once written; torch's shared memory, the fallback, allocates every page first, 0.3 ms a
+MiB). The worker copies a chunk's arrays into its ring and sends only where they lie through
+the pipe; the main process's store copies the columns out once, and then the chunk is
+:meth:`~shardmix.reading.chunks.Chunk.stored`, which frees the ring up to its end. Chunks are
+stored in the order sent, so one counter per worker says how much of its ring is free. A chunk
+that does not fit goes through the pipe: nothing ever waits for room.
 """
 
 from __future__ import annotations
@@ -34,7 +19,7 @@ import mmap
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from multiprocessing.reduction import DupFd
 from operator import setitem
@@ -49,10 +34,9 @@ from shardmix.reading.columns import OBJECTS, Column
 from shardmix.reading.lanechunks import CHUNK_BYTES
 from shardmix.sources.traffic import count_seconds
 
-# Shared memory per worker. A worker has up to the DataLoader's prefetch_factor (2) chunks in
-# its ring, each up to CHUNK_BYTES (and one lane's turn past it), and a chunk that would cross
-# the ring's end starts over at its start: room for four keeps chunks of 4 KiB records in the
-# ring, where 16 MiB sent about one in ten through the pipe.
+# Shared memory per worker: prefetch_factor (2) chunks of up to CHUNK_BYTES (and one turn past
+# it), a chunk that would cross the ring's end starting over at its start. Room for four keeps
+# chunks of 4 KiB records in the ring, where 16 MiB sent one in ten through the pipe.
 RING_BYTES = 4 * CHUNK_BYTES
 _ALIGN = 64  # each array starts on a cache line
 _SHM = "/dev/shm"
@@ -64,10 +48,8 @@ _NO_ITEMS = np.empty((0, 0), dtype=np.int64)
 
 
 class Arena:
-    """One ring of :data:`RING_BYTES` per worker, and how far the main process has read each.
-
-    Made in the main process (:meth:`create`); the workers get it with the dataset.
-    """
+    """One ring of :data:`RING_BYTES` per worker, and how far the main process has read each;
+    made in the main process (:meth:`create`), the workers get it with the dataset."""
 
     def __init__(self, num_workers: int, ring_bytes: int | None = None) -> None:
         self.token = next(_TOKENS) + (os.getpid() << 20)
@@ -75,13 +57,12 @@ class Arena:
         self.received = 0  # in the main process: chunks that came through the rings
         self.num_workers = num_workers
         self._written: int | None = None  # in a worker: bytes ever written to its ring
-        # Shared memory made without touching it: a page takes RAM once a worker writes it.
         self._fd: Any = None
         if hasattr(os, "memfd_create"):
             self._fd = os.memfd_create("shardmix-arena", os.MFD_CLOEXEC)
             os.ftruncate(self._fd, num_workers * (ring_bytes + 8))
             self._map_rings()
-        else:  # torch's shared memory, which allocates it all (about 0.3 ms a MiB)
+        else:
             storage = torch.UntypedStorage._new_shared(num_workers * ring_bytes)
             self.rings = torch.empty(0, dtype=torch.uint8).set_(storage).view(num_workers, -1)
             # Per worker: the end, in bytes ever written, of the last chunk the main process read.
@@ -89,7 +70,6 @@ class Arena:
         _OPEN[self.token] = self
 
     def _map_rings(self) -> None:
-        """The rings and the released ends, as views of the memory behind ``self._fd``."""
         rings = self.num_workers * self.ring_bytes
         self._map = mmap.mmap(self._fd, rings + 8 * self.num_workers)
         self.rings = torch.frombuffer(self._map, dtype=torch.uint8, count=rings)
@@ -101,19 +81,17 @@ class Arena:
     def create(cls, num_workers: int, ring_bytes: int | None = None) -> Arena | None:
         """Rings for ``num_workers`` workers, or None where shared memory lacks the room."""
         ring_bytes = ring_bytes or RING_BYTES
-        if hasattr(os, "memfd_create"):
-            return cls(num_workers, ring_bytes)
-        try:
-            stat = os.statvfs(_SHM)
-        except OSError:
-            return None
-        if stat.f_bavail * stat.f_frsize < 2 * num_workers * ring_bytes:
-            return None
+        if not hasattr(os, "memfd_create"):  # torch's shared memory: allocated at once
+            try:
+                stat = os.statvfs(_SHM)
+            except OSError:
+                return None
+            if stat.f_bavail * stat.f_frsize < 2 * num_workers * ring_bytes:
+                return None
         return cls(num_workers, ring_bytes)
 
     def close(self) -> None:
-        """Forget the rings in this process (their memory goes with the last process that
-        maps them)."""
+        """Forget the rings in this process (their memory goes with the last one mapping them)."""
         _OPEN.pop(self.token, None)
         fd, self._fd = self._fd, None
         if isinstance(fd, int):
@@ -139,8 +117,7 @@ class Arena:
         return sent
 
     def send(self, worker: int, chunk: Chunk) -> Chunk | InArena:
-        """In worker ``worker``: ``chunk`` with its arrays in the ring, or as it is when the
-        free part of the ring cannot hold them."""
+        """In worker ``worker``: ``chunk`` with its arrays in the ring where they fit."""
         arrays = _arrays_of(chunk)
         layout, total = [], 0
         for array in arrays:
@@ -178,7 +155,7 @@ class Arena:
 
 class Placement(NamedTuple):
     """Where a chunk's arrays lie: worker ``worker``'s ring of arena ``token``, from byte
-    ``start`` (counted in bytes ever written) to ``end``, each array at its offset."""
+    ``start`` to ``end`` (in bytes ever written)."""
 
     token: int
     worker: int
@@ -187,13 +164,12 @@ class Placement(NamedTuple):
     layout: list[tuple[int, str, tuple[int, ...]]]  # (offset, dtype, shape) per array
 
 
+@dataclass(eq=False)
 class InArena:
-    """A chunk whose arrays lie in a worker's ring: unpickled in the main process, it is the
-    :class:`Chunk` again, and the ring is free up to its end."""
+    """A chunk whose arrays lie in a worker's ring: unpickled, it is the :class:`Chunk` again."""
 
-    def __init__(self, placement: Placement, shell: Chunk) -> None:
-        self.placement = placement
-        self.shell = shell  # the chunk without its arrays
+    placement: Placement
+    shell: Chunk  # the chunk without its arrays
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_received, (self.placement, self.shell))
@@ -228,13 +204,12 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
     return replace(shell, items=items, columns=columns, release=freed)
 
 
+@dataclass(eq=False)
 class InRings(IterableDataset[Chunk | InArena]):
-    """An epoch's own workers (not persistent ones) sending ``chunks``' arrays through
-    ``arena``'s rings."""
+    """An epoch's own workers sending ``chunks``' arrays through ``arena``'s rings."""
 
-    def __init__(self, chunks: IterableDataset[Chunk], arena: Arena) -> None:
-        self.chunks = chunks
-        self.arena = arena
+    chunks: IterableDataset[Chunk]
+    arena: Arena
 
     def __iter__(self) -> Iterator[Chunk | InArena]:
         info = get_worker_info()

@@ -1,13 +1,9 @@
 """Workers: an epoch's reading planned, started, stopped, and named when a worker dies.
 
-:func:`start_workers` checks a plan against the process's limits (open files, connections, the
-cache's size), tells a bounded cache what the epoch will read, and starts the reading: in this
-process, in torch's DataLoader workers, or through a :class:`~shardmix.workers.pool.WorkerPool`'s
-persistent ones. It is the one place that touches torch's DataLoader, so the rest of the loader
-never does. :func:`failure_message` says which worker ended, how, and what it hosted.
-
-Left to others: what runs in each worker, its lanes read into chunks
-(:mod:`shardmix.reading.lanechunks`); the persistent workers (:mod:`shardmix.workers.pool`).
+:func:`start_workers` checks a plan against the process's limits (open files, connections),
+tells a bounded cache what the epoch will read, and starts the reading: in this process, in
+torch's DataLoader workers, or through a :class:`~shardmix.workers.pool.WorkerPool`'s
+persistent ones. :func:`failure_message` says which worker ended, how, and what it hosted.
 """
 
 from __future__ import annotations
@@ -50,14 +46,10 @@ MAX_CONNECTIONS = 512
 _SPARE_DESCRIPTORS = 8
 # How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
 KILL_WAIT_SECONDS = 5.0
-# Samples in a worker's chunk once its turns have grown: enough to amortise one pickle and one
-# queue trip (a lane's turn is at least :data:`~shardmix.reading.lanechunks.MIN_TURN`, within its
-# CHUNK_BYTES).
+# Samples in a worker's chunk once its turns have grown: one pickle and queue trip amortised.
 CHUNK_SAMPLES = 2048
-# Samples in a worker's first chunk: the first batch waits for every worker's first chunk (the
-# merge needs every lane's first samples), and for the shuffle buffer's warm-up (four batches),
-# not for 2,048 samples a worker. The turns start at the lanes' share of this and double from
-# chunk to chunk up to their steady size, so that only the first few chunks are small.
+# Samples in a worker's first chunk, which the first batch waits for (the merge needs every
+# lane's first samples); the turns then double up to their steady size.
 FIRST_CHUNK_SAMPLES = 256
 # Keeps the workers' seeds apart from every other stream drawn from the same seed.
 _SEED_STREAM = 0x5EED
@@ -66,7 +58,7 @@ _SEED_STREAM = 0x5EED
 @dataclass(frozen=True)
 class WorkerOptions:
     """How an epoch's lanes are read: in this process (``num_workers`` 0) or in DataLoader
-    workers, with these settings of torch's (see :class:`~shardmix.loader.MixingLoader`)."""
+    workers, with these settings of torch's."""
 
     num_workers: int = 0
     timeout: float = 0.0
@@ -79,16 +71,11 @@ class PersistentWorkers(Protocol):
     """Workers that outlive an epoch and read each epoch's plan as it comes (a
     :class:`~shardmix.workers.pool.WorkerPool`)."""
 
-    def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
-        """The chunks of ``plan``'s epoch, read by these workers."""
-        ...
+    def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]: ...
 
 
 def lane_turn(num_lanes: int, num_workers: int, samples: int = CHUNK_SAMPLES) -> int:
-    """How many samples each of ``num_lanes`` lanes gives per turn in a worker's chunk of
-    ``samples`` (:data:`~shardmix.reading.lanechunks.CHUNK_BYTES` may cut it): of
-    :data:`FIRST_CHUNK_SAMPLES` for the first, whose turns then double up to
-    :func:`~shardmix.reading.lanechunks.steady_turn` of the share of :data:`CHUNK_SAMPLES`."""
+    """How many samples each of ``num_lanes`` lanes gives per turn in a chunk of ``samples``."""
     return max(1, math.ceil(samples * max(1, num_workers) / num_lanes))
 
 
@@ -107,16 +94,9 @@ def start_workers(
     pool: PersistentWorkers | None = None,
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
-    """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``.
-
-    ``lane_pieces`` is each lane's pieces (a ShardDataset's plan), ``clocks`` their sizes, when
-    the mixer takes lanes in proportion to them. The workers are torch's
-    DataLoader iterator (``None`` when ``options.num_workers`` is 0 and the lanes are read in this
-    process, or when ``pool``'s persistent workers read them); stop them with
-    :func:`stop_workers`. ``identities``: what each shard must be, by shard index (a
-    checkpoint's); each chunk says the identities of the shards read for it. ``seed`` (the
-    loader's) seeds the workers (:func:`seed_generator`).
-    """
+    """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``, the
+    workers being torch's DataLoader iterator (None where this process or ``pool`` reads):
+    stop them with :func:`stop_workers`. ``identities``: what each shard must be."""
     num_workers, timeout = options.num_workers, options.timeout
     reads = shard_reads(dataset)
     num_lanes, per_lane, steady = _checked_lanes(reads, lane_pieces, num_workers)
@@ -187,9 +167,8 @@ def _closing_at_end(chunks: Iterator[Chunk], close: Callable[[], Any]) -> Iterat
 
 def seed_generator(plan: EpochPlan) -> torch.Generator:
     """The generator torch's DataLoader draws its workers' base seed from, seeded by ``plan``'s
-    ``(seed, epoch, pass, rank)``. Without it torch draws from its global generator, at the
-    start of a restored loader's workers too: the trainer's random stream (dropout's) would
-    then differ from a live run's after a resume."""
+    ``(seed, epoch, pass, rank)``: torch's global one would make the trainer's random stream
+    (dropout's) differ from a live run's after a resume."""
     key = [_SEED_STREAM, plan.seed, plan.epoch, plan.epoch_pass, plan.rank]
     state = np.random.SeedSequence(key).generate_state(1, np.uint64)[0]
     return torch.Generator().manual_seed(int(state >> 1))
@@ -199,8 +178,7 @@ def _checked_lanes(
     reads: ShardReads | None, lane_pieces: list[list[Piece]] | None, num_workers: int
 ) -> tuple[int, int, int]:
     """``(lanes, samples per lane in a worker's first chunk, in its steady chunks)`` of a
-    plan, once checked against the process's limits (a ShardDataset's; any other dataset is
-    one lane per worker)."""
+    plan checked against the process's limits (any other dataset: one lane per worker)."""
     if reads is None or lane_pieces is None:
         return max(1, num_workers), FIRST_CHUNK_SAMPLES, CHUNK_SAMPLES
     num_lanes = len(lane_pieces)
@@ -211,12 +189,9 @@ def _checked_lanes(
 
 
 def check_open_limits(num_lanes: int, urls: list[str], num_workers: int) -> None:
-    """Refuse, naming the settings to change, a plan whose open shards per process would pass
-    the open-file limit (RLIMIT_NOFILE) or, for remote shards, :data:`MAX_CONNECTIONS`.
-
-    Each lane keeps one shard open; lane ``l`` lives in worker ``l % num_workers``. ``urls``:
-    the shards the lanes read.
-    """
+    """Refuse, naming the settings to change, a plan whose open shards per process (one per
+    lane) would pass the open-file limit or, for remote shards, :data:`MAX_CONNECTIONS`.
+    ``urls``: the shards the lanes read."""
     per_process = math.ceil(num_lanes / max(1, num_workers))
     where = "per worker" if num_workers else "in this process (num_workers=0)"
     remote = any(not is_local(url) for url in urls)
@@ -238,8 +213,7 @@ def check_open_limits(num_lanes: int, urls: list[str], num_workers: int) -> None
 
 
 def _tell_cache(reads: ShardReads, plan: EpochPlan) -> None:
-    """Tell a bounded cache the shards the lanes read this epoch, in order (the workers, this
-    process's children, mark them read as they open them)."""
+    """Tell a bounded cache the shards the lanes read this epoch, in order."""
     options = reads.source_options
     if options.cache_limit is None or options.cache_dir is None or plan.lane_pieces is None:
         return
@@ -258,8 +232,8 @@ def _open_descriptors() -> int:
         return 32
 
 
-# An epoch's workers not stopped yet: stopped at interpreter exit, before multiprocessing's own
-# exit hook, which sends them SIGTERM and joins them without a limit (forever, for a stopped one).
+# Workers not stopped yet, stopped at exit before multiprocessing's own hook, which joins them
+# without a limit (forever, for a stopped one).
 _STARTED: weakref.WeakSet[Any] = weakref.WeakSet()
 # An epoch's workers' shared-memory rings, closed when they stop.
 _RINGS: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
@@ -279,15 +253,14 @@ def stop_workers(workers: Any) -> None:
         rings = _RINGS.pop(workers, None)
     processes = worker_processes(workers)
     for process in processes:
-        if _is_stopped(process.pid):  # it cannot end as asked: torch would wait 10 s on it
+        if _is_stopped(process.pid):  # SIGSTOPped: torch would wait 10 s on it
             with contextlib.suppress(OSError):
                 os.kill(process.pid, signal.SIGCONT)
     shutdown = getattr(workers, "_shutdown_workers", None)
     if callable(shutdown):
         shutdown()  # asks each worker to end, waits a grace period, then sends SIGTERM
     for process in processes:
-        # A stopped worker (SIGSTOP) holds SIGTERM pending forever, and Python's exit would
-        # join it forever: what outlived the grace period is killed, which a stop cannot hold.
+        # A stopped worker holds SIGTERM pending forever: kill what outlived the grace period.
         if process.is_alive():
             process.kill()
             process.join(KILL_WAIT_SECONDS)
@@ -305,14 +278,9 @@ def _is_stopped(pid: int | None) -> bool:
 
 
 class WorkerDeaths:
-    """Where torch's report of a dead worker is raised: inside a loader's step, not in the
-    trainer's own code between steps.
-
-    torch raises a worker's death from its SIGCHLD handler, in the main thread, wherever that
-    thread is. Inside a step (``with deaths.here():``) the loader names the worker
-    (:class:`~shardmix.errors.WorkerError`); between steps the report is kept, and raised when
-    the next step begins, so that it is named there too.
-    """
+    """Where torch's report of a dead worker is raised: inside a loader's step (``with
+    deaths.here():``, where the loader names the worker), not in the trainer's own code between
+    steps, where torch's SIGCHLD handler would raise it: there it is kept for the next step."""
 
     def __init__(self) -> None:
         self.depth = 0  # steps under way (a step may start another loader's)
@@ -331,8 +299,7 @@ class WorkerDeaths:
             self.depth -= 1
 
     def wrap_handler(self) -> None:
-        """Wrap the SIGCHLD handler torch installs once a process's first workers start
-        (called as workers start, here and in :mod:`shardmix.workers.pool`)."""
+        """Wrap the SIGCHLD handler torch installs as a process's first workers start."""
         handler = signal.getsignal(signal.SIGCHLD)
         if handler is self.handler or not callable(handler):
             return
@@ -371,8 +338,7 @@ def worker_processes(workers: Any) -> list[Any]:
 def failure_message(
     epoch: int, error: RuntimeError, processes: list[Any], plan: list[list[Piece]] | None, urls: Any
 ) -> str:
-    """What a :class:`~shardmix.errors.WorkerError` says: which worker ended, how, and the
-    lanes and shards it hosted, whose samples the epoch will never have."""
+    """What a WorkerError says: which worker ended, how, and the lanes and shards it hosted."""
     ended = [
         (worker, process, process.exitcode)
         for worker, process in enumerate(processes)

@@ -1,16 +1,9 @@
 """One epoch's workers as the trainer process sees them: started, watched, named, stopped.
 
-:class:`EpochWorkers` starts the workers of an epoch
-(:func:`~shardmix.workers.dataloader.start_workers`), checks each chunk they send against the shard
-identities seen before (a shard rewritten while the epoch reads it is refused:
-:mod:`shardmix.sources.identity`), names a worker that died (which one, its lanes and shards) and
-stops them. The identities are part of the epoch's state: ``"shards"``, the ``[shard, size,
-validator]`` of every shard the state references (:func:`~shardmix.state.codec.pack_identities`),
-which a restore holds the shards to.
-
-Left to others: what a worker reads (:mod:`shardmix.workers.dataloader`,
-:mod:`shardmix.reading.lanechunks`), the merge of what they send (:mod:`shardmix.batching.mixing`),
-the epoch (:mod:`shardmix.batching.epoch`).
+:class:`EpochWorkers` starts the workers of an epoch, checks each chunk they send against the
+shard identities seen before (a shard rewritten while the epoch reads it is refused), names a
+worker that died and stops them. The identities are the epoch state's ``"shards"`` entry
+(:func:`~shardmix.state.codec.pack_identities`), which a restore holds the shards to.
 """
 
 from __future__ import annotations
@@ -18,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeGuard, TypeVar
 
 from torch.utils.data import IterableDataset
 
@@ -47,13 +40,9 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class EpochWorkers:
-    """The workers of ``epoch`` (and pass ``epoch_pass``) of ``dataset`` on ``rank`` of
-    ``world_size``, reading the lanes of ``plan`` (a ShardDataset's; None for another dataset)
-    with ``options``; ``timed`` wraps what they send (the epoch's wait is counted there).
-
-    ``pool``'s persistent workers, when the loader keeps them, are stopped only when an epoch
-    fails (:meth:`fail`); an epoch's own are stopped by :meth:`close`.
-    """
+    """The workers of ``epoch`` of ``dataset`` on ``rank``, reading the lanes of ``plan`` (a
+    ShardDataset's; None for another dataset); ``timed`` wraps what they send. ``pool``'s
+    persistent workers are stopped only when an epoch fails (:meth:`fail`)."""
 
     dataset: IterableDataset[Any]
     options: WorkerOptions
@@ -68,10 +57,8 @@ class EpochWorkers:
     seed: int  # the loader's: its workers' base seed comes from it, never torch's
     _workers: Any = field(default=None, init=False)
     _sent: Generator[Chunk, None, None] | None = field(default=None, init=False)  # start()'s
-    # By shard index, the identity each shard read this epoch had (or the checkpoint says it
-    # had): a shard found otherwise later in the epoch is refused.
+    # By shard index, the identity each shard read had: a shard found otherwise is refused.
     identities: dict[int, ShardIdentity] = field(default_factory=dict, init=False)
-    # A ShardDataset's shards (None for another dataset), which identities and failures name.
     _urls: Sequence[str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -79,8 +66,7 @@ class EpochWorkers:
         self._urls = reads.plan.urls if reads is not None else None
 
     def identities_state(self, shards: Iterable[int]) -> list[list[Any]]:
-        """The ``"shards"`` entry of the state: the identities of ``shards`` (those the state
-        references) that were seen, in shard order."""
+        """The state's ``"shards"`` entry: the identities seen of ``shards``, in shard order."""
         seen = {shard: identity.to_json() for shard, identity in self.identities.items()}
         return pack_identities(seen, shards)
 
@@ -93,9 +79,8 @@ class EpochWorkers:
     def start(
         self, starts: list[LanePosition] | None, clocks: LaneClocks | None
     ) -> tuple[Iterator[Chunk], int]:
-        """Start reading each lane from its ``starts`` (None: from its beginning), the lanes'
-        ``clocks`` when their sizes are known: ``(what the workers send, each chunk checked,
-        the number of lanes)``."""
+        """Start reading each lane from its ``starts`` (None: its beginning): ``(what the
+        workers send, each chunk checked, the number of lanes)``."""
         with self._start_named():
             sent, num_lanes, self._workers = start_workers(
                 self.dataset,
@@ -116,16 +101,13 @@ class EpochWorkers:
 
     @contextlib.contextmanager
     def _start_named(self) -> Iterator[None]:
-        """A worker that dies while the workers start (torch raises it from its SIGCHLD
-        handler wherever the main process is) is a named WorkerError there too."""
+        """A worker that dies while the workers start is a named WorkerError there too."""
         try:
             yield
         except RuntimeError as error:
-            if isinstance(error, ShardmixError) or not is_worker_failure(error):
-                raise
-            failure = self.named_failure(error)
-            self.fail()
-            raise failure from error
+            if _is_death(error):
+                self._fail_named(error, self.fail)
+            raise
 
     def _checked(self, sent: Iterator[Chunk]) -> Generator[Chunk, None, None]:
         """``sent``, each chunk's shard identities checked against those seen before."""
@@ -141,22 +123,22 @@ class EpochWorkers:
             yield chunk
 
     def guarded(self, step: Callable[[], T], fail: Callable[[], None]) -> T:
-        """``step()``; on an error ``fail()`` stops the epoch and its workers at once, and a
-        dead worker is named."""
+        """``step()``; on an error, ``fail()`` stops the workers at once, a dead worker named."""
         try:
             return step()
         except StopIteration:
             raise
-        except RuntimeError as error:
-            if isinstance(error, ShardmixError) or not is_worker_failure(error):
-                fail()
-                raise
-            failure = self.named_failure(error)
-            fail()
-            raise failure from error
-        except BaseException:
+        except BaseException as error:
+            if _is_death(error):
+                self._fail_named(error, fail)
             fail()
             raise
+
+    def _fail_named(self, error: RuntimeError, fail: Callable[[], None]) -> NoReturn:
+        """Raise the named failure of ``error``, asked before ``fail()`` stops the workers."""
+        failure = self.named_failure(error)
+        fail()
+        raise failure from error
 
     def named_failure(self, error: RuntimeError) -> WorkerError:
         """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
@@ -169,8 +151,7 @@ class EpochWorkers:
         """Stop this epoch's workers now (a pool's persistent workers stay)."""
         workers, self._workers = self._workers, None
         stop_workers(workers)
-        # With no worker processes the lanes are read in this one, their shards open until
-        # the generators that read them are closed (left to the collector: at exit, if ever).
+        # With no worker processes, this one's lanes hold their shards open until closed.
         sent, self._sent = self._sent, None
         if sent is not None:
             sent.close()
@@ -180,3 +161,12 @@ class EpochWorkers:
         self.close()
         if self.pool is not None:
             self.pool.close()
+
+
+def _is_death(error: BaseException) -> TypeGuard[RuntimeError]:
+    """Whether ``error`` is torch's report of a dead or stalled worker (not one of ours)."""
+    return (
+        isinstance(error, RuntimeError)
+        and not isinstance(error, ShardmixError)
+        and is_worker_failure(error)
+    )

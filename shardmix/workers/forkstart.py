@@ -1,26 +1,15 @@
 """Fork starts: a DataLoader worker that hangs at its fork is forked again, never waited on.
 
-CPython 3.11 re-initialises a forked child's thread states under the runtime's lock on its list
-of them (``HEAD_LOCK``) before the child runs any Python, and that lock may be held at the
-moment of the fork by another thread of the parent: a C++ thread that takes the interpreter
-lock for the first time (torch.distributed's gloo threads, for one) creates its thread state
-under it, without the interpreter lock that ``os.fork`` holds. The child then waits on that
-lock forever, and torch's DataLoader waits on the child as on any live worker: the epoch hangs
-without a word. Measured here: three stuck workers in 20,000-27,000 forks of a 2-rank gloo job
-with fresh workers each epoch, stuck in ``PyOS_AfterFork_Child`` ->
-``_PyThreadState_DeleteExcept`` (gdb on the worker).
+A forked child re-initialises its thread states under the runtime's lock on their list, which
+another thread of the parent may hold at the fork (a C++ thread taking the interpreter lock for
+the first time, such as torch.distributed's gloo threads): the child then waits forever, and so
+does the epoch. Measured: three stuck workers in 20,000-27,000 forks of a 2-rank gloo job.
 
-So every worker marks, first thing in :class:`~shardmix.workers.lifeline.WorkerInit`, that it runs
-(:class:`StartFlags`: a shared byte per worker), and after ``fork`` starts the workers, the main
-process waits for every mark (:func:`start_forked`), milliseconds for a healthy worker. A live
-worker unmarked after :data:`START_SECONDS` is stuck at its fork: the workers are stopped and
-started again, before any of their chunks reached the epoch (so nothing is read twice), with a
-:class:`~shardmix.errors.WorkerRestartWarning`; after :data:`START_ATTEMPTS` such starts, a
-:class:`~shardmix.errors.WorkerError`. Workers started by ``spawn`` or ``forkserver`` fork from a
-process of one thread and are not waited on.
-
-Left to others: starting and stopping the workers (:mod:`shardmix.workers.dataloader`,
-:mod:`shardmix.workers.pool`), a worker that stops reading later (:mod:`shardmix.reading.progress`).
+So every worker marks that it runs first thing (:class:`StartFlags`), and after a ``fork`` start
+the main process waits for every mark (:func:`start_forked`). A live worker unmarked after
+:data:`START_SECONDS` is stuck: the workers are started again before any chunk reached the
+epoch, with a :class:`~shardmix.errors.WorkerRestartWarning`; after :data:`START_ATTEMPTS`, a
+:class:`~shardmix.errors.WorkerError`.
 """
 
 from __future__ import annotations
@@ -36,25 +25,20 @@ from shardmix.errors import WorkerError, WorkerRestartWarning
 
 T = TypeVar("T")
 
-# How long a forked worker may take to run its first line of Python. A healthy one takes
-# milliseconds (seconds on a machine loaded many times over); a stuck one never does.
+# How long a forked worker may take to run its first line of Python (a healthy one: ms).
 START_SECONDS = 20.0
 # Starts of an epoch's workers before a worker stuck at each of them is an error.
 START_ATTEMPTS = 3
 
 
 class StartFlags:
-    """One byte per worker in shared memory: whether that worker runs (set by the worker).
-
-    An anonymous shared mapping, which forked workers inherit: no descriptor (a
-    ``multiprocessing`` shared array keeps a file open in the main process for good).
-    """
+    """One byte per worker in shared memory: whether that worker runs (an anonymous mapping:
+    a ``multiprocessing`` array would keep a file open in the main process for good)."""
 
     def __init__(self, num_workers: int) -> None:
         self.flags = mmap.mmap(-1, max(1, num_workers))
 
     def mark(self, worker: int) -> None:
-        """In worker ``worker``, first thing: it runs."""
         if 0 <= worker < len(self.flags):
             self.flags[worker] = 1
 
@@ -63,16 +47,14 @@ class StartFlags:
 
 
 def worker_context(context: Any) -> Any:
-    """The multiprocessing context of a DataLoader given ``multiprocessing_context=context``
-    (``None``: the default start method's; a name: that method's)."""
+    """The multiprocessing context of a DataLoader given ``multiprocessing_context=context``."""
     if context is None or isinstance(context, str):
         return multiprocessing.get_context(context)
     return context
 
 
 def forks(context: Any) -> bool:
-    """Whether a DataLoader with ``multiprocessing_context=context`` forks its workers from
-    this process."""
+    """Whether a DataLoader with ``multiprocessing_context=context`` forks its workers."""
     return bool(worker_context(context).get_start_method() == "fork")
 
 
@@ -82,9 +64,8 @@ def start_forked(
     num_workers: int,
     processes: Callable[[T], list[Any]],
 ) -> T:
-    """``start(flags)`` (the workers, which mark ``flags`` as they run), started again while a
-    worker hangs at its fork; ``stop`` stops what a start started, ``processes`` its worker
-    processes in worker order."""
+    """``start(flags)``'s workers, which mark ``flags`` as they run, started again while one
+    hangs at its fork; ``stop`` stops them, ``processes`` gives their processes."""
     for attempt in range(1, START_ATTEMPTS + 1):
         flags = StartFlags(num_workers)
         workers = start(flags)
@@ -113,8 +94,7 @@ def start_forked(
 
 
 def _stuck(processes: list[Any], flags: StartFlags) -> list[tuple[int, int]]:
-    """``(worker, pid)`` of the live workers that did not mark ``flags`` in time; none where one
-    died (its death is the epoch's error, named where chunks are awaited)."""
+    """``(worker, pid)`` of live workers that did not mark ``flags`` in time (none if one died)."""
     deadline = time.monotonic() + START_SECONDS
     pause = 0.0005
     while True:

@@ -1,27 +1,12 @@
 """Lifeline: DataLoader workers that never outlive the process that started them.
 
-When a trainer dies mid-epoch (``os._exit``, SIGKILL, a preempted node), torch's own workers
-stay blocked on a full pipe forever, holding memory and open shards: torch's watchdog only
-looks at the parent between two fetches. Every shardmix worker therefore runs
-:class:`WorkerInit` first, which
-
-- asks Linux to kill the worker when its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``,
-  through ctypes; the signal follows the parent *thread* that started the worker, so start
-  iteration from a thread that lives as long as the loader, as training loops do), and
-- starts a daemon thread that polls ``os.getppid()`` and ends the worker when the parent
-  changes (the portable fallback, and a check on the race before ``prctl`` took effect), or
-  when the trainer (the process that made the :class:`WorkerInit`, by pid and start time) is
-  gone. Under ``forkserver`` a worker's parent is the forkserver, which outlives a killed
-  trainer (with its resource tracker): the worker then kills that forkserver before it ends,
-  and the tracker, whose last writers are gone, ends too,
-
-then moves every object the worker inherited from its parent (torch's modules, the dataset)
-out of reach of the worker's cycle collector (``gc.freeze``): a full collection then scans only
-what the worker made itself, not the hundreds of thousands of objects of the imports, and
-the inherited pages are not written to (copy-on-write stays shared). It then calls the
-user's ``worker_init_fn``. Nothing here waits on the data pipe. Before all that, it marks that
-the worker runs, for the main process, which starts again workers that hang at their fork
-(:mod:`shardmix.workers.forkstart`).
+When a trainer dies mid-epoch, torch's workers stay blocked on a full pipe forever, holding
+memory and open shards. So every shardmix worker first runs :class:`WorkerInit`, which asks
+Linux to kill it when its parent thread dies (``PR_SET_PDEATHSIG``) and starts a thread that
+ends it when the parent or the trainer (by pid and start time) is gone; under ``forkserver``
+the worker then kills the forkserver too, which would outlive the trainer. It then freezes
+what the worker inherited (``gc.freeze``: never scanned by its collector, its pages stay
+shared) and calls the user's ``worker_init_fn``.
 """
 
 from __future__ import annotations
@@ -43,10 +28,8 @@ POLL_SECONDS = 0.5
 
 
 class WorkerInit:
-    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``.
-
-    Picklable (it travels to workers under ``spawn`` and ``forkserver``) as long as ``user`` is.
-    """
+    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``
+    (picklable as long as ``user`` is)."""
 
     def __init__(
         self, user: Callable[[int], None] | None, started: Callable[[int], None] | None = None
@@ -67,9 +50,8 @@ class WorkerInit:
 def die_with_parent(
     poll_seconds: float = POLL_SECONDS, trainer: tuple[int, int | None] | None = None
 ) -> None:
-    """End this process (at once, no cleanup) when its parent process ends, or ``trainer``
-    (``(pid, start time)``), if given; a parent other than the trainer (a forkserver) is
-    killed with it."""
+    """End this process (at once) when its parent ends, or ``trainer`` (``(pid, start time)``);
+    a parent other than the trainer (a forkserver) is killed with it."""
     parent = os.getppid()
     _set_parent_death_signal()
     if os.getppid() != parent:  # the parent died before the signal was armed
@@ -119,7 +101,7 @@ def _running(pid: int, start: int | None) -> bool:
         except ProcessLookupError:
             return False
         except OSError:
-            return True
+            pass
         return True
     try:
         with open(f"/proc/{pid}/stat") as stat:

@@ -1,16 +1,10 @@
 """Persistent workers: DataLoader worker processes that serve every epoch of a MixingLoader.
 
-torch's DataLoader with ``persistent_workers=True`` keeps its workers and calls ``iter()`` on
-each worker's copy of the dataset again at every ``iter()`` of the DataLoader; an
-IterableDataset has no other way to learn what the new epoch is. So the pool gives each
-worker its own queue, created before the workers start, and puts the epoch's
-:class:`~shardmix.reading.lanechunks.EpochPlan` (epoch, lane pieces, start positions, shares) into
-every queue just before ``iter()``: each worker takes exactly one plan per ``iter()``.
-
-Every chunk travels tagged with its plan's ``generation``; the main process drops chunks of
-an earlier generation, so an epoch left early (a ``break``) never leaks into the next (torch
-also drains them when it resets its workers). A worker failure, or :meth:`WorkerPool.close`,
-stops the processes; the next epoch starts new ones.
+torch calls ``iter()`` on each persistent worker's copy of the dataset at every epoch, which
+leaves an IterableDataset no way to learn the epoch. So each worker gets its own queue, and
+the pool puts the epoch's :class:`~shardmix.reading.lanechunks.EpochPlan` into every queue just
+before ``iter()``. Chunks travel tagged with their plan's ``generation``; the main process
+drops those of an earlier one, so an epoch left early never leaks into the next.
 """
 
 from __future__ import annotations
@@ -32,8 +26,8 @@ from shardmix.workers.dataloader import DEATHS, seed_generator, stop_workers, wo
 from shardmix.workers.forkstart import StartFlags, forks, start_forked, worker_context
 from shardmix.workers.lifeline import WorkerInit
 
-# Pools with running workers: closed at interpreter exit, before module teardown, so that a
-# script that never calls ``close()`` stops its workers cleanly and prints nothing.
+# Pools with running workers: closed at exit, before module teardown, so that a script that
+# never calls ``close()`` stops its workers cleanly.
 _LIVE: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
@@ -45,10 +39,8 @@ def _close_live_pools() -> None:
 
 @dataclass(eq=False)
 class WorkerPool:
-    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch.
-
-    Created without processes; they start at the first :meth:`start_epoch`.
-    """
+    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch; they
+    start at the first :meth:`start_epoch`."""
 
     dataset: IterableDataset[Any]
     _: KW_ONLY
@@ -65,7 +57,6 @@ class WorkerPool:
 
     @property
     def started(self) -> bool:
-        """Whether worker processes are running (or were started and not stopped)."""
         return self._loader is not None
 
     def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]:
@@ -74,25 +65,19 @@ class WorkerPool:
             iterator = self._handed(plan)
         elif forks(self.multiprocessing_context):  # a forked worker may hang at its start
             iterator = start_forked(
-                lambda flags: self._started(plan, flags),
+                lambda flags: self._start(plan, flags),
                 lambda _: self.close(),
                 self.num_workers,
                 lambda _: self.processes(),
             )
         else:
-            iterator = self._started(plan, None)
+            iterator = self._start(plan, None)
         DEATHS.wrap_handler()
         if self._heartbeat is not None:
             watch_progress(iterator, self._heartbeat, self.timeout)
         return self._chunks(iterator, self.generation)
 
-    def _started(self, plan: EpochPlan, flags: StartFlags | None) -> Any:
-        """The workers started, reading ``plan``; each marks ``flags`` as it runs."""
-        self._start(plan, flags)
-        return self._handed(plan)
-
     def _handed(self, plan: EpochPlan) -> Any:
-        """Every worker's copy of ``plan``, and torch's iterator over what they send."""
         assert self._loader is not None
         self.generation += 1
         plan = replace(plan, generation=self.generation)
@@ -109,7 +94,8 @@ class WorkerPool:
             if generation != self.generation:  # a newer epoch took the workers over
                 return
 
-    def _start(self, plan: EpochPlan, flags: StartFlags | None) -> None:
+    def _start(self, plan: EpochPlan, flags: StartFlags | None) -> Any:
+        """The workers started, reading ``plan``; each marks ``flags`` as it runs."""
         context = worker_context(self.multiprocessing_context)
         self._queues = [context.Queue() for _ in range(self.num_workers)]
         self._arena = Arena.create(self.num_workers)
@@ -127,6 +113,7 @@ class WorkerPool:
             generator=seed_generator(plan),  # its workers' seeds: from the first epoch's plan
         )
         _LIVE.add(self)
+        return self._handed(plan)
 
     def processes(self) -> list[Any]:
         """The worker processes, in worker order (empty before the first epoch and after close)."""
@@ -152,32 +139,23 @@ class WorkerPool:
             arena.close()
         for queue in queues:
             queue.close()
-            # The workers are gone, so a plan none of them took cannot block its feeder thread
-            # (the pipe has no reader left); joining it closes the pipe now, not at some point.
-            queue.join_thread()
+            queue.join_thread()  # the workers are gone: a plan none took cannot block it
 
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # Bound at definition: a pool collected after this module's globals were cleared at
-        # exit (``sys`` among them) must not raise there; the atexit hook closed live pools.
+        # Bound at definition: this module's globals may be gone when a pool is collected.
         if _finalizing():
             return
         self.close()
 
 
+@dataclass(eq=False)
 class _PlannedChunks(IterableDataset[tuple[int, Chunk | InArena]]):
     """Runs in each worker: at every ``iter()``, takes the epoch's plan from its own queue."""
 
-    def __init__(
-        self,
-        dataset: IterableDataset[Any],
-        queues: list[Any],
-        arena: Arena | None,
-        heartbeat: Heartbeat | None = None,
-    ) -> None:
-        self.dataset = dataset
-        self.queues = queues
-        self.arena = arena
-        self.heartbeat = heartbeat
+    dataset: IterableDataset[Any]
+    queues: list[Any]
+    arena: Arena | None
+    heartbeat: Heartbeat | None
 
     def __iter__(self) -> Iterator[tuple[int, Chunk | InArena]]:
         info = get_worker_info()
