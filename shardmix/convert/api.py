@@ -1,11 +1,5 @@
 """``convert()``: list the inputs, plan the shards, write what is missing, write the manifest.
 
-This module only orchestrates: inputs are listed by :mod:`~shardmix.convert.folder`,
-:mod:`~shardmix.convert.tables` and :mod:`~shardmix.convert.inputs`, the plan is
-:mod:`~shardmix.convert.plan`'s, shards are written by :mod:`~shardmix.convert.writer` (in this
-process, or in ``workers`` processes, one task per shard) and the bookkeeping of a run is
-:mod:`~shardmix.convert.manifest`'s.
-
 Existing output: a run refuses to start when shards of its pattern (and part) exist, unless
 ``overwrite`` (which deletes them first) or unless they are the same conversion: a finished
 one (manifest with the same plan digest: nothing to do) or an interrupted one (journal with
@@ -26,19 +20,18 @@ from typing import Any, Union
 
 from shardmix.convert.folder import list_folder
 from shardmix.convert.hf import is_hf_dataset, is_saved_dataset, list_dataset, load_saved
-from shardmix.convert.identity import check_unchanged, fingerprints, inputs_path, write_inputs
+from shardmix.convert.identity import check_unchanged, fingerprints, write_inputs
 from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
 from shardmix.convert.manifest import (
     Journal,
     Manifest,
     ShardEntry,
-    journal_path,
     merge_part_manifests,
     read_manifest,
     write_manifest,
 )
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
-from shardmix.convert.outfiles import lock_output, refuse_link
+from shardmix.convert.outfiles import beside, lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
 from shardmix.convert.tables import is_table, list_table
 from shardmix.convert.tokenize import DocumentTokenizer
@@ -46,9 +39,8 @@ from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_s
 from shardmix.errors import ShardmixError
 from shardmix.workers.lifeline import die_with_parent
 
-Progress = Callable[[int, int], None]  # (records written so far, records planned)
-# A path (folder, table, shard pattern, saved Hugging Face dataset) or a datasets.Dataset /
-# datasets.IterableDataset object (typed Any: datasets is optional).
+Progress = Callable[[int, int], None]
+# A path, or a datasets.Dataset / IterableDataset (typed Any: datasets is optional).
 InputLike = Union[str, "os.PathLike[str]", Any]
 
 
@@ -154,11 +146,11 @@ def prepare_output(
         return bool(regex.fullmatch(name)) or name.startswith(manifest_name)
 
     _clean_temporary(folder, is_ours)
-    journal = Journal(journal_path(manifest_path))
+    journal = Journal(beside(manifest_path, "journal"))
     existing = sorted(
         name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
     )
-    record = inputs_path(manifest_path)
+    record = beside(manifest_path, "inputs")
     for path in (manifest_path, record, journal.path):
         refuse_link(path)
     if options.overwrite:
@@ -227,7 +219,7 @@ def convert(
     progress: Progress | None = None,
 ) -> ConvertSummary:
     """Convert ``inputs`` (folders, tables, shards, Hugging Face datasets) into shards named
-    by ``output_pattern``."""
+    by ``output_pattern``; ``progress(records written, records planned)`` as shards complete."""
     started = time.perf_counter()
     if isinstance(inputs, (str, os.PathLike)) or is_hf_dataset(inputs):
         inputs = [inputs]
@@ -272,8 +264,8 @@ def _run(
     manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
     inputs = fingerprints(plans, listing.datasets)
     done = prepare_output(pattern, options, digest, manifest_path, inputs)
-    write_inputs(inputs_path(manifest_path), inputs)
-    journal = Journal(journal_path(manifest_path))
+    write_inputs(beside(manifest_path, "inputs"), inputs)
+    journal = Journal(beside(manifest_path, "journal"))
     journal.start(digest, list(done.values()))
     entries = dict(done)
     skipped = list(listing.skipped)

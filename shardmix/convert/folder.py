@@ -1,17 +1,14 @@
 """Folder inputs: files that share a path stem form one sample.
 
 ``cat/img001.jpg`` and ``cat/img001.json`` become the sample ``{"__key__": "cat/img001",
-"jpg": ..., "json": ...}``: the key is the path relative to the input folder up to the first
-dot of the file name, the field is the rest, lower-cased (the webdataset naming rule, so tar
-members keep these names). Hidden files (a leading dot) and files without an extension are
-left out, and counted by reason in the summary (``left_out``), as are links not followed.
-In the class-per-subfolder layout the first subfolder names the class: the sample
-gets a ``cls`` field, the index of its class in the sorted class names.
+"jpg": ..., "json": ...}`` (the webdataset naming rule: the key runs to the first dot of the
+file name, the field is the rest, lower-cased). Hidden and extension-less files are left out,
+and counted by reason (``left_out``), as are links not followed. In the class-per-subfolder
+layout the first subfolder names the class: a ``cls`` field, its index in the sorted names.
 
-Walking is sorted (files of a folder, then its subfolders), so the listing is the same on
-every machine. Symbolic links are followed only when they stay inside the input folder (a
-link to a folder inside it is not walked twice) unless ``follow_links`` is set; a link that
-leaves the folder is a bad input.
+Walking is sorted, so the listing is the same on every machine. A symbolic link is followed
+only when it stays inside the input folder (and a folder link not at all) unless
+``follow_links``; a link that leaves the folder is a bad input.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Hugging Face ``datasets`` inputs: a ``Dataset`` or ``IterableDataset``, or a saved folder.
 
-A dataset is read as Arrow record batches, never decoded: an ``Image`` or ``Audio`` column
-gives its stored ``{"bytes", "path"}`` struct, which :mod:`shardmix.convert.values` turns into
-a raw ``<column>.<ext>`` member. Rows become items the way table rows do
-(:mod:`shardmix.convert.tables`: key column, ``__key__``, else ``<name>/<row:08d>`` where the
-name is the folder's for a saved dataset, ``dataset`` otherwise). A folder written by
-``Dataset.save_to_disk`` (``dataset_info.json`` or ``state.json`` beside ``.arrow`` files) is
-recognized as such. ``datasets`` is optional and imported only when a saved folder is read.
+A dataset is read as Arrow record batches, never decoded (an ``Image``/``Audio`` column gives
+its ``{"bytes", "path"}`` struct); rows become items as table rows do, the key stem being a
+saved folder's name, else ``dataset``. ``datasets`` is imported only to read a saved folder.
 """
 
 from __future__ import annotations

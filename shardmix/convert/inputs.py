@@ -1,15 +1,11 @@
 """Inputs of a conversion: list every sample to write, cheaply, before anything is written.
 
-An input is a folder of files (:mod:`shardmix.convert.folder`), a table of rows
-(:mod:`shardmix.convert.tables`) or existing tar/TFRecord shards (here). Listing yields
-:class:`Item` values: small, picklable descriptions of one sample (its key, its field names
-and sizes, and where its bytes are) in a deterministic order; :meth:`Item.load` reads the
-sample when a shard writer needs it. Planning (parts, shuffling, shard limits) works on items.
+Listing yields :class:`Item` values: small, picklable descriptions of one sample (its key,
+field names and sizes, and where its bytes are) in a deterministic order; :meth:`Item.load`
+reads the sample when a shard writer needs it. Existing shards are listed here.
 
-Every key is checked here (:func:`check_key`): an absolute key, an empty path part or a
-``..`` part would become a member name that extracts outside the output folder, so such a
-sample is refused. Problems go through :class:`Problems`: raised at once by default, counted
-and skipped with ``skip_bad``.
+Every key is checked (:func:`check_key`): one that would extract outside the output folder is
+refused. Problems go through :class:`Problems`: raised at once, or with ``skip_bad`` counted.
 """
 
 from __future__ import annotations

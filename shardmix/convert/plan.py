@@ -1,14 +1,10 @@
 """Planning: which items go to which shard, decided before a byte is written.
 
-The plan is a pure function of the listed items and the options: part ``I/N`` keeps the items
-whose input position is ``I`` modulo ``N``; ``shuffle`` permutes them with a generator seeded
-from (seed, part); shards are then cut in order, closing a shard before the record that would
-pass ``max_records`` or ``max_bytes``. Shard sizes for ``max_bytes`` come from the items'
-field sizes: exact for tar (headers and padding included), an upper bound for TFRecord.
-
-Because the plan is fixed up front, any number of workers writes the same shards, a resumed
-run knows which shards are still missing, and :func:`plan_digest` tells whether a previous
-run was the same conversion.
+The plan is a pure function of the items and the options: part ``I/N`` keeps input positions
+``I`` modulo ``N``; ``shuffle`` permutes them with a generator seeded from (seed, part); shards
+close before the record that would pass ``max_records`` or ``max_bytes`` (exact for tar, an
+upper bound for TFRecord). So any number of workers writes the same shards, a resumed run
+knows which are missing, and :func:`plan_digest` tells whether a run was the same conversion.
 """
 
 from __future__ import annotations

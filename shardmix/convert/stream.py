@@ -1,18 +1,14 @@
 """Writing shards from Python: :class:`ShardWriter` and :func:`write_shards`.
 
-The streaming side of :func:`shardmix.convert.convert`, for samples a program makes one at a
-time (a list, a generator, a Hugging Face dataset): the same shard names and ``part``, the
-same temporary names and renames (:class:`~shardmix.convert.writer.ShardFile`), the same
-roll rule (:class:`~shardmix.convert.plan.Roller`) and the same manifest, written when the
-writer closes. A sample is a mapping of field names to values
-(:mod:`shardmix.convert.values` says which); its key is its ``__key__``, else its position in
-the stream (``%08d``). Part ``I/N`` keeps the samples at positions ``I`` modulo ``N``.
+For samples a program makes one at a time, with :func:`~shardmix.convert.convert`'s names,
+temporary files, roll rule and manifest (written when the writer closes). A sample is a
+mapping of field names to values (:mod:`shardmix.convert.values`); its key is its
+``__key__``, else its position in the stream (``%08d``). Part ``I/N`` keeps the positions
+``I`` modulo ``N``. A stream cannot shuffle or use several processes.
 
-What a stream cannot do: shuffle (shuffle before writing) or use several processes. A writer
-holds the prefix's lock from its start to ``close()`` or ``abort()``: another writer into the
-prefix (a convert, a Ray ``ShardSink``) is an :class:`~shardmix.errors.OutputBusyError` naming
-it. Leaving the writer by an exception deletes the shard being written and writes no manifest;
-since a stream's plan is known only at its end, writing again needs ``overwrite=True``.
+A writer holds the prefix's lock until ``close()`` or ``abort()``. Leaving it by an exception
+deletes the shard being written and writes no manifest; since a stream's plan is known only
+at its end, writing again needs ``overwrite=True``.
 """
 
 from __future__ import annotations

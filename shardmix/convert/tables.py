@@ -1,20 +1,15 @@
 """Table inputs: JSON Lines, CSV and Parquet files, one sample per row, columns as fields.
 
 A row's key is its ``key_column`` value when one is named, else its ``__key__`` column, else
-``<file stem>/<row:08d>``. Other columns starting with ``__`` are reserved (shardmix's own
-fields): such a row is a bad input, named. Empty (null) values are left out. Values keep
-their type where the table has one (JSON, Parquet), as
-:mod:`shardmix.convert.values` says: a Hugging Face ``Image``/``Audio`` struct (a Parquet
-export of a dataset) becomes a raw ``<column>.<ext>`` member, a value with no faithful form
-an error naming column and row. A CSV column whose every value is a number (written as JSON
-writes one: ``31``, ``-2.5``, ``1e3``; not ``007`` or ``+1``) holds ints, or floats when any
-value has a fraction or an exponent, as the same JSON Lines column would; an empty cell of such
-a column is null. Other CSV values stay text.
+``<file stem>/<row:08d>``. Other ``__`` columns are reserved: such a row is a bad input. Null
+values are left out; others keep their type where the table has one, as
+:mod:`shardmix.convert.values` says. A CSV column whose every value is a number as JSON writes
+one (``31``, ``-2.5``, ``1e3``; not ``007`` or ``+1``) holds ints, or floats when any has a
+fraction or an exponent; an empty cell of such a column is null. Other CSV values stay text.
 
-An inlined column (``inline_columns``) names a file per row, relative to the table's folder;
-the field becomes that file's bytes. The file must lie inside the table's folder unless
-``follow_links`` is set. Parquet needs pyarrow (``pip install 'shardmix[parquet]'``), imported
-only when a Parquet input is listed.
+An inlined column (``inline_columns``) names a file per row, relative to the table's folder
+(inside it unless ``follow_links``); the field becomes that file's bytes. Parquet needs pyarrow,
+imported only when a Parquet input is listed.
 """
 
 from __future__ import annotations

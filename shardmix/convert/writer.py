@@ -1,16 +1,10 @@
 """Writing one planned shard: temporary name, checksum, TFRecord index, rename.
 
-A shard is written to ``.<name>.partial`` in the output folder (created exclusively, never
-through a link), hashed (sha256) as it is written, flushed to disk and only then renamed to
-its final name; so a shard under its final name is always complete, and an interrupted run
-leaves at most ``.partial`` files, which the next run deletes. An uncompressed TFRecord shard
-gets an index ``<name>.idx`` (text lines ``offset length``, one per record, the layout of the
-``tfrecord`` package's ``tfrecord2idx``), renamed into place before its shard.
-
-The rolling itself (which items go where) is :mod:`shardmix.convert.plan`'s; this module
-writes exactly the items it is given, with the format's writer from
-:func:`shardmix.formats.writer_for`; in a tokenized conversion the loaded items become
-documents first (:mod:`shardmix.convert.tokenize`) and the entry counts their tokens.
+A shard is written to ``.<name>.partial`` (created exclusively, never through a link), hashed
+as it is written, flushed to disk and only then renamed; so a shard under its final name is
+always complete, and an interrupted run leaves at most ``.partial`` files, which the next run
+deletes. An uncompressed TFRecord shard gets an index ``<name>.idx`` (lines ``offset length``,
+as the ``tfrecord`` package's ``tfrecord2idx`` writes), renamed into place before its shard.
 """
 
 from __future__ import annotations
