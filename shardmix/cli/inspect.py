@@ -1,12 +1,9 @@
 """``shardmix inspect``: which shards each batch came from, with the loader settings given.
 
-Calls :func:`shardmix.inspect.inspect_batches` and prints a table per batch (the first and
-last few when there are many), a summary against the uniformly random ideal with the share per
-tenth of the epoch, and the advice (settings that would mix better, each with the figure an
-inspection with it gave); ``--json`` prints the report's JSON instead (schema:
-docs/inspect-schema.md), ``--plot`` draws it. With ``--seq-len`` it inspects a TokenLoader's
-batches instead (:func:`shardmix.inspect.tokens.inspect_tokens`): per batch its rows, documents
-per row, padding, distinct shards against a random draw and a mixture's token shares.
+A shell over :func:`shardmix.inspect.inspect_batches` (with ``--seq-len``,
+:func:`shardmix.inspect.tokens.inspect_tokens`): a table per batch (the first and last few
+when there are many), the summary and the advice; ``--json`` prints the report's JSON instead
+(schema: docs/inspect-schema.md), ``--plot`` draws it.
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS
@@ -171,22 +169,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"shardmix inspect: --{flag} packs tokens; give --seq-len too", file=sys.stderr)
             return 2
 
-    options: dict[str, Any] = {
-        name: value
-        for name, value in (
-            ("num_lanes", args.num_lanes),
-            ("shuffle_buffer", args.shuffle_buffer),
-            ("shuffle_buffer_bytes", args.shuffle_buffer_bytes),
-        )
-        if value is not None
-    }
+    options = _given(args, "num_lanes", "shuffle_buffer", "shuffle_buffer_bytes", "label")
     if args.piece_records != DEFAULT_PIECE_RECORDS:
         options["piece_records"] = args.piece_records or None
-    if args.label is not None:
-        options["label"] = args.label
-    if args.datasets:
-        options["weights"] = {name: weight for name, weight, _ in args.datasets}
-        options["stopping"] = args.stopping
     report = inspect_batches(
         urls,
         batch_size=64 if args.batch_size is None else args.batch_size,
@@ -214,6 +199,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options among ``names`` given on the command line, and a mixture's weights."""
+    options = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.datasets:
+        options["weights"] = {name: weight for name, weight, _ in args.datasets}
+        options["stopping"] = args.stopping
+    return options
+
+
 # Sample-mode options a token inspection has no use for, and why.
 _NOT_FOR_TOKENS = {
     "label": "counts a label field of samples",
@@ -237,13 +231,8 @@ def _run_tokens(args: argparse.Namespace, urls: Any) -> int:
                 file=sys.stderr,
             )
             return 2
-    given = {"packing": args.packing, "window": args.window, "field": args.field}
-    given |= {"num_lanes": args.num_lanes, "shuffle_buffer": args.shuffle_buffer}
-    given["shuffle_buffer_bytes"] = args.shuffle_buffer_bytes
-    options = {name: value for name, value in given.items() if value is not None}
-    if args.datasets:
-        options["weights"] = {name: weight for name, weight, _ in args.datasets}
-        options["stopping"] = args.stopping
+    names = ("packing", "window", "field", "num_lanes", "shuffle_buffer", "shuffle_buffer_bytes")
+    options = _given(args, *names)
     data = inspect_tokens(
         urls,
         seq_len=args.seq_len,
@@ -275,23 +264,19 @@ def format_tokens(data: dict) -> str:
     mixture = summary["datasets"] or {}
     header = f"{'batch':>6} {'rows':>5} {'docs/row':>8} {'padding':>8} {'shards':>6} {'random':>6}"
     lines.append(header + "".join(f"  {name[:6] + ' share':>12} {'dev':>9}" for name in mixture))
-    batches = data["batches"]
-    shown: list[dict | None] = list(batches)
-    if len(batches) > MAX_ROWS:
-        shown = shown[:EDGE_ROWS] + [None] + shown[-EDGE_ROWS:]
-    for batch in shown:
-        if batch is None:
-            lines.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
-            continue
+
+    def row(batch: dict) -> str:
         parts = "".join(
             f"  {part['share']:>12.3f} {part['deviation']:>+9.2f}"
             for part in (batch["datasets"] or {}).values()
         )
-        lines.append(
+        return (
             f"{batch['index']:>6} {batch['rows']:>5} {batch['documents_per_row']:>8.2f} "
             f"{batch['padding_tokens']:>8} {batch['distinct_sources']:>6} "
             f"{batch['random_distinct_sources']:>6.1f}{parts}"
         )
+
+    lines += _rows(data["batches"], row)
     share = summary["padding_share"]
     ratio = summary["distinct_ratio"]
     end = "the epoch read to its end" if summary["epoch_end"] else "the epoch goes on"
@@ -376,22 +361,25 @@ def _settings_line(data: dict) -> str:
 
 def _table(batches: list) -> list[str]:
     header = f"{'batch':>6} {'samples':>7} {'distinct':>8} {'largest':>7}  {'largest shard':<28}"
-    rows = [header + " samples per worker"]
-    shown = list(enumerate(batches))
-    if len(batches) > MAX_ROWS:
-        shown = shown[:EDGE_ROWS] + [(-1, None)] + shown[-EDGE_ROWS:]
-    for _, batch in shown:
-        if batch is None:
-            rows.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
-            continue
+
+    def row(batch: dict) -> str:
         url, _count = max(batch["sources"].items(), key=lambda item: item[1])
         name = url.rstrip("/").rsplit("/", 1)[-1]
         workers = " ".join(str(count) for count in batch["workers"])
-        rows.append(
+        return (
             f"{batch['index']:>6} {batch['size']:>7} {batch['distinct_sources']:>8} "
             f"{batch['largest_share']:>7.1%}  {name[-28:]:<28} {workers}"
         )
-    return rows
+
+    return [header + " samples per worker", *_rows(batches, row)]
+
+
+def _rows(batches: list, row: Callable[[dict], str]) -> list[str]:
+    """One row per batch; with more than MAX_ROWS, the first and the last EDGE_ROWS."""
+    if len(batches) <= MAX_ROWS:
+        return [row(batch) for batch in batches]
+    skipped = f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)"
+    return [*map(row, batches[:EDGE_ROWS]), skipped, *map(row, batches[-EDGE_ROWS:])]
 
 
 def _summary(runs: list) -> list[str]:
@@ -455,22 +443,17 @@ def _mixture_table(batches: list, mixture: dict) -> list[str]:
     columns = f"{'batch':>6} {'samples':>7} {'distinct':>8} " + "".join(
         f"  {'samples':>7}/{'want':<5} {'files':>5}/{'ideal':<5}" for _ in names
     )
-    rows = [head, columns]
-    shown = list(batches)
-    if len(batches) > MAX_ROWS:
-        shown = shown[:EDGE_ROWS] + [None] + shown[-EDGE_ROWS:]
-    for batch in shown:
-        if batch is None:
-            rows.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
-            continue
+
+    def row(batch: dict) -> str:
         parts = "".join(
             f"  {part['size']:>7}/{part['expected']:<5.1f} "
             f"{part['distinct_sources']:>5}/{part['ideal_distinct_sources']:<5.1f}"
             for part in (batch["datasets"][name] for name in names)
         )
         row = f"{batch['index']:>6} {batch['size']:>7} {batch['distinct_sources']:>8} {parts}"
-        rows.append(row.rstrip())
-    return rows
+        return row.rstrip()
+
+    return [head, columns, *_rows(batches, row)]
 
 
 def _mixture_summary(mixture: dict) -> list[str]:

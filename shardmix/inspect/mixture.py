@@ -1,21 +1,12 @@
 """Inspecting a mixture: each dataset's share of every batch beside its weight.
 
-:func:`inspect_mixture` builds a real :class:`~shardmix.MixingLoader` over a dict of
-:class:`~shardmix.ShardDataset` (one per named pattern, each as the single-dataset inspection
-builds it: TFRecords raw, payloads dropped in the workers) and reads its batches. Every sample
-keeps ``__dataset__`` and ``__source__``, so each batch is counted per dataset and per shard.
-
-Per batch and dataset: its samples beside ``weight x batch_size``, its share of the batch, its
-distinct shards and the uniformly random ideal for that many of its samples (drawn from the
-rank's shards of the dataset's first pass). Per dataset over the run: the fewest and most
-samples in a full batch, the largest deviation from ``weight x batch_size``, and a summary as
-for one dataset, each batch held to the ideal of the dataset's count in it. The whole batch is
-held to the sum of its datasets' ideals (the datasets' shards are apart).
-
-Workers are observed, not derived from a plan (each dataset has its own workers, and under
-``all_exhausted`` a new pass has a new plan): the transform notes the worker id. Lanes are not
-reported for mixtures (``lanes`` is empty). Advice and the plain-DataLoader baseline are for
-one dataset; :mod:`~shardmix.inspect.batches` decides which inspection runs.
+:func:`inspect_mixture` reads a real :class:`~shardmix.MixingLoader` over one
+:class:`~shardmix.ShardDataset` per named pattern (payloads dropped in the workers). Per batch
+and dataset: its samples beside ``weight x batch_size`` and its distinct shards beside the
+ideal for that many of its samples; per dataset over the run: its fewest and most samples in a
+full batch, the largest deviation, and a summary. The whole batch is held to the sum of its
+datasets' ideals. Workers are observed (the transform notes the worker id), not derived from a
+plan; lanes are not reported.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Plot an inspect report: where each batch's samples came from, at a glance.
 
-:func:`plot_report` draws, from an :class:`~shardmix.inspect.InspectReport` or its JSON
-(``to_dict()``, or the output of ``shardmix inspect --json`` loaded back):
-
-- a heat map of batches (rows, top to bottom in loader order) by shard (columns, in order of
-  first appearance), each cell the number of samples that batch drew from that shard, empty
-  cells left white; beside it the same for the plain DataLoader when the report has a baseline;
-- a histogram of distinct shards per batch, the baseline's beside it, with the uniformly
-  random ideal marked by a labelled vertical line;
-- the share of the ideal per tenth of the epoch, a bar per tenth and run, with the line under
-  which ``inspect`` advises (0.9), and the advice, when there is any, beneath;
-- the drift (when the report has ``order``): each tenth's histogram of the label (else of the
-  shards) under the whole epoch's, each tenth labelled with its distance from the epoch's and
-  the random order's.
-
-For a mixture (a report with ``mixture``), a fourth panel stacks each dataset's samples in
-every batch, with a dashed line at each dataset's cumulative ``weight x batch_size``, so a
-batch off its weights shows as a bar edge away from its line.
-
-The figure is titled with the settings. matplotlib is an optional dependency (the ``plot``
-extra), imported on first use with the Agg backend, so no display is needed. The format
-follows the file extension: ``.png`` or ``.svg``.
+:func:`plot_report` draws, from an :class:`~shardmix.inspect.InspectReport` or its JSON: a heat
+map of batches (rows, in loader order) by shard (columns, in order of first appearance), the
+baseline's beside it; a histogram of distinct shards per batch with the ideal marked; the share
+of the ideal per tenth of the epoch with the advice beneath; for a mixture, each dataset's
+samples per batch stacked against its cumulative ``weight x batch_size``; and, when the report
+has ``order``, each tenth's histogram of the label (else the shards) under the epoch's.
+matplotlib (the ``plot`` extra) is imported on first use with the Agg backend.
 """
 
 from __future__ import annotations

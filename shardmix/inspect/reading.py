@@ -1,10 +1,8 @@
 """Reading an inspection's batches: each sample cut down to where it came from, and counted.
 
-The dataset drops each payload in the worker (:func:`provenance_only`, keeping its size for
-the shuffle buffer's byte budget), the collate function keeps the shard URL and size
-(:func:`provenance_of`), and :func:`record_run` counts each batch's samples per shard, lane
-and worker. :func:`baseline` reads the same shards with a plain DataLoader. Statistics are
-left to :mod:`~shardmix.inspect.summary`.
+The dataset drops each payload in the worker (:func:`provenance_only`), the collate function
+keeps the shard URL and size (:func:`provenance_of`), and :func:`record_run` counts each
+batch's samples per shard, lane and worker. :func:`baseline` reads with a plain DataLoader.
 """
 
 from __future__ import annotations
@@ -139,16 +137,8 @@ def baseline(
     plan = dataset.plan.lane_pieces(
         settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes
     )
-    return record_run(
-        "DataLoader",
-        loader,
-        LaneOf(plan, dataset.urls),
-        num_lanes,
-        settings,
-        ideal=ideal,
-        total=total,
-        progress=progress,
-    )
+    lane_of = LaneOf(plan, dataset.urls)
+    return record_run("DataLoader", loader, lane_of, num_lanes, settings, ideal, total, progress)
 
 
 class RankStream(IterableDataset[Sample]):
@@ -170,7 +160,6 @@ def record_run(
     lane_of: LaneOf,
     num_lanes: int,
     settings: InspectSettings,
-    *,
     ideal: Ideal,
     total: int,
     progress: bool,

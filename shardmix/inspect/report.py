@@ -1,9 +1,7 @@
 """What an inspection reports: its settings, per batch, per run, advice; and the JSON.
 
-Plain frozen dataclasses, filled in by :mod:`~shardmix.inspect.reading` (batches),
-:mod:`~shardmix.inspect.summary` (statistics), :mod:`~shardmix.inspect.advice` and
-:mod:`~shardmix.inspect.mixture`; ``to_dict()`` gives the JSON that ``docs/inspect-schema.md``
-spells out. Nothing here reads shards or runs a loader.
+Plain frozen dataclasses; ``to_dict()`` gives the JSON that ``docs/inspect-schema.md`` spells
+out. Nothing here reads shards or runs a loader.
 """
 
 from __future__ import annotations
@@ -45,15 +43,11 @@ class InspectSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "even_ranks", EvenRanks(self.even_ranks))
-        for name in (
-            "batch_size",
-            "num_lanes",
-            "world_size",
-            "shuffle_buffer_bytes",
-            "piece_records",
-        ):
+        for name in ("batch_size", "num_lanes", "world_size", "shuffle_buffer_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.piece_records is not None and self.piece_records < 1:
+            raise ConfigError(f"piece_records must be at least 1, got {self.piece_records}")
         for name in ("num_workers", "shuffle_buffer", "epoch"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -227,16 +221,9 @@ class Advice:
     drift_ratio: float | None = None  # the run's (its label's, else its sources')
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "low": self.low,
-            "drifting": self.drifting,
-            "drift_ratio": self.drift_ratio,
-            "share_of_ideal": self.share_of_ideal,
-            "min_tenth_share": self.min_tenth_share,
-            "suggestions": [suggestion.to_dict() for suggestion in self.suggestions],
-            "defaults": None if self.defaults is None else self.defaults.to_dict(),
-            "messages": list(self.messages),
-        }
+        fields = asdict(self)
+        names = ["low", "drifting", "drift_ratio", "share_of_ideal", "min_tenth_share"]
+        return {name: fields[name] for name in names + ["suggestions", "defaults", "messages"]}
 
 
 @dataclass(frozen=True)

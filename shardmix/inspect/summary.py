@@ -1,13 +1,9 @@
 """The uniformly random ideal, and a run's summary against it: per batch, per tenth.
 
 :func:`ideal_distinct_sources` is the expected number of distinct shards in a batch drawn
-uniformly without replacement (computed exactly, with log-gamma); :class:`Ideal` caches it per
-batch size. :func:`summarize` turns a run's :class:`~shardmix.inspect.report.BatchStats` into a
-:class:`~shardmix.inspect.report.RunSummary`: distinct shards, largest shares, the histogram,
-and the share of the ideal overall and per tenth of the run. :func:`order_stats` holds the
-run's order of one field (sources, or a label) against a random order of the same samples:
-distinct values per batch, and the drift of each tenth's histogram from the whole run's.
-Reading batches is left to :mod:`~shardmix.inspect.reading`.
+uniformly without replacement (exactly, with log-gamma). :func:`summarize` turns a run's
+batches into a :class:`~shardmix.inspect.report.RunSummary`; :func:`order_stats` holds the
+run's order of one field against a random order of the same samples.
 """
 
 from __future__ import annotations
