@@ -152,14 +152,7 @@ def _report_left_out(left_out: dict[str, int], skipped: Sequence[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from shardmix.convert import (
-        ConvertOptions,
-        LabelMode,
-        Part,
-        TokenOptions,
-        convert,
-        parse_size,
-    )
+    from shardmix.convert import ConvertOptions, LabelMode, Part, TokenOptions, convert, parse_size
     from shardmix.formats import Format
 
     if args.merge_manifests:

@@ -77,22 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
     parser.add_argument(
-        "--num-lanes",
-        type=int,
-        default=None,
-        help="shards open at once (min(shards per rank, 3 x batch size))",
+        "--num-lanes", type=int, help="shards open at once (min(shards per rank, 3 x batch size))"
     )
     parser.add_argument(
-        "--shuffle-buffer",
-        type=int,
-        default=None,
-        help="shuffle buffer samples (max(8192, 64 x batch size))",
+        "--shuffle-buffer", type=int, help="shuffle buffer samples (max(8192, 64 x batch size))"
     )
     parser.add_argument(
-        "--shuffle-buffer-bytes",
-        type=int,
-        default=None,
-        help="shuffle buffer byte budget (64 MiB)",
+        "--shuffle-buffer-bytes", type=int, help="shuffle buffer byte budget (64 MiB)"
     )
     parser.add_argument(
         "--piece-records",
@@ -169,19 +160,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"shardmix inspect: --{flag} packs tokens; give --seq-len too", file=sys.stderr)
             return 2
 
-    options = _given(args, "num_lanes", "shuffle_buffer", "shuffle_buffer_bytes", "label")
+    options = _given(args, "label")
     if args.piece_records != DEFAULT_PIECE_RECORDS:
         options["piece_records"] = args.piece_records or None
     report = inspect_batches(
         urls,
         batch_size=64 if args.batch_size is None else args.batch_size,
-        num_workers=args.num_workers,
-        seed=args.seed,
-        epoch=args.epoch,
-        batches=args.batches,
-        rank=args.rank,
-        world_size=args.world_size,
-        even_ranks=args.even_ranks,
         compare=args.compare,
         advise=not args.no_advice,
         progress=sys.stderr.isatty(),
@@ -192,15 +176,14 @@ def run(args: argparse.Namespace) -> int:
 
         plot_report(report, args.plot)
     data = report.to_dict()
-    if args.json:
-        print(json.dumps(data, indent=1))
-    else:
-        print(format_report(data))
+    print(json.dumps(data, indent=1) if args.json else format_report(data))
     return 0
 
 
 def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The options among ``names`` given on the command line, and a mixture's weights."""
+    """The loader options (and those of ``names``) given, and a mixture's weights."""
+    names += ("num_workers", "seed", "epoch", "batches", "rank", "world_size", "even_ranks")
+    names += ("num_lanes", "shuffle_buffer", "shuffle_buffer_bytes")
     options = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.datasets:
         options["weights"] = {name: weight for name, weight, _ in args.datasets}
@@ -231,21 +214,12 @@ def _run_tokens(args: argparse.Namespace, urls: Any) -> int:
                 file=sys.stderr,
             )
             return 2
-    names = ("packing", "window", "field", "num_lanes", "shuffle_buffer", "shuffle_buffer_bytes")
-    options = _given(args, *names)
     data = inspect_tokens(
         urls,
         seq_len=args.seq_len,
         batch_size=8 if args.batch_size is None else args.batch_size,
-        batches=args.batches,
-        epoch=args.epoch,
-        seed=args.seed,
         piece_records=args.piece_records or None,
-        num_workers=args.num_workers,
-        rank=args.rank,
-        world_size=args.world_size,
-        even_ranks=args.even_ranks,
-        **options,
+        **_given(args, "packing", "window", "field"),
     )
     print(json.dumps(data, indent=1) if args.json else format_tokens(data))
     return 0

@@ -187,10 +187,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def _write_all(
-    todo: list[ShardPlan],
-    spec: WriteSpec,
-    workers: int,
-    on_result: Callable[[ShardResult], None],
+    todo: list[ShardPlan], spec: WriteSpec, workers: int, on_result: Callable[[ShardResult], None]
 ) -> None:
     """Write the shards in this process or in a pool; ``on_result`` as each one completes."""
     if workers == 1 or len(todo) <= 1:

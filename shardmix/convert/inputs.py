@@ -34,7 +34,6 @@ class Problems:
         self.left_out: Counter[str] = Counter()  # inputs not written by rule, per reason
 
     def leave_out(self, reason: str) -> None:
-        """Count an input that is not written by rule (a hidden or extension-less file)."""
         self.left_out[reason] += 1
 
     def report(self, error: BadInputError) -> None:
@@ -67,8 +66,7 @@ def check_key(key: str, source: str) -> str:
 
 
 def check_field(name: str, source: str) -> str:
-    """``name`` unless it starts with ``__`` (reserved for shardmix's own fields such as
-    ``__key__`` and ``__url__``): then :class:`BadInputError`.
+    """``name`` unless it starts with ``__`` (reserved): then :class:`BadInputError`.
 
     >>> check_field("jpg", "x")
     'jpg'
@@ -229,19 +227,16 @@ def list_shards(pattern: str, problems: Problems) -> Iterator[Item]:
 
 def unique_keys(items: Sequence[Item], problems: Problems) -> list[Item]:
     """The items, without any whose key an earlier item already has."""
-    seen: dict[str, str] = {}
-    kept = []
+    seen: dict[str, Item] = {}
     for item in items:
-        earlier = seen.get(item.key)
-        if earlier is not None:
-            problems.report(
-                BadInputError(
-                    f"{item.source}: sample key {item.key!r} was already taken by {earlier}; "
-                    "keys must be unique across all inputs",
-                    url=item.source,
-                )
-            )
+        if item.key not in seen:
+            seen[item.key] = item
             continue
-        seen[item.key] = item.source
-        kept.append(item)
-    return kept
+        problems.report(
+            BadInputError(
+                f"{item.source}: sample key {item.key!r} was already taken by "
+                f"{seen[item.key].source}; keys must be unique across all inputs",
+                url=item.source,
+            )
+        )
+    return list(seen.values())

@@ -62,15 +62,9 @@ class ShardWriter(Closing):
         gzip = self.pattern.gzipped() if options.gzip is None else options.gzip
         self.spec = WriteSpec(self.pattern.folder, fmt, gzip, options.write_index, options.skip_bad)
         part = options.part
-        settings: dict[str, object] = {
-            "format": fmt.value,
-            "gzip": gzip,
-            "index": self.spec.indexed,
-        }
-        settings |= {"limits": options.limits(), "seed": None, "classes": []}
-        settings["part"] = [part.index, part.count]
-        self._digest = PlanDigest(settings)
-        chosen = {name: value for name, value in settings.items() if name != "part"}
+        chosen: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": self.spec.indexed}
+        chosen |= {"limits": options.limits(), "seed": None, "classes": []}
+        self._digest = PlanDigest(chosen | {"part": [part.index, part.count]})
         self._origin = {"inputs": None, "options": json.loads(json.dumps(chosen))}
         self._roller = Roller(fmt, *options.limits())
         self._problems = Problems(options.skip_bad)
@@ -151,16 +145,11 @@ class ShardWriter(Closing):
         if self.summary is not None:
             return self.summary
         self._closed = True
+        part, digest = self.options.part, self._digest.hexdigest()
         with self._lock:
             self._finish_shard()
             summary = finish_output(
-                self.pattern,
-                self.options.part,
-                self.spec,
-                self._digest.hexdigest(),
-                (),
-                self._entries,
-                self._origin,
+                self.pattern, part, self.spec, digest, (), self._entries, self._origin
             )
         self.summary = dataclasses.replace(
             summary,

@@ -205,11 +205,7 @@ class RowMaker:
 
 
 def list_table(
-    path: str,
-    inline: Sequence[str],
-    key_column: str | None,
-    follow_links: bool,
-    problems: Problems,
+    path: str, inline: Sequence[str], key_column: str | None, follow_links: bool, problems: Problems
 ) -> list[Item]:
     """The rows of one table file, as items."""
     maker = RowMaker(path, inline, key_column, follow_links, problems)

@@ -53,10 +53,6 @@ def temp_name(name: str) -> str:
     return f".{name}{TEMP_SUFFIX}"
 
 
-def index_name(name: str) -> str:
-    return f"{name}.idx"
-
-
 class _HashingFile:
     """A write-only stream that hashes and counts what passes through it."""
 
@@ -85,11 +81,8 @@ def _loaded(
 
 
 class ShardFile:
-    """One shard being written under its temporary name; :meth:`finish` renames it into place.
-
-    Leaving a ``with`` block by an exception (or calling :meth:`discard`) deletes the
-    temporary file, so no half shard is ever left under any name by a run that ends.
-    """
+    """One shard being written under its temporary name; :meth:`finish` renames it into place,
+    :meth:`discard` (or leaving a ``with`` block by an exception) deletes it."""
 
     def __init__(self, name: str, spec: WriteSpec, problems: Problems) -> None:
         self.name = name
@@ -106,13 +99,9 @@ class ShardFile:
             gzip=spec.gzip,
         )
 
-    @property
-    def records(self) -> int:
-        return self._writer.records
-
     def write(self, sample: Sample, tokens: int = 0) -> None:
-        """Append one sample (a document of ``tokens`` tokens, in a tokenized conversion); a
-        sample the format cannot hold is reported to ``problems``."""
+        """Append one sample (of ``tokens`` tokens); one the format cannot hold goes to
+        ``problems``."""
         start = self._writer.bytes_written
         try:
             self._writer.write_sample(sample)
@@ -131,11 +120,12 @@ class ShardFile:
         self._raw.close()
         folder = self.spec.folder
         if self.spec.indexed:
-            self._index_temp = os.path.join(folder, temp_name(index_name(self.name)))
+            index = f"{self.name}.idx"
+            self._index_temp = os.path.join(folder, temp_name(index))
             with create(self._index_temp) as raw:
                 raw.write("".join(self._lines).encode("ascii"))
-            refuse_link(os.path.join(folder, index_name(self.name)))
-            os.replace(self._index_temp, os.path.join(folder, index_name(self.name)))
+            refuse_link(os.path.join(folder, index))
+            os.replace(self._index_temp, os.path.join(folder, index))
         refuse_link(os.path.join(folder, self.name))
         os.replace(self._temp, os.path.join(folder, self.name))
         counts = None if self._tokens is None else tuple(self._tokens)

@@ -23,11 +23,7 @@ from shardmix.inspect.report import (
     RunSummary,
     Suggestion,
 )
-from shardmix.plan.sharding import (
-    DEFAULT_PIECE_RECORDS,
-    default_num_lanes,
-    default_shuffle_buffer,
-)
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS, default_num_lanes, default_shuffle_buffer
 
 # The defaults are reported as better than explicit settings only by more than this.
 _MARGIN = 0.01

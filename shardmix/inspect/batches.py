@@ -26,13 +26,7 @@ from shardmix.errors import ConfigError
 from shardmix.inspect.advice import Context
 from shardmix.inspect.advice import advise as advise_run
 from shardmix.inspect.mixture import inspect_mixture
-from shardmix.inspect.reading import (
-    LaneOf,
-    inspect_dataset,
-    provenance_of,
-    rank_shards,
-    record_run,
-)
+from shardmix.inspect.reading import LaneOf, inspect_dataset, provenance_of, rank_shards, record_run
 from shardmix.inspect.reading import baseline as read_baseline
 from shardmix.inspect.report import InspectReport, InspectSettings
 from shardmix.inspect.summary import Ideal

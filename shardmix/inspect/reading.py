@@ -118,11 +118,7 @@ class LaneOf:
 
 
 def baseline(
-    urls: str | Sequence[str],
-    settings: InspectSettings,
-    ideal: Ideal,
-    total: int,
-    progress: bool,
+    urls: str | Sequence[str], settings: InspectSettings, ideal: Ideal, total: int, progress: bool
 ) -> RunStats:
     """The same shards read by a plain DataLoader, one shard open per worker."""
     num_lanes = max(1, settings.num_workers)

@@ -23,6 +23,20 @@ LOW_TENTH_SHARE = 0.8
 HIGH_DRIFT_RATIO = 1.5
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON types: a report's dataclasses by their ``to_dict()``."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {key: _plain(each) for key, each in value.items()}
+    return [_plain(each) for each in value] if isinstance(value, list) else value
+
+
+def _to_dict(report: Any, names: str) -> dict[str, Any]:
+    """The attributes ``names`` (space-separated, in the JSON's order) of ``report``, plain."""
+    return {name: _plain(getattr(report, name)) for name in names.split()}
+
+
 @dataclass(frozen=True)
 class InspectSettings:
     """The loader settings an inspection runs with (validated here)."""
@@ -83,16 +97,8 @@ class DatasetShare:
         return len(self.sources)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "size": self.size,
-            "weight": self.weight,
-            "expected": self.expected,
-            "share": self.share,
-            "sources": dict(self.sources),
-            "distinct_sources": self.distinct_sources,
-            "ideal_distinct_sources": self.ideal_distinct_sources,
-            "workers": list(self.workers),
-        }
+        names = "size weight expected share sources distinct_sources ideal_distinct_sources"
+        return _to_dict(self, names + " workers")
 
 
 @dataclass(frozen=True)
@@ -118,18 +124,8 @@ class BatchStats:
         return max(self.sources.values()) / self.size
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "size": self.size,
-            "sources": dict(self.sources),
-            "distinct_sources": self.distinct_sources,
-            "largest_share": self.largest_share,
-            "workers": list(self.workers),
-            "lanes": list(self.lanes),
-            "datasets": None
-            if self.datasets is None
-            else {name: part.to_dict() for name, part in self.datasets.items()},
-        }
+        names = "index size sources distinct_sources largest_share workers lanes datasets"
+        return _to_dict(self, names)
 
 
 @dataclass(frozen=True)
@@ -221,9 +217,8 @@ class Advice:
     drift_ratio: float | None = None  # the run's (its label's, else its sources')
 
     def to_dict(self) -> dict[str, Any]:
-        fields = asdict(self)
-        names = ["low", "drifting", "drift_ratio", "share_of_ideal", "min_tenth_share"]
-        return {name: fields[name] for name in names + ["suggestions", "defaults", "messages"]}
+        names = "low drifting drift_ratio share_of_ideal min_tenth_share suggestions defaults"
+        return _to_dict(self, names + " messages")
 
 
 @dataclass(frozen=True)
@@ -246,18 +241,9 @@ class RunStats:
         return self.label_order or self.sources_order
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "loader": self.loader,
-            "num_lanes": self.num_lanes,
-            "num_workers": self.num_workers,
-            "batches": [batch.to_dict() for batch in self.batches],
-            "summary": self.summary.to_dict(),
-            "loader_stats": self.loader_stats,
-            "order": {
-                "sources": None if self.sources_order is None else self.sources_order.to_dict(),
-                "label": None if self.label_order is None else self.label_order.to_dict(),
-            },
-        }
+        order = {"sources": _plain(self.sources_order), "label": _plain(self.label_order)}
+        names = "loader num_lanes num_workers batches summary loader_stats"
+        return _to_dict(self, names) | {"order": order}
 
 
 @dataclass(frozen=True)
@@ -286,10 +272,7 @@ class MixtureStats:
     datasets: dict[str, DatasetStats]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "stopping": self.stopping,
-            "datasets": {name: stats.to_dict() for name, stats in self.datasets.items()},
-        }
+        return _to_dict(self, "stopping datasets")
 
 
 @dataclass(frozen=True)
@@ -322,7 +305,4 @@ class InspectReport:
             },
             "shards": dict(self.shards),
             **self.run.to_dict(),
-            "baseline": None if self.baseline is None else self.baseline.to_dict(),
-            "advice": None if self.advice is None else self.advice.to_dict(),
-            "mixture": None if self.mixture is None else self.mixture.to_dict(),
-        }
+        } | _to_dict(self, "baseline advice mixture")
