@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Any, Union
 
-from shardmix.convert.folder import list_folder
+from shardmix.convert.folder import FileGroup, list_folder
 from shardmix.convert.hf import is_hf_dataset, is_saved_dataset, list_dataset, load_saved
 from shardmix.convert.identity import check_unchanged, fingerprints, write_inputs
 from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
@@ -75,7 +75,7 @@ def list_inputs(
     if not inputs:
         raise ShardmixError("convert needs at least one input")
     items: list[Item] = []
-    groups = []
+    groups: list[tuple[list[FileGroup], list[str]]] = []
     datasets: dict[str, str] = {}
     for position, given in enumerate(inputs):
         if is_hf_dataset(given):
@@ -89,17 +89,14 @@ def list_inputs(
             items.extend(rows)
         elif os.path.isdir(source):
             found, classes = list_folder(source, options.labels, options.follow_links, problems)
-            groups.append((position, found, classes))
+            groups.append((found, classes))
         elif is_table(source):
-            rows = list_table(
-                source, options.inline_columns, options.key_column, options.follow_links, problems
-            )
-            items.extend(rows)
+            items.extend(list_table(source, options, problems))
         else:
             items.extend(list_shards(source, problems))
-    names = sorted({name for _, _, classes in groups for name in classes})
+    names = sorted({name for _, classes in groups for name in classes})
     label = {name: index for index, name in enumerate(names)}
-    for _, found, _ in groups:
+    for found, _ in groups:
         for group in found:
             fields, sizes = group.fields, group.sizes
             index = None if group.class_name is None else label[group.class_name]
@@ -132,12 +129,9 @@ def prepare_output(
     manifest_path: str,
     inputs: dict[str, str] | None = None,
 ) -> dict[str, ShardEntry]:
-    """Clean up after an interrupted run; the shards already complete for this plan.
-
-    ``digest`` None (a stream, whose plan is known only at its end) trusts no earlier shard.
-    Earlier shards of the same plan are trusted only when ``inputs`` (the fingerprints of
-    :mod:`~shardmix.convert.identity`) match the record kept beside the manifest.
-    """
+    """Clean up after an interrupted run; the shards already complete for this plan, trusted
+    only when ``inputs`` (:mod:`~shardmix.convert.identity`) match the record beside the
+    manifest (``digest`` None, a stream's, trusts none)."""
     folder = pattern.folder
     regex = pattern.shard_regex(options.part)
     manifest_name = os.path.basename(manifest_path)

@@ -75,15 +75,7 @@ def list_dataset(
     folder) and messages."""
     saved = os.path.isdir(source)
     stem = os.path.basename(os.path.normpath(source)) if saved else "dataset"
-    maker = RowMaker(
-        source,
-        options.inline_columns,
-        options.key_column,
-        options.follow_links,
-        problems,
-        folder=source if saved else os.getcwd(),
-        stem=stem,
-    )
+    maker = RowMaker(source, options, problems, folder=source if saved else os.getcwd(), stem=stem)
     digest = ArrowDigest()
     items = list(row_items(maker, dataset_rows(dataset, digest)))
     return items, digest.fingerprint()

@@ -18,7 +18,7 @@ import csv
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from shardmix.convert.inputs import (
@@ -30,6 +30,7 @@ from shardmix.convert.inputs import (
     check_key,
     value_size,
 )
+from shardmix.convert.options import ConvertOptions
 from shardmix.convert.values import cell_fields
 from shardmix.formats import KEY_FIELD
 
@@ -133,9 +134,7 @@ class RowMaker:
     def __init__(
         self,
         path: str,
-        inline: Sequence[str],
-        key_column: str | None,
-        follow_links: bool,
+        options: ConvertOptions,
         problems: Problems,
         *,
         folder: str | None = None,
@@ -144,9 +143,9 @@ class RowMaker:
         self.path = path  # or another name of the rows' source, for messages
         self.folder = os.path.realpath(folder or os.path.dirname(os.path.abspath(path)))
         self.stem = stem or os.path.basename(path).split(".", 1)[0]
-        self.inline = frozenset(inline)
-        self.key_column = key_column
-        self.follow_links = follow_links
+        self.inline = frozenset(options.inline_columns)
+        self.key_column = options.key_column
+        self.follow_links = options.follow_links
         self.problems = problems
 
     def key(self, index: int, row: Row) -> str:
@@ -184,15 +183,11 @@ class RowMaker:
             if column == KEY_FIELD or (column == self.key_column and column.startswith("__")):
                 continue  # a key column named like a reserved field is the key, not a field
             check_field(column, f"{self.path}: row {index}")
-            for name, cell in cell_fields(column, row[column], f"{self.path}: row {index}"):
-                value = cell
-                if name in self.inline:
-                    value = self.inline_path(index, value)
-                    sizes.append(os.path.getsize(value))
-                else:
-                    sizes.append(value_size(value))
+            for name, value in cell_fields(column, row[column], f"{self.path}: row {index}"):
+                inlined = self.inline_path(index, value) if name in self.inline else None
                 fields.append(name)
-                values.append(value)
+                values.append(value if inlined is None else inlined)
+                sizes.append(value_size(value) if inlined is None else os.path.getsize(inlined))
         missing = self.inline.difference(fields)
         if missing:
             raise BadInputError(
@@ -204,11 +199,9 @@ class RowMaker:
         )
 
 
-def list_table(
-    path: str, inline: Sequence[str], key_column: str | None, follow_links: bool, problems: Problems
-) -> list[Item]:
+def list_table(path: str, options: ConvertOptions, problems: Problems) -> list[Item]:
     """The rows of one table file, as items."""
-    maker = RowMaker(path, inline, key_column, follow_links, problems)
+    maker = RowMaker(path, options, problems)
     items: list[Item] = []
     try:
         items.extend(row_items(maker, _rows(path, problems)))  # keeps the rows before an error
