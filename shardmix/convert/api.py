@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from shardmix.convert.folder import FileGroup, list_folder
-from shardmix.convert.hf import is_hf_dataset, is_saved_dataset, list_dataset, load_saved
 from shardmix.convert.identity import check_unchanged, fingerprints, write_inputs
 from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
 from shardmix.convert.manifest import (
@@ -33,7 +32,14 @@ from shardmix.convert.manifest import (
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.outfiles import beside, lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
-from shardmix.convert.tables import is_table, list_table
+from shardmix.convert.tables import (
+    is_hf_dataset,
+    is_saved_dataset,
+    is_table,
+    list_dataset,
+    list_table,
+    load_saved,
+)
 from shardmix.convert.tokenize import DocumentTokenizer
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
 from shardmix.errors import ShardmixError

@@ -21,12 +21,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shardmix.convert.api import ConvertSummary, finish_output, prepare_output
-from shardmix.convert.hf import dataset_rows, is_hf_dataset
 from shardmix.convert.inputs import BadInputError, Item, Problems, check_key, sample_fields
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.outfiles import lock_output
 from shardmix.convert.plan import PlanDigest, Roller
+from shardmix.convert.tables import dataset_rows, is_hf_dataset
 from shardmix.convert.values import cell_fields
 from shardmix.convert.writer import ShardFile, WriteSpec
 from shardmix.errors import ConfigError

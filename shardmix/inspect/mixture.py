@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from torch.utils.data import get_worker_info
 
 from shardmix.dataset import ShardDataset
-from shardmix.formats import DATASET_KEY, SIZE_KEY, SOURCE_KEY, WORKER_KEY, Sample, TFRecordPayload
-from shardmix.inspect.reading import progress_bar, rank_shards
+from shardmix.formats import DATASET_KEY, SOURCE_KEY, WORKER_KEY, Sample, TFRecordPayload
+from shardmix.inspect.reading import progress_bar, provenance_only, rank_shards
 from shardmix.inspect.report import (
     BatchStats,
     DatasetShare,
@@ -33,7 +33,6 @@ from shardmix.inspect.report import (
 from shardmix.inspect.summary import Ideal, summarize
 from shardmix.loader import MixingLoader
 from shardmix.plan.apportion import Stopping
-from shardmix.reading.reader import sample_bytes
 
 # What a batch becomes: per sample, (dataset, shard URL, payload bytes, worker id).
 Provenance = list[tuple[str, str, int, int]]
@@ -112,13 +111,9 @@ def inspect_mixture(
     everything = {
         url: records for found_shards in shards.values() for url, records in found_shards.items()
     }
+    loader_stats = loader.stats().to_dict()
     run = RunStats(
-        "MixingLoader",
-        sum(lanes.values()),
-        settings.num_workers,
-        found,
-        summary,
-        loader.stats().to_dict(),
+        "MixingLoader", sum(lanes.values()), settings.num_workers, found, summary, loader_stats
     )
     mixture = MixtureStats(loader.options.stopping.value, stats)
     num_shards = sum(len(dataset.urls) for dataset in datasets.values())
@@ -126,10 +121,9 @@ def inspect_mixture(
 
 
 def provenance_and_worker(sample: Sample) -> Sample:
-    """Drop the payload in the worker, keeping its size and noting the worker's id."""
+    """:func:`~shardmix.inspect.reading.provenance_only`, noting the worker's id."""
     info = get_worker_info()
-    size = sample_bytes(sample)
-    return {SIZE_KEY: size, "payload_bytes": size, WORKER_KEY: 0 if info is None else info.id}
+    return provenance_only(sample) | {WORKER_KEY: 0 if info is None else info.id}
 
 
 def mixture_provenance_of(samples: list[Sample]) -> Provenance:
