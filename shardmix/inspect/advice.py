@@ -185,8 +185,7 @@ def _messages(
         lines.append(
             f"batches mix poorly: {figures}, under {LOW_SHARE} (or a tenth under {LOW_TENTH_SHARE})"
         )
-        for suggestion in suggestions:
-            lines.append(f"- {_tried(suggestion)}")
+        lines += [f"- {_tried(suggestion)}" for suggestion in suggestions]
         if not suggestions:
             lines.append(
                 f"- no setting tried raises it; with {context.ran.num_lanes} lanes over "
@@ -202,13 +201,11 @@ def _messages(
 
 
 def _tried(suggestion: Suggestion) -> str:
-    name = suggestion.setting
-    if name == "record_counts":
-        what = "lanes read by size (record counts known)"
-    elif name == "defaults":
-        what = "the defaults"
-    else:
-        what = f"{name}={suggestion.value}"
+    named = {
+        "record_counts": "lanes read by size (record counts known)",
+        "defaults": "the defaults",
+    }
+    what = named.get(suggestion.setting, f"{suggestion.setting}={suggestion.value}")
     return (
         f"{what} would give {suggestion.share_of_ideal:.2f} (lowest tenth "
         f"{suggestion.min_tenth_share:.2f}): {suggestion.how}"
