@@ -105,9 +105,8 @@ class LabelMode(enum.Enum):
 class OutputPattern:
     """An output pattern such as ``out/train-%06d.tar``: one ``%d`` directive in the file name.
 
-    With a part of several, the directive is preceded by the part tag, so parts never collide:
-    ``out/train-p0001-000003.tar``. The manifest sits beside the shards, named after what comes
-    before the directive: ``out/train.manifest.json`` (part ``out/train-p0001.manifest.json``).
+    A part's shards have its tag before the number (``out/train-p0001-000003.tar``); the
+    manifest is named after the prefix: ``out/train.manifest.json`` (``train-p0001.manifest...``).
     """
 
     folder: str
@@ -163,11 +162,10 @@ class OutputPattern:
 class ConvertOptions:
     """How to convert; validated at construction.
 
-    ``max_records`` and ``max_bytes`` close a shard before the record that would pass either
-    limit (a single larger record still gets its own shard); with neither, shards roll at
-    :data:`DEFAULT_MAX_BYTES`. ``max_bytes`` counts uncompressed shard bytes: exact for tar,
-    an upper-bound estimate for TFRecord. ``format`` and ``gzip`` default to what the output
-    pattern's extension says.
+    ``max_records`` and ``max_bytes`` (uncompressed: exact for tar, an upper bound for TFRecord)
+    close a shard before the record that would pass either (a larger record gets a shard of its
+    own); with neither, shards roll at :data:`DEFAULT_MAX_BYTES`. ``format`` and ``gzip``
+    default to what the output pattern's extension says.
     """
 
     format: Format | None = None

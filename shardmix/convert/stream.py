@@ -177,10 +177,8 @@ def write_shards(
     part: Part | str | None = None,
     overwrite: bool | None = None,
 ) -> ConvertSummary:
-    """Write ``samples`` (any iterable of mappings, or a Hugging Face dataset) into shards.
-
-    The keywords override the fields of ``options`` of the same name; ``part`` may be ``"I/N"``.
-    """
+    """Write ``samples`` (any iterable of mappings, or a Hugging Face dataset) into shards; the
+    keywords override the fields of ``options`` of the same name (``part`` may be ``"I/N"``)."""
     changes: dict[str, Any] = {"max_records": max_records, "max_bytes": max_bytes}
     changes |= {"overwrite": overwrite, "part": Part.parse(part) if isinstance(part, str) else part}
     given = {name: value for name, value in changes.items() if value is not None}

@@ -51,10 +51,8 @@ def inspect_dataset(
 
 
 def provenance_only(sample: Sample, label: str | None = None) -> Sample:
-    """Drop the payload in the worker (the dataset puts the provenance keys back), keeping its
-    size, stated so that the shuffle buffer's byte budget binds as it would with the payload
-    (the main process takes that key out) and again for the report; and the ``label`` field
-    as text, when one is asked for."""
+    """Drop the payload in the worker, keeping its size (so that the shuffle buffer's byte
+    budget binds as with the payload, and for the report) and the ``label`` field as text."""
     size = sample_bytes(sample)
     kept: Sample = {SIZE_KEY: size, "payload_bytes": size}
     if label is not None:
