@@ -9,6 +9,7 @@ when there are many), the summary and the advice; ``--json`` prints the report's
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -358,24 +359,19 @@ def _rows(batches: list, row: Callable[[dict], str]) -> list[str]:
 
 def _summary(runs: list) -> list[str]:
     labels = ["MixingLoader", "DataLoader"][: len(runs)]
-    head = f"{'distinct shards per batch':<28}" + "".join(f"{label:>14}" for label in labels)
     summaries = [run["summary"] for run in runs]
-
-    def row(name: str, values: list[str]) -> str:
-        return f"{name:<28}" + "".join(f"{value:>14}" for value in values)
-
     ideal = summaries[0]["ideal_distinct_sources"]
     lines = [
-        head,
-        row("batches", [str(s["batches"]) for s in summaries]),
-        row("mean", [f"{s['mean_distinct_sources']:.2f}" for s in summaries]),
-        row(
+        _row("distinct shards per batch", labels),
+        _row("batches", [str(s["batches"]) for s in summaries]),
+        _row("mean", [f"{s['mean_distinct_sources']:.2f}" for s in summaries]),
+        _row(
             "min / max",
             [f"{s['min_distinct_sources']} / {s['max_distinct_sources']}" for s in summaries],
         ),
-        row("mean largest share", [f"{s['mean_largest_share']:.1%}" for s in summaries]),
-        row("uniformly random ideal", [f"{ideal:.2f}"]),
-        row("share of the ideal", [f"{s['share_of_ideal']:.2f}" for s in summaries]),
+        _row("mean largest share", [f"{s['mean_largest_share']:.1%}" for s in summaries]),
+        _row("uniformly random ideal", [f"{ideal:.2f}"]),
+        _row("share of the ideal", [f"{s['share_of_ideal']:.2f}" for s in summaries]),
         "",
     ]
     for label, summary in zip(labels, summaries, strict=True):
@@ -430,14 +426,15 @@ def _mixture_table(batches: list, mixture: dict) -> list[str]:
     return [head, columns, *_rows(batches, row)]
 
 
+def _row(label: str, values: list[str], width: int = 28) -> str:
+    return f"{label:<{width}}" + "".join(f"{value:>14}" for value in values)
+
+
 def _mixture_summary(mixture: dict) -> list[str]:
     """Per dataset over the run: its share beside its weight, its files beside the ideal."""
     datasets = mixture["datasets"]
     names = list(datasets)
-
-    def row(label: str, values: list[str]) -> str:
-        return f"{label:<34}" + "".join(f"{value:>14}" for value in values)
-
+    row = functools.partial(_row, width=34)
     summaries = [datasets[name]["summary"] for name in names]
     total = sum(s["samples"] for s in summaries) or 1
     return [

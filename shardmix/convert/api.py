@@ -123,9 +123,9 @@ def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
 
 def _complete(folder: str, entry: ShardEntry) -> bool:
     path = os.path.join(folder, entry.name)
-    if os.path.islink(path) or not os.path.isfile(path):
-        return False
-    return os.path.getsize(path) == entry.bytes
+    return (
+        not os.path.islink(path) and os.path.isfile(path) and os.path.getsize(path) == entry.bytes
+    )
 
 
 def prepare_output(
