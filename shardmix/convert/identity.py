@@ -35,8 +35,7 @@ def file_fingerprint(path: str) -> str:
 
 
 class ArrowDigest:
-    """The sha256 of Arrow record batches, through the IPC stream format (a slice hashes only
-    its own rows)."""
+    """The sha256 of Arrow record batches in the IPC stream format (a slice: its own rows)."""
 
     def __init__(self) -> None:
         self.sha256 = hashlib.sha256()

@@ -280,8 +280,7 @@ def dataset_rows(dataset: Any, digest: ArrowDigest | None = None) -> Iterator[tu
 def list_dataset(
     dataset: Any, source: str, options: ConvertOptions, problems: Problems
 ) -> tuple[list[Item], str]:
-    """The rows of a dataset as items, and its fingerprint; ``source`` names it in keys (a
-    folder) and messages."""
+    """A dataset's rows as items, and its fingerprint; ``source`` names it in keys and messages."""
     saved = os.path.isdir(source)
     stem = os.path.basename(os.path.normpath(source)) if saved else "dataset"
     maker = RowMaker(source, options, problems, folder=source if saved else os.getcwd(), stem=stem)

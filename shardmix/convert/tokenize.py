@@ -121,8 +121,7 @@ class DocumentTokenizer:
     def records(
         self, loaded: Iterable[tuple[Item, Sample]], problems: Problems
     ) -> Iterator[tuple[Sample, int]]:
-        """``(record, its token count)`` of each loaded sample; one without a text goes to
-        ``problems``."""
+        """``(record, token count)`` per loaded sample; one without a text goes to ``problems``."""
         batch: list[tuple[Sample, str]] = []
         for item, sample in loaded:
             try:

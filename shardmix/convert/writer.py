@@ -100,8 +100,7 @@ class ShardFile:
         )
 
     def write(self, sample: Sample, tokens: int = 0) -> None:
-        """Append one sample (of ``tokens`` tokens); one the format cannot hold goes to
-        ``problems``."""
+        """Append one sample (of ``tokens`` tokens); one the format cannot hold: ``problems``."""
         start = self._writer.bytes_written
         try:
             self._writer.write_sample(sample)

@@ -81,8 +81,7 @@ Provenance = list[tuple[str, int, str | None, int]]
 
 
 def provenance_of(samples: list[Sample]) -> Provenance:
-    """The collate function: a batch is its samples' shard URLs, payload sizes, labels and
-    record indices."""
+    """The collate function: per sample its shard URL, payload size, label and record index."""
     return [(s[SOURCE_KEY], s["payload_bytes"], s.get(LABEL_KEY), s[INDEX_KEY]) for s in samples]
 
 
@@ -158,8 +157,7 @@ def record_run(
     total: int,
     progress: bool,
 ) -> RunStats:
-    """Read the loader's batches (up to ``settings.batches``) and count their sources (and
-    labels), in each batch and in the order of the whole run."""
+    """Read the loader's batches and count their sources (and labels), per batch and per run."""
     num_workers = settings.num_workers
     workers = max(1, num_workers)
     found = []

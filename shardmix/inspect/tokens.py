@@ -221,8 +221,7 @@ def inspect_tokens(
 
 
 def _documents_per_shard(dataset: ShardDataset) -> dict[str, int]:
-    """The documents (records) of each shard of ``dataset``'s epoch, a shard listed twice
-    counted twice, as it is read."""
+    """Each shard's documents (records) in ``dataset``'s epoch (a shard listed twice: twice)."""
     counts: dict[str, int] = {}
     for url in dataset.urls:
         counts[url] = counts.get(url, 0) + dataset.plan.record_counts.of(url)
