@@ -9,11 +9,12 @@ parts of ``OUTPUT_PATTERN`` (for parts that ran on machines without a shared fol
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from shardmix.convert import ConvertOptions
+    from shardmix.convert import ConvertOptions, ConvertSummary
+    from shardmix.ray import RayConvertSummary
 
 HELP = (
     "Convert folders, tables (JSON Lines, CSV, Parquet), saved Hugging Face datasets or shards "
@@ -137,29 +138,22 @@ def _run_on_ray(args: argparse.Namespace, options: ConvertOptions) -> int:
         f"{summary.shards} shards written on Ray, {summary.records} records, "
         f"{summary.bytes:,} bytes in {summary.seconds:.1f} s; manifest {summary.manifest}"
     )
-    _report_left_out(summary.left_out, summary.skipped)
+    _report_left_out(summary)
     return 0
 
 
-def _report_left_out(left_out: dict[str, int], skipped: Sequence[str]) -> None:
-    if left_out:
-        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(left_out.items()))
-        print(f"left out by rule: {reasons}")
-    if skipped:
-        print(f"skipped {len(skipped)} bad inputs, first: {skipped[0]}")
+def _report_left_out(summary: ConvertSummary | RayConvertSummary) -> None:
+    if summary.left_out:
+        counts = sorted(summary.left_out.items())
+        print(f"left out by rule: {', '.join(f'{count} {reason}' for reason, count in counts)}")
+    if summary.skipped:
+        print(f"skipped {len(summary.skipped)} bad inputs, first: {summary.skipped[0]}")
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from shardmix.convert import (
-        ConvertOptions,
-        LabelMode,
-        Part,
-        TokenOptions,
-        convert,
-        parse_size,
-    )
+    from shardmix.convert import ConvertOptions, LabelMode, Part, TokenOptions, convert, parse_size
     from shardmix.formats import Format
 
     if args.merge_manifests:
@@ -169,13 +163,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     tokens = None
     if args.tokenizer is not None:
-        tokens = TokenOptions(
-            args.tokenizer,
-            args.text_column or "text",
-            args.append_eos,
-            args.eos_token,
-            tuple(args.keep_column),
-        )
+        text, keep = args.text_column or "text", tuple(args.keep_column)
+        tokens = TokenOptions(args.tokenizer, text, args.append_eos, args.eos_token, keep)
     elif args.text_column or args.append_eos or args.eos_token or args.keep_column:
         print("shardmix convert: the token options need --tokenizer", file=sys.stderr)
         return 2
@@ -215,5 +204,5 @@ def run(args: argparse.Namespace) -> int:
     )
     if summary.merged_manifest:
         print(f"all parts done: merged manifest {summary.merged_manifest}")
-    _report_left_out(summary.left_out, summary.skipped)
+    _report_left_out(summary)
     return 0

@@ -1,19 +1,18 @@
 """``shardmix inspect``: which shards each batch came from, with the loader settings given.
 
-Calls :func:`shardmix.inspect.inspect_batches` and prints a table per batch (the first and
-last few when there are many), a summary against the uniformly random ideal with the share per
-tenth of the epoch, and the advice (settings that would mix better, each with the figure an
-inspection with it gave); ``--json`` prints the report's JSON instead (schema:
-docs/inspect-schema.md), ``--plot`` draws it. With ``--seq-len`` it inspects a TokenLoader's
-batches instead (:func:`shardmix.inspect.tokens.inspect_tokens`): per batch its rows, documents
-per row, padding, distinct shards against a random draw and a mixture's token shares.
+A shell over :func:`shardmix.inspect.inspect_batches` (with ``--seq-len``,
+:func:`shardmix.inspect.tokens.inspect_tokens`): a table per batch (the first and last few
+when there are many), the summary and the advice; ``--json`` prints the report's JSON instead
+(schema: docs/inspect-schema.md), ``--plot`` draws it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS
@@ -79,22 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
     parser.add_argument(
-        "--num-lanes",
-        type=int,
-        default=None,
-        help="shards open at once (min(shards per rank, 3 x batch size))",
+        "--num-lanes", type=int, help="shards open at once (min(shards per rank, 3 x batch size))"
     )
     parser.add_argument(
-        "--shuffle-buffer",
-        type=int,
-        default=None,
-        help="shuffle buffer samples (max(8192, 64 x batch size))",
+        "--shuffle-buffer", type=int, help="shuffle buffer samples (max(8192, 64 x batch size))"
     )
     parser.add_argument(
-        "--shuffle-buffer-bytes",
-        type=int,
-        default=None,
-        help="shuffle buffer byte budget (64 MiB)",
+        "--shuffle-buffer-bytes", type=int, help="shuffle buffer byte budget (64 MiB)"
     )
     parser.add_argument(
         "--piece-records",
@@ -171,32 +161,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"shardmix inspect: --{flag} packs tokens; give --seq-len too", file=sys.stderr)
             return 2
 
-    options: dict[str, Any] = {
-        name: value
-        for name, value in (
-            ("num_lanes", args.num_lanes),
-            ("shuffle_buffer", args.shuffle_buffer),
-            ("shuffle_buffer_bytes", args.shuffle_buffer_bytes),
-        )
-        if value is not None
-    }
+    options = _given(args, "label")
     if args.piece_records != DEFAULT_PIECE_RECORDS:
         options["piece_records"] = args.piece_records or None
-    if args.label is not None:
-        options["label"] = args.label
-    if args.datasets:
-        options["weights"] = {name: weight for name, weight, _ in args.datasets}
-        options["stopping"] = args.stopping
     report = inspect_batches(
         urls,
         batch_size=64 if args.batch_size is None else args.batch_size,
-        num_workers=args.num_workers,
-        seed=args.seed,
-        epoch=args.epoch,
-        batches=args.batches,
-        rank=args.rank,
-        world_size=args.world_size,
-        even_ranks=args.even_ranks,
         compare=args.compare,
         advise=not args.no_advice,
         progress=sys.stderr.isatty(),
@@ -207,11 +177,19 @@ def run(args: argparse.Namespace) -> int:
 
         plot_report(report, args.plot)
     data = report.to_dict()
-    if args.json:
-        print(json.dumps(data, indent=1))
-    else:
-        print(format_report(data))
+    print(json.dumps(data, indent=1) if args.json else format_report(data))
     return 0
+
+
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The loader options (and those of ``names``) given, and a mixture's weights."""
+    names += ("num_workers", "seed", "epoch", "batches", "rank", "world_size", "even_ranks")
+    names += ("num_lanes", "shuffle_buffer", "shuffle_buffer_bytes")
+    options = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.datasets:
+        options["weights"] = {name: weight for name, weight, _ in args.datasets}
+        options["stopping"] = args.stopping
+    return options
 
 
 # Sample-mode options a token inspection has no use for, and why.
@@ -237,26 +215,12 @@ def _run_tokens(args: argparse.Namespace, urls: Any) -> int:
                 file=sys.stderr,
             )
             return 2
-    given = {"packing": args.packing, "window": args.window, "field": args.field}
-    given |= {"num_lanes": args.num_lanes, "shuffle_buffer": args.shuffle_buffer}
-    given["shuffle_buffer_bytes"] = args.shuffle_buffer_bytes
-    options = {name: value for name, value in given.items() if value is not None}
-    if args.datasets:
-        options["weights"] = {name: weight for name, weight, _ in args.datasets}
-        options["stopping"] = args.stopping
     data = inspect_tokens(
         urls,
         seq_len=args.seq_len,
         batch_size=8 if args.batch_size is None else args.batch_size,
-        batches=args.batches,
-        epoch=args.epoch,
-        seed=args.seed,
         piece_records=args.piece_records or None,
-        num_workers=args.num_workers,
-        rank=args.rank,
-        world_size=args.world_size,
-        even_ranks=args.even_ranks,
-        **options,
+        **_given(args, "packing", "window", "field"),
     )
     print(json.dumps(data, indent=1) if args.json else format_tokens(data))
     return 0
@@ -275,23 +239,19 @@ def format_tokens(data: dict) -> str:
     mixture = summary["datasets"] or {}
     header = f"{'batch':>6} {'rows':>5} {'docs/row':>8} {'padding':>8} {'shards':>6} {'random':>6}"
     lines.append(header + "".join(f"  {name[:6] + ' share':>12} {'dev':>9}" for name in mixture))
-    batches = data["batches"]
-    shown: list[dict | None] = list(batches)
-    if len(batches) > MAX_ROWS:
-        shown = shown[:EDGE_ROWS] + [None] + shown[-EDGE_ROWS:]
-    for batch in shown:
-        if batch is None:
-            lines.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
-            continue
+
+    def row(batch: dict) -> str:
         parts = "".join(
             f"  {part['share']:>12.3f} {part['deviation']:>+9.2f}"
             for part in (batch["datasets"] or {}).values()
         )
-        lines.append(
+        return (
             f"{batch['index']:>6} {batch['rows']:>5} {batch['documents_per_row']:>8.2f} "
             f"{batch['padding_tokens']:>8} {batch['distinct_sources']:>6} "
             f"{batch['random_distinct_sources']:>6.1f}{parts}"
         )
+
+    lines += _rows(data["batches"], row)
     share = summary["padding_share"]
     ratio = summary["distinct_ratio"]
     end = "the epoch read to its end" if summary["epoch_end"] else "the epoch goes on"
@@ -376,44 +336,42 @@ def _settings_line(data: dict) -> str:
 
 def _table(batches: list) -> list[str]:
     header = f"{'batch':>6} {'samples':>7} {'distinct':>8} {'largest':>7}  {'largest shard':<28}"
-    rows = [header + " samples per worker"]
-    shown = list(enumerate(batches))
-    if len(batches) > MAX_ROWS:
-        shown = shown[:EDGE_ROWS] + [(-1, None)] + shown[-EDGE_ROWS:]
-    for _, batch in shown:
-        if batch is None:
-            rows.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
-            continue
+
+    def row(batch: dict) -> str:
         url, _count = max(batch["sources"].items(), key=lambda item: item[1])
         name = url.rstrip("/").rsplit("/", 1)[-1]
         workers = " ".join(str(count) for count in batch["workers"])
-        rows.append(
+        return (
             f"{batch['index']:>6} {batch['size']:>7} {batch['distinct_sources']:>8} "
             f"{batch['largest_share']:>7.1%}  {name[-28:]:<28} {workers}"
         )
-    return rows
+
+    return [header + " samples per worker", *_rows(batches, row)]
+
+
+def _rows(batches: list, row: Callable[[dict], str]) -> list[str]:
+    """One row per batch; with more than MAX_ROWS, the first and the last EDGE_ROWS."""
+    if len(batches) <= MAX_ROWS:
+        return [row(batch) for batch in batches]
+    skipped = f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)"
+    return [*map(row, batches[:EDGE_ROWS]), skipped, *map(row, batches[-EDGE_ROWS:])]
 
 
 def _summary(runs: list) -> list[str]:
     labels = ["MixingLoader", "DataLoader"][: len(runs)]
-    head = f"{'distinct shards per batch':<28}" + "".join(f"{label:>14}" for label in labels)
     summaries = [run["summary"] for run in runs]
-
-    def row(name: str, values: list[str]) -> str:
-        return f"{name:<28}" + "".join(f"{value:>14}" for value in values)
-
     ideal = summaries[0]["ideal_distinct_sources"]
     lines = [
-        head,
-        row("batches", [str(s["batches"]) for s in summaries]),
-        row("mean", [f"{s['mean_distinct_sources']:.2f}" for s in summaries]),
-        row(
+        _row("distinct shards per batch", labels),
+        _row("batches", [str(s["batches"]) for s in summaries]),
+        _row("mean", [f"{s['mean_distinct_sources']:.2f}" for s in summaries]),
+        _row(
             "min / max",
             [f"{s['min_distinct_sources']} / {s['max_distinct_sources']}" for s in summaries],
         ),
-        row("mean largest share", [f"{s['mean_largest_share']:.1%}" for s in summaries]),
-        row("uniformly random ideal", [f"{ideal:.2f}"]),
-        row("share of the ideal", [f"{s['share_of_ideal']:.2f}" for s in summaries]),
+        _row("mean largest share", [f"{s['mean_largest_share']:.1%}" for s in summaries]),
+        _row("uniformly random ideal", [f"{ideal:.2f}"]),
+        _row("share of the ideal", [f"{s['share_of_ideal']:.2f}" for s in summaries]),
         "",
     ]
     for label, summary in zip(labels, summaries, strict=True):
@@ -455,32 +413,28 @@ def _mixture_table(batches: list, mixture: dict) -> list[str]:
     columns = f"{'batch':>6} {'samples':>7} {'distinct':>8} " + "".join(
         f"  {'samples':>7}/{'want':<5} {'files':>5}/{'ideal':<5}" for _ in names
     )
-    rows = [head, columns]
-    shown = list(batches)
-    if len(batches) > MAX_ROWS:
-        shown = shown[:EDGE_ROWS] + [None] + shown[-EDGE_ROWS:]
-    for batch in shown:
-        if batch is None:
-            rows.append(f"{'...':>6} ({len(batches) - 2 * EDGE_ROWS} batches not shown)")
-            continue
+
+    def row(batch: dict) -> str:
         parts = "".join(
             f"  {part['size']:>7}/{part['expected']:<5.1f} "
             f"{part['distinct_sources']:>5}/{part['ideal_distinct_sources']:<5.1f}"
             for part in (batch["datasets"][name] for name in names)
         )
         row = f"{batch['index']:>6} {batch['size']:>7} {batch['distinct_sources']:>8} {parts}"
-        rows.append(row.rstrip())
-    return rows
+        return row.rstrip()
+
+    return [head, columns, *_rows(batches, row)]
+
+
+def _row(label: str, values: list[str], width: int = 28) -> str:
+    return f"{label:<{width}}" + "".join(f"{value:>14}" for value in values)
 
 
 def _mixture_summary(mixture: dict) -> list[str]:
     """Per dataset over the run: its share beside its weight, its files beside the ideal."""
     datasets = mixture["datasets"]
     names = list(datasets)
-
-    def row(label: str, values: list[str]) -> str:
-        return f"{label:<34}" + "".join(f"{value:>14}" for value in values)
-
+    row = functools.partial(_row, width=34)
     summaries = [datasets[name]["summary"] for name in names]
     total = sum(s["samples"] for s in summaries) or 1
     return [

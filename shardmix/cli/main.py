@@ -21,8 +21,7 @@ SUBCOMMANDS = ("convert", "inspect", "stat")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="shardmix",
-        description="Stream sharded training data into PyTorch, every batch mixed.",
+        prog="shardmix", description="Stream sharded training data into PyTorch, every batch mixed."
     )
     parser.add_argument("--version", action="version", version=f"shardmix {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -3,11 +3,9 @@
 Inputs are folders of files, JSON Lines / CSV / Parquet tables, Hugging Face datasets, or
 existing shards; the output is a set of shards named by a pattern such as
 ``out/train-%06d.tar``, each written under a temporary name and renamed when complete, with a
-JSON manifest beside them (:mod:`shardmix.convert.manifest` documents its schema) and, for
-TFRecord, ``.idx`` index files. The stages, in order: listing (``inputs``, ``folder``,
-``tables``, ``hf``, ``values``), planning (``plan``), writing (``writer``, and ``tokenize``
-when documents become token ids), bookkeeping (``manifest``); ``api`` ties them together and
-``shardmix.cli.convert`` is the command-line shell. :func:`write_shards` and
+JSON manifest beside them (:mod:`shardmix.convert.manifest`). The stages: listing (``inputs``,
+``folder``, ``tables``, ``values``), planning (``plan``), writing (``writer``,
+``tokenize``), bookkeeping (``manifest``); ``api`` ties them together. :func:`write_shards` and
 :class:`ShardWriter` (``stream``) write samples a program makes, with the same machinery.
 """
 

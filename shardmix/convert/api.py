@@ -1,11 +1,5 @@
 """``convert()``: list the inputs, plan the shards, write what is missing, write the manifest.
 
-This module only orchestrates: inputs are listed by :mod:`~shardmix.convert.folder`,
-:mod:`~shardmix.convert.tables` and :mod:`~shardmix.convert.inputs`, the plan is
-:mod:`~shardmix.convert.plan`'s, shards are written by :mod:`~shardmix.convert.writer` (in this
-process, or in ``workers`` processes, one task per shard) and the bookkeeping of a run is
-:mod:`~shardmix.convert.manifest`'s.
-
 Existing output: a run refuses to start when shards of its pattern (and part) exist, unless
 ``overwrite`` (which deletes them first) or unless they are the same conversion: a finished
 one (manifest with the same plan digest: nothing to do) or an interrupted one (journal with
@@ -24,31 +18,35 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Any, Union
 
-from shardmix.convert.folder import list_folder
-from shardmix.convert.hf import is_hf_dataset, is_saved_dataset, list_dataset, load_saved
-from shardmix.convert.identity import check_unchanged, fingerprints, inputs_path, write_inputs
+from shardmix.convert.folder import FileGroup, list_folder
+from shardmix.convert.identity import check_unchanged, fingerprints, write_inputs
 from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
 from shardmix.convert.manifest import (
     Journal,
     Manifest,
     ShardEntry,
-    journal_path,
     merge_part_manifests,
     read_manifest,
     write_manifest,
 )
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
-from shardmix.convert.outfiles import lock_output, refuse_link
+from shardmix.convert.outfiles import beside, lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
-from shardmix.convert.tables import is_table, list_table
+from shardmix.convert.tables import (
+    is_hf_dataset,
+    is_saved_dataset,
+    is_table,
+    list_dataset,
+    list_table,
+    load_saved,
+)
 from shardmix.convert.tokenize import DocumentTokenizer
 from shardmix.convert.writer import TEMP_SUFFIX, ShardResult, WriteSpec, write_shards
 from shardmix.errors import ShardmixError
 from shardmix.workers.lifeline import die_with_parent
 
-Progress = Callable[[int, int], None]  # (records written so far, records planned)
-# A path (folder, table, shard pattern, saved Hugging Face dataset) or a datasets.Dataset /
-# datasets.IterableDataset object (typed Any: datasets is optional).
+Progress = Callable[[int, int], None]
+# A path, or a datasets.Dataset / IterableDataset (typed Any: datasets is optional).
 InputLike = Union[str, "os.PathLike[str]", Any]
 
 
@@ -83,7 +81,7 @@ def list_inputs(
     if not inputs:
         raise ShardmixError("convert needs at least one input")
     items: list[Item] = []
-    groups = []
+    groups: list[tuple[list[FileGroup], list[str]]] = []
     datasets: dict[str, str] = {}
     for position, given in enumerate(inputs):
         if is_hf_dataset(given):
@@ -97,17 +95,14 @@ def list_inputs(
             items.extend(rows)
         elif os.path.isdir(source):
             found, classes = list_folder(source, options.labels, options.follow_links, problems)
-            groups.append((position, found, classes))
+            groups.append((found, classes))
         elif is_table(source):
-            rows = list_table(
-                source, options.inline_columns, options.key_column, options.follow_links, problems
-            )
-            items.extend(rows)
+            items.extend(list_table(source, options, problems))
         else:
             items.extend(list_shards(source, problems))
-    names = sorted({name for _, _, classes in groups for name in classes})
+    names = sorted({name for _, classes in groups for name in classes})
     label = {name: index for index, name in enumerate(names)}
-    for _, found, _ in groups:
+    for found, _ in groups:
         for group in found:
             fields, sizes = group.fields, group.sizes
             index = None if group.class_name is None else label[group.class_name]
@@ -128,9 +123,9 @@ def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
 
 def _complete(folder: str, entry: ShardEntry) -> bool:
     path = os.path.join(folder, entry.name)
-    if os.path.islink(path) or not os.path.isfile(path):
-        return False
-    return os.path.getsize(path) == entry.bytes
+    return (
+        not os.path.islink(path) and os.path.isfile(path) and os.path.getsize(path) == entry.bytes
+    )
 
 
 def prepare_output(
@@ -140,12 +135,9 @@ def prepare_output(
     manifest_path: str,
     inputs: dict[str, str] | None = None,
 ) -> dict[str, ShardEntry]:
-    """Clean up after an interrupted run; the shards already complete for this plan.
-
-    ``digest`` None (a stream, whose plan is known only at its end) trusts no earlier shard.
-    Earlier shards of the same plan are trusted only when ``inputs`` (the fingerprints of
-    :mod:`~shardmix.convert.identity`) match the record kept beside the manifest.
-    """
+    """Clean up after an interrupted run; the shards already complete for this plan, trusted
+    only when ``inputs`` (:mod:`~shardmix.convert.identity`) match the record beside the
+    manifest (``digest`` None, a stream's, trusts none)."""
     folder = pattern.folder
     regex = pattern.shard_regex(options.part)
     manifest_name = os.path.basename(manifest_path)
@@ -154,11 +146,11 @@ def prepare_output(
         return bool(regex.fullmatch(name)) or name.startswith(manifest_name)
 
     _clean_temporary(folder, is_ours)
-    journal = Journal(journal_path(manifest_path))
+    journal = Journal(beside(manifest_path, "journal"))
     existing = sorted(
         name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
     )
-    record = inputs_path(manifest_path)
+    record = beside(manifest_path, "inputs")
     for path in (manifest_path, record, journal.path):
         refuse_link(path)
     if options.overwrite:
@@ -195,10 +187,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def _write_all(
-    todo: list[ShardPlan],
-    spec: WriteSpec,
-    workers: int,
-    on_result: Callable[[ShardResult], None],
+    todo: list[ShardPlan], spec: WriteSpec, workers: int, on_result: Callable[[ShardResult], None]
 ) -> None:
     """Write the shards in this process or in a pool; ``on_result`` as each one completes."""
     if workers == 1 or len(todo) <= 1:
@@ -227,7 +216,7 @@ def convert(
     progress: Progress | None = None,
 ) -> ConvertSummary:
     """Convert ``inputs`` (folders, tables, shards, Hugging Face datasets) into shards named
-    by ``output_pattern``."""
+    by ``output_pattern``; ``progress(records written, records planned)`` as shards complete."""
     started = time.perf_counter()
     if isinstance(inputs, (str, os.PathLike)) or is_hf_dataset(inputs):
         inputs = [inputs]
@@ -272,8 +261,8 @@ def _run(
     manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
     inputs = fingerprints(plans, listing.datasets)
     done = prepare_output(pattern, options, digest, manifest_path, inputs)
-    write_inputs(inputs_path(manifest_path), inputs)
-    journal = Journal(journal_path(manifest_path))
+    write_inputs(beside(manifest_path, "inputs"), inputs)
+    journal = Journal(beside(manifest_path, "journal"))
     journal.start(digest, list(done.values()))
     entries = dict(done)
     skipped = list(listing.skipped)

@@ -1,17 +1,14 @@
 """Folder inputs: files that share a path stem form one sample.
 
 ``cat/img001.jpg`` and ``cat/img001.json`` become the sample ``{"__key__": "cat/img001",
-"jpg": ..., "json": ...}``: the key is the path relative to the input folder up to the first
-dot of the file name, the field is the rest, lower-cased (the webdataset naming rule, so tar
-members keep these names). Hidden files (a leading dot) and files without an extension are
-left out, and counted by reason in the summary (``left_out``), as are links not followed.
-In the class-per-subfolder layout the first subfolder names the class: the sample
-gets a ``cls`` field, the index of its class in the sorted class names.
+"jpg": ..., "json": ...}`` (the webdataset naming rule: the key runs to the first dot of the
+file name, the field is the rest, lower-cased). Hidden and extension-less files are left out,
+and counted by reason (``left_out``), as are links not followed. In the class-per-subfolder
+layout the first subfolder names the class: a ``cls`` field, its index in the sorted names.
 
-Walking is sorted (files of a folder, then its subfolders), so the listing is the same on
-every machine. Symbolic links are followed only when they stay inside the input folder (a
-link to a folder inside it is not walked twice) unless ``follow_links`` is set; a link that
-leaves the folder is a bad input.
+Walking is sorted, so the listing is the same on every machine. A symbolic link is followed
+only when it stays inside the input folder (and a folder link not at all) unless
+``follow_links``; a link that leaves the folder is a bad input.
 """
 
 from __future__ import annotations
@@ -57,10 +54,6 @@ class _Walker:
         self.problems = problems
         self.visited: set[str] = set()
 
-    def inside(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return real == self.real_root or real.startswith(self.real_root + os.sep)
-
     def entries(self, folder: str) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
         """The visible files and subfolders of ``folder``, sorted by name."""
         try:
@@ -87,14 +80,14 @@ class _Walker:
         return files, folders
 
     def link_allowed(self, entry: os.DirEntry[str]) -> bool:
+        real = os.path.realpath(entry.path)
         if self.follow_links:
-            real = os.path.realpath(entry.path)
             if real in self.visited:
                 self.problems.leave_out("link to a file or folder already listed")
                 return False
             self.visited.add(real)
             return True
-        if not self.inside(entry.path):
+        if real != self.real_root and not real.startswith(self.real_root + os.sep):
             self.problems.report(
                 BadInputError(
                     f"{entry.path}: the link leads out of the input folder {self.root} "
@@ -163,18 +156,6 @@ class _Walker:
         )
 
 
-def has_class_layout(root: str) -> bool:
-    """Whether the folder holds only subfolders (the class-per-subfolder layout)."""
-    with os.scandir(root) as scan:
-        visible = [entry for entry in scan if not entry.name.startswith(".")]
-    return bool(visible) and all(entry.is_dir() for entry in visible)
-
-
-def class_names(root: str) -> list[str]:
-    with os.scandir(root) as scan:
-        return sorted(e.name for e in scan if not e.name.startswith(".") and e.is_dir())
-
-
 def list_folder(
     root: str, labels: LabelMode, follow_links: bool, problems: Problems
 ) -> tuple[list[FileGroup], list[str]]:
@@ -182,14 +163,15 @@ def list_folder(
     if not os.path.isdir(root):
         problems.report(BadInputError(f"{root}: no such folder", url=root))
         return [], []
-    use_labels = labels is LabelMode.SUBFOLDER or (
-        labels is LabelMode.AUTO and has_class_layout(root)
-    )
-    if labels is LabelMode.SUBFOLDER and not has_class_layout(root):
+    with os.scandir(root) as scan:
+        visible = [entry for entry in scan if not entry.name.startswith(".")]
+    class_layout = bool(visible) and all(entry.is_dir() for entry in visible)
+    if labels is LabelMode.SUBFOLDER and not class_layout:
         raise ConfigError(
             f"{root}: labels='subfolder' needs every file in a class subfolder, but the folder "
             "holds files directly (pass --labels none)"
         )
+    use_labels = labels is LabelMode.SUBFOLDER or (labels is LabelMode.AUTO and class_layout)
     walker = _Walker(root, follow_links, problems)
     groups = walker.walk(walker.root, None, use_labels)
-    return groups, class_names(root) if use_labels else []
+    return groups, sorted(entry.name for entry in visible) if use_labels else []

@@ -1,14 +1,11 @@
 """What the shards of a conversion were written from: a fingerprint of every input.
 
-The plan digest (:func:`shardmix.convert.plan.plan_digest`) names which samples go where; it
-says nothing of their content. So beside the manifest a run keeps ``.<manifest>.inputs``
-(JSON: ``{input: fingerprint}``), written before the first shard: for a local file its size,
-mtime (ns) and the sha256 of its bytes; for a Hugging Face dataset the sha256 of its Arrow
-record batches as convert reads them. A re-run of the same plan trusts its earlier shards only
-when every fingerprint is the same; otherwise :class:`~shardmix.errors.InputChangedError`
-names the inputs that changed (``--overwrite`` rewrites the set). Hashing raw bytes and Arrow
-buffers, never values one by one, keeps this cheap next to the conversion itself.
-
+The plan digest names which samples go where, not their content. So beside the manifest a run
+keeps ``.<manifest>.inputs`` (JSON: ``{input: fingerprint}``), written before the first shard:
+a local file's size, mtime (ns) and sha256; a Hugging Face dataset's sha256 of its Arrow
+record batches. A re-run of the same plan trusts its earlier shards only when every
+fingerprint is the same, else :class:`~shardmix.errors.InputChangedError` names the inputs
+that changed. Hashing raw bytes and Arrow buffers, never values one by one, keeps this cheap.
 :func:`stale_inputs` is the quick check ``stat --verify`` makes (sizes and mtimes only).
 """
 
@@ -17,21 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmix.convert.inputs import FileItem, RecordItem, RowItem
-from shardmix.convert.outfiles import write_json_atomic
+from shardmix.convert.outfiles import beside, write_json_atomic
 from shardmix.convert.plan import ShardPlan
 from shardmix.errors import InputChangedError
 
 VERSION = 1
 _SHOWN = 5  # changed inputs named in a message
-
-
-def inputs_path(manifest_path: str) -> str:
-    folder, name = os.path.split(manifest_path)
-    return os.path.join(folder, f".{name}.inputs")
 
 
 def file_fingerprint(path: str) -> str:
@@ -43,8 +35,7 @@ def file_fingerprint(path: str) -> str:
 
 
 class ArrowDigest:
-    """The sha256 of Arrow record batches, through the IPC stream format (a slice hashes only
-    its own rows)."""
+    """The sha256 of Arrow record batches in the IPC stream format (a slice: its own rows)."""
 
     def __init__(self) -> None:
         self.sha256 = hashlib.sha256()
@@ -139,21 +130,19 @@ def check_unchanged(path: str, now: Mapping[str, str], folder: str) -> None:
 
 def stale_inputs(manifest_path: str) -> list[str] | None:
     """Recorded local inputs whose size or mtime differ now; None without a record."""
-    recorded = read_inputs(inputs_path(manifest_path))
+    recorded = read_inputs(beside(manifest_path, "inputs"))
     if recorded is None:
         return None
-    return list(_stale(recorded.items()))
-
-
-def _stale(recorded: Iterable[tuple[str, str]]) -> Iterable[str]:
-    for name, value in recorded:
+    found = []
+    for name, value in recorded.items():
         if value.startswith("arrow "):
             continue
         size, mtime, _ = value.split(" ", 2)
         try:
             status = os.stat(name)
         except OSError:
-            yield f"{name} is gone"
+            found.append(f"{name} is gone")
             continue
         if (str(status.st_size), str(status.st_mtime_ns)) != (size, mtime):
-            yield f"{name} changed"
+            found.append(f"{name} changed")
+    return found

@@ -1,15 +1,11 @@
 """Inputs of a conversion: list every sample to write, cheaply, before anything is written.
 
-An input is a folder of files (:mod:`shardmix.convert.folder`), a table of rows
-(:mod:`shardmix.convert.tables`) or existing tar/TFRecord shards (here). Listing yields
-:class:`Item` values: small, picklable descriptions of one sample (its key, its field names
-and sizes, and where its bytes are) in a deterministic order; :meth:`Item.load` reads the
-sample when a shard writer needs it. Planning (parts, shuffling, shard limits) works on items.
+Listing yields :class:`Item` values: small, picklable descriptions of one sample (its key,
+field names and sizes, and where its bytes are) in a deterministic order; :meth:`Item.load`
+reads the sample when a shard writer needs it. Existing shards are listed here.
 
-Every key is checked here (:func:`check_key`): an absolute key, an empty path part or a
-``..`` part would become a member name that extracts outside the output folder, so such a
-sample is refused. Problems go through :class:`Problems`: raised at once by default, counted
-and skipped with ``skip_bad``.
+Every key is checked (:func:`check_key`): one that would extract outside the output folder is
+refused. Problems go through :class:`Problems`: raised at once, or with ``skip_bad`` counted.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ class Problems:
         self.left_out: Counter[str] = Counter()  # inputs not written by rule, per reason
 
     def leave_out(self, reason: str) -> None:
-        """Count an input that is not written by rule (a hidden or extension-less file)."""
         self.left_out[reason] += 1
 
     def report(self, error: BadInputError) -> None:
@@ -71,8 +66,7 @@ def check_key(key: str, source: str) -> str:
 
 
 def check_field(name: str, source: str) -> str:
-    """``name`` unless it starts with ``__`` (reserved for shardmix's own fields such as
-    ``__key__`` and ``__url__``): then :class:`BadInputError`.
+    """``name`` unless it starts with ``__`` (reserved): then :class:`BadInputError`.
 
     >>> check_field("jpg", "x")
     'jpg'
@@ -233,19 +227,16 @@ def list_shards(pattern: str, problems: Problems) -> Iterator[Item]:
 
 def unique_keys(items: Sequence[Item], problems: Problems) -> list[Item]:
     """The items, without any whose key an earlier item already has."""
-    seen: dict[str, str] = {}
-    kept = []
+    seen: dict[str, Item] = {}
     for item in items:
-        earlier = seen.get(item.key)
-        if earlier is not None:
-            problems.report(
-                BadInputError(
-                    f"{item.source}: sample key {item.key!r} was already taken by {earlier}; "
-                    "keys must be unique across all inputs",
-                    url=item.source,
-                )
-            )
+        if item.key not in seen:
+            seen[item.key] = item
             continue
-        seen[item.key] = item.source
-        kept.append(item)
-    return kept
+        problems.report(
+            BadInputError(
+                f"{item.source}: sample key {item.key!r} was already taken by "
+                f"{seen[item.key].source}; keys must be unique across all inputs",
+                url=item.source,
+            )
+        )
+    return list(seen.values())

@@ -19,13 +19,11 @@ A manifest is a JSON file (schema version 2; version 1, without token counts, st
                   "tokens": 256000, "record_tokens": [212, 87, ...]}, ...]
     }
 
-Shard names are relative to the manifest's folder; ``bytes`` is the file size on disk. The
-manifest holds no time or host, so the same conversion writes the same manifest. While a run
-is in progress its completed shards are appended to a hidden journal
-(``.<manifest>.journal``, JSON lines); a re-run of the same conversion trusts those shards,
-and the journal is removed once the manifest is written. Part manifests
-(``train-p0001.manifest.json``) merge into ``train.manifest.json``: automatically when the
-last part to finish finds all the others' manifests, or by :func:`merge_part_manifests`.
+Shard names are relative to the manifest's folder; ``bytes`` is the file size on disk; no time
+or host, so the same conversion writes the same manifest. A run in progress appends its
+completed shards to a hidden journal (``.<manifest>.journal``, JSON lines), which a re-run of
+the same conversion trusts. Part manifests merge into the set's when the last part finishes,
+or by :func:`merge_part_manifests`.
 """
 
 from __future__ import annotations
@@ -85,8 +83,6 @@ class Manifest:
     plan: str
     classes: tuple[str, ...] = ()
     shards: tuple[ShardEntry, ...] = field(default_factory=tuple)
-    # What the whole set is made from, the same in each of its parts: the sha256 of every
-    # input item's key and source (None for a stream) and the options. None: not recorded.
     origin: dict[str, Any] | None = None
 
     @property
@@ -166,17 +162,14 @@ class Journal:
                 lines = file.read().splitlines()
         except FileNotFoundError:
             return None
+        entries = []
         try:
             if not lines or json.loads(lines[0]).get("plan") != plan:
                 return None
-            entries = [ShardEntry.from_json(json.loads(line)) for line in lines[1:] if line.strip()]
+            for line in filter(str.strip, lines[1:]):
+                entries.append(ShardEntry.from_json(json.loads(line)))
         except (ValueError, TypeError):  # a line cut by a kill: trust what came before it
-            entries = []
-            for line in lines[1:]:
-                try:
-                    entries.append(ShardEntry.from_json(json.loads(line)))
-                except (ValueError, TypeError):
-                    break
+            pass
         return {entry.name: entry for entry in entries}
 
     def start(self, plan: str, done: Sequence[ShardEntry]) -> None:
@@ -195,11 +188,6 @@ class Journal:
     def remove(self) -> None:
         if os.path.lexists(self.path):
             os.unlink(self.path)
-
-
-def journal_path(manifest_path: str) -> str:
-    folder, name = os.path.split(manifest_path)
-    return os.path.join(folder, f".{name}.journal")
 
 
 def merge_manifests(manifests: Sequence[Manifest]) -> Manifest:
@@ -223,17 +211,7 @@ def merge_manifests(manifests: Sequence[Manifest]) -> Manifest:
     if len({shard.name for shard in shards}) != len(shards):
         raise ConfigError("cannot merge: two parts name the same shard")
     plan = hashlib.sha256(" ".join(m.plan for m in ordered).encode()).hexdigest()
-    return Manifest(
-        first.format,
-        first.gzip,
-        first.index,
-        None,
-        first.parts,
-        plan,
-        first.classes,
-        shards,
-        first.origin,
-    )
+    return replace(first, part=None, plan=plan, shards=shards)
 
 
 def _differences(first: Manifest, other: Manifest) -> list[str]:

@@ -1,9 +1,6 @@
 """What a conversion is asked to do: options, the output pattern, sizes and parts.
 
-Everything here is a small validated value: :class:`ConvertOptions` (frozen, checked at
-construction) and its :class:`TokenOptions`, :class:`OutputPattern` (where shard number ``i``
-of part ``p`` goes and what the manifest is called), :class:`Part` (``I/N``) and
-:func:`parse_size`. Nothing here touches the file system beyond path arithmetic.
+Small validated values; nothing here touches the file system beyond path arithmetic.
 """
 
 from __future__ import annotations
@@ -18,22 +15,9 @@ from shardmix.formats import Format, infer_format, is_gzipped
 
 DEFAULT_MAX_BYTES = 1 << 30  # when neither max_records nor max_bytes is given
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-}
+_UNITS = {"": 1, "b": 1}
+_UNITS |= {f"{prefix}{b}": 1000**power for power, prefix in enumerate("kmgt", 1) for b in ("", "b")}
+_UNITS |= {f"{prefix}ib": 1 << 10 * power for power, prefix in enumerate("kmgt", 1)}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
 _DIRECTIVE = re.compile(r"%(0?)(\d*)d")
 
@@ -90,9 +74,8 @@ class Part:
 @dataclass(frozen=True)
 class TokenOptions:
     """A tokenized conversion (:mod:`shardmix.convert.tokenize`): the local ``tokenizer.json``,
-    the field holding each document's text, whether to append the EOS id (``eos_token``, else
-    the tokenizer's), and the fields a record keeps beside its tokens (the text only if named).
-    """
+    the text's field, whether to append the EOS id (``eos_token``, else the tokenizer's), and
+    the fields a record keeps beside its tokens (the text only if named)."""
 
     tokenizer: str
     text_column: str = "text"
@@ -122,9 +105,8 @@ class LabelMode(enum.Enum):
 class OutputPattern:
     """An output pattern such as ``out/train-%06d.tar``: one ``%d`` directive in the file name.
 
-    With a part of several, the directive is preceded by the part tag, so parts never collide:
-    ``out/train-p0001-000003.tar``. The manifest sits beside the shards, named after what comes
-    before the directive: ``out/train.manifest.json`` (part ``out/train-p0001.manifest.json``).
+    A part's shards have its tag before the number (``out/train-p0001-000003.tar``); the
+    manifest is named after the prefix: ``out/train.manifest.json`` (``train-p0001.manifest...``).
     """
 
     folder: str
@@ -180,11 +162,10 @@ class OutputPattern:
 class ConvertOptions:
     """How to convert; validated at construction.
 
-    ``max_records`` and ``max_bytes`` close a shard before the record that would pass either
-    limit (a single larger record still gets its own shard); with neither, shards roll at
-    :data:`DEFAULT_MAX_BYTES`. ``max_bytes`` counts uncompressed shard bytes: exact for tar,
-    an upper-bound estimate for TFRecord. ``format`` and ``gzip`` default to what the output
-    pattern's extension says.
+    ``max_records`` and ``max_bytes`` (uncompressed: exact for tar, an upper bound for TFRecord)
+    close a shard before the record that would pass either (a larger record gets a shard of its
+    own); with neither, shards roll at :data:`DEFAULT_MAX_BYTES`. ``format`` and ``gzip``
+    default to what the output pattern's extension says.
     """
 
     format: Format | None = None

@@ -1,20 +1,15 @@
 """Files a writer writes in its output folder: never through a link, a full disk named, one
 writer per output prefix.
 
-Convert often runs as root over shared folders, so every file it creates there (shards,
-indexes, manifests, the journal, the input record, the lock) is opened with ``O_NOFOLLOW``, and
-new files with ``O_EXCL``: a symbolic link planted under one of those names is an
-:class:`~shardmix.errors.OutputLinkError` and the file it points to is never touched. A
-leftover temporary file of an interrupted run is unlinked first (unlinking a link removes the
-link, not its target). A write that finds the disk full (``ENOSPC``, ``EDQUOT``) is an
-:class:`~shardmix.errors.OutputFullError`; the caller deletes its temporary file.
+Convert often runs as root over shared folders, so every file it creates there is opened with
+``O_NOFOLLOW`` (new ones with ``O_EXCL``): a symbolic link planted under one of those names is
+an :class:`~shardmix.errors.OutputLinkError` and its target is never touched. A full disk
+(``ENOSPC``, ``EDQUOT``) is an :class:`~shardmix.errors.OutputFullError`.
 
-:class:`OutputLock` is an ``flock`` on ``.<manifest>.lock``. :func:`lock_output` takes the
-prefix's for a writer's whole run (convert, :class:`~shardmix.convert.stream.ShardWriter`,
-Ray's ``ShardSink``): exclusive, or shared by the parts of one ``--part I/N`` set, which also
-hold their own part's, so parts go on side by side while anything else is refused. The
-kernel releases a lock when its holder dies, however it dies; the holder writes its pid and
-kind in the file so a refused writer can name it.
+:func:`lock_output` takes an ``flock`` on ``.<manifest>.lock`` for a writer's whole run:
+exclusive, or shared by the parts of one ``--part I/N`` set (each also holding its own part's).
+The kernel releases it when its holder dies; the holder writes its pid and kind in the file so
+a refused writer can name it.
 """
 
 from __future__ import annotations
@@ -38,8 +33,7 @@ _HELD: set[int] = set()  # lock descriptors of this process, closed in forked ch
 
 
 def _close_held() -> None:
-    """In a forked child (a pool worker): drop the copies of the lock descriptors, so the lock
-    ends with the convert that took it even if a worker outlives it."""
+    """In a forked child: drop the lock descriptors, so the lock ends with its taker."""
     for fd in list(_HELD):
         os.close(fd)
     _HELD.clear()
@@ -113,8 +107,8 @@ def write_json_atomic(path: str, data: dict[str, Any]) -> None:
 
 
 def dumps_indented(data: dict[str, Any]) -> str:
-    """``data`` as indented JSON, but each list of integers on one line: a token manifest's
-    ``record_tokens`` take about 4 bytes a document, not 9.
+    """``data`` as indented JSON, each list of integers on one line (a token manifest's
+    ``record_tokens``: about 4 bytes a document, not 9).
 
     >>> print(dumps_indented({"b": [1, 2], "a": {"c": []}}))
     {
@@ -142,9 +136,10 @@ def dumps_indented(data: dict[str, Any]) -> str:
     return marker.sub(lambda match: inline[int(match.group(1))], text)
 
 
-def lock_path(manifest_path: str) -> str:
+def beside(manifest_path: str, suffix: str) -> str:
+    """The hidden file ``.<manifest>.<suffix>`` beside a manifest (journal, inputs, lock)."""
     folder, name = os.path.split(manifest_path)
-    return os.path.join(folder, f".{name}.lock")
+    return os.path.join(folder, f".{name}.{suffix}")
 
 
 class OutputLock:
@@ -152,7 +147,7 @@ class OutputLock:
     ``shared`` with the other parts of one set. ``writer`` names the kind in refusals."""
 
     def __init__(self, manifest_path: str, writer: str = "convert", *, shared: bool = False):
-        self.path = lock_path(manifest_path)
+        self.path = beside(manifest_path, "lock")
         self.writer = writer
         self.shared = shared
         self.fd: int | None = None
@@ -188,8 +183,7 @@ class OutputLock:
             return False
 
     def release(self) -> None:
-        """Remove the lock file (shared: the last holder, the one that can take it whole),
-        then release the lock (closing the descriptor)."""
+        """Remove the lock file (shared: the last holder removes it), then release the lock."""
         if self.fd is None:
             return
         last = True
@@ -212,9 +206,8 @@ class OutputLock:
 
 
 def lock_output(pattern: OutputPattern, part: Part, writer: str) -> ExitStack:
-    """The locks a writer into ``pattern`` (and ``part``) holds for its whole run; closing the
-    stack releases them. :class:`OutputBusyError` names the holder when another writer has
-    the prefix (or a part run has this part)."""
+    """The locks a writer into ``pattern`` (and ``part``) holds for its run, released when the
+    stack closes; :class:`OutputBusyError` names the holder when another writer has them."""
     stack = ExitStack()
     whole = os.path.join(pattern.folder, pattern.manifest_name(None))
     try:

@@ -1,14 +1,10 @@
 """Planning: which items go to which shard, decided before a byte is written.
 
-The plan is a pure function of the listed items and the options: part ``I/N`` keeps the items
-whose input position is ``I`` modulo ``N``; ``shuffle`` permutes them with a generator seeded
-from (seed, part); shards are then cut in order, closing a shard before the record that would
-pass ``max_records`` or ``max_bytes``. Shard sizes for ``max_bytes`` come from the items'
-field sizes: exact for tar (headers and padding included), an upper bound for TFRecord.
-
-Because the plan is fixed up front, any number of workers writes the same shards, a resumed
-run knows which shards are still missing, and :func:`plan_digest` tells whether a previous
-run was the same conversion.
+The plan is a pure function of the items and the options: part ``I/N`` keeps input positions
+``I`` modulo ``N``; ``shuffle`` permutes them with a generator seeded from (seed, part); shards
+close before the record that would pass ``max_records`` or ``max_bytes`` (exact for tar, an
+upper bound for TFRecord). So any number of workers writes the same shards, a resumed run
+knows which are missing, and :func:`plan_digest` tells whether a run was the same conversion.
 """
 
 from __future__ import annotations
@@ -34,11 +30,6 @@ class ShardPlan:
     items: tuple[Item, ...]
 
 
-def select_part(items: Sequence[Item], part: Part) -> list[Item]:
-    """The items of part ``part``: input positions ``part.index`` modulo ``part.count``."""
-    return list(items[part.index :: part.count])
-
-
 def shuffled(items: Sequence[Item], seed: int, part: Part) -> list[Item]:
     """The items in an order that depends only on (seed, part)."""
     order = list(items)
@@ -46,16 +37,10 @@ def shuffled(items: Sequence[Item], seed: int, part: Part) -> list[Item]:
     return order
 
 
-def record_size(item: Item, fmt: Format) -> int:
-    """The uncompressed bytes the item takes in a shard (exact for tar, at most for TFRecord)."""
-    return writer_for(fmt).record_size(item.key, item.fields, item.sizes)
-
-
 class Roller:
     """Where shards close, one item at a time: the rule of :func:`cut` for a stream of items."""
 
     def __init__(self, fmt: Format, max_records: int | None, max_bytes: int | None) -> None:
-        self.fmt = fmt
         self.max_records = max_records
         self.max_bytes = max_bytes
         self._writer = writer_for(fmt)
@@ -65,11 +50,9 @@ class Roller:
 
     def add(self, item: Item) -> bool:
         """Count ``item`` in; True when it must open a new shard (the current one is full)."""
-        item_size = (
-            self._writer.record_size(item.key, item.fields, item.sizes)
-            if self.max_bytes is not None
-            else 0
-        )
+        item_size = 0
+        if self.max_bytes is not None:
+            item_size = self._writer.record_size(item.key, item.fields, item.sizes)
         full = self.max_records is not None and self.records >= self.max_records
         too_big = self.max_bytes is not None and self._size + item_size > self.max_bytes
         new = self.records > 0 and (full or too_big)
@@ -102,7 +85,7 @@ def make_plan(
     shuffle_seed: int | None,
 ) -> list[ShardPlan]:
     """The shards of this part, named by ``pattern``."""
-    chosen = select_part(items, part)
+    chosen = list(items[part.index :: part.count])
     if shuffle_seed is not None:
         chosen = shuffled(chosen, shuffle_seed, part)
     return [

@@ -1,18 +1,14 @@
 """Writing shards from Python: :class:`ShardWriter` and :func:`write_shards`.
 
-The streaming side of :func:`shardmix.convert.convert`, for samples a program makes one at a
-time (a list, a generator, a Hugging Face dataset): the same shard names and ``part``, the
-same temporary names and renames (:class:`~shardmix.convert.writer.ShardFile`), the same
-roll rule (:class:`~shardmix.convert.plan.Roller`) and the same manifest, written when the
-writer closes. A sample is a mapping of field names to values
-(:mod:`shardmix.convert.values` says which); its key is its ``__key__``, else its position in
-the stream (``%08d``). Part ``I/N`` keeps the samples at positions ``I`` modulo ``N``.
+For samples a program makes one at a time, with :func:`~shardmix.convert.convert`'s names,
+temporary files, roll rule and manifest (written when the writer closes). A sample is a
+mapping of field names to values (:mod:`shardmix.convert.values`); its key is its
+``__key__``, else its position in the stream (``%08d``). Part ``I/N`` keeps the positions
+``I`` modulo ``N``. A stream cannot shuffle or use several processes.
 
-What a stream cannot do: shuffle (shuffle before writing) or use several processes. A writer
-holds the prefix's lock from its start to ``close()`` or ``abort()``: another writer into the
-prefix (a convert, a Ray ``ShardSink``) is an :class:`~shardmix.errors.OutputBusyError` naming
-it. Leaving the writer by an exception deletes the shard being written and writes no manifest;
-since a stream's plan is known only at its end, writing again needs ``overwrite=True``.
+A writer holds the prefix's lock until ``close()`` or ``abort()``. Leaving it by an exception
+deletes the shard being written and writes no manifest; since a stream's plan is known only
+at its end, writing again needs ``overwrite=True``.
 """
 
 from __future__ import annotations
@@ -25,12 +21,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shardmix.convert.api import ConvertSummary, finish_output, prepare_output
-from shardmix.convert.hf import dataset_rows, is_hf_dataset
 from shardmix.convert.inputs import BadInputError, Item, Problems, check_key, sample_fields
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.outfiles import lock_output
 from shardmix.convert.plan import PlanDigest, Roller
+from shardmix.convert.tables import dataset_rows, is_hf_dataset
 from shardmix.convert.values import cell_fields
 from shardmix.convert.writer import ShardFile, WriteSpec
 from shardmix.errors import ConfigError
@@ -66,15 +62,9 @@ class ShardWriter(Closing):
         gzip = self.pattern.gzipped() if options.gzip is None else options.gzip
         self.spec = WriteSpec(self.pattern.folder, fmt, gzip, options.write_index, options.skip_bad)
         part = options.part
-        settings: dict[str, object] = {
-            "format": fmt.value,
-            "gzip": gzip,
-            "index": self.spec.indexed,
-        }
-        settings |= {"limits": options.limits(), "seed": None, "classes": []}
-        settings["part"] = [part.index, part.count]
-        self._digest = PlanDigest(settings)
-        chosen = {name: value for name, value in settings.items() if name != "part"}
+        chosen: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": self.spec.indexed}
+        chosen |= {"limits": options.limits(), "seed": None, "classes": []}
+        self._digest = PlanDigest(chosen | {"part": [part.index, part.count]})
         self._origin = {"inputs": None, "options": json.loads(json.dumps(chosen))}
         self._roller = Roller(fmt, *options.limits())
         self._problems = Problems(options.skip_bad)
@@ -155,16 +145,11 @@ class ShardWriter(Closing):
         if self.summary is not None:
             return self.summary
         self._closed = True
+        part, digest = self.options.part, self._digest.hexdigest()
         with self._lock:
             self._finish_shard()
             summary = finish_output(
-                self.pattern,
-                self.options.part,
-                self.spec,
-                self._digest.hexdigest(),
-                (),
-                self._entries,
-                self._origin,
+                self.pattern, part, self.spec, digest, (), self._entries, self._origin
             )
         self.summary = dataclasses.replace(
             summary,
@@ -192,10 +177,8 @@ def write_shards(
     part: Part | str | None = None,
     overwrite: bool | None = None,
 ) -> ConvertSummary:
-    """Write ``samples`` (any iterable of mappings, or a Hugging Face dataset) into shards.
-
-    The keywords override the fields of ``options`` of the same name; ``part`` may be ``"I/N"``.
-    """
+    """Write ``samples`` (any iterable of mappings, or a Hugging Face dataset) into shards; the
+    keywords override the fields of ``options`` of the same name (``part`` may be ``"I/N"``)."""
     changes: dict[str, Any] = {"max_records": max_records, "max_bytes": max_bytes}
     changes |= {"overwrite": overwrite, "part": Part.parse(part) if isinstance(part, str) else part}
     given = {name: value for name, value in changes.items() if value is not None}

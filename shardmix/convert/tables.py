@@ -1,20 +1,20 @@
-"""Table inputs: JSON Lines, CSV and Parquet files, one sample per row, columns as fields.
+"""Row inputs: JSON Lines, CSV, Parquet files and Hugging Face datasets, one sample per row.
 
 A row's key is its ``key_column`` value when one is named, else its ``__key__`` column, else
-``<file stem>/<row:08d>``. Other columns starting with ``__`` are reserved (shardmix's own
-fields): such a row is a bad input, named. Empty (null) values are left out. Values keep
-their type where the table has one (JSON, Parquet), as
-:mod:`shardmix.convert.values` says: a Hugging Face ``Image``/``Audio`` struct (a Parquet
-export of a dataset) becomes a raw ``<column>.<ext>`` member, a value with no faithful form
-an error naming column and row. A CSV column whose every value is a number (written as JSON
-writes one: ``31``, ``-2.5``, ``1e3``; not ``007`` or ``+1``) holds ints, or floats when any
-value has a fraction or an exponent, as the same JSON Lines column would; an empty cell of such
-a column is null. Other CSV values stay text.
+``<file stem>/<row:08d>``. Other ``__`` columns are reserved: such a row is a bad input. Null
+values are left out; others keep their type where the table has one, as
+:mod:`shardmix.convert.values` says. A CSV column whose every value is a number as JSON writes
+one (``31``, ``-2.5``, ``1e3``; not ``007`` or ``+1``) holds ints, or floats when any has a
+fraction or an exponent; an empty cell of such a column is null. Other CSV values stay text.
 
-An inlined column (``inline_columns``) names a file per row, relative to the table's folder;
-the field becomes that file's bytes. The file must lie inside the table's folder unless
-``follow_links`` is set. Parquet needs pyarrow (``pip install 'shardmix[parquet]'``), imported
-only when a Parquet input is listed.
+An inlined column (``inline_columns``) names a file per row, relative to the table's folder
+(inside it unless ``follow_links``); the field becomes that file's bytes. Parquet needs pyarrow,
+imported only when a Parquet input is listed.
+
+A Hugging Face ``Dataset``/``IterableDataset`` (or a folder written by ``save_to_disk``) is
+read as Arrow record batches, never decoded (an ``Image``/``Audio`` column gives its
+``{"bytes", "path"}`` struct); its rows become items as a table's do, the key stem being a
+saved folder's name, else ``dataset``. ``datasets`` is imported only to read a saved folder.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import csv
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from shardmix.convert.identity import ArrowDigest
 from shardmix.convert.inputs import (
     BadInputError,
     Item,
@@ -35,9 +37,12 @@ from shardmix.convert.inputs import (
     check_key,
     value_size,
 )
+from shardmix.convert.options import ConvertOptions
 from shardmix.convert.values import cell_fields
 from shardmix.formats import KEY_FIELD
 
+_BATCH_ROWS = 1024
+_INFO_FILES = ("dataset_info.json", "state.json")
 TABLE_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
 Row = Mapping[str, Any]
 
@@ -138,9 +143,7 @@ class RowMaker:
     def __init__(
         self,
         path: str,
-        inline: Sequence[str],
-        key_column: str | None,
-        follow_links: bool,
+        options: ConvertOptions,
         problems: Problems,
         *,
         folder: str | None = None,
@@ -149,9 +152,9 @@ class RowMaker:
         self.path = path  # or another name of the rows' source, for messages
         self.folder = os.path.realpath(folder or os.path.dirname(os.path.abspath(path)))
         self.stem = stem or os.path.basename(path).split(".", 1)[0]
-        self.inline = frozenset(inline)
-        self.key_column = key_column
-        self.follow_links = follow_links
+        self.inline = frozenset(options.inline_columns)
+        self.key_column = options.key_column
+        self.follow_links = options.follow_links
         self.problems = problems
 
     def key(self, index: int, row: Row) -> str:
@@ -189,15 +192,11 @@ class RowMaker:
             if column == KEY_FIELD or (column == self.key_column and column.startswith("__")):
                 continue  # a key column named like a reserved field is the key, not a field
             check_field(column, f"{self.path}: row {index}")
-            for name, cell in cell_fields(column, row[column], f"{self.path}: row {index}"):
-                value = cell
-                if name in self.inline:
-                    value = self.inline_path(index, value)
-                    sizes.append(os.path.getsize(value))
-                else:
-                    sizes.append(value_size(value))
+            for name, value in cell_fields(column, row[column], f"{self.path}: row {index}"):
+                inlined = self.inline_path(index, value) if name in self.inline else None
                 fields.append(name)
-                values.append(value)
+                values.append(value if inlined is None else inlined)
+                sizes.append(value_size(value) if inlined is None else os.path.getsize(inlined))
         missing = self.inline.difference(fields)
         if missing:
             raise BadInputError(
@@ -209,15 +208,9 @@ class RowMaker:
         )
 
 
-def list_table(
-    path: str,
-    inline: Sequence[str],
-    key_column: str | None,
-    follow_links: bool,
-    problems: Problems,
-) -> list[Item]:
+def list_table(path: str, options: ConvertOptions, problems: Problems) -> list[Item]:
     """The rows of one table file, as items."""
-    maker = RowMaker(path, inline, key_column, follow_links, problems)
+    maker = RowMaker(path, options, problems)
     items: list[Item] = []
     try:
         items.extend(row_items(maker, _rows(path, problems)))  # keeps the rows before an error
@@ -235,3 +228,62 @@ def row_items(maker: RowMaker, rows: Iterable[tuple[int, Row]]) -> Iterator[Item
             yield maker.item(index, row)
         except BadInputError as error:
             maker.problems.report(error)
+
+
+def is_hf_dataset(value: object) -> bool:
+    """Whether ``value`` is a ``datasets.Dataset`` or ``datasets.IterableDataset``."""
+    module = sys.modules.get("datasets")  # not imported: it cannot be one
+    if module is None:
+        return False
+    return isinstance(value, (module.Dataset, module.IterableDataset))
+
+
+def is_saved_dataset(path: str) -> bool:
+    """Whether ``path`` is a folder written by ``Dataset.save_to_disk``."""
+    if not os.path.isdir(path):
+        return False
+    names = os.listdir(path)
+    return any(name in names for name in _INFO_FILES) and any(
+        name.endswith(".arrow") for name in names
+    )
+
+
+def load_saved(path: str) -> Any:
+    """The ``datasets.Dataset`` saved in the folder ``path``."""
+    try:
+        import datasets
+    except ImportError as error:
+        raise ImportError(
+            f"{path}: reading a saved Hugging Face dataset needs datasets; install it with "
+            "pip install 'shardmix[hf]'"
+        ) from error
+    try:
+        return datasets.load_from_disk(path)
+    except (OSError, ValueError) as error:
+        raise BadInputError(
+            f"{path}: cannot load the saved Hugging Face dataset: {error}", url=path
+        ) from error
+
+
+def dataset_rows(dataset: Any, digest: ArrowDigest | None = None) -> Iterator[tuple[int, Row]]:
+    """``(row number, row)`` of a dataset, undecoded (Image/Audio as ``{bytes, path}``); each
+    Arrow batch goes through ``digest`` (when given) as it is read."""
+    index = 0
+    for batch in dataset.with_format("arrow").iter(batch_size=_BATCH_ROWS):
+        if digest is not None:
+            digest.update(batch)
+        for row in batch.to_pylist():
+            yield index, row
+            index += 1
+
+
+def list_dataset(
+    dataset: Any, source: str, options: ConvertOptions, problems: Problems
+) -> tuple[list[Item], str]:
+    """A dataset's rows as items, and its fingerprint; ``source`` names it in keys and messages."""
+    saved = os.path.isdir(source)
+    stem = os.path.basename(os.path.normpath(source)) if saved else "dataset"
+    maker = RowMaker(source, options, problems, folder=source if saved else os.getcwd(), stem=stem)
+    digest = ArrowDigest()
+    items = list(row_items(maker, dataset_rows(dataset, digest)))
+    return items, digest.fingerprint()

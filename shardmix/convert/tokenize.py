@@ -1,22 +1,16 @@
 """Tokenized conversions: each document's text becomes its token ids, a ``tokens`` field.
 
 With ``ConvertOptions(tokens=TokenOptions("tokenizer.json"))`` a conversion writes one record
-per document (a table or dataset row, a file of a folder, a record of a shard): its key, its
-token ids and the fields ``keep_columns`` names, nothing else (the text only when kept: a
-pretraining set holds tokens, as Megatron's ``preprocess_data`` writes them). The ids are
-``tokens.npy`` in tar (uint16 when every id of the vocabulary fits, else uint32) and an int64
-list feature ``tokens`` in TFRecord, as :mod:`shardmix.tokens.documents` reads them; each
-record's count goes to the manifest. The text is the ``text_column`` field, a str or UTF-8
-bytes; a folder's sample of one file is that file, whatever its extension. A document without
-a text is a bad input, named (``skip_bad`` skips and counts it).
+per document (a row, a folder's file, a shard's record): its key, its token ids and the fields
+``keep_columns`` names (the text only when kept), as Megatron's ``preprocess_data`` writes a
+pretraining set. The ids are ``tokens.npy`` in tar (uint16 when the vocabulary fits, else
+uint32) and an int64 list ``tokens`` in TFRecord, as :mod:`shardmix.tokens.documents` reads
+them; each record's count goes to the manifest. A document without a text is a bad input.
 
-Texts are tokenized as each shard is written, :data:`BATCH` at a time with ``encode_batch``
-(the tokenizers library's threads), in every writer process: memory holds a batch, ``workers``
-multiply the speed, and a resumed run tokenizes only the shards still missing. The plan is cut
-before, by the inputs' sizes: ``max_bytes`` counts the text and every column, so token shards
-come out smaller (``max_records`` sizes them by documents). The tokenizer is a local
-``tokenizer.json``, never fetched; its sha256 is in the plan's settings, so a run with another
-tokenizer never trusts earlier shards.
+Texts are tokenized as each shard is written, :data:`BATCH` at a time, in every writer process,
+so ``workers`` multiply the speed and a resumed run tokenizes only the missing shards. The plan
+is cut before, by the inputs' sizes, so ``max_bytes`` shards come out smaller. The tokenizer
+is a local ``tokenizer.json``, never fetched; its sha256 is in the plan's settings.
 """
 
 from __future__ import annotations
@@ -127,8 +121,7 @@ class DocumentTokenizer:
     def records(
         self, loaded: Iterable[tuple[Item, Sample]], problems: Problems
     ) -> Iterator[tuple[Sample, int]]:
-        """``(record, its token count)`` of each loaded sample; one without a text goes to
-        ``problems``."""
+        """``(record, token count)`` per loaded sample; one without a text goes to ``problems``."""
         batch: list[tuple[Sample, str]] = []
         for item, sample in loaded:
             try:

@@ -1,12 +1,10 @@
 """Cell values (a table's, a Hugging Face dataset's, a Python sample's) as field values.
 
-A value is written as itself when a shard holds it faithfully: bytes, str, int, float (a bool
-as an int), numpy arrays, lists of one scalar kind. A Hugging Face ``Image`` or ``Audio``
-value, a ``{"bytes", "path"}`` struct, becomes a raw member named ``<column>.<ext>``: the
-extension of its path, else the one its first bytes show (PNG, JPEG, WebP, GIF, WAV, FLAC,
-MP3, OGG), else ``bin``. Other structs and lists become JSON text when JSON holds them (dates
-and decimals as text); bytes nested in them, or any other object, is a
-:class:`~shardmix.convert.inputs.BadInputError` naming the column and row: never a repr.
+Bytes, str, int, float (a bool as an int), numpy arrays and lists of one scalar kind are
+written as themselves. A Hugging Face ``Image``/``Audio`` value (``{"bytes", "path"}``) becomes
+a raw member ``<column>.<ext>``: its path's extension, else the one its bytes show, else
+``bin``. Other structs and lists become JSON text (dates and decimals as text); anything else
+is a :class:`~shardmix.convert.inputs.BadInputError` naming the column and row, never a repr.
 """
 
 from __future__ import annotations

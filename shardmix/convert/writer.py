@@ -1,16 +1,10 @@
 """Writing one planned shard: temporary name, checksum, TFRecord index, rename.
 
-A shard is written to ``.<name>.partial`` in the output folder (created exclusively, never
-through a link), hashed (sha256) as it is written, flushed to disk and only then renamed to
-its final name; so a shard under its final name is always complete, and an interrupted run
-leaves at most ``.partial`` files, which the next run deletes. An uncompressed TFRecord shard
-gets an index ``<name>.idx`` (text lines ``offset length``, one per record, the layout of the
-``tfrecord`` package's ``tfrecord2idx``), renamed into place before its shard.
-
-The rolling itself (which items go where) is :mod:`shardmix.convert.plan`'s; this module
-writes exactly the items it is given, with the format's writer from
-:func:`shardmix.formats.writer_for`; in a tokenized conversion the loaded items become
-documents first (:mod:`shardmix.convert.tokenize`) and the entry counts their tokens.
+A shard is written to ``.<name>.partial`` (created exclusively, never through a link), hashed
+as it is written, flushed to disk and only then renamed; so a shard under its final name is
+always complete, and an interrupted run leaves at most ``.partial`` files, which the next run
+deletes. An uncompressed TFRecord shard gets an index ``<name>.idx`` (lines ``offset length``,
+as the ``tfrecord`` package's ``tfrecord2idx`` writes), renamed into place before its shard.
 """
 
 from __future__ import annotations
@@ -59,10 +53,6 @@ def temp_name(name: str) -> str:
     return f".{name}{TEMP_SUFFIX}"
 
 
-def index_name(name: str) -> str:
-    return f"{name}.idx"
-
-
 class _HashingFile:
     """A write-only stream that hashes and counts what passes through it."""
 
@@ -91,11 +81,8 @@ def _loaded(
 
 
 class ShardFile:
-    """One shard being written under its temporary name; :meth:`finish` renames it into place.
-
-    Leaving a ``with`` block by an exception (or calling :meth:`discard`) deletes the
-    temporary file, so no half shard is ever left under any name by a run that ends.
-    """
+    """One shard being written under its temporary name; :meth:`finish` renames it into place,
+    :meth:`discard` (or leaving a ``with`` block by an exception) deletes it."""
 
     def __init__(self, name: str, spec: WriteSpec, problems: Problems) -> None:
         self.name = name
@@ -112,13 +99,8 @@ class ShardFile:
             gzip=spec.gzip,
         )
 
-    @property
-    def records(self) -> int:
-        return self._writer.records
-
     def write(self, sample: Sample, tokens: int = 0) -> None:
-        """Append one sample (a document of ``tokens`` tokens, in a tokenized conversion); a
-        sample the format cannot hold is reported to ``problems``."""
+        """Append one sample (of ``tokens`` tokens); one the format cannot hold: ``problems``."""
         start = self._writer.bytes_written
         try:
             self._writer.write_sample(sample)
@@ -137,11 +119,12 @@ class ShardFile:
         self._raw.close()
         folder = self.spec.folder
         if self.spec.indexed:
-            self._index_temp = os.path.join(folder, temp_name(index_name(self.name)))
+            index = f"{self.name}.idx"
+            self._index_temp = os.path.join(folder, temp_name(index))
             with create(self._index_temp) as raw:
                 raw.write("".join(self._lines).encode("ascii"))
-            refuse_link(os.path.join(folder, index_name(self.name)))
-            os.replace(self._index_temp, os.path.join(folder, index_name(self.name)))
+            refuse_link(os.path.join(folder, index))
+            os.replace(self._index_temp, os.path.join(folder, index))
         refuse_link(os.path.join(folder, self.name))
         os.replace(self._temp, os.path.join(folder, self.name))
         counts = None if self._tokens is None else tuple(self._tokens)

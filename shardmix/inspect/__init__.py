@@ -1,24 +1,12 @@
 """Inspect: which shards every batch came from, against the uniformly random ideal.
 
-The package, in the order an inspection runs:
-
-- :mod:`~shardmix.inspect.batches`: :func:`inspect_batches`, the entry point: builds the real
-  dataset and loader from the settings and wires the stages below together;
-- :mod:`~shardmix.inspect.reading`: reads the batches, payloads dropped in the workers, and
-  counts each batch's samples per shard, lane and worker (and the plain DataLoader baseline);
-- :mod:`~shardmix.inspect.mixture`: the same for a weighted mixture of named patterns, each
-  dataset's part of every batch beside its weight;
-- :mod:`~shardmix.inspect.summary`: the ideal, and a run's statistics per batch and per tenth;
-- :mod:`~shardmix.inspect.advice`: the settings that would mix better, each tried by a run;
-- :mod:`~shardmix.inspect.report`: the report's dataclasses and their JSON
-  (``docs/inspect-schema.md``);
-- :mod:`~shardmix.inspect.plot`: :func:`plot_report`, a report drawn (matplotlib, on first use).
-
-Token batches have their own: :mod:`~shardmix.inspect.tokens`: :func:`inspect_tokens`, a
-TokenLoader's documents per row, padding, distinct shards and a mixture's token shares.
-
-Beside it, :mod:`~shardmix.inspect.stat`: :func:`stat_shards`, what a set of shards holds and
-whether every record is sound (``shardmix stat``).
+In the order an inspection runs: ``batches`` (:func:`inspect_batches`, the entry point),
+``reading`` (batches read, payloads dropped in the workers, samples counted per shard, lane and
+worker), ``mixture`` (the same per dataset of a mixture), ``summary`` (the ideal and a run's
+statistics), ``advice`` (settings that would mix better, each tried), ``report`` (the
+dataclasses and their JSON, ``docs/inspect-schema.md``), ``plot`` (:func:`plot_report`).
+Beside them: ``tokens`` (:func:`inspect_tokens`, a TokenLoader's batches) and ``stat``
+(:func:`stat_shards`, what a set of shards holds, ``shardmix stat``).
 
 Only the names below are public; the modules' other names may change.
 """

@@ -1,15 +1,12 @@
 """Advice: the settings that would raise a low share of the ideal, each tried by a real run.
 
-When a run's share of the ideal is under :data:`~shardmix.inspect.report.LOW_SHARE` (or a
-tenth's under :data:`~shardmix.inspect.report.LOW_TENTH_SHARE`), :func:`advise` inspects again
-with each setting that could raise it (``num_lanes``, ``shuffle_buffer``,
-``shuffle_buffer_bytes``, ``record_counts``) and keeps those that help, with the figures they
-gave; with explicit settings it also inspects the defaults. The inspection itself is passed
-in (:attr:`Context.inspect`), so this module depends on the report only.
+The inspection itself is passed in (:attr:`Context.inspect`), so this module depends on the
+report only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,11 +23,7 @@ from shardmix.inspect.report import (
     RunSummary,
     Suggestion,
 )
-from shardmix.plan.sharding import (
-    DEFAULT_PIECE_RECORDS,
-    default_num_lanes,
-    default_shuffle_buffer,
-)
+from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS, default_num_lanes, default_shuffle_buffer
 
 # The defaults are reported as better than explicit settings only by more than this.
 _MARGIN = 0.01
@@ -48,30 +41,9 @@ class Context:
     shards: dict[str, int]  # the rank's shards and their records
     inspect: Callable[..., InspectReport]  # inspect_batches, to run again with a change
 
-    def rerun(self, progress: bool, **changes: Any) -> RunSummary:
-        """The summary of the same inspection with ``changes`` (no advice, no baseline)."""
-        return self.rerun_report(progress, **changes).summary
-
-    def rerun_report(self, progress: bool, **changes: Any) -> InspectReport:
+    def rerun(self, progress: bool, **changes: Any) -> InspectReport:
         """The same inspection with ``changes`` (no advice, no baseline)."""
-        options = {
-            name: getattr(self.given, name)
-            for name in (
-                "batch_size",
-                "num_workers",
-                "num_lanes",
-                "shuffle_buffer",
-                "shuffle_buffer_bytes",
-                "seed",
-                "epoch",
-                "batches",
-                "rank",
-                "world_size",
-                "even_ranks",
-                "piece_records",
-                "label",
-            )
-        }
+        options = {f.name: getattr(self.given, f.name) for f in dataclasses.fields(self.given)}
         options["record_counts"] = self.record_counts
         options.update(changes)
         return self.inspect(self.urls, **options, advise=False, progress=progress)
@@ -81,7 +53,6 @@ def advise(
     context: Context,
     summary: RunSummary,
     order: OrderStats | None,
-    *,
     by_size: bool,
     pieces: bool,
     progress: bool,
@@ -94,26 +65,22 @@ def advise(
     suggestions = []
     if low:
         for setting, value, how, changes in _candidates(context, summary, by_size):
-            tried = context.rerun(progress, **changes)
+            tried = context.rerun(progress, **changes).summary
             if tried.share_of_ideal > share + _MARGIN or tried.min_tenth_share > lowest + _MARGIN:
                 suggestions.append(
                     Suggestion(setting, value, how, tried.share_of_ideal, tried.min_tenth_share)
                 )
         suggestions.sort(key=lambda s: (-s.share_of_ideal, -s.min_tenth_share))
     defaults = None
-    given = context.given
+    default = {name: f.default for name, f in InspectSettings.__dataclass_fields__.items()}
     explicit = {
-        name: value
-        for name, value in (
-            ("num_lanes", given.num_lanes),
-            ("shuffle_buffer", given.shuffle_buffer),
-            ("shuffle_buffer_bytes", given.shuffle_buffer_bytes),
-        )
-        if value != InspectSettings.__dataclass_fields__[name].default
+        name: getattr(context.given, name)
+        for name in ("num_lanes", "shuffle_buffer", "shuffle_buffer_bytes")
+        if getattr(context.given, name) != default[name]
     }
     if explicit:
-        reset = {name: InspectSettings.__dataclass_fields__[name].default for name in explicit}
-        tried = context.rerun(progress, **reset)
+        reset = {name: default[name] for name in explicit}
+        tried = context.rerun(progress, **reset).summary
         if tried.share_of_ideal > share + _MARGIN:
             how = ", ".join(f"{name}={value}" for name, value in explicit.items())
             defaults = Suggestion(
@@ -137,8 +104,9 @@ def _spread(
     if ran is None or pieces:
         # A quarter of the pieces read now (a shard's records when whole, on the mean).
         records = ran or sum(context.shards.values()) // max(1, len(context.shards))
-        setting, how = "piece_records", ""
-        value = max(1, min(records, DEFAULT_PIECE_RECORDS) // 4)
+        setting, value = "piece_records", max(1, min(records, DEFAULT_PIECE_RECORDS) // 4)
+        how = f"ShardDataset(piece_records={value})"
+        changes: dict[str, Any] = {setting: value}
     else:
         setting, value = "record_counts", "manifest"
         how = (
@@ -146,12 +114,8 @@ def _spread(
             "`shardmix convert` (a manifest beside them) or pass ShardDataset(record_counts="
             "...), so that they can be cut into pieces"
         )
-    changes: dict[str, Any] = {setting: value}
-    if setting == "piece_records":
-        how = f"ShardDataset(piece_records={value})"
-    else:
         changes = {"record_counts": {**(context.record_counts or {}), **context.shards}}
-    tried = context.rerun_report(progress, **changes)
+    tried = context.rerun(progress, **changes)
     found = tried.run.judged_order
     ratio = None if found is None else found.drift_ratio
     what = f"{context.ran.label!r} values" if context.ran.label else "shards"
@@ -173,47 +137,33 @@ def _candidates(
     ran = context.ran
     ran_lanes, ran_buffer = ran.num_lanes or 1, ran.shuffle_buffer or 0  # resolved by the run
     found: list[tuple[str, Any, str, dict[str, Any]]] = []
+
+    def add(setting: str, value: int, owner: str) -> None:
+        found.append((setting, value, f"{owner}({setting}={value})", {setting: value}))
+
     per_rank = max(1, context.num_shards // ran.world_size)
     lanes = max(
         default_num_lanes(batch_size=ran.batch_size, shards_per_rank=per_rank),
         min(per_rank, 2 * ran_lanes),
     )
     if lanes > ran_lanes:
-        found.append(("num_lanes", lanes, f"ShardDataset(num_lanes={lanes})", {"num_lanes": lanes}))
+        add("num_lanes", lanes, "ShardDataset")
     samples = sum(context.shards.values())
     buffer = min(samples, max(default_shuffle_buffer(ran.batch_size), 4 * ran_buffer))
     if buffer > ran_buffer:
-        found.append(
-            (
-                "shuffle_buffer",
-                buffer,
-                f"MixingLoader(shuffle_buffer={buffer})",
-                {"shuffle_buffer": buffer},
-            )
-        )
+        add("shuffle_buffer", buffer, "MixingLoader")
     budget = ran.shuffle_buffer_bytes
     held = min(samples, ran_buffer) * summary.mean_sample_bytes
     if budget is not None and held > budget:
-        wanted = math.ceil(held / (1 << 20)) << 20
-        found.append(
-            (
-                "shuffle_buffer_bytes",
-                wanted,
-                f"MixingLoader(shuffle_buffer_bytes={wanted})",
-                {"shuffle_buffer_bytes": wanted},
-            )
-        )
+        add("shuffle_buffer_bytes", math.ceil(held / (1 << 20)) << 20, "MixingLoader")
     if not by_size:
-        counts = {url: records for url, records in context.shards.items()}
-        if context.record_counts:
-            counts = {**context.record_counts, **counts}
         found.append(
             (
                 "record_counts",
                 "manifest",
                 "write the shards with `shardmix convert` (a manifest beside them), or pass "
                 "ShardDataset(record_counts=...), so that lanes are read by size",
-                {"record_counts": counts},
+                {"record_counts": {**(context.record_counts or {}), **context.shards}},
             )
         )
     return found
@@ -235,8 +185,7 @@ def _messages(
         lines.append(
             f"batches mix poorly: {figures}, under {LOW_SHARE} (or a tenth under {LOW_TENTH_SHARE})"
         )
-        for suggestion in suggestions:
-            lines.append(f"- {_tried(suggestion)}")
+        lines += [f"- {_tried(suggestion)}" for suggestion in suggestions]
         if not suggestions:
             lines.append(
                 f"- no setting tried raises it; with {context.ran.num_lanes} lanes over "
@@ -252,13 +201,11 @@ def _messages(
 
 
 def _tried(suggestion: Suggestion) -> str:
-    name = suggestion.setting
-    if name == "record_counts":
-        what = "lanes read by size (record counts known)"
-    elif name == "defaults":
-        what = "the defaults"
-    else:
-        what = f"{name}={suggestion.value}"
+    named = {
+        "record_counts": "lanes read by size (record counts known)",
+        "defaults": "the defaults",
+    }
+    what = named.get(suggestion.setting, f"{suggestion.setting}={suggestion.value}")
     return (
         f"{what} would give {suggestion.share_of_ideal:.2f} (lowest tenth "
         f"{suggestion.min_tenth_share:.2f}): {suggestion.how}"

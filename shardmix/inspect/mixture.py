@@ -1,21 +1,12 @@
 """Inspecting a mixture: each dataset's share of every batch beside its weight.
 
-:func:`inspect_mixture` builds a real :class:`~shardmix.MixingLoader` over a dict of
-:class:`~shardmix.ShardDataset` (one per named pattern, each as the single-dataset inspection
-builds it: TFRecords raw, payloads dropped in the workers) and reads its batches. Every sample
-keeps ``__dataset__`` and ``__source__``, so each batch is counted per dataset and per shard.
-
-Per batch and dataset: its samples beside ``weight x batch_size``, its share of the batch, its
-distinct shards and the uniformly random ideal for that many of its samples (drawn from the
-rank's shards of the dataset's first pass). Per dataset over the run: the fewest and most
-samples in a full batch, the largest deviation from ``weight x batch_size``, and a summary as
-for one dataset, each batch held to the ideal of the dataset's count in it. The whole batch is
-held to the sum of its datasets' ideals (the datasets' shards are apart).
-
-Workers are observed, not derived from a plan (each dataset has its own workers, and under
-``all_exhausted`` a new pass has a new plan): the transform notes the worker id. Lanes are not
-reported for mixtures (``lanes`` is empty). Advice and the plain-DataLoader baseline are for
-one dataset; :mod:`~shardmix.inspect.batches` decides which inspection runs.
+:func:`inspect_mixture` reads a real :class:`~shardmix.MixingLoader` over one
+:class:`~shardmix.ShardDataset` per named pattern (payloads dropped in the workers). Per batch
+and dataset: its samples beside ``weight x batch_size`` and its distinct shards beside the
+ideal for that many of its samples; per dataset over the run: its fewest and most samples in a
+full batch, the largest deviation, and a summary. The whole batch is held to the sum of its
+datasets' ideals. Workers are observed (the transform notes the worker id), not derived from a
+plan; lanes are not reported.
 """
 
 from __future__ import annotations
@@ -28,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from torch.utils.data import get_worker_info
 
 from shardmix.dataset import ShardDataset
-from shardmix.formats import DATASET_KEY, SIZE_KEY, SOURCE_KEY, WORKER_KEY, Sample, TFRecordPayload
-from shardmix.inspect.reading import progress_bar, rank_shards
+from shardmix.formats import DATASET_KEY, SOURCE_KEY, WORKER_KEY, Sample, TFRecordPayload
+from shardmix.inspect.reading import progress_bar, provenance_only, rank_shards
 from shardmix.inspect.report import (
     BatchStats,
     DatasetShare,
@@ -42,7 +33,6 @@ from shardmix.inspect.report import (
 from shardmix.inspect.summary import Ideal, summarize
 from shardmix.loader import MixingLoader
 from shardmix.plan.apportion import Stopping
-from shardmix.reading.reader import sample_bytes
 
 # What a batch becomes: per sample, (dataset, shard URL, payload bytes, worker id).
 Provenance = list[tuple[str, str, int, int]]
@@ -121,13 +111,9 @@ def inspect_mixture(
     everything = {
         url: records for found_shards in shards.values() for url, records in found_shards.items()
     }
+    loader_stats = loader.stats().to_dict()
     run = RunStats(
-        "MixingLoader",
-        sum(lanes.values()),
-        settings.num_workers,
-        found,
-        summary,
-        loader.stats().to_dict(),
+        "MixingLoader", sum(lanes.values()), settings.num_workers, found, summary, loader_stats
     )
     mixture = MixtureStats(loader.options.stopping.value, stats)
     num_shards = sum(len(dataset.urls) for dataset in datasets.values())
@@ -135,10 +121,9 @@ def inspect_mixture(
 
 
 def provenance_and_worker(sample: Sample) -> Sample:
-    """Drop the payload in the worker, keeping its size and noting the worker's id."""
+    """:func:`~shardmix.inspect.reading.provenance_only`, noting the worker's id."""
     info = get_worker_info()
-    size = sample_bytes(sample)
-    return {SIZE_KEY: size, "payload_bytes": size, WORKER_KEY: 0 if info is None else info.id}
+    return provenance_only(sample) | {WORKER_KEY: 0 if info is None else info.id}
 
 
 def mixture_provenance_of(samples: list[Sample]) -> Provenance:

@@ -1,26 +1,12 @@
 """Plot an inspect report: where each batch's samples came from, at a glance.
 
-:func:`plot_report` draws, from an :class:`~shardmix.inspect.InspectReport` or its JSON
-(``to_dict()``, or the output of ``shardmix inspect --json`` loaded back):
-
-- a heat map of batches (rows, top to bottom in loader order) by shard (columns, in order of
-  first appearance), each cell the number of samples that batch drew from that shard, empty
-  cells left white; beside it the same for the plain DataLoader when the report has a baseline;
-- a histogram of distinct shards per batch, the baseline's beside it, with the uniformly
-  random ideal marked by a labelled vertical line;
-- the share of the ideal per tenth of the epoch, a bar per tenth and run, with the line under
-  which ``inspect`` advises (0.9), and the advice, when there is any, beneath;
-- the drift (when the report has ``order``): each tenth's histogram of the label (else of the
-  shards) under the whole epoch's, each tenth labelled with its distance from the epoch's and
-  the random order's.
-
-For a mixture (a report with ``mixture``), a fourth panel stacks each dataset's samples in
-every batch, with a dashed line at each dataset's cumulative ``weight x batch_size``, so a
-batch off its weights shows as a bar edge away from its line.
-
-The figure is titled with the settings. matplotlib is an optional dependency (the ``plot``
-extra), imported on first use with the Agg backend, so no display is needed. The format
-follows the file extension: ``.png`` or ``.svg``.
+:func:`plot_report` draws, from an :class:`~shardmix.inspect.InspectReport` or its JSON: a heat
+map of batches (rows, in loader order) by shard (columns, in order of first appearance), the
+baseline's beside it; a histogram of distinct shards per batch with the ideal marked; the share
+of the ideal per tenth of the epoch with the advice beneath; for a mixture, each dataset's
+samples per batch stacked against its cumulative ``weight x batch_size``; and, when the report
+has ``order``, each tenth's histogram of the label (else the shards) under the epoch's.
+matplotlib (the ``plot`` extra) is imported on first use with the Agg backend.
 """
 
 from __future__ import annotations
@@ -118,8 +104,7 @@ def _heatmap(figure: Any, axes: Any, run: Mapping[str, Any]) -> None:
     image = axes.imshow(
         np.ma.masked_equal(counts, 0), aspect="auto", interpolation="nearest", cmap=cmap, vmin=0
     )
-    shown = len(batches)
-    total = len(run["batches"])
+    shown, total = len(batches), len(run["batches"])
     more = f" (first {shown} of {total} batches)" if shown < total else ""
     axes.set_title(f"{_run_label(run)}{more}", fontsize=11)
     axes.set_xlabel(f"shard, in order of first appearance ({len(order)} shards)")
@@ -129,6 +114,10 @@ def _heatmap(figure: Any, axes: Any, run: Mapping[str, Any]) -> None:
     bar.set_label("samples from the shard in the batch")
     bar.locator = MaxNLocator(integer=True)
     bar.update_ticks()
+
+
+def _color(run: Mapping[str, Any]) -> str:
+    return _COLORS.get(run["loader"], "tab:gray")
 
 
 def _cmap() -> Any:
@@ -141,12 +130,8 @@ def _histogram(axes: Any, runs: Sequence[Mapping[str, Any]]) -> None:
     import numpy as np
     from matplotlib.ticker import MaxNLocator
 
-    highest = max(
-        [
-            max((h["distinct_sources"] for h in run["summary"]["histogram"]), default=1)
-            for run in runs
-        ]
-    )
+    histograms = [run["summary"]["histogram"] for run in runs]
+    highest = max(max((h["distinct_sources"] for h in each), default=1) for each in histograms)
     ideal = runs[0]["summary"]["ideal_distinct_sources"]
     width = 0.8 / len(runs)
     tallest = 1.0
@@ -155,14 +140,9 @@ def _histogram(axes: Any, runs: Sequence[Mapping[str, Any]]) -> None:
         for entry in run["summary"]["histogram"]:
             bins[entry["distinct_sources"]] = entry["batches"]
         tallest = max(tallest, float(bins.max()))
-        mean = run["summary"]["mean_distinct_sources"]
-        axes.bar(
-            np.arange(highest + 1) + (position - (len(runs) - 1) / 2) * width,
-            bins,
-            width=width,
-            color=_COLORS.get(run["loader"], "tab:gray"),
-            label=f"{_run_label(run)}: mean {mean:.1f}",
-        )
+        label = f"{_run_label(run)}: mean {run['summary']['mean_distinct_sources']:.1f}"
+        offset = (position - (len(runs) - 1) / 2) * width
+        axes.bar(np.arange(highest + 1) + offset, bins, width=width, color=_color(run), label=label)
     axes.axvline(ideal, color="tab:red", linestyle="--", linewidth=2)
     axes.annotate(
         f"uniformly random ideal: {ideal:.1f}",
@@ -196,12 +176,10 @@ def _tenths(axes: Any, runs: Sequence[Mapping[str, Any]], advice: Any) -> None:
     for position, run in enumerate(runs):
         shares = [tenth["share_of_ideal"] for tenth in run["summary"].get("tenths", [])]
         highest = max([highest, *shares])
+        label = f"{_run_label(run)}: {run['summary'].get('share_of_ideal', 0.0):.2f} overall"
+        offset = (position - (len(runs) - 1) / 2) * width
         axes.bar(
-            np.arange(len(shares)) + (position - (len(runs) - 1) / 2) * width,
-            shares,
-            width=width,
-            color=_COLORS.get(run["loader"], "tab:gray"),
-            label=f"{_run_label(run)}: {run['summary'].get('share_of_ideal', 0.0):.2f} overall",
+            np.arange(len(shares)) + offset, shares, width=width, color=_color(run), label=label
         )
     axes.axhline(LOW_SHARE, color="tab:red", linestyle="--", linewidth=1.5)
     axes.set_ylim(0, highest * 1.3)
@@ -265,15 +243,8 @@ def _shares(axes: Any, batches: Sequence[Mapping[str, Any]], mixture: Mapping[st
     for name, color in zip(names, colors, strict=True):
         counts = np.array([batch["datasets"][name]["size"] for batch in shown], dtype=float)
         weight = mixture["datasets"][name]["weight"]
-        axes.bar(
-            index,
-            counts,
-            bottom=bottom,
-            width=1.0,
-            color=color,
-            alpha=0.75,
-            label=f"{name} (weight {weight:.2f})",
-        )
+        label = f"{name} (weight {weight:.2f})"
+        axes.bar(index, counts, bottom=bottom, width=1.0, color=color, alpha=0.75, label=label)
         bottom += counts
         expected += shown[0]["datasets"][name]["expected"] if shown else 0.0
         axes.axhline(expected, color=color, linestyle="--", linewidth=1.5)

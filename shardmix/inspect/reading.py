@@ -1,10 +1,8 @@
 """Reading an inspection's batches: each sample cut down to where it came from, and counted.
 
-The dataset drops each payload in the worker (:func:`provenance_only`, keeping its size for
-the shuffle buffer's byte budget), the collate function keeps the shard URL and size
-(:func:`provenance_of`), and :func:`record_run` counts each batch's samples per shard, lane
-and worker. :func:`baseline` reads the same shards with a plain DataLoader. Statistics are
-left to :mod:`~shardmix.inspect.summary`.
+The dataset drops each payload in the worker (:func:`provenance_only`), the collate function
+keeps the shard URL and size (:func:`provenance_of`), and :func:`record_run` counts each
+batch's samples per shard, lane and worker. :func:`baseline` reads with a plain DataLoader.
 """
 
 from __future__ import annotations
@@ -53,10 +51,8 @@ def inspect_dataset(
 
 
 def provenance_only(sample: Sample, label: str | None = None) -> Sample:
-    """Drop the payload in the worker (the dataset puts the provenance keys back), keeping its
-    size, stated so that the shuffle buffer's byte budget binds as it would with the payload
-    (the main process takes that key out) and again for the report; and the ``label`` field
-    as text, when one is asked for."""
+    """Drop the payload in the worker, keeping its size (so that the shuffle buffer's byte
+    budget binds as with the payload, and for the report) and the ``label`` field as text."""
     size = sample_bytes(sample)
     kept: Sample = {SIZE_KEY: size, "payload_bytes": size}
     if label is not None:
@@ -85,8 +81,7 @@ Provenance = list[tuple[str, int, str | None, int]]
 
 
 def provenance_of(samples: list[Sample]) -> Provenance:
-    """The collate function: a batch is its samples' shard URLs, payload sizes, labels and
-    record indices."""
+    """The collate function: per sample its shard URL, payload size, label and record index."""
     return [(s[SOURCE_KEY], s["payload_bytes"], s.get(LABEL_KEY), s[INDEX_KEY]) for s in samples]
 
 
@@ -120,11 +115,7 @@ class LaneOf:
 
 
 def baseline(
-    urls: str | Sequence[str],
-    settings: InspectSettings,
-    ideal: Ideal,
-    total: int,
-    progress: bool,
+    urls: str | Sequence[str], settings: InspectSettings, ideal: Ideal, total: int, progress: bool
 ) -> RunStats:
     """The same shards read by a plain DataLoader, one shard open per worker."""
     num_lanes = max(1, settings.num_workers)
@@ -139,16 +130,8 @@ def baseline(
     plan = dataset.plan.lane_pieces(
         settings.epoch, rank=settings.rank, world_size=settings.world_size, num_lanes=num_lanes
     )
-    return record_run(
-        "DataLoader",
-        loader,
-        LaneOf(plan, dataset.urls),
-        num_lanes,
-        settings,
-        ideal=ideal,
-        total=total,
-        progress=progress,
-    )
+    lane_of = LaneOf(plan, dataset.urls)
+    return record_run("DataLoader", loader, lane_of, num_lanes, settings, ideal, total, progress)
 
 
 class RankStream(IterableDataset[Sample]):
@@ -170,13 +153,11 @@ def record_run(
     lane_of: LaneOf,
     num_lanes: int,
     settings: InspectSettings,
-    *,
     ideal: Ideal,
     total: int,
     progress: bool,
 ) -> RunStats:
-    """Read the loader's batches (up to ``settings.batches``) and count their sources (and
-    labels), in each batch and in the order of the whole run."""
+    """Read the loader's batches and count their sources (and labels), per batch and per run."""
     num_workers = settings.num_workers
     workers = max(1, num_workers)
     found = []

@@ -1,9 +1,7 @@
 """What an inspection reports: its settings, per batch, per run, advice; and the JSON.
 
-Plain frozen dataclasses, filled in by :mod:`~shardmix.inspect.reading` (batches),
-:mod:`~shardmix.inspect.summary` (statistics), :mod:`~shardmix.inspect.advice` and
-:mod:`~shardmix.inspect.mixture`; ``to_dict()`` gives the JSON that ``docs/inspect-schema.md``
-spells out. Nothing here reads shards or runs a loader.
+Plain frozen dataclasses; ``to_dict()`` gives the JSON that ``docs/inspect-schema.md`` spells
+out. Nothing here reads shards or runs a loader.
 """
 
 from __future__ import annotations
@@ -23,6 +21,20 @@ LOW_SHARE = 0.9
 LOW_TENTH_SHARE = 0.8
 # Above this drift over a random order's (per tenth of the epoch), inspect advises a setting.
 HIGH_DRIFT_RATIO = 1.5
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON types: a report's dataclasses by their ``to_dict()``."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {key: _plain(each) for key, each in value.items()}
+    return [_plain(each) for each in value] if isinstance(value, list) else value
+
+
+def _to_dict(report: Any, names: str) -> dict[str, Any]:
+    """The attributes ``names`` (space-separated, in the JSON's order) of ``report``, plain."""
+    return {name: _plain(getattr(report, name)) for name in names.split()}
 
 
 @dataclass(frozen=True)
@@ -45,15 +57,11 @@ class InspectSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "even_ranks", EvenRanks(self.even_ranks))
-        for name in (
-            "batch_size",
-            "num_lanes",
-            "world_size",
-            "shuffle_buffer_bytes",
-            "piece_records",
-        ):
+        for name in ("batch_size", "num_lanes", "world_size", "shuffle_buffer_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.piece_records is not None and self.piece_records < 1:
+            raise ConfigError(f"piece_records must be at least 1, got {self.piece_records}")
         for name in ("num_workers", "shuffle_buffer", "epoch"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -89,16 +97,8 @@ class DatasetShare:
         return len(self.sources)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "size": self.size,
-            "weight": self.weight,
-            "expected": self.expected,
-            "share": self.share,
-            "sources": dict(self.sources),
-            "distinct_sources": self.distinct_sources,
-            "ideal_distinct_sources": self.ideal_distinct_sources,
-            "workers": list(self.workers),
-        }
+        names = "size weight expected share sources distinct_sources ideal_distinct_sources"
+        return _to_dict(self, names + " workers")
 
 
 @dataclass(frozen=True)
@@ -124,18 +124,8 @@ class BatchStats:
         return max(self.sources.values()) / self.size
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "size": self.size,
-            "sources": dict(self.sources),
-            "distinct_sources": self.distinct_sources,
-            "largest_share": self.largest_share,
-            "workers": list(self.workers),
-            "lanes": list(self.lanes),
-            "datasets": None
-            if self.datasets is None
-            else {name: part.to_dict() for name, part in self.datasets.items()},
-        }
+        names = "index size sources distinct_sources largest_share workers lanes datasets"
+        return _to_dict(self, names)
 
 
 @dataclass(frozen=True)
@@ -227,16 +217,8 @@ class Advice:
     drift_ratio: float | None = None  # the run's (its label's, else its sources')
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "low": self.low,
-            "drifting": self.drifting,
-            "drift_ratio": self.drift_ratio,
-            "share_of_ideal": self.share_of_ideal,
-            "min_tenth_share": self.min_tenth_share,
-            "suggestions": [suggestion.to_dict() for suggestion in self.suggestions],
-            "defaults": None if self.defaults is None else self.defaults.to_dict(),
-            "messages": list(self.messages),
-        }
+        names = "low drifting drift_ratio share_of_ideal min_tenth_share suggestions defaults"
+        return _to_dict(self, names + " messages")
 
 
 @dataclass(frozen=True)
@@ -259,18 +241,9 @@ class RunStats:
         return self.label_order or self.sources_order
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "loader": self.loader,
-            "num_lanes": self.num_lanes,
-            "num_workers": self.num_workers,
-            "batches": [batch.to_dict() for batch in self.batches],
-            "summary": self.summary.to_dict(),
-            "loader_stats": self.loader_stats,
-            "order": {
-                "sources": None if self.sources_order is None else self.sources_order.to_dict(),
-                "label": None if self.label_order is None else self.label_order.to_dict(),
-            },
-        }
+        order = {"sources": _plain(self.sources_order), "label": _plain(self.label_order)}
+        names = "loader num_lanes num_workers batches summary loader_stats"
+        return _to_dict(self, names) | {"order": order}
 
 
 @dataclass(frozen=True)
@@ -299,10 +272,7 @@ class MixtureStats:
     datasets: dict[str, DatasetStats]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "stopping": self.stopping,
-            "datasets": {name: stats.to_dict() for name, stats in self.datasets.items()},
-        }
+        return _to_dict(self, "stopping datasets")
 
 
 @dataclass(frozen=True)
@@ -335,7 +305,4 @@ class InspectReport:
             },
             "shards": dict(self.shards),
             **self.run.to_dict(),
-            "baseline": None if self.baseline is None else self.baseline.to_dict(),
-            "advice": None if self.advice is None else self.advice.to_dict(),
-            "mixture": None if self.mixture is None else self.mixture.to_dict(),
-        }
+        } | _to_dict(self, "baseline advice mixture")

@@ -1,27 +1,15 @@
 """Stat: what a set of shards holds (format, records, bytes), and whether every record is sound.
 
-:func:`stat_shards` looks at each shard of a URL pattern on its own. By default it counts
-records the cheap way (tar headers walked and checked, TFRecord length CRCs checked, payloads
-seeked past). With ``verify=True`` it reads every record with the full readers instead, so
-every tar header and every TFRecord data CRC is checked too; TFRecord payloads are read as
-framed records (not decoded as ``tf.train.Example``): a checksum says nothing about meaning.
-A flipped byte inside a tar member's data has no checksum of its own, so ``verify`` also
-hashes each local shard and checks it against the ``sha256`` that ``shardmix convert`` wrote
-in the manifest beside it (``*.manifest.json`` in the shard's folder), when one names the
-shard: ``"verified"``, ``"mismatch"`` (a damaged shard, both digests in its error),
-``"stale"`` (the digest matches, but an input recorded beside the manifest changed size or
-mtime since the conversion: the error names it) or ``"no manifest entry"`` (no manifest
-names it, or the shard is remote; the command line says "unverified (no manifest)").
+:func:`stat_shards` counts each shard's records the cheap way (tar headers walked and checked,
+TFRecord length CRCs checked, payloads seeked past). ``verify=True`` reads every record with
+the full readers (TFRecords raw: a checksum says nothing of meaning), so every tar header and
+data CRC is checked; and since a flipped byte inside a tar member has no checksum of its own,
+it also checks each local shard's sha256 against the manifest beside it (:class:`Checksum`;
+``"stale"``: it matches, but an input recorded beside the manifest changed since).
 
-Damage does not stop the walk: each damaged shard is reported with the error's message (which
-names the URL, the record index and the byte offset) and the position as fields, and the other
-shards are still read. Opening shards is left to :mod:`shardmix.sources`, parsing to
-:mod:`shardmix.formats`, the counting pass to :mod:`shardmix.plan.counts`; the CLI shell is
-:mod:`shardmix.cli.stat`.
-
-The JSON (``StatReport.to_dict()``) and what each field means (``records`` of a damaged shard,
-which shards are ``missing``: :func:`~shardmix.plan.manifests.missing_listed`) are in
-``docs/inspect-schema.md``.
+Damage does not stop the walk: each damaged shard is reported with the error's message (URL,
+record index, byte offset) and the position as fields. The JSON (``StatReport.to_dict()``)
+is spelled out in ``docs/inspect-schema.md``.
 """
 
 from __future__ import annotations
@@ -29,10 +17,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -47,8 +34,6 @@ from shardmix.sources import is_local, local_path, open_shard
 STAT_SCHEMA_VERSION = 1
 # TFRecord payloads are verified by their CRC, not decoded: a checksum says nothing of meaning.
 _VERIFY_OPTIONS = ReadOptions(tfrecord_payload=TFRecordPayload.RAW)
-_HASH_BLOCK = 1 << 20
-log = logging.getLogger(__name__)
 
 
 class Checksum(Enum):
@@ -80,18 +65,8 @@ class ShardStat:
         return self.error is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "format": self.format.value,
-            "records": self.records,
-            "bytes": self.bytes,
-            "error": self.error,
-            "error_record": self.error_record,
-            "error_offset": self.error_offset,
-            "sha256": self.sha256,
-            "manifest_sha256": self.manifest_sha256,
-            "checksum": None if self.checksum is None else self.checksum.value,
-        }
+        checksum = None if self.checksum is None else self.checksum.value
+        return asdict(self) | {"format": self.format.value, "checksum": checksum}
 
 
 @dataclass(frozen=True)
@@ -137,15 +112,12 @@ def stat_shards(
     format: str | Format | None = None,
     progress: bool = False,
 ) -> StatReport:
-    """Format, records and bytes of every shard that ``urls`` names.
+    """Format, records and bytes of every shard that ``urls`` (patterns, as
+    :class:`~shardmix.ShardDataset` takes them) names.
 
-    Args:
-        urls: a URL pattern or a list of them, as :class:`~shardmix.ShardDataset` takes.
-        verify: read every record with the full readers (every tar header and TFRecord CRC
-            checked) instead of only counting, and check each local shard's sha256 against
-            the manifest beside it when one names the shard.
-        format: force a format instead of inferring it from each URL's extension.
-        progress: show a progress bar on stderr.
+    ``verify`` reads every record in full and checks each local shard's sha256 against the
+    manifest beside it; ``format`` overrides the one inferred from each URL's extension;
+    ``progress`` shows a bar on stderr.
     """
     expanded = expand_urls(urls)
     gone = [url for url in expanded if is_local(url) and not os.path.exists(local_path(url))]
@@ -168,23 +140,18 @@ def _stat_one(url: str, fmt: Format, verify: bool, digests: ManifestDigests) -> 
         return dataclasses.replace(found, checksum=Checksum.NO_ENTRY)
     path, manifest_path, want = expected
     have = file_sha256(path)
+    hashed = dataclasses.replace(found, sha256=have, manifest_sha256=want)
     if have == want:
         stale = digests.stale(manifest_path)
-        if stale:
-            error = (
-                f"{url}: the sha256 matches {manifest_path}, but the input it was converted "
-                f"from changed since ({'; '.join(stale[:5])}); run convert again with "
-                "--overwrite"
-            )
-            return dataclasses.replace(
-                found, sha256=have, manifest_sha256=want, checksum=Checksum.STALE, error=error
-            )
-        return dataclasses.replace(
-            found, sha256=have, manifest_sha256=want, checksum=Checksum.VERIFIED
+        if not stale:
+            return dataclasses.replace(hashed, checksum=Checksum.VERIFIED)
+        error = (
+            f"{url}: the sha256 matches {manifest_path}, but the input it was converted "
+            f"from changed since ({'; '.join(stale[:5])}); run convert again with "
+            "--overwrite"
         )
-    mismatch = dataclasses.replace(
-        found, sha256=have, manifest_sha256=want, checksum=Checksum.MISMATCH
-    )
+        return dataclasses.replace(hashed, checksum=Checksum.STALE, error=error)
+    mismatch = dataclasses.replace(hashed, checksum=Checksum.MISMATCH)
     if found.damaged:
         return mismatch
     error = (
@@ -196,32 +163,21 @@ def _stat_one(url: str, fmt: Format, verify: bool, digests: ManifestDigests) -> 
 
 
 def _stat_records(url: str, fmt: Format, verify: bool) -> ShardStat:
-    read = [0]
-
-    def advance() -> None:
-        read[0] += 1
-
+    read = 0  # with verify: the records read whole, every header and checksum checked
     size = _local_size(url)
     try:
         if size is None:
             size = _remote_size(url)
-        records = _verify_shard(url, fmt, advance) if verify else count_records(url, fmt)
+        if verify:
+            with open_shard(url) as stream:
+                for _ in reader_for(fmt, _VERIFY_OPTIONS).records(stream, url):
+                    read += 1
+        records = read if verify else count_records(url, fmt)
     except ShardmixError as error:
         message = "\n".join([str(error), *getattr(error, "__notes__", ())])
-        records = error.record if error.record is not None else read[0]
+        records = error.record if error.record is not None else read
         return ShardStat(url, fmt, records, size, message, error.record, error.offset)
     return ShardStat(url, fmt, records, size)
-
-
-def _verify_shard(url: str, fmt: Format, advance: Callable[[], None]) -> int:
-    """Records read in full, every header and checksum checked; ``advance`` after each."""
-    reader = reader_for(fmt, _VERIFY_OPTIONS)
-    count = 0
-    with open_shard(url) as stream:
-        for _ in reader.records(stream, url):
-            count += 1
-            advance()
-    return count
 
 
 class ManifestDigests:
@@ -260,11 +216,8 @@ def manifest_digests(folder: str) -> dict[str, tuple[str, str]]:
 
 def file_sha256(path: str) -> str:
     """The hex sha256 of the file at ``path``."""
-    digest = hashlib.sha256()
     with open(path, "rb") as file:
-        while block := file.read(_HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def _local_size(url: str) -> int | None:

@@ -1,24 +1,25 @@
 """The uniformly random ideal, and a run's summary against it: per batch, per tenth.
 
 :func:`ideal_distinct_sources` is the expected number of distinct shards in a batch drawn
-uniformly without replacement (computed exactly, with log-gamma); :class:`Ideal` caches it per
-batch size. :func:`summarize` turns a run's :class:`~shardmix.inspect.report.BatchStats` into a
-:class:`~shardmix.inspect.report.RunSummary`: distinct shards, largest shares, the histogram,
-and the share of the ideal overall and per tenth of the run. :func:`order_stats` holds the
-run's order of one field (sources, or a label) against a random order of the same samples:
-distinct values per batch, and the drift of each tenth's histogram from the whole run's.
-Reading batches is left to :mod:`~shardmix.inspect.reading`.
+uniformly without replacement (exactly, with log-gamma). :func:`summarize` turns a run's
+batches into a :class:`~shardmix.inspect.report.RunSummary`; :func:`order_stats` holds the
+run's order of one field against a random order of the same samples.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from shardmix.inspect.report import BatchStats, OrderStats, RunSummary, TenthStats
+
+T = TypeVar("T")
 
 
 def ideal_distinct_sources(records: Sequence[int], batch_size: int) -> float:
@@ -56,16 +57,11 @@ class Ideal:
     def __init__(self, records: list[int], batch_size: int) -> None:
         self.records = records
         self.batch_size = batch_size
-        self._of: dict[int, float] = {}
+        self.of = functools.cache(functools.partial(ideal_distinct_sources, records))
 
     @property
     def full(self) -> float:
         return self.of(self.batch_size)
-
-    def of(self, size: int) -> float:
-        if size not in self._of:
-            self._of[size] = ideal_distinct_sources(self.records, size)
-        return self._of[size]
 
 
 def summarize(
@@ -107,20 +103,15 @@ def _tenths(
     batches: Sequence[BatchStats], ideal_of: Callable[[BatchStats], float]
 ) -> list[TenthStats]:
     """The share per tenth of the batches, in loader order (fewer with under ten batches)."""
-    count = len(batches)
-    found = []
-    for tenth in range(10):
-        part = batches[tenth * count // 10 : (tenth + 1) * count // 10]
-        if part:
-            found.append(
-                TenthStats(
-                    first_batch=part[0].index,
-                    batches=len(part),
-                    mean_distinct_sources=sum(b.distinct_sources for b in part) / len(part),
-                    share_of_ideal=_share(part, ideal_of),
-                )
-            )
-    return found
+    return [
+        TenthStats(
+            first_batch=part[0].index,
+            batches=len(part),
+            mean_distinct_sources=sum(b.distinct_sources for b in part) / len(part),
+            share_of_ideal=_share(part, ideal_of),
+        )
+        for part in _tenth_parts(batches)
+    ]
 
 
 def order_stats(
@@ -156,10 +147,8 @@ def mean_distinct(values: Sequence[str | None], sizes: Sequence[int]) -> float:
     >>> mean_distinct(["a", "a", "b", "c", "c"], [2, 3])
     1.5
     """
-    distinct, start = [], 0
-    for size in sizes:
-        distinct.append(len(set(values[start : start + size])))
-        start += size
+    bounds = itertools.pairwise([0, *itertools.accumulate(sizes)])
+    distinct = [len(set(values[start:stop])) for start, stop in bounds]
     return sum(distinct) / len(distinct) if distinct else 0.0
 
 
@@ -179,7 +168,7 @@ def drift(values: Sequence[str | None]) -> list[float]:
     return found
 
 
-def _tenth_parts(values: Sequence[str | None]) -> list[Sequence[str | None]]:
+def _tenth_parts(values: Sequence[T]) -> list[Sequence[T]]:
     count = len(values)
     parts = [values[i * count // 10 : (i + 1) * count // 10] for i in range(10)]
     return [part for part in parts if part]

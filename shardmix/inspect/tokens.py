@@ -1,17 +1,11 @@
 """Inspect token batches: documents per row, padding, distinct shards and a mixture's shares.
 
-:func:`inspect_tokens` builds a real :class:`~shardmix.tokens.TokenLoader` from its arguments
-and reads its batches, tokens and all, so what it reports is what pretraining would get.
-:func:`batch_figures` and :func:`summarize` are pure functions over those batches (their
-``segment_ids`` and ``__segments__``), and the report is their JSON (``docs/inspect-schema.md``,
-the token report). A document is a ``(shard, key)``; a row holds at most one piece of each.
-
-The random draw: the expected distinct shards among ``k`` documents drawn uniformly without
-replacement from the epoch's documents (every rank's: the ranks pack their union), shard ``s``
-holding ``n_s`` (its records): :func:`~shardmix.inspect.summary.ideal_distinct_sources`. A
-mixture's batch is held to the sum of its datasets' draws, each of its own documents in the
-batch from its own shards. A span names its shard, not its dataset, so a mixture's datasets
-may share no shard.
+:func:`inspect_tokens` reads a real :class:`~shardmix.tokens.TokenLoader`'s batches, tokens and
+all; :func:`batch_figures` and :func:`summarize` are pure functions over them, and the report
+is their JSON (``docs/inspect-schema.md``). A document is a ``(shard, key)``. The random draw
+is :func:`~shardmix.inspect.summary.ideal_distinct_sources` over the epoch's documents (every
+rank's: the ranks pack their union); a mixture's batch is held to the sum of its datasets'
+draws. A span names its shard, not its dataset, so a mixture's datasets may share no shard.
 """
 
 from __future__ import annotations
@@ -227,8 +221,7 @@ def inspect_tokens(
 
 
 def _documents_per_shard(dataset: ShardDataset) -> dict[str, int]:
-    """The documents (records) of each shard of ``dataset``'s epoch, a shard listed twice
-    counted twice, as it is read."""
+    """Each shard's documents (records) in ``dataset``'s epoch (a shard listed twice: twice)."""
     counts: dict[str, int] = {}
     for url in dataset.urls:
         counts[url] = counts.get(url, 0) + dataset.plan.record_counts.of(url)
