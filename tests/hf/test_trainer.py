@@ -2,7 +2,9 @@
 resumed with ``resume_from_checkpoint`` in new processes (from a checkpoint mid-epoch and
 from one at an epoch's end), it trains on exactly the batches of
 an uninterrupted run, in order, on one process and on 2 DDP ranks (torchrun, gloo), reads no
-batch that it does not train on, and ends with the same weights.
+batch that it does not train on, and ends with the same weights. On one process the model has
+dropout: the Trainer restores torch's random state from its checkpoint and the loader draws
+nothing from it, so every dropout mask is the same and the weights are too, bit for bit.
 
 Each run is tests/hf/hf_job.py (a config-built one-layer GPT-2, two epochs, gradient
 accumulation 2); its logs say which keys each rank trained on and which the loader made.
@@ -80,6 +82,8 @@ def test_a_killed_run_resumed_from_its_checkpoint_trains_the_uninterrupted_runs_
     steps_per_epoch = -(-len(direct[0]) // ACCUMULATION)
     saved_at = steps_per_epoch + 1  # one optimizer step into epoch 1
     save = ("--save-steps", str(saved_at), "--save-at", str(steps_per_epoch))  # and epoch 0's end
+    if ranks == 1:
+        save += ("--dropout", "0.5")
     full = train(pattern, tmp_path / "full", *save, ranks=ranks)
     for rank in range(ranks):
         assert full[rank]["trained"] == full[rank]["delivered"] == expected[rank]

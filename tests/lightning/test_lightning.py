@@ -5,6 +5,10 @@ Each run is tests/lightning/fit_job.py in its own process (Lightning's DDP launc
 for rank 1). A killed run saves ``end.ckpt`` at the end of epoch 0 and ``mid.ckpt`` mid-epoch 1,
 then dies; resuming from either, what the killed run trained on up to its checkpoint and what
 the resumed run trains on must be the uninterrupted run's keys, epoch by epoch, in order.
+
+On one process the model has dropout and the runs end with the uninterrupted run's weights, bit
+for bit: Lightning keeps no random state in its checkpoints, so the job's model keeps torch's
+(``on_save_checkpoint``); the loader draws nothing from it.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ def by_epoch(lines: list[dict]) -> list[list[str]]:
 @pytest.mark.parametrize("devices", [1, 2])
 def test_fit_killed_and_resumed_trains_on_the_uninterrupted_runs_samples(tmp_path, devices):
     pattern = write_shards(tmp_path / "shards", "tar", SIZES)
-    full = fit(pattern, tmp_path / "full", devices=devices)
+    dropout = ("--dropout", "0.5") if devices == 1 else ()
+    full = fit(pattern, tmp_path / "full", *dropout, devices=devices)
     per_epoch = len(full[0]) // EPOCHS
     for rank, lines in enumerate(full):
         assert len(lines) == EPOCHS * per_epoch  # every rank the same steps
@@ -74,7 +79,8 @@ def test_fit_killed_and_resumed_trains_on_the_uninterrupted_runs_samples(tmp_pat
             assert not set(ours) & set(theirs)
 
     mid_step = per_epoch + per_epoch // 2  # mid-epoch 1
-    killed = fit(pattern, tmp_path / "killed", "--kill-at-step", str(mid_step), devices=devices)
+    kill = ("--kill-at-step", str(mid_step))
+    killed = fit(pattern, tmp_path / "killed", *dropout, *kill, devices=devices)
     assert [len(lines) for lines in killed] == [mid_step] * devices
     # Without the callback too: the loader takes the state Lightning restored by itself.
     # Every pair on one device; on two, each checkpoint and each way once (what differs there
@@ -84,8 +90,14 @@ def test_fit_killed_and_resumed_trains_on_the_uninterrupted_runs_samples(tmp_pat
         resumes += [("end.ckpt", per_epoch, ()), ("mid.ckpt", mid_step, ("--no-callback",))]
     for checkpoint, kept, extra in resumes:
         out = tmp_path / f"resumed-{checkpoint}-{len(extra)}"
-        resume = ("--resume", str(tmp_path / "killed" / checkpoint), *extra)
+        resume = (*dropout, "--resume", str(tmp_path / "killed" / checkpoint), *extra)
         resumed = fit(pattern, out, *resume, devices=devices)
+        if dropout:
+            assert killed[0][:kept] + resumed[0] == full[0], (checkpoint, extra)
+            expected, got = (
+                json.loads((run / "weights.json").read_text()) for run in (tmp_path / "full", out)
+            )
+            assert got == expected, (checkpoint, extra)
         for rank in range(devices):
             joined = killed[rank][:kept] + resumed[rank]
             assert by_epoch(joined) == by_epoch(full[rank]), (checkpoint, extra, rank)

@@ -18,7 +18,7 @@ from shardmix.convert.api import OutputExistsError
 from shardmix.convert.manifest import read_manifest
 from shardmix.ray import ShardSink, read_shards
 
-ROWS = 200_000
+ROWS = 40_000
 BLOCKS = 8
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
