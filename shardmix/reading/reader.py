@@ -157,7 +157,11 @@ def _entered(url: str, request: ReadRequest) -> tuple[BinaryIO, ShardRead, int]:
             read = ShardRead(start - 1, stop, offset, on_damage=on_damage, stop_offset=stop_offset)
         else:
             if resume:
-                logger.debug("%s: gzip or unseekable; walking the framing to record %d", url, start)
+                logger.debug(
+                    "%s: gzip or not seekable; walking the framing from the start to record %d",
+                    url,
+                    start,
+                )
             read = ShardRead(start, stop, None, seek_from, on_damage, stop_offset)
     except BaseException:
         stream.close()
