@@ -19,7 +19,6 @@ from shardmix.batching.bufferstage import BufferStage
 from shardmix.batching.collate import pin_batch
 from shardmix.batching.epochplan import (
     EpochPlanned,
-    check_lanes,
     check_position,
     dropped_in,
     epoch_position,
@@ -124,7 +123,6 @@ class EpochIterator:
         """Take the epoch's counts, padding and shard identities from ``resume``."""
         reads, plan = self.reads, self.plan
         assert reads is not None and plan is not None  # a ShardDataset's: the loader checked
-        check_lanes(resume["mixer"], plan, self.epoch)
         check_position(resume, plan, reads, reads.plan.known_count, "")
         self.batches, self.emitted = resume["batches"], resume["emitted"]
         self.padding.load_state_dict(padding_in(resume))

@@ -158,14 +158,22 @@ def _rank_quota(
     return quota, totals[rank]
 
 
-def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -> None:
-    """Refuse a merge's state whose lanes name other pieces than this plan's."""
-    for lane, (slot, record, _, *named, _) in enumerate(merge["lanes"]):
-        planned = piece_name(plan, lane, slot)
-        at_start = (slot, record) == (0, 0) and tuple(named) == NO_PIECE
-        if tuple(named) != planned and not at_start:
+def check_lanes(
+    saved: Sequence[Sequence[int]], lanes: Sequence[Sequence[Piece]], epoch: int, rank: int | None
+) -> None:
+    """Refuse saved lane positions that do not name the pieces of ``lanes``, the plan worked
+    out again (``rank``: the saved rank, named where the state holds several)."""
+    who = "" if rank is None else f"rank {rank} "
+    if len(saved) != len(lanes):
+        raise ConfigError(
+            f"cannot resume: the state's {who}position has {len(saved)} lane positions but its "
+            f"plan {len(lanes)} lanes; the state was edited or damaged since it was saved"
+        )
+    for lane, (slot, record, _, *named, _tag) in enumerate(saved):
+        planned = piece_name(lanes, lane, slot)
+        if tuple(named) != planned and not ((slot, record) == (0, 0) and tuple(named) == NO_PIECE):
             raise ConfigError(
-                f"cannot resume: epoch {epoch}'s lane {lane} was reading piece "
+                f"cannot resume: epoch {epoch}'s {who}lane {lane} was reading piece "
                 f"(shard, start, stop) {tuple(named)} at slot {slot}, but this loader's plan "
                 f"has {planned} there; the shards' record counts changed since the checkpoint "
                 "(a manifest or count cache was rewritten): resume with the same data"
@@ -202,14 +210,17 @@ def check_position(
     dataset: ShardReads,
     count: Callable[[int], int | None],
     where: str,
+    rank: int | None = None,
 ) -> None:
-    """Refuse a position whose parts do not add up, naming the field: a lane past its piece,
-    a buffer resident named twice or where a lane will still read it, or an ``emitted`` other
-    than what the lanes read, less the residents and the drops, plus the padding.
+    """Refuse a position whose parts do not add up, naming the field: lanes that name other
+    pieces than ``lanes`` (:func:`check_lanes`), a lane past its piece, a buffer resident named
+    twice or where a lane will still read it, or an ``emitted`` other than what the lanes read,
+    less the residents and the drops, plus the padding.
 
     ``count(shard)``: a shard's record count, None where unknown (then not checked); ``where``:
     the position's place in the state (``""``, or ``"ranks.3."``). Where a shard the position
     names was rewritten since, a ShardChangedError naming it is raised instead."""
+    check_lanes(position["mixer"]["lanes"], lanes, int(position["epoch"]), rank)
     try:
         _check_position(position, lanes, count, len(dataset.plan.urls), where)
     except ConfigError:
