@@ -1,12 +1,8 @@
 """The epoch's shuffle stage: the shuffle buffer of sample ids, and the samples its ids name.
 
 An id at or above 0 is a row of the :class:`~shardmix.batching.rows.RowStore`; an id below 0 is
-``-1 - n``, the ``n``-th resident a restore put back as a reference, read when the buffer
-evicts it (:class:`~shardmix.batching.residents.ResidentReads`).
-
-The state is the buffer's own with each id written as what it names: ``{"draws", "items",
-"sizes", "tags"}``, the draw count, then the ``(shard, record, offset)`` references, sizes and
-record tags in slot order, packed (:mod:`shardmix.state.codec`).
+``-1 - n``, the ``n``-th resident a restore put back as a reference. The state names each
+resident by reference (``docs/checkpoint.md``, ``buffer``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""What one epoch reads on this rank, settled before any worker starts: each lane's pieces,
-their clocks, the samples this rank yields and how it knows where they end; and the layout of
-the epoch's position.
+"""What one epoch reads on this rank, settled before any worker starts, and the layout and
+checks of the epoch's position.
 
-:func:`plan_epoch` takes the lanes' pieces from the dataset's plan, or after an elastic resume
-from the state's phase; :func:`plan_ends` says how the rank knows where its epoch ends (a quota
-known ahead, learned kept counts, or an exchange with the other ranks as it goes).
+:func:`plan_epoch` gives each lane's pieces (from the dataset's plan, or a resized phase's);
+:func:`plan_ends` says how the rank knows where its epoch ends.
 """
 
 from __future__ import annotations

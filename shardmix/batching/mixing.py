@@ -1,16 +1,10 @@
 """Mixing: the main-process stage that merges all lanes in one fixed order.
 
-Workers send :class:`~shardmix.reading.chunks.Chunk` objects, each item keyed by the worker:
-a clock (the share of its lane read before it) or a turn. Whichever chunk arrives first, the
-merge hands items out in ascending ``(key, lane)`` order, so the output is a function of the
-lanes' contents alone, not of worker timing or of how many workers host them. An item can go
-once every lane that has not ended has sent one with a higher key; each arriving chunk
-releases, in one sort, every pending item below that threshold. Tombstones (samples the
-transform dropped) are counted and passed over.
-
-The state (:meth:`LaneMerge.state_dict`) is each lane's position after the last item handed
-out, plus the turn when lanes take turns: restoring it and re-reading each lane from its
-position (:func:`resume_points`) gives exactly the items that would have followed.
+Items leave in ascending ``(key, lane)`` order, a key being a clock (the share of its lane read
+before the item) or a turn, so the output is a function of the lanes' contents alone, never of
+worker timing; tombstones (samples the transform dropped) are counted and passed over. The state
+(:meth:`LaneMerge.state_dict`) is each lane's position after the last item handed out. How
+items are released: ``docs/design/batching.md``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Epoch settings: what one epoch of one dataset reads by, as one frozen value.
 
-The loader resolves its settings once per epoch, rank and world size included; the epoch holds
-this value and never the loader, so that dropping the loader stops its workers at once instead
-of at the next garbage collection.
+The epoch holds this value, never the loader, so that dropping the loader stops its workers at
+once instead of at the next garbage collection.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The loader's length: batches per epoch on this rank, and whether the current epoch goes on.
 
-``len(loader)`` and :func:`batches_left` count an epoch's batches from the record counts: this
-rank's samples in the epoch (the ranks' quota under ``even_ranks``, or the kept counts learned
-under a filtering transform) cut into batches; a resized phase's after those before it; a
-mixture's from each dataset's samples per pass and the weights.
+Counted from the record counts (the ranks' quota, or kept counts learned under a filter); a
+resized phase's after the batches before it; a mixture's from each dataset's and the weights.
 """
 
 from __future__ import annotations
