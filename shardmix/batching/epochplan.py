@@ -20,7 +20,6 @@ from shardmix.errors import ConfigError
 from shardmix.plan.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.plan.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.reading.mergekeys import LaneClocks
-from shardmix.reading.shardplan import ShardPlan
 from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.reading.transforms import FILTERED, SKIPPED
 from shardmix.sources import open_shard
@@ -78,9 +77,16 @@ def plan_epoch(
         return EpochPlanned(plan, lane_pieces, clocks, phase["quota"], phase["own"])
     if world_size == 1 or settings.even_ranks is EvenRanks.NONE:  # ends with its lanes
         return EpochPlanned(plan, lane_pieces, clocks)
-    quota, own = _rank_quota(shards, epoch, rank, world_size, settings.even_ranks, epoch_pass)
+    totals = shards.rank_totals(epoch, world_size, epoch_pass)
+    quota = rank_quota(totals, settings.even_ranks, rank)
+    if quota == 0:
+        empty = [r for r, total in enumerate(totals) if total == 0]
+        raise ConfigError(
+            f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
+            "would yield any; use even_ranks='pad' or spread the records over more shards"
+        )
     filters = reads.transform is not None or reads.policy.skips
-    return EpochPlanned(plan, lane_pieces, clocks, quota, own, filters)
+    return EpochPlanned(plan, lane_pieces, clocks, quota, totals[rank], filters)
 
 
 @dataclass(frozen=True)
@@ -134,26 +140,6 @@ def plan_ends(
     simulated = agree and exchange is None and reads is not None and reads.transform is not None
     claimed = KeptClaim(kept, claim, learn, epoch, rank)
     return EpochEnds(quota, own, exchange, claimed, simulated)
-
-
-def _rank_quota(
-    shards: ShardPlan,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    even_ranks: EvenRanks,
-    epoch_pass: int = 0,
-) -> tuple[int, int]:
-    """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
-    totals = shards.rank_totals(epoch, world_size, epoch_pass)
-    quota = rank_quota(totals, even_ranks, rank)
-    if quota == 0:
-        empty = [r for r, total in enumerate(totals) if total == 0]
-        raise ConfigError(
-            f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
-            "would yield any; use even_ranks='pad' or spread the records over more shards"
-        )
-    return quota, totals[rank]
 
 
 def check_lanes(

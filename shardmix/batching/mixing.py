@@ -93,13 +93,10 @@ class LaneMerge:
 
     def peek(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, sizes)`` of up to ``count`` released samples not yet taken; none at the end."""
-        while True:
-            ahead = self._ready[self._head :]
-            if self._tombstones:
-                ahead = ahead[ahead[:, ID] >= 0]
-            if len(ahead) or self.exhausted:
-                break
-            self._release()
+        self.lookahead(1)
+        ahead = self._ready[self._head :]
+        if self._tombstones:
+            ahead = ahead[ahead[:, ID] >= 0]
         ahead = ahead[:count]
         return ahead[:, ID], ahead[:, SIZE]
 

@@ -216,14 +216,6 @@ class RowStore:
                 found.rows[rows] = MISSING
                 found.missing = True
 
-    def refs(self, ids: np.ndarray) -> np.ndarray:
-        """``(shard, record, offset)`` rows of ``ids``, as an ``(n, 3)`` int64 array."""
-        return self.refs_table[ids]
-
-    def tags(self, ids: np.ndarray) -> np.ndarray:
-        """The records' tags of ``ids`` (:mod:`shardmix.formats.tags`), as int64."""
-        return self.tags_table[ids]
-
     def sample(self, row: int) -> Sample:
         """The sample dict of one id, as the worker's transform gave it."""
         whole = self.fields.get(WHOLE)
