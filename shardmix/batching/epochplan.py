@@ -30,10 +30,9 @@ from shardmix.world import end_exchange
 
 @dataclass(frozen=True)
 class EpochPlanned:
-    """A ShardDataset's epoch on this rank: each lane's pieces (also as ``(shard, start,
-    stop)`` tuples), their clocks when the lanes' sizes are known, and under several ranks the
-    quota every rank yields and this rank's own total; ``filters``: whether samples may be
-    dropped, so that the ranks must agree where the epoch ends."""
+    """A ShardDataset's epoch on this rank: each lane's pieces (also as tuples), their clocks,
+    under several ranks every rank's quota and this rank's total, and whether samples may be
+    dropped (``filters``: then the ranks agree where the epoch ends)."""
 
     plan: list[list[Piece]]
     lane_pieces: list[list[tuple[int, int, int | None]]]

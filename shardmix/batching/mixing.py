@@ -47,11 +47,9 @@ _TAKEN_BACKLOG = 1 << 13
 class LaneMerge:
     """All lanes' items in one fixed order, from the chunks that carry them.
 
-    ``clocks``: the lanes' sizes when items are keyed by clock (None: by turn); ``dropped``:
-    the tombstones counted before a resume; ``note_filtered``: the number of shards, to keep
-    what kept counts are learned from (:attr:`filtered_refs`, :attr:`records_seen`; 0: not).
-    A resumed merge is given its state (:meth:`load_state_dict`) before its first item.
-    """
+    ``clocks``: None where items are keyed by turn; ``dropped``: the tombstones counted before
+    a resume; ``note_filtered``: the number of shards, to keep what kept counts are learned
+    from (:attr:`filtered_refs`, :attr:`records_seen`; 0: not)."""
 
     def __init__(
         self,

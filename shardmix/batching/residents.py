@@ -181,17 +181,13 @@ class ResidentReads:
         epoch_pass: int = 0,
         tags: Sequence[int] | None = None,
     ) -> None:
-        if len(sizes) != len(refs):
-            raise ConfigError(
-                f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
-                f"but gives {len(sizes)} sizes; the state was edited or damaged"
-            )
         tags = [NO_TAG] * len(refs) if tags is None else tags
-        if len(tags) != len(refs):
-            raise ConfigError(
-                f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
-                f"but gives {len(tags)} tags ('buffer.tags'); the state was edited or damaged"
-            )
+        for given, what in ((sizes, "sizes"), (tags, "tags ('buffer.tags')")):
+            if len(given) != len(refs):
+                raise ConfigError(
+                    f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} "
+                    f"residents but gives {len(given)} {what}; the state was edited or damaged"
+                )
         options = dataset.source_options or SourceOptions()
         ranged = {
             shard_index

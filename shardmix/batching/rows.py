@@ -154,14 +154,10 @@ class RowStore:
             self._free = self._free[: len(self._free) - reused]
         else:
             rows = fresh
-        if added == len(items):
-            items[:, ID] = rows
-            refs = items[:, SHARD : OFFSET + 1]
-            tags = items[:, TAG]
-        else:
-            items[kept, ID] = rows
-            refs = items[kept, SHARD : OFFSET + 1]
-            tags = items[kept, TAG]
+        where = slice(None) if added == len(items) else kept  # a slice copies nothing
+        items[where, ID] = rows
+        refs = items[where, SHARD : OFFSET + 1]
+        tags = items[where, TAG]
         columns = chunk.columns
         if chunk.derived:
             columns = {**columns, **self._provenance_columns(chunk.derived, refs)}

@@ -22,10 +22,8 @@ from shardmix.workers.pool import WorkerPool
 
 @dataclass(frozen=True)
 class EpochSettings:
-    """The settings of one epoch of ``dataset`` (see :class:`~shardmix.loader.MixingLoader`),
-    resolved: ``group`` is the process group the ranks agree on the epoch's end in (None: the
-    default one, or none for simulated ranks), ``pool`` the persistent workers (None: per-epoch
-    workers)."""
+    """The settings of one epoch of ``dataset``, resolved: ``group`` is the process group the
+    ranks agree on the epoch's end in, ``pool`` the persistent workers (None: per epoch)."""
 
     dataset: IterableDataset[Any]
     batch_size: int

@@ -21,10 +21,8 @@ class SlotBuffer:
     """A :class:`ShuffleBuffer` of integer ids that takes and gives them in arrays.
 
     Which pushes of a run find room follows from the limit alone (until the byte budget says
-    otherwise, where the run is cut); a push that displaces lands in the slot its draw names,
-    and displaces the slot's resident or, if an earlier push of the run wrote that slot, that
-    push's id. Ids below 0 are the caller's to interpret (a restore's residents).
-    """
+    otherwise, where the run is cut); a push that displaces takes its draw's slot, and the id
+    there: the resident's, or that of an earlier push of the run that wrote the slot."""
 
     def __init__(
         self, capacity: int, *, seed: int, epoch: int, max_bytes: int | None, warmup: int | None

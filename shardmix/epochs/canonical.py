@@ -133,11 +133,8 @@ class CanonicalEpoch:
     @property
     def filtered(self) -> dict[str, int]:
         """The canonical ranks' :attr:`~shardmix.batching.epoch.EpochIterator.filtered`, summed."""
-        total = {"dropped": 0, "padded": 0, "undelivered": 0}
-        for stream in self.streams:
-            for kind, count in stream.filtered.items():
-                total[kind] += count
-        return total
+        each = [stream.filtered for stream in self.streams]
+        return {kind: sum(counts[kind] for counts in each) for kind in each[0]}
 
     def skipped(self) -> dict[str, Any] | None:
         """Each canonical rank's skip summary under ``on_error="skip"``, by canonical rank."""
