@@ -118,9 +118,7 @@ class BufferStage:
             if len(evicted):
                 out.append(evicted)
                 got += len(evicted)
-        if not out:
-            return np.empty(0, dtype=np.int64)
-        return out[0] if len(out) == 1 else np.concatenate(out)
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
     @classmethod
     def for_epoch(

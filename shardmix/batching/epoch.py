@@ -1,9 +1,8 @@
 """One epoch of a MixingLoader: the batches, and the position between them.
 
 An :class:`EpochIterator` starts the workers, merges their lanes, passes the samples through
-the shuffle buffer and cuts batches; under several ranks it cuts or pads the epoch to the same
-number of samples on every rank. Between two batches its :meth:`EpochIterator.position` is the
-loader's state (:func:`~shardmix.batching.epochplan.epoch_position`).
+the shuffle buffer and cuts batches, the same number of samples on every rank; between two
+batches its :meth:`EpochIterator.position` is the loader's state.
 """
 
 from __future__ import annotations

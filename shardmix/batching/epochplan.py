@@ -90,10 +90,9 @@ def plan_epoch(
 
 @dataclass(frozen=True)
 class EpochEnds:
-    """How this rank knows where its epoch ends: a ``quota`` (with this rank's ``own`` total)
-    known ahead, an ``exchange`` with the other ranks as it goes, or neither (it ends with its
-    lanes). ``kept``: the kept-count claim to check or learn; ``simulated_filter``: ranks
-    simulated in one process, where a filtered sample is refused."""
+    """How this rank knows where its epoch ends: a ``quota`` known ahead, an ``exchange`` with
+    the other ranks as it goes, or neither (with its lanes); ``kept``: the claim to check or
+    learn; ``simulated_filter``: ranks simulated in one process, which refuse a filtered one."""
 
     quota: int | None
     own: int | None
@@ -195,14 +194,10 @@ def check_position(
     where: str,
     rank: int | None = None,
 ) -> None:
-    """Refuse a position whose parts do not add up, naming the field: lanes that name other
-    pieces than ``lanes`` (:func:`check_lanes`), a lane past its piece, a buffer resident named
-    twice or where a lane will still read it, or an ``emitted`` other than what the lanes read,
-    less the residents and the drops, plus the padding.
-
-    ``count(shard)``: a shard's record count, None where unknown (then not checked); ``where``:
-    the position's place in the state (``""``, or ``"ranks.3."``). Where a shard the position
-    names was rewritten since, a ShardChangedError naming it is raised instead."""
+    """Refuse a position whose parts do not add up, naming the field (``docs/checkpoint.md``):
+    lanes not on ``lanes``' pieces (:func:`check_lanes`), residents, and ``emitted``; where a
+    shard it names was rewritten since, a ShardChangedError naming it instead. ``count(shard)``:
+    a record count, None where unknown; ``where``: the position's place (``""``, ``"ranks.3."``)."""
     check_lanes(position["mixer"]["lanes"], lanes, int(position["epoch"]), rank)
     try:
         _check_position(position, lanes, count, len(dataset.plan.urls), where)
@@ -266,8 +261,7 @@ def _check_position(
         stops = [count(p.shard) if p.stop is None else p.stop for lane in lanes for p in lane]
         starts = sum(piece.start for lane in lanes for piece in lane)
         known = [stop for stop in stops if stop is not None]
-        total = sum(known) - starts if len(known) == len(stops) else None
-        read = None if total is None else read + phase["own"] - total
+        read = None if len(known) < len(stops) else read + phase["own"] - sum(known) + starts
     if read is None:
         return
     dropped = position["dropped"]
@@ -302,9 +296,8 @@ def epoch_position(
     shards: list[list[Any]],
     phase: dict[str, Any],
 ) -> dict[str, Any]:
-    """An epoch's position as the state lays it out: the counts, the padding (``"pad"``, and
-    its count under ``"dropped"`` beside the merge's tombstones), the merge's state
-    (``"mixer"``), the shuffle stage's (``"buffer"``), the shard identities and the phase."""
+    """An epoch's position as the state lays it out (``docs/checkpoint.md``): the padding's
+    count goes under ``"dropped"``, beside the merge's tombstones."""
     return {
         "epoch": epoch,
         "batches": batches,

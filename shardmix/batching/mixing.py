@@ -193,8 +193,7 @@ class LaneMerge:
             if late.any():
                 stray = sorted(set(lanes[late].tolist()))
                 raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")
-            if not self._tombstones and (items[:, DROPPED] != KEPT).any():
-                self._tombstones = True
+            self._tombstones = self._tombstones or bool((items[:, DROPPED] != KEPT).any())
             if self._note_filtered:
                 self._note(items)
             pending = self._pending
@@ -248,8 +247,7 @@ class LaneMerge:
         turn, the index into them of the next turn, and each lane's position as
         ``[slot, record, offset, shard, start, stop, tag]``."""
         live = self.live()
-        lanes = self.lane_positions()
-        return merge_state(live, self.cursor(live), lanes, self._lane_pieces)
+        return merge_state(live, self.cursor(live), self.lane_positions(), self._lane_pieces)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on where :meth:`state_dict` was taken (before the first chunk arrives)."""

@@ -99,12 +99,9 @@ class Draws:
 
 
 class ShuffleBuffer(Generic[T]):
-    """Holds up to ``capacity`` items, and about ``max_bytes`` of them when given.
-
-    It emits from ``warmup`` items on (None: only once full). With ``max_bytes`` (and
-    ``size_of``, an item's size) the buffer stops growing once its items hold that many bytes:
-    every push then displaces a resident, so the order depends on the items' sizes too.
-    """
+    """Holds up to ``capacity`` items, emitting from ``warmup`` on (None: once full); with
+    ``max_bytes`` (and ``size_of``) it stops growing once its items hold that many bytes, so
+    the order depends on the items' sizes too."""
 
     def __init__(
         self,

@@ -133,9 +133,7 @@ class SlotBuffer:
             out.append(run)
             done += used
             evicted += len(run)
-        if not out:
-            return np.empty(0, dtype=np.int64), done
-        return (out[0] if len(out) == 1 else np.concatenate(out)), done
+        return (np.concatenate(out) if out else np.empty(0, dtype=np.int64)), done
 
     def _run(self, ids: np.ndarray, sizes: np.ndarray, most: int) -> tuple[np.ndarray, int]:
         """:meth:`push` of a run: up to ``most`` displacements, and up to where the byte budget

@@ -80,10 +80,10 @@ class MixtureEpoch:
             self.apportioner = Apportioner(weights, credits)
             self.passes = dict(mixture["passes"])
             self.exhausted = set(mixture["exhausted"])
-        self.streams: dict[str, EpochIterator] = {}
-        for name in self.datasets:
-            position = mixture["datasets"][name] if mixture is not None else None
-            self.streams[name] = self._stream(name, position)
+        self.streams = {
+            name: self._stream(name, None if mixture is None else mixture["datasets"][name])
+            for name in self.datasets
+        }
         # Whether the epoch tells its end after its last batch: not where the ranks agree on it.
         self._sees_end = all(stream.rank_end is None for stream in self.streams.values())
         self._deferred: Exception | None = None  # raised by the next next(), after a batch
