@@ -1,18 +1,15 @@
 """The epoch's shuffle stage: the shuffle buffer of sample ids, and the samples its ids name.
 
 An id at or above 0 is a row of the :class:`~shardmix.batching.rows.RowStore`; an id below 0 is
-``-1 - n``, the ``n``-th resident a restore put back as a reference, read when the buffer
-evicts it (:class:`~shardmix.batching.residents.ResidentReads`).
-
-The state is the buffer's own with each id written as what it names: ``{"draws", "items",
-"sizes", "tags"}``, the draw count, then the ``(shard, record, offset)`` references, sizes and
-record tags in slot order, packed (:mod:`shardmix.state.codec`).
+``-1 - n``, the ``n``-th resident a restore put back as a reference. The state names each
+resident by reference (``docs/checkpoint.md``, ``buffer``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -121,9 +118,7 @@ class BufferStage:
             if len(evicted):
                 out.append(evicted)
                 got += len(evicted)
-        if not out:
-            return np.empty(0, dtype=np.int64)
-        return out[0] if len(out) == 1 else np.concatenate(out)
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
     @classmethod
     def for_epoch(
@@ -163,40 +158,30 @@ class BufferStage:
         """Free the rows of ``ids``, which left with their batch."""
         self.store.release(ids[ids >= 0])
 
-    def _restored(self, ids: np.ndarray) -> Iterator[tuple[int, Resident]]:
-        """``(position, resident)`` of each id of ``ids`` that names a restored resident."""
-        for position in np.flatnonzero(ids < 0).tolist():
+    def _of_ids(
+        self, ids: np.ndarray, table: np.ndarray, of_resident: Callable[[Resident], Any]
+    ) -> list[Any]:
+        """Each id's row of the store's ``table``, or ``of_resident`` of the resident it names."""
+        stored = ids >= 0
+        found = np.zeros((len(ids), *table.shape[1:]), dtype=np.int64)
+        found[stored] = table[ids[stored]]
+        for position in np.flatnonzero(~stored).tolist():
             assert self.residents is not None  # only a restore puts residents in
-            yield position, self.residents.residents[-1 - int(ids[position])]
+            found[position] = of_resident(self.residents.residents[-1 - int(ids[position])])
+        return found.tolist()
 
     def refs(self, ids: np.ndarray) -> list[Ref]:
         """``(shard_index, record, offset)`` of each id: a stored sample's or a resident's."""
-        stored = ids >= 0
-        table = np.zeros((len(ids), 3), dtype=np.int64)
-        table[stored] = self.store.refs(ids[stored])
-        refs: list[Ref] = [(shard, record, offset) for shard, record, offset in table.tolist()]
-        for position, resident in self._restored(ids):
-            refs[position] = resident.ref
-        return refs
+        found = self._of_ids(ids, self.store.refs_table, attrgetter("ref"))
+        return [(shard, record, offset) for shard, record, offset in found]
 
     def tags(self, ids: np.ndarray) -> list[int]:
         """The record tag of each id: a stored sample's or a resident's."""
-        stored = ids >= 0
-        tags = np.zeros(len(ids), dtype=np.int64)
-        tags[stored] = self.store.tags(ids[stored])
-        for position, resident in self._restored(ids):
-            tags[position] = resident.tag
-        return tags.tolist()
+        return self._of_ids(ids, self.store.tags_table, attrgetter("tag"))
 
     def shards(self) -> list[int]:
         """The shard index of each resident, in slot order (the shards the state names)."""
-        ids = self.buffer.slots
-        stored = ids >= 0
-        shards = np.zeros(len(ids), dtype=np.int64)
-        shards[stored] = self.store.refs(ids[stored])[:, 0]
-        for position, resident in self._restored(ids):
-            shards[position] = resident.ref[0]
-        return shards.tolist()
+        return [shard for shard, _, _ in self.refs(self.buffer.slots)]
 
     def close(self) -> None:
         """Let go of the residents not read yet (:meth:`ResidentReads.close`)."""

@@ -1,16 +1,11 @@
 """Collate: a list of samples into one batch, the way ``default_collate`` would.
 
-Numbers and equal-shaped arrays become tensors; ``bytes``, ``str`` and anything else (decoded
-JSON, PIL images) stay lists. A field whose values mix these kinds is an error naming the
-field, the types and a sample. Two things differ from ``default_collate``, on purpose:
+Numbers and equal-shaped arrays become tensors; ``bytes``, ``str`` and anything else stay lists;
+a field whose values mix these kinds is an error naming it. Unlike ``default_collate``,
 ``__key__`` and ``__source__`` are always lists and ``__index__`` and ``__offset__`` int64
-tensors, so every batch says where its samples came from; and a field whose arrays differ in
-shape (variable-length TFRecord features) becomes a list instead of failing.
-
-Samples a transform returned as a tuple, a list or one value are collated as
-``default_collate`` would, their provenance kept in the batch's ``provenance`` attribute
-(:func:`restructured`). The work is per column, not per sample: a field of numpy arrays of one
-dtype and shape is stacked by numpy in one call.
+tensors, and arrays of different shapes become a list instead of failing. Samples a transform
+returned as a tuple, a list or one value are collated as ``default_collate`` would, their
+provenance in the batch's ``provenance`` attribute (:func:`restructured`).
 """
 
 from __future__ import annotations

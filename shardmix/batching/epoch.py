@@ -1,9 +1,8 @@
 """One epoch of a MixingLoader: the batches, and the position between them.
 
 An :class:`EpochIterator` starts the workers, merges their lanes, passes the samples through
-the shuffle buffer and cuts batches; under several ranks it cuts or pads the epoch to the same
-number of samples on every rank. Between two batches its :meth:`EpochIterator.position` is the
-loader's state (:func:`~shardmix.batching.epochplan.epoch_position`).
+the shuffle buffer and cuts batches, the same number of samples on every rank; between two
+batches its :meth:`EpochIterator.position` is the loader's state.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from shardmix.batching.bufferstage import BufferStage
 from shardmix.batching.collate import pin_batch
 from shardmix.batching.epochplan import (
     EpochPlanned,
-    check_lanes,
     check_position,
     dropped_in,
     epoch_position,
@@ -124,7 +122,6 @@ class EpochIterator:
         """Take the epoch's counts, padding and shard identities from ``resume``."""
         reads, plan = self.reads, self.plan
         assert reads is not None and plan is not None  # a ShardDataset's: the loader checked
-        check_lanes(resume["mixer"], plan, self.epoch)
         check_position(resume, plan, reads, reads.plan.known_count, "")
         self.batches, self.emitted = resume["batches"], resume["emitted"]
         self.padding.load_state_dict(padding_in(resume))

@@ -1,10 +1,8 @@
-"""What one epoch reads on this rank, settled before any worker starts: each lane's pieces,
-their clocks, the samples this rank yields and how it knows where they end; and the layout of
-the epoch's position.
+"""What one epoch reads on this rank, settled before any worker starts, and the layout and
+checks of the epoch's position.
 
-:func:`plan_epoch` takes the lanes' pieces from the dataset's plan, or after an elastic resume
-from the state's phase; :func:`plan_ends` says how the rank knows where its epoch ends (a quota
-known ahead, learned kept counts, or an exchange with the other ranks as it goes).
+:func:`plan_epoch` gives each lane's pieces (from the dataset's plan, or a resized phase's);
+:func:`plan_ends` says how the rank knows where its epoch ends.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from shardmix.errors import ConfigError
 from shardmix.plan.kept import Exchange, KeptClaim, agreed_totals
 from shardmix.plan.sharding import EvenRanks, Piece, phase_lanes, rank_quota
 from shardmix.reading.mergekeys import LaneClocks
-from shardmix.reading.shardplan import ShardPlan
 from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.reading.transforms import FILTERED, SKIPPED
 from shardmix.sources import open_shard
@@ -33,10 +30,9 @@ from shardmix.world import end_exchange
 
 @dataclass(frozen=True)
 class EpochPlanned:
-    """A ShardDataset's epoch on this rank: each lane's pieces (also as ``(shard, start,
-    stop)`` tuples), their clocks when the lanes' sizes are known, and under several ranks the
-    quota every rank yields and this rank's own total; ``filters``: whether samples may be
-    dropped, so that the ranks must agree where the epoch ends."""
+    """A ShardDataset's epoch on this rank: each lane's pieces (also as tuples), their clocks,
+    under several ranks every rank's quota and this rank's total, and whether samples may be
+    dropped (``filters``: then the ranks agree where the epoch ends)."""
 
     plan: list[list[Piece]]
     lane_pieces: list[list[tuple[int, int, int | None]]]
@@ -80,17 +76,23 @@ def plan_epoch(
         return EpochPlanned(plan, lane_pieces, clocks, phase["quota"], phase["own"])
     if world_size == 1 or settings.even_ranks is EvenRanks.NONE:  # ends with its lanes
         return EpochPlanned(plan, lane_pieces, clocks)
-    quota, own = _rank_quota(shards, epoch, rank, world_size, settings.even_ranks, epoch_pass)
+    totals = shards.rank_totals(epoch, world_size, epoch_pass)
+    quota = rank_quota(totals, settings.even_ranks, rank)
+    if quota == 0:
+        empty = [r for r, total in enumerate(totals) if total == 0]
+        raise ConfigError(
+            f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
+            "would yield any; use even_ranks='pad' or spread the records over more shards"
+        )
     filters = reads.transform is not None or reads.policy.skips
-    return EpochPlanned(plan, lane_pieces, clocks, quota, own, filters)
+    return EpochPlanned(plan, lane_pieces, clocks, quota, totals[rank], filters)
 
 
 @dataclass(frozen=True)
 class EpochEnds:
-    """How this rank knows where its epoch ends: a ``quota`` (with this rank's ``own`` total)
-    known ahead, an ``exchange`` with the other ranks as it goes, or neither (it ends with its
-    lanes). ``kept``: the kept-count claim to check or learn; ``simulated_filter``: ranks
-    simulated in one process, where a filtered sample is refused."""
+    """How this rank knows where its epoch ends: a ``quota`` known ahead, an ``exchange`` with
+    the other ranks as it goes, or neither (with its lanes); ``kept``: the claim to check or
+    learn; ``simulated_filter``: ranks simulated in one process, which refuse a filtered one."""
 
     quota: int | None
     own: int | None
@@ -138,34 +140,22 @@ def plan_ends(
     return EpochEnds(quota, own, exchange, claimed, simulated)
 
 
-def _rank_quota(
-    shards: ShardPlan,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    even_ranks: EvenRanks,
-    epoch_pass: int = 0,
-) -> tuple[int, int]:
-    """``(quota, own)``: the samples every rank yields this epoch, and this rank's own."""
-    totals = shards.rank_totals(epoch, world_size, epoch_pass)
-    quota = rank_quota(totals, even_ranks, rank)
-    if quota == 0:
-        empty = [r for r, total in enumerate(totals) if total == 0]
+def check_lanes(
+    saved: Sequence[Sequence[int]], lanes: Sequence[Sequence[Piece]], epoch: int, rank: int | None
+) -> None:
+    """Refuse saved lane positions that do not name the pieces of ``lanes``, the plan worked
+    out again (``rank``: the saved rank, named where the state holds several)."""
+    who = "" if rank is None else f"rank {rank} "
+    if len(saved) != len(lanes):
         raise ConfigError(
-            f"epoch {epoch}: ranks {empty} have no records, so with even_ranks='drop' no rank "
-            "would yield any; use even_ranks='pad' or spread the records over more shards"
+            f"cannot resume: the state's {who}position has {len(saved)} lane positions but its "
+            f"plan {len(lanes)} lanes; the state was edited or damaged since it was saved"
         )
-    return quota, totals[rank]
-
-
-def check_lanes(merge: Mapping[str, Any], plan: list[list[Piece]], epoch: int) -> None:
-    """Refuse a merge's state whose lanes name other pieces than this plan's."""
-    for lane, (slot, record, _, *named, _) in enumerate(merge["lanes"]):
-        planned = piece_name(plan, lane, slot)
-        at_start = (slot, record) == (0, 0) and tuple(named) == NO_PIECE
-        if tuple(named) != planned and not at_start:
+    for lane, (slot, record, _, *named, _tag) in enumerate(saved):
+        planned = piece_name(lanes, lane, slot)
+        if tuple(named) != planned and not ((slot, record) == (0, 0) and tuple(named) == NO_PIECE):
             raise ConfigError(
-                f"cannot resume: epoch {epoch}'s lane {lane} was reading piece "
+                f"cannot resume: epoch {epoch}'s {who}lane {lane} was reading piece "
                 f"(shard, start, stop) {tuple(named)} at slot {slot}, but this loader's plan "
                 f"has {planned} there; the shards' record counts changed since the checkpoint "
                 "(a manifest or count cache was rewritten): resume with the same data"
@@ -202,14 +192,13 @@ def check_position(
     dataset: ShardReads,
     count: Callable[[int], int | None],
     where: str,
+    rank: int | None = None,
 ) -> None:
-    """Refuse a position whose parts do not add up, naming the field: a lane past its piece,
-    a buffer resident named twice or where a lane will still read it, or an ``emitted`` other
-    than what the lanes read, less the residents and the drops, plus the padding.
-
-    ``count(shard)``: a shard's record count, None where unknown (then not checked); ``where``:
-    the position's place in the state (``""``, or ``"ranks.3."``). Where a shard the position
-    names was rewritten since, a ShardChangedError naming it is raised instead."""
+    """Refuse a position whose parts do not add up, naming the field (``docs/checkpoint.md``):
+    lanes not on ``lanes``' pieces (:func:`check_lanes`), residents, and ``emitted``; where a
+    shard it names was rewritten since, a ShardChangedError naming it instead. ``count(shard)``:
+    a record count, None where unknown; ``where``: the position's place (``""``, ``"ranks.3."``)."""
+    check_lanes(position["mixer"]["lanes"], lanes, int(position["epoch"]), rank)
     try:
         _check_position(position, lanes, count, len(dataset.plan.urls), where)
     except ConfigError:
@@ -272,8 +261,7 @@ def _check_position(
         stops = [count(p.shard) if p.stop is None else p.stop for lane in lanes for p in lane]
         starts = sum(piece.start for lane in lanes for piece in lane)
         known = [stop for stop in stops if stop is not None]
-        total = sum(known) - starts if len(known) == len(stops) else None
-        read = None if total is None else read + phase["own"] - total
+        read = None if len(known) < len(stops) else read + phase["own"] - sum(known) + starts
     if read is None:
         return
     dropped = position["dropped"]
@@ -308,9 +296,8 @@ def epoch_position(
     shards: list[list[Any]],
     phase: dict[str, Any],
 ) -> dict[str, Any]:
-    """An epoch's position as the state lays it out: the counts, the padding (``"pad"``, and
-    its count under ``"dropped"`` beside the merge's tombstones), the merge's state
-    (``"mixer"``), the shuffle stage's (``"buffer"``), the shard identities and the phase."""
+    """An epoch's position as the state lays it out (``docs/checkpoint.md``): the padding's
+    count goes under ``"dropped"``, beside the merge's tombstones."""
     return {
         "epoch": epoch,
         "batches": batches,

@@ -1,16 +1,10 @@
 """Mixing: the main-process stage that merges all lanes in one fixed order.
 
-Workers send :class:`~shardmix.reading.chunks.Chunk` objects, each item keyed by the worker:
-a clock (the share of its lane read before it) or a turn. Whichever chunk arrives first, the
-merge hands items out in ascending ``(key, lane)`` order, so the output is a function of the
-lanes' contents alone, not of worker timing or of how many workers host them. An item can go
-once every lane that has not ended has sent one with a higher key; each arriving chunk
-releases, in one sort, every pending item below that threshold. Tombstones (samples the
-transform dropped) are counted and passed over.
-
-The state (:meth:`LaneMerge.state_dict`) is each lane's position after the last item handed
-out, plus the turn when lanes take turns: restoring it and re-reading each lane from its
-position (:func:`resume_points`) gives exactly the items that would have followed.
+Items leave in ascending ``(key, lane)`` order, a key being a clock (the share of its lane read
+before the item) or a turn, so the output is a function of the lanes' contents alone, never of
+worker timing; tombstones (samples the transform dropped) are counted and passed over. The state
+(:meth:`LaneMerge.state_dict`) is each lane's position after the last item handed out. How
+items are released: ``docs/design/batching.md``.
 """
 
 from __future__ import annotations
@@ -53,11 +47,9 @@ _TAKEN_BACKLOG = 1 << 13
 class LaneMerge:
     """All lanes' items in one fixed order, from the chunks that carry them.
 
-    ``clocks``: the lanes' sizes when items are keyed by clock (None: by turn); ``dropped``:
-    the tombstones counted before a resume; ``note_filtered``: the number of shards, to keep
-    what kept counts are learned from (:attr:`filtered_refs`, :attr:`records_seen`; 0: not).
-    A resumed merge is given its state (:meth:`load_state_dict`) before its first item.
-    """
+    ``clocks``: None where items are keyed by turn; ``dropped``: the tombstones counted before
+    a resume; ``note_filtered``: the number of shards, to keep what kept counts are learned
+    from (:attr:`filtered_refs`, :attr:`records_seen`; 0: not)."""
 
     def __init__(
         self,
@@ -99,13 +91,10 @@ class LaneMerge:
 
     def peek(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, sizes)`` of up to ``count`` released samples not yet taken; none at the end."""
-        while True:
-            ahead = self._ready[self._head :]
-            if self._tombstones:
-                ahead = ahead[ahead[:, ID] >= 0]
-            if len(ahead) or self.exhausted:
-                break
-            self._release()
+        self.lookahead(1)
+        ahead = self._ready[self._head :]
+        if self._tombstones:
+            ahead = ahead[ahead[:, ID] >= 0]
         ahead = ahead[:count]
         return ahead[:, ID], ahead[:, SIZE]
 
@@ -204,8 +193,7 @@ class LaneMerge:
             if late.any():
                 stray = sorted(set(lanes[late].tolist()))
                 raise WorkerError(f"a worker sent samples for lanes {stray} after they ended")
-            if not self._tombstones and (items[:, DROPPED] != KEPT).any():
-                self._tombstones = True
+            self._tombstones = self._tombstones or bool((items[:, DROPPED] != KEPT).any())
             if self._note_filtered:
                 self._note(items)
             pending = self._pending
@@ -259,8 +247,7 @@ class LaneMerge:
         turn, the index into them of the next turn, and each lane's position as
         ``[slot, record, offset, shard, start, stop, tag]``."""
         live = self.live()
-        lanes = self.lane_positions()
-        return merge_state(live, self.cursor(live), lanes, self._lane_pieces)
+        return merge_state(live, self.cursor(live), self.lane_positions(), self._lane_pieces)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on where :meth:`state_dict` was taken (before the first chunk arrives)."""

@@ -1,9 +1,7 @@
 """Padding under several ranks: a rank that runs short repeats its first samples of the epoch.
 
-Under ``pad`` every rank yields as many samples as the rank with the most. A rank keeps its
-first samples as ``(shard, record, offset)`` references while it yields them and re-reads them
-when it pads, so the state holds references only: ``"pad"``, the references packed, and
-``"padded"``, the samples repeated so far.
+A rank keeps its first samples as ``(shard, record, offset)`` references while it yields them
+and re-reads them when it pads, so the state holds references only (``"pad"``, ``"padded"``).
 """
 
 from __future__ import annotations

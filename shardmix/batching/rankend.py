@@ -1,19 +1,10 @@
 """Where an epoch ends under several ranks when the transform filters (or damage is skipped).
 
-A filter keeps a different number of samples on each rank, known only once read, so the ranks
-agree on the end as they go: every rank yields ``min`` of the kept counts (``drop``: the rest
-counted as *undelivered*) or ``max`` (``pad``: a rank that ran out repeats its first samples).
-
-A :class:`RankEnd` knows a *horizon*, a number of samples every rank surely yields. Up to it the
-ranks run without talking; a batch that would pass it makes each rank look ahead (its *certain*
-count: its buffer and what its workers already sent, exact once its lanes ended) and exchange
-``(certain, ended)`` in a small ``all_gather`` (:func:`~shardmix.world.end_exchange`). The
-exchanges are rare until a rank nears its end. The end is a function of the kept counts alone,
-so a resumed epoch ends where the live one did.
-
-Ranks simulated in one process have no one to agree with, nor does a resized phase whose shares
-were dealt ahead: a drop there is refused (:func:`refuse_simulated_filter`,
-:func:`refuse_phase_drop`).
+The ranks agree on the end as they go: every rank yields the ``min`` of the kept counts
+(``drop``, the rest counted as undelivered) or the ``max`` (``pad``). A :class:`RankEnd` runs
+without talking up to a *horizon* every rank surely reaches, then exchanges each rank's
+``(certain, ended)`` (:func:`~shardmix.world.end_exchange`). Where no rank can agree (simulated
+ranks, a resized phase), a drop is refused. See ``docs/design/batching.md``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Re-reading records a checkpoint names: the shuffle buffer's residents, in order of need.
 
-A checkpoint names the buffer's residents as ``(shard, record, byte offset)`` references, with
-their sizes and record tags. A restore puts a :class:`Resident` in the buffer in place of each
-sample, and :class:`ResidentReads` reads it when the buffer evicts it. The order of evictions is
-known in advance (:func:`~shardmix.batching.shuffle.eviction_order`), so the residents are cut in
-that order into waves of one batch, then two, four, ...: the first wave's reads are asked for at
-the epoch's start, the others' when the second batch needs one, so that a slow server is not
-kept busy with the whole buffer before the first batch.
-
-A record read again must have the tag its reference carries (an edited state is refused). A
-resident that cannot be read again raises a :class:`~shardmix.errors.ConfigError` naming the
-shard and the record when its wave is first needed.
+A restore puts a :class:`Resident` (a ``(shard, record, offset)`` reference, size and tag) in
+the buffer in place of each sample; :class:`ResidentReads` reads them in waves of one batch,
+then two, four, ... in the order the buffer will evict them, the first wave at the epoch's
+start. A resident missing or with another tag is a ConfigError naming the shard and record.
 """
 
 from __future__ import annotations
@@ -188,17 +181,13 @@ class ResidentReads:
         epoch_pass: int = 0,
         tags: Sequence[int] | None = None,
     ) -> None:
-        if len(sizes) != len(refs):
-            raise ConfigError(
-                f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
-                f"but gives {len(sizes)} sizes; the state was edited or damaged"
-            )
         tags = [NO_TAG] * len(refs) if tags is None else tags
-        if len(tags) != len(refs):
-            raise ConfigError(
-                f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} residents "
-                f"but gives {len(tags)} tags ('buffer.tags'); the state was edited or damaged"
-            )
+        for given, what in ((sizes, "sizes"), (tags, "tags ('buffer.tags')")):
+            if len(given) != len(refs):
+                raise ConfigError(
+                    f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} "
+                    f"residents but gives {len(given)} {what}; the state was edited or damaged"
+                )
         options = dataset.source_options or SourceOptions()
         ranged = {
             shard_index

@@ -1,15 +1,9 @@
 """Rows: the main process's store of samples, held as columns and named by integer ids.
 
-Every kept sample that arrives in a :class:`~shardmix.reading.chunks.Chunk` gets an id, a row in
-each field's column here; the mixer, the shuffle buffer and the batch cut then move ids, not
-dicts. A batch is gathered per field with one indexing call (:meth:`RowStore.batch`), collated
-as :func:`~shardmix.batching.collate.collate_samples` would; what this fast path cannot collate
-the same way (mixed types, missing fields, other objects) goes to ``collate_samples`` as dicts.
-
-A field's rows live in one growing numpy array of their own dtype, or of objects; a field whose
-kind changes between chunks (a ragged feature, a value missing) turns into objects. Rows leave
-with their batch (:meth:`RowStore.release`) and the next chunks' samples take the freed rows,
-so the store holds about as many rows as the shuffle buffer and the merge hold samples.
+The mixer, the shuffle buffer and the batch cut move ids, not dicts; a batch is gathered per
+field with one indexing call (:meth:`RowStore.batch`), collated as
+:func:`~shardmix.batching.collate.collate_samples` would, and what this cannot collate the same
+way goes to ``collate_samples`` as dicts. How fields are held: ``docs/design/batching.md``.
 """
 
 from __future__ import annotations
@@ -53,9 +47,7 @@ from shardmix.reading.columns import (
 _FAST_TYPES = ({bytes}, {str})
 _COLUMNS_COLLATE = (collate_samples, collate_fields)  # the collates RowStore.batch does itself
 # A typed field's array grows by at least this many rows, within this many bytes for all of a
-# sample's typed fields (pages not written yet take no memory). Doubling from the first chunk
-# copied each row about twice: over 15,217 samples of 4 KiB, this reserve took the main
-# process's CPU an epoch from 206-215 ms to 186-196 ms, and peak RSS from 388 to 372 MiB.
+# sample's typed fields (why: docs/design/batching.md).
 RESERVE_ROWS = 16384
 RESERVE_BYTES = 32 << 20
 _LISTED = (BYTES, STRINGS)  # kinds a batch holds as a list (of bytes, of str)
@@ -162,14 +154,10 @@ class RowStore:
             self._free = self._free[: len(self._free) - reused]
         else:
             rows = fresh
-        if added == len(items):
-            items[:, ID] = rows
-            refs = items[:, SHARD : OFFSET + 1]
-            tags = items[:, TAG]
-        else:
-            items[kept, ID] = rows
-            refs = items[kept, SHARD : OFFSET + 1]
-            tags = items[kept, TAG]
+        where = slice(None) if added == len(items) else kept  # a slice copies nothing
+        items[where, ID] = rows
+        refs = items[where, SHARD : OFFSET + 1]
+        tags = items[where, TAG]
         columns = chunk.columns
         if chunk.derived:
             columns = {**columns, **self._provenance_columns(chunk.derived, refs)}
@@ -223,14 +211,6 @@ class RowStore:
                 found.reserve(self.count, ahead)
                 found.rows[rows] = MISSING
                 found.missing = True
-
-    def refs(self, ids: np.ndarray) -> np.ndarray:
-        """``(shard, record, offset)`` rows of ``ids``, as an ``(n, 3)`` int64 array."""
-        return self.refs_table[ids]
-
-    def tags(self, ids: np.ndarray) -> np.ndarray:
-        """The records' tags of ``ids`` (:mod:`shardmix.formats.tags`), as int64."""
-        return self.tags_table[ids]
 
     def sample(self, row: int) -> Sample:
         """The sample dict of one id, as the worker's transform gave it."""

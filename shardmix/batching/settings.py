@@ -1,8 +1,7 @@
 """Epoch settings: what one epoch of one dataset reads by, as one frozen value.
 
-The loader resolves its settings once per epoch, rank and world size included; the epoch holds
-this value and never the loader, so that dropping the loader stops its workers at once instead
-of at the next garbage collection.
+The epoch holds this value, never the loader, so that dropping the loader stops its workers at
+once instead of at the next garbage collection.
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ from shardmix.workers.pool import WorkerPool
 
 @dataclass(frozen=True)
 class EpochSettings:
-    """The settings of one epoch of ``dataset`` (see :class:`~shardmix.loader.MixingLoader`),
-    resolved: ``group`` is the process group the ranks agree on the epoch's end in (None: the
-    default one, or none for simulated ranks), ``pool`` the persistent workers (None: per-epoch
-    workers)."""
+    """The settings of one epoch of ``dataset``, resolved: ``group`` is the process group the
+    ranks agree on the epoch's end in, ``pool`` the persistent workers (None: per epoch)."""
 
     dataset: IterableDataset[Any]
     batch_size: int

@@ -1,18 +1,10 @@
 """Shuffle buffer: a seeded reservoir that turns a stream into a locally shuffled stream.
 
-Once full, every incoming sample displaces a uniformly chosen resident, which is emitted; at
-the end the residents leave in random order. A newcomer takes the slot of the resident it
-displaces, and a pop moves the last slot's resident into the emptied slot, so each step is O(1).
-
-The buffer emits before it is full (its *warm-up*), so that a first batch does not wait for
-thousands of samples: a push finds room only while the buffer holds fewer than its *limit*,
-``min(capacity, max(warmup, arrivals // 2))`` (:func:`size_limit`), ``arrivals`` being the
-pushes so far. Until it is full, a sample so leaves a buffer that holds at least half of what
-came before it, drawn uniformly among them.
-
-The state is the residents in slot order, their sizes, and the draw count. The draws come from
-a counter-based stream seeded by ``(seed, epoch, block)``, so the next evictions can be worked
-out ahead (:func:`eviction_order`) and a restore reads first the residents it needs first.
+A push past the buffer's limit (:func:`size_limit`: its warm-up, see ``docs/concepts.md``)
+displaces a uniformly chosen resident, which is emitted and whose slot the newcomer takes; at
+the end the residents leave in random order. The state is the residents in slot order, their
+sizes and the draw count; the draws are a counter-based stream of ``(seed, epoch)``, so the
+next evictions can be worked out ahead (:func:`eviction_order`).
 """
 
 from __future__ import annotations
@@ -107,12 +99,9 @@ class Draws:
 
 
 class ShuffleBuffer(Generic[T]):
-    """Holds up to ``capacity`` items, and about ``max_bytes`` of them when given.
-
-    It emits from ``warmup`` items on (None: only once full). With ``max_bytes`` (and
-    ``size_of``, an item's size) the buffer stops growing once its items hold that many bytes:
-    every push then displaces a resident, so the order depends on the items' sizes too.
-    """
+    """Holds up to ``capacity`` items, emitting from ``warmup`` on (None: once full); with
+    ``max_bytes`` (and ``size_of``) it stops growing once its items hold that many bytes, so
+    the order depends on the items' sizes too."""
 
     def __init__(
         self,

@@ -21,10 +21,8 @@ class SlotBuffer:
     """A :class:`ShuffleBuffer` of integer ids that takes and gives them in arrays.
 
     Which pushes of a run find room follows from the limit alone (until the byte budget says
-    otherwise, where the run is cut); a push that displaces lands in the slot its draw names,
-    and displaces the slot's resident or, if an earlier push of the run wrote that slot, that
-    push's id. Ids below 0 are the caller's to interpret (a restore's residents).
-    """
+    otherwise, where the run is cut); a push that displaces takes its draw's slot, and the id
+    there: the resident's, or that of an earlier push of the run that wrote the slot."""
 
     def __init__(
         self, capacity: int, *, seed: int, epoch: int, max_bytes: int | None, warmup: int | None
@@ -135,9 +133,7 @@ class SlotBuffer:
             out.append(run)
             done += used
             evicted += len(run)
-        if not out:
-            return np.empty(0, dtype=np.int64), done
-        return (out[0] if len(out) == 1 else np.concatenate(out)), done
+        return (np.concatenate(out) if out else np.empty(0, dtype=np.int64)), done
 
     def _run(self, ids: np.ndarray, sizes: np.ndarray, most: int) -> tuple[np.ndarray, int]:
         """:meth:`push` of a run: up to ``most`` displacements, and up to where the byte budget

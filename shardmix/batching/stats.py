@@ -1,11 +1,7 @@
 """Loader statistics: where an epoch's time goes, and what it fetched.
 
-:class:`StatsRecorder` lives in the main process, one per MixingLoader, started again at each
-epoch. It is told each wait for a worker's next chunk (:meth:`StatsRecorder.timed`), each batch
-handed out (:meth:`StatsRecorder.step`), and the traffic each chunk brings from its worker
-(:class:`~shardmix.sources.traffic.Traffic`) or the main process fetched itself: two clock reads
-and a few dict additions per chunk, never per sample. ``loader.stats()`` freezes the counts
-into a :class:`LoaderStats`.
+:class:`StatsRecorder` (one per MixingLoader, in the main process) counts each wait for a
+chunk, each batch and each chunk's traffic: a few operations per chunk, never per sample.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Canonical ranks: the same global batches on every world size that divides a fixed one.
 
-``MixingLoader(..., canonical_ranks=C)`` plans every epoch for ``C`` ranks whatever the job's
-world size ``W``. Each *canonical rank* ``c`` is read exactly as a loader with the simulated
-world ``rank=c, world_size=C`` reads it. Physical rank ``r`` runs the canonical ranks
-``r * C/W`` to ``(r + 1) * C/W - 1`` side by side and joins their batches, in canonical order,
-into one batch of ``C/W * batch_size`` samples. So the global batches do not depend on ``W``,
-and a state saved on one world size resumes on any other that divides ``C``, mid-epoch
-included. The state is a ``C``-rank state keyed by canonical rank (:mod:`shardmix.state.ranks`).
+With ``canonical_ranks=C`` each rank runs its share of ``C`` simulated ranks side by side and
+joins their batches in canonical order (``docs/guides/canonical-ranks.md``); the state is a
+``C``-rank state keyed by canonical rank (:mod:`shardmix.state.ranks`).
 """
 
 from __future__ import annotations
@@ -137,11 +133,8 @@ class CanonicalEpoch:
     @property
     def filtered(self) -> dict[str, int]:
         """The canonical ranks' :attr:`~shardmix.batching.epoch.EpochIterator.filtered`, summed."""
-        total = {"dropped": 0, "padded": 0, "undelivered": 0}
-        for stream in self.streams:
-            for kind, count in stream.filtered.items():
-                total[kind] += count
-        return total
+        each = [stream.filtered for stream in self.streams]
+        return {kind: sum(counts[kind] for counts in each) for kind in each[0]}
 
     def skipped(self) -> dict[str, Any] | None:
         """Each canonical rank's skip summary under ``on_error="skip"``, by canonical rank."""

@@ -1,10 +1,8 @@
 """The loader's checkpoint: its ``state_dict()`` assembled, and a saved one taken back.
 
-A state is the version, the settings it was taken under (``config``; a mixture's per dataset)
-and every rank's position, gathered over the ranks (:mod:`shardmix.state.ranks`). Taking a state
-back checks its version, shape and settings (the world and batch sizes may change where
-:mod:`shardmix.epochs.elastic` resizes the position), and keeps this rank's position for the
-next ``iter()``.
+A state is the version, the settings it was taken under and every rank's position
+(``docs/checkpoint.md``); taking it back checks them, resizes the position where the world or
+batch size changed (:mod:`shardmix.epochs.elastic`) and keeps it for the next ``iter()``.
 """
 
 from __future__ import annotations

@@ -42,9 +42,8 @@ class Epoch(Protocol):
 @dataclass
 class Cursor:
     """Where a loader is: ``epoch`` is read by the next ``iter()``; ``current`` is the epoch
-    being read (started by the ``current_iteration``-th of ``iterations`` ``iter()`` calls,
-    ``phase`` the resized phase it runs in, ``{}`` as planned), held by the user while
-    ``holder`` is alive; ``resume`` is the position a ``load_state_dict()`` left."""
+    being read (started by the ``current_iteration``-th ``iter()``, in the resized ``phase``
+    or ``{}``); ``resume`` is the position a ``load_state_dict()`` left."""
 
     epoch: int = 0
     current: Epoch | None = None

@@ -1,20 +1,10 @@
 """Elastic resume: a state saved by W ranks, resumed on W' ranks or with another batch size.
 
-What remains of the epoch when the state was saved is, over every saved rank, the records no
-lane has delivered and the shuffle buffer's residents (as references). :func:`resized_position`
-computes it from the state alone and deals it to the W' ranks, the same way on every rank: each
-saved rank's residents then its remaining pieces, the saved ranks in order, are laid end to end
-and cut into runs whose totals are within one of each other (:func:`deal_shares`). Each rank
-reads its run in a *resized phase*: its own lanes, its residents back in its buffer, and a quota
-that is the same on every rank. The next epoch is planned for W' as usual.
-
-The phase is in the state (``"phase"``: the rank's pieces, its quota, its own total and the
-batch it began at), so a resized phase's state is resized the same way, any number of times.
-A state saved at an epoch's start resumes that epoch as planned for W'.
-
-Refused by name: a mixture, a state without every saved rank's position, and a filter or skip
-that drops a sample in a resized phase, whose totals are fixed ahead (at the load where that is
-known, :func:`check_kept`, else where the phase meets it).
+:func:`resized_position` deals what remains of the saved epoch (the records no lane delivered,
+and every saved rank's buffer residents) to the W' ranks in contiguous shares whose totals
+differ by at most one (:func:`deal_shares`); each rank reads its share in a *resized phase*,
+kept in the state, so it resizes again the same way. A mixture, a state without every saved
+rank, and a drop in a resized phase are refused by name. See ``docs/guides/elastic.md``.
 """
 
 from __future__ import annotations
@@ -25,7 +15,6 @@ from typing import Any
 
 from shardmix.batching.bufferstage import buffer_state
 from shardmix.batching.epochplan import check_position, epoch_start, remaining_pieces
-from shardmix.batching.mixing import piece_name
 from shardmix.batching.residents import check_lane_ends
 from shardmix.dataset import ShardDataset
 from shardmix.errors import ConfigError
@@ -33,7 +22,6 @@ from shardmix.plan.sharding import EvenRanks, Piece, cut_pieces, phase_lanes, ra
 from shardmix.reading.transforms import FILTERED
 from shardmix.state.codec import (
     Ref,
-    check_refs,
     pack_identities,
     pack_pieces,
     unpack_identities,
@@ -50,30 +38,21 @@ ELASTIC_FIELDS = ("world_size", "batch_size", "num_lanes", "shuffle_buffer")
 
 
 @dataclass(frozen=True)
-class Share:
-    """What one rank of the resized phase reads: its pieces, and its buffer's residents."""
+class Block:
+    """What a saved rank leaves of the epoch, or what a rank of the resized phase reads: its
+    buffer's residents (their sizes and record tags), and its pieces."""
 
-    pieces: list[Piece]
     residents: list[Ref]
     sizes: list[int]
-    tags: list[int]  # the residents' record tags (:mod:`shardmix.formats.tags`)
+    pieces: list[Piece]
+    tags: list[int]
 
     def total(self, counts: Sequence[int]) -> int:
-        """The samples this share holds."""
+        """The samples this block holds."""
         return len(self.residents) + sum(piece.size(counts) for piece in self.pieces)
 
 
-@dataclass(frozen=True)
-class Block:
-    """What one saved rank leaves of the epoch: its buffer's residents, then its pieces."""
-
-    residents: list[Ref]
-    sizes: list[int]
-    pieces: list[Piece]
-    tags: list[int]  # the residents' record tags
-
-
-def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int) -> list[Share]:
+def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int) -> list[Block]:
     """The saved ranks' remainders (residents, then pieces) laid end to end and cut into
     ``world_size`` contiguous shares whose totals differ by at most one.
 
@@ -104,7 +83,7 @@ def deal_shares(blocks: Sequence[Block], counts: Sequence[int], world_size: int)
                 refs += block.residents[cut]
                 held += block.sizes[cut]
                 tags += block.tags[cut]
-        shares.append(Share(pieces, refs, held, tags))
+        shares.append(Block(refs, held, pieces, tags))
     return shares
 
 
@@ -141,12 +120,10 @@ def resized_position(
     for old_rank, position in enumerate(positions):
         lanes = _saved_lanes(dataset, position, counts, old_rank, saved_world, saved_lanes)
         saved = position["mixer"]["lanes"]
-        _check_lanes(saved, lanes, epoch, old_rank)
         where = "" if old_rank == saver else f"ranks.{old_rank}."
-        check_position(position, lanes, dataset.reads, counts.__getitem__, where)
+        check_position(position, lanes, dataset.reads, counts.__getitem__, where, old_rank)
         ends += _lane_ends(saved, lanes)
         refs = unpack_refs(position["buffer"]["items"])
-        check_refs(refs, num_shards, "buffer.items")
         sizes = unpack_sizes(position["buffer"]["sizes"])
         if len(sizes) != len(refs):
             raise ConfigError(
@@ -268,23 +245,3 @@ def _lane_ends(
         if slot < len(pieces) and record > pieces[slot].start and tag:
             ends.append(((pieces[slot].shard, record - 1, offset), tag))
     return ends
-
-
-def _check_lanes(
-    saved: Sequence[Sequence[int]], lanes: Sequence[Sequence[Piece]], epoch: int, rank: int
-) -> None:
-    """Refuse lane positions that do not name the pieces of the lanes worked out again."""
-    if len(saved) != len(lanes):
-        raise ConfigError(
-            f"cannot resume: the state's rank {rank} has {len(saved)} lane positions but its "
-            f"plan {len(lanes)} lanes; the state was edited or damaged since it was saved"
-        )
-    for lane, (slot, record, _, *named, _tag) in enumerate(saved):
-        planned = piece_name(lanes, lane, slot)
-        if tuple(named) != planned and not ((slot, record) == (0, 0) and named[0] == -1):
-            raise ConfigError(
-                f"cannot resume: epoch {epoch}'s rank {rank} lane {lane} was reading piece "
-                f"(shard, start, stop) {tuple(named)} at slot {slot}, but the plan has "
-                f"{planned} there; the shards' record counts changed since the checkpoint: "
-                "resume with the same data"
-            )

@@ -1,9 +1,7 @@
 """The loader's length: batches per epoch on this rank, and whether the current epoch goes on.
 
-``len(loader)`` and :func:`batches_left` count an epoch's batches from the record counts: this
-rank's samples in the epoch (the ranks' quota under ``even_ranks``, or the kept counts learned
-under a filtering transform) cut into batches; a resized phase's after those before it; a
-mixture's from each dataset's samples per pass and the weights.
+Counted from the record counts (the ranks' quota, or kept counts learned under a filter); a
+resized phase's after the batches before it; a mixture's from each dataset's and the weights.
 """
 
 from __future__ import annotations
@@ -69,12 +67,12 @@ def batches_in(options: LoaderOptions, cursor: Cursor, epoch: int) -> int:
     if options.datasets is not None:
         return _mixture_len(options, epoch)
     phase = _phase(cursor, epoch)
-    batch_size, drop_last = options.batch_size, options.drop_last
     if phase:  # a resized phase: its batches after those before it
-        batches, rest = divmod(phase["quota"], batch_size)
-        return phase["batches"] + batches + (1 if rest and not drop_last else 0)
-    batches, rest = divmod(_samples(options, dataset, epoch), batch_size)
-    return batches + (1 if rest and not drop_last else 0)
+        before, samples = phase["batches"], phase["quota"]
+    else:
+        before, samples = 0, _samples(options, dataset, epoch)
+    batches, rest = divmod(samples, options.batch_size)
+    return before + batches + (1 if rest and not options.drop_last else 0)
 
 
 def share_counts(options: LoaderOptions) -> None:

@@ -1,17 +1,9 @@
 """Mixtures: batches that hold several named datasets in fixed proportions.
 
-Each dataset of a mixture is read as a single dataset is (an
-:class:`~shardmix.batching.epoch.EpochIterator` used sample by sample, with its own seed and
-workers), and the :class:`~shardmix.plan.apportion.Apportioner` decides how many samples each
-dataset gives each batch: ``floor(w * batch_size)`` or one more. Within a batch the samples are
-put in a seeded random order; each carries ``__dataset__``, its dataset's name.
-
-An epoch ends by the stopping rule: ``first_exhausted`` when one dataset has been read whole;
-``all_exhausted`` once every one has, a dataset that runs out starting a new *pass* (a new
-shard order, drawn from ``(seed, epoch, pass)``).
-
-The state is the batch count, the weights, the apportioner's credits (exact fractions), each
-dataset's pass and its own single-dataset position.
+Each dataset is read as a single one (an :class:`~shardmix.batching.epoch.EpochIterator` with
+its own seed and workers); the :class:`~shardmix.plan.apportion.Apportioner` sets each one's
+samples per batch, put in a seeded order, each marked with ``__dataset__``. The stopping rules
+and the state: ``docs/guides/mixtures.md`` and ``docs/checkpoint.md``.
 """
 
 from __future__ import annotations
@@ -88,10 +80,10 @@ class MixtureEpoch:
             self.apportioner = Apportioner(weights, credits)
             self.passes = dict(mixture["passes"])
             self.exhausted = set(mixture["exhausted"])
-        self.streams: dict[str, EpochIterator] = {}
-        for name in self.datasets:
-            position = mixture["datasets"][name] if mixture is not None else None
-            self.streams[name] = self._stream(name, position)
+        self.streams = {
+            name: self._stream(name, None if mixture is None else mixture["datasets"][name])
+            for name in self.datasets
+        }
         # Whether the epoch tells its end after its last batch: not where the ranks agree on it.
         self._sees_end = all(stream.rank_end is None for stream in self.streams.values())
         self._deferred: Exception | None = None  # raised by the next next(), after a batch
