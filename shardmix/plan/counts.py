@@ -1,15 +1,9 @@
 """Record counts per shard: what balanced plans are made from, and where range reads seek.
 
-Counts come, in this order, from what the user gave, from a manifest beside the shards
-(:mod:`shardmix.plan.manifests`), from the count cache (an entry used only while the shard's
-version, :func:`~shardmix.sources.version.shard_version`, still matches it), or from a counting
-pass that walks the shard's framing only. The pass also notes the byte offset of every
-:data:`INDEX_EVERY`-th record: a sparse index a range read seeks to instead of walking from 0.
-
-:meth:`RecordCounts.resolve_all` splits the shards over the ranks and shares the results through
-the ``exchange`` its caller passes (this module does not import torch), so that each shard is
-walked by one process of the job. Every count is a claim the read checks
-(:mod:`shardmix.reading.claims`).
+Counts come from the user, a manifest, the count cache (while the shard's version matches) or
+a counting pass over the framing, which also notes every :data:`INDEX_EVERY`-th record's
+offset for range reads to seek to (docs/epochs.md). Torch-free: the collective that shares
+counts between ranks is passed in. Every count is a claim the read checks.
 """
 
 from __future__ import annotations

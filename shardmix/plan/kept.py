@@ -1,17 +1,9 @@
 """Kept counts: which records a filtering transform drops, learned per shard, by ``transform_id``.
 
-A filter's kept samples are known only once read, so ``len()`` is an upper bound and several
-ranks agree on the epoch's end as they near it (:mod:`shardmix.batching.rankend`). When the
-user names the transform (``ShardDataset(transform_id=...)``, a promise: the same id keeps the
-same records), an epoch read whole teaches the dataset which records of each shard were
-dropped. From then on ``len()`` is exact and the ranks know ahead where the epoch ends. Every
-count is still a claim: an epoch that keeps another number raises a
-:class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what was learned.
-
-What is learned is kept for the dataset's life and, with a count cache file, in
-``kept-counts.json`` beside it, each entry used only while the shard's version and count are
-unchanged. Under several ranks, each sends the records it saw dropped to the others at the
-epoch's end. This module imports no torch: the gather is a function its caller passes.
+An epoch read whole teaches the dataset which records each shard dropped, so that ``len()`` is
+exact and the ranks know ahead where the epoch ends; an epoch that keeps another number raises
+a :class:`~shardmix.errors.ConfigError` and discards what was learned (docs/epochs.md).
+Torch-free: the gather between ranks is a function its caller passes.
 """
 
 from __future__ import annotations

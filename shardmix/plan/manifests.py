@@ -1,10 +1,8 @@
 """The manifests beside the shards: what each says about a shard, local or remote.
 
-``shardmix convert`` writes ``<prefix>.manifest.json`` beside its shards. Beside local shards
-every ``*.manifest.json`` of the folder is read; beside remote ones, which cannot be listed, the
-one name convert gives them (:func:`manifest_name_for`) is asked for once per folder and
-process. What a manifest says is a claim: a local file of another size is warned about, and
-the count is checked by the read (:mod:`shardmix.reading.claims`).
+Beside local shards every ``*.manifest.json`` of the folder is read; beside remote ones, the one
+name ``shardmix convert`` gives them (:func:`manifest_name_for`), once per folder and process.
+What a manifest says is a claim: the read checks the count.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Chunks: what a worker sends the main process, as columns rather than sample dicts.
 
-A :class:`Chunk` holds per *item* (a sample, or a tombstone the transform left) one row of
-integers: its lane, merge key (:mod:`shardmix.reading.mergekeys`), provenance and size; and per
-*field* one column of the kept samples' values (:mod:`shardmix.reading.columns`). A
-ShardDataset's provenance and each record's tag (``__tag__``, which no batch shows) ride only in
-the rows, so the main process never rebuilds the dicts on its hot path
-(:mod:`shardmix.batching.rows`).
+A :class:`Chunk` holds one row of integers per item (lane, merge key, provenance, size, tag)
+and one column per field of the kept samples, so the main process never rebuilds the dicts on
+its hot path (:mod:`shardmix.batching.rows`).
 """
 
 from __future__ import annotations

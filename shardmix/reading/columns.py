@@ -1,9 +1,7 @@
-"""Columns: a group of samples as one column per field, the form in which they cross from a
-worker to the main process and are stored there (:mod:`shardmix.batching.rows`).
+"""Columns: a group of samples as one column per field, as they cross to the main process.
 
 A column of numbers, of equal-shaped arrays or tensors, of bytes or of strings is one numpy
-array: it pickles as one buffer, and a batch's rows are gathered with one indexing call.
-Anything else (decoded JSON, images, values of mixed types) stays a list.
+array (one buffer to pickle, one indexing call per batch); anything else stays a list.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Decoders: a sample's fields from bytes to the values a training loop wants, opt in.
 
-A tar field is chosen by its name's last extension part, case-insensitively, with
-webdataset's conventions, so that shards written for it decode here as users expect:
-
-- ``cls``, ``cls2``, ``index``, ``id``: ``int`` from ASCII digits; ``txt``, ``text``: ``str``
-  (UTF-8); ``json``: ``json.loads``; ``npy``: ``numpy.load(..., allow_pickle=False)``;
-- ``png``, ``jpg``, ``jpeg``, ``ppm``, ``pgm``, ``pbm``, ``bmp``, ``webp``, ``tif``, ``tiff``,
-  ``gif``: an image, with Pillow (``pip install 'shardmix[image]'``), see :class:`ImageOutput`;
-- ``gz``: gunzipped (to at most :data:`MAX_GUNZIP_BYTES`), then decoded by the extension
-  before it (``json.gz`` is JSON);
-- anything else, and every ``__provenance__`` key, stays as it is.
-
-Nothing is ever unpickled: webdataset's ``pyd``/``pickle``/``pth`` decoders run code chosen by
-whoever wrote the shard, and shards come from buckets, mirrors and colleagues. So those fields
-stay ``bytes``, ``npy`` refuses object arrays, and Pillow is only allowed the image formats
-above (not EPS, which runs Ghostscript). A TFRecord feature's name is no file extension, so
-:meth:`Decoder.example` keeps a bytes feature whose bytes are not what its name says.
+A tar field is chosen by its name's last extension part, case-insensitively, with webdataset's
+conventions (listed in docs/guides/transforms.md). Nothing is ever unpickled: ``pyd``,
+``pickle`` and ``pth`` fields stay bytes, ``npy`` refuses object arrays, and Pillow is allowed
+only the image formats below (not EPS, which runs Ghostscript).
 """
 
 from __future__ import annotations

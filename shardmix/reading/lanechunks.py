@@ -1,9 +1,8 @@
 """What runs in each worker: its lanes of one epoch, read into chunks for the main process.
 
-A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or through a persistent
-worker's queue: :mod:`shardmix.workers.pool`), reads the lanes it hosts in turn and sends them
-as :class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its
-last chunk, the identities of the shards it opened and the bytes its sources fetched.
+A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or a persistent worker's
+queue) and sends its lanes as :class:`~shardmix.reading.chunks.Chunk` objects, each with what it
+skipped, the shards it opened and the bytes its sources fetched since the last.
 """
 
 from __future__ import annotations

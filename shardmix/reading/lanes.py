@@ -1,9 +1,8 @@
 """Lanes: shards read one after another, and open lanes taken in turn.
 
-A *lane* reads a list of pieces of shards one after another (:func:`read_lane`), from a
-:class:`LanePosition` on when it resumes. A process reading several lanes keeps one shard open
-per lane and takes samples from the lanes in turn (:func:`round_robin`), so consecutive samples
-come from different files; a worker takes them in turns sized for the trip to the main process
+A *lane* reads a list of pieces of shards one after another (:func:`read_lane`), resuming from
+a :class:`LanePosition`; a process takes samples from its open lanes in turn
+(:func:`round_robin`), in turns sized for the trip to the main process in a worker
 (:func:`round_robin_chunks`).
 """
 

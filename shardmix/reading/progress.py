@@ -1,10 +1,8 @@
 """Progress: ``timeout=`` as time without progress, however many samples a chunk holds.
 
-torch's DataLoader applies ``timeout`` to one fetch, and a shardmix fetch is a whole chunk: with a
-slow transform a healthy worker would trip it. So each worker bumps a shared counter per sample
-read (:class:`Heartbeat`), and the main process fails a wait only after ``timeout`` seconds in
-which the worker that owes the chunk read nothing (:func:`watch_progress`), with the
-RuntimeError torch raises for a timeout, the worker named.
+torch applies ``timeout`` to one fetch, a whole chunk here, which a slow transform would trip.
+So each worker counts the samples it reads in shared memory (:class:`Heartbeat`), and the main
+process fails only after ``timeout`` seconds in which the worker owing the chunk read nothing.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """ShardPlan: which pieces of which shards each rank and lane reads in an epoch.
 
 It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data), the record
-counts it is made from, and the totals a rank reads or keeps. Reading the pieces is
-:class:`~shardmix.reading.shardreads.ShardReads`'s.
+counts it is made from, and the totals a rank reads or keeps.
 """
 
 from __future__ import annotations

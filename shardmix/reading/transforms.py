@@ -1,21 +1,10 @@
 """The transform contract: decoding, the user's transform, filtering, seeded augmentation.
 
-A dataset's samples pass through here in the process that reads them, one record at a time:
-**decode** (optional, :mod:`shardmix.reading.decode`), then the user's **transform**, which
-*filters* a sample out by returning ``None``. With ``transform_rng=True`` it is called as
-``transform(sample, rng)`` with a generator seeded from ``(seed, epoch, pass, shard, record)``
-(:func:`record_rng`), so random augmentation keeps resume exact. A failure is wrapped in
-:class:`~shardmix.errors.TransformError` naming the shard, record, offset and key; under
-``on_error="skip"`` it is counted like damage.
-
-What the transform returns must be what ``default_collate`` takes at the top (a dict, a tuple
-or list, or one tensor, array, number, str or bytes), the same kind for every sample; anything
-else is refused at once. A sample that is not a dict travels as one all the same, beside its
-provenance (:func:`as_sample`, undone by :func:`as_returned`).
-
-A record filtered out or skipped leaves a *tombstone*: its provenance and :data:`DROPPED_KEY`.
-It travels to the main process like a sample, which counts it and moves its lane past it, and
-is never batched: that keeps the filter count exact and a resumed lane from dropping it twice.
+Samples pass through here in the process that reads them, one record at a time: decode, then
+the user's transform, which filters a sample out by returning ``None``; with
+``transform_rng=True`` it also gets a generator seeded per record (:func:`record_rng`). What it
+returns must be what ``default_collate`` takes at the top, the same kind for every sample. A
+record dropped leaves a *tombstone* (why: docs/design/reading.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Arena: a worker's chunks reach the main process through shared memory, not the pipe.
 
-Nearly all of a chunk's bytes are numpy arrays. Through the DataLoader's pipe each byte is
-pickled, written in 64 KiB pieces and read back: on 256 B records about 0.6 us of the main
-process's CPU per sample, a quarter of its cost. So each worker owns a ring of shared memory
-made by the main process before the workers start: an anonymous ``memfd`` (a page takes memory
-only once written; torch's shared memory, the fallback, allocates every page first, 0.3 ms a
-MiB). The worker copies a chunk's arrays into its ring and sends only where they lie through
-the pipe; the main process's store copies the columns out once, and then the chunk is
-:meth:`~shardmix.reading.chunks.Chunk.stored`, which frees the ring up to its end. Chunks are
-stored in the order sent, so one counter per worker says how much of its ring is free. A chunk
-that does not fit goes through the pipe: nothing ever waits for room.
+Each worker owns a ring made by the main process before the workers start (an anonymous
+``memfd``, else torch's shared memory); it copies a chunk's arrays into it and sends only where
+they lie. The main process frees the ring up to a chunk once it is
+:meth:`~shardmix.reading.chunks.Chunk.stored`, in the order sent. A chunk that does not fit
+goes through the pipe: nothing ever waits for room (docs/concepts.md).
 """
 
 from __future__ import annotations

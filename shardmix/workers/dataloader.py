@@ -1,9 +1,8 @@
 """Workers: an epoch's reading planned, started, stopped, and named when a worker dies.
 
-:func:`start_workers` checks a plan against the process's limits (open files, connections),
-tells a bounded cache what the epoch will read, and starts the reading: in this process, in
-torch's DataLoader workers, or through a :class:`~shardmix.workers.pool.WorkerPool`'s
-persistent ones. :func:`failure_message` says which worker ended, how, and what it hosted.
+:func:`start_workers` checks a plan against the process's limits, tells a bounded cache what
+the epoch reads, and starts the reading: in this process, in torch's DataLoader workers or in a
+:class:`~shardmix.workers.pool.WorkerPool`'s.
 """
 
 from __future__ import annotations

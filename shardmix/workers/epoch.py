@@ -1,9 +1,7 @@
 """One epoch's workers as the trainer process sees them: started, watched, named, stopped.
 
-:class:`EpochWorkers` starts the workers of an epoch, checks each chunk they send against the
-shard identities seen before (a shard rewritten while the epoch reads it is refused), names a
-worker that died and stops them. The identities are the epoch state's ``"shards"`` entry
-(:func:`~shardmix.state.codec.pack_identities`), which a restore holds the shards to.
+Each chunk is checked against the shard identities seen before (a shard rewritten while the
+epoch reads it is refused); those identities are the epoch state's ``"shards"`` entry.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Fork starts: a DataLoader worker that hangs at its fork is forked again, never waited on.
 
-A forked child re-initialises its thread states under the runtime's lock on their list, which
-another thread of the parent may hold at the fork (a C++ thread taking the interpreter lock for
-the first time, such as torch.distributed's gloo threads): the child then waits forever, and so
-does the epoch. Measured: three stuck workers in 20,000-27,000 forks of a 2-rank gloo job.
-
-So every worker marks that it runs first thing (:class:`StartFlags`), and after a ``fork`` start
-the main process waits for every mark (:func:`start_forked`). A live worker unmarked after
-:data:`START_SECONDS` is stuck: the workers are started again before any chunk reached the
-epoch, with a :class:`~shardmix.errors.WorkerRestartWarning`; after :data:`START_ATTEMPTS`, a
-:class:`~shardmix.errors.WorkerError`.
+Every worker marks that it runs first thing (:class:`StartFlags`); after a ``fork`` start the
+main process waits for every mark (:func:`start_forked`) and starts the workers again while one
+is stuck, up to :data:`START_ATTEMPTS` times (why a fork hangs: docs/workers.md).
 """
 
 from __future__ import annotations

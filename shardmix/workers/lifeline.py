@@ -1,12 +1,8 @@
 """Lifeline: DataLoader workers that never outlive the process that started them.
 
-When a trainer dies mid-epoch, torch's workers stay blocked on a full pipe forever, holding
-memory and open shards. So every shardmix worker first runs :class:`WorkerInit`, which asks
-Linux to kill it when its parent thread dies (``PR_SET_PDEATHSIG``) and starts a thread that
-ends it when the parent or the trainer (by pid and start time) is gone; under ``forkserver``
-the worker then kills the forkserver too, which would outlive the trainer. It then freezes
-what the worker inherited (``gc.freeze``: never scanned by its collector, its pages stay
-shared) and calls the user's ``worker_init_fn``.
+Every shardmix worker first runs :class:`WorkerInit`: it dies with its parent
+(``PR_SET_PDEATHSIG``, and a thread watching the parent and the trainer), freezes what it
+inherited (``gc.freeze``) and calls the user's ``worker_init_fn`` (docs/workers.md).
 """
 
 from __future__ import annotations

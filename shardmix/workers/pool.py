@@ -1,10 +1,9 @@
 """Persistent workers: DataLoader worker processes that serve every epoch of a MixingLoader.
 
-torch calls ``iter()`` on each persistent worker's copy of the dataset at every epoch, which
-leaves an IterableDataset no way to learn the epoch. So each worker gets its own queue, and
-the pool puts the epoch's :class:`~shardmix.reading.lanechunks.EpochPlan` into every queue just
-before ``iter()``. Chunks travel tagged with their plan's ``generation``; the main process
-drops those of an earlier one, so an epoch left early never leaks into the next.
+torch calls ``iter()`` on a persistent worker's dataset at every epoch without saying which, so
+each worker gets its own queue, into which the pool puts the epoch's
+:class:`~shardmix.reading.lanechunks.EpochPlan` just before ``iter()``. Chunks carry their plan's
+``generation``: those of an epoch left early are dropped, never leaking into the next.
 """
 
 from __future__ import annotations
