@@ -26,9 +26,7 @@ from shardmix.sources.version import shard_version
 
 CACHE_VERSION = 1
 COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
-# The counting pass notes every 16th record's offset: where a piece (a multiple of it) begins
-# and ends, so that its read neither walks to it nor past it.
-INDEX_EVERY = 16
+INDEX_EVERY = 16  # where a piece (a multiple of it) begins and ends: its read seeks there
 
 # Every process's results, in rank order (``torch.distributed.all_gather_object``).
 Exchange = Callable[[dict[str, Any]], list[dict[str, Any]]]
@@ -114,9 +112,8 @@ def index_records(
 
 
 class RecordCounts:
-    """Record counts of a fixed shard list, found on first use and then kept (``cache_path``:
-    a JSON file that keeps them for later jobs). ``on_damage`` is told of a shard whose framing
-    is lost, counted up to the damage and never cached."""
+    """Record counts of a fixed shard list, found on first use and kept (``cache_path``: for
+    later jobs); a shard damaged is counted up to the damage, told to ``on_damage``, never cached."""
 
     def __init__(
         self,
@@ -193,9 +190,8 @@ class RecordCounts:
         return found.records
 
     def seek_from(self, url: str, start: int) -> RecordPosition | None:
-        """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known.
-        A local, uncompressed shard counted without an index is indexed here, once per process,
-        so that its pieces are entered by a seek each, not a walk from its start each."""
+        """Where a read of ``url`` from record ``start`` can seek to, if known (a local,
+        uncompressed shard counted without an index is indexed here, once per process)."""
         found = self._counts.get(url)
         if found is not None and found.index:
             return found.seek_from(start)
@@ -279,8 +275,9 @@ class RecordCounts:
         return self._cached
 
     def _save(self, resolved: Mapping[str, ShardCount]) -> None:
-        """Add the newly counted shards of ``resolved`` to the cache file, if there is one."""
-        if self._cache_path is None:
+        """Merge the newly counted shards of ``resolved`` into the cache file, if there is one."""
+        path = self._cache_path
+        if path is None:
             return
         cached = self._cache()
         new = {
@@ -289,7 +286,10 @@ class RecordCounts:
             if entry.version is not None and cached.get(url) != entry
         }
         if new:
-            self._cached = write_counts_cache(self._cache_path, new)
+            merged = self._cached = {**read_counts_cache(path), **new}
+            shards = {url: entry.to_json() for url, entry in sorted(merged.items())}
+            document = {"shardmix_counts": CACHE_VERSION, "shards": shards}
+            write_json_file(path, document, "the count cache")
 
 
 def read_counts_cache(path: str) -> dict[str, ShardCount]:
@@ -317,21 +317,10 @@ def read_json_file(path: str, version: tuple[str, int], field: str, what: str) -
         return {}
 
 
-def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str, ShardCount]:
-    """Merge ``entries`` into the count cache at ``path``; returns the cache as written."""
-    merged = {**read_counts_cache(path), **entries}
-    document = {
-        "shardmix_counts": CACHE_VERSION,
-        "shards": {url: entry.to_json() for url, entry in sorted(merged.items())},
-    }
-    write_json_file(path, document, "the count cache")
-    return merged
-
-
 def write_json_file(path: str, document: Any, what: str) -> None:
-    """Write ``document`` to ``path`` under a temporary name and rename it, so that the
-    processes of a job never leave a half-written one. A failure is logged: a cache missed
-    is slower, never wrong."""
+    """Write ``document`` to ``path`` through a temporary file renamed (never half-written);
+    a failure is logged: a cache missed is slower, never wrong."""
+
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)

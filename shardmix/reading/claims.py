@@ -18,8 +18,7 @@ from shardmix.policy import Damage, DamageHandler
 
 class CountCheck:
     """Checks one read of records ``[start, stop)`` of ``url`` against ``claim``, ``(records,
-    where the count comes from)``. Pass :attr:`on_damage` to the reader, then read through
-    :meth:`samples` or :meth:`blocks`."""
+    where the count comes from)``: pass :attr:`on_damage` to the reader, read through it."""
 
     def __init__(
         self,

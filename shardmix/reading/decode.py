@@ -8,6 +8,7 @@ only the image formats below (not EPS, which runs Ghostscript).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import io
 import json
@@ -125,7 +126,7 @@ class Decoder:
                 if not strict:
                     return value
                 raise DecodeError(
-                    _message(sample, name, value, error.expected, error.__cause__),
+                    _message(sample, name, value, str(error), error.__cause__),
                     **_position(sample),
                 ) from error.__cause__
         if self.scalars and _is_scalar_array(value):
@@ -161,11 +162,9 @@ def as_decoder(value: bool | str | Decoder | None) -> Decoder | None:
         return Decoder()
     if isinstance(value, Decoder):
         return value
-    try:
-        if isinstance(value, (str, ImageOutput)):
+    if isinstance(value, (str, ImageOutput)):
+        with contextlib.suppress(ValueError):
             return Decoder(images=ImageOutput(value))
-    except ValueError:
-        pass
     choices = ", ".join(repr(choice.value) for choice in ImageOutput)
     raise ConfigError(
         f"decode must be True, False, None, an image output ({choices}) or a "
@@ -174,11 +173,7 @@ def as_decoder(value: bool | str | Decoder | None) -> Decoder | None:
 
 
 class _Undecodable(Exception):
-    """Raised by a field decoder, from the original error, with what it expected."""
-
-    def __init__(self, expected: str) -> None:
-        super().__init__(expected)
-        self.expected = expected
+    """Raised by a field decoder, from the original error, with what it expected as message."""
 
 
 def _decode_int(data: bytes) -> int:

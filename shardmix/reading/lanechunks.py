@@ -91,6 +91,8 @@ def lane_chunks(
     ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
     shares = None
     shard_index = None
+
+
     iterators: dict[int, Iterator[Any] | BlockTurns]
     reads = shard_reads(dataset)
     if reads is not None and plan.lane_pieces is not None:
@@ -171,9 +173,8 @@ def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]]
 
 
 def collected_between(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, with Python's cycle collector paused while each is made: it would scan a
-    chunk's thousands of dicts over and over while they pile up (a quarter of a worker's CPU
-    on small records). Cyclic garbage waits at most one chunk."""
+    """``chunks``, the cycle collector paused while each is made: it would scan a chunk's
+    thousands of dicts over and over (a quarter of a worker's CPU on small records)."""
     while True:
         enabled = gc.isenabled()
         gc.disable()

@@ -40,9 +40,8 @@ _TRANSFORM_STREAM = 0x7A5F
 
 @dataclass(frozen=True)
 class SampleTransform:
-    """Decode, transform and filter the records of one shard (picklable, for the workers):
-    ``transform(sample)``, or with ``rng`` ``transform(sample, rng)`` seeded per record from
-    ``seed`` (the dataset's); ``decode`` first."""
+    """Decode, then ``transform(sample)`` (with ``rng``: ``transform(sample, rng)``, seeded per
+    record from ``seed``) the records of one shard; picklable, for the workers."""
 
     transform: Callable[..., Any] | None = None
     decode: Callable[[Sample], Sample] | None = None
@@ -66,8 +65,7 @@ class SampleTransform:
         example: bool = False,
     ) -> Iterator[Sample]:
         """``samples`` decoded and transformed, a tombstone in place of each one dropped
-        (``example``: TFRecord Examples, see :meth:`Decoder.example`). A record's tag is held
-        back from the decoder and the transform, and put back in what they give."""
+        (``example``: TFRecord Examples); a record's tag is held back from both, then put back."""
         clock, spent = time.perf_counter, 0.0
         stream = (epoch, epoch_pass, shard_index)  # with the record's index, seeds its rng
         try:
@@ -224,11 +222,10 @@ def without_tombstones(
 ) -> Iterator[Sample]:
     """The samples that were kept; ``count(kind)`` is called for each one dropped."""
     for sample in samples:
-        if DROPPED_KEY in sample:
-            if count is not None:
-                count(sample[DROPPED_KEY])
-            continue
-        yield sample
+        if DROPPED_KEY not in sample:
+            yield sample
+        elif count is not None:
+            count(sample[DROPPED_KEY])
 
 
 def samples_as_returned(samples: Iterator[Sample]) -> Iterator[Any]:

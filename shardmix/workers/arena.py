@@ -149,8 +149,7 @@ class Arena:
 
 
 class Placement(NamedTuple):
-    """Where a chunk's arrays lie: worker ``worker``'s ring of arena ``token``, from byte
-    ``start`` to ``end`` (in bytes ever written)."""
+    """Where a chunk's arrays lie: a worker's ring, from ``start`` to ``end`` in bytes written."""
 
     token: int
     worker: int
@@ -185,10 +184,8 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
     arrays = []
     for offset, dtype, shape in layout:
         kind = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        first = at + offset
-        flat = ring[first : first + count * kind.itemsize]
-        arrays.append(flat.view(kind).reshape(shape))
+        size = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
+        arrays.append(ring[at + offset : at + offset + size].view(kind).reshape(shape))
     arena.received += 1
     columns: dict[str, Column] = {}
     rest = iter(arrays[1:])

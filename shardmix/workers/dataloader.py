@@ -37,7 +37,7 @@ from shardmix.sources.cache.ledger import this_owner
 from shardmix.sources.identity import ShardIdentity
 from shardmix.workers.arena import Arena, InRings
 from shardmix.workers.forkstart import StartFlags, forks, start_forked
-from shardmix.workers.lifeline import WorkerInit
+from shardmix.workers.lifeline import WorkerInit, proc_stat
 
 # Remote shards open at once per process, at most: one connection each.
 MAX_CONNECTIONS = 512
@@ -67,8 +67,7 @@ class WorkerOptions:
 
 
 class PersistentWorkers(Protocol):
-    """Workers that outlive an epoch and read each epoch's plan as it comes (a
-    :class:`~shardmix.workers.pool.WorkerPool`)."""
+    """Workers that outlive an epoch (a :class:`~shardmix.workers.pool.WorkerPool`)."""
 
     def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]: ...
 
@@ -94,8 +93,7 @@ def start_workers(
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``, the
-    workers being torch's DataLoader iterator (None where this process or ``pool`` reads):
-    stop them with :func:`stop_workers`. ``identities``: what each shard must be."""
+    workers being torch's DataLoader iterator to :func:`stop_workers` (None: none to stop)."""
     num_workers, timeout = options.num_workers, options.timeout
     reads = shard_reads(dataset)
     num_lanes, per_lane, steady = _checked_lanes(reads, lane_pieces, num_workers)
@@ -188,9 +186,8 @@ def _checked_lanes(
 
 
 def check_open_limits(num_lanes: int, urls: list[str], num_workers: int) -> None:
-    """Refuse, naming the settings to change, a plan whose open shards per process (one per
-    lane) would pass the open-file limit or, for remote shards, :data:`MAX_CONNECTIONS`.
-    ``urls``: the shards the lanes read."""
+    """Refuse a plan whose open shards per process (one per lane, of ``urls``) would pass the
+    open-file limit or, for remote shards, :data:`MAX_CONNECTIONS`."""
     per_process = math.ceil(num_lanes / max(1, num_workers))
     where = "per worker" if num_workers else "in this process (num_workers=0)"
     remote = any(not is_local(url) for url in urls)
@@ -269,11 +266,7 @@ def stop_workers(workers: Any) -> None:
 
 def _is_stopped(pid: int | None) -> bool:
     """Whether process ``pid`` is stopped (SIGSTOP, or traced), from /proc (False elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
+    return proc_stat(pid)[:1] in (["T"], ["t"])
 
 
 class WorkerDeaths:

@@ -24,8 +24,7 @@ POLL_SECONDS = 0.5
 
 
 class WorkerInit:
-    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``
-    (picklable as long as ``user`` is)."""
+    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``."""
 
     def __init__(
         self, user: Callable[[int], None] | None, started: Callable[[int], None] | None = None
@@ -80,13 +79,19 @@ def _watch(parent: int, trainer: tuple[int, int | None] | None, poll_seconds: fl
     os._exit(1)
 
 
-def _start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot, from /proc), or None where unknown."""
+def proc_stat(pid: int | None) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (none where unreadable)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None where unknown."""
+    fields = proc_stat(pid)
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def _running(pid: int, start: int | None) -> bool:
@@ -99,9 +104,5 @@ def _running(pid: int, start: int | None) -> bool:
         except OSError:
             pass
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] not in ("Z", "X") and int(fields[19]) == start
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] not in ("Z", "X") and int(fields[19]) == start

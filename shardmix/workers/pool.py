@@ -38,8 +38,7 @@ def _close_live_pools() -> None:
 
 @dataclass(eq=False)
 class WorkerPool:
-    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch; they
-    start at the first :meth:`start_epoch`."""
+    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch."""
 
     dataset: IterableDataset[Any]
     _: KW_ONLY
@@ -120,8 +119,7 @@ class WorkerPool:
 
     def worker_pids(self) -> list[int]:
         """The pids of the running workers (empty before the first epoch and after close)."""
-        iterator = getattr(self._loader, "_iterator", None)
-        return [worker.pid for worker in getattr(iterator, "_workers", [])]
+        return [worker.pid for worker in self.processes()]
 
     def close(self) -> None:
         """Stop the workers now; a later :meth:`start_epoch` starts new ones."""
