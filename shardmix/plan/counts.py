@@ -113,7 +113,7 @@ def index_records(
 
 class RecordCounts:
     """Record counts of a fixed shard list, found on first use and kept (``cache_path``: for
-    later jobs); a shard damaged is counted up to the damage, told to ``on_damage``, never cached."""
+    later jobs); a damaged shard is counted up to the damage, told to ``on_damage``, not cached."""
 
     def __init__(
         self,
@@ -320,7 +320,6 @@ def read_json_file(path: str, version: tuple[str, int], field: str, what: str) -
 def write_json_file(path: str, document: Any, what: str) -> None:
     """Write ``document`` to ``path`` through a temporary file renamed (never half-written);
     a failure is logged: a cache missed is slower, never wrong."""
-
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)

@@ -245,7 +245,6 @@ def gather_dropped(
 
 def gather_ints(exchange: Exchange, mine: Sequence[int]) -> list[list[int]]:
     """Every rank's list of ints, of any lengths: the lengths gathered, then the padded lists."""
-
     lengths = [part[0] for part in exchange([len(mine)])]
     longest = max(lengths)
     if longest == 0:

@@ -135,21 +135,19 @@ class ChunkBuilder:
     def _made(self, lane_chunk: LaneChunk) -> Chunk:
         """Lanes read in record blocks join block by block where they can, else as dicts."""
         if any(taken and isinstance(taken[0], RecordBlock) for _, taken, _ in lane_chunk):
-            blocks = cast("list[tuple[int, list[RecordBlock], bool]]", lane_chunk)
-            if self._joinable(blocks):
-                return self._from_blocks(blocks)
-            lane_chunk = [(lane, _samples_of(taken), last) for lane, taken, last in blocks]
+            by_lane = cast("list[tuple[int, list[RecordBlock], bool]]", lane_chunk)
+            blocks = [block for _, taken, _ in by_lane for block in taken]
+            fields = blocks[0].fields
+            # Joined column by column: a ShardDataset's blocks, all of the same fields.
+            if self._shard_index is not None and all(block.fields == fields for block in blocks):
+                return self._from_blocks(by_lane, blocks)
+            lane_chunk = [(lane, _samples_of(taken), last) for lane, taken, last in by_lane]
         return self._from_samples(lane_chunk)
 
-    def _joinable(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> bool:
-        """Whether record blocks join column by column: a ShardDataset's, all of the same fields."""
-        blocks = [block for _, taken, _ in lane_chunk for block in taken]
-        fields = blocks[0].fields
-        return self._shard_index is not None and all(block.fields == fields for block in blocks)
-
-    def _from_blocks(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> Chunk:
+    def _from_blocks(
+        self, lane_chunk: list[tuple[int, list[RecordBlock], bool]], blocks: list[RecordBlock]
+    ) -> Chunk:
         """The chunk of lanes read in record blocks, their columns joined block by block."""
-        blocks = [block for _, taken, _ in lane_chunk for block in taken]
         sizes = [len(block.records) for block in blocks]
         count = sum(sizes)
         lanes = np.repeat(
@@ -177,9 +175,7 @@ class ChunkBuilder:
 
     def _from_samples(self, lane_chunk: LaneChunk) -> Chunk:
         """The chunk of lanes read as samples: one column per field of the kept dicts."""
-        samples: list[Sample] = []
-        for _, taken, _ in lane_chunk:
-            samples.extend(cast("list[Sample]", taken))
+        samples = cast("list[Sample]", list(chain.from_iterable(t for _, t, _ in lane_chunk)))
         lanes = np.repeat(
             np.fromiter((lane for lane, _, _ in lane_chunk), np.int64, len(lane_chunk)),
             np.fromiter((len(taken) for _, taken, _ in lane_chunk), np.int64, len(lane_chunk)),

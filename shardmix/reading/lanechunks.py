@@ -34,8 +34,7 @@ T = TypeVar("T")
 # its reader's state in the CPU's caches, where hundreds of open shards taken a few samples at
 # a time cost a worker a third more CPU per small record.
 MIN_TURN = 64
-# A chunk's bytes of samples, about, at most: the chunks in flight stay small.
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 8 << 20  # a chunk's bytes of samples, about, at most: those in flight stay small
 
 
 @dataclass(frozen=True)
@@ -91,8 +90,6 @@ def lane_chunks(
     ledger = SkipLedger(max_skips=None, warn=False)  # the main process holds the budget
     shares = None
     shard_index = None
-
-
     iterators: dict[int, Iterator[Any] | BlockTurns]
     reads = shard_reads(dataset)
     if reads is not None and plan.lane_pieces is not None:

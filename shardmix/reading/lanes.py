@@ -179,7 +179,6 @@ class _Chunker:
 
     def _measure(self, lanes: int) -> None:
         """The next chunk's bytes per sample, and turn: one turn of every lane fits a chunk."""
-
         self.each = self.sample_size() if self.sample_size is not None else None
         self.rate = self.per_lane
         if self.max_bytes is not None and self.each and lanes:

@@ -141,7 +141,6 @@ class MergeKeys:
     ) -> np.ndarray:
         """The clocks of the lanes entering a new piece, a run (one lane and shard, records
         rising, cut where a piece ends) at a time: each piece is looked up once."""
-
         piece = self._piece
         count = len(lanes)
         cuts = (lanes[1:] != lanes[:-1]) | (shards[1:] != shards[:-1])

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How often a waiting main process looks at the workers' counters, in seconds.
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.25  # how often a waiting main process looks at the workers' counters
 
 
 class Heartbeat:

@@ -171,7 +171,6 @@ class ShardPlan:
     ) -> tuple[str, list[float]] | None:
         """``(unit, size of each piece)`` as the mixer weighs lanes (so that all end together):
         records where every count is known, else bytes of local uncompressed files, else None."""
-
         counts = self.spread_counts(world_size)
         if counts is None and world_size > 1:
             counts = self.shard_counts(world_size)

@@ -31,11 +31,10 @@ PROVENANCE_KEYS = (KEY_FIELD, SOURCE_KEY, INDEX_KEY, OFFSET_KEY)
 FILTERED = "filtered"
 SKIPPED = "skipped"
 
-# The fields a sample that is not a dict travels in (see the module docstring).
+# The fields a sample that is not a dict travels in (:func:`as_sample`).
 VALUE, TUPLE, LIST = "\x00value", "\x00tuple", "\x00list"
 
-# Keeps transform draws apart from every other stream seeded from the same numbers.
-_TRANSFORM_STREAM = 0x7A5F
+_TRANSFORM_STREAM = 0x7A5F  # keeps transform draws apart from other streams of the same seed
 
 
 @dataclass(frozen=True)

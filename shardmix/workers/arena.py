@@ -29,15 +29,13 @@ from shardmix.reading.columns import OBJECTS, Column
 from shardmix.reading.lanechunks import CHUNK_BYTES
 from shardmix.sources.traffic import count_seconds
 
-# Shared memory per worker: prefetch_factor (2) chunks of up to CHUNK_BYTES (and one turn past
-# it), a chunk that would cross the ring's end starting over at its start. Room for four keeps
-# chunks of 4 KiB records in the ring, where 16 MiB sent one in ten through the pipe.
+# Room for prefetch_factor (2) chunks of up to CHUNK_BYTES (and a turn past it), one starting
+# over at the ring's start; 16 MiB sent one chunk of 4 KiB records in ten through the pipe.
 RING_BYTES = 4 * CHUNK_BYTES
 _ALIGN = 64  # each array starts on a cache line
 _SHM = "/dev/shm"
 
-# The main process's rings, by token: what unpickling a chunk's description finds them by.
-_OPEN: dict[int, Arena] = {}
+_OPEN: dict[int, Arena] = {}  # the main process's rings, by token (unpickling finds them)
 _TOKENS = itertools.count(1)
 _NO_ITEMS = np.empty((0, 0), dtype=np.int64)
 

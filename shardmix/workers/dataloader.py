@@ -39,19 +39,15 @@ from shardmix.workers.arena import Arena, InRings
 from shardmix.workers.forkstart import StartFlags, forks, start_forked
 from shardmix.workers.lifeline import WorkerInit, proc_stat
 
-# Remote shards open at once per process, at most: one connection each.
-MAX_CONNECTIONS = 512
-# Descriptors kept free beside the shards (pipes, sockets, imports).
-_SPARE_DESCRIPTORS = 8
-# How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
-KILL_WAIT_SECONDS = 5.0
+MAX_CONNECTIONS = 512  # remote shards open at once per process, at most: a connection each
+_SPARE_DESCRIPTORS = 8  # descriptors kept free beside the shards (pipes, sockets, imports)
+KILL_WAIT_SECONDS = 5.0  # for a worker killed (SIGKILL) after its grace period to be reaped
 # Samples in a worker's chunk once its turns have grown: one pickle and queue trip amortised.
 CHUNK_SAMPLES = 2048
 # Samples in a worker's first chunk, which the first batch waits for (the merge needs every
 # lane's first samples); the turns then double up to their steady size.
 FIRST_CHUNK_SAMPLES = 256
-# Keeps the workers' seeds apart from every other stream drawn from the same seed.
-_SEED_STREAM = 0x5EED
+_SEED_STREAM = 0x5EED  # keeps the workers' seeds apart from other streams of the same seed
 
 
 @dataclass(frozen=True)

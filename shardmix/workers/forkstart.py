@@ -18,10 +18,8 @@ from shardmix.errors import WorkerError, WorkerRestartWarning
 
 T = TypeVar("T")
 
-# How long a forked worker may take to run its first line of Python (a healthy one: ms).
-START_SECONDS = 20.0
-# Starts of an epoch's workers before a worker stuck at each of them is an error.
-START_ATTEMPTS = 3
+START_SECONDS = 20.0  # for a forked worker to run its first line of Python (a healthy one: ms)
+START_ATTEMPTS = 3  # starts of an epoch's workers before a worker stuck at each is an error
 
 
 class StartFlags:

@@ -17,10 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
-# prctl option from <linux/prctl.h>.
-PR_SET_PDEATHSIG = 1
-# How often the watchdog thread looks at the parent, in seconds.
-POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1  # prctl option from <linux/prctl.h>
+POLL_SECONDS = 0.5  # how often the watchdog thread looks at the parent
 
 
 class WorkerInit:
