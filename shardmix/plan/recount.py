@@ -88,9 +88,8 @@ def recount_changed(
     exchange: Exchange | None,
     kept: KeptCounts | None = None,
 ) -> list[int]:
-    """Count again every shard changed since the last epoch whose count ``counts`` holds; the
-    indices of the shards found changed. A collective under ``exchange``; without it,
-    ``world_size`` > 1 means ranks simulated in one process."""
+    """Count again every changed shard whose count ``counts`` holds; the changed indices. A
+    collective under ``exchange``; without it, ``world_size`` > 1: ranks in one process."""
     every_shard = world_size > 1 and exchange is None
     changed = [shard for shard, _, _ in changed_shards(urls, versions, every_shard)]
     if exchange is not None:

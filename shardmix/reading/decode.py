@@ -30,10 +30,9 @@ __all__ = ["Decoder", "ImageOutput", "as_decoder"]
 class ImageOutput(enum.Enum):
     """What an image field decodes to (``Decoder(images=...)``; ``None`` keeps the bytes).
 
-    ``NUMPY``: an ``(H, W, 3)`` RGB array for colour images (alpha and palettes converted away),
-    ``(H, W, 1)`` for grayscale in its own depth (``uint8``, ``uint16``; bilevel as 0/255);
-    ``PIL``: the ``PIL.Image.Image`` as stored, fully loaded (a mask's palette indices:
-    ``numpy.asarray(image)``); ``TORCH``: the numpy array as ``(C, H, W)``. Animated GIFs and
+    ``NUMPY``: ``(H, W, 3)`` RGB for colour images (alpha and palettes converted away),
+    ``(H, W, 1)`` for grayscale in its own depth (bilevel as 0/255); ``PIL``: the image as
+    stored, fully loaded; ``TORCH``: the numpy array as ``(C, H, W)``. Animated GIFs and
     multi-page TIFFs give their first frame.
     """
 
@@ -62,16 +61,13 @@ MAX_GUNZIP_BYTES = 256 << 20  # a .gz field larger than this decompressed is a D
 
 @dataclass(frozen=True)
 class Decoder:
-    """Decodes the fields of a sample dict by their extension: ``Decoder(images="pil")``.
+    """Decodes a sample dict's fields by their extension, into a new dict: ``Decoder("pil")``.
 
-    ``images`` is an :class:`ImageOutput` or its value (``"numpy"``, ``"pil"``, ``"torch"``),
-    or ``None`` to leave image fields as bytes. ``scalars`` turns one-element int64/float32
-    arrays (TFRecord features) into numpy scalars of the same dtype, which collate into a
-    ``(B,)`` tensor and keep float32. ``raw_fields`` names fields left as they are whatever
-    their extension (a TFRecord ``id`` feature that holds text, say).
-
-    Calling it returns a new dict. A field that cannot be decoded raises
-    :class:`~shardmix.errors.DecodeError` naming the field and the sample.
+    ``images`` is an :class:`ImageOutput` or its value, or ``None`` to leave image fields as
+    bytes. ``scalars`` turns one-element int64/float32 arrays (TFRecord features) into numpy
+    scalars of the same dtype (they collate into a ``(B,)`` tensor). ``raw_fields`` names
+    fields left as they are whatever their extension (a TFRecord ``id`` feature of text, say).
+    A field that cannot be decoded raises :class:`~shardmix.errors.DecodeError`.
     """
 
     images: ImageOutput | None = ImageOutput.NUMPY

@@ -121,7 +121,7 @@ def lane_chunks(
         steady=plan.steady or plan.per_lane,
     )
     opened = reads if shard_index is not None else None
-    return collected_between(_with_news(_built(groups, builder, ledger), opened))
+    return collected_between(_built(groups, builder, ledger, opened))
 
 
 def _read_lane(
@@ -140,8 +140,11 @@ def _read_lane(
     return beat(reads.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
 
 
-def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> Iterator[Chunk]:
-    """The chunks of ``groups``, the seconds spent reading and building each counted."""
+def _built(
+    groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger, reads: ShardReads | None
+) -> Iterator[Chunk]:
+    """The chunks of ``groups``, each with the traffic and the shards opened since the last
+    (the seconds spent reading and building each counted)."""
     clock = time.perf_counter
     before = clock()
     for group in groups:
@@ -150,17 +153,11 @@ def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> 
         built = clock()
         count_seconds("read", read - before)
         count_seconds("collate", built - read)
-        yield chunk
-        before = clock()
-
-
-def _with_news(chunks: Iterator[Chunk], reads: ShardReads | None) -> Iterator[Chunk]:
-    """``chunks``, each with the traffic and the identities of shards opened since the last."""
-    for chunk in chunks:
         if reads is not None:
             chunk.identities = reads.take_opened()
         chunk.traffic = take_traffic() or None
         yield chunk
+        before = clock()
 
 
 def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:

@@ -159,9 +159,8 @@ def _closing_at_end(chunks: Iterator[Chunk], close: Callable[[], Any]) -> Iterat
 
 
 def seed_generator(plan: EpochPlan) -> torch.Generator:
-    """The generator torch's DataLoader draws its workers' base seed from, seeded by ``plan``'s
-    ``(seed, epoch, pass, rank)``: torch's global one would make the trainer's random stream
-    (dropout's) differ from a live run's after a resume."""
+    """The generator of the workers' base seed, from ``plan``'s ``(seed, epoch, pass, rank)``:
+    torch's global one would make the trainer's stream (dropout's) differ after a resume."""
     key = [_SEED_STREAM, plan.seed, plan.epoch, plan.epoch_pass, plan.rank]
     state = np.random.SeedSequence(key).generate_state(1, np.uint64)[0]
     return torch.Generator().manual_seed(int(state >> 1))
@@ -267,8 +266,7 @@ def _is_stopped(pid: int | None) -> bool:
 
 class WorkerDeaths:
     """Where torch's report of a dead worker is raised: inside a loader's step (``with
-    deaths.here():``, where the loader names the worker), not in the trainer's own code between
-    steps, where torch's SIGCHLD handler would raise it: there it is kept for the next step."""
+    deaths.here():``, which names the worker), never in the trainer's code between steps."""
 
     def __init__(self) -> None:
         self.depth = 0  # steps under way (a step may start another loader's)
