@@ -66,8 +66,7 @@ def keys_of(items: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Chunk:
-    """A worker's samples of several lanes: one row of ``items`` per item, one column per
-    field of the kept ones."""
+    """A worker's samples of several lanes: a row of ``items`` per item, a column per field."""
 
     items: np.ndarray
     columns: dict[str, Column]

@@ -6,6 +6,7 @@ array (one buffer to pickle, one indexing call per batch); anything else stays a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter, itemgetter
@@ -180,10 +181,8 @@ def _strings_column(values: list[str]) -> Column:
 def _tensor_column(values: list[torch.Tensor]) -> Column:
     if len(set(map(_LAYOUT, values))) != 1 or values[0].device.type != "cpu":
         return Column(OBJECTS, values)
-    try:  # the common case: tensors without grad of a dtype numpy has, stacked by numpy
+    with contextlib.suppress(RuntimeError, TypeError):  # without grad, of a dtype numpy has
         return Column(TENSORS, np.stack([value.numpy() for value in values]))
-    except (RuntimeError, TypeError):
-        pass
     try:
         with torch.no_grad():
             stacked = torch.stack(values)

@@ -143,8 +143,7 @@ def _read_lane(
 def _built(
     groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger, reads: ShardReads | None
 ) -> Iterator[Chunk]:
-    """The chunks of ``groups``, each with the traffic and the shards opened since the last
-    (the seconds spent reading and building each counted)."""
+    """The chunks of ``groups``, timed, each with the traffic and shards opened since the last."""
     clock = time.perf_counter
     before = clock()
     for group in groups:

@@ -18,8 +18,7 @@ POLL_SECONDS = 0.25  # how often a waiting main process looks at the workers' co
 
 
 class Heartbeat:
-    """One counter per worker in shared memory: how many samples (or blocks) it has read.
-    Made in the main process; it travels to the workers with their dataset."""
+    """One counter per worker in shared memory (made in the main process): the items it read."""
 
     def __init__(self, num_workers: int) -> None:
         self.counts = RawArray("q", max(1, num_workers))
@@ -77,9 +76,7 @@ def _wait(
 
 def _owing_worker(iterator: Any) -> int | None:
     info = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", None))
-    if info and isinstance(info[0], int):
-        return info[0]
-    return None
+    return info[0] if info and isinstance(info[0], int) else None
 
 
 def _stalled(iterator: Any, worker: int | None, timeout: float) -> str:

@@ -94,9 +94,8 @@ class ShardPlan:
         return plan
 
     def spread_counts(self, world_size: int) -> list[int] | None:
-        """Every shard's count when the plan cuts shards into pieces (with ``piece_records``,
-        where every shard is a local, uncompressed file, whose middle a seek reaches), else
-        None. A function of the shard list alone, so every rank and process plans alike."""
+        """Every shard's count when the plan cuts shards into pieces (``piece_records``, every
+        shard a local uncompressed file), else None: alike on every rank and process."""
         if self.piece_records is None or not self._spreadable:
             return None
         return self.shard_counts(world_size)
@@ -126,8 +125,8 @@ class ShardPlan:
         return changed
 
     def shard_counts(self, world_size: int = 1) -> list[int]:
-        """Every shard's record count, in URL order, found once per job: under
-        torch.distributed, a collective (each shard counted by one rank, the counts shared)."""
+        """Every shard's record count in URL order, found once per job (a collective under
+        torch.distributed: each shard counted by one rank, the counts shared)."""
         if self._counts is not None:
             return self._counts
         rank, exchange = count_exchange(world_size) or (0, None)

@@ -90,9 +90,7 @@ def _stuck(processes: list[Any], flags: StartFlags) -> list[tuple[int, int]]:
     pause = 0.0005
     while True:
         waiting = [w for w in range(len(processes)) if not flags.started(w)]
-        if not waiting:
-            return []
-        if any(not processes[w].is_alive() for w in waiting):
+        if not waiting or any(not processes[w].is_alive() for w in waiting):
             return []
         if time.monotonic() >= deadline:
             return [(w, processes[w].pid) for w in waiting]
