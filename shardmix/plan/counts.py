@@ -207,10 +207,6 @@ class RecordCounts:
             self._walked[url] = walked
         return walked.seek_from(start)
 
-    def total(self, shard_indices: Sequence[int]) -> int:
-        """The records in the shards ``shard_indices`` (indices into the shard list)."""
-        return sum(self.of(self._urls[i]) for i in shard_indices)
-
     def resolve_all(
         self, *, rank: int = 0, world_size: int = 1, exchange: Exchange | None = None
     ) -> list[int]:

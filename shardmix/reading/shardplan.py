@@ -195,7 +195,7 @@ class ShardPlan:
         """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
         plan = self.rank_pieces(epoch, world_size, epoch_pass)
         if world_size == 1:
-            return [self.record_counts.total(range(len(self.urls)))]
+            return [sum(self.record_counts.of(url) for url in self.urls)]
         counts = self.shard_counts(world_size)
         return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
 
