@@ -1,16 +1,9 @@
 """The room an epoch's plan needs in a bounded cache, refused at ``iter()`` when it is not there.
 
-Every lane keeps one shard open at a time, and every lane of a rank reads at once. Through a
-bounded cache (:mod:`shardmix.sources.cache.bounded`) a lane reading a remote shard holds one
-entry while it reads, of the whole shard or of its first block at least
-(:data:`~shardmix.sources.cache.bounded.MIN_PART_BYTES`). So the lanes need ``lanes × one block``
-of the limit together: below that, some lane always finds the limit held by the others and
-streams its shard, epoch after epoch (the thrashing of a limit too low). Nothing waits for
-room, so no limit deadlocks; read-ahead adds nothing (its blocks wait in memory).
-
-The lanes are counted from the plan's settings alone, so that the refusal comes before a worker
-starts: ``num_lanes``, at most one per remote shard, times the canonical ranks a process runs.
-Datasets whose caches share a folder add up; each rank counts its own.
+Each lane reading a remote shard holds one cache entry of at least one block
+(:data:`~shardmix.sources.cache.bounded.MIN_PART_BYTES`) while it reads, so a limit below
+``lanes × one block`` thrashes: some lane always streams. The lanes are counted from the plan's
+settings alone, before a worker starts; datasets sharing a cache folder add up.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Record counts per shard: what balanced plans are made from, and where range reads seek.
 
-Counts come, in this order, from what the user gave, from a manifest beside the shards
-(:mod:`shardmix.plan.manifests`), from the count cache (an entry used only while the shard's
-version, :func:`~shardmix.sources.version.shard_version`, still matches it), or from a counting
-pass that walks the shard's framing only. The pass also notes the byte offset of every
-:data:`INDEX_EVERY`-th record: a sparse index a range read seeks to instead of walking from 0.
-
-:meth:`RecordCounts.resolve_all` splits the shards over the ranks and shares the results through
-the ``exchange`` its caller passes (this module does not import torch), so that each shard is
-walked by one process of the job. Every count is a claim the read checks
-(:mod:`shardmix.reading.claims`).
+Counts come from the user, a manifest, the count cache (while the shard's version matches) or
+a counting pass over the framing, which also notes every :data:`INDEX_EVERY`-th record's
+offset for range reads to seek to (docs/epochs.md). Torch-free: the collective that shares
+counts between ranks is passed in. Every count is a claim the read checks.
 """
 
 from __future__ import annotations
@@ -32,9 +26,7 @@ from shardmix.sources.version import shard_version
 
 CACHE_VERSION = 1
 COUNTS_CACHE_NAME = "record-counts.json"  # in SourceOptions.cache_dir when no path is given
-# The counting pass notes every 16th record's offset: where a piece (a multiple of it) begins
-# and ends, so that its read neither walks to it nor past it.
-INDEX_EVERY = 16
+INDEX_EVERY = 16  # where a piece (a multiple of it) begins and ends: its read seeks there
 
 # Every process's results, in rank order (``torch.distributed.all_gather_object``).
 Exchange = Callable[[dict[str, Any]], list[dict[str, Any]]]
@@ -120,9 +112,8 @@ def index_records(
 
 
 class RecordCounts:
-    """Record counts of a fixed shard list, found on first use and then kept (``cache_path``:
-    a JSON file that keeps them for later jobs). ``on_damage`` is told of a shard whose framing
-    is lost, counted up to the damage and never cached."""
+    """Record counts of a fixed shard list, found on first use and kept (``cache_path``: for
+    later jobs); a damaged shard is counted up to the damage, told to ``on_damage``, not cached."""
 
     def __init__(
         self,
@@ -199,9 +190,8 @@ class RecordCounts:
         return found.records
 
     def seek_from(self, url: str, start: int) -> RecordPosition | None:
-        """Where a read of ``url`` from record ``start`` can seek to: an index entry, if known.
-        A local, uncompressed shard counted without an index is indexed here, once per process,
-        so that its pieces are entered by a seek each, not a walk from its start each."""
+        """Where a read of ``url`` from record ``start`` can seek to, if known (a local,
+        uncompressed shard counted without an index is indexed here, once per process)."""
         found = self._counts.get(url)
         if found is not None and found.index:
             return found.seek_from(start)
@@ -216,10 +206,6 @@ class RecordCounts:
                 walked = ShardCount(0)
             self._walked[url] = walked
         return walked.seek_from(start)
-
-    def total(self, shard_indices: Sequence[int]) -> int:
-        """The records in the shards ``shard_indices`` (indices into the shard list)."""
-        return sum(self.of(self._urls[i]) for i in shard_indices)
 
     def resolve_all(
         self, *, rank: int = 0, world_size: int = 1, exchange: Exchange | None = None
@@ -285,8 +271,9 @@ class RecordCounts:
         return self._cached
 
     def _save(self, resolved: Mapping[str, ShardCount]) -> None:
-        """Add the newly counted shards of ``resolved`` to the cache file, if there is one."""
-        if self._cache_path is None:
+        """Merge the newly counted shards of ``resolved`` into the cache file, if there is one."""
+        path = self._cache_path
+        if path is None:
             return
         cached = self._cache()
         new = {
@@ -295,7 +282,10 @@ class RecordCounts:
             if entry.version is not None and cached.get(url) != entry
         }
         if new:
-            self._cached = write_counts_cache(self._cache_path, new)
+            merged = self._cached = {**read_counts_cache(path), **new}
+            shards = {url: entry.to_json() for url, entry in sorted(merged.items())}
+            document = {"shardmix_counts": CACHE_VERSION, "shards": shards}
+            write_json_file(path, document, "the count cache")
 
 
 def read_counts_cache(path: str) -> dict[str, ShardCount]:
@@ -323,21 +313,9 @@ def read_json_file(path: str, version: tuple[str, int], field: str, what: str) -
         return {}
 
 
-def write_counts_cache(path: str, entries: Mapping[str, ShardCount]) -> dict[str, ShardCount]:
-    """Merge ``entries`` into the count cache at ``path``; returns the cache as written."""
-    merged = {**read_counts_cache(path), **entries}
-    document = {
-        "shardmix_counts": CACHE_VERSION,
-        "shards": {url: entry.to_json() for url, entry in sorted(merged.items())},
-    }
-    write_json_file(path, document, "the count cache")
-    return merged
-
-
 def write_json_file(path: str, document: Any, what: str) -> None:
-    """Write ``document`` to ``path`` under a temporary name and rename it, so that the
-    processes of a job never leave a half-written one. A failure is logged: a cache missed
-    is slower, never wrong."""
+    """Write ``document`` to ``path`` through a temporary file renamed (never half-written);
+    a failure is logged: a cache missed is slower, never wrong."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)

@@ -1,17 +1,9 @@
 """Kept counts: which records a filtering transform drops, learned per shard, by ``transform_id``.
 
-A filter's kept samples are known only once read, so ``len()`` is an upper bound and several
-ranks agree on the epoch's end as they near it (:mod:`shardmix.batching.rankend`). When the
-user names the transform (``ShardDataset(transform_id=...)``, a promise: the same id keeps the
-same records), an epoch read whole teaches the dataset which records of each shard were
-dropped. From then on ``len()`` is exact and the ranks know ahead where the epoch ends. Every
-count is still a claim: an epoch that keeps another number raises a
-:class:`~shardmix.errors.ConfigError` naming the ``transform_id`` and discards what was learned.
-
-What is learned is kept for the dataset's life and, with a count cache file, in
-``kept-counts.json`` beside it, each entry used only while the shard's version and count are
-unchanged. Under several ranks, each sends the records it saw dropped to the others at the
-epoch's end. This module imports no torch: the gather is a function its caller passes.
+An epoch read whole teaches the dataset which records each shard dropped, so that ``len()`` is
+exact and the ranks know ahead where the epoch ends; an epoch that keeps another number raises
+a :class:`~shardmix.errors.ConfigError` and discards what was learned (docs/epochs.md).
+Torch-free: the gather between ranks is a function its caller passes.
 """
 
 from __future__ import annotations
@@ -69,7 +61,7 @@ class ShardKept:
 
 class KeptCounts:
     """The kept counts one dataset learned for its ``transform_id``, by URL; ``cache_path``
-    (``kept-counts.json``, None: none) is read at first use and written as shards are learned."""
+    (None: none) is read at first use and written as shards are learned."""
 
     def __init__(
         self,
@@ -105,13 +97,13 @@ class KeptCounts:
 
     def learn(self, counts: Sequence[int], dropped: Iterable[tuple[int, int]]) -> None:
         """Learn every shard from one whole epoch's dropped ``(shard, record)`` pairs."""
-        by_shard: dict[int, list[int]] = {shard: [] for shard in range(len(self._urls))}
+        by_shard: dict[int, set[int]] = {shard: set() for shard in range(len(self._urls))}
         for shard, record in dropped:
-            by_shard[shard].append(record)
-        learned = {}
-        for shard, records in by_shard.items():
-            url = self._urls[shard]
-            learned[url] = ShardKept(counts[shard], tuple(sorted(set(records))))
+            by_shard[shard].add(record)
+        learned = {
+            url: ShardKept(counts[shard], tuple(sorted(by_shard[shard])))
+            for shard, url in enumerate(self._urls)
+        }
         self._shards.update(learned)
         self._save(learned)
 
@@ -168,8 +160,7 @@ class KeptCounts:
 def agreed_totals(
     totals: list[int] | None, exchange: Exchange | None, world_size: int
 ) -> list[int] | None:
-    """``totals`` where every rank has the same (one gather under ``exchange``), else None:
-    the ranks use learned kept counts all together, or none does."""
+    """``totals`` where every rank has the same (one gather under ``exchange``), else None."""
     if exchange is None:
         return totals
     mine = [0] * (1 + world_size) if totals is None else [1, *totals]
@@ -193,8 +184,8 @@ def stale_kept(kept: KeptCounts, epoch: int, rank: int, found: int, claimed: int
 
 @dataclass(eq=False)
 class KeptClaim:
-    """What an epoch does with learned kept counts at its end: check the samples this rank
-    claimed from them (``claim``), or learn them (``learn``: True, or the ranks' gather)."""
+    """At an epoch's end: check this rank's ``claim`` from learned kept counts, or ``learn``
+    them (True, or the ranks' gather)."""
 
     kept: KeptCounts | None
     claim: int | None
@@ -220,8 +211,8 @@ class KeptClaim:
         counts: Callable[[], Sequence[int]],
         valid: bool,
     ) -> None:
-        """At the epoch's last batch: check the claim against ``found()`` (this rank's kept
-        samples), or learn from the epoch (``counts()`` asked under the ranks' gather only)."""
+        """At the epoch's last batch: check the claim against ``found()``, or learn from the
+        epoch (``counts()`` asked under the ranks' gather only)."""
         kept = self.kept
         assert kept is not None
         claim, self.claim, learn, self.learn = self.claim, None, self.learn, False
@@ -253,8 +244,7 @@ def gather_dropped(
 
 
 def gather_ints(exchange: Exchange, mine: Sequence[int]) -> list[list[int]]:
-    """Every rank's list of ints, of any lengths: one gather of the lengths, and one of the
-    padded lists unless every list is empty."""
+    """Every rank's list of ints, of any lengths: the lengths gathered, then the padded lists."""
     lengths = [part[0] for part in exchange([len(mine)])]
     longest = max(lengths)
     if longest == 0:

@@ -1,10 +1,8 @@
 """The manifests beside the shards: what each says about a shard, local or remote.
 
-``shardmix convert`` writes ``<prefix>.manifest.json`` beside its shards. Beside local shards
-every ``*.manifest.json`` of the folder is read; beside remote ones, which cannot be listed, the
-one name convert gives them (:func:`manifest_name_for`) is asked for once per folder and
-process. What a manifest says is a claim: a local file of another size is warned about, and
-the count is checked by the read (:mod:`shardmix.reading.claims`).
+Beside local shards every ``*.manifest.json`` of the folder is read; beside remote ones, the one
+name ``shardmix convert`` gives them (:func:`manifest_name_for`), once per folder and process.
+What a manifest says is a claim: the read checks the count.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,10 +105,7 @@ def manifest_name_for(shard_name: str) -> str:
 
 def local_entries(folder: str) -> dict[str, ManifestEntry]:
     """``{shard name: entry}`` from every manifest in ``folder`` (none: empty)."""
-    found: dict[str, ManifestEntry] = {}
-    for path, shard in manifest_shards(folder, "counting its shards instead"):
-        _add_entry(found, path, shard)
-    return found
+    return _entries(manifest_shards(folder, "counting its shards instead"))
 
 
 def remote_entries(url: str, options: SourceOptions) -> dict[str, ManifestEntry]:
@@ -125,28 +120,28 @@ def remote_entries(url: str, options: SourceOptions) -> dict[str, ManifestEntry]
     except (OSError, ShardmixError) as error:
         log.warning("could not read the manifest %s (%s); counting its shards instead", url, error)
         return {}
-    found: dict[str, ManifestEntry] = {}
     if len(data) > MAX_MANIFEST_BYTES:
         log.warning("ignoring the manifest %s: over %d bytes", url, MAX_MANIFEST_BYTES)
-        return found
-    for shard in _shards_of(url, data, "counting its shards instead"):
-        _add_entry(found, url, shard)
+        return {}
+    return _entries((url, shard) for shard in _shards_of(url, data, "counting its shards instead"))
+
+
+def _entries(listed: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, ManifestEntry]:
+    """``{shard name: entry}`` of ``(manifest, shard entry)`` pairs; one unreadable is logged."""
+    found: dict[str, ManifestEntry] = {}
+    for where, shard in listed:
+        try:
+            sha256 = shard.get("sha256")
+            found[str(shard["name"])] = ManifestEntry(
+                int(shard["records"]),
+                int(shard["bytes"]),
+                None if sha256 is None else str(sha256),
+                where,
+                None if shard.get("tokens") is None else int(shard["tokens"]),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            log.warning("ignoring an entry of manifest %s (%s)", where, error)
     return found
-
-
-def _add_entry(found: dict[str, ManifestEntry], where: str, shard: Mapping[str, Any]) -> None:
-    try:
-        sha256 = shard.get("sha256")
-        entry = ManifestEntry(
-            int(shard["records"]),
-            int(shard["bytes"]),
-            None if sha256 is None else str(sha256),
-            where,
-            None if shard.get("tokens") is None else int(shard["tokens"]),
-        )
-        found[str(shard["name"])] = entry
-    except (KeyError, TypeError, ValueError) as error:
-        log.warning("ignoring an entry of manifest %s (%s)", where, error)
 
 
 def manifest_shards(folder: str, ignored: str) -> Iterator[tuple[str, Mapping[str, Any]]]:

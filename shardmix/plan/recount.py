@@ -1,15 +1,9 @@
 """A new epoch re-plans a shard that changed since the last one: re-counted once, counts shared.
 
-At the start of each new epoch (never within one, never at a restore) the loader compares the
-identity each local shard had when this process last read it with its ``os.stat`` now. A
-changed shard whose count the loader holds is counted again, its count replaced (and the
-count cache written), what a named filter learned of it forgotten. Remote shards are not
-checked here (a request per shard and epoch): the read checks their counts.
-
-Under torch.distributed the ranks gather which shards changed, each changed shard is counted by
-one rank and the counts shared, so every rank plans alike (a failure raises the same
-:class:`~shardmix.errors.ShardChangedError` everywhere); ranks simulated in one process each
-stat every local shard instead. This module imports no torch: the gather is passed in.
+At each new epoch's start (never within one, never at a restore) a local shard whose
+``os.stat`` changed since this process read it is counted again, and what a named filter
+learned of it forgotten; under several ranks each changed shard is counted by one rank and the
+counts shared (docs/epochs.md). Torch-free: the gather is passed in.
 """
 
 from __future__ import annotations
@@ -94,9 +88,8 @@ def recount_changed(
     exchange: Exchange | None,
     kept: KeptCounts | None = None,
 ) -> list[int]:
-    """Count again every shard changed since the last epoch whose count ``counts`` holds; the
-    indices of the shards found changed. A collective under ``exchange``; without it,
-    ``world_size`` > 1 means ranks simulated in one process."""
+    """Count again every changed shard whose count ``counts`` holds; the changed indices. A
+    collective under ``exchange``; without it, ``world_size`` > 1: ranks in one process."""
     every_shard = world_size > 1 and exchange is None
     changed = [shard for shard, _, _ in changed_shards(urls, versions, every_shard)]
     if exchange is not None:

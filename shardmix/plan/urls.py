@@ -1,12 +1,9 @@
 """URL patterns: from what a user writes to the ordered list of shard URLs.
 
-A pattern is a string or a list of strings; a string may join several with ``::``, except
-where ``::`` chains fsspec filesystems (``simplecache::s3://bucket/train-{0..9}.tar`` is one
-URL). Each pattern is brace-expanded and, with glob characters, globbed (locally, or by an
-fsspec filesystem's listing; never over http(s)). Order is kept as written (globs sorted), so
-every epoch's order is stable across machines. A glob leaves out the files written beside
-shards (manifests, index files, the count cache). A pattern expanding to more than
-:data:`MAX_URLS` URLs is a typo, refused before it takes the machine's memory.
+A pattern is a string or list of strings; ``::`` joins several, except where it chains fsspec
+filesystems. Each is brace-expanded and globbed (locally or by fsspec listing, never over
+http(s)), order kept as written (globs sorted), files kept beside shards left out. A pattern
+expanding past :data:`MAX_URLS` URLs is a typo, refused before it takes the machine's memory.
 """
 
 from __future__ import annotations

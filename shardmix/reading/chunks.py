@@ -1,11 +1,8 @@
 """Chunks: what a worker sends the main process, as columns rather than sample dicts.
 
-A :class:`Chunk` holds per *item* (a sample, or a tombstone the transform left) one row of
-integers: its lane, merge key (:mod:`shardmix.reading.mergekeys`), provenance and size; and per
-*field* one column of the kept samples' values (:mod:`shardmix.reading.columns`). A
-ShardDataset's provenance and each record's tag (``__tag__``, which no batch shows) ride only in
-the rows, so the main process never rebuilds the dicts on its hot path
-(:mod:`shardmix.batching.rows`).
+A :class:`Chunk` holds one row of integers per item (lane, merge key, provenance, size, tag)
+and one column per field of the kept samples, so the main process never rebuilds the dicts on
+its hot path (:mod:`shardmix.batching.rows`).
 """
 
 from __future__ import annotations
@@ -69,8 +66,7 @@ def keys_of(items: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Chunk:
-    """A worker's samples of several lanes: one row of ``items`` per item, one column per
-    field of the kept ones."""
+    """A worker's samples of several lanes: a row of ``items`` per item, a column per field."""
 
     items: np.ndarray
     columns: dict[str, Column]
@@ -138,21 +134,19 @@ class ChunkBuilder:
     def _made(self, lane_chunk: LaneChunk) -> Chunk:
         """Lanes read in record blocks join block by block where they can, else as dicts."""
         if any(taken and isinstance(taken[0], RecordBlock) for _, taken, _ in lane_chunk):
-            blocks = cast("list[tuple[int, list[RecordBlock], bool]]", lane_chunk)
-            if self._joinable(blocks):
-                return self._from_blocks(blocks)
-            lane_chunk = [(lane, _samples_of(taken), last) for lane, taken, last in blocks]
+            by_lane = cast("list[tuple[int, list[RecordBlock], bool]]", lane_chunk)
+            blocks = [block for _, taken, _ in by_lane for block in taken]
+            fields = blocks[0].fields
+            # Joined column by column: a ShardDataset's blocks, all of the same fields.
+            if self._shard_index is not None and all(block.fields == fields for block in blocks):
+                return self._from_blocks(by_lane, blocks)
+            lane_chunk = [(lane, _samples_of(taken), last) for lane, taken, last in by_lane]
         return self._from_samples(lane_chunk)
 
-    def _joinable(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> bool:
-        """Whether record blocks join column by column: a ShardDataset's, all of the same fields."""
-        blocks = [block for _, taken, _ in lane_chunk for block in taken]
-        fields = blocks[0].fields
-        return self._shard_index is not None and all(block.fields == fields for block in blocks)
-
-    def _from_blocks(self, lane_chunk: list[tuple[int, list[RecordBlock], bool]]) -> Chunk:
+    def _from_blocks(
+        self, lane_chunk: list[tuple[int, list[RecordBlock], bool]], blocks: list[RecordBlock]
+    ) -> Chunk:
         """The chunk of lanes read in record blocks, their columns joined block by block."""
-        blocks = [block for _, taken, _ in lane_chunk for block in taken]
         sizes = [len(block.records) for block in blocks]
         count = sum(sizes)
         lanes = np.repeat(
@@ -180,9 +174,7 @@ class ChunkBuilder:
 
     def _from_samples(self, lane_chunk: LaneChunk) -> Chunk:
         """The chunk of lanes read as samples: one column per field of the kept dicts."""
-        samples: list[Sample] = []
-        for _, taken, _ in lane_chunk:
-            samples.extend(cast("list[Sample]", taken))
+        samples = cast("list[Sample]", list(chain.from_iterable(t for _, t, _ in lane_chunk)))
         lanes = np.repeat(
             np.fromiter((lane for lane, _, _ in lane_chunk), np.int64, len(lane_chunk)),
             np.fromiter((len(taken) for _, taken, _ in lane_chunk), np.int64, len(lane_chunk)),

@@ -1,11 +1,8 @@
 """A count is a claim the read checks: a shard must hold the records its count says.
 
-A read of records ``[start, stop)`` of a shard whose count is known (:mod:`shardmix.plan.counts`)
-checks that it reaches record ``stop - 1`` and, read to the shard's end, that no record lies
-past the count. Either failure is a :class:`~shardmix.errors.RecordCountError` naming the shard,
-where the count came from and both numbers; under ``on_error="skip"`` it goes to the damage
-handler instead, never a silently shorter or longer epoch. Damage the reader already reported
-counts as reached (a record skipped for its CRC is not missing).
+A read short of its count, or a record past it, is a :class:`~shardmix.errors.RecordCountError`
+naming the shard, where the count came from and both numbers (under ``on_error="skip"``:
+damage, never a silently shorter or longer epoch). Damage already reported counts as reached.
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ from shardmix.policy import Damage, DamageHandler
 
 class CountCheck:
     """Checks one read of records ``[start, stop)`` of ``url`` against ``claim``, ``(records,
-    where the count comes from)``. Pass :attr:`on_damage` to the reader, then read through
-    :meth:`samples` or :meth:`blocks`."""
+    where the count comes from)``: pass :attr:`on_damage` to the reader, read through it."""
 
     def __init__(
         self,

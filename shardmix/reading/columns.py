@@ -1,13 +1,12 @@
-"""Columns: a group of samples as one column per field, the form in which they cross from a
-worker to the main process and are stored there (:mod:`shardmix.batching.rows`).
+"""Columns: a group of samples as one column per field, as they cross to the main process.
 
 A column of numbers, of equal-shaped arrays or tensors, of bytes or of strings is one numpy
-array: it pickles as one buffer, and a batch's rows are gathered with one indexing call.
-Anything else (decoded JSON, images, values of mixed types) stays a list.
+array (one buffer to pickle, one indexing call per batch); anything else stays a list.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter, itemgetter
@@ -182,10 +181,8 @@ def _strings_column(values: list[str]) -> Column:
 def _tensor_column(values: list[torch.Tensor]) -> Column:
     if len(set(map(_LAYOUT, values))) != 1 or values[0].device.type != "cpu":
         return Column(OBJECTS, values)
-    try:  # the common case: tensors without grad of a dtype numpy has, stacked by numpy
+    with contextlib.suppress(RuntimeError, TypeError):  # without grad, of a dtype numpy has
         return Column(TENSORS, np.stack([value.numpy() for value in values]))
-    except (RuntimeError, TypeError):
-        pass
     try:
         with torch.no_grad():
             stacked = torch.stack(values)

@@ -1,25 +1,14 @@
 """Decoders: a sample's fields from bytes to the values a training loop wants, opt in.
 
-A tar field is chosen by its name's last extension part, case-insensitively, with
-webdataset's conventions, so that shards written for it decode here as users expect:
-
-- ``cls``, ``cls2``, ``index``, ``id``: ``int`` from ASCII digits; ``txt``, ``text``: ``str``
-  (UTF-8); ``json``: ``json.loads``; ``npy``: ``numpy.load(..., allow_pickle=False)``;
-- ``png``, ``jpg``, ``jpeg``, ``ppm``, ``pgm``, ``pbm``, ``bmp``, ``webp``, ``tif``, ``tiff``,
-  ``gif``: an image, with Pillow (``pip install 'shardmix[image]'``), see :class:`ImageOutput`;
-- ``gz``: gunzipped (to at most :data:`MAX_GUNZIP_BYTES`), then decoded by the extension
-  before it (``json.gz`` is JSON);
-- anything else, and every ``__provenance__`` key, stays as it is.
-
-Nothing is ever unpickled: webdataset's ``pyd``/``pickle``/``pth`` decoders run code chosen by
-whoever wrote the shard, and shards come from buckets, mirrors and colleagues. So those fields
-stay ``bytes``, ``npy`` refuses object arrays, and Pillow is only allowed the image formats
-above (not EPS, which runs Ghostscript). A TFRecord feature's name is no file extension, so
-:meth:`Decoder.example` keeps a bytes feature whose bytes are not what its name says.
+A tar field is chosen by its name's last extension part, case-insensitively, with webdataset's
+conventions (listed in docs/guides/transforms.md). Nothing is ever unpickled: ``pyd``,
+``pickle`` and ``pth`` fields stay bytes, ``npy`` refuses object arrays, and Pillow is allowed
+only the image formats below (not EPS, which runs Ghostscript).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import io
 import json
@@ -41,10 +30,9 @@ __all__ = ["Decoder", "ImageOutput", "as_decoder"]
 class ImageOutput(enum.Enum):
     """What an image field decodes to (``Decoder(images=...)``; ``None`` keeps the bytes).
 
-    ``NUMPY``: an ``(H, W, 3)`` RGB array for colour images (alpha and palettes converted away),
-    ``(H, W, 1)`` for grayscale in its own depth (``uint8``, ``uint16``; bilevel as 0/255);
-    ``PIL``: the ``PIL.Image.Image`` as stored, fully loaded (a mask's palette indices:
-    ``numpy.asarray(image)``); ``TORCH``: the numpy array as ``(C, H, W)``. Animated GIFs and
+    ``NUMPY``: ``(H, W, 3)`` RGB for colour images (alpha and palettes converted away),
+    ``(H, W, 1)`` for grayscale in its own depth (bilevel as 0/255); ``PIL``: the image as
+    stored, fully loaded; ``TORCH``: the numpy array as ``(C, H, W)``. Animated GIFs and
     multi-page TIFFs give their first frame.
     """
 
@@ -73,16 +61,13 @@ MAX_GUNZIP_BYTES = 256 << 20  # a .gz field larger than this decompressed is a D
 
 @dataclass(frozen=True)
 class Decoder:
-    """Decodes the fields of a sample dict by their extension: ``Decoder(images="pil")``.
+    """Decodes a sample dict's fields by their extension, into a new dict: ``Decoder("pil")``.
 
-    ``images`` is an :class:`ImageOutput` or its value (``"numpy"``, ``"pil"``, ``"torch"``),
-    or ``None`` to leave image fields as bytes. ``scalars`` turns one-element int64/float32
-    arrays (TFRecord features) into numpy scalars of the same dtype, which collate into a
-    ``(B,)`` tensor and keep float32. ``raw_fields`` names fields left as they are whatever
-    their extension (a TFRecord ``id`` feature that holds text, say).
-
-    Calling it returns a new dict. A field that cannot be decoded raises
-    :class:`~shardmix.errors.DecodeError` naming the field and the sample.
+    ``images`` is an :class:`ImageOutput` or its value, or ``None`` to leave image fields as
+    bytes. ``scalars`` turns one-element int64/float32 arrays (TFRecord features) into numpy
+    scalars of the same dtype (they collate into a ``(B,)`` tensor). ``raw_fields`` names
+    fields left as they are whatever their extension (a TFRecord ``id`` feature of text, say).
+    A field that cannot be decoded raises :class:`~shardmix.errors.DecodeError`.
     """
 
     images: ImageOutput | None = ImageOutput.NUMPY
@@ -137,7 +122,7 @@ class Decoder:
                 if not strict:
                     return value
                 raise DecodeError(
-                    _message(sample, name, value, error.expected, error.__cause__),
+                    _message(sample, name, value, str(error), error.__cause__),
                     **_position(sample),
                 ) from error.__cause__
         if self.scalars and _is_scalar_array(value):
@@ -173,11 +158,9 @@ def as_decoder(value: bool | str | Decoder | None) -> Decoder | None:
         return Decoder()
     if isinstance(value, Decoder):
         return value
-    try:
-        if isinstance(value, (str, ImageOutput)):
+    if isinstance(value, (str, ImageOutput)):
+        with contextlib.suppress(ValueError):
             return Decoder(images=ImageOutput(value))
-    except ValueError:
-        pass
     choices = ", ".join(repr(choice.value) for choice in ImageOutput)
     raise ConfigError(
         f"decode must be True, False, None, an image output ({choices}) or a "
@@ -186,11 +169,7 @@ def as_decoder(value: bool | str | Decoder | None) -> Decoder | None:
 
 
 class _Undecodable(Exception):
-    """Raised by a field decoder, from the original error, with what it expected."""
-
-    def __init__(self, expected: str) -> None:
-        super().__init__(expected)
-        self.expected = expected
+    """Raised by a field decoder, from the original error, with what it expected as message."""
 
 
 def _decode_int(data: bytes) -> int:

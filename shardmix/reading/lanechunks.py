@@ -1,9 +1,8 @@
 """What runs in each worker: its lanes of one epoch, read into chunks for the main process.
 
-A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or through a persistent
-worker's queue: :mod:`shardmix.workers.pool`), reads the lanes it hosts in turn and sends them
-as :class:`~shardmix.reading.chunks.Chunk` objects, each with what the worker skipped since its
-last chunk, the identities of the shards it opened and the bytes its sources fetched.
+A worker is handed an :class:`EpochPlan` (by torch's DataLoader, or a persistent worker's
+queue) and sends its lanes as :class:`~shardmix.reading.chunks.Chunk` objects, each with what it
+skipped, the shards it opened and the bytes its sources fetched since the last.
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ T = TypeVar("T")
 # its reader's state in the CPU's caches, where hundreds of open shards taken a few samples at
 # a time cost a worker a third more CPU per small record.
 MIN_TURN = 64
-# A chunk's bytes of samples, about, at most: the chunks in flight stay small.
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 8 << 20  # a chunk's bytes of samples, about, at most: those in flight stay small
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def lane_chunks(
         steady=plan.steady or plan.per_lane,
     )
     opened = reads if shard_index is not None else None
-    return collected_between(_with_news(_built(groups, builder, ledger), opened))
+    return collected_between(_built(groups, builder, ledger, opened))
 
 
 def _read_lane(
@@ -142,8 +140,10 @@ def _read_lane(
     return beat(reads.read_lane_pieces(pieces, plan.epoch, start, plan.epoch_pass))
 
 
-def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> Iterator[Chunk]:
-    """The chunks of ``groups``, the seconds spent reading and building each counted."""
+def _built(
+    groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger, reads: ShardReads | None
+) -> Iterator[Chunk]:
+    """The chunks of ``groups``, timed, each with the traffic and shards opened since the last."""
     clock = time.perf_counter
     before = clock()
     for group in groups:
@@ -152,17 +152,11 @@ def _built(groups: Iterator[Any], builder: ChunkBuilder, ledger: SkipLedger) -> 
         built = clock()
         count_seconds("read", read - before)
         count_seconds("collate", built - read)
-        yield chunk
-        before = clock()
-
-
-def _with_news(chunks: Iterator[Chunk], reads: ShardReads | None) -> Iterator[Chunk]:
-    """``chunks``, each with the traffic and the identities of shards opened since the last."""
-    for chunk in chunks:
         if reads is not None:
             chunk.identities = reads.take_opened()
         chunk.traffic = take_traffic() or None
         yield chunk
+        before = clock()
 
 
 def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]], Iterator[T]]:
@@ -172,9 +166,8 @@ def _counter(heartbeat: Heartbeat | None, worker: int) -> Callable[[Iterator[T]]
 
 
 def collected_between(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """``chunks``, with Python's cycle collector paused while each is made: it would scan a
-    chunk's thousands of dicts over and over while they pile up (a quarter of a worker's CPU
-    on small records). Cyclic garbage waits at most one chunk."""
+    """``chunks``, the cycle collector paused while each is made: it would scan a chunk's
+    thousands of dicts over and over (a quarter of a worker's CPU on small records)."""
     while True:
         enabled = gc.isenabled()
         gc.disable()

@@ -1,9 +1,8 @@
 """Lanes: shards read one after another, and open lanes taken in turn.
 
-A *lane* reads a list of pieces of shards one after another (:func:`read_lane`), from a
-:class:`LanePosition` on when it resumes. A process reading several lanes keeps one shard open
-per lane and takes samples from the lanes in turn (:func:`round_robin`), so consecutive samples
-come from different files; a worker takes them in turns sized for the trip to the main process
+A *lane* reads a list of pieces of shards one after another (:func:`read_lane`), resuming from
+a :class:`LanePosition`; a process takes samples from its open lanes in turn
+(:func:`round_robin`), in turns sized for the trip to the main process in a worker
 (:func:`round_robin_chunks`).
 """
 
@@ -27,9 +26,8 @@ T = TypeVar("T")  # what a lane yields: samples, or record blocks
 
 @dataclass(frozen=True)
 class LanePosition:
-    """Where a lane resumes: the piece in slot ``slot`` of the lane's list, at record
-    ``record`` of its shard. The lane reads record ``record - 1`` at byte ``offset`` (-1:
-    unknown) and drops it, never walking the shard from its start; it must have tag ``tag``."""
+    """Where a lane resumes: slot ``slot`` of its pieces, record ``record`` of its shard; record
+    ``record - 1``, read at byte ``offset`` (-1: unknown) and dropped, must have tag ``tag``."""
 
     slot: int = 0
     record: int = 0
@@ -43,9 +41,8 @@ def read_lane(
     start: LanePosition = LanePosition(),
     ahead: Callable[[Piece, Piece | None], None] | None = None,
 ) -> Iterator[T]:
-    """The samples of a lane's pieces, one after another, from ``start`` on: ``read_one(piece,
-    record, before_offset, before_tag)`` reads ``piece`` from ``record`` on; ``ahead(piece,
-    following)`` is told before each piece is opened which follows it (None: none, or ended)."""
+    """A lane's pieces read one after another from ``start``: ``read_one(piece, record,
+    before_offset, before_tag)`` reads one; ``ahead(piece, following)`` is told before."""
     lane = _read_lane(pieces, read_one, start, ahead)
     _OPEN_LANES.add(lane)
     return lane
@@ -105,8 +102,7 @@ LaneChunk = list[tuple[int, list[Sample] | list[RecordBlock], bool]]
 
 
 class BlockTurns:
-    """A lane read in record blocks, taken a turn at a time: a block is split where a turn
-    ends, and its rest begins the next turn."""
+    """A lane read in record blocks, a turn at a time (a block split at a turn's end)."""
 
     def __init__(self, blocks: Iterator[RecordBlock]) -> None:
         self._blocks = blocks
@@ -137,10 +133,8 @@ def round_robin_chunks(
     steady: int | None = None,
 ) -> Iterator[LaneChunk]:
     """Chunks for the trip to the main process: up to ``per_lane`` samples from each live lane
-    (with ``shares``, times each lane's share: the rate the main process takes it), the turns
-    doubling from chunk to chunk up to ``steady``. A chunk closes early, after the lane that
-    takes it past ``max_bytes`` (each sample counted at ``sample_size()``, else at its lane's
-    first sample's size), and fewer are taken where a turn of all lanes would pass it."""
+    (times its share under ``shares``), turns doubling up to ``steady``; a chunk closes after
+    the lane that takes it past ``max_bytes`` (samples counted at ``sample_size()``)."""
     live = dict(lanes)
     chunker = _Chunker(live, per_lane, max_bytes, shares, sample_size, steady)
     while live:
@@ -184,8 +178,7 @@ class _Chunker:
         self._measure(len(lanes))
 
     def _measure(self, lanes: int) -> None:
-        """The next chunk's bytes per sample, and samples per lane and turn: one turn of every
-        lane (what the main process holds before it can merge) stays within a chunk's bytes."""
+        """The next chunk's bytes per sample, and turn: one turn of every lane fits a chunk."""
         self.each = self.sample_size() if self.sample_size is not None else None
         self.rate = self.per_lane
         if self.max_bytes is not None and self.each and lanes:

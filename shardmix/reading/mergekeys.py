@@ -15,10 +15,9 @@ import numpy as np
 
 
 class LaneClocks:
-    """How far through its lane a sample is, from 0 to 1: ``lane_pieces[lane]`` is the lane's
-    ``(shard index, start, stop)`` pieces, ``weights[lane][slot]`` their sizes in ``unit``
-    (``"bytes"``: a sample is placed by its byte offset). Taking the lowest clock next makes
-    all lanes end together, so the last batches mix as many files as the first."""
+    """How far through its lane a sample is, from 0 to 1 (lowest first: all lanes end together):
+    ``lane_pieces[lane]`` is the lane's ``(shard index, start, stop)`` pieces,
+    ``weights[lane][slot]`` their sizes in ``unit`` (``"bytes"``: placed by byte offset)."""
 
     def __init__(
         self,
@@ -87,9 +86,8 @@ class MergeKeys:
         shards: np.ndarray,
         kept: np.ndarray,
     ) -> np.ndarray:
-        """The keys of the items of a chunk, given per item its lane, record, offset, shard
-        and whether it carries a sample (an item the transform left none for, a tombstone,
-        takes no turn of its own)."""
+        """The keys of a chunk's items, given per item its lane, record, offset, shard and
+        whether it carries a sample (a tombstone takes no turn of its own)."""
         clocks = self._clocks
         if clocks is None:
             return self._turn_keys(lanes, kept)
@@ -114,9 +112,8 @@ class MergeKeys:
         records: np.ndarray,
         placed: np.ndarray,
     ) -> np.ndarray:
-        """Each item's clock: where its piece starts in its lane, plus where it is in the
-        piece, over the lane's size. The piece of each lane's last item is kept (as arrays
-        by lane), so that only an item that enters a new piece looks it up."""
+        """Each item's clock: where its piece starts in its lane plus where it is in the piece,
+        over the lane's size; only an item entering a new piece looks the piece up."""
         piece = self._piece
         inside = (piece["shard"][lanes] == shards) & (piece["start"][lanes] <= records)
         inside &= records < piece["stop"][lanes]
@@ -142,9 +139,8 @@ class MergeKeys:
         records: np.ndarray,
         placed: np.ndarray,
     ) -> np.ndarray:
-        """The clocks of the items of lanes that enter a new piece in this chunk, a run at a
-        time: a run is items of one lane and shard whose records rise, cut where a piece ends,
-        so that the pieces are looked up once each and the clocks worked out as arrays."""
+        """The clocks of the lanes entering a new piece, a run (one lane and shard, records
+        rising, cut where a piece ends) at a time: each piece is looked up once."""
         piece = self._piece
         count = len(lanes)
         cuts = (lanes[1:] != lanes[:-1]) | (shards[1:] != shards[:-1])

@@ -1,10 +1,8 @@
 """Progress: ``timeout=`` as time without progress, however many samples a chunk holds.
 
-torch's DataLoader applies ``timeout`` to one fetch, and a shardmix fetch is a whole chunk: with a
-slow transform a healthy worker would trip it. So each worker bumps a shared counter per sample
-read (:class:`Heartbeat`), and the main process fails a wait only after ``timeout`` seconds in
-which the worker that owes the chunk read nothing (:func:`watch_progress`), with the
-RuntimeError torch raises for a timeout, the worker named.
+torch applies ``timeout`` to one fetch, a whole chunk here, which a slow transform would trip.
+So each worker counts the samples it reads in shared memory (:class:`Heartbeat`), and the main
+process fails only after ``timeout`` seconds in which the worker owing the chunk read nothing.
 """
 
 from __future__ import annotations
@@ -16,13 +14,11 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How often a waiting main process looks at the workers' counters, in seconds.
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.25  # how often a waiting main process looks at the workers' counters
 
 
 class Heartbeat:
-    """One counter per worker in shared memory: how many samples (or blocks) it has read.
-    Made in the main process; it travels to the workers with their dataset."""
+    """One counter per worker in shared memory (made in the main process): the items it read."""
 
     def __init__(self, num_workers: int) -> None:
         self.counts = RawArray("q", max(1, num_workers))
@@ -80,9 +76,7 @@ def _wait(
 
 def _owing_worker(iterator: Any) -> int | None:
     info = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", None))
-    if info and isinstance(info[0], int):
-        return info[0]
-    return None
+    return info[0] if info and isinstance(info[0], int) else None
 
 
 def _stalled(iterator: Any, worker: int | None, timeout: float) -> str:

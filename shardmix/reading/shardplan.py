@@ -1,8 +1,7 @@
 """ShardPlan: which pieces of which shards each rank and lane reads in an epoch.
 
 It owns the epoch's plan (:mod:`shardmix.plan.sharding` applied to this data), the record
-counts it is made from, and the totals a rank reads or keeps. Reading the pieces is
-:class:`~shardmix.reading.shardreads.ShardReads`'s.
+counts it is made from, and the totals a rank reads or keeps.
 """
 
 from __future__ import annotations
@@ -68,9 +67,8 @@ class ShardPlan:
         return default_num_lanes(batch_size=batch_size, shards_per_rank=shards_per_rank)
 
     def rank_pieces(self, epoch: int, world_size: int, epoch_pass: int = 0) -> list[list[Piece]]:
-        """Each rank's pieces in ``epoch``: one rank reads every shard whole, in the epoch's
-        order; several get a plan balanced by record counts. With :meth:`spread_counts`, each
-        rank's pieces are then cut and spread over the epoch."""
+        """Each rank's pieces in ``epoch``: whole shards in the epoch's order for one rank, else
+        balanced by record counts; with :meth:`spread_counts`, cut and spread over the epoch."""
         key = (epoch, world_size, epoch_pass)
         if self._plan is not None and self._plan[0] == key:
             return self._plan[1]
@@ -96,9 +94,8 @@ class ShardPlan:
         return plan
 
     def spread_counts(self, world_size: int) -> list[int] | None:
-        """Every shard's count when the plan cuts shards into pieces (with ``piece_records``,
-        where every shard is a local, uncompressed file, whose middle a seek reaches), else
-        None. A function of the shard list alone, so every rank and process plans alike."""
+        """Every shard's count when the plan cuts shards into pieces (``piece_records``, every
+        shard a local uncompressed file), else None: alike on every rank and process."""
         if self.piece_records is None or not self._spreadable:
             return None
         return self.shard_counts(world_size)
@@ -110,9 +107,8 @@ class ShardPlan:
     def recount_changed(
         self, epoch: int, rank: int, world_size: int, exchange: Exchange | None
     ) -> list[int]:
-        """At a new epoch's start: count again each shard changed since this process read it
-        (:mod:`shardmix.plan.recount`); the indices of those changed. A collective under
-        ``exchange``."""
+        """At a new epoch's start: count again each shard changed since this process read it;
+        the indices of those changed. A collective under ``exchange``."""
         changed = recount_changed(
             self.urls,
             self.record_counts,
@@ -129,18 +125,14 @@ class ShardPlan:
         return changed
 
     def shard_counts(self, world_size: int = 1) -> list[int]:
-        """Every shard's record count, in URL order, found once per job: under
-        torch.distributed, a collective (each shard counted by one rank, the counts shared)."""
+        """Every shard's record count in URL order, found once per job (a collective under
+        torch.distributed: each shard counted by one rank, the counts shared)."""
         if self._counts is not None:
             return self._counts
-        shared = count_exchange(world_size)
-        if shared is None:
-            self._counts = self.record_counts.resolve_all()
-        else:
-            rank, exchange = shared
-            self._counts = self.record_counts.resolve_all(
-                rank=rank, world_size=world_size, exchange=exchange
-            )
+        rank, exchange = count_exchange(world_size) or (0, None)
+        self._counts = self.record_counts.resolve_all(
+            rank=rank, world_size=world_size, exchange=exchange
+        )
         return self._counts
 
     def known_count(self, shard_index: int) -> int | None:
@@ -157,9 +149,8 @@ class ShardPlan:
         num_lanes: int | None = None,
         epoch_pass: int = 0,
     ) -> list[list[Piece]]:
-        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order: dealt so that
-        lanes hold about the same size where sizes are known (:meth:`piece_weights`), else
-        like cards."""
+        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order: dealt to even
+        out the lanes' sizes where known (:meth:`piece_weights`), else like cards."""
         pieces = self.rank_pieces(epoch, world_size, epoch_pass)[rank]
         lanes = num_lanes or self.lanes_for(None, world_size)
         weights = self.piece_weights(pieces, world_size)
@@ -177,10 +168,8 @@ class ShardPlan:
     def piece_weights(
         self, pieces: Sequence[Piece], world_size: int
     ) -> tuple[str, list[float]] | None:
-        """``(unit, size of each piece)`` when the sizes are known, else None: records where
-        the plan counted every shard or every count is given or in a manifest; else bytes
-        where every shard is a local, uncompressed file. The mixer takes the lanes in
-        proportion to these sizes, so that all lanes end together."""
+        """``(unit, size of each piece)`` as the mixer weighs lanes (so that all end together):
+        records where every count is known, else bytes of local uncompressed files, else None."""
         counts = self.spread_counts(world_size)
         if counts is None and world_size > 1:
             counts = self.shard_counts(world_size)
@@ -206,7 +195,7 @@ class ShardPlan:
         """How many samples each rank reads in ``epoch`` (counting the shards if needed)."""
         plan = self.rank_pieces(epoch, world_size, epoch_pass)
         if world_size == 1:
-            return [self.record_counts.total(range(len(self.urls)))]
+            return [sum(self.record_counts.of(url) for url in self.urls)]
         counts = self.shard_counts(world_size)
         return [sum(piece.size(counts) for piece in pieces) for pieces in plan]
 

@@ -1,21 +1,10 @@
 """The transform contract: decoding, the user's transform, filtering, seeded augmentation.
 
-A dataset's samples pass through here in the process that reads them, one record at a time:
-**decode** (optional, :mod:`shardmix.reading.decode`), then the user's **transform**, which
-*filters* a sample out by returning ``None``. With ``transform_rng=True`` it is called as
-``transform(sample, rng)`` with a generator seeded from ``(seed, epoch, pass, shard, record)``
-(:func:`record_rng`), so random augmentation keeps resume exact. A failure is wrapped in
-:class:`~shardmix.errors.TransformError` naming the shard, record, offset and key; under
-``on_error="skip"`` it is counted like damage.
-
-What the transform returns must be what ``default_collate`` takes at the top (a dict, a tuple
-or list, or one tensor, array, number, str or bytes), the same kind for every sample; anything
-else is refused at once. A sample that is not a dict travels as one all the same, beside its
-provenance (:func:`as_sample`, undone by :func:`as_returned`).
-
-A record filtered out or skipped leaves a *tombstone*: its provenance and :data:`DROPPED_KEY`.
-It travels to the main process like a sample, which counts it and moves its lane past it, and
-is never batched: that keeps the filter count exact and a resumed lane from dropping it twice.
+Samples pass through here in the process that reads them, one record at a time: decode, then
+the user's transform, which filters a sample out by returning ``None``; with
+``transform_rng=True`` it also gets a generator seeded per record (:func:`record_rng`). What it
+returns must be what ``default_collate`` takes at the top, the same kind for every sample. A
+record dropped leaves a *tombstone* (why: docs/design/reading.md).
 """
 
 from __future__ import annotations
@@ -42,18 +31,16 @@ PROVENANCE_KEYS = (KEY_FIELD, SOURCE_KEY, INDEX_KEY, OFFSET_KEY)
 FILTERED = "filtered"
 SKIPPED = "skipped"
 
-# The fields a sample that is not a dict travels in (see the module docstring).
+# The fields a sample that is not a dict travels in (:func:`as_sample`).
 VALUE, TUPLE, LIST = "\x00value", "\x00tuple", "\x00list"
 
-# Keeps transform draws apart from every other stream seeded from the same numbers.
-_TRANSFORM_STREAM = 0x7A5F
+_TRANSFORM_STREAM = 0x7A5F  # keeps transform draws apart from other streams of the same seed
 
 
 @dataclass(frozen=True)
 class SampleTransform:
-    """Decode, transform and filter the records of one shard (picklable, for the workers):
-    ``transform(sample)``, or with ``rng`` ``transform(sample, rng)`` seeded per record from
-    ``seed`` (the dataset's); ``decode`` first."""
+    """Decode, then ``transform(sample)`` (with ``rng``: ``transform(sample, rng)``, seeded per
+    record from ``seed``) the records of one shard; picklable, for the workers."""
 
     transform: Callable[..., Any] | None = None
     decode: Callable[[Sample], Sample] | None = None
@@ -77,8 +64,7 @@ class SampleTransform:
         example: bool = False,
     ) -> Iterator[Sample]:
         """``samples`` decoded and transformed, a tombstone in place of each one dropped
-        (``example``: TFRecord Examples, see :meth:`Decoder.example`). A record's tag is held
-        back from the decoder and the transform, and put back in what they give."""
+        (``example``: TFRecord Examples); a record's tag is held back from both, then put back."""
         clock, spent = time.perf_counter, 0.0
         stream = (epoch, epoch_pass, shard_index)  # with the record's index, seeds its rng
         try:
@@ -235,11 +221,10 @@ def without_tombstones(
 ) -> Iterator[Sample]:
     """The samples that were kept; ``count(kind)`` is called for each one dropped."""
     for sample in samples:
-        if DROPPED_KEY in sample:
-            if count is not None:
-                count(sample[DROPPED_KEY])
-            continue
-        yield sample
+        if DROPPED_KEY not in sample:
+            yield sample
+        elif count is not None:
+            count(sample[DROPPED_KEY])
 
 
 def samples_as_returned(samples: Iterator[Sample]) -> Iterator[Any]:

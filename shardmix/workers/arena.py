@@ -1,15 +1,10 @@
 """Arena: a worker's chunks reach the main process through shared memory, not the pipe.
 
-Nearly all of a chunk's bytes are numpy arrays. Through the DataLoader's pipe each byte is
-pickled, written in 64 KiB pieces and read back: on 256 B records about 0.6 us of the main
-process's CPU per sample, a quarter of its cost. So each worker owns a ring of shared memory
-made by the main process before the workers start: an anonymous ``memfd`` (a page takes memory
-only once written; torch's shared memory, the fallback, allocates every page first, 0.3 ms a
-MiB). The worker copies a chunk's arrays into its ring and sends only where they lie through
-the pipe; the main process's store copies the columns out once, and then the chunk is
-:meth:`~shardmix.reading.chunks.Chunk.stored`, which frees the ring up to its end. Chunks are
-stored in the order sent, so one counter per worker says how much of its ring is free. A chunk
-that does not fit goes through the pipe: nothing ever waits for room.
+Each worker owns a ring made by the main process before the workers start (an anonymous
+``memfd``, else torch's shared memory); it copies a chunk's arrays into it and sends only where
+they lie. The main process frees the ring up to a chunk once it is
+:meth:`~shardmix.reading.chunks.Chunk.stored`, in the order sent. A chunk that does not fit
+goes through the pipe: nothing ever waits for room (docs/concepts.md).
 """
 
 from __future__ import annotations
@@ -34,15 +29,13 @@ from shardmix.reading.columns import OBJECTS, Column
 from shardmix.reading.lanechunks import CHUNK_BYTES
 from shardmix.sources.traffic import count_seconds
 
-# Shared memory per worker: prefetch_factor (2) chunks of up to CHUNK_BYTES (and one turn past
-# it), a chunk that would cross the ring's end starting over at its start. Room for four keeps
-# chunks of 4 KiB records in the ring, where 16 MiB sent one in ten through the pipe.
+# Room for prefetch_factor (2) chunks of up to CHUNK_BYTES (and a turn past it), one starting
+# over at the ring's start; 16 MiB sent one chunk of 4 KiB records in ten through the pipe.
 RING_BYTES = 4 * CHUNK_BYTES
 _ALIGN = 64  # each array starts on a cache line
 _SHM = "/dev/shm"
 
-# The main process's rings, by token: what unpickling a chunk's description finds them by.
-_OPEN: dict[int, Arena] = {}
+_OPEN: dict[int, Arena] = {}  # the main process's rings, by token (unpickling finds them)
 _TOKENS = itertools.count(1)
 _NO_ITEMS = np.empty((0, 0), dtype=np.int64)
 
@@ -154,8 +147,7 @@ class Arena:
 
 
 class Placement(NamedTuple):
-    """Where a chunk's arrays lie: worker ``worker``'s ring of arena ``token``, from byte
-    ``start`` to ``end`` (in bytes ever written)."""
+    """Where a chunk's arrays lie: a worker's ring, from ``start`` to ``end`` in bytes written."""
 
     token: int
     worker: int
@@ -190,10 +182,8 @@ def _received(placement: Placement, shell: Chunk) -> Chunk:
     arrays = []
     for offset, dtype, shape in layout:
         kind = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        first = at + offset
-        flat = ring[first : first + count * kind.itemsize]
-        arrays.append(flat.view(kind).reshape(shape))
+        size = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
+        arrays.append(ring[at + offset : at + offset + size].view(kind).reshape(shape))
     arena.received += 1
     columns: dict[str, Column] = {}
     rest = iter(arrays[1:])

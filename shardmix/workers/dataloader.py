@@ -1,9 +1,8 @@
 """Workers: an epoch's reading planned, started, stopped, and named when a worker dies.
 
-:func:`start_workers` checks a plan against the process's limits (open files, connections),
-tells a bounded cache what the epoch will read, and starts the reading: in this process, in
-torch's DataLoader workers, or through a :class:`~shardmix.workers.pool.WorkerPool`'s
-persistent ones. :func:`failure_message` says which worker ended, how, and what it hosted.
+:func:`start_workers` checks a plan against the process's limits, tells a bounded cache what
+the epoch reads, and starts the reading: in this process, in torch's DataLoader workers or in a
+:class:`~shardmix.workers.pool.WorkerPool`'s.
 """
 
 from __future__ import annotations
@@ -38,21 +37,17 @@ from shardmix.sources.cache.ledger import this_owner
 from shardmix.sources.identity import ShardIdentity
 from shardmix.workers.arena import Arena, InRings
 from shardmix.workers.forkstart import StartFlags, forks, start_forked
-from shardmix.workers.lifeline import WorkerInit
+from shardmix.workers.lifeline import WorkerInit, proc_stat
 
-# Remote shards open at once per process, at most: one connection each.
-MAX_CONNECTIONS = 512
-# Descriptors kept free beside the shards (pipes, sockets, imports).
-_SPARE_DESCRIPTORS = 8
-# How long to wait for a worker killed (SIGKILL) after its grace period to be reaped.
-KILL_WAIT_SECONDS = 5.0
+MAX_CONNECTIONS = 512  # remote shards open at once per process, at most: a connection each
+_SPARE_DESCRIPTORS = 8  # descriptors kept free beside the shards (pipes, sockets, imports)
+KILL_WAIT_SECONDS = 5.0  # for a worker killed (SIGKILL) after its grace period to be reaped
 # Samples in a worker's chunk once its turns have grown: one pickle and queue trip amortised.
 CHUNK_SAMPLES = 2048
 # Samples in a worker's first chunk, which the first batch waits for (the merge needs every
 # lane's first samples); the turns then double up to their steady size.
 FIRST_CHUNK_SAMPLES = 256
-# Keeps the workers' seeds apart from every other stream drawn from the same seed.
-_SEED_STREAM = 0x5EED
+_SEED_STREAM = 0x5EED  # keeps the workers' seeds apart from other streams of the same seed
 
 
 @dataclass(frozen=True)
@@ -68,8 +63,7 @@ class WorkerOptions:
 
 
 class PersistentWorkers(Protocol):
-    """Workers that outlive an epoch and read each epoch's plan as it comes (a
-    :class:`~shardmix.workers.pool.WorkerPool`)."""
+    """Workers that outlive an epoch (a :class:`~shardmix.workers.pool.WorkerPool`)."""
 
     def start_epoch(self, plan: EpochPlan) -> Iterator[Chunk]: ...
 
@@ -95,8 +89,7 @@ def start_workers(
     identities: Mapping[int, ShardIdentity] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``, the
-    workers being torch's DataLoader iterator (None where this process or ``pool`` reads):
-    stop them with :func:`stop_workers`. ``identities``: what each shard must be."""
+    workers being torch's DataLoader iterator to :func:`stop_workers` (None: none to stop)."""
     num_workers, timeout = options.num_workers, options.timeout
     reads = shard_reads(dataset)
     num_lanes, per_lane, steady = _checked_lanes(reads, lane_pieces, num_workers)
@@ -166,9 +159,8 @@ def _closing_at_end(chunks: Iterator[Chunk], close: Callable[[], Any]) -> Iterat
 
 
 def seed_generator(plan: EpochPlan) -> torch.Generator:
-    """The generator torch's DataLoader draws its workers' base seed from, seeded by ``plan``'s
-    ``(seed, epoch, pass, rank)``: torch's global one would make the trainer's random stream
-    (dropout's) differ from a live run's after a resume."""
+    """The generator of the workers' base seed, from ``plan``'s ``(seed, epoch, pass, rank)``:
+    torch's global one would make the trainer's stream (dropout's) differ after a resume."""
     key = [_SEED_STREAM, plan.seed, plan.epoch, plan.epoch_pass, plan.rank]
     state = np.random.SeedSequence(key).generate_state(1, np.uint64)[0]
     return torch.Generator().manual_seed(int(state >> 1))
@@ -189,9 +181,8 @@ def _checked_lanes(
 
 
 def check_open_limits(num_lanes: int, urls: list[str], num_workers: int) -> None:
-    """Refuse, naming the settings to change, a plan whose open shards per process (one per
-    lane) would pass the open-file limit or, for remote shards, :data:`MAX_CONNECTIONS`.
-    ``urls``: the shards the lanes read."""
+    """Refuse a plan whose open shards per process (one per lane, of ``urls``) would pass the
+    open-file limit or, for remote shards, :data:`MAX_CONNECTIONS`."""
     per_process = math.ceil(num_lanes / max(1, num_workers))
     where = "per worker" if num_workers else "in this process (num_workers=0)"
     remote = any(not is_local(url) for url in urls)
@@ -270,17 +261,12 @@ def stop_workers(workers: Any) -> None:
 
 def _is_stopped(pid: int | None) -> bool:
     """Whether process ``pid`` is stopped (SIGSTOP, or traced), from /proc (False elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
+    return proc_stat(pid)[:1] in (["T"], ["t"])
 
 
 class WorkerDeaths:
     """Where torch's report of a dead worker is raised: inside a loader's step (``with
-    deaths.here():``, where the loader names the worker), not in the trainer's own code between
-    steps, where torch's SIGCHLD handler would raise it: there it is kept for the next step."""
+    deaths.here():``, which names the worker), never in the trainer's code between steps."""
 
     def __init__(self) -> None:
         self.depth = 0  # steps under way (a step may start another loader's)

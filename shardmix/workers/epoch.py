@@ -1,9 +1,7 @@
 """One epoch's workers as the trainer process sees them: started, watched, named, stopped.
 
-:class:`EpochWorkers` starts the workers of an epoch, checks each chunk they send against the
-shard identities seen before (a shard rewritten while the epoch reads it is refused), names a
-worker that died and stops them. The identities are the epoch state's ``"shards"`` entry
-(:func:`~shardmix.state.codec.pack_identities`), which a restore holds the shards to.
+Each chunk is checked against the shard identities seen before (a shard rewritten while the
+epoch reads it is refused); those identities are the epoch state's ``"shards"`` entry.
 """
 
 from __future__ import annotations
@@ -40,9 +38,8 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class EpochWorkers:
-    """The workers of ``epoch`` of ``dataset`` on ``rank``, reading the lanes of ``plan`` (a
-    ShardDataset's; None for another dataset); ``timed`` wraps what they send. ``pool``'s
-    persistent workers are stopped only when an epoch fails (:meth:`fail`)."""
+    """The workers of ``epoch`` of ``dataset`` on ``rank``, reading the lanes of ``plan`` (None:
+    not a ShardDataset); ``timed`` wraps what they send; ``pool``'s stop only at :meth:`fail`."""
 
     dataset: IterableDataset[Any]
     options: WorkerOptions
@@ -79,8 +76,7 @@ class EpochWorkers:
     def start(
         self, starts: list[LanePosition] | None, clocks: LaneClocks | None
     ) -> tuple[Iterator[Chunk], int]:
-        """Start reading each lane from its ``starts`` (None: its beginning): ``(what the
-        workers send, each chunk checked, the number of lanes)``."""
+        """Start each lane at its ``starts`` (None: its beginning): ``(checked chunks, lanes)``."""
         with self._start_named():
             sent, num_lanes, self._workers = start_workers(
                 self.dataset,
@@ -141,8 +137,7 @@ class EpochWorkers:
         raise failure from error
 
     def named_failure(self, error: RuntimeError) -> WorkerError:
-        """The WorkerError for torch's ``error`` about a worker: which one died, its lanes and
-        shards (asked before the workers are stopped)."""
+        """The WorkerError naming the dead worker, its lanes and shards (ask before stopping)."""
         pool = self.pool
         processes = pool.processes() if pool is not None else worker_processes(self._workers)
         return WorkerError(failure_message(self.epoch, error, processes, self.plan, self._urls))

@@ -1,15 +1,8 @@
 """Fork starts: a DataLoader worker that hangs at its fork is forked again, never waited on.
 
-A forked child re-initialises its thread states under the runtime's lock on their list, which
-another thread of the parent may hold at the fork (a C++ thread taking the interpreter lock for
-the first time, such as torch.distributed's gloo threads): the child then waits forever, and so
-does the epoch. Measured: three stuck workers in 20,000-27,000 forks of a 2-rank gloo job.
-
-So every worker marks that it runs first thing (:class:`StartFlags`), and after a ``fork`` start
-the main process waits for every mark (:func:`start_forked`). A live worker unmarked after
-:data:`START_SECONDS` is stuck: the workers are started again before any chunk reached the
-epoch, with a :class:`~shardmix.errors.WorkerRestartWarning`; after :data:`START_ATTEMPTS`, a
-:class:`~shardmix.errors.WorkerError`.
+Every worker marks that it runs first thing (:class:`StartFlags`); after a ``fork`` start the
+main process waits for every mark (:func:`start_forked`) and starts the workers again while one
+is stuck, up to :data:`START_ATTEMPTS` times (why a fork hangs: docs/workers.md).
 """
 
 from __future__ import annotations
@@ -25,10 +18,8 @@ from shardmix.errors import WorkerError, WorkerRestartWarning
 
 T = TypeVar("T")
 
-# How long a forked worker may take to run its first line of Python (a healthy one: ms).
-START_SECONDS = 20.0
-# Starts of an epoch's workers before a worker stuck at each of them is an error.
-START_ATTEMPTS = 3
+START_SECONDS = 20.0  # for a forked worker to run its first line of Python (a healthy one: ms)
+START_ATTEMPTS = 3  # starts of an epoch's workers before a worker stuck at each is an error
 
 
 class StartFlags:
@@ -99,9 +90,7 @@ def _stuck(processes: list[Any], flags: StartFlags) -> list[tuple[int, int]]:
     pause = 0.0005
     while True:
         waiting = [w for w in range(len(processes)) if not flags.started(w)]
-        if not waiting:
-            return []
-        if any(not processes[w].is_alive() for w in waiting):
+        if not waiting or any(not processes[w].is_alive() for w in waiting):
             return []
         if time.monotonic() >= deadline:
             return [(w, processes[w].pid) for w in waiting]

@@ -1,12 +1,8 @@
 """Lifeline: DataLoader workers that never outlive the process that started them.
 
-When a trainer dies mid-epoch, torch's workers stay blocked on a full pipe forever, holding
-memory and open shards. So every shardmix worker first runs :class:`WorkerInit`, which asks
-Linux to kill it when its parent thread dies (``PR_SET_PDEATHSIG``) and starts a thread that
-ends it when the parent or the trainer (by pid and start time) is gone; under ``forkserver``
-the worker then kills the forkserver too, which would outlive the trainer. It then freezes
-what the worker inherited (``gc.freeze``: never scanned by its collector, its pages stay
-shared) and calls the user's ``worker_init_fn``.
+Every shardmix worker first runs :class:`WorkerInit`: it dies with its parent
+(``PR_SET_PDEATHSIG``, and a thread watching the parent and the trainer), freezes what it
+inherited (``gc.freeze``) and calls the user's ``worker_init_fn`` (docs/workers.md).
 """
 
 from __future__ import annotations
@@ -21,15 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 
-# prctl option from <linux/prctl.h>.
-PR_SET_PDEATHSIG = 1
-# How often the watchdog thread looks at the parent, in seconds.
-POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1  # prctl option from <linux/prctl.h>
+POLL_SECONDS = 0.5  # how often the watchdog thread looks at the parent
 
 
 class WorkerInit:
-    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``
-    (picklable as long as ``user`` is)."""
+    """A DataLoader ``worker_init_fn``: tie the worker's life to its parent, then run ``user``."""
 
     def __init__(
         self, user: Callable[[int], None] | None, started: Callable[[int], None] | None = None
@@ -84,13 +77,19 @@ def _watch(parent: int, trainer: tuple[int, int | None] | None, poll_seconds: fl
     os._exit(1)
 
 
-def _start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot, from /proc), or None where unknown."""
+def proc_stat(pid: int | None) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (none where unreadable)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None where unknown."""
+    fields = proc_stat(pid)
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def _running(pid: int, start: int | None) -> bool:
@@ -103,9 +102,5 @@ def _running(pid: int, start: int | None) -> bool:
         except OSError:
             pass
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] not in ("Z", "X") and int(fields[19]) == start
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] not in ("Z", "X") and int(fields[19]) == start

@@ -1,10 +1,9 @@
 """Persistent workers: DataLoader worker processes that serve every epoch of a MixingLoader.
 
-torch calls ``iter()`` on each persistent worker's copy of the dataset at every epoch, which
-leaves an IterableDataset no way to learn the epoch. So each worker gets its own queue, and
-the pool puts the epoch's :class:`~shardmix.reading.lanechunks.EpochPlan` into every queue just
-before ``iter()``. Chunks travel tagged with their plan's ``generation``; the main process
-drops those of an earlier one, so an epoch left early never leaks into the next.
+torch calls ``iter()`` on a persistent worker's dataset at every epoch without saying which, so
+each worker gets its own queue, into which the pool puts the epoch's
+:class:`~shardmix.reading.lanechunks.EpochPlan` just before ``iter()``. Chunks carry their plan's
+``generation``: those of an epoch left early are dropped, never leaking into the next.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ def _close_live_pools() -> None:
 
 @dataclass(eq=False)
 class WorkerPool:
-    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch; they
-    start at the first :meth:`start_epoch`."""
+    """``num_workers`` DataLoader workers kept across epochs, fed one plan per epoch."""
 
     dataset: IterableDataset[Any]
     _: KW_ONLY
@@ -121,8 +119,7 @@ class WorkerPool:
 
     def worker_pids(self) -> list[int]:
         """The pids of the running workers (empty before the first epoch and after close)."""
-        iterator = getattr(self._loader, "_iterator", None)
-        return [worker.pid for worker in getattr(iterator, "_workers", [])]
+        return [worker.pid for worker in self.processes()]
 
     def close(self) -> None:
         """Stop the workers now; a later :meth:`start_epoch` starts new ones."""
