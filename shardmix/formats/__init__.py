@@ -1,15 +1,8 @@
 """Shard formats: turn a shard's bytes into samples, and samples into shards.
 
-The read API is :class:`~shardmix.formats.registry.ShardReader`, whose docstring says once what
-every read promises, and ``reader_for(fmt, options)``; ``writer_for(fmt)`` gives the write side
-``shardmix convert`` uses. Readers know nothing of workers, ranks or torch. :class:`Sample` and
-the names of shardmix's own fields (:data:`KEY_FIELD`, ...) are defined in
-:mod:`~shardmix.formats._common`.
-
-The functions below are that API for one call each, for callers holding a format rather than a
-reader: :func:`read_samples` (from record ``start`` on), :func:`read_samples_at` (only some
-records, by index) and :func:`read_samples_at_offsets` (records at stored byte offsets of a
-seekable, uncompressed shard: how a restored shuffle buffer is re-read).
+The read API is :class:`~shardmix.formats.registry.ShardReader` and ``reader_for(fmt, options)``;
+``writer_for(fmt)`` gives the write side. Readers know nothing of workers, ranks or torch. The
+functions below read with one call, for callers holding a format rather than a reader.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Record blocks: consecutive records of one shard, their fields as columns; and the located
-sample, what a record read alone becomes.
+"""Record blocks: consecutive records of one shard, their fields as columns.
 
 :data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by;
-:data:`LocatedSample` is ``(record index, byte offset, sample)``, what every read gives.
-
-A :class:`~shardmix.formats.registry.BlockReader` (tar's) gives its records as
-:class:`RecordBlock` objects: per record its index, byte offset and key, per field one list of
-values. On shards of small records, a dict per sample (built by the reader, taken apart again
-into columns by the worker's :class:`~shardmix.reading.chunks.ChunkBuilder`) costs a worker
-more than reading the record; a block goes to the chunk's columns with a few list operations
-per record. Every record of a block has the same fields, in the same order.
+:data:`LocatedSample` is ``(record index, byte offset, sample)``, what every read gives. A block
+reader (tar's) gives :class:`RecordBlock` objects instead, cheaper for a worker on small records
+(docs/design/formats.md).
 """
 
 from __future__ import annotations

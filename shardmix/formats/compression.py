@@ -1,13 +1,8 @@
 """Gzip-compressed shards: a decompressing stream whose failures name the shard.
 
-Python's ``gzip`` reports a truncated member as a bare ``EOFError`` and a damaged one as
-``BadGzipFile`` or ``zlib.error`` with no file name; this wrapper turns each into a
-:class:`~shardmix.errors.CorruptShardError` that names the URL and the offset reached in the
-decompressed stream, so the format readers above it never see a gzip-specific exception.
-
-It also bounds what one shard may inflate to (``max_inflated_bytes``): memory is bounded by
-the readers' per-record limits already; this bounds the time a decompression bomb can take.
-The default, 64 GiB, is far above any sensible shard, so it only ever stops a bomb or a mistake.
+Every gzip failure becomes a :class:`~shardmix.errors.CorruptShardError` naming the URL and the
+offset in the decompressed stream, and ``max_inflated_bytes`` bounds what a shard may inflate to
+(docs/design/formats.md).
 """
 
 from __future__ import annotations

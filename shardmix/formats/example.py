@@ -1,13 +1,7 @@
 """``tf.train.Example`` payloads: encode and decode them without TensorFlow.
 
-The message classes are built at import time from a descriptor written out in code, in the
-``tensorflow`` protobuf package so that field numbers, wire format and full names match what
-TensorFlow writes, in a private descriptor pool, so importing TensorFlow never clashes with them.
-
-Decoding is on the per-sample hot path; it maps each feature to the cheapest useful Python
-value: ``int64_list`` to an ``int64`` array, ``float_list`` to a ``float32`` array,
-``bytes_list`` to ``bytes`` (one value) or ``list[bytes]`` (any other count), and a feature
-with no kind set to ``[]``. A record laid out as one before it is decoded by slicing
+The message classes are built from a descriptor written out in code, in a private descriptor
+pool (docs/design/formats.md). A record of a layout seen before is decoded by slicing
 (:mod:`shardmix.formats.example_layout`: the same values, found faster).
 """
 

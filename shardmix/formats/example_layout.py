@@ -1,22 +1,10 @@
 """Example layouts: decode ``tf.train.Example`` records that share one wire layout by slicing.
 
-The records of a shard are mostly alike: the same feature names in the same order, one
-``bytes`` value of the same length each, one small integer. Protobuf parses each one anew, and
-reading its features back out of the message costs a worker several times the parse. A
-:class:`Layout` is learned from one record by walking its wire: where each value lies, and the
-bytes around the values (tags, lengths, feature names). A record of the same length holding the
-same bytes around its values is that layout with other values: its features are slices of the
-payload (and varints read in place).
-
-Only the plainest layout is learned: one ``features`` field; map entries of a key (UTF-8) then
-a value, names all different; each feature a ``bytes_list`` of one or more values, or a packed
-``int64_list`` of one or more varints of at most 9 bytes (values in ``0 .. 2**63 - 1``).
-Anything else is left to protobuf. A layout is kept only if it decodes its record to what
-protobuf gives: values, types and the order of the names.
-
-:class:`Layouts` keeps the layouts learned in a process, by record length, and learns one only
-while the records they decoded pay for the walks. It changes how fast records decode, never
-what they decode to.
+A :class:`Layout`, learned from one record's wire, decodes a record of the same length holding
+the same bytes around its values by slicing; anything else is left to protobuf. A layout is kept
+only if it decodes its record as protobuf does; :class:`Layouts` keeps a process's layouts and
+learns new ones only while they pay for the walks. It changes how fast records decode, never what
+they decode to (docs/design/formats.md).
 """
 
 from __future__ import annotations

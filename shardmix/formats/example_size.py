@@ -1,12 +1,8 @@
 """The decoded size of a ``tf.train.Example``, read from the wire before anything is decoded.
 
-A record of a few hundred KiB can decode to gigabytes: a packed ``int64_list`` spends one byte
-of wire per value and eight bytes decoded, an empty feature two bytes of wire and a dict entry,
-a key and a list decoded. Protobuf allocates all of it before returning, so the bound comes
-first: :func:`decoded_size_over` walks the wire (no message object, no copy of the payload),
-every wire type protobuf reads, and sums what decoding would allocate (on the high side),
-stopping as soon as the sum passes the limit. No estimate exceeds ``MAX_EXPANSION`` bytes per
-wire byte, so a payload of at most ``limit // MAX_EXPANSION`` bytes is not walked at all.
+:func:`decoded_size_over` sums what decoding would allocate (on the high side) and stops once past
+the limit; no estimate exceeds ``MAX_EXPANSION`` bytes per wire byte, so a short payload is not
+walked at all (docs/design/formats.md).
 """
 
 from __future__ import annotations

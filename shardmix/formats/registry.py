@@ -1,16 +1,10 @@
-"""The format registry: one :class:`ShardReader` and one :class:`ShardWriterFormat` per
-:class:`Format`, looked up by format.
+"""The format registry: one reader and one writer side per :class:`Format`, looked up by format.
 
-This module owns what names a format (the :class:`Format` enum, the URL extensions that imply
-one, whether a URL is gzip) and the maps from a format to its reader and to its writer side,
-and nothing that reads or writes bytes. The format modules register themselves when imported;
-:func:`reader_for` and :func:`writer_for` import a built-in format's module on first use, so
-protobuf is loaded only when a TFRecord shard is read or written. As in fsspec's registry, a
-second registration for a format is refused unless ``clobber=True`` says so.
-
-A *located sample* is ``(record index, byte offset, sample)``, what every read yields; a
-*record position* is ``(record index, byte offset)``. The offset is where the record starts in
-the shard (in the decompressed stream for a gzip shard).
+This module names formats (the enum, the URL extensions that imply one, whether a URL is gzip)
+and maps each to its reader and writer side; it reads no bytes. Built-in formats register when
+imported, which :func:`reader_for` and :func:`writer_for` do on first use; as in fsspec, a second
+registration is refused unless ``clobber=True``. A *located sample* is ``(record index, byte
+offset, sample)``; the offset is where the record starts (in the decompressed stream if gzip).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Record tags: a few bytes that name a record, so that a position taken earlier can be checked.
 
-A checkpoint names a record by its shard, its index and its byte offset; a restore reads it
-there again. The tag tells that the record found there is the one the checkpoint meant: 16 bits
-of a hash of the record's index and of what it holds: a TFRecord record's data CRC (its footer,
-nothing computed over the payload again), any other record's key. A tag is never 0:
-:data:`NO_TAG` stands for a tag not known (a sample that is not a shard's record, or a state
-that does not say). Readers label records with it under :data:`TAG_KEY`, a key the user's
-transform and batches never see; a reader whose samples carry a tag of their own (TFRecord's)
-has a ``with_tags()`` method (:func:`tagging_reader`).
+A tag is 16 bits of a hash of a record's index and of its data CRC (TFRecord) or key, never 0
+(:data:`NO_TAG`: not known); readers put it under :data:`TAG_KEY`, which users never see. A
+reader whose samples carry their own tag has ``with_tags()`` (docs/design/formats.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """TFRecord shards: read the record framing and turn records into samples.
 
-A TFRecord file is a sequence of records, each framed as::
-
-    uint64 length (LE) | uint32 masked crc32c(length bytes) | data | uint32 masked crc32c(data)
-
-We read this framing ourselves rather than through the ``tfrecord`` package because that reader
-checks no CRC (a damaged shard yields damaged samples silently), reports truncation as a bare
-``RuntimeError`` without the file or the offset, and hands out views of one buffer that it
-reuses for every record, so a payload kept past the next step changes under its holder. Here
-every payload is its own ``bytes`` object, both CRCs are checked, and every failure is a
-:class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``) that names the URL,
-the record index and the byte offset.
-
-A record's offset is that of its length field (a stale offset fails the length CRC). A length
-field is trusted only after its CRC and ``max_record_bytes`` are checked, and, on a stream whose
-size is unknown (gzip, pipes), a large record is read in chunks, so a damaged or hostile length
-never allocates more than the bytes that really follow it. Damage with intact framing is a data
-CRC mismatch or an undecodable Example.
-
-This module owns the one loop over records that every read shares (:func:`_walk`), the samples
-and :class:`TFRecordReader`; header checks, errors and damage reports are
-:mod:`shardmix.formats.tfrecord_framing`'s, payload decoding :mod:`shardmix.formats.example`'s.
+Why not the ``tfrecord`` package: its reader checks no CRC, reports a truncation without the file
+or offset, and reuses one buffer for every payload (docs/design/formats.md). Here both CRCs are
+checked, every payload is its own ``bytes``, and every failure is a
+:class:`~shardmix.errors.CorruptShardError` naming the URL, record and byte offset. A record's
+offset is that of its length field. Header checks, errors and damage reports are
+:mod:`~shardmix.formats.tfrecord_framing`'s; payload decoding :mod:`~shardmix.formats.example`'s.
 """
 
 from __future__ import annotations

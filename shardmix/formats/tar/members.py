@@ -2,13 +2,10 @@
 
 This module owns the byte level of a tar shard: reading and checking each 512-byte header,
 skipping or reading member data, the end-of-archive blocks, and the errors that name a byte
-offset and member. Grouping members into records is :mod:`shardmix.formats.tar.records`'; what
-one header says :mod:`shardmix.formats.tar.headers`'.
-
-Two paths walk the headers. :meth:`TarMembers.members` handles every case one member at a
-time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes from the stream's read
-buffer (``peek``) the *plain* members that follow (:mod:`shardmix.formats.tar.runs` says which),
-and stops at anything else, which the first path then reads, errors included.
+offset and member. :meth:`TarMembers.members` reads every case one member at a time;
+:meth:`TarMembers.plain_run` takes the plain members that follow from the stream's read buffer
+(:mod:`shardmix.formats.tar.runs`). Grouping members into records is
+:mod:`shardmix.formats.tar.records`'.
 """
 
 from __future__ import annotations

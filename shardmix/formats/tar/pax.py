@@ -1,22 +1,8 @@
 """Pax headers by shape: telling at little cost that a pax header changes nothing of its member.
 
-This module owns :class:`PaxShapes`, which the fast path of :mod:`shardmix.formats.tar.runs`
-asks about each pax header before a member. webdataset's TarWriter and ``tarfile`` write one
-(its ``mtime``) before every member, GNU tar's posix format one with three times: records that
-change no member, yet read one by one they would cost more than the member itself.
-
-The headers one tool writes differ in their digits only: their *shape*, the header with every
-digit made a ``0``, repeats. Once :func:`~shardmix.formats.tar.headers.read_pax` has found a
-header well formed and without a record that changes a member, a header of the same shape whose
-length fields hold the same digits is read the same way, step by step (every decision it takes
-depends on a byte that is not a digit, or on those lengths; ``path``, ``size`` and
-``GNU.sparse.`` hold no digit). So it changes nothing either: one ``translate``, one look-up.
-
-Where a tool writes the same header block for every pax header of one size (``tarfile``'s PAX
-format), a block found plain is kept by its size field (:attr:`PaxShapes.blocks`): a pax header
-that is that very block needs no check again, one comparison of 512 bytes. Where that block's
-data held one record, its bytes up to the ``=`` and the byte that ends it are kept too: a pax
-header with both is that one record, whatever its value holds, so it changes nothing.
+:class:`PaxShapes` answers the fast path (:mod:`shardmix.formats.tar.runs`) by a header's
+*shape* (every digit made a ``0``) and by whole header blocks already found plain; why that is
+sound is in docs/design/formats.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Tar runs: the plain members that follow one another in a stream's read buffer.
 
 This module owns the fast path's walk of a read buffer: headers found by their size fields,
-checked all at once (:func:`~shardmix.formats.tar.headers.plain_count`), and their names. What a
-run is and what the stream does around it are :mod:`shardmix.formats.tar.members`'s.
-
-A member is *plain* when it is a regular file whose header has the field layout GNU tar,
-``tarfile`` and TarWriter write, a checksum that matches, and data that lies whole in the
-buffer, as do the pax and GNU long-name headers before it (most writers put a pax header before
-every member, so a shard costs the same whoever wrote it). Of a pax header's records only
-``path`` and ``size`` change a member; a ``size`` other than the header's, a ``GNU.sparse``
-record or a malformed header end the run before its member. Pax headers known to change nothing
-(:class:`~shardmix.formats.tar.pax.PaxShapes`) are not read, and a writer that puts the very
-same pax header before member after member is walked in pairs, one step of the loop each. A run
-stops at anything else (a link, a directory, a checksum to look at closer, the end-of-archive
-blocks, a member cut by the buffer's end), which the slow path reads, errors included. On
-shards of small records this is most of a reader's time: a few calls per buffer instead of
-several calls and two reads per member.
+checked all at once (:func:`~shardmix.formats.tar.headers.plain_count`), and their names. Which
+members are plain, and why the pax headers before them are walked too: docs/design/formats.md.
+What a run is and what the stream does around it are :mod:`shardmix.formats.tar.members`'s.
 """
 
 from __future__ import annotations
