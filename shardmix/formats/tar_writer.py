@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -20,7 +20,7 @@ from shardmix.formats._common import (
     KEY_FIELD,
     MARKER_FIELDS,
     Closing,
-    deterministic_gzip,
+    ShardOutput,
     reserved_field,
     reserved_message,
 )
@@ -131,14 +131,7 @@ class TarWriter(Closing):
     """
 
     def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
-        self._owned: BinaryIO | None = None
-        if isinstance(file, (str, os.PathLike)):
-            self._owned = open(file, "wb")  # noqa: SIM115 - closed in close()
-            raw: BinaryIO = self._owned
-        else:
-            raw = file
-        self._gzip = deterministic_gzip(raw) if gzip else None
-        self._write: Callable[[bytes], object] = (self._gzip or raw).write
+        self._out = ShardOutput(file, gzip)
         self._keys: set[str] = set()
         self._closed = False
         self.records = 0
@@ -167,7 +160,7 @@ class TarWriter(Closing):
         self.records += 1
 
     def _emit(self, data: bytes) -> None:
-        self._write(data)
+        self._out.write(data)
         self.bytes_written += len(data)
 
     def close(self) -> None:
@@ -181,11 +174,8 @@ class TarWriter(Closing):
         try:
             if complete:
                 self._emit(bytes(2 * BLOCK))
-            if self._gzip is not None:
-                self._gzip.close()
         finally:
-            if self._owned is not None:
-                self._owned.close()
+            self._out.close()
 
     def abort(self) -> None:
         self._close(complete=False)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from gzip import GzipFile
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
 from shardmix.formats._common import (
     KEY_FIELD,
     Closing,
-    deterministic_gzip,
+    ShardOutput,
     reserved_field,
     reserved_message,
 )
@@ -34,15 +33,7 @@ class TFRecordWriter(Closing):
     """
 
     def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
-        self._owned: BinaryIO | None = None
-        if isinstance(file, (str, os.PathLike)):
-            self._owned = open(file, "wb")  # noqa: SIM115 - closed by close()
-            raw: BinaryIO = self._owned
-        else:
-            raw = file
-        self._raw = raw
-        self._gzip = deterministic_gzip(raw) if gzip else None
-        self._out: BinaryIO | GzipFile = self._gzip if self._gzip is not None else raw
+        self._out = ShardOutput(file, gzip)
         self.records = 0
         self.bytes_written = 0
         self.closed = False
@@ -74,12 +65,7 @@ class TFRecordWriter(Closing):
         if self.closed:
             return
         self.closed = True
-        if self._gzip is not None:
-            self._gzip.close()
-        if self._owned is not None:
-            self._owned.close()
-        else:
-            self._raw.flush()
+        self._out.close()
 
 
 _EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
