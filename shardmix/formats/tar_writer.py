@@ -1,8 +1,5 @@
-"""TarWriter: webdataset-compatible tar shards, byte for byte reproducible.
-
-GNU tar and webdataset read the result. :class:`TarShardFormat` is the format's writer side
-for ``shardmix convert``.
-"""
+"""TarWriter: webdataset-compatible tar shards, byte for byte reproducible; and the writer side
+(:class:`TarShardFormat`) of ``shardmix convert``."""
 
 from __future__ import annotations
 
@@ -122,12 +119,9 @@ def _member_name(key: str, field: str) -> bytes:
 class TarWriter(Closing):
     """Writes samples to a tar shard that shardmix, GNU tar and webdataset read back.
 
-    Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
-    ``__`` other than ``__key__`` are left out, shardmix's markers such as ``__dropped__``
-    refused). The output is reproducible byte for byte: ustar headers with mtime 0, owner 0,
-    mode 0644, pax headers only for names over 100 bytes or sizes over 8 GiB, and gzip with no
-    name or time. Leaving the ``with`` block by an exception closes the file without the
-    end-of-archive blocks, so readers see the shard as truncated.
+    Each field becomes a member ``f"{key}.{field}"`` (fields sorted; other ``__`` keys left out,
+    markers such as ``__dropped__`` refused), with fixed metadata (docs/formats.md). Leaving the
+    ``with`` block by an exception leaves out the end-of-archive blocks: readers see a truncation.
     """
 
     def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
@@ -182,8 +176,8 @@ class TarWriter(Closing):
 
 
 def tar_value(key: str, field: str, value: Any) -> Any:
-    """A field value as tar member data: bytes, str, int or float (arrays and lists as JSON,
-    an array in a ``.npy`` field as ``numpy.save`` writes it)."""
+    """A value as tar member data: bytes, str, int or float (arrays and lists as JSON, an array
+    in a ``.npy`` field as ``numpy.save`` writes it)."""
     if isinstance(value, (bytes, str, int, float)):
         return value
     if field.endswith(".npy") and isinstance(value, np.ndarray):

@@ -25,7 +25,6 @@ from shardmix.formats.tar.headers import (
     METADATA,
     NO_DATA,
     NOT_FILES,
-    POSIX_MAGIC,
     SKIP_BY_READING,
     ZERO_BLOCK,
     Run,
@@ -39,10 +38,10 @@ from shardmix.formats.tar.headers import (
     read_pax,
 )
 from shardmix.formats.tar.pax import PaxShapes
-from shardmix.formats.tar.runs import plain_members
+from shardmix.formats.tar.runs import header_names, plain_members
 
 # A run walks a window of the stream's buffer: all of it where the stream was opened, after a
-# seek from the first size doubling to the last (a range read's buffer holds the whole range).
+# seek doubling from the first size to the last (a range read's buffer holds the whole range).
 _FIRST_RUN_BYTES = 16 << 10
 _MAX_RUN_BYTES = 4 << 20
 
@@ -50,8 +49,7 @@ _MAX_RUN_BYTES = 4 << 20
 class TarMembers:
     """Walks one tar stream header by header, yielding the name of each regular member."""
 
-    # The fast path's pax headers that change nothing, learned once for the process: a shape's
-    # answer depends on the header's bytes alone, and a writer's shapes repeat across shards.
+    # Learned once for the process: a shape's answer depends on the header's bytes alone.
     _pax_shapes = PaxShapes()
 
     def __init__(self, stream: BinaryIO, url: str, *, gzipped: bool) -> None:
@@ -59,7 +57,6 @@ class TarMembers:
             stream = io.BufferedReader(stream)
         self._stream = stream
         self._read = stream.read
-        # A BufferedReader's look at its buffer, unread: where the fast path reads runs.
         self._peek = stream.peek if isinstance(stream, io.BufferedReader) else None
         self._url = url
         self._gzipped = gzipped
@@ -68,16 +65,14 @@ class TarMembers:
         self.offset = -BLOCK  # byte offset of the current header
         self.next_offset = 0  # byte offset of the next header
         self.member = -1  # index of the current header's member (every entry counts)
-        self.name = ""  # name of the current member, for error messages
-        self.size = 0  # data bytes of the current member
-        self._pending = 0  # bytes of data and padding of the current member not yet read
-        self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
+        self.name = ""  # of the current member, as are:
+        self.size = 0
+        self._pending = 0  # bytes of data and padding not yet read
+        self.entry_offset = 0  # of the entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
-        self.link: str | None = None  # the current member's target, when it is a hard link
+        self.link: str | None = None  # a hard link's target
         self._run_bytes = _MAX_RUN_BYTES  # of the buffer, the next run's walk (see above)
-        # Where the read ends, when known (the offset of the first record not read, from the
-        # counting pass's index): no run walks past it, and the read ends there.
-        self.limit: int | None = None
+        self.limit: int | None = None  # where the read ends, if known: no run walks past it
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
@@ -87,10 +82,7 @@ class TarMembers:
         self.ended = False
         self._run_bytes = _FIRST_RUN_BYTES
 
-    # -- reading --------------------------------------------------------------------------
-
     def _skip_pending(self) -> None:
-        """Move past the rest of the current member without keeping its bytes."""
         pending = self._pending
         if self.seekable:
             try:
@@ -127,7 +119,7 @@ class TarMembers:
         return block
 
     def _complete(self, block: bytes, count: int) -> bytes:
-        """Finish a short read of the rest of a member plus the next header."""
+        """Finish a short read of the rest of a member and the next header."""
         if block:
             block += read_up_to(self._read, count - len(block))
         if len(block) < self._pending:
@@ -135,7 +127,6 @@ class TarMembers:
         return block
 
     def _set_size(self, size: int) -> None:
-        """Record the data size of the member whose header was just read."""
         self.size = size
         self._pending = padded(size)
         self.next_offset = self.offset + BLOCK + self._pending
@@ -157,8 +148,6 @@ class TarMembers:
             self._member_cut(len(data))
         self._pending -= size
         return data
-
-    # -- headers --------------------------------------------------------------------------
 
     def _parse_header(self, header: bytes) -> int:
         """Check a header's checksum and return its size field."""
@@ -200,13 +189,6 @@ class TarMembers:
             head=header,
         )
 
-    @staticmethod
-    def _header_name(header: bytes) -> str:
-        name = header[:100].split(b"\x00", 1)[0]
-        if header[257:263] == POSIX_MAGIC and header[345] != 0:
-            name = header[345:500].split(b"\x00", 1)[0] + b"/" + name
-        return name.decode("utf-8", "surrogateescape")
-
     def _read_meta(self, kind: str) -> bytes:
         if self.size > MAX_META_BYTES:
             self.corrupt(f"tar {kind} of member {self.member} is {self.size} bytes long")
@@ -222,8 +204,7 @@ class TarMembers:
 
     def runs(self, max_size: int) -> Iterator[Run]:
         """Every regular member, in runs: a :meth:`plain_run` where one starts, else the one
-        member that :meth:`members` reads (so a member over ``max_size`` bytes, its data unread).
-        """
+        member :meth:`members` reads (its data unread)."""
         slow = self.members()
         while True:
             run = self.plain_run(max_size)
@@ -275,14 +256,12 @@ class TarMembers:
         return Run(buffer, base, headers, sizes, names, first_number, entries)
 
     def members(self) -> Iterator[str]:
-        """Yield the name of each regular member; read its data with :meth:`read_data`.
-
-        Data not read before the next step is skipped. Ends after the end-of-archive blocks.
-        """
+        """Yield the name of each regular member, whose data :meth:`read_data` reads (else it
+        is skipped); ends after the end-of-archive blocks."""
         long_name: str | None = None
         long_link: str | None = None
         pax: dict[str, bytes] = {}
-        entry_begins = True  # no long-name or pax header (an empty one too) before this one
+        entry_begins = True  # no long-name or pax header before this one
         while True:
             header = self._next_block()
             self.link = None
@@ -309,7 +288,7 @@ class TarMembers:
             elif typeflag in METADATA:  # 'g' global headers: about no member of ours
                 continue
             else:
-                name = entry_name(self._header_name(header), long_name, pax)
+                name = entry_name(header_names(header, [0])[0], long_name, pax)
                 if typeflag == ord("1"):  # a hard link: read as its target's data
                     self.link = link_name(header, long_link, pax)
                 if "size" in pax:
@@ -323,12 +302,11 @@ class TarMembers:
                         continue
                 if typeflag in NOT_FILES:  # data that is no file's (GNU dumpdirs, volume labels)
                     continue
-                # Regular files, and as POSIX says, types this reader does not know.
-                self.name = name
+                self.name = name  # a regular file, or as POSIX says, a type not known
                 yield name
 
     def _linked_data(self, target: str) -> bytes:
-        """The data of the last member named ``target`` before the current one (a hard link)."""
+        """A hard link's data: the last member named ``target`` before it."""
         if not self.seekable:
             self.corrupt(
                 f"tar member {self.member} {self.name!r} is a hard link to {target!r}, which a "
@@ -382,8 +360,6 @@ class TarMembers:
         end = self._stream.seek(0, io.SEEK_END)
         self._stream.seek(here)
         return end - self._base
-
-    # -- errors, where the walk stands -----------------------------------------------------
 
     def error(
         self,

@@ -57,7 +57,7 @@ def plain_members(
     if plain < len(checked):
         taken = bisect.bisect_left(headers, checked[plain])
         del headers[taken:], sizes[taken:], entries[taken:]
-    names = _names(buffer, headers)
+    names = header_names(buffer, headers)
     if metas:
         taken = _named(buffer, headers, sizes, names, entries, metas, shapes)
         del headers[taken:], sizes[taken:], names[taken:], entries[taken:]
@@ -176,7 +176,7 @@ def _new_size(size_text: bytes) -> int | None:
     return size
 
 
-def _names(buffer: bytes, headers: list[int]) -> list[str]:
+def header_names(buffer: bytes, headers: list[int]) -> list[str]:
     """The names the headers hold (a ustar prefix joined)."""
     find = buffer.find
     names: list[str] = []
