@@ -13,15 +13,14 @@ from typing import Any
 
 from shardmix.formats._common import KEY_FIELD
 
-LocatedSample = tuple[int, int, dict[str, Any]]  # (record index, byte offset, sample)
-RecordPosition = tuple[int, int]  # (record index, byte offset)
+LocatedSample = tuple[int, int, dict[str, Any]]
+RecordPosition = tuple[int, int]
 
 
 @dataclass
 class RecordBlock:
-    """Records ``records`` of one shard (their first bytes at ``offsets``, their keys ``keys``),
-    each with the fields ``fields``: ``values[i][j]`` is field ``fields[i]`` of record
-    ``records[j]``. ``source`` is the shard's URL, once the lane that reads it has said."""
+    """Records ``records`` of one shard (at ``offsets``, keyed ``keys``): ``values[i][j]`` is
+    field ``fields[i]`` of record ``records[j]``; ``source``: the shard's URL, once known."""
 
     records: list[int]
     offsets: list[int]
@@ -35,7 +34,7 @@ class RecordBlock:
 
     @classmethod
     def of(cls, record: int, offset: int, sample: dict[str, Any]) -> RecordBlock:
-        """The block of one located sample (``{"__key__": key, field: value, ...}``)."""
+        """The block of one located sample."""
         fields = tuple(name for name in sample if name != KEY_FIELD)
         values = [[sample[name]] for name in fields]
         return cls([record], [offset], [sample[KEY_FIELD]], fields, values)
@@ -57,7 +56,7 @@ class RecordBlock:
         return self.split(kept)[1]
 
     def located(self) -> list[LocatedSample]:
-        """The records as located samples: ``(record, offset, {"__key__": key, field: ...})``."""
+        """The records as located samples."""
         names = (KEY_FIELD, *self.fields)
         rows = zip(self.keys, *self.values, strict=True)
         return [
@@ -66,8 +65,8 @@ class RecordBlock:
         ]
 
     def sample_bytes(self) -> int:
-        """About how much memory the first record's values hold (see
-        :func:`~shardmix.reading.reader.sample_bytes`), with its key and source URL."""
+        """About the memory the first record holds, as
+        :func:`~shardmix.reading.reader.sample_bytes` counts it."""
         if not self.records:
             return 0
         total = len(self.keys[0]) + len(self.source or "")
@@ -81,9 +80,8 @@ class RecordBlock:
 
 
 class BlockColumns:
-    """A reader's records as it reads them, in columns, until they are handed on as a
-    :class:`RecordBlock`. The reader appends to the lists that :meth:`columns` gives; the last
-    record may still be in progress, its first fields filled."""
+    """A reader's records in columns, until handed on as a :class:`RecordBlock`; the reader
+    appends to the lists :meth:`columns` gives, and the last record may be in progress."""
 
     def __init__(self) -> None:
         self._new()
@@ -99,8 +97,8 @@ class BlockColumns:
         return self.keys, self.records, self.offsets, self.layout, self.values
 
     def take_last(self, filled: int) -> tuple[dict[str, Any], set[str]]:
-        """Take the last record out of the block: its sample dict, with the first ``filled``
-        fields of the block, and their names."""
+        """Take the last record out: its sample dict of the first ``filled`` fields, and
+        their names."""
         sample = {KEY_FIELD: self.keys.pop()}
         self.records.pop()
         self.offsets.pop()
@@ -111,8 +109,8 @@ class BlockColumns:
     def flushed(
         self, blocks: bool, keep_last: bool = False
     ) -> list[LocatedSample] | list[RecordBlock]:
-        """Hand on the records (all but the last, which may go on, with ``keep_last``): as one
-        :class:`RecordBlock`, or with ``blocks`` False as located samples."""
+        """Hand on the records (but the last with ``keep_last``) as one :class:`RecordBlock`,
+        or with ``blocks`` False as located samples."""
         count = len(self.keys) - keep_last
         if count <= 0:
             if not keep_last:

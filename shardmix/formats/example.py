@@ -37,7 +37,6 @@ def _field(
     packed: bool = False,
     oneof: int | None = None,
 ) -> _FieldProto:
-    """One field of the descriptor."""
     field = _FieldProto(name=name, number=number, type=kind)
     field.label = _FieldProto.LABEL_REPEATED if repeated else _FieldProto.LABEL_OPTIONAL
     if type_name is not None:
@@ -95,8 +94,6 @@ _FLOAT32 = np.dtype(np.float32)
 _INT64 = np.dtype(np.int64)
 
 
-# ---------------------------------------------------------------------------------- decoding
-
 # np.array() on a repeated field costs about 2 us whatever its length; np.fromiter() starts
 # cheaper but grows per value. They cross near 48 values (measured with protobuf's upb backend).
 _FROMITER_MAX = 48
@@ -112,7 +109,6 @@ def _array(values: Any, dtype: np.dtype) -> np.ndarray:
 # The layouts of the records this process has decoded (a cache: it changes no result).
 _LAYOUTS = Layouts()
 
-# Of the kinds other than bytes, which _parsed decodes inline.
 _DECODERS: dict[str | None, Callable[[Any], Any]] = {
     "float_list": lambda feature: _array(feature.float_list.value, _FLOAT32),
     "int64_list": lambda feature: _array(feature.int64_list.value, _INT64),
@@ -143,7 +139,6 @@ def decode_example(
 
 
 def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
-    """:func:`decode_example` by protobuf."""
     example: Any = Example()
     try:
         over = decoded_size_over(payload, max_decoded_bytes)
@@ -158,8 +153,8 @@ def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
         example.ParseFromString(payload)  # measured a little faster than FromString
     except ProtobufDecodeError as error:
         raise DecodeError(f"payload is not a tf.train.Example: {error}") from error
-    # The map's own iteration and indexing: its items() view walks it in a Python generator.
-    # A bytes feature, the common kind, is decoded inline, without a call.
+    # The map's own iteration and indexing (items() walks it in a Python generator); bytes,
+    # the common kind, inline.
     features = example.features.feature
     sample: dict[str, Any] = {}
     for name in features:
@@ -172,8 +167,6 @@ def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
             sample[name] = _DECODERS[kind](feature)
     return sample
 
-
-# ---------------------------------------------------------------------------------- encoding
 
 _FLOAT, _INT = "float_list", "int64_list"
 
@@ -197,7 +190,6 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {_BYTES: _as_bytes, _FLOAT: float
 
 
 def _array_values(name: str, array: np.ndarray) -> tuple[str, Iterable[Any]]:
-    """The list kind and flat values of a numpy array."""
     kind = array.dtype.kind
     if kind in "iub":
         if kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
@@ -214,7 +206,6 @@ def _array_values(name: str, array: np.ndarray) -> tuple[str, Iterable[Any]]:
 
 
 def _sequence_values(name: str, values: list[Any]) -> tuple[str, Iterable[Any]]:
-    """The list kind and values of a list of scalars, which must all be of one kind."""
     found = [_scalar_kind(value) for value in values]
     if None in found:
         bad = values[found.index(None)]

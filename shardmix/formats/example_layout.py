@@ -36,8 +36,7 @@ class _Unlike(Exception):
 @dataclass(frozen=True)
 class Layout:
     """Records of ``size`` bytes holding ``constants`` (``(start, bytes)``) around their values;
-    ``fields`` are ``(name, kind, spans)`` in the order protobuf's decoding gives the names,
-    ``spans`` where the field's values lie (one per value)."""
+    ``fields``: ``(name, kind, value spans)`` in protobuf's order of the names."""
 
     size: int
     constants: tuple[tuple[int, bytes], ...]
@@ -60,33 +59,19 @@ class Layout:
                 sample[name] = [payload[start:stop] for start, stop in spans]
             else:
                 values = []
-                for start, stop in spans:
-                    value = _exact_varint(payload, start, stop)
-                    if value < 0:
+                for start, stop in spans:  # each span one varint exactly, or another layout
+                    try:
+                        value, after = varint_at(payload, start, stop)
+                    except DecodeError:
+                        return None
+                    if after != stop:
                         return None
                     values.append(value)
                 sample[name] = np.array(values, dtype=_INT64)
         return sample
 
 
-def _exact_varint(payload: bytes, start: int, stop: int) -> int:
-    """The varint that fills ``payload[start:stop]`` exactly, or -1 when none does."""
-    last = payload[stop - 1]
-    if last >= 0x80:
-        return -1
-    value = 0
-    shift = 0
-    for at in range(start, stop - 1):
-        byte = payload[at]
-        if byte < 0x80:
-            return -1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-    return value | (last << shift)
-
-
 def _varint(payload: bytes, pos: int, end: int) -> tuple[int, int]:
-    """:func:`~shardmix.formats.example_size.varint_at`, of at most :data:`_MAX_VARINT` bytes."""
     try:
         value, after = varint_at(payload, pos, end)
     except DecodeError:
@@ -157,7 +142,7 @@ def _walk(payload: bytes) -> list[tuple[str, int, tuple[Span, ...]]]:
 
 
 def _same(found: dict[str, Any], expected: dict[str, Any]) -> bool:
-    """Whether two decodings of a record are equal: names in order, values and their types."""
+    """Whether two decodings are equal: names in order, values and their types."""
     if list(found) != list(expected):
         return False
     for name, value in found.items():
@@ -173,8 +158,8 @@ def _same(found: dict[str, Any], expected: dict[str, Any]) -> bool:
 
 
 def learn_layout(payload: bytes, decoded: dict[str, Any]) -> Layout | None:
-    """The layout of ``payload``, which protobuf's decoding gives as ``decoded``; None when it
-    is not of a layout this module learns, or the layout would decode it otherwise."""
+    """The layout of ``payload`` (which protobuf decodes to ``decoded``), or None when it is
+    not of a layout learned here, or would decode it otherwise."""
     try:
         fields = _walk(payload)
     except _Unlike:
@@ -209,7 +194,6 @@ class Layouts:
         self.walks = 0
 
     def decode(self, payload: bytes) -> dict[str, Any] | None:
-        """The features of ``payload`` by a known layout, or None."""
         layout = self.by_size.get(len(payload))
         if layout is None or type(payload) is not bytes:
             return None

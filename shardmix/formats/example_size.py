@@ -25,11 +25,7 @@ _HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
 class _Over(Exception):
-    """The running sum passed the limit; carries the sum reached."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(size)
-        self.size = size
+    """The running sum passed the limit; its argument is the sum reached."""
 
 
 def varint_at(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -128,8 +124,8 @@ def _features_size(buf: bytes, start: int, stop: int, size: int, limit: int) -> 
 
 
 def decoded_size_over(payload: bytes, limit: int) -> int | None:
-    """The estimated decoded size of an Example when it passes ``limit`` (where the walk stopped),
-    else None.
+    """The estimated decoded size of an Example when it passes ``limit`` (as far as walked), else
+    None.
 
     >>> decoded_size_over(b"\\x0a\\x00" * 10, 1000) is None  # ten empty Features fields
     True
@@ -149,5 +145,5 @@ def decoded_size_over(payload: bytes, limit: int) -> int | None:
             if size > limit:
                 return size
     except _Over as over:
-        return over.size
+        return int(over.args[0])
     return None

@@ -76,9 +76,8 @@ def _walk(
     framing: Framing, spans: Iterable[_Span], verify: bool, record: int = 0, offset: int = 0
 ) -> Iterator[tuple[int, int, bytes, bytes]]:
     """``(record, offset, payload, footer)`` of the records of each span, from ``record`` at
-    ``offset`` (the footer: the data CRC's bytes, what a record's tag hashes). Between spans,
-    records are skipped by their framing, or seeked to when the span says where it starts.
-    """
+    ``offset`` (footer: the data CRC's bytes). Between spans, records are skipped by their
+    framing, or seeked to when the span says where it starts."""
     for first, stop, at in spans:
         try:
             if at is None:
@@ -103,10 +102,9 @@ def _walk(
 def _span(
     framing: Framing, stop: int, placed: bool, verify: bool, record: int, offset: int
 ) -> Generator[tuple[int, int, bytes, bytes], None, tuple[int, int] | None]:
-    """The records of one span (:func:`_walk`), from ``record`` at ``offset`` to ``stop``: where
-    the walk goes on, or None where it ends (the stream's end; damage reported). ``placed``:
-    the span said where it starts, so a record must be there. The hot loop: one header read,
-    one data read, one footer read per record."""
+    """The records of one span, from ``record`` at ``offset`` to ``stop``: where the walk goes
+    on, or None where it ends. ``placed``: a record must be at ``offset``. The hot loop: one
+    header, one data and one footer read per record."""
     read, crc, unpack_crc = framing.stream.read, crc32c.crc32c, CRC.unpack
     direct_read, unpack_header = framing.direct_read, HEADER.unpack
     size_known, limit = framing.size, framing.max_record_bytes
@@ -171,9 +169,8 @@ def read_tfrecord_records(
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(byte offset, payload)`` for each record of a TFRecord stream, from ``start`` on.
 
-    The first ``start`` records are skipped by their (checked) length fields. ``verify=False``
-    skips the data CRC check, never the length CRC, which guards what is allocated. Offsets
-    count from the stream's position when called. Damage raises
+    Offsets count from the stream's position when called. ``verify=False`` skips the data CRC
+    check, never the length CRC, which guards what is allocated. Damage raises
     :class:`~shardmix.errors.CorruptShardError` (``TruncatedShardError`` for a cut), or is
     reported to ``on_damage``. An empty stream yields nothing and warns.
     """
@@ -183,15 +180,12 @@ def read_tfrecord_records(
     return ((offset, data) for _, offset, data, _ in records)
 
 
-# ------------------------------------------------------------------------------------ samples
-
-
 class _ReservedField(DecodeError):
     """A feature under a name shardmix reserves (raised as the DecodeError it is)."""
 
 
 def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Exception) -> None:
-    """Report one record whose payload is no sample (its cause a DecodeError or UTF-8's)."""
+    """Report one record whose payload is no sample."""
     record, offset = located
     kind = DecodedSizeError if isinstance(cause, DecodedSizeError) else DecodeError
     if isinstance(cause, (DecodedSizeError, _ReservedField)):
@@ -228,8 +222,7 @@ def _example_sample(
 def _samples(
     framing: Framing, records: Iterator[tuple[int, int, bytes, bytes]], reader: TFRecordReader
 ) -> Iterator[LocatedSample]:
-    """``(record, offset, sample)`` of each framed record; a damaged Example is dropped. A
-    reader ``with_tags()`` puts each record's tag, of its data CRC, under ``__tag__``."""
+    """Located samples of the framed records; a damaged Example is dropped."""
     stem, limit, tags = shard_stem(framing.url), reader.max_decoded_bytes, reader.tags
     sample: dict[str, Any] | None
     for record, offset, data, footer in records:
@@ -246,12 +239,8 @@ def _samples(
 
 @dataclass(frozen=True)
 class TFRecordReader:
-    """The TFRecord :class:`~shardmix.formats.registry.ShardReader`.
-
-    ``payload`` says how a record becomes a sample; ``max_record_bytes`` bounds a record,
-    ``max_inflated_bytes`` a gzip shard's inflated bytes, ``max_decoded_bytes`` what one
-    Example decodes to (a record past it is damage); ``gzipped`` None: the URL tells.
-    """
+    """The TFRecord :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL
+    tells); the limits are :class:`~shardmix.formats.options.ReadOptions`'."""
 
     payload: TFRecordPayload = TFRecordPayload.EXAMPLE
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -266,8 +255,7 @@ class TFRecordReader:
             raise ValueError(f"max_record_bytes must be positive, got {self.max_record_bytes}")
 
     def with_tags(self) -> TFRecordReader:
-        """This reader, each sample carrying its record's tag, of the data CRC the file holds
-        (:mod:`shardmix.formats.tags`)."""
+        """This reader, each sample carrying its record's tag (of its data CRC)."""
         return replace(self, tags=True)
 
     @classmethod

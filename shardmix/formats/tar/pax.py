@@ -15,11 +15,10 @@ from shardmix.formats.tar.headers import BLOCK, padded, read_pax
 
 SHAPE = bytes.maketrans(b"123456789", b"000000000")  # every digit as a "0"
 _CHANGING = frozenset({"path", "size"})  # what a member takes from its pax records
-_SPARSE = "GNU.sparse."  # sparse data, which the slow path refuses
 _MAX_SHAPES = 64  # a few per writer; past this many the known ones are forgotten
 
-# A pax header block found plain, its size and its step to the next header; and where its data
-# held one record that changes nothing: the block and that record up to its "=", what ends the
+# A pax header block found plain, its size, its step to the next header, and where its data is
+# one record that changes nothing: the block and that record up to its "=", what ends the
 # record and where (from the block's start), else None.
 _Block = tuple[bytes, int, int, tuple[bytes, bytes, int] | None]
 
@@ -31,12 +30,12 @@ def _no_lengths(data: bytes) -> tuple[()]:
 def _harmless(records: dict[str, bytes] | None) -> TypeGuard[dict[str, bytes]]:
     """Whether pax ``records`` are well formed and change no member (no path, size, sparse)."""
     return records is not None and not any(
-        key in _CHANGING or key.startswith(_SPARSE) for key in records
+        key in _CHANGING or key.startswith("GNU.sparse.") for key in records
     )
 
 
 class PaxShapes:
-    """The shapes of the pax headers found to change nothing, with their length fields."""
+    """The pax headers found to change nothing: by shape and length fields, and by block."""
 
     def __init__(self) -> None:
         # shape -> (what picks a header's length fields, the digits they held)
@@ -45,8 +44,8 @@ class PaxShapes:
         self.blocks: dict[bytes, _Block | None] = {}
 
     def learn_blocks(self, buffer: bytes, headers: list[int], before: int) -> None:
-        """Keep the blocks of the pax headers at ``headers`` in ``buffer`` before ``before``,
-        which the caller has found plain, in :attr:`blocks` (the first of each size)."""
+        """Keep in :attr:`blocks` the first block of each size of the pax headers at
+        ``headers`` before ``before``, which the caller found plain."""
         blocks = self.blocks
         for at in headers:
             if at >= before:
@@ -71,7 +70,7 @@ class PaxShapes:
             return True
         if not _harmless(read_pax(data)):
             return False
-        spans = []  # where read_pax found each record's length, as it walks them
+        spans = []  # each record's length, as read_pax walks them
         position = 0
         while position < len(data) and data[position] != 0:
             space = data.find(b" ", position)
@@ -85,8 +84,8 @@ class PaxShapes:
 
 
 def _one_record(data: bytes) -> tuple[bytes, bytes, int] | None:
-    """Where ``data`` (a pax header's) is one record that changes nothing: its bytes up to its
-    ``=``, what ends it (its newline, and the NUL after it if the data go on) and where."""
+    """Where a pax header's ``data`` is one record that changes nothing: its bytes up to its
+    ``=``, what ends it (newline, and NUL if the data go on) and where; else None."""
     records = read_pax(data)
     if not _harmless(records) or len(records) != 1:
         return None

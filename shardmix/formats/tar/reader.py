@@ -1,7 +1,6 @@
 """The tar :class:`~shardmix.formats.registry.ShardReader`: :class:`TarReader` and functions.
 
-This module owns the reader interface and the reader's registration; the reading itself is
-:mod:`shardmix.formats.tar.records`'.
+The reading itself is :mod:`shardmix.formats.tar.records`'.
 """
 
 from __future__ import annotations
@@ -30,10 +29,8 @@ from shardmix.policy import Damage, DamageHandler
 
 @dataclass(frozen=True)
 class TarReader:
-    """The tar :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL tells).
-
-    ``max_member_bytes`` bounds a member (larger is damage), ``max_inflated_bytes`` a gzip shard.
-    """
+    """The tar :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL tells);
+    the limits are :class:`~shardmix.formats.options.ReadOptions`'."""
 
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES

@@ -24,17 +24,16 @@ from shardmix.formats.tar.pax import SHAPE, PaxShapes
 
 _PAX, _LONG_NAME = ord("x"), ord("L")
 _MEMBER_TYPES = frozenset(b"07")
-# Size fields already read, by their text: a dict look-up costs half of ``isdigit`` and
-# ``int(text, 8)``, and the members of one data set have few sizes (pax headers fewer still).
+# Size fields already read: a dict look-up costs half of ``isdigit`` and ``int(text, 8)``, and
+# the members of one data set have few sizes.
 _SIZES: dict[bytes, int] = {}
 _MAX_SIZES = 4096  # past this many the ones known are forgotten
 
 # ``(headers, sizes, names, entries)`` of a run's members, offsets in the buffer.
 Found = tuple[list[int], list[int], list[str], list[int]]
-# ``(checked, headers, sizes, entries, metas, learn)`` of a walk: ``checked`` the headers that
-# :func:`plain_count` is to check (not the pax headers whose very block was found plain before:
-# :attr:`PaxShapes.blocks`), ``metas`` the pax and long-name headers of each member (by its
-# index) that may change it, ``learn`` the pax headers of a size whose block is not known yet.
+# ``(checked, headers, sizes, entries, metas, learn)`` of a walk: ``checked`` the headers for
+# :func:`plain_count` (not pax blocks known plain), ``metas`` the pax and long-name headers that
+# may change each member (by index), ``learn`` pax headers of a size whose block is not known.
 _Walked = tuple[list[int], list[int], list[int], list[int], dict[int, list[int]], list[int]]
 
 
@@ -42,7 +41,7 @@ def plain_members(
     buffer: bytes, first: int, max_size: int, shapes: PaxShapes | None = None
 ) -> Found | None:
     """The plain members at ``buffer[first:]`` on, as far as the buffer holds them whole, or
-    None when the first is not plain. ``shapes``: the pax headers known to change nothing."""
+    None when the first is not plain."""
     if len(buffer) < first + BLOCK or buffer[first + 156] not in b"07xL":
         return None  # a quick no for what the slow path takes: no walk of the buffer
     shapes = PaxShapes() if shapes is None else shapes
@@ -50,8 +49,7 @@ def plain_members(
     if walked is None:
         return None
     checked, headers, sizes, entries, metas, learn = walked
-    # The members whose own header lies before the first that is not plain.
-    plain = plain_count(buffer, first, checked)
+    plain = plain_count(buffer, first, checked)  # members up to the first header not plain
     if learn:
         shapes.learn_blocks(buffer, learn, checked[plain] if plain < len(checked) else len(buffer))
     if plain < len(checked):
@@ -163,7 +161,7 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
 
 
 def _new_size(size_text: bytes) -> int | None:
-    """The size a size field not in :data:`_SIZES` holds (kept there), or None if not octal."""
+    """The size a field not in :data:`_SIZES` holds (kept there), or None if not octal."""
     if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
         return None
     try:
@@ -177,7 +175,7 @@ def _new_size(size_text: bytes) -> int | None:
 
 
 def header_names(buffer: bytes, headers: list[int]) -> list[str]:
-    """The names the headers hold (a ustar prefix joined)."""
+    """The names the headers at ``headers`` hold (a ustar prefix joined)."""
     find = buffer.find
     names: list[str] = []
     append = names.append
@@ -202,8 +200,8 @@ def _named(
     metas: dict[int, list[int]],
     shapes: PaxShapes,
 ) -> int:
-    """Give the members with pax or long-name headers their names; how many members the run
-    keeps (it ends before one whose headers the slow path must read)."""
+    """Name the members that have pax or long-name headers; how many members the run keeps
+    (it ends before one whose headers the slow path must read)."""
     changes_nothing = shapes.changes_nothing
     for index, found in metas.items():
         if index >= len(headers):
