@@ -11,8 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _FieldProto
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
 
@@ -27,63 +26,40 @@ from shardmix.formats.example_size import (
 __all__ = ["decode_example", "encode_example"]
 
 
-def _field(
-    name: str,
-    number: int,
-    kind: int,
-    *,
-    repeated: bool = False,
-    type_name: str | None = None,
-    packed: bool = False,
-    oneof: int | None = None,
-) -> _FieldProto:
-    field = _FieldProto(name=name, number=number, type=kind)
-    field.label = _FieldProto.LABEL_REPEATED if repeated else _FieldProto.LABEL_OPTIONAL
-    if type_name is not None:
-        field.type_name = type_name
-    if packed:
-        field.options.packed = True
-    if oneof is not None:
-        field.oneof_index = oneof
-    return field
-
-
-def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    """The subset of ``tensorflow/core/example/{example,feature}.proto`` that Example needs."""
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="shardmix/tensorflow/example.proto", package="tensorflow", syntax="proto3"
-    )
-    message = _FieldProto.TYPE_MESSAGE
-    for name, kind, packed in (
-        ("BytesList", _FieldProto.TYPE_BYTES, False),
-        ("FloatList", _FieldProto.TYPE_FLOAT, True),
-        ("Int64List", _FieldProto.TYPE_INT64, True),
-    ):
-        proto.message_type.add(name=name).field.append(
-            _field("value", 1, kind, repeated=True, packed=packed)
-        )
-    feature = proto.message_type.add(name="Feature")
-    feature.oneof_decl.add(name="kind")
-    for number, name in enumerate(("bytes_list", "float_list", "int64_list"), start=1):
-        type_name = ".tensorflow." + name.title().replace("_", "")
-        feature.field.append(_field(name, number, message, type_name=type_name, oneof=0))
-    features = proto.message_type.add(name="Features")
-    entry = features.nested_type.add(name="FeatureEntry")
-    entry.options.map_entry = True
-    entry.field.append(_field("key", 1, _FieldProto.TYPE_STRING))
-    entry.field.append(_field("value", 2, message, type_name=".tensorflow.Feature"))
-    features.field.append(
-        _field("feature", 1, message, repeated=True, type_name=".tensorflow.Features.FeatureEntry")
-    )
-    proto.message_type.add(name="Example").field.append(
-        _field("features", 1, message, type_name=".tensorflow.Features")
-    )
-    return proto
+# The subset of tensorflow/core/example/{example,feature}.proto that Example needs.
+_DESCRIPTOR = """
+name: "shardmix/tensorflow/example.proto" package: "tensorflow" syntax: "proto3"
+message_type { name: "BytesList"
+  field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_BYTES } }
+message_type { name: "FloatList"
+  field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_FLOAT
+          options { packed: true } } }
+message_type { name: "Int64List"
+  field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_INT64
+          options { packed: true } } }
+message_type { name: "Feature" oneof_decl { name: "kind" }
+  field { name: "bytes_list" number: 1 label: LABEL_OPTIONAL oneof_index: 0
+          type: TYPE_MESSAGE type_name: ".tensorflow.BytesList" }
+  field { name: "float_list" number: 2 label: LABEL_OPTIONAL oneof_index: 0
+          type: TYPE_MESSAGE type_name: ".tensorflow.FloatList" }
+  field { name: "int64_list" number: 3 label: LABEL_OPTIONAL oneof_index: 0
+          type: TYPE_MESSAGE type_name: ".tensorflow.Int64List" } }
+message_type { name: "Features"
+  field { name: "feature" number: 1 label: LABEL_REPEATED
+          type: TYPE_MESSAGE type_name: ".tensorflow.Features.FeatureEntry" }
+  nested_type { name: "FeatureEntry" options { map_entry: true }
+    field { name: "key" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING }
+    field { name: "value" number: 2 label: LABEL_OPTIONAL
+            type: TYPE_MESSAGE type_name: ".tensorflow.Feature" } } }
+message_type { name: "Example"
+  field { name: "features" number: 1 label: LABEL_OPTIONAL
+          type: TYPE_MESSAGE type_name: ".tensorflow.Features" } }
+"""
 
 
 def _example_class() -> type[Message]:
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(_file_descriptor())
+    pool.Add(text_format.Parse(_DESCRIPTOR, descriptor_pb2.FileDescriptorProto()))
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
 
 
