@@ -108,13 +108,9 @@ def read_samples_at(
     on_damage: DamageHandler | None = None,
     tagged: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
-
-    ``records``: ascending and unique (checked at the call). As a reader's ``records_wanted``:
-    an index past the end is not yielded (the caller decides what that means). ``tagged``: read
-    with the reader whose samples carry their own tag, if the format has one
-    (:func:`~shardmix.formats.tags.tagging_reader`).
-    """
+    """Yield ``(record index, sample)`` for each wanted record (ascending, unique), decoding
+    only those; an index past the end is not yielded. ``tagged``: samples carry their own tag,
+    if the format has one (:func:`~shardmix.formats.tags.tagging_reader`)."""
     found = _reader(fmt, options, tagged).records_wanted(stream, url, records, on_damage=on_damage)
     return without_offsets(found)
 
@@ -133,13 +129,9 @@ def read_samples_at_offsets(
     options: ReadOptions = ReadOptions(),
     tagged: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
-
-    As a reader's ``records_at``; a stale offset raises
-    :class:`~shardmix.errors.CorruptShardError`, noted as such. The stream must pass
-    :func:`can_seek_records` (otherwise :func:`read_samples_at` walks the framing).
-    ``tagged``: as for :func:`read_samples_at`.
-    """
+    """Yield ``(record index, sample)`` for each ``(record, offset)``, by seeking, from a stream
+    that passes :func:`can_seek_records`; a stale offset raises
+    :class:`~shardmix.errors.CorruptShardError`. ``tagged``: as for :func:`read_samples_at`."""
     if not can_seek_records(stream, url):
         raise ValueError(
             f"{url}: reading records at byte offsets needs a seekable, uncompressed stream; "

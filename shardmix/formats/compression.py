@@ -34,15 +34,13 @@ class GzipShardStream(io.RawIOBase):
         self._raw = raw
         self._url = url
         self._position = 0
-        # One byte past the limit is read, to tell a shard of exactly the limit from a bigger one.
-        self._allowed = max_inflated_bytes + 1
         self._max = max_inflated_bytes
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: WriteableBuffer) -> int:
-        room = self._allowed - self._position
+        room = self._max + 1 - self._position  # a byte past the limit tells a bigger shard
         view = memoryview(buffer)
         if len(view) > room:
             view = view[:room]
@@ -74,7 +72,7 @@ class GzipShardStream(io.RawIOBase):
         return count
 
     def _not_gzip(self) -> str:
-        """At the start, what the file looks like when it is no gzip file ("" if unknown)."""
+        """At the start, what the file looks like if no gzip file ("" if unknown)."""
         raw = self._raw
         if self._position or not raw.seekable():
             return ""

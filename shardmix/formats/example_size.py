@@ -43,36 +43,24 @@ def varint_at(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     raise DecodeError(f"bad varint before byte {pos}")
 
 
-def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
-    """The position after an unknown field's value of wire type ``wire``."""
-    if wire == 0:
-        return varint_at(buf, pos, end)[1]
-    if wire == 1:
-        pos += 8
-    elif wire == 2:
-        length, pos = varint_at(buf, pos, end)
-        pos += length
-    elif wire == 5:
-        pos += 4
-    else:
-        raise DecodeError(f"unsupported wire type {wire} before byte {pos}")
-    if pos > end:
-        raise DecodeError(f"a field runs past its message's end ({pos} > {end})")
-    return pos
-
-
 def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """``(number, wire, start, stop)`` of each field; for wire type 2 the value's span."""
     while pos < end:
         tag, pos = varint_at(buf, pos, end)
-        number, wire = tag >> 3, tag & 7
-        if wire == 2:
+        number, wire, start = tag >> 3, tag & 7, pos
+        if wire == 0:
+            pos = varint_at(buf, pos, end)[1]
+        elif wire == 2:
             length, start = varint_at(buf, pos, end)
             pos = start + length
             if pos > end:
                 raise DecodeError(f"a field of {length} bytes runs past its message's end")
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise DecodeError(f"a field runs past its message's end ({pos} > {end})")
         else:
-            start, pos = pos, _skip(buf, pos, end, wire)
+            raise DecodeError(f"unsupported wire type {wire} before byte {pos}")
         yield number, wire, start, pos
 
 

@@ -176,11 +176,8 @@ class ShardSampleWriter(Protocol):
     """One shard being written by ``shardmix convert``: ``records`` written so far, and
     ``bytes_written`` before compression (an index takes a record's offset from it)."""
 
-    @property
-    def records(self) -> int: ...
-
-    @property
-    def bytes_written(self) -> int: ...
+    records: int
+    bytes_written: int
 
     def write_sample(self, sample: Mapping[str, Any]) -> None:
         """Append one sample (``"__key__"`` and its fields, as convert loads them); one the

@@ -47,8 +47,7 @@ def key_tag(index: int, key: Any) -> int:
 
 
 def key_tags(records: list[int], keys: list[Any]) -> list[int]:
-    """:func:`key_tag` of each record, in one loop without a call per record (what a worker pays
-    for every record of a block it reads).
+    """:func:`key_tag` of each record, without a call per record (a worker pays it per record).
 
     >>> key_tags([3, 4], ["a/r3", None]) == [key_tag(3, "a/r3"), NO_TAG]
     True
@@ -64,8 +63,8 @@ def key_tags(records: list[int], keys: list[Any]) -> list[int]:
 
 
 def tags_differ(expected: int, found: int) -> bool:
-    """Whether a record found with tag ``found`` is not the one tagged ``expected`` (a tag
-    not known, on either side, differs from none).
+    """Whether a record tagged ``found`` is not the one tagged ``expected`` (:data:`NO_TAG`
+    differs from none).
 
     >>> tags_differ(5, 6), tags_differ(5, 5), tags_differ(NO_TAG, 6)
     (True, False, False)

@@ -1,8 +1,5 @@
-"""TFRecordWriter: TFRecord shards of raw payloads or ``tf.train.Example`` records.
-
-Framing as TensorFlow writes it. :class:`TFRecordShardFormat` is the format's writer side for
-``shardmix convert``.
-"""
+"""TFRecordWriter: TFRecord shards of raw payloads or ``tf.train.Example`` records, framed as
+TensorFlow writes them; and the writer side (:class:`TFRecordShardFormat`) of ``convert``."""
 
 from __future__ import annotations
 
@@ -25,10 +22,9 @@ from shardmix.formats.tfrecord_framing import CRC, FOOTER_SIZE, HEADER_SIZE, LEN
 
 
 class TFRecordWriter(Closing):
-    """Write records to a TFRecord shard, optionally gzip-compressed.
+    """Write records to a TFRecord shard, optionally gzip-compressed (deterministic bytes).
 
     ``file`` is a path (opened, and closed by :meth:`close`) or a binary stream (left open).
-    Gzip output is deterministic: no file name and a zero timestamp in the header.
     ``bytes_written`` counts framed bytes before compression.
     """
 
@@ -61,7 +57,6 @@ class TFRecordWriter(Closing):
         self.write(encode_example(features))
 
     def close(self) -> None:
-        """Finish the gzip stream and close the file if this writer opened it."""
         if self.closed:
             return
         self.closed = True

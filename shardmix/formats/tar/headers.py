@@ -1,7 +1,7 @@
 """Tar headers: the numbers, names and pax records a header holds, and the plain-header check.
 
-Also the shapes (:class:`Run`, ``Member``) in which members reach
-:mod:`shardmix.formats.tar.records`. Walking a stream is :mod:`shardmix.formats.tar.members`'s.
+Also :class:`Run`, the shape in which members reach :mod:`shardmix.formats.tar.records`.
+Walking a stream is :mod:`shardmix.formats.tar.members`'s.
 """
 
 from __future__ import annotations
@@ -24,11 +24,6 @@ MAX_SIZE = 1 << 62  # larger member sizes are damage, not data
 POSIX_MAGIC = b"ustar\x00"
 
 
-# A regular member, for a message: ``(entry offset, offset, number, name, size, data_at)``;
-# ``data_at``: where its data starts in its run's buffer (-1: in the stream).
-Member = tuple[int, int, int, str, int, int]
-
-
 class Run(NamedTuple):
     """Members that follow one another, as parallel lists, numbered from ``first`` on.
 
@@ -45,12 +40,10 @@ class Run(NamedTuple):
     first: int
     entries: list[int]
 
-    def member(self, index: int) -> Member:
+    def member(self, index: int) -> tuple[int, int, str, int]:
+        """``(offset, number, name, size)`` of member ``index``, for a message."""
         offset = self.base + self.headers[index]
-        entry = self.base + self.entries[index]
-        data_at = -1 if self.buffer is None else self.headers[index] + BLOCK
-        name, size = self.names[index], self.sizes[index]
-        return entry, offset, self.first + index, name, size, data_at
+        return offset, self.first + index, self.names[index], self.sizes[index]
 
 
 def padded(size: int) -> int:

@@ -355,7 +355,7 @@ class TarMembers:
             offset += len(chunk)
 
     def stream_size(self) -> int:
-        """The bytes from where this reader started to the end of its (seekable) stream."""
+        """The bytes from where this reader started to the end of its stream."""
         here = self._stream.tell()
         end = self._stream.seek(0, io.SEEK_END)
         self._stream.seek(here)
@@ -371,7 +371,7 @@ class TarMembers:
         cut: bool = False,
     ) -> CorruptShardError:
         """The error at ``offset`` (None: the current header's); ``cut``: a truncation. At
-        offset 0, a ``head`` that looks like another format says so instead of the remedy."""
+        offset 0, a ``head`` of another format says so instead of the remedy."""
         offset = self.offset if offset is None else offset
         kind, state = (TruncatedShardError, "truncated") if cut else (CorruptShardError, "damaged")
         where = describe_position(self._url, record=record, offset=offset)
@@ -386,29 +386,25 @@ class TarMembers:
     ) -> NoReturn:
         raise self.error(what, record=record, offset=offset, head=head)
 
-    def _truncated(self, what: str, offset: int, head: bytes = b"") -> NoReturn:
-        raise self.error(what, offset=offset, head=head, cut=True)
-
     def _member_cut(self, found: int) -> NoReturn:
-        self._truncated(
+        raise self.error(
             f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
             f"declares {self.size} bytes of data ({padded(self.size)} with padding) but the file "
             f"ends after {found}",
-            self.offset + BLOCK + found,
+            offset=self.offset + BLOCK + found,
+            cut=True,
         )
 
     def _block_cut(self, block: bytes) -> NoReturn:
-        offset, found = self.offset, len(block)
-        if found == 0 and offset == 0:
-            self._truncated(
+        what = f"expected a 512-byte tar header, found {len(block)} bytes"
+        if not block and self.offset == 0:
+            what = (
                 "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
-                "archive with no members holds two 512-byte zero blocks)",
-                offset,
+                "archive with no members holds two 512-byte zero blocks)"
             )
-        if found == 0:
-            self._truncated(
+        elif not block:
+            what = (
                 f"the tar archive ends after {self.member + 1} members without its "
-                "end-of-archive blocks (expected two 512-byte zero blocks)",
-                offset,
+                "end-of-archive blocks (expected two 512-byte zero blocks)"
             )
-        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset, block)
+        raise self.error(what, offset=self.offset, head=block, cut=True)

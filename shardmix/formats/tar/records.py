@@ -15,7 +15,7 @@ from shardmix.errors import CorruptShardError, ShardmixError
 from shardmix.formats._common import KEY_FIELD
 from shardmix.formats.blocks import BlockColumns, RecordBlock
 from shardmix.formats.registry import LocatedSample
-from shardmix.formats.tar.headers import BLOCK, Member, Run
+from shardmix.formats.tar.headers import BLOCK, Run
 from shardmix.formats.tar.members import TarMembers
 from shardmix.formats.tar.names import split_member_name
 from shardmix.policy import Damage, DamageHandler
@@ -340,10 +340,10 @@ class TarRecords:
             "expected a tar record here, found the end of the archive", record=record, offset=offset
         )
 
-    # -- damage ----------------------------------------------------------------------------
-
-    def _misnamed(self, field: str, record: int, member: Member) -> CorruptShardError:
-        _, offset, number, name, _, _ = member
+    def _misnamed(
+        self, field: str, record: int, member: tuple[int, int, str, int]
+    ) -> CorruptShardError:
+        offset, number, name, _ = member
         if field.startswith("__"):
             return self.members.error(
                 f"tar member {number} {name!r} has field {field!r}: field names starting with "
@@ -366,8 +366,8 @@ class TarRecords:
             offset=offset,
         )
 
-    def _too_large(self, record: int, member: Member) -> CorruptShardError:
-        _, offset, number, name, size, _ = member
+    def _too_large(self, record: int, member: tuple[int, int, str, int]) -> CorruptShardError:
+        offset, number, name, size = member
         return self.members.error(
             f"tar member {number} {name!r} declares {size} bytes of data, more than "
             f"max_member_bytes={self._max_member_bytes} (raise max_member_bytes if the shard "
