@@ -1,9 +1,7 @@
 """Record blocks: consecutive records of one shard, their fields as columns.
 
-:data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by;
-:data:`LocatedSample` is ``(record index, byte offset, sample)``, what every read gives. A block
-reader (tar's) gives :class:`RecordBlock` objects instead, cheaper for a worker on small records
-(docs/design/formats.md).
+:data:`LocatedSample` is ``(record index, byte offset, sample)``, what every read gives;
+:data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Gzip-compressed shards: a decompressing stream whose failures name the shard.
 
-Every gzip failure becomes a :class:`~shardmix.errors.CorruptShardError` naming the URL and the
-offset in the decompressed stream, and ``max_inflated_bytes`` bounds what a shard may inflate to
-(docs/design/formats.md).
+Every failure is a :class:`~shardmix.errors.CorruptShardError` naming the URL and offset, and
+``max_inflated_bytes`` bounds what a shard inflates to (docs/design/formats.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``tf.train.Example`` payloads: encode and decode them without TensorFlow.
 
-The message classes are built from a descriptor written out in code, in a private descriptor
-pool (docs/design/formats.md). A record of a layout seen before is decoded by slicing
-(:mod:`shardmix.formats.example_layout`: the same values, found faster).
+A record of a layout seen before is decoded by slicing
+(:mod:`shardmix.formats.example_layout`), the same values found faster.
 """
 
 from __future__ import annotations

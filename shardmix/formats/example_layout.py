@@ -1,10 +1,8 @@
 """Example layouts: decode ``tf.train.Example`` records that share one wire layout by slicing.
 
-A :class:`Layout`, learned from one record's wire, decodes a record of the same length holding
-the same bytes around its values by slicing; anything else is left to protobuf. A layout is kept
-only if it decodes its record as protobuf does; :class:`Layouts` keeps a process's layouts and
-learns new ones only while they pay for the walks. It changes how fast records decode, never what
-they decode to (docs/design/formats.md).
+A :class:`Layout` is kept only if it decodes its record as protobuf does, and :class:`Layouts`
+learns new ones only while they pay for the walks: it changes how fast records decode, never
+what they decode to (docs/design/formats.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The decoded size of a ``tf.train.Example``, read from the wire before anything is decoded.
 
-:func:`decoded_size_over` sums what decoding would allocate (on the high side) and stops once past
-the limit; no estimate exceeds ``MAX_EXPANSION`` bytes per wire byte, so a short payload is not
-walked at all (docs/design/formats.md).
+An upper estimate, walked only for payloads over ``limit // MAX_EXPANSION`` bytes
+(docs/design/formats.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Reading options: how payloads become samples and the size limits checked before allocating.
-
-:class:`ReadOptions` holds the ``ShardDataset`` arguments a format reads by, gathered once;
-each format's reader takes the fields it needs in its ``from_options``.
-"""
+"""Reading options: how payloads become samples and the size limits checked before allocating."""
 
 from __future__ import annotations
 

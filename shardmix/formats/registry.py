@@ -1,10 +1,8 @@
 """The format registry: one reader and one writer side per :class:`Format`, looked up by format.
 
-This module names formats (the enum, the URL extensions that imply one, whether a URL is gzip)
-and maps each to its reader and writer side; it reads no bytes. Built-in formats register when
-imported, which :func:`reader_for` and :func:`writer_for` do on first use; as in fsspec, a second
-registration is refused unless ``clobber=True``. A *located sample* is ``(record index, byte
-offset, sample)``; the offset is where the record starts (in the decompressed stream if gzip).
+Built-in formats register when imported, which :func:`reader_for` and :func:`writer_for` do on
+first use; as in fsspec, a second registration is refused unless ``clobber=True``. A record's
+byte offset is where it starts (in the decompressed stream if gzip).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Record tags: a few bytes that name a record, so that a position taken earlier can be checked.
 
-A tag is 16 bits of a hash of a record's index and of its data CRC (TFRecord) or key, never 0
-(:data:`NO_TAG`: not known); readers put it under :data:`TAG_KEY`, which users never see. A
-reader whose samples carry their own tag has ``with_tags()`` (docs/design/formats.md).
+16 bits of a hash of a record's index and of its data CRC (TFRecord) or key, never 0
+(:data:`NO_TAG`: not known), under :data:`TAG_KEY` (docs/design/formats.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""TarWriter: webdataset-compatible tar shards, byte for byte reproducible; and the writer side
-(:class:`TarShardFormat`) of ``shardmix convert``."""
+"""TarWriter: webdataset-compatible tar shards, byte for byte reproducible.
+
+:class:`TarShardFormat` is the format's writer side for ``shardmix convert``.
+"""
 
 from __future__ import annotations
 

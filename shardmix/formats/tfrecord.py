@@ -1,11 +1,9 @@
 """TFRecord shards: read the record framing and turn records into samples.
 
-Why not the ``tfrecord`` package: its reader checks no CRC, reports a truncation without the file
-or offset, and reuses one buffer for every payload (docs/design/formats.md). Here both CRCs are
-checked, every payload is its own ``bytes``, and every failure is a
-:class:`~shardmix.errors.CorruptShardError` naming the URL, record and byte offset. A record's
-offset is that of its length field. Header checks, errors and damage reports are
-:mod:`~shardmix.formats.tfrecord_framing`'s; payload decoding :mod:`~shardmix.formats.example`'s.
+Why not the ``tfrecord`` package: its reader checks no CRC, reports a truncation without file or
+offset, and reuses one buffer for every payload. Here both CRCs are checked, every payload is its
+own ``bytes``, and every failure names the URL, record and byte offset (that of the record's
+length field). Framing checks and errors: :mod:`~shardmix.formats.tfrecord_framing`.
 """
 
 from __future__ import annotations

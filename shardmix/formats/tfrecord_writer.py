@@ -1,5 +1,7 @@
-"""TFRecordWriter: TFRecord shards of raw payloads or ``tf.train.Example`` records, framed as
-TensorFlow writes them; and the writer side (:class:`TFRecordShardFormat`) of ``convert``."""
+"""TFRecordWriter: TFRecord shards of raw payloads or ``tf.train.Example`` records.
+
+Framed as TensorFlow writes them; :class:`TFRecordShardFormat` is the writer side for ``convert``.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Tar framing: a stream's headers (ustar, GNU long names, pax) walked member by member.
 
-This module owns the byte level of a tar shard: reading and checking each 512-byte header,
-skipping or reading member data, the end-of-archive blocks, and the errors that name a byte
-offset and member. :meth:`TarMembers.members` reads every case one member at a time;
-:meth:`TarMembers.plain_run` takes the plain members that follow from the stream's read buffer
-(:mod:`shardmix.formats.tar.runs`). Grouping members into records is
-:mod:`shardmix.formats.tar.records`'.
+Reading and checking each header, skipping or reading member data, the end-of-archive blocks,
+and the errors that name a byte offset and member; :meth:`TarMembers.plain_run` takes the plain
+members that follow from the stream's read buffer. Records: :mod:`shardmix.formats.tar.records`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Pax headers by shape: telling at little cost that a pax header changes nothing of its member.
 
-:class:`PaxShapes` answers the fast path (:mod:`shardmix.formats.tar.runs`) by a header's
-*shape* (every digit made a ``0``) and by whole header blocks already found plain; why that is
-sound is in docs/design/formats.md.
+By a header's *shape* (every digit made a ``0``) and by whole blocks already found plain; why
+that is sound: docs/design/formats.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Tar runs: the plain members that follow one another in a stream's read buffer.
 
-This module owns the fast path's walk of a read buffer: headers found by their size fields,
-checked all at once (:func:`~shardmix.formats.tar.headers.plain_count`), and their names. Which
-members are plain, and why the pax headers before them are walked too: docs/design/formats.md.
-What a run is and what the stream does around it are :mod:`shardmix.formats.tar.members`'s.
+Headers found by their size fields, checked all at once, and their names; which members are
+plain, and why: docs/design/formats.md. The stream around a run is
+:mod:`shardmix.formats.tar.members`'.
 """
 
 from __future__ import annotations
