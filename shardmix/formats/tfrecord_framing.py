@@ -8,6 +8,7 @@ records is :mod:`shardmix.formats.tfrecord`'s.
 from __future__ import annotations
 
 import io
+import re
 import struct
 import warnings
 from typing import BinaryIO
@@ -230,12 +231,7 @@ def shard_stem(url: str) -> str:
     'train-00003'
     """
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    if name.lower().endswith(".gz"):
-        name = name[:-3]
-    for suffix in (".tfrecords", ".tfrecord"):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    return re.sub(r"(\.tfrecords?)?(\.gz)?$", "", name, flags=re.IGNORECASE)
 
 
 def skip_records(

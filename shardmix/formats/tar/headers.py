@@ -25,12 +25,9 @@ POSIX_MAGIC = b"ustar\x00"
 
 
 class Run(NamedTuple):
-    """Members that follow one another, as parallel lists, numbered from ``first`` on.
-
-    Headers and ``entries`` (first headers: pax or long-name, if any) are offsets in
-    ``buffer``, which begins at the stream's byte offset ``base``. One member read the slow way
-    has ``buffer`` None (its data still in the stream) and ``base`` 0.
-    """
+    """Members that follow one another, as parallel lists, numbered from ``first`` on: headers
+    and ``entries`` (first headers, pax or long-name if any) are offsets in ``buffer``, which
+    begins at the stream's offset ``base`` (a member read the slow way: None, and 0)."""
 
     buffer: bytes | None
     base: int

@@ -79,29 +79,25 @@ class TarMembers:
         self.ended = False
         self._run_bytes = _FIRST_RUN_BYTES
 
-    def _skip_pending(self) -> None:
+    def _next_block(self) -> bytes:
+        """The next header block, after whatever is left of the current member."""
         pending = self._pending
-        if self.seekable:
+        if pending > SKIP_BY_READING and self.seekable:
             try:
                 self._stream.seek(pending, io.SEEK_CUR)
             except (OSError, OverflowError):  # further than a file can go: past its end
                 self._check_seek_end(0)
                 raise
-        else:
+            block = read_up_to(self._read, BLOCK)
+            if len(block) < BLOCK:
+                self._check_seek_end(len(block))
+        elif pending > SKIP_BY_READING:
             while pending:
                 part = self._read(min(pending, READ_CHUNK))
                 if not part:
                     self._member_cut(padded(self.size) - pending)
                 pending -= len(part)
-
-    def _next_block(self) -> bytes:
-        """The next header block, after whatever is left of the current member."""
-        pending = self._pending
-        if pending > SKIP_BY_READING:
-            self._skip_pending()
             block = read_up_to(self._read, BLOCK)
-            if len(block) < BLOCK and self.seekable:
-                self._check_seek_end(len(block))
         else:
             count = pending + BLOCK
             block = self._read(count)
