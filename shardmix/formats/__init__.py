@@ -1,8 +1,7 @@
 """Shard formats: turn a shard's bytes into samples, and samples into shards.
 
-The read API is :class:`~shardmix.formats.registry.ShardReader` and ``reader_for(fmt, options)``;
-``writer_for(fmt)`` gives the write side. Readers know nothing of workers, ranks or torch. The
-functions below read with one call, for callers holding a format rather than a reader.
+The read API is :class:`~shardmix.formats.registry.ShardReader` (``reader_for``), the write side
+``writer_for``; the functions below read with one call. Nothing here knows workers or torch.
 """
 
 from __future__ import annotations

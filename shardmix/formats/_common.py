@@ -46,7 +46,6 @@ def reserved_field(names: Iterable[str], reserved: frozenset[str] = RESERVED_FIE
 
 
 def reserved_message(field: str, noun: str = "field") -> str:
-    """The error message for a ``field`` named as :func:`reserved_field` finds."""
     return (
         f"{noun} {field!r} has a name shardmix reserves for its own fields "
         f"({', '.join(sorted(RESERVED_FIELDS))}); rename it"
@@ -82,10 +81,9 @@ def check_start(start: int) -> None:
 class ShardRead:
     """What one read of a shard asks: records ``[start, stop)`` (``stop`` None: to the end).
 
-    A seekable, uncompressed stream may enter at ``start_offset`` (record ``start``'s offset),
-    else at ``seek_from``, a ``(record, offset)`` of the reader's ``index`` at or before
-    ``start``; ``stop_offset``: where record ``stop`` begins, if known (the read may end there);
-    ``on_damage``: told of damage instead of raising it."""
+    A seekable, uncompressed stream may enter at ``start_offset`` (record ``start``'s), else at
+    ``seek_from``, an ``index`` entry at or before ``start``; ``stop_offset``: where record
+    ``stop`` begins, if known; ``on_damage``: told of damage instead of raising it."""
 
     start: int = 0
     stop: int | None = None
@@ -156,9 +154,8 @@ def samples_only(located: Iterable[tuple[int, int, dict[str, Any]]]) -> Iterator
 
 
 class ShardOutput:
-    """Where a writer's bytes go: a path (opened here, closed by :meth:`close`) or a binary
-    stream (left open), through gzip with no name or time when ``gzipped`` (bytes that depend
-    on the data only)."""
+    """Where a writer's bytes go: a path (opened here, closed by :meth:`close`) or a stream
+    (left open), through gzip with no name or time (the bytes depend on the data only)."""
 
     def __init__(self, file: str | os.PathLike[str] | BinaryIO, gzipped: bool) -> None:
         self._owned = isinstance(file, (str, os.PathLike))

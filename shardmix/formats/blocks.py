@@ -63,8 +63,7 @@ class RecordBlock:
         ]
 
     def sample_bytes(self) -> int:
-        """About the memory the first record holds, as
-        :func:`~shardmix.reading.reader.sample_bytes` counts it."""
+        """The first record's size, as :func:`~shardmix.reading.reader.sample_bytes` counts."""
         if not self.records:
             return 0
         total = len(self.keys[0]) + len(self.source or "")
@@ -95,8 +94,7 @@ class BlockColumns:
         return self.keys, self.records, self.offsets, self.layout, self.values
 
     def take_last(self, filled: int) -> tuple[dict[str, Any], set[str]]:
-        """Take the last record out: its sample dict of the first ``filled`` fields, and
-        their names."""
+        """Take out the last record: its sample of the first ``filled`` fields, their names."""
         sample = {KEY_FIELD: self.keys.pop()}
         self.records.pop()
         self.offsets.pop()

@@ -56,13 +56,11 @@ message_type { name: "Example"
 """
 
 
-def _example_class() -> type[Message]:
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(text_format.Parse(_DESCRIPTOR, descriptor_pb2.FileDescriptorProto()))
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
-
-
-Example: type[Message] = _example_class()
+_POOL = descriptor_pool.DescriptorPool()  # private: importing TensorFlow never clashes with it
+_POOL.Add(text_format.Parse(_DESCRIPTOR, descriptor_pb2.FileDescriptorProto()))
+Example: type[Message] = message_factory.GetMessageClass(
+    _POOL.FindMessageTypeByName("tensorflow.Example")
+)
 
 _BYTES = "bytes_list"
 _FLOAT32 = np.dtype(np.float32)
@@ -157,11 +155,11 @@ def _scalar_kind(value: Any) -> str | None:
     return None
 
 
-def _as_bytes(value: Any) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
-
-
-_CONVERTERS: dict[str, Callable[[Any], Any]] = {_BYTES: _as_bytes, _FLOAT: float, _INT: int}
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    _BYTES: lambda value: value.encode("utf-8") if isinstance(value, str) else bytes(value),
+    _FLOAT: float,
+    _INT: int,
+}
 
 
 def _array_values(name: str, array: np.ndarray) -> tuple[str, Iterable[Any]]:

@@ -156,8 +156,7 @@ def _same(found: dict[str, Any], expected: dict[str, Any]) -> bool:
 
 
 def learn_layout(payload: bytes, decoded: dict[str, Any]) -> Layout | None:
-    """The layout of ``payload`` (which protobuf decodes to ``decoded``), or None when it is
-    not of a layout learned here, or would decode it otherwise."""
+    """The layout of ``payload`` (protobuf's decoding: ``decoded``), or None if none fits."""
     try:
         fields = _walk(payload)
     except _Unlike:

@@ -99,15 +99,14 @@ class ShardReader(Protocol):
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
         """Located samples of the ``wanted`` records (ascending, unique), decoding only those;
-        the others are walked. A wanted index past the end of the shard is not yielded."""
+        an index past the end is not yielded."""
         ...
 
     def records_at(
         self, stream: BinaryIO, url: str, positions: Sequence[RecordPosition]
     ) -> Iterator[LocatedSample]:
-        """One located sample per ``(record, offset)`` of a seekable, uncompressed ``stream``:
-        one seek and one record each, checked as a full read checks it; no valid record at an
-        offset (a stale one) raises :class:`~shardmix.errors.CorruptShardError`."""
+        """One located sample per ``(record, offset)`` of a seekable, uncompressed stream, each
+        checked as a full read checks it (a stale offset: :class:`CorruptShardError`)."""
         ...
 
     def count(self, stream: BinaryIO, url: str) -> int:
@@ -124,8 +123,7 @@ class ShardReader(Protocol):
 
 @runtime_checkable
 class BlockReader(ShardReader, Protocol):
-    """A :class:`ShardReader` that can also give its records as
-    :class:`~shardmix.formats.blocks.RecordBlock` objects (when no transform needs dicts)."""
+    """A :class:`ShardReader` that can also give its records in :class:`RecordBlock` objects."""
 
     def blocks(
         self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()

@@ -155,6 +155,17 @@ class TarWriter(Closing):
         self._keys.add(key)
         self.records += 1
 
+    def write_sample(self, sample: Mapping[str, Any]) -> None:
+        """Append one of convert's samples, its values made tar data first (:func:`tar_value`);
+        one the format cannot hold raises :class:`BadInputError`."""
+        key = sample[KEY_FIELD]
+        try:
+            self.write({name: tar_value(key, name, value) for name, value in sample.items()})
+        except BadInputError:
+            raise
+        except (ValueError, TypeError) as error:
+            raise BadInputError(f"sample {key!r}: {error}", url=key) from error
+
     def _emit(self, data: bytes) -> None:
         self._out.write(data)
         self.bytes_written += len(data)
@@ -201,20 +212,6 @@ def tar_value(key: str, field: str, value: Any) -> Any:
     )
 
 
-class TarSampleWriter(TarWriter):
-    """A :class:`TarWriter` that takes convert's samples: values made tar data first."""
-
-    def write_sample(self, sample: Mapping[str, Any]) -> None:
-        """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
-        key = sample[KEY_FIELD]
-        try:
-            self.write({name: tar_value(key, name, value) for name, value in sample.items()})
-        except BadInputError:
-            raise
-        except (ValueError, TypeError) as error:
-            raise BadInputError(f"sample {key!r}: {error}", url=key) from error
-
-
 @dataclass(frozen=True)
 class TarShardFormat:
     """The tar writer side of ``shardmix convert`` (see :class:`ShardWriterFormat`)."""
@@ -236,8 +233,8 @@ class TarShardFormat:
             total += BLOCK + padded(size)
         return total
 
-    def open(self, stream: BinaryIO, *, gzip: bool) -> TarSampleWriter:
-        return TarSampleWriter(stream, gzip=gzip)
+    def open(self, stream: BinaryIO, *, gzip: bool) -> TarWriter:
+        return TarWriter(stream, gzip=gzip)
 
 
 register_writer(Format.TAR, TarShardFormat())

@@ -1,8 +1,7 @@
 """TFRecord framing: lengths, CRCs, positions, and the errors and damage reports they raise.
 
-This module owns checking a record's header, reading or skipping its data, each error and
-:class:`~shardmix.policy.Damage` report, and the URL stem of generated keys. The loop over
-records is :mod:`shardmix.formats.tfrecord`'s.
+Also the URL stem that generated keys begin with. The loop over records is
+:mod:`shardmix.formats.tfrecord`'s.
 """
 
 from __future__ import annotations
@@ -152,8 +151,7 @@ class Framing:
         return length
 
     def length_of(self, header: bytes, record: int, offset: int) -> int | None:
-        """The length a ``header`` read at ``offset`` announces (short at the shard's end), or
-        None at a clean end."""
+        """The length a ``header`` (short at the shard's end) announces; None at a clean end."""
         if len(header) != HEADER_SIZE:
             if not header:
                 return None

@@ -48,8 +48,7 @@ class TFRecordWriter(Closing):
         self.bytes_written += HEADER_SIZE + len(payload) + FOOTER_SIZE
 
     def write_example(self, features: Mapping[str, Any]) -> None:
-        """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature,
-        a name shardmix reserves for its own fields (``__dropped__``, ...) is refused."""
+        """Append one ``tf.train.Example`` record (a str ``"__key__"`` stored as a feature)."""
         reserved = reserved_field(features)
         if reserved is not None:
             raise ValueError(reserved_message(reserved, "feature"))
@@ -57,6 +56,14 @@ class TFRecordWriter(Closing):
         if key is not None and not isinstance(key, str):
             raise ValueError(f"__key__ must be a str, got {type(key).__name__}")
         self.write(encode_example(features))
+
+    def write_sample(self, sample: Mapping[str, Any]) -> None:
+        """Append one of convert's samples as an Example; one the format cannot hold raises
+        :class:`BadInputError`."""
+        try:
+            self.write_example(sample)
+        except ValueError as error:
+            raise BadInputError(f"sample {sample[KEY_FIELD]!r}: {error}", url=None) from error
 
     def close(self) -> None:
         if self.closed:
@@ -66,17 +73,6 @@ class TFRecordWriter(Closing):
 
 
 _EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
-
-
-class TFRecordSampleWriter(TFRecordWriter):
-    """A :class:`TFRecordWriter` that takes convert's samples, one Example record each."""
-
-    def write_sample(self, sample: Mapping[str, Any]) -> None:
-        """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
-        try:
-            self.write_example(sample)
-        except ValueError as error:
-            raise BadInputError(f"sample {sample[KEY_FIELD]!r}: {error}", url=None) from error
 
 
 @dataclass(frozen=True)
@@ -99,8 +95,8 @@ class TFRecordShardFormat:
         key_feature = len(key.encode("utf-8", "surrogateescape")) + 7 + _EXAMPLE_SLACK
         return HEADER_SIZE + FOOTER_SIZE + 12 + features + key_feature
 
-    def open(self, stream: BinaryIO, *, gzip: bool) -> TFRecordSampleWriter:
-        return TFRecordSampleWriter(stream, gzip=gzip)
+    def open(self, stream: BinaryIO, *, gzip: bool) -> TFRecordWriter:
+        return TFRecordWriter(stream, gzip=gzip)
 
 
 register_writer(Format.TFRECORD, TFRecordShardFormat())

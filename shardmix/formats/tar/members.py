@@ -56,7 +56,7 @@ class TarMembers:
         self._read = stream.read
         self._peek = stream.peek if isinstance(stream, io.BufferedReader) else None
         self._url = url
-        self._gzipped = gzipped
+        self.gzipped = gzipped
         self.seekable = is_seekable(stream)
         self._base = stream.tell() if self.seekable else 0  # offsets count from here
         self.offset = -BLOCK  # byte offset of the current header
@@ -196,8 +196,7 @@ class TarMembers:
         return records
 
     def runs(self, max_size: int) -> Iterator[Run]:
-        """Every regular member, in runs: a :meth:`plain_run` where one starts, else the one
-        member :meth:`members` reads (its data unread)."""
+        """Every regular member: a :meth:`plain_run`, else the one member :meth:`members` reads."""
         slow = self.members()
         while True:
             run = self.plain_run(max_size)
@@ -249,8 +248,7 @@ class TarMembers:
         return Run(buffer, base, headers, sizes, names, first_number, entries)
 
     def members(self) -> Iterator[str]:
-        """Yield the name of each regular member, whose data :meth:`read_data` reads (else it
-        is skipped); ends after the end-of-archive blocks."""
+        """Yield each regular member's name (:meth:`read_data` reads its data, else skipped)."""
         long_name: str | None = None
         long_link: str | None = None
         pax: dict[str, bytes] = {}
@@ -368,10 +366,10 @@ class TarMembers:
         offset = self.offset if offset is None else offset
         kind, state = (TruncatedShardError, "truncated") if cut else (CorruptShardError, "damaged")
         where = describe_position(self._url, record=record, offset=offset)
-        where += " (in the decompressed stream)" if self._gzipped else ""
+        where += " (in the decompressed stream)" if self.gzipped else ""
         remedy = f"the shard is {state}, re-create or re-download it"
         if head and not offset:
-            remedy = format_hint(head, "tar", self._gzipped, inflated=self._gzipped) or remedy
+            remedy = format_hint(head, "tar", self.gzipped, inflated=self.gzipped) or remedy
         return kind(f"{where}: {what}; {remedy}", url=self._url, offset=offset, record=record)
 
     def corrupt(

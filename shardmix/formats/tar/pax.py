@@ -43,8 +43,7 @@ class PaxShapes:
         self.blocks: dict[bytes, _Block | None] = {}
 
     def learn_blocks(self, buffer: bytes, headers: list[int], before: int) -> None:
-        """Keep in :attr:`blocks` the first block of each size of the pax headers at
-        ``headers`` before ``before``, which the caller found plain."""
+        """Keep the first block of each size of the plain pax headers before ``before``."""
         blocks = self.blocks
         for at in headers:
             if at >= before:

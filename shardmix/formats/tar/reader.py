@@ -44,11 +44,8 @@ class TarReader:
     def from_options(cls, options: ReadOptions) -> TarReader:
         return cls(options.max_member_bytes, options.max_inflated_bytes)
 
-    def _gzipped(self, url: str) -> bool:
-        return is_gzipped(url) if self.gzipped is None else self.gzipped
-
     def _open(self, stream: BinaryIO, url: str, on_damage: DamageHandler | None) -> TarRecords:
-        gzipped = self._gzipped(url)
+        gzipped = is_gzipped(url) if self.gzipped is None else self.gzipped
         stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=self.max_inflated_bytes)
         members = TarMembers(stream, url, gzipped=gzipped)
         return TarRecords(members, self.max_member_bytes, on_damage)
@@ -66,7 +63,7 @@ class TarReader:
     def _entered(self, stream: BinaryIO, url: str, read: ShardRead) -> TarRecords:
         reader = self._open(stream, url, read.on_damage)
         entry = read.entry
-        if entry is not None and not self._gzipped(url) and reader.members.seekable:
+        if entry is not None and not reader.members.gzipped and reader.members.seekable:
             reader.seek(entry[1], entry[0])
         reader.members.limit = read.stop_offset
         return reader

@@ -174,8 +174,7 @@ class TarRecords:
             state.sample = None
 
     def _plain(self, state: _Reading, run: Run, done: int) -> tuple[int, bool]:
-        """The first loop, from member ``done``: ``(members taken, whether to stop for the
-        record in progress to be handed on first)``."""
+        """The first loop: ``(members taken, whether to hand on the record in progress)``."""
         buffer, base, headers, sizes, names, _, entries = run
         members, max_size, first_seen = self.members, self._max_member_bytes, state.first_seen
         start, last, pending = state.start, state.last, state.sample is not None
@@ -268,8 +267,7 @@ class TarRecords:
         return count
 
     def _begins(self, state: _Reading, key: str, run: Run, index: int, entry: int) -> bool:
-        """Record ``key`` begins at member ``index`` (its entry at byte ``entry``): whether it
-        is past the last to read."""
+        """Record ``key`` begins at member ``index``: whether it is past the last to read."""
         self._end_record(state.record, entry)
         state.key = key
         record = state.record = self.records
@@ -377,8 +375,7 @@ class TarRecords:
         )
 
     def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
-        """A record with intact framing is damaged: raise, or drop it (reported when it ends;
-        not at all before ``start``)."""
+        """A record with intact framing is damaged: raise, or drop it (reported when it ends)."""
         if self._on_damage is None:
             raise error
         if record >= start and self._damage is None:

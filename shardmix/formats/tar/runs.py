@@ -39,8 +39,7 @@ _Walked = tuple[list[int], list[int], list[int], list[int], dict[int, list[int]]
 def plain_members(
     buffer: bytes, first: int, max_size: int, shapes: PaxShapes | None = None
 ) -> Found | None:
-    """The plain members at ``buffer[first:]`` on, as far as the buffer holds them whole, or
-    None when the first is not plain."""
+    """The plain members from ``buffer[first:]`` that it holds whole; None if the first is not."""
     if len(buffer) < first + BLOCK or buffer[first + 156] not in b"07xL":
         return None  # a quick no for what the slow path takes: no walk of the buffer
     shapes = PaxShapes() if shapes is None else shapes
