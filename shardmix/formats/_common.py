@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, BinaryIO, Self
 
-from shardmix.formats.compression import decompressed
 from shardmix.policy import DamageHandler
 
 # What a record becomes: its fields by name, KEY_FIELD among them.
@@ -132,13 +131,6 @@ def read_up_to(read: Callable[[int], bytes], size: int) -> bytes:
         parts.append(part)
         missing -= len(part)
     return b"".join(parts)
-
-
-def inflated(stream: BinaryIO, url: str, *, gzipped: bool, max_inflated_bytes: int) -> BinaryIO:
-    """The decompressed bytes of ``stream`` when ``gzipped``, else ``stream`` itself."""
-    if gzipped:
-        return decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    return stream
 
 
 def without_offsets(

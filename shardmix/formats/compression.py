@@ -84,9 +84,9 @@ class GzipShardStream(io.RawIOBase):
         super().close()
 
 
-def decompressed(
-    raw: BinaryIO, url: str, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
-) -> BinaryIO:
-    """A buffered stream of the decompressed bytes of gzip shard ``raw``."""
-    stream = GzipShardStream(raw, url, max_inflated_bytes=max_inflated_bytes)
-    return io.BufferedReader(stream, buffer_size=1 << 16)
+def inflated(stream: BinaryIO, url: str, *, gzipped: bool, max_inflated_bytes: int) -> BinaryIO:
+    """The decompressed bytes of ``stream`` (buffered) when ``gzipped``, else ``stream``."""
+    if not gzipped:
+        return stream
+    shard = GzipShardStream(stream, url, max_inflated_bytes=max_inflated_bytes)
+    return io.BufferedReader(shard, buffer_size=1 << 16)

@@ -68,8 +68,7 @@ def infer_format(url: str) -> Format:
 
 def is_gzipped(url: str) -> bool:
     """Whether the URL names a gzip-compressed shard (``.gz`` or ``.tgz``)."""
-    path = url.split("?", 1)[0].lower()
-    return path.endswith((".gz", ".tgz"))
+    return url.split("?", 1)[0].lower().endswith((".gz", ".tgz"))
 
 
 class ShardReader(Protocol):

@@ -20,12 +20,11 @@ from shardmix.formats._common import (
     KEY_FIELD,
     ShardRead,
     check_start,
-    inflated,
     reserved_field,
     reserved_message,
     wanted_records,
 )
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, inflated
 from shardmix.formats.example import decode_example
 from shardmix.formats.example_size import DEFAULT_MAX_DECODED_BYTES
 from shardmix.formats.options import ReadOptions, TFRecordPayload
@@ -300,8 +299,7 @@ class TFRecordReader:
         return _samples(framing, _walk(framing, spans, True), self)
 
     def count(self, stream: BinaryIO, url: str) -> int:
-        record, _ = skip_records(self._framing(stream, url, None), sys.maxsize)
-        return record
+        return skip_records(self._framing(stream, url, None), sys.maxsize)[0]
 
     def index(
         self, stream: BinaryIO, url: str, every: int, on_damage: DamageHandler | None = None

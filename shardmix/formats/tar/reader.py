@@ -10,9 +10,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from shardmix.formats._common import ShardRead, inflated, wanted_records
+from shardmix.formats._common import ShardRead, wanted_records
 from shardmix.formats.blocks import RecordBlock
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, inflated
 from shardmix.formats.options import ReadOptions
 from shardmix.formats.registry import (
     Format,
