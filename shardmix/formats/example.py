@@ -98,9 +98,8 @@ def decode_example(
     >>> sample["label"], sample["text"], sample["tags"]
     (array([3]), b'hi', [b'a', b'b'])
 
-    Raises :class:`~shardmix.errors.DecodeError` when ``payload`` is not an Example, and
-    :class:`~shardmix.errors.DecodedSizeError` when it would decode to more than
-    ``max_decoded_bytes`` (checked on the wire, before anything is allocated).
+    Raises :class:`~shardmix.errors.DecodeError` for a payload that is not an Example,
+    :class:`~shardmix.errors.DecodedSizeError` for one over ``max_decoded_bytes`` decoded.
     """
     if len(payload) * MAX_EXPANSION <= max_decoded_bytes:  # under the bound, whatever it holds
         sample = _LAYOUTS.decode(payload)
@@ -214,12 +213,9 @@ def _feature_values(name: str, value: Any) -> tuple[str, Iterable[Any]]:
 
 
 def encode_example(features: Mapping[str, Any]) -> bytes:
-    """Serialize ``features`` as a ``tf.train.Example``.
-
-    Integers and bools become ``int64_list``, floats ``float_list`` (rounded to float32),
-    bytes and str (UTF-8) ``bytes_list``; numpy arrays are flattened. An empty list becomes a
-    feature with no kind set. Raises :class:`ValueError` for anything else.
-    """
+    """Serialize ``features`` as a ``tf.train.Example``: ints and bools as ``int64_list``,
+    floats ``float_list`` (float32), bytes and str (UTF-8) ``bytes_list``, numpy arrays
+    flattened, an empty list a feature with no kind; :class:`ValueError` for anything else."""
     example: Any = Example()
     feature_map = example.features.feature
     for name, value in features.items():

@@ -62,8 +62,7 @@ def key_tags(records: list[int], keys: list[Any]) -> list[int]:
 
 
 def tags_differ(expected: int, found: int) -> bool:
-    """Whether a record tagged ``found`` is not the one tagged ``expected`` (:data:`NO_TAG`
-    differs from none).
+    """Whether a record tagged ``found`` is not the one tagged ``expected`` (NO_TAG: unknown).
 
     >>> tags_differ(5, 6), tags_differ(5, 5), tags_differ(NO_TAG, 6)
     (True, False, False)

@@ -156,8 +156,7 @@ class TarWriter(Closing):
         self.records += 1
 
     def write_sample(self, sample: Mapping[str, Any]) -> None:
-        """Append one of convert's samples, its values made tar data first (:func:`tar_value`);
-        one the format cannot hold raises :class:`BadInputError`."""
+        """Append one of convert's samples (:func:`tar_value`), else :class:`BadInputError`."""
         key = sample[KEY_FIELD]
         try:
             self.write({name: tar_value(key, name, value) for name, value in sample.items()})

@@ -72,9 +72,8 @@ class _Span(NamedTuple):
 def _walk(
     framing: Framing, spans: Iterable[_Span], verify: bool, record: int = 0, offset: int = 0
 ) -> Iterator[tuple[int, int, bytes, bytes]]:
-    """``(record, offset, payload, footer)`` of the records of each span, from ``record`` at
-    ``offset`` (footer: the data CRC's bytes). Between spans, records are skipped by their
-    framing, or seeked to when the span says where it starts."""
+    """``(record, offset, payload, footer: the data CRC)`` of each span's records, from
+    ``record`` at ``offset``; between spans, records are skipped, or a seek goes to ``at``."""
     for first, stop, at in spans:
         try:
             if at is None:
@@ -99,9 +98,8 @@ def _walk(
 def _span(
     framing: Framing, stop: int, placed: bool, verify: bool, record: int, offset: int
 ) -> Generator[tuple[int, int, bytes, bytes], None, tuple[int, int] | None]:
-    """The records of one span, from ``record`` at ``offset`` to ``stop``: where the walk goes
-    on, or None where it ends. ``placed``: a record must be at ``offset``. The hot loop: one
-    header, one data and one footer read per record."""
+    """One span's records up to ``stop``: where the walk goes on, or None where it ends
+    (``placed``: a record must be at ``offset``). The hot loop: three reads per record."""
     read, crc, unpack_crc = framing.stream.read, crc32c.crc32c, CRC.unpack
     direct_read, unpack_header = framing.direct_read, HEADER.unpack
     size_known, limit = framing.size, framing.max_record_bytes
@@ -164,13 +162,10 @@ def read_tfrecord_records(
     verify: bool = True,
     on_damage: DamageHandler | None = None,
 ) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(byte offset, payload)`` for each record of a TFRecord stream, from ``start`` on.
-
-    Offsets count from the stream's position when called. ``verify=False`` skips the data CRC
-    check, never the length CRC, which guards what is allocated. Damage raises
-    :class:`~shardmix.errors.CorruptShardError` (``TruncatedShardError`` for a cut), or is
-    reported to ``on_damage``. An empty stream yields nothing and warns.
-    """
+    """Yield ``(byte offset from here, payload)`` for each record of a TFRecord stream, from
+    ``start`` on. ``verify=False`` skips the data CRC check, never the length CRC. Damage
+    raises :class:`~shardmix.errors.CorruptShardError` (``TruncatedShardError`` for a cut) or
+    is reported to ``on_damage``; an empty stream yields nothing and warns."""
     check_start(start)
     framing = Framing(stream, url, max_record_bytes, inflated=False, on_damage=on_damage)
     records = _walk(framing, [_Span(start, sys.maxsize)], verify)

@@ -58,8 +58,7 @@ class TFRecordWriter(Closing):
         self.write(encode_example(features))
 
     def write_sample(self, sample: Mapping[str, Any]) -> None:
-        """Append one of convert's samples as an Example; one the format cannot hold raises
-        :class:`BadInputError`."""
+        """Append one of convert's samples as an Example, else :class:`BadInputError`."""
         try:
             self.write_example(sample)
         except ValueError as error:

@@ -22,10 +22,6 @@ _MAX_SHAPES = 64  # a few per writer; past this many the known ones are forgotte
 _Block = tuple[bytes, int, int, tuple[bytes, bytes, int] | None]
 
 
-def _no_lengths(data: bytes) -> tuple[()]:
-    return ()
-
-
 def _harmless(records: dict[str, bytes] | None) -> TypeGuard[dict[str, bytes]]:
     """Whether pax ``records`` are well formed and change no member (no path, size, sparse)."""
     return records is not None and not any(
@@ -74,7 +70,7 @@ class PaxShapes:
             space = data.find(b" ", position)
             spans.append(slice(position, space))
             position += int(data[position:space])
-        lengths: Callable[[bytes], object] = itemgetter(*spans) if spans else _no_lengths
+        lengths: Callable[[bytes], object] = itemgetter(*spans) if spans else lambda data: ()
         if len(self.known) >= _MAX_SHAPES:
             self.known.clear()
         self.known[shape] = (lengths, lengths(data))

@@ -105,9 +105,8 @@ class TarReader:
         reader.index_every = every
         for _ in reader.samples(sys.maxsize):
             pass
-        if reader.cut_at is not None:  # damage reported: the records before it
-            return min(reader.records, reader.cut_at), reader.index
-        return reader.records, reader.index
+        cut = reader.cut_at  # damage reported: the records before it count
+        return (reader.records if cut is None else min(reader.records, cut)), reader.index
 
 
 register_reader(Format.TAR, TarReader.from_options)

@@ -33,9 +33,8 @@ def _one(
 
 
 class _Reading:
-    """What one read carries from run to run: the record in progress (a ``sample`` dict, or
-    with ``columnar`` the block's last record, ``filled`` of ``width`` fields read) and the
-    block being filled."""
+    """What one read carries from run to run: the record in progress (a ``sample``, or with
+    ``columnar`` the block's last, ``filled`` of ``width`` fields read) and the block."""
 
     __slots__ = (
         "start", "last", "wanted", "fast", "first_seen", "sample", "fields", "key", "record",
@@ -88,8 +87,7 @@ class TarRecords:
     def samples(
         self, start: int, stop: int | None = None, wanted: Collection[int] | None = None
     ) -> Iterator[LocatedSample]:
-        """Located samples of records ``[start, stop)``, or of the ``wanted`` ones; the others
-        are walked. The offset is the record's first header's (a pax or long-name one too)."""
+        """Located samples of records ``[start, stop)``, or of the ``wanted`` ones."""
         return cast("Iterator[LocatedSample]", self._read(start, stop, wanted, blocks=False))
 
     def blocks(self, start: int, stop: int | None = None) -> Iterator[RecordBlock]:
@@ -98,12 +96,9 @@ class TarRecords:
     def _read(
         self, start: int, stop: int | None, wanted: Collection[int] | None, *, blocks: bool
     ) -> Iterator[LocatedSample | RecordBlock]:
-        """The one loop of every read: located samples, or with ``blocks`` record blocks.
-
-        Each run goes through two loops (:meth:`_run`): :meth:`_plain` takes plain members of
-        records to read into a block's columns and stops, before changing any state, at
-        anything else; :meth:`_members` handles every case until a record to read begins.
-        """
+        """The one loop of every read: located samples, or with ``blocks`` record blocks. In each
+        run (:meth:`_run`), :meth:`_plain` takes plain members into a block's columns and stops,
+        before changing any state, at anything else, which :meth:`_members` handles."""
         state = _Reading(start, stop, wanted, fast=wanted is None and not self.index_every)
         try:
             members = self.members
@@ -304,9 +299,8 @@ class TarRecords:
         return run.buffer[at : at + run.sizes[index]]
 
     def sample_at(self, offset: int, record: int, end: int) -> dict[str, Any]:
-        """The sample of ``record``, whose first header :meth:`samples` found at ``offset``
-        (``end``: the stream's size); :class:`CorruptShardError` when no record starts there.
-        Tar marks no record boundary: an offset on a later member of a record reads from it."""
+        """The sample of ``record`` at ``offset`` (``end``: the stream's size), else a
+        :class:`CorruptShardError` (tar marks no record boundary: a later member reads on)."""
         error = self.members.error
         if offset % BLOCK or not 0 <= offset <= end - BLOCK:
             raise error(
