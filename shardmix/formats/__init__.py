@@ -1,15 +1,7 @@
 """Shard formats: turn a shard's bytes into samples, and samples into shards.
 
-The read API is :class:`~shardmix.formats.registry.ShardReader`, whose docstring says once what
-every read promises, and ``reader_for(fmt, options)``; ``writer_for(fmt)`` gives the write side
-``shardmix convert`` uses. Readers know nothing of workers, ranks or torch. :class:`Sample` and
-the names of shardmix's own fields (:data:`KEY_FIELD`, ...) are defined in
-:mod:`~shardmix.formats._common`.
-
-The functions below are that API for one call each, for callers holding a format rather than a
-reader: :func:`read_samples` (from record ``start`` on), :func:`read_samples_at` (only some
-records, by index) and :func:`read_samples_at_offsets` (records at stored byte offsets of a
-seekable, uncompressed shard: how a restored shuffle buffer is re-read).
+The read API is :class:`~shardmix.formats.registry.ShardReader` (``reader_for``), the write side
+``writer_for``; the functions below read with one call. Nothing here knows workers or torch.
 """
 
 from __future__ import annotations
@@ -115,13 +107,9 @@ def read_samples_at(
     on_damage: DamageHandler | None = None,
     tagged: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(record index, sample)`` for each wanted record, in order, decoding only those.
-
-    ``records``: ascending and unique (checked at the call). As a reader's ``records_wanted``:
-    an index past the end is not yielded (the caller decides what that means). ``tagged``: read
-    with the reader whose samples carry their own tag, if the format has one
-    (:func:`~shardmix.formats.tags.tagging_reader`).
-    """
+    """Yield ``(record index, sample)`` for each wanted record (ascending, unique), decoding
+    only those; an index past the end is not yielded. ``tagged``: samples carry their own tag,
+    if the format has one (:func:`~shardmix.formats.tags.tagging_reader`)."""
     found = _reader(fmt, options, tagged).records_wanted(stream, url, records, on_damage=on_damage)
     return without_offsets(found)
 
@@ -140,13 +128,9 @@ def read_samples_at_offsets(
     options: ReadOptions = ReadOptions(),
     tagged: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(record index, sample)`` for each ``(record, offset)``, in order, by seeking.
-
-    As a reader's ``records_at``; a stale offset raises
-    :class:`~shardmix.errors.CorruptShardError`, noted as such. The stream must pass
-    :func:`can_seek_records` (otherwise :func:`read_samples_at` walks the framing).
-    ``tagged``: as for :func:`read_samples_at`.
-    """
+    """Yield ``(record index, sample)`` for each ``(record, offset)``, by seeking, from a stream
+    that passes :func:`can_seek_records`; a stale offset raises
+    :class:`~shardmix.errors.CorruptShardError`. ``tagged``: as for :func:`read_samples_at`."""
     if not can_seek_records(stream, url):
         raise ValueError(
             f"{url}: reading records at byte offsets needs a seekable, uncompressed stream; "

@@ -6,23 +6,20 @@ The tar and TFRecord modules own their framing; what is the same around it lives
 from __future__ import annotations
 
 import gzip
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, BinaryIO, Self
 
-from shardmix.formats.compression import decompressed
 from shardmix.policy import DamageHandler
 
 # What a record becomes: its fields by name, KEY_FIELD among them.
 Sample = dict[str, Any]
 
-# The names shardmix gives fields of its own in a sample. KEY_FIELD is every sample's key.
-# Provenance, which a sample read back carries: the shard's URL, the record's index and byte
-# offset, the mixture member. Markers, which no sample a user sees holds: the record's tag, a
-# dropped sample's reason, its stated size, the worker that read it, a whole sample in a Ray
-# column. A shard's field under one of these would be overwritten or taken for a marker, so
-# readers and writers refuse them by name.
+# The names of shardmix's own fields. KEY_FIELD is every sample's key; provenance travels with a
+# sample read back; markers (tag, drop reason, size, worker, a Ray column's sample) no user sees.
+# A shard's field under one of these would be overwritten or taken for a marker: refused.
 KEY_FIELD = "__key__"
 SOURCE_KEY, INDEX_KEY, OFFSET_KEY, DATASET_KEY = (
     "__source__",
@@ -55,7 +52,7 @@ def reserved_message(field: str, noun: str = "field") -> str:
 
 
 def wanted_records(records: Sequence[int]) -> list[int]:
-    """``records`` as a list, checked to be record indices, ascending without repeats.
+    """``records`` as a list, checked to be record indices ascending without repeats.
 
     >>> wanted_records((0, 3, 7))
     [0, 3, 7]
@@ -75,20 +72,17 @@ def wanted_records(records: Sequence[int]) -> list[int]:
 
 
 def check_start(start: int) -> None:
-    """Refuse a negative ``start`` (at the call, before any byte is read)."""
     if start < 0:
         raise ValueError(f"start must be a record index >= 0, got {start}")
 
 
 @dataclass(frozen=True)
 class ShardRead:
-    """What one read of a shard asks (a reader's ``records`` and ``blocks`` take it): records
-    ``[start, stop)`` (``stop`` None: to the end); where a seekable, uncompressed stream may
-    enter instead of byte 0: ``start_offset``, the offset of record ``start``, else
-    ``seek_from``, a ``(record, offset)`` at or before ``start`` (an entry of a reader's
-    ``index``); where record ``stop`` begins, when known (``stop_offset``, an entry of the
-    index: a reader may end there without looking further); and who is told of damage instead
-    of raising it (``on_damage``)."""
+    """What one read of a shard asks: records ``[start, stop)`` (``stop`` None: to the end).
+
+    A seekable, uncompressed stream may enter at ``start_offset`` (record ``start``'s), else at
+    ``seek_from``, an ``index`` entry at or before ``start``; ``stop_offset``: where record
+    ``stop`` begins, if known; ``on_damage``: told of damage instead of raising it."""
 
     start: int = 0
     stop: int | None = None
@@ -113,15 +107,14 @@ class ShardRead:
 
 
 def is_seekable(stream: BinaryIO) -> bool:
-    """Whether ``stream`` says it can seek (a stream that cannot even say, cannot)."""
     try:
         return bool(stream.seekable())
     except (AttributeError, OSError, ValueError):
         return False
 
 
-# Longer reads go in chunks, since a buffered read allocates the whole size it is asked for up
-# front: memory then follows the bytes found, not a damaged size field.
+# Longer reads go in chunks: a buffered read allocates the whole size asked for up front, so
+# memory then follows the bytes found, not a damaged size field.
 READ_CHUNK = 1 << 24
 
 
@@ -140,13 +133,6 @@ def read_up_to(read: Callable[[int], bytes], size: int) -> bytes:
     return b"".join(parts)
 
 
-def inflated(stream: BinaryIO, url: str, *, gzipped: bool, max_inflated_bytes: int) -> BinaryIO:
-    """The decompressed bytes of ``stream`` when ``gzipped``, else ``stream`` itself."""
-    if gzipped:
-        return decompressed(stream, url, max_inflated_bytes=max_inflated_bytes)
-    return stream
-
-
 def without_offsets(
     located: Iterable[tuple[int, int, dict[str, Any]]],
 ) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -159,15 +145,35 @@ def samples_only(located: Iterable[tuple[int, int, dict[str, Any]]]) -> Iterator
     return (sample for _, _, sample in located)
 
 
-def deterministic_gzip(raw: BinaryIO) -> gzip.GzipFile:
-    """A gzip writer over ``raw`` whose bytes depend on the data only (no name, no time)."""
-    return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)
+class ShardOutput:
+    """Where a writer's bytes go: a path (opened here, closed by :meth:`close`) or a stream
+    (left open), through gzip with no name or time (the bytes depend on the data only)."""
+
+    def __init__(self, file: str | os.PathLike[str] | BinaryIO, gzipped: bool) -> None:
+        self._owned = isinstance(file, (str, os.PathLike))
+        raw = open(file, "wb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
+        self._raw: BinaryIO = raw
+        self._gzip = None
+        if gzipped:
+            self._gzip = gzip.GzipFile(
+                filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0
+            )
+        self.write: Callable[[bytes], object] = (self._gzip or raw).write
+
+    def close(self) -> None:
+        """Finish the gzip stream; close the file if opened here, else flush the stream."""
+        try:
+            if self._gzip is not None:
+                self._gzip.close()
+        finally:
+            if self._owned:
+                self._raw.close()
+            else:
+                self._raw.flush()
 
 
 class Closing:
-    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises
-    (tar's, TFRecord's and convert's writers each define ``close``, and ``abort`` if it differs).
-    """
+    """``with`` for a writer: :meth:`close` when the block ends, :meth:`abort` when it raises."""
 
     def close(self) -> object:
         raise NotImplementedError

@@ -1,15 +1,7 @@
-"""Record blocks: consecutive records of one shard, their fields as columns; and the located
-sample, what a record read alone becomes.
+"""Record blocks: consecutive records of one shard, their fields as columns.
 
-:data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by;
-:data:`LocatedSample` is ``(record index, byte offset, sample)``, what every read gives.
-
-A :class:`~shardmix.formats.registry.BlockReader` (tar's) gives its records as
-:class:`RecordBlock` objects: per record its index, byte offset and key, per field one list of
-values. On shards of small records, a dict per sample (built by the reader, taken apart again
-into columns by the worker's :class:`~shardmix.reading.chunks.ChunkBuilder`) costs a worker
-more than reading the record; a block goes to the chunk's columns with a few list operations
-per record. Every record of a block has the same fields, in the same order.
+:data:`LocatedSample` is ``(record index, byte offset, sample)``, what every read gives;
+:data:`RecordPosition` is ``(record index, byte offset)``, what a checkpoint names a record by.
 """
 
 from __future__ import annotations
@@ -19,15 +11,14 @@ from typing import Any
 
 from shardmix.formats._common import KEY_FIELD
 
-LocatedSample = tuple[int, int, dict[str, Any]]  # (record index, byte offset, sample)
-RecordPosition = tuple[int, int]  # (record index, byte offset)
+LocatedSample = tuple[int, int, dict[str, Any]]
+RecordPosition = tuple[int, int]
 
 
 @dataclass
 class RecordBlock:
-    """Records ``records`` of one shard (their first bytes at ``offsets``, their keys ``keys``),
-    each with the fields ``fields``: ``values[i][j]`` is field ``fields[i]`` of record
-    ``records[j]``. ``source`` is the shard's URL, once the lane that reads it has said."""
+    """Records ``records`` of one shard (at ``offsets``, keyed ``keys``): ``values[i][j]`` is
+    field ``fields[i]`` of record ``records[j]``; ``source``: the shard's URL, once known."""
 
     records: list[int]
     offsets: list[int]
@@ -41,7 +32,7 @@ class RecordBlock:
 
     @classmethod
     def of(cls, record: int, offset: int, sample: dict[str, Any]) -> RecordBlock:
-        """The block of one located sample (``{"__key__": key, field: value, ...}``)."""
+        """The block of one located sample."""
         fields = tuple(name for name in sample if name != KEY_FIELD)
         values = [[sample[name]] for name in fields]
         return cls([record], [offset], [sample[KEY_FIELD]], fields, values)
@@ -63,7 +54,7 @@ class RecordBlock:
         return self.split(kept)[1]
 
     def located(self) -> list[LocatedSample]:
-        """The records as located samples: ``(record, offset, {"__key__": key, field: ...})``."""
+        """The records as located samples."""
         names = (KEY_FIELD, *self.fields)
         rows = zip(self.keys, *self.values, strict=True)
         return [
@@ -72,8 +63,7 @@ class RecordBlock:
         ]
 
     def sample_bytes(self) -> int:
-        """About how much memory the first record's values hold (see
-        :func:`~shardmix.reading.reader.sample_bytes`), with its key and source URL."""
+        """The first record's size, as :func:`~shardmix.reading.reader.sample_bytes` counts."""
         if not self.records:
             return 0
         total = len(self.keys[0]) + len(self.source or "")
@@ -87,9 +77,8 @@ class RecordBlock:
 
 
 class BlockColumns:
-    """A reader's records as it reads them, in columns, until they are handed on as a
-    :class:`RecordBlock`. The reader appends to the lists that :meth:`columns` gives; the last
-    record may still be in progress, its first fields filled."""
+    """A reader's records in columns, until handed on as a :class:`RecordBlock`; the reader
+    appends to the lists :meth:`columns` gives, and the last record may be in progress."""
 
     def __init__(self) -> None:
         self._new()
@@ -105,8 +94,7 @@ class BlockColumns:
         return self.keys, self.records, self.offsets, self.layout, self.values
 
     def take_last(self, filled: int) -> tuple[dict[str, Any], set[str]]:
-        """Take the last record out of the block: its sample dict, with the first ``filled``
-        fields of the block, and their names."""
+        """Take out the last record: its sample of the first ``filled`` fields, their names."""
         sample = {KEY_FIELD: self.keys.pop()}
         self.records.pop()
         self.offsets.pop()
@@ -117,8 +105,8 @@ class BlockColumns:
     def flushed(
         self, blocks: bool, keep_last: bool = False
     ) -> list[LocatedSample] | list[RecordBlock]:
-        """Hand on the records (all but the last, which may go on, with ``keep_last``): as one
-        :class:`RecordBlock`, or with ``blocks`` False as located samples."""
+        """Hand on the records (but the last with ``keep_last``) as one :class:`RecordBlock`,
+        or with ``blocks`` False as located samples."""
         count = len(self.keys) - keep_last
         if count <= 0:
             if not keep_last:

@@ -1,13 +1,7 @@
 """Gzip-compressed shards: a decompressing stream whose failures name the shard.
 
-Python's ``gzip`` reports a truncated member as a bare ``EOFError`` and a damaged one as
-``BadGzipFile`` or ``zlib.error`` with no file name; this wrapper turns each into a
-:class:`~shardmix.errors.CorruptShardError` that names the URL and the offset reached in the
-decompressed stream, so the format readers above it never see a gzip-specific exception.
-
-It also bounds what one shard may inflate to (``max_inflated_bytes``): memory is bounded by
-the readers' per-record limits already; this bounds the time a decompression bomb can take.
-The default, 64 GiB, is far above any sensible shard, so it only ever stops a bomb or a mistake.
+Every failure is a :class:`~shardmix.errors.CorruptShardError` naming the URL and offset, and
+``max_inflated_bytes`` bounds what a shard inflates to (docs/design/formats.md).
 """
 
 from __future__ import annotations
@@ -39,15 +33,13 @@ class GzipShardStream(io.RawIOBase):
         self._raw = raw
         self._url = url
         self._position = 0
-        # One byte past the limit is read, to tell a shard of exactly the limit from a bigger one.
-        self._allowed = max_inflated_bytes + 1
         self._max = max_inflated_bytes
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: WriteableBuffer) -> int:
-        room = self._allowed - self._position
+        room = self._max + 1 - self._position  # a byte past the limit tells a bigger shard
         view = memoryview(buffer)
         if len(view) > room:
             view = view[:room]
@@ -79,7 +71,7 @@ class GzipShardStream(io.RawIOBase):
         return count
 
     def _not_gzip(self) -> str:
-        """At the start, what the file looks like when it is no gzip file ("" if unknown)."""
+        """At the start, what the file looks like if no gzip file ("" if unknown)."""
         raw = self._raw
         if self._position or not raw.seekable():
             return ""
@@ -92,9 +84,9 @@ class GzipShardStream(io.RawIOBase):
         super().close()
 
 
-def decompressed(
-    raw: BinaryIO, url: str, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
-) -> BinaryIO:
-    """A buffered stream of the decompressed bytes of gzip shard ``raw``."""
-    stream = GzipShardStream(raw, url, max_inflated_bytes=max_inflated_bytes)
-    return io.BufferedReader(stream, buffer_size=1 << 16)
+def inflated(stream: BinaryIO, url: str, *, gzipped: bool, max_inflated_bytes: int) -> BinaryIO:
+    """The decompressed bytes of ``stream`` (buffered) when ``gzipped``, else ``stream``."""
+    if not gzipped:
+        return stream
+    shard = GzipShardStream(stream, url, max_inflated_bytes=max_inflated_bytes)
+    return io.BufferedReader(shard, buffer_size=1 << 16)

@@ -1,14 +1,7 @@
 """``tf.train.Example`` payloads: encode and decode them without TensorFlow.
 
-The message classes are built at import time from a descriptor written out in code, in the
-``tensorflow`` protobuf package so that field numbers, wire format and full names match what
-TensorFlow writes, in a private descriptor pool, so importing TensorFlow never clashes with them.
-
-Decoding is on the per-sample hot path; it maps each feature to the cheapest useful Python
-value: ``int64_list`` to an ``int64`` array, ``float_list`` to a ``float32`` array,
-``bytes_list`` to ``bytes`` (one value) or ``list[bytes]`` (any other count), and a feature
-with no kind set to ``[]``. A record laid out as one before it is decoded by slicing
-(:mod:`shardmix.formats.example_layout`: the same values, found faster).
+A record of a layout seen before is decoded by slicing
+(:mod:`shardmix.formats.example_layout`), the same values found faster.
 """
 
 from __future__ import annotations
@@ -17,8 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _FieldProto
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
 
@@ -33,75 +25,47 @@ from shardmix.formats.example_size import (
 __all__ = ["decode_example", "encode_example"]
 
 
-def _field(
-    name: str,
-    number: int,
-    kind: int,
-    *,
-    repeated: bool = False,
-    type_name: str | None = None,
-    packed: bool = False,
-    oneof: int | None = None,
-) -> _FieldProto:
-    """One field of the descriptor."""
-    field = _FieldProto(name=name, number=number, type=kind)
-    field.label = _FieldProto.LABEL_REPEATED if repeated else _FieldProto.LABEL_OPTIONAL
-    if type_name is not None:
-        field.type_name = type_name
-    if packed:
-        field.options.packed = True
-    if oneof is not None:
-        field.oneof_index = oneof
-    return field
+# The subset of tensorflow/core/example/{example,feature}.proto that Example needs.
+_DESCRIPTOR = """
+name: "shardmix/tensorflow/example.proto" package: "tensorflow" syntax: "proto3"
+message_type { name: "BytesList"
+  field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_BYTES } }
+message_type { name: "FloatList"
+  field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_FLOAT
+          options { packed: true } } }
+message_type { name: "Int64List"
+  field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_INT64
+          options { packed: true } } }
+message_type { name: "Feature" oneof_decl { name: "kind" }
+  field { name: "bytes_list" number: 1 label: LABEL_OPTIONAL oneof_index: 0
+          type: TYPE_MESSAGE type_name: ".tensorflow.BytesList" }
+  field { name: "float_list" number: 2 label: LABEL_OPTIONAL oneof_index: 0
+          type: TYPE_MESSAGE type_name: ".tensorflow.FloatList" }
+  field { name: "int64_list" number: 3 label: LABEL_OPTIONAL oneof_index: 0
+          type: TYPE_MESSAGE type_name: ".tensorflow.Int64List" } }
+message_type { name: "Features"
+  field { name: "feature" number: 1 label: LABEL_REPEATED
+          type: TYPE_MESSAGE type_name: ".tensorflow.Features.FeatureEntry" }
+  nested_type { name: "FeatureEntry" options { map_entry: true }
+    field { name: "key" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING }
+    field { name: "value" number: 2 label: LABEL_OPTIONAL
+            type: TYPE_MESSAGE type_name: ".tensorflow.Feature" } } }
+message_type { name: "Example"
+  field { name: "features" number: 1 label: LABEL_OPTIONAL
+          type: TYPE_MESSAGE type_name: ".tensorflow.Features" } }
+"""
 
 
-def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    """The subset of ``tensorflow/core/example/{example,feature}.proto`` that Example needs."""
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="shardmix/tensorflow/example.proto", package="tensorflow", syntax="proto3"
-    )
-    message = _FieldProto.TYPE_MESSAGE
-    for name, kind, packed in (
-        ("BytesList", _FieldProto.TYPE_BYTES, False),
-        ("FloatList", _FieldProto.TYPE_FLOAT, True),
-        ("Int64List", _FieldProto.TYPE_INT64, True),
-    ):
-        proto.message_type.add(name=name).field.append(
-            _field("value", 1, kind, repeated=True, packed=packed)
-        )
-    feature = proto.message_type.add(name="Feature")
-    feature.oneof_decl.add(name="kind")
-    for number, name in enumerate(("bytes_list", "float_list", "int64_list"), start=1):
-        type_name = ".tensorflow." + name.title().replace("_", "")
-        feature.field.append(_field(name, number, message, type_name=type_name, oneof=0))
-    features = proto.message_type.add(name="Features")
-    entry = features.nested_type.add(name="FeatureEntry")
-    entry.options.map_entry = True
-    entry.field.append(_field("key", 1, _FieldProto.TYPE_STRING))
-    entry.field.append(_field("value", 2, message, type_name=".tensorflow.Feature"))
-    features.field.append(
-        _field("feature", 1, message, repeated=True, type_name=".tensorflow.Features.FeatureEntry")
-    )
-    proto.message_type.add(name="Example").field.append(
-        _field("features", 1, message, type_name=".tensorflow.Features")
-    )
-    return proto
-
-
-def _example_class() -> type[Message]:
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(_file_descriptor())
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
-
-
-Example: type[Message] = _example_class()
+_POOL = descriptor_pool.DescriptorPool()  # private: importing TensorFlow never clashes with it
+_POOL.Add(text_format.Parse(_DESCRIPTOR, descriptor_pb2.FileDescriptorProto()))
+Example: type[Message] = message_factory.GetMessageClass(
+    _POOL.FindMessageTypeByName("tensorflow.Example")
+)
 
 _BYTES = "bytes_list"
 _FLOAT32 = np.dtype(np.float32)
 _INT64 = np.dtype(np.int64)
 
-
-# ---------------------------------------------------------------------------------- decoding
 
 # np.array() on a repeated field costs about 2 us whatever its length; np.fromiter() starts
 # cheaper but grows per value. They cross near 48 values (measured with protobuf's upb backend).
@@ -118,7 +82,6 @@ def _array(values: Any, dtype: np.dtype) -> np.ndarray:
 # The layouts of the records this process has decoded (a cache: it changes no result).
 _LAYOUTS = Layouts()
 
-# Of the kinds other than bytes, which _parsed decodes inline.
 _DECODERS: dict[str | None, Callable[[Any], Any]] = {
     "float_list": lambda feature: _array(feature.float_list.value, _FLOAT32),
     "int64_list": lambda feature: _array(feature.int64_list.value, _INT64),
@@ -135,9 +98,8 @@ def decode_example(
     >>> sample["label"], sample["text"], sample["tags"]
     (array([3]), b'hi', [b'a', b'b'])
 
-    Raises :class:`~shardmix.errors.DecodeError` when ``payload`` is not an Example, and
-    :class:`~shardmix.errors.DecodedSizeError` when it would decode to more than
-    ``max_decoded_bytes`` (checked on the wire, before anything is allocated).
+    Raises :class:`~shardmix.errors.DecodeError` for a payload that is not an Example,
+    :class:`~shardmix.errors.DecodedSizeError` for one over ``max_decoded_bytes`` decoded.
     """
     if len(payload) * MAX_EXPANSION <= max_decoded_bytes:  # under the bound, whatever it holds
         sample = _LAYOUTS.decode(payload)
@@ -149,7 +111,6 @@ def decode_example(
 
 
 def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
-    """:func:`decode_example` by protobuf."""
     example: Any = Example()
     try:
         over = decoded_size_over(payload, max_decoded_bytes)
@@ -164,8 +125,8 @@ def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
         example.ParseFromString(payload)  # measured a little faster than FromString
     except ProtobufDecodeError as error:
         raise DecodeError(f"payload is not a tf.train.Example: {error}") from error
-    # The map's own iteration and indexing: its items() view walks it in a Python generator.
-    # A bytes feature, the common kind, is decoded inline, without a call.
+    # The map's own iteration and indexing (items() walks it in a Python generator); bytes,
+    # the common kind, inline.
     features = example.features.feature
     sample: dict[str, Any] = {}
     for name in features:
@@ -178,8 +139,6 @@ def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
             sample[name] = _DECODERS[kind](feature)
     return sample
 
-
-# ---------------------------------------------------------------------------------- encoding
 
 _FLOAT, _INT = "float_list", "int64_list"
 
@@ -195,15 +154,14 @@ def _scalar_kind(value: Any) -> str | None:
     return None
 
 
-def _as_bytes(value: Any) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
-
-
-_CONVERTERS: dict[str, Callable[[Any], Any]] = {_BYTES: _as_bytes, _FLOAT: float, _INT: int}
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    _BYTES: lambda value: value.encode("utf-8") if isinstance(value, str) else bytes(value),
+    _FLOAT: float,
+    _INT: int,
+}
 
 
 def _array_values(name: str, array: np.ndarray) -> tuple[str, Iterable[Any]]:
-    """The list kind and flat values of a numpy array."""
     kind = array.dtype.kind
     if kind in "iub":
         if kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
@@ -220,7 +178,6 @@ def _array_values(name: str, array: np.ndarray) -> tuple[str, Iterable[Any]]:
 
 
 def _sequence_values(name: str, values: list[Any]) -> tuple[str, Iterable[Any]]:
-    """The list kind and values of a list of scalars, which must all be of one kind."""
     found = [_scalar_kind(value) for value in values]
     if None in found:
         bad = values[found.index(None)]
@@ -256,12 +213,9 @@ def _feature_values(name: str, value: Any) -> tuple[str, Iterable[Any]]:
 
 
 def encode_example(features: Mapping[str, Any]) -> bytes:
-    """Serialize ``features`` as a ``tf.train.Example``.
-
-    Integers and bools become ``int64_list``, floats ``float_list`` (rounded to float32),
-    bytes and str (UTF-8) ``bytes_list``; numpy arrays are flattened. An empty list becomes a
-    feature with no kind set. Raises :class:`ValueError` for anything else.
-    """
+    """Serialize ``features`` as a ``tf.train.Example``: ints and bools as ``int64_list``,
+    floats ``float_list`` (float32), bytes and str (UTF-8) ``bytes_list``, numpy arrays
+    flattened, an empty list a feature with no kind; :class:`ValueError` for anything else."""
     example: Any = Example()
     feature_map = example.features.feature
     for name, value in features.items():

@@ -1,22 +1,8 @@
 """Example layouts: decode ``tf.train.Example`` records that share one wire layout by slicing.
 
-The records of a shard are mostly alike: the same feature names in the same order, one
-``bytes`` value of the same length each, one small integer. Protobuf parses each one anew, and
-reading its features back out of the message costs a worker several times the parse. A
-:class:`Layout` is learned from one record by walking its wire: where each value lies, and the
-bytes around the values (tags, lengths, feature names). A record of the same length holding the
-same bytes around its values is that layout with other values: its features are slices of the
-payload (and varints read in place).
-
-Only the plainest layout is learned: one ``features`` field; map entries of a key (UTF-8) then
-a value, names all different; each feature a ``bytes_list`` of one or more values, or a packed
-``int64_list`` of one or more varints of at most 9 bytes (values in ``0 .. 2**63 - 1``).
-Anything else is left to protobuf. A layout is kept only if it decodes its record to what
-protobuf gives: values, types and the order of the names.
-
-:class:`Layouts` keeps the layouts learned in a process, by record length, and learns one only
-while the records they decoded pay for the walks. It changes how fast records decode, never
-what they decode to.
+A :class:`Layout` is kept only if it decodes its record as protobuf does, and :class:`Layouts`
+learns new ones only while they pay for the walks: it changes how fast records decode, never
+what they decode to (docs/design/formats.md).
 """
 
 from __future__ import annotations
@@ -48,8 +34,7 @@ class _Unlike(Exception):
 @dataclass(frozen=True)
 class Layout:
     """Records of ``size`` bytes holding ``constants`` (``(start, bytes)``) around their values;
-    ``fields`` are ``(name, kind, spans)`` in the order protobuf's decoding gives the names,
-    ``spans`` where the field's values lie (one per value)."""
+    ``fields``: ``(name, kind, value spans)`` in protobuf's order of the names."""
 
     size: int
     constants: tuple[tuple[int, bytes], ...]
@@ -72,33 +57,19 @@ class Layout:
                 sample[name] = [payload[start:stop] for start, stop in spans]
             else:
                 values = []
-                for start, stop in spans:
-                    value = _exact_varint(payload, start, stop)
-                    if value < 0:
+                for start, stop in spans:  # each span one varint exactly, or another layout
+                    try:
+                        value, after = varint_at(payload, start, stop)
+                    except DecodeError:
+                        return None
+                    if after != stop:
                         return None
                     values.append(value)
                 sample[name] = np.array(values, dtype=_INT64)
         return sample
 
 
-def _exact_varint(payload: bytes, start: int, stop: int) -> int:
-    """The varint that fills ``payload[start:stop]`` exactly, or -1 when none does."""
-    last = payload[stop - 1]
-    if last >= 0x80:
-        return -1
-    value = 0
-    shift = 0
-    for at in range(start, stop - 1):
-        byte = payload[at]
-        if byte < 0x80:
-            return -1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-    return value | (last << shift)
-
-
 def _varint(payload: bytes, pos: int, end: int) -> tuple[int, int]:
-    """:func:`~shardmix.formats.example_size.varint_at`, of at most :data:`_MAX_VARINT` bytes."""
     try:
         value, after = varint_at(payload, pos, end)
     except DecodeError:
@@ -169,7 +140,7 @@ def _walk(payload: bytes) -> list[tuple[str, int, tuple[Span, ...]]]:
 
 
 def _same(found: dict[str, Any], expected: dict[str, Any]) -> bool:
-    """Whether two decodings of a record are equal: names in order, values and their types."""
+    """Whether two decodings are equal: names in order, values and their types."""
     if list(found) != list(expected):
         return False
     for name, value in found.items():
@@ -185,8 +156,7 @@ def _same(found: dict[str, Any], expected: dict[str, Any]) -> bool:
 
 
 def learn_layout(payload: bytes, decoded: dict[str, Any]) -> Layout | None:
-    """The layout of ``payload``, which protobuf's decoding gives as ``decoded``; None when it
-    is not of a layout this module learns, or the layout would decode it otherwise."""
+    """The layout of ``payload`` (protobuf's decoding: ``decoded``), or None if none fits."""
     try:
         fields = _walk(payload)
     except _Unlike:
@@ -221,7 +191,6 @@ class Layouts:
         self.walks = 0
 
     def decode(self, payload: bytes) -> dict[str, Any] | None:
-        """The features of ``payload`` by a known layout, or None."""
         layout = self.by_size.get(len(payload))
         if layout is None or type(payload) is not bytes:
             return None

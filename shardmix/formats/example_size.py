@@ -1,12 +1,7 @@
 """The decoded size of a ``tf.train.Example``, read from the wire before anything is decoded.
 
-A record of a few hundred KiB can decode to gigabytes: a packed ``int64_list`` spends one byte
-of wire per value and eight bytes decoded, an empty feature two bytes of wire and a dict entry,
-a key and a list decoded. Protobuf allocates all of it before returning, so the bound comes
-first: :func:`decoded_size_over` walks the wire (no message object, no copy of the payload),
-every wire type protobuf reads, and sums what decoding would allocate (on the high side),
-stopping as soon as the sum passes the limit. No estimate exceeds ``MAX_EXPANSION`` bytes per
-wire byte, so a payload of at most ``limit // MAX_EXPANSION`` bytes is not walked at all.
+An upper estimate, walked only for payloads over ``limit // MAX_EXPANSION`` bytes
+(docs/design/formats.md).
 """
 
 from __future__ import annotations
@@ -29,11 +24,7 @@ _HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
 class _Over(Exception):
-    """The running sum passed the limit; carries the sum reached."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(size)
-        self.size = size
+    """The running sum passed the limit; its argument is the sum reached."""
 
 
 def varint_at(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -51,36 +42,24 @@ def varint_at(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     raise DecodeError(f"bad varint before byte {pos}")
 
 
-def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
-    """The position after an unknown field's value of wire type ``wire``."""
-    if wire == 0:
-        return varint_at(buf, pos, end)[1]
-    if wire == 1:
-        pos += 8
-    elif wire == 2:
-        length, pos = varint_at(buf, pos, end)
-        pos += length
-    elif wire == 5:
-        pos += 4
-    else:
-        raise DecodeError(f"unsupported wire type {wire} before byte {pos}")
-    if pos > end:
-        raise DecodeError(f"a field runs past its message's end ({pos} > {end})")
-    return pos
-
-
 def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """``(number, wire, start, stop)`` of each field; for wire type 2 the value's span."""
     while pos < end:
         tag, pos = varint_at(buf, pos, end)
-        number, wire = tag >> 3, tag & 7
-        if wire == 2:
+        number, wire, start = tag >> 3, tag & 7, pos
+        if wire == 0:
+            pos = varint_at(buf, pos, end)[1]
+        elif wire == 2:
             length, start = varint_at(buf, pos, end)
             pos = start + length
             if pos > end:
                 raise DecodeError(f"a field of {length} bytes runs past its message's end")
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise DecodeError(f"a field runs past its message's end ({pos} > {end})")
         else:
-            start, pos = pos, _skip(buf, pos, end, wire)
+            raise DecodeError(f"unsupported wire type {wire} before byte {pos}")
         yield number, wire, start, pos
 
 
@@ -132,8 +111,8 @@ def _features_size(buf: bytes, start: int, stop: int, size: int, limit: int) -> 
 
 
 def decoded_size_over(payload: bytes, limit: int) -> int | None:
-    """The estimated decoded size of an Example when it passes ``limit`` (where the walk stopped),
-    else None.
+    """The estimated decoded size of an Example when it passes ``limit`` (as far as walked), else
+    None.
 
     >>> decoded_size_over(b"\\x0a\\x00" * 10, 1000) is None  # ten empty Features fields
     True
@@ -153,5 +132,5 @@ def decoded_size_over(payload: bytes, limit: int) -> int | None:
             if size > limit:
                 return size
     except _Over as over:
-        return over.size
+        return int(over.args[0])
     return None

@@ -1,8 +1,4 @@
-"""Reading options: how payloads become samples and the size limits checked before allocating.
-
-:class:`ReadOptions` holds the ``ShardDataset`` arguments a format reads by, gathered once;
-each format's reader takes the fields it needs in its ``from_options``.
-"""
+"""Reading options: how payloads become samples and the size limits checked before allocating."""
 
 from __future__ import annotations
 
@@ -25,13 +21,12 @@ _LIMITS = ("max_record_bytes", "max_member_bytes", "max_inflated_bytes", "max_de
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """Per-format reading options (validated here, used by the readers).
+    """Per-format reading options, validated here: the limits below are checked before
+    anything is allocated, and a record past one is damage.
 
-    ``max_record_bytes`` bounds a TFRecord record, ``max_member_bytes`` a tar member (1 GiB
-    each: a larger size field is refused as damage before anything is allocated);
-    ``max_inflated_bytes`` bounds everything a gzip shard inflates to (64 GiB);
-    ``max_decoded_bytes`` bounds what one ``tf.train.Example`` decodes to (256 MiB, read from
-    the wire before decoding: a record past it is damage, a ``DecodedSizeError``).
+    ``max_record_bytes``: a TFRecord record (1 GiB); ``max_member_bytes``: a tar member (1 GiB);
+    ``max_inflated_bytes``: all a gzip shard inflates to (64 GiB); ``max_decoded_bytes``: what
+    one ``tf.train.Example`` decodes to (256 MiB, read from the wire: a ``DecodedSizeError``).
     """
 
     tfrecord_payload: TFRecordPayload = TFRecordPayload.EXAMPLE

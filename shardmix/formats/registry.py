@@ -1,16 +1,8 @@
-"""The format registry: one :class:`ShardReader` and one :class:`ShardWriterFormat` per
-:class:`Format`, looked up by format.
+"""The format registry: one reader and one writer side per :class:`Format`, looked up by format.
 
-This module owns what names a format (the :class:`Format` enum, the URL extensions that imply
-one, whether a URL is gzip) and the maps from a format to its reader and to its writer side,
-and nothing that reads or writes bytes. The format modules register themselves when imported;
-:func:`reader_for` and :func:`writer_for` import a built-in format's module on first use, so
-protobuf is loaded only when a TFRecord shard is read or written. As in fsspec's registry, a
-second registration for a format is refused unless ``clobber=True`` says so.
-
-A *located sample* is ``(record index, byte offset, sample)``, what every read yields; a
-*record position* is ``(record index, byte offset)``. The offset is where the record starts in
-the shard (in the decompressed stream for a gzip shard).
+Built-in formats register when imported, which :func:`reader_for` and :func:`writer_for` do on
+first use; as in fsspec, a second registration is refused unless ``clobber=True``. A record's
+byte offset is where it starts (in the decompressed stream if gzip).
 """
 
 from __future__ import annotations
@@ -34,15 +26,11 @@ class Format(enum.Enum):
     TFRECORD = "tfrecord"
 
 
-_SUFFIXES: tuple[tuple[str, Format], ...] = (
-    (".tar", Format.TAR),
-    (".tar.gz", Format.TAR),
-    (".tgz", Format.TAR),
-    (".tfrecord", Format.TFRECORD),
-    (".tfrecords", Format.TFRECORD),
-    (".tfrecord.gz", Format.TFRECORD),
-    (".tfrecords.gz", Format.TFRECORD),
-)
+_EXTENSIONS = {
+    Format.TAR: (".tar", ".tar.gz", ".tgz"),
+    Format.TFRECORD: (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz"),
+}
+_SUFFIXES = [(suffix, fmt) for fmt, suffixes in _EXTENSIONS.items() for suffix in suffixes]
 
 # Files written beside shards, never shards themselves.
 NOT_SHARD_SUFFIXES = (".manifest.json", ".idx", ".index", "record-counts.json")
@@ -80,35 +68,25 @@ def infer_format(url: str) -> Format:
 
 def is_gzipped(url: str) -> bool:
     """Whether the URL names a gzip-compressed shard (``.gz`` or ``.tgz``)."""
-    path = url.split("?", 1)[0].lower()
-    return path.endswith((".gz", ".tgz"))
+    return url.split("?", 1)[0].lower().endswith((".gz", ".tgz"))
 
 
 class ShardReader(Protocol):
-    """Reads one format's shards: every read walks the format's one framing loop.
+    """Reads one format's shards; holds its options only (cheap, immutable, picklable).
 
-    A reader holds its format's options only (cheap, immutable, picklable); each call takes an
-    open binary stream at the shard's start and the shard's URL (for errors, and for gzip when
-    the reader was not told). Record ``i`` is the ``i``-th record in the file, damaged ones
-    included. Arguments are checked at the call; the bytes are read as the result is iterated.
-
-    Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``)
-    naming the URL, the record index and the byte offset, or with ``on_damage`` is reported to
-    it as a :class:`~shardmix.policy.Damage`: a damaged record whose framing is intact is
-    dropped (its index is missing) and reading goes on; damage that loses the framing ends the
-    shard.
+    Each call takes an open binary stream at the shard's start and its URL (for errors, and for
+    gzip when the reader was not told). Record ``i`` is the ``i``-th record in the file, damaged
+    ones included. Arguments are checked at the call; bytes are read as the result is iterated.
+    Damage raises :class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``) naming
+    URL, record and byte offset, or is reported to ``on_damage``: a damaged record with intact
+    framing is dropped (its index missing) and reading goes on; lost framing ends the shard.
     """
 
     def records(
         self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[LocatedSample]:
-        """Located samples of the records ``read`` names (all of them by default).
-
-        Records before ``read.start`` are walked cheaply: framing checked, payloads neither
-        decoded nor checksummed, seeked past when the stream can seek; a seekable, uncompressed
-        stream enters at ``read.entry`` instead of byte 0. Reading stops at the first record at
-        or past ``read.stop``.
-        """
+        """Located samples of records ``[read.start, read.stop)``; those before are walked
+        cheaply (framing only), and a seekable, uncompressed stream enters at ``read.entry``."""
         ...
 
     def records_wanted(
@@ -120,15 +98,14 @@ class ShardReader(Protocol):
         on_damage: DamageHandler | None = None,
     ) -> Iterator[LocatedSample]:
         """Located samples of the ``wanted`` records (ascending, unique), decoding only those;
-        the others are walked. A wanted index past the end of the shard is not yielded."""
+        an index past the end is not yielded."""
         ...
 
     def records_at(
         self, stream: BinaryIO, url: str, positions: Sequence[RecordPosition]
     ) -> Iterator[LocatedSample]:
-        """One located sample per ``(record, offset)`` of a seekable, uncompressed ``stream``:
-        one seek and one record each, checked as a full read checks it; no valid record at an
-        offset (a stale one) raises :class:`~shardmix.errors.CorruptShardError`."""
+        """One located sample per ``(record, offset)`` of a seekable, uncompressed stream, each
+        checked as a full read checks it (a stale offset: :class:`CorruptShardError`)."""
         ...
 
     def count(self, stream: BinaryIO, url: str) -> int:
@@ -138,24 +115,19 @@ class ShardReader(Protocol):
     def index(
         self, stream: BinaryIO, url: str, every: int, on_damage: DamageHandler | None = None
     ) -> tuple[int, list[int]]:
-        """As :meth:`count`, plus the byte offsets of records ``0, every, 2 * every, ...``: a
-        sparse index for ``ShardRead.seek_from``. With ``on_damage``, a shard whose framing is
-        lost is reported to it and counted up to the damage, not raised.
-        """
+        """As :meth:`count`, plus the offsets of records ``0, every, 2 * every, ...`` (for
+        ``ShardRead.seek_from``); with ``on_damage``, lost framing is reported, not raised."""
         ...
 
 
 @runtime_checkable
 class BlockReader(ShardReader, Protocol):
-    """A :class:`ShardReader` that can also give its records in blocks, fields as columns
-    (:mod:`shardmix.formats.blocks`): what the workers read when no transform needs a dict
-    per sample."""
+    """A :class:`ShardReader` that can also give its records in :class:`RecordBlock` objects."""
 
     def blocks(
         self, stream: BinaryIO, url: str, read: ShardRead = ShardRead()
     ) -> Iterator[RecordBlock]:
-        """The records :meth:`~ShardReader.records` gives, with the same arguments, in
-        :class:`~shardmix.formats.blocks.RecordBlock` objects."""
+        """The records :meth:`~ShardReader.records` gives, in blocks."""
         ...
 
 
@@ -196,17 +168,11 @@ def reader_for(fmt: Format, options: ReadOptions | None = None) -> ShardReader:
 
 
 class ShardSampleWriter(Protocol):
-    """One shard being written by ``shardmix convert``: samples in, the format's records out.
+    """One shard being written by ``shardmix convert``: ``records`` written so far, and
+    ``bytes_written`` before compression (an index takes a record's offset from it)."""
 
-    ``records`` counts the records written, ``bytes_written`` the bytes before any compression
-    (a record's offset and length, for an index, are the difference around a write).
-    """
-
-    @property
-    def records(self) -> int: ...
-
-    @property
-    def bytes_written(self) -> int: ...
+    records: int
+    bytes_written: int
 
     def write_sample(self, sample: Mapping[str, Any]) -> None:
         """Append one sample (``"__key__"`` and its fields, as convert loads them); one the
@@ -231,8 +197,8 @@ class ShardWriterFormat(Protocol):
         ...
 
     def record_size(self, key: str, fields: Sequence[str], sizes: Sequence[int]) -> int:
-        """The bytes (before compression) a sample with these fields and value sizes takes:
-        exact where the format allows, else an upper bound; what ``--max-bytes`` rolls on."""
+        """The bytes (before compression) of a sample with these fields and value sizes: exact
+        where the format allows, else an upper bound (what ``--max-bytes`` rolls on)."""
         ...
 
     def open(self, stream: BinaryIO, *, gzip: bool) -> ShardSampleWriter:

@@ -1,10 +1,7 @@
 """What a shard's first bytes look like, for the error its first record raises.
 
-A wrong ``format=``, or a gzip file named ``.tar``, fails at byte offset 0 exactly as damage
-would. This module tells the two apart from the first bytes (gzip's magic number, a tar
-header whose checksum holds, a TFRecord length whose CRC holds), so that the error says to
-rename the shard or pass ``format=`` rather than to download it again. Only the readers'
-errors at offset 0 call it: a healthy read sniffs nothing.
+A wrong ``format=`` or a gzip file named ``.tar`` fails at offset 0 as damage would; the error
+then says to rename the shard or pass ``format=`` instead of to download it again.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Record tags: a few bytes that name a record, so that a position taken earlier can be checked.
 
-A checkpoint names a record by its shard, its index and its byte offset; a restore reads it
-there again. The tag tells that the record found there is the one the checkpoint meant: 16 bits
-of a hash of the record's index and of what it holds: a TFRecord record's data CRC (its footer,
-nothing computed over the payload again), any other record's key. A tag is never 0:
-:data:`NO_TAG` stands for a tag not known (a sample that is not a shard's record, or a state
-that does not say). Readers label records with it under :data:`TAG_KEY`, a key the user's
-transform and batches never see; a reader whose samples carry a tag of their own (TFRecord's)
-has a ``with_tags()`` method (:func:`tagging_reader`).
+16 bits of a hash of a record's index and of its data CRC (TFRecord) or key, never 0
+(:data:`NO_TAG`: not known), under :data:`TAG_KEY` (docs/design/formats.md).
 """
 
 from __future__ import annotations
@@ -52,8 +46,7 @@ def key_tag(index: int, key: Any) -> int:
 
 
 def key_tags(records: list[int], keys: list[Any]) -> list[int]:
-    """:func:`key_tag` of each record, in one loop without a call per record (what a worker pays
-    for every record of a block it reads).
+    """:func:`key_tag` of each record, without a call per record (a worker pays it per record).
 
     >>> key_tags([3, 4], ["a/r3", None]) == [key_tag(3, "a/r3"), NO_TAG]
     True
@@ -69,8 +62,7 @@ def key_tags(records: list[int], keys: list[Any]) -> list[int]:
 
 
 def tags_differ(expected: int, found: int) -> bool:
-    """Whether a record found with tag ``found`` is not the one tagged ``expected`` (a tag
-    not known, on either side, differs from none).
+    """Whether a record tagged ``found`` is not the one tagged ``expected`` (NO_TAG: unknown).
 
     >>> tags_differ(5, 6), tags_differ(5, 5), tags_differ(NO_TAG, 6)
     (True, False, False)

@@ -1,7 +1,6 @@
 """TarWriter: webdataset-compatible tar shards, byte for byte reproducible.
 
-GNU tar and webdataset read the result. :class:`TarShardFormat` is the format's writer side
-for ``shardmix convert``.
+:class:`TarShardFormat` is the format's writer side for ``shardmix convert``.
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -20,7 +19,7 @@ from shardmix.formats._common import (
     KEY_FIELD,
     MARKER_FIELDS,
     Closing,
-    deterministic_gzip,
+    ShardOutput,
     reserved_field,
     reserved_message,
 )
@@ -122,23 +121,13 @@ def _member_name(key: str, field: str) -> bytes:
 class TarWriter(Closing):
     """Writes samples to a tar shard that shardmix, GNU tar and webdataset read back.
 
-    Each field becomes a member ``f"{key}.{field}"`` (fields sorted; keys starting with
-    ``__`` other than ``__key__`` are left out, shardmix's markers such as ``__dropped__``
-    refused). The output is reproducible byte for byte: ustar headers with mtime 0, owner 0,
-    mode 0644, pax headers only for names over 100 bytes or sizes over 8 GiB, and gzip with no
-    name or time. Leaving the ``with`` block by an exception closes the file without the
-    end-of-archive blocks, so readers see the shard as truncated.
+    Each field becomes a member ``f"{key}.{field}"`` (fields sorted; other ``__`` keys left out,
+    markers such as ``__dropped__`` refused), with fixed metadata (docs/formats.md). Leaving the
+    ``with`` block by an exception leaves out the end-of-archive blocks: readers see a truncation.
     """
 
     def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
-        self._owned: BinaryIO | None = None
-        if isinstance(file, (str, os.PathLike)):
-            self._owned = open(file, "wb")  # noqa: SIM115 - closed in close()
-            raw: BinaryIO = self._owned
-        else:
-            raw = file
-        self._gzip = deterministic_gzip(raw) if gzip else None
-        self._write: Callable[[bytes], object] = (self._gzip or raw).write
+        self._out = ShardOutput(file, gzip)
         self._keys: set[str] = set()
         self._closed = False
         self.records = 0
@@ -166,8 +155,18 @@ class TarWriter(Closing):
         self._keys.add(key)
         self.records += 1
 
+    def write_sample(self, sample: Mapping[str, Any]) -> None:
+        """Append one of convert's samples (:func:`tar_value`), else :class:`BadInputError`."""
+        key = sample[KEY_FIELD]
+        try:
+            self.write({name: tar_value(key, name, value) for name, value in sample.items()})
+        except BadInputError:
+            raise
+        except (ValueError, TypeError) as error:
+            raise BadInputError(f"sample {key!r}: {error}", url=key) from error
+
     def _emit(self, data: bytes) -> None:
-        self._write(data)
+        self._out.write(data)
         self.bytes_written += len(data)
 
     def close(self) -> None:
@@ -181,19 +180,16 @@ class TarWriter(Closing):
         try:
             if complete:
                 self._emit(bytes(2 * BLOCK))
-            if self._gzip is not None:
-                self._gzip.close()
         finally:
-            if self._owned is not None:
-                self._owned.close()
+            self._out.close()
 
     def abort(self) -> None:
         self._close(complete=False)
 
 
 def tar_value(key: str, field: str, value: Any) -> Any:
-    """A field value as tar member data: bytes, str, int or float (arrays and lists as JSON,
-    an array in a ``.npy`` field as ``numpy.save`` writes it)."""
+    """A value as tar member data: bytes, str, int or float (arrays and lists as JSON, an array
+    in a ``.npy`` field as ``numpy.save`` writes it)."""
     if isinstance(value, (bytes, str, int, float)):
         return value
     if field.endswith(".npy") and isinstance(value, np.ndarray):
@@ -213,20 +209,6 @@ def tar_value(key: str, field: str, value: Any) -> Any:
         "has no tar form; write it to TFRecord instead",
         url=key,
     )
-
-
-class TarSampleWriter(TarWriter):
-    """A :class:`TarWriter` that takes convert's samples: values made tar data first."""
-
-    def write_sample(self, sample: Mapping[str, Any]) -> None:
-        """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
-        key = sample[KEY_FIELD]
-        try:
-            self.write({name: tar_value(key, name, value) for name, value in sample.items()})
-        except BadInputError:
-            raise
-        except (ValueError, TypeError) as error:
-            raise BadInputError(f"sample {key!r}: {error}", url=key) from error
 
 
 @dataclass(frozen=True)
@@ -250,8 +232,8 @@ class TarShardFormat:
             total += BLOCK + padded(size)
         return total
 
-    def open(self, stream: BinaryIO, *, gzip: bool) -> TarSampleWriter:
-        return TarSampleWriter(stream, gzip=gzip)
+    def open(self, stream: BinaryIO, *, gzip: bool) -> TarWriter:
+        return TarWriter(stream, gzip=gzip)
 
 
 register_writer(Format.TAR, TarShardFormat())

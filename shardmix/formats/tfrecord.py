@@ -1,26 +1,9 @@
 """TFRecord shards: read the record framing and turn records into samples.
 
-A TFRecord file is a sequence of records, each framed as::
-
-    uint64 length (LE) | uint32 masked crc32c(length bytes) | data | uint32 masked crc32c(data)
-
-We read this framing ourselves rather than through the ``tfrecord`` package because that reader
-checks no CRC (a damaged shard yields damaged samples silently), reports truncation as a bare
-``RuntimeError`` without the file or the offset, and hands out views of one buffer that it
-reuses for every record, so a payload kept past the next step changes under its holder. Here
-every payload is its own ``bytes`` object, both CRCs are checked, and every failure is a
-:class:`~shardmix.errors.CorruptShardError` (or ``TruncatedShardError``) that names the URL,
-the record index and the byte offset.
-
-A record's offset is that of its length field (a stale offset fails the length CRC). A length
-field is trusted only after its CRC and ``max_record_bytes`` are checked, and, on a stream whose
-size is unknown (gzip, pipes), a large record is read in chunks, so a damaged or hostile length
-never allocates more than the bytes that really follow it. Damage with intact framing is a data
-CRC mismatch or an undecodable Example.
-
-This module owns the one loop over records that every read shares (:func:`_walk`), the samples
-and :class:`TFRecordReader`; header checks, errors and damage reports are
-:mod:`shardmix.formats.tfrecord_framing`'s, payload decoding :mod:`shardmix.formats.example`'s.
+Why not the ``tfrecord`` package: its reader checks no CRC, reports a truncation without file or
+offset, and reuses one buffer for every payload. Here both CRCs are checked, every payload is its
+own ``bytes``, and every failure names the URL, record and byte offset (that of the record's
+length field). Framing checks and errors: :mod:`~shardmix.formats.tfrecord_framing`.
 """
 
 from __future__ import annotations
@@ -37,12 +20,11 @@ from shardmix.formats._common import (
     KEY_FIELD,
     ShardRead,
     check_start,
-    inflated,
     reserved_field,
     reserved_message,
     wanted_records,
 )
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, inflated
 from shardmix.formats.example import decode_example
 from shardmix.formats.example_size import DEFAULT_MAX_DECODED_BYTES
 from shardmix.formats.options import ReadOptions, TFRecordPayload
@@ -90,10 +72,8 @@ class _Span(NamedTuple):
 def _walk(
     framing: Framing, spans: Iterable[_Span], verify: bool, record: int = 0, offset: int = 0
 ) -> Iterator[tuple[int, int, bytes, bytes]]:
-    """``(record, offset, payload, footer)`` of the records of each span, from ``record`` at
-    ``offset`` (the footer: the data CRC's bytes, what a record's tag hashes). Between spans,
-    records are skipped by their framing, or seeked to when the span says where it starts.
-    """
+    """``(record, offset, payload, footer: the data CRC)`` of each span's records, from
+    ``record`` at ``offset``; between spans, records are skipped, or a seek goes to ``at``."""
     for first, stop, at in spans:
         try:
             if at is None:
@@ -118,10 +98,8 @@ def _walk(
 def _span(
     framing: Framing, stop: int, placed: bool, verify: bool, record: int, offset: int
 ) -> Generator[tuple[int, int, bytes, bytes], None, tuple[int, int] | None]:
-    """The records of one span (:func:`_walk`), from ``record`` at ``offset`` to ``stop``: where
-    the walk goes on, or None where it ends (the stream's end; damage reported). ``placed``:
-    the span said where it starts, so a record must be there. The hot loop: one header read,
-    one data read, one footer read per record."""
+    """One span's records up to ``stop``: where the walk goes on, or None where it ends
+    (``placed``: a record must be at ``offset``). The hot loop: three reads per record."""
     read, crc, unpack_crc = framing.stream.read, crc32c.crc32c, CRC.unpack
     direct_read, unpack_header = framing.direct_read, HEADER.unpack
     size_known, limit = framing.size, framing.max_record_bytes
@@ -184,21 +162,14 @@ def read_tfrecord_records(
     verify: bool = True,
     on_damage: DamageHandler | None = None,
 ) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(byte offset, payload)`` for each record of a TFRecord stream, from ``start`` on.
-
-    The first ``start`` records are skipped by their (checked) length fields. ``verify=False``
-    skips the data CRC check, never the length CRC, which guards what is allocated. Offsets
-    count from the stream's position when called. Damage raises
-    :class:`~shardmix.errors.CorruptShardError` (``TruncatedShardError`` for a cut), or is
-    reported to ``on_damage``. An empty stream yields nothing and warns.
-    """
+    """Yield ``(byte offset from here, payload)`` for each record of a TFRecord stream, from
+    ``start`` on. ``verify=False`` skips the data CRC check, never the length CRC. Damage
+    raises :class:`~shardmix.errors.CorruptShardError` (``TruncatedShardError`` for a cut) or
+    is reported to ``on_damage``; an empty stream yields nothing and warns."""
     check_start(start)
     framing = Framing(stream, url, max_record_bytes, inflated=False, on_damage=on_damage)
     records = _walk(framing, [_Span(start, sys.maxsize)], verify)
     return ((offset, data) for _, offset, data, _ in records)
-
-
-# ------------------------------------------------------------------------------------ samples
 
 
 class _ReservedField(DecodeError):
@@ -206,7 +177,7 @@ class _ReservedField(DecodeError):
 
 
 def _damaged(framing: Framing, located: tuple[int, int], size: int, cause: Exception) -> None:
-    """Report one record whose payload is no sample (its cause a DecodeError or UTF-8's)."""
+    """Report one record whose payload is no sample."""
     record, offset = located
     kind = DecodedSizeError if isinstance(cause, DecodedSizeError) else DecodeError
     if isinstance(cause, (DecodedSizeError, _ReservedField)):
@@ -243,8 +214,7 @@ def _example_sample(
 def _samples(
     framing: Framing, records: Iterator[tuple[int, int, bytes, bytes]], reader: TFRecordReader
 ) -> Iterator[LocatedSample]:
-    """``(record, offset, sample)`` of each framed record; a damaged Example is dropped. A
-    reader ``with_tags()`` puts each record's tag, of its data CRC, under ``__tag__``."""
+    """Located samples of the framed records; a damaged Example is dropped."""
     stem, limit, tags = shard_stem(framing.url), reader.max_decoded_bytes, reader.tags
     sample: dict[str, Any] | None
     for record, offset, data, footer in records:
@@ -261,12 +231,8 @@ def _samples(
 
 @dataclass(frozen=True)
 class TFRecordReader:
-    """The TFRecord :class:`~shardmix.formats.registry.ShardReader`.
-
-    ``payload`` says how a record becomes a sample; ``max_record_bytes`` bounds a record,
-    ``max_inflated_bytes`` a gzip shard's inflated bytes, ``max_decoded_bytes`` what one
-    Example decodes to (a record past it is damage); ``gzipped`` None: the URL tells.
-    """
+    """The TFRecord :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL
+    tells); the limits are :class:`~shardmix.formats.options.ReadOptions`'."""
 
     payload: TFRecordPayload = TFRecordPayload.EXAMPLE
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -281,8 +247,7 @@ class TFRecordReader:
             raise ValueError(f"max_record_bytes must be positive, got {self.max_record_bytes}")
 
     def with_tags(self) -> TFRecordReader:
-        """This reader, each sample carrying its record's tag, of the data CRC the file holds
-        (:mod:`shardmix.formats.tags`)."""
+        """This reader, each sample carrying its record's tag (of its data CRC)."""
         return replace(self, tags=True)
 
     @classmethod
@@ -329,8 +294,7 @@ class TFRecordReader:
         return _samples(framing, _walk(framing, spans, True), self)
 
     def count(self, stream: BinaryIO, url: str) -> int:
-        record, _ = skip_records(self._framing(stream, url, None), sys.maxsize)
-        return record
+        return skip_records(self._framing(stream, url, None), sys.maxsize)[0]
 
     def index(
         self, stream: BinaryIO, url: str, every: int, on_damage: DamageHandler | None = None

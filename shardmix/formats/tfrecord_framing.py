@@ -1,15 +1,13 @@
 """TFRecord framing: lengths, CRCs, positions, and the errors and damage reports they raise.
 
-This module owns the byte level of a TFRecord stream: checking a record's header (length CRC,
-``max_record_bytes``, the bytes that really follow), reading or skipping its data, each error
-and :class:`~shardmix.policy.Damage` report, and the stem of a shard's URL that generated keys
-begin with. The loop over records, which checks a header inline and calls
-:meth:`Framing.header` only to say what failed, is :mod:`shardmix.formats.tfrecord`'s.
+Also the URL stem that generated keys begin with. The loop over records is
+:mod:`shardmix.formats.tfrecord`'s.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import struct
 import warnings
 from typing import BinaryIO
@@ -69,8 +67,7 @@ class Framing:
         self.on_damage = on_damage
         self.reported: ShardmixError | None = None  # the last error handed to on_damage
         self.seekable = is_seekable(stream)
-        # bytes from the stream's starting position to its end, when it can be known cheaply
-        self.size = _remaining_size(stream) if self.seekable else None
+        self.size = _remaining_size(stream) if self.seekable else None  # from here to the end
         # records up to this length are read in one call (their length fits the known size)
         self.direct_read = max_record_bytes if self.size is not None else READ_CHUNK
 
@@ -154,8 +151,7 @@ class Framing:
         return length
 
     def length_of(self, header: bytes, record: int, offset: int) -> int | None:
-        """The length of the record whose ``header`` bytes were read at ``offset`` (fewer at the
-        shard's end), or None at a clean end of the shard."""
+        """The length a ``header`` (short at the shard's end) announces; None at a clean end."""
         if len(header) != HEADER_SIZE:
             if not header:
                 return None
@@ -177,7 +173,7 @@ class Framing:
             left -= len(chunk)
 
     def seek(self, record: int, offset: int) -> None:
-        """Go to ``record``, said to start at byte ``offset``: inside the shard, or damage."""
+        """Go to ``record``, said to start at byte ``offset`` (outside the shard: damage)."""
         if offset < 0 or (self.size is not None and offset >= self.size):
             raise self.corrupt(
                 record, offset, f"the offset is outside the shard ({self.size} bytes)"
@@ -195,7 +191,6 @@ class Framing:
 
 
 def _remaining_size(stream: BinaryIO) -> int | None:
-    """The bytes from a seekable stream's position to its end (leaves the position unchanged)."""
     try:
         here = stream.tell()
         end = stream.seek(0, io.SEEK_END)
@@ -219,8 +214,7 @@ def data_crc_mismatch(
 def read_rest(
     framing: Framing, length: int, record: int, offset: int, begun: bytes = b""
 ) -> tuple[bytes, bytes]:
-    """Data and data CRC of a record, after the ``begun`` bytes of them read already (a short
-    read: a raw stream, or a truncation; none: a large record from a stream of unknown size)."""
+    """Data and data CRC of a record, after the ``begun`` bytes of them read already."""
     wanted = length + FOOTER_SIZE
     framed = begun + read_up_to(framing.stream.read, wanted - len(begun))
     if len(framed) < wanted:
@@ -235,12 +229,7 @@ def shard_stem(url: str) -> str:
     'train-00003'
     """
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    if name.lower().endswith(".gz"):
-        name = name[:-3]
-    for suffix in (".tfrecords", ".tfrecord"):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    return re.sub(r"(\.tfrecords?)?(\.gz)?$", "", name, flags=re.IGNORECASE)
 
 
 def skip_records(
@@ -251,12 +240,9 @@ def skip_records(
     index: tuple[int, list[int]] | None = None,
     report: bool = False,
 ) -> tuple[int, int]:
-    """Skip from ``record`` (at ``offset``) up to record ``count``; returns (record, offset).
-
-    The record reached is less than ``count`` when the shard ends first, or, with ``report``,
-    where its framing is lost (reported to the framing's ``on_damage``). ``index``, as
-    ``(every, offsets)``, collects the offset of every ``every``-th record skipped.
-    """
+    """Skip from ``record`` (at ``offset``) to record ``count``, or the shard's end, or with
+    ``report`` where its framing is lost (reported); returns ``(record, offset)``. ``index``:
+    ``(every, offsets)``, collects the offset of every ``every``-th record skipped."""
     try:
         while record < count:
             length = framing.length_of(framing.stream.read(HEADER_SIZE), record, offset)

@@ -1,7 +1,6 @@
 """TFRecordWriter: TFRecord shards of raw payloads or ``tf.train.Example`` records.
 
-Framing as TensorFlow writes it. :class:`TFRecordShardFormat` is the format's writer side for
-``shardmix convert``.
+Framed as TensorFlow writes them; :class:`TFRecordShardFormat` is the writer side for ``convert``.
 """
 
 from __future__ import annotations
@@ -9,14 +8,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from gzip import GzipFile
 from typing import Any, BinaryIO
 
 from shardmix.errors import BadInputError
 from shardmix.formats._common import (
     KEY_FIELD,
     Closing,
-    deterministic_gzip,
+    ShardOutput,
     reserved_field,
     reserved_message,
 )
@@ -26,23 +24,14 @@ from shardmix.formats.tfrecord_framing import CRC, FOOTER_SIZE, HEADER_SIZE, LEN
 
 
 class TFRecordWriter(Closing):
-    """Write records to a TFRecord shard, optionally gzip-compressed.
+    """Write records to a TFRecord shard, optionally gzip-compressed (deterministic bytes).
 
     ``file`` is a path (opened, and closed by :meth:`close`) or a binary stream (left open).
-    Gzip output is deterministic: no file name and a zero timestamp in the header.
     ``bytes_written`` counts framed bytes before compression.
     """
 
     def __init__(self, file: str | os.PathLike[str] | BinaryIO, *, gzip: bool = False) -> None:
-        self._owned: BinaryIO | None = None
-        if isinstance(file, (str, os.PathLike)):
-            self._owned = open(file, "wb")  # noqa: SIM115 - closed by close()
-            raw: BinaryIO = self._owned
-        else:
-            raw = file
-        self._raw = raw
-        self._gzip = deterministic_gzip(raw) if gzip else None
-        self._out: BinaryIO | GzipFile = self._gzip if self._gzip is not None else raw
+        self._out = ShardOutput(file, gzip)
         self.records = 0
         self.bytes_written = 0
         self.closed = False
@@ -59,8 +48,7 @@ class TFRecordWriter(Closing):
         self.bytes_written += HEADER_SIZE + len(payload) + FOOTER_SIZE
 
     def write_example(self, features: Mapping[str, Any]) -> None:
-        """Append one ``tf.train.Example`` record; a str ``"__key__"`` is stored as a feature,
-        a name shardmix reserves for its own fields (``__dropped__``, ...) is refused."""
+        """Append one ``tf.train.Example`` record (a str ``"__key__"`` stored as a feature)."""
         reserved = reserved_field(features)
         if reserved is not None:
             raise ValueError(reserved_message(reserved, "feature"))
@@ -69,31 +57,21 @@ class TFRecordWriter(Closing):
             raise ValueError(f"__key__ must be a str, got {type(key).__name__}")
         self.write(encode_example(features))
 
-    def close(self) -> None:
-        """Finish the gzip stream and close the file if this writer opened it."""
-        if self.closed:
-            return
-        self.closed = True
-        if self._gzip is not None:
-            self._gzip.close()
-        if self._owned is not None:
-            self._owned.close()
-        else:
-            self._raw.flush()
-
-
-_EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
-
-
-class TFRecordSampleWriter(TFRecordWriter):
-    """A :class:`TFRecordWriter` that takes convert's samples, one Example record each."""
-
     def write_sample(self, sample: Mapping[str, Any]) -> None:
-        """Append one sample; one the format cannot hold raises :class:`BadInputError`."""
+        """Append one of convert's samples as an Example, else :class:`BadInputError`."""
         try:
             self.write_example(sample)
         except ValueError as error:
             raise BadInputError(f"sample {sample[KEY_FIELD]!r}: {error}", url=None) from error
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._out.close()
+
+
+_EXAMPLE_SLACK = 24  # per feature: map entry, feature and list tags and length varints
 
 
 @dataclass(frozen=True)
@@ -116,8 +94,8 @@ class TFRecordShardFormat:
         key_feature = len(key.encode("utf-8", "surrogateescape")) + 7 + _EXAMPLE_SLACK
         return HEADER_SIZE + FOOTER_SIZE + 12 + features + key_feature
 
-    def open(self, stream: BinaryIO, *, gzip: bool) -> TFRecordSampleWriter:
-        return TFRecordSampleWriter(stream, gzip=gzip)
+    def open(self, stream: BinaryIO, *, gzip: bool) -> TFRecordWriter:
+        return TFRecordWriter(stream, gzip=gzip)
 
 
 register_writer(Format.TFRECORD, TFRecordShardFormat())

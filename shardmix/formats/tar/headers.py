@@ -1,8 +1,7 @@
 """Tar headers: the numbers, names and pax records a header holds, and the plain-header check.
 
-This module owns what one 512-byte header (or a pax or long-name header's data) says, the check
-of many plain headers at once, and the shapes (:class:`Run`, ``Member``) in which members reach
-:mod:`shardmix.formats.tar.records`. Walking a stream is :mod:`shardmix.formats.tar.members`'s.
+Also :class:`Run`, the shape in which members reach :mod:`shardmix.formats.tar.records`.
+Walking a stream is :mod:`shardmix.formats.tar.members`'s.
 """
 
 from __future__ import annotations
@@ -25,20 +24,10 @@ MAX_SIZE = 1 << 62  # larger member sizes are damage, not data
 POSIX_MAGIC = b"ustar\x00"
 
 
-# A regular member: ``(entry offset, offset, number, name, size, data_at)``: where its entry
-# (its first header) and its own header start, its number, name and data size, and where its
-# data starts in its run's buffer (-1: read it from the stream). Made only for a message.
-Member = tuple[int, int, int, str, int, int]
-
-
 class Run(NamedTuple):
-    """Members that follow one another, as parallel lists (no object per member but its name).
-
-    A plain run's members have their headers at ``headers`` in ``buffer``, which begins at the
-    stream's byte offset ``base``, and are numbered from ``first`` on; ``entries`` are where
-    their entries begin (at a pax or long-name header, if any). The run of one member read the
-    slow way has ``buffer`` None (its data is still in the stream) and ``base`` 0.
-    """
+    """Members that follow one another, as parallel lists, numbered from ``first`` on: headers
+    and ``entries`` (first headers, pax or long-name if any) are offsets in ``buffer``, which
+    begins at the stream's offset ``base`` (a member read the slow way: None, and 0)."""
 
     buffer: bytes | None
     base: int
@@ -48,12 +37,10 @@ class Run(NamedTuple):
     first: int
     entries: list[int]
 
-    def member(self, index: int) -> Member:
+    def member(self, index: int) -> tuple[int, int, str, int]:
+        """``(offset, number, name, size)`` of member ``index``, for a message."""
         offset = self.base + self.headers[index]
-        entry = self.base + self.entries[index]
-        data_at = -1 if self.buffer is None else self.headers[index] + BLOCK
-        name, size = self.names[index], self.sizes[index]
-        return entry, offset, self.first + index, name, size, data_at
+        return offset, self.first + index, self.names[index], self.sizes[index]
 
 
 def padded(size: int) -> int:
@@ -79,8 +66,7 @@ def parse_octal(field: bytes) -> int | None:
 
 
 def read_pax(data: bytes) -> dict[str, bytes] | None:
-    """The records of a pax extended header, or None when they are malformed (a length
-    that is not digits, longer than 11 of them, or not ending where a record does)."""
+    """The records of a pax extended header, or None when they are malformed."""
     records: dict[str, bytes] = {}
     position = 0
     while position < len(data) and data[position] != 0:
@@ -98,29 +84,26 @@ def read_pax(data: bytes) -> dict[str, bytes] | None:
     return records
 
 
-# The checksum of a plain header, in one product of its bytes with these weights: each byte's
-# weight in the sum (the checksum field counts as spaces, added apart), less the stored
-# checksum's six octal digits at their place values. A plain header's product is -(8 spaces +
-# the digits' "0"s at their places). In integers, through einsum rather than a matrix product:
-# a float product goes to BLAS, whose threads would spin in every worker after each run.
+# A plain header's checksum in one product with these weights: each byte's weight in the sum
+# less the stored checksum's six octal digits at their place values; a match gives -(8 spaces +
+# the digits' "0"s). In integers, through einsum: a float product goes to BLAS, whose threads
+# would spin in every worker after each run.
 _PLACES = 8 ** np.arange(5, -1, -1)
 _CHECKSUM_WEIGHTS = np.ones(BLOCK, np.int32)
 _CHECKSUM_WEIGHTS[148:156] = 0
 _CHECKSUM_WEIGHTS[148:154] = -_PLACES
 _CHECKSUM_MATCH = -(8 * ord(" ") + ord("0") * int(_PLACES.sum()))
-# The bytes of a header that make it plain, and the values each may hold: the size field's NUL,
-# six octal digits and a NUL in the checksum field, and the typeflag of a regular file ("0" or
-# "7"; an old-style NUL may be a directory, which the slow path tells), a pax header ("x") or a
-# GNU long name ("L"). Matched against bytes 135 to 156 of every header, one after another, by
-# a regular expression: where its match ends tells how many headers in a row have them.
+# Bytes 135 to 156 of a plain header: the size field's NUL, six octal digits and a NUL in the
+# checksum field, a typeflag "0", "7", "x" or "L" (an old-style NUL may be a directory). Matched
+# over every header in a row: where the match ends tells how many have them.
 _LAYOUT_SPAN = slice(135, 157)
 _LAYOUT = re.compile(rb"(?:\x00.{12}[0-7]{6}\x00.[07xL])*", re.DOTALL)
 _LAYOUT_WIDTH = _LAYOUT_SPAN.stop - _LAYOUT_SPAN.start
 
 
 def pax_size(text: bytes) -> int | None:
-    """A pax ``size`` record's value, or None when it is not a size (not digits, too long)."""
-    if not text.isdigit() or len(text) > 18:  # up to 10**18 bytes; longer would be damage
+    """A pax ``size`` record's value, or None when it is not digits or over 18 of them."""
+    if not text.isdigit() or len(text) > 18:
         return None
     return int(text)
 
@@ -147,10 +130,8 @@ def long_name_of(data: bytes) -> str:
 
 
 def plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
-    """How many of the headers at ``headers`` in ``buffer`` are plain (:data:`_LAYOUT` and the
-    checksum match), up to the first that is not. The headers lie on the 512-byte grid from
-    ``first`` on.
-    """
+    """How many of the headers at ``headers`` (on the 512-byte grid from ``first``) are plain,
+    up to the first that is not."""
     if len(headers) <= _FEW:
         return _plain_few(buffer, headers)
     blocks = (len(buffer) - first) // BLOCK
@@ -166,16 +147,14 @@ def plain_count(buffer: bytes, first: int, headers: list[int]) -> int:
     return min(count, first_wrong) if first_wrong or wrong[0] else count
 
 
-# Up to this many headers are checked one by one in Python: a record read at its offset (a
-# restored resident) checks a header or three, where numpy's set-up costs more than the check
-# and, with range threads in the process, each call that lets go of the GIL may wait for it.
+# Up to this many headers are checked one by one (a record read at its offset): numpy's set-up
+# costs more, and with range threads running, each call that lets go of the GIL may wait for it.
 _FEW = 4
 _OCTAL = frozenset(b"01234567")
 _PLAIN_TYPES = frozenset(b"07xL")
 
 
 def _plain_few(buffer: bytes, headers: list[int]) -> int:
-    """:func:`plain_count` of a few headers, one by one."""
     for count, at in enumerate(headers):
         header = buffer[at : at + BLOCK]
         stored = header[148:154]

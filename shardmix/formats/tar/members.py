@@ -1,14 +1,8 @@
 """Tar framing: a stream's headers (ustar, GNU long names, pax) walked member by member.
 
-This module owns the byte level of a tar shard: reading and checking each 512-byte header,
-skipping or reading member data, the end-of-archive blocks, and the errors that name a byte
-offset and member. Grouping members into records is :mod:`shardmix.formats.tar.records`'; what
-one header says :mod:`shardmix.formats.tar.headers`'.
-
-Two paths walk the headers. :meth:`TarMembers.members` handles every case one member at a
-time, through the stream's ``read``. :meth:`TarMembers.plain_run` takes from the stream's read
-buffer (``peek``) the *plain* members that follow (:mod:`shardmix.formats.tar.runs` says which),
-and stops at anything else, which the first path then reads, errors included.
+Reading and checking each header, skipping or reading member data, the end-of-archive blocks,
+and the errors that name a byte offset and member; :meth:`TarMembers.plain_run` takes the plain
+members that follow from the stream's read buffer. Records: :mod:`shardmix.formats.tar.records`.
 """
 
 from __future__ import annotations
@@ -28,7 +22,6 @@ from shardmix.formats.tar.headers import (
     METADATA,
     NO_DATA,
     NOT_FILES,
-    POSIX_MAGIC,
     SKIP_BY_READING,
     ZERO_BLOCK,
     Run,
@@ -42,10 +35,10 @@ from shardmix.formats.tar.headers import (
     read_pax,
 )
 from shardmix.formats.tar.pax import PaxShapes
-from shardmix.formats.tar.runs import plain_members
+from shardmix.formats.tar.runs import header_names, plain_members
 
 # A run walks a window of the stream's buffer: all of it where the stream was opened, after a
-# seek from the first size doubling to the last (a range read's buffer holds the whole range).
+# seek doubling from the first size to the last (a range read's buffer holds the whole range).
 _FIRST_RUN_BYTES = 16 << 10
 _MAX_RUN_BYTES = 4 << 20
 
@@ -53,8 +46,7 @@ _MAX_RUN_BYTES = 4 << 20
 class TarMembers:
     """Walks one tar stream header by header, yielding the name of each regular member."""
 
-    # The fast path's pax headers that change nothing, learned once for the process: a shape's
-    # answer depends on the header's bytes alone, and a writer's shapes repeat across shards.
+    # Learned once for the process: a shape's answer depends on the header's bytes alone.
     _pax_shapes = PaxShapes()
 
     def __init__(self, stream: BinaryIO, url: str, *, gzipped: bool) -> None:
@@ -62,25 +54,22 @@ class TarMembers:
             stream = io.BufferedReader(stream)
         self._stream = stream
         self._read = stream.read
-        # A BufferedReader's look at its buffer, unread: where the fast path reads runs.
         self._peek = stream.peek if isinstance(stream, io.BufferedReader) else None
         self._url = url
-        self._gzipped = gzipped
+        self.gzipped = gzipped
         self.seekable = is_seekable(stream)
         self._base = stream.tell() if self.seekable else 0  # offsets count from here
         self.offset = -BLOCK  # byte offset of the current header
         self.next_offset = 0  # byte offset of the next header
         self.member = -1  # index of the current header's member (every entry counts)
-        self.name = ""  # name of the current member, for error messages
-        self.size = 0  # data bytes of the current member
-        self._pending = 0  # bytes of data and padding of the current member not yet read
-        self.entry_offset = 0  # offset of the current entry's first header (pax, long name)
+        self.name = ""  # of the current member, as are:
+        self.size = 0
+        self._pending = 0  # bytes of data and padding not yet read
+        self.entry_offset = 0  # of the entry's first header (pax, long name)
         self.ended = False  # the end-of-archive block was seen
-        self.link: str | None = None  # the current member's target, when it is a hard link
+        self.link: str | None = None  # a hard link's target
         self._run_bytes = _MAX_RUN_BYTES  # of the buffer, the next run's walk (see above)
-        # Where the read ends, when known (the offset of the first record not read, from the
-        # counting pass's index): no run walks past it, and the read ends there.
-        self.limit: int | None = None
+        self.limit: int | None = None  # where the read ends, if known: no run walks past it
 
     def seek(self, offset: int) -> None:
         """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
@@ -90,32 +79,25 @@ class TarMembers:
         self.ended = False
         self._run_bytes = _FIRST_RUN_BYTES
 
-    # -- reading --------------------------------------------------------------------------
-
-    def _skip_pending(self) -> None:
-        """Move past the rest of the current member without keeping its bytes."""
+    def _next_block(self) -> bytes:
+        """The next header block, after whatever is left of the current member."""
         pending = self._pending
-        if self.seekable:
+        if pending > SKIP_BY_READING and self.seekable:
             try:
                 self._stream.seek(pending, io.SEEK_CUR)
             except (OSError, OverflowError):  # further than a file can go: past its end
                 self._check_seek_end(0)
                 raise
-        else:
+            block = read_up_to(self._read, BLOCK)
+            if len(block) < BLOCK:
+                self._check_seek_end(len(block))
+        elif pending > SKIP_BY_READING:
             while pending:
                 part = self._read(min(pending, READ_CHUNK))
                 if not part:
                     self._member_cut(padded(self.size) - pending)
                 pending -= len(part)
-
-    def _next_block(self) -> bytes:
-        """The next header block, after whatever is left of the current member."""
-        pending = self._pending
-        if pending > SKIP_BY_READING:
-            self._skip_pending()
             block = read_up_to(self._read, BLOCK)
-            if len(block) < BLOCK and self.seekable:
-                self._check_seek_end(len(block))
         else:
             count = pending + BLOCK
             block = self._read(count)
@@ -130,7 +112,7 @@ class TarMembers:
         return block
 
     def _complete(self, block: bytes, count: int) -> bytes:
-        """Finish a short read of the rest of a member plus the next header."""
+        """Finish a short read of the rest of a member and the next header."""
         if block:
             block += read_up_to(self._read, count - len(block))
         if len(block) < self._pending:
@@ -138,7 +120,6 @@ class TarMembers:
         return block
 
     def _set_size(self, size: int) -> None:
-        """Record the data size of the member whose header was just read."""
         self.size = size
         self._pending = padded(size)
         self.next_offset = self.offset + BLOCK + self._pending
@@ -160,8 +141,6 @@ class TarMembers:
             self._member_cut(len(data))
         self._pending -= size
         return data
-
-    # -- headers --------------------------------------------------------------------------
 
     def _parse_header(self, header: bytes) -> int:
         """Check a header's checksum and return its size field."""
@@ -203,13 +182,6 @@ class TarMembers:
             head=header,
         )
 
-    @staticmethod
-    def _header_name(header: bytes) -> str:
-        name = header[:100].split(b"\x00", 1)[0]
-        if header[257:263] == POSIX_MAGIC and header[345] != 0:
-            name = header[345:500].split(b"\x00", 1)[0] + b"/" + name
-        return name.decode("utf-8", "surrogateescape")
-
     def _read_meta(self, kind: str) -> bytes:
         if self.size > MAX_META_BYTES:
             self.corrupt(f"tar {kind} of member {self.member} is {self.size} bytes long")
@@ -224,9 +196,7 @@ class TarMembers:
         return records
 
     def runs(self, max_size: int) -> Iterator[Run]:
-        """Every regular member, in runs: a :meth:`plain_run` where one starts, else the one
-        member that :meth:`members` reads (so a member over ``max_size`` bytes, its data unread).
-        """
+        """Every regular member: a :meth:`plain_run`, else the one member :meth:`members` reads."""
         slow = self.members()
         while True:
             run = self.plain_run(max_size)
@@ -278,14 +248,11 @@ class TarMembers:
         return Run(buffer, base, headers, sizes, names, first_number, entries)
 
     def members(self) -> Iterator[str]:
-        """Yield the name of each regular member; read its data with :meth:`read_data`.
-
-        Data not read before the next step is skipped. Ends after the end-of-archive blocks.
-        """
+        """Yield each regular member's name (:meth:`read_data` reads its data, else skipped)."""
         long_name: str | None = None
         long_link: str | None = None
         pax: dict[str, bytes] = {}
-        entry_begins = True  # no long-name or pax header (an empty one too) before this one
+        entry_begins = True  # no long-name or pax header before this one
         while True:
             header = self._next_block()
             self.link = None
@@ -312,7 +279,7 @@ class TarMembers:
             elif typeflag in METADATA:  # 'g' global headers: about no member of ours
                 continue
             else:
-                name = entry_name(self._header_name(header), long_name, pax)
+                name = entry_name(header_names(header, [0])[0], long_name, pax)
                 if typeflag == ord("1"):  # a hard link: read as its target's data
                     self.link = link_name(header, long_link, pax)
                 if "size" in pax:
@@ -326,12 +293,11 @@ class TarMembers:
                         continue
                 if typeflag in NOT_FILES:  # data that is no file's (GNU dumpdirs, volume labels)
                     continue
-                # Regular files, and as POSIX says, types this reader does not know.
-                self.name = name
+                self.name = name  # a regular file, or as POSIX says, a type not known
                 yield name
 
     def _linked_data(self, target: str) -> bytes:
-        """The data of the last member named ``target`` before the current one (a hard link)."""
+        """A hard link's data: the last member named ``target`` before it."""
         if not self.seekable:
             self.corrupt(
                 f"tar member {self.member} {self.name!r} is a hard link to {target!r}, which a "
@@ -380,13 +346,11 @@ class TarMembers:
             offset += len(chunk)
 
     def stream_size(self) -> int:
-        """The bytes from where this reader started to the end of its (seekable) stream."""
+        """The bytes from where this reader started to the end of its stream."""
         here = self._stream.tell()
         end = self._stream.seek(0, io.SEEK_END)
         self._stream.seek(here)
         return end - self._base
-
-    # -- errors, where the walk stands -----------------------------------------------------
 
     def error(
         self,
@@ -398,14 +362,14 @@ class TarMembers:
         cut: bool = False,
     ) -> CorruptShardError:
         """The error at ``offset`` (None: the current header's); ``cut``: a truncation. At
-        offset 0, a ``head`` that looks like another format says so instead of the remedy."""
+        offset 0, a ``head`` of another format says so instead of the remedy."""
         offset = self.offset if offset is None else offset
         kind, state = (TruncatedShardError, "truncated") if cut else (CorruptShardError, "damaged")
         where = describe_position(self._url, record=record, offset=offset)
-        where += " (in the decompressed stream)" if self._gzipped else ""
+        where += " (in the decompressed stream)" if self.gzipped else ""
         remedy = f"the shard is {state}, re-create or re-download it"
         if head and not offset:
-            remedy = format_hint(head, "tar", self._gzipped, inflated=self._gzipped) or remedy
+            remedy = format_hint(head, "tar", self.gzipped, inflated=self.gzipped) or remedy
         return kind(f"{where}: {what}; {remedy}", url=self._url, offset=offset, record=record)
 
     def corrupt(
@@ -413,29 +377,25 @@ class TarMembers:
     ) -> NoReturn:
         raise self.error(what, record=record, offset=offset, head=head)
 
-    def _truncated(self, what: str, offset: int, head: bytes = b"") -> NoReturn:
-        raise self.error(what, offset=offset, head=head, cut=True)
-
     def _member_cut(self, found: int) -> NoReturn:
-        self._truncated(
+        raise self.error(
             f"tar member {self.member} {self.name!r} (header at byte offset {self.offset}) "
             f"declares {self.size} bytes of data ({padded(self.size)} with padding) but the file "
             f"ends after {found}",
-            self.offset + BLOCK + found,
+            offset=self.offset + BLOCK + found,
+            cut=True,
         )
 
     def _block_cut(self, block: bytes) -> NoReturn:
-        offset, found = self.offset, len(block)
-        if found == 0 and offset == 0:
-            self._truncated(
+        what = f"expected a 512-byte tar header, found {len(block)} bytes"
+        if not block and self.offset == 0:
+            what = (
                 "the tar shard is empty (0 bytes), without its end-of-archive blocks (even an "
-                "archive with no members holds two 512-byte zero blocks)",
-                offset,
+                "archive with no members holds two 512-byte zero blocks)"
             )
-        if found == 0:
-            self._truncated(
+        elif not block:
+            what = (
                 f"the tar archive ends after {self.member + 1} members without its "
-                "end-of-archive blocks (expected two 512-byte zero blocks)",
-                offset,
+                "end-of-archive blocks (expected two 512-byte zero blocks)"
             )
-        self._truncated(f"expected a 512-byte tar header, found {found} bytes", offset, block)
+        raise self.error(what, offset=self.offset, head=block, cut=True)

@@ -13,8 +13,10 @@ def split_member_name(name: str) -> tuple[str, str] | None:
     >>> split_member_name("README") is None, split_member_name("__meta__/x.json") is None
     (True, True)
     """
-    if name.startswith("__") and _is_meta(name):
-        return None
+    if name.startswith("__"):  # webdataset metadata: a first path part ``__like_this__``
+        first, parted, _ = name.partition("/")
+        if first.endswith("__") and (len(first) >= 4 or not parted):
+            return None
     slash = name.rfind("/")
     dot = name.find(".", slash + 1)
     if dot > slash + 1:
@@ -24,9 +26,3 @@ def split_member_name(name: str) -> tuple[str, str] | None:
         if "." not in name[parent_start:slash]:
             return name[: slash + 1], name[dot + 1 :].lower()
     return None
-
-
-def _is_meta(name: str) -> bool:
-    """Whether a name is webdataset metadata: a first path part ``__like_this__``."""
-    first, slash, _ = name.partition("/")
-    return first.endswith("__") and (len(first) >= 4 or not slash)

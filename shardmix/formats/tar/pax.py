@@ -1,22 +1,7 @@
 """Pax headers by shape: telling at little cost that a pax header changes nothing of its member.
 
-This module owns :class:`PaxShapes`, which the fast path of :mod:`shardmix.formats.tar.runs`
-asks about each pax header before a member. webdataset's TarWriter and ``tarfile`` write one
-(its ``mtime``) before every member, GNU tar's posix format one with three times: records that
-change no member, yet read one by one they would cost more than the member itself.
-
-The headers one tool writes differ in their digits only: their *shape*, the header with every
-digit made a ``0``, repeats. Once :func:`~shardmix.formats.tar.headers.read_pax` has found a
-header well formed and without a record that changes a member, a header of the same shape whose
-length fields hold the same digits is read the same way, step by step (every decision it takes
-depends on a byte that is not a digit, or on those lengths; ``path``, ``size`` and
-``GNU.sparse.`` hold no digit). So it changes nothing either: one ``translate``, one look-up.
-
-Where a tool writes the same header block for every pax header of one size (``tarfile``'s PAX
-format), a block found plain is kept by its size field (:attr:`PaxShapes.blocks`): a pax header
-that is that very block needs no check again, one comparison of 512 bytes. Where that block's
-data held one record, its bytes up to the ``=`` and the byte that ends it are kept too: a pax
-header with both is that one record, whatever its value holds, so it changes nothing.
+By a header's *shape* (every digit made a ``0``) and by whole blocks already found plain; why
+that is sound: docs/design/formats.md.
 """
 
 from __future__ import annotations
@@ -29,28 +14,23 @@ from shardmix.formats.tar.headers import BLOCK, padded, read_pax
 
 SHAPE = bytes.maketrans(b"123456789", b"000000000")  # every digit as a "0"
 _CHANGING = frozenset({"path", "size"})  # what a member takes from its pax records
-_SPARSE = "GNU.sparse."  # sparse data, which the slow path refuses
 _MAX_SHAPES = 64  # a few per writer; past this many the known ones are forgotten
 
-# A pax header block found plain, its size and its step to the next header; and where its data
-# held one record that changes nothing: the block and that record up to its "=", what ends the
+# A pax header block found plain, its size, its step to the next header, and where its data is
+# one record that changes nothing: the block and that record up to its "=", what ends the
 # record and where (from the block's start), else None.
 _Block = tuple[bytes, int, int, tuple[bytes, bytes, int] | None]
-
-
-def _no_lengths(data: bytes) -> tuple[()]:
-    return ()
 
 
 def _harmless(records: dict[str, bytes] | None) -> TypeGuard[dict[str, bytes]]:
     """Whether pax ``records`` are well formed and change no member (no path, size, sparse)."""
     return records is not None and not any(
-        key in _CHANGING or key.startswith(_SPARSE) for key in records
+        key in _CHANGING or key.startswith("GNU.sparse.") for key in records
     )
 
 
 class PaxShapes:
-    """The shapes of the pax headers found to change nothing, with their length fields."""
+    """The pax headers found to change nothing: by shape and length fields, and by block."""
 
     def __init__(self) -> None:
         # shape -> (what picks a header's length fields, the digits they held)
@@ -59,8 +39,7 @@ class PaxShapes:
         self.blocks: dict[bytes, _Block | None] = {}
 
     def learn_blocks(self, buffer: bytes, headers: list[int], before: int) -> None:
-        """Keep the blocks of the pax headers at ``headers`` in ``buffer`` before ``before``,
-        which the caller has found plain, in :attr:`blocks` (the first of each size)."""
+        """Keep the first block of each size of the plain pax headers before ``before``."""
         blocks = self.blocks
         for at in headers:
             if at >= before:
@@ -85,13 +64,13 @@ class PaxShapes:
             return True
         if not _harmless(read_pax(data)):
             return False
-        spans = []  # where read_pax found each record's length, as it walks them
+        spans = []  # each record's length, as read_pax walks them
         position = 0
         while position < len(data) and data[position] != 0:
             space = data.find(b" ", position)
             spans.append(slice(position, space))
             position += int(data[position:space])
-        lengths: Callable[[bytes], object] = itemgetter(*spans) if spans else _no_lengths
+        lengths: Callable[[bytes], object] = itemgetter(*spans) if spans else lambda data: ()
         if len(self.known) >= _MAX_SHAPES:
             self.known.clear()
         self.known[shape] = (lengths, lengths(data))
@@ -99,8 +78,8 @@ class PaxShapes:
 
 
 def _one_record(data: bytes) -> tuple[bytes, bytes, int] | None:
-    """Where ``data`` (a pax header's) is one record that changes nothing: its bytes up to its
-    ``=``, what ends it (its newline, and the NUL after it if the data go on) and where."""
+    """Where a pax header's ``data`` is one record that changes nothing: its bytes up to its
+    ``=``, what ends it (newline, and NUL if the data go on) and where; else None."""
     records = read_pax(data)
     if not _harmless(records) or len(records) != 1:
         return None

@@ -1,7 +1,6 @@
 """The tar :class:`~shardmix.formats.registry.ShardReader`: :class:`TarReader` and functions.
 
-This module owns the reader interface and the reader's registration; the reading itself is
-:mod:`shardmix.formats.tar.records`'.
+The reading itself is :mod:`shardmix.formats.tar.records`'.
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from shardmix.formats._common import ShardRead, inflated, wanted_records
+from shardmix.formats._common import ShardRead, wanted_records
 from shardmix.formats.blocks import RecordBlock
-from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES
+from shardmix.formats.compression import DEFAULT_MAX_INFLATED_BYTES, inflated
 from shardmix.formats.options import ReadOptions
 from shardmix.formats.registry import (
     Format,
@@ -30,10 +29,8 @@ from shardmix.policy import Damage, DamageHandler
 
 @dataclass(frozen=True)
 class TarReader:
-    """The tar :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL tells).
-
-    ``max_member_bytes`` bounds a member (larger is damage), ``max_inflated_bytes`` a gzip shard.
-    """
+    """The tar :class:`~shardmix.formats.registry.ShardReader` (``gzipped`` None: the URL tells);
+    the limits are :class:`~shardmix.formats.options.ReadOptions`'."""
 
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
@@ -47,11 +44,8 @@ class TarReader:
     def from_options(cls, options: ReadOptions) -> TarReader:
         return cls(options.max_member_bytes, options.max_inflated_bytes)
 
-    def _gzipped(self, url: str) -> bool:
-        return is_gzipped(url) if self.gzipped is None else self.gzipped
-
     def _open(self, stream: BinaryIO, url: str, on_damage: DamageHandler | None) -> TarRecords:
-        gzipped = self._gzipped(url)
+        gzipped = is_gzipped(url) if self.gzipped is None else self.gzipped
         stream = inflated(stream, url, gzipped=gzipped, max_inflated_bytes=self.max_inflated_bytes)
         members = TarMembers(stream, url, gzipped=gzipped)
         return TarRecords(members, self.max_member_bytes, on_damage)
@@ -69,7 +63,7 @@ class TarReader:
     def _entered(self, stream: BinaryIO, url: str, read: ShardRead) -> TarRecords:
         reader = self._open(stream, url, read.on_damage)
         entry = read.entry
-        if entry is not None and not self._gzipped(url) and reader.members.seekable:
+        if entry is not None and not reader.members.gzipped and reader.members.seekable:
             reader.seek(entry[1], entry[0])
         reader.members.limit = read.stop_offset
         return reader
@@ -111,9 +105,8 @@ class TarReader:
         reader.index_every = every
         for _ in reader.samples(sys.maxsize):
             pass
-        if reader.cut_at is not None:  # damage reported: the records before it
-            return min(reader.records, reader.cut_at), reader.index
-        return reader.records, reader.index
+        cut = reader.cut_at  # damage reported: the records before it count
+        return (reader.records if cut is None else min(reader.records, cut)), reader.index
 
 
 register_reader(Format.TAR, TarReader.from_options)

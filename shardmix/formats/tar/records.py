@@ -1,9 +1,7 @@
 """Tar records: the members of one stream grouped into records, and their damage reported.
 
-This module owns :class:`TarRecords`, whose :meth:`~TarRecords._read` is the one loop of
-every read (from a record, in record blocks, wanted records, at offsets, counting). Plain
-members go into the columns of record blocks (:mod:`~shardmix.formats.blocks`), a few list
-operations per member; a read of samples gives the blocks' records back as dicts.
+:meth:`TarRecords._read` is the one loop of every read (from a record, in blocks, wanted
+records, at offsets, counting); plain members go into the columns of record blocks.
 """
 
 from __future__ import annotations
@@ -17,13 +15,13 @@ from shardmix.errors import CorruptShardError, ShardmixError
 from shardmix.formats._common import KEY_FIELD
 from shardmix.formats.blocks import BlockColumns, RecordBlock
 from shardmix.formats.registry import LocatedSample
-from shardmix.formats.tar.headers import BLOCK, Member, Run
+from shardmix.formats.tar.headers import BLOCK, Run
 from shardmix.formats.tar.members import TarMembers
 from shardmix.formats.tar.names import split_member_name
 from shardmix.policy import Damage, DamageHandler
 
-# A block is handed on past this many records, or this many member bytes: about what one run
-# of a 64 KiB read buffer gives on plain members of small records.
+# A block is handed on past this many records or member bytes: about one run of a 64 KiB read
+# buffer of plain members of small records.
 _BLOCK_RECORDS = 32
 _BLOCK_BYTES = 1 << 16
 
@@ -31,14 +29,12 @@ _BLOCK_BYTES = 1 << 16
 def _one(
     record: int, offset: int, sample: dict[str, Any], blocks: bool
 ) -> LocatedSample | RecordBlock:
-    """A record read as a sample dict, as :meth:`TarRecords._read` gives it."""
     return RecordBlock.of(record, offset, sample) if blocks else (record, offset, sample)
 
 
 class _Reading:
-    """What one read carries from run to run: the record in progress (``key``, ``record``; a
-    ``sample`` dict, or with ``columnar`` the block's last record, its first ``filled`` of the
-    block's ``width`` fields read) and the block being filled."""
+    """What one read carries from run to run: the record in progress (a ``sample``, or with
+    ``columnar`` the block's last, ``filled`` of ``width`` fields read) and the block."""
 
     __slots__ = (
         "start", "last", "wanted", "fast", "first_seen", "sample", "fields", "key", "record",
@@ -55,7 +51,7 @@ class _Reading:
         self.fast = fast  # the first loop runs (counting passes note offsets in the second)
         self.first_seen: dict[str, tuple[int, int]] = {}  # key: (record, its first header)
         self.sample: dict[str, Any] | None = None  # None: none, or not one to deliver
-        self.fields: set[str] = set()  # the sample's
+        self.fields: set[str] = set()
         self.key: str | None = None
         self.record = -1
         self.block = BlockColumns()
@@ -66,9 +62,8 @@ class _Reading:
 
 
 class TarRecords:
-    """Groups the members of one tar stream into records, and reports their damage: with a
-    damage handler, a record's damage is held until the record ends and reported with the bytes
-    it spanned; without one, it is raised at once."""
+    """Groups the members of one tar stream into records; a record's damage is raised at once,
+    or held until the record ends and reported to ``on_damage`` with the bytes it spanned."""
 
     def __init__(
         self, members: TarMembers, max_member_bytes: int, on_damage: DamageHandler | None
@@ -92,10 +87,7 @@ class TarRecords:
     def samples(
         self, start: int, stop: int | None = None, wanted: Collection[int] | None = None
     ) -> Iterator[LocatedSample]:
-        """Yield ``(record, offset, sample)`` of records ``[start, stop)``, or of the ``wanted``
-        ones; the others are walked. ``offset`` is that of the record's first header (a pax or
-        long-name one, if any), where :meth:`sample_at` can read the record again.
-        """
+        """Located samples of records ``[start, stop)``, or of the ``wanted`` ones."""
         return cast("Iterator[LocatedSample]", self._read(start, stop, wanted, blocks=False))
 
     def blocks(self, start: int, stop: int | None = None) -> Iterator[RecordBlock]:
@@ -104,15 +96,9 @@ class TarRecords:
     def _read(
         self, start: int, stop: int | None, wanted: Collection[int] | None, *, blocks: bool
     ) -> Iterator[LocatedSample | RecordBlock]:
-        """The one loop of every read: located samples, or with ``blocks`` record blocks.
-
-        Each run's members go through two loops (:meth:`_run`). The first (:meth:`_plain`)
-        takes the common case in as few steps as can be: plain members of records to read, with
-        no damage pending, into the columns of a block (its first record sets its fields).
-        Anything else stops it before the member changes any state; the record in progress
-        becomes a sample dict, and the second loop (:meth:`_members`), which handles every case,
-        goes on until a record to read begins further on in the run.
-        """
+        """The one loop of every read: located samples, or with ``blocks`` record blocks. In each
+        run (:meth:`_run`), :meth:`_plain` takes plain members into a block's columns and stops,
+        before changing any state, at anything else, which :meth:`_members` handles."""
         state = _Reading(start, stop, wanted, fast=wanted is None and not self.index_every)
         try:
             members = self.members
@@ -143,7 +129,6 @@ class TarRecords:
     def _run(
         self, state: _Reading, run: Run, blocks: bool
     ) -> Iterator[LocatedSample | RecordBlock]:
-        """The members of one run, the first loop's while they are plain, else the second's."""
         count = len(run.names)
         done = 0  # members of the run taken so far
         block = state.block
@@ -163,9 +148,8 @@ class TarRecords:
             done = yield from self._members(state, run, done, blocks)
             if state.past_last:
                 return
-        # The records before the last (which may go on) are handed on once the block holds
-        # enough: not after every run, since a run of members behind pax headers holds half
-        # the records, and every block costs its consumers the same.
+        # Handed on once the block holds enough, not after every run: a run of members behind
+        # pax headers holds half the records, and every block costs its consumers the same.
         state.held += sum(run.sizes)
         held = len(block.keys)
         if held > _BLOCK_RECORDS or (held > 1 and state.held >= _BLOCK_BYTES):
@@ -174,8 +158,7 @@ class TarRecords:
             state.width = len(block.layout)
 
     def _settled(self, state: _Reading, blocks: bool) -> Iterator[LocatedSample | RecordBlock]:
-        """Hand on the record in progress before the next begins: the block's last, as a
-        sample with the block before it when it lacks fields of the block, or the sample."""
+        """Hand on the record in progress before the next begins."""
         if state.columnar and state.filled != state.width:
             state.sample, state.fields = state.block.take_last(state.filled)
             state.columnar = False
@@ -186,8 +169,7 @@ class TarRecords:
             state.sample = None
 
     def _plain(self, state: _Reading, run: Run, done: int) -> tuple[int, bool]:
-        """The first loop, from member ``done`` of ``run``: ``(members taken, whether to stop
-        for the record in progress to be handed on, :meth:`_settled`, before the next)``."""
+        """The first loop: ``(members taken, whether to hand on the record in progress)``."""
         buffer, base, headers, sizes, names, _, entries = run
         members, max_size, first_seen = self.members, self._max_member_bytes, state.first_seen
         start, last, pending = state.start, state.last, state.sample is not None
@@ -249,9 +231,8 @@ class TarRecords:
     def _members(
         self, state: _Reading, run: Run, handed: int, blocks: bool
     ) -> Generator[LocatedSample | RecordBlock, None, int]:
-        """The second loop, from member ``handed`` of ``run`` on, whatever the members are:
-        gives where a record to read begins further on (the first loop's), else the run's
-        length (also when the read passed its last record: ``state.past_last``)."""
+        """The second loop, from member ``handed`` on: where a record for the first loop
+        begins, else the run's length (also past the read's last record)."""
         _, base, _, sizes, names, _, entries = run
         count = len(names)
         for index in range(handed, count):
@@ -281,8 +262,7 @@ class TarRecords:
         return count
 
     def _begins(self, state: _Reading, key: str, run: Run, index: int, entry: int) -> bool:
-        """Record ``key`` begins at member ``index`` of ``run`` (its entry at byte ``entry``) in
-        the second loop: whether it is past the last to read (the read ends)."""
+        """Record ``key`` begins at member ``index``: whether it is past the last to read."""
         self._end_record(state.record, entry)
         state.key = key
         record = state.record = self.records
@@ -313,19 +293,14 @@ class TarRecords:
         return False
 
     def _data(self, run: Run, index: int) -> bytes:
-        """The data of member ``index`` of ``run``."""
         if run.buffer is None:
             return self.members.read_data()
         at = run.headers[index] + BLOCK
         return run.buffer[at : at + run.sizes[index]]
 
     def sample_at(self, offset: int, record: int, end: int) -> dict[str, Any]:
-        """The sample of record ``record``, whose first header :meth:`samples` found at ``offset``
-        (``end``: the stream's size); :class:`CorruptShardError` when no record starts there.
-
-        Tar marks no record boundary, so an offset that lands exactly on a later member's header
-        of some record reads that member (and those after it with its key) as the record.
-        """
+        """The sample of ``record`` at ``offset`` (``end``: the stream's size), else a
+        :class:`CorruptShardError` (tar marks no record boundary: a later member reads on)."""
         error = self.members.error
         if offset % BLOCK or not 0 <= offset <= end - BLOCK:
             raise error(
@@ -357,10 +332,10 @@ class TarRecords:
             "expected a tar record here, found the end of the archive", record=record, offset=offset
         )
 
-    # -- damage ----------------------------------------------------------------------------
-
-    def _misnamed(self, field: str, record: int, member: Member) -> CorruptShardError:
-        _, offset, number, name, _, _ = member
+    def _misnamed(
+        self, field: str, record: int, member: tuple[int, int, str, int]
+    ) -> CorruptShardError:
+        offset, number, name, _ = member
         if field.startswith("__"):
             return self.members.error(
                 f"tar member {number} {name!r} has field {field!r}: field names starting with "
@@ -383,8 +358,8 @@ class TarRecords:
             offset=offset,
         )
 
-    def _too_large(self, record: int, member: Member) -> CorruptShardError:
-        _, offset, number, name, size, _ = member
+    def _too_large(self, record: int, member: tuple[int, int, str, int]) -> CorruptShardError:
+        offset, number, name, size = member
         return self.members.error(
             f"tar member {number} {name!r} declares {size} bytes of data, more than "
             f"max_member_bytes={self._max_member_bytes} (raise max_member_bytes if the shard "
@@ -394,8 +369,7 @@ class TarRecords:
         )
 
     def _damaged(self, error: CorruptShardError, record: int, start: int) -> None:
-        """A record with intact framing is damaged: raise, or drop it (reported when it ends;
-        not at all before ``start``, where the record is not being read)."""
+        """A record with intact framing is damaged: raise, or drop it (reported when it ends)."""
         if self._on_damage is None:
             raise error
         if record >= start and self._damage is None:

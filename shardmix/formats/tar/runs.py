@@ -1,21 +1,8 @@
 """Tar runs: the plain members that follow one another in a stream's read buffer.
 
-This module owns the fast path's walk of a read buffer: headers found by their size fields,
-checked all at once (:func:`~shardmix.formats.tar.headers.plain_count`), and their names. What a
-run is and what the stream does around it are :mod:`shardmix.formats.tar.members`'s.
-
-A member is *plain* when it is a regular file whose header has the field layout GNU tar,
-``tarfile`` and TarWriter write, a checksum that matches, and data that lies whole in the
-buffer, as do the pax and GNU long-name headers before it (most writers put a pax header before
-every member, so a shard costs the same whoever wrote it). Of a pax header's records only
-``path`` and ``size`` change a member; a ``size`` other than the header's, a ``GNU.sparse``
-record or a malformed header end the run before its member. Pax headers known to change nothing
-(:class:`~shardmix.formats.tar.pax.PaxShapes`) are not read, and a writer that puts the very
-same pax header before member after member is walked in pairs, one step of the loop each. A run
-stops at anything else (a link, a directory, a checksum to look at closer, the end-of-archive
-blocks, a member cut by the buffer's end), which the slow path reads, errors included. On
-shards of small records this is most of a reader's time: a few calls per buffer instead of
-several calls and two reads per member.
+Headers found by their size fields, checked all at once, and their names; which members are
+plain, and why: docs/design/formats.md. The stream around a run is
+:mod:`shardmix.formats.tar.members`'.
 """
 
 from __future__ import annotations
@@ -36,25 +23,23 @@ from shardmix.formats.tar.pax import SHAPE, PaxShapes
 
 _PAX, _LONG_NAME = ord("x"), ord("L")
 _MEMBER_TYPES = frozenset(b"07")
-# Size fields already read, by their text: a dict look-up costs half of ``isdigit`` and
-# ``int(text, 8)``, and the members of one data set have few sizes (pax headers fewer still).
+# Size fields already read: a dict look-up costs half of ``isdigit`` and ``int(text, 8)``, and
+# the members of one data set have few sizes.
 _SIZES: dict[bytes, int] = {}
 _MAX_SIZES = 4096  # past this many the ones known are forgotten
 
 # ``(headers, sizes, names, entries)`` of a run's members, offsets in the buffer.
 Found = tuple[list[int], list[int], list[str], list[int]]
-# ``(checked, headers, sizes, entries, metas, learn)`` of a walk: ``checked`` the headers that
-# :func:`plain_count` is to check (not the pax headers whose very block was found plain before:
-# :attr:`PaxShapes.blocks`), ``metas`` the pax and long-name headers of each member (by its
-# index) that may change it, ``learn`` the pax headers of a size whose block is not known yet.
+# ``(checked, headers, sizes, entries, metas, learn)`` of a walk: ``checked`` the headers for
+# :func:`plain_count` (not pax blocks known plain), ``metas`` the pax and long-name headers that
+# may change each member (by index), ``learn`` pax headers of a size whose block is not known.
 _Walked = tuple[list[int], list[int], list[int], list[int], dict[int, list[int]], list[int]]
 
 
 def plain_members(
     buffer: bytes, first: int, max_size: int, shapes: PaxShapes | None = None
 ) -> Found | None:
-    """The plain members at ``buffer[first:]`` on, as far as the buffer holds them whole, or
-    None when the first is not plain. ``shapes``: the pax headers known to change nothing."""
+    """The plain members from ``buffer[first:]`` that it holds whole; None if the first is not."""
     if len(buffer) < first + BLOCK or buffer[first + 156] not in b"07xL":
         return None  # a quick no for what the slow path takes: no walk of the buffer
     shapes = PaxShapes() if shapes is None else shapes
@@ -62,14 +47,13 @@ def plain_members(
     if walked is None:
         return None
     checked, headers, sizes, entries, metas, learn = walked
-    # The members whose own header lies before the first that is not plain.
-    plain = plain_count(buffer, first, checked)
+    plain = plain_count(buffer, first, checked)  # members up to the first header not plain
     if learn:
         shapes.learn_blocks(buffer, learn, checked[plain] if plain < len(checked) else len(buffer))
     if plain < len(checked):
         taken = bisect.bisect_left(headers, checked[plain])
         del headers[taken:], sizes[taken:], entries[taken:]
-    names = _names(buffer, headers)
+    names = header_names(buffer, headers)
     if metas:
         taken = _named(buffer, headers, sizes, names, entries, metas, shapes)
         del headers[taken:], sizes[taken:], names[taken:], entries[taken:]
@@ -175,7 +159,7 @@ def _walk(buffer: bytes, first: int, max_size: int, shapes: PaxShapes) -> _Walke
 
 
 def _new_size(size_text: bytes) -> int | None:
-    """The size a size field not in :data:`_SIZES` holds (kept there), or None if not octal."""
+    """The size a field not in :data:`_SIZES` holds (kept there), or None if not octal."""
     if not size_text.isdigit():  # a zero block (the end of the archive) is not digits
         return None
     try:
@@ -188,8 +172,8 @@ def _new_size(size_text: bytes) -> int | None:
     return size
 
 
-def _names(buffer: bytes, headers: list[int]) -> list[str]:
-    """The names the headers hold (a ustar prefix joined)."""
+def header_names(buffer: bytes, headers: list[int]) -> list[str]:
+    """The names the headers at ``headers`` hold (a ustar prefix joined)."""
     find = buffer.find
     names: list[str] = []
     append = names.append
@@ -214,8 +198,8 @@ def _named(
     metas: dict[int, list[int]],
     shapes: PaxShapes,
 ) -> int:
-    """Give the members with pax or long-name headers their names; how many members the run
-    keeps (it ends before one whose headers the slow path must read)."""
+    """Name the members that have pax or long-name headers; how many members the run keeps
+    (it ends before one whose headers the slow path must read)."""
     changes_nothing = shapes.changes_nothing
     for index, found in metas.items():
         if index >= len(headers):
