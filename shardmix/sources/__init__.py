@@ -1,13 +1,9 @@
 """Sources: open a shard URL as a binary stream.
 
-A registry maps URL schemes to openers (:mod:`shardmix.sources.schemes`). Openers know nothing
-of formats, workers or ranks; they return a readable binary stream, seekable where the storage
-allows it (seeking is what makes resume and skipping cheap). Built in: local files, ``http(s)``
-(:mod:`shardmix.sources.http`), ``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`);
-any other scheme goes to fsspec (:mod:`shardmix.sources.fsspec_source`). Every opener receives
-the same :class:`SourceOptions` (:mod:`shardmix.sources.options`), a picklable value that
-travels to DataLoader workers; with ``cache_dir`` set, remote shards are read through
-:mod:`shardmix.sources.cache`.
+A registry maps URL schemes to openers (:mod:`shardmix.sources.schemes`): local files,
+``http(s)`` (:mod:`shardmix.sources.http`), ``pipe:`` when enabled, fsspec for any other. An
+opener knows nothing of formats, workers or ranks; it gets the picklable
+:class:`SourceOptions` and returns a readable stream, seekable where the storage allows it.
 """
 
 from __future__ import annotations
@@ -66,12 +62,11 @@ def open_shard(
 ) -> BinaryIO:
     """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
 
-    The stream stands at byte 0. ``offset`` says where the first read will be (after a seek):
-    an ``http(s)://`` stream makes its first request there, so a resume costs one request.
-    The stream carries the shard's identity (:func:`~shardmix.sources.identity.stream_identity`)
-    when its source gives one. With ``expect``, a shard whose identity conflicts with it is
-    refused with a :class:`~shardmix.errors.ShardChangedError` before a byte is read.
-    ``listed``: the size and sha256 a manifest gives the shard, which a cached copy must have.
+    The stream stands at byte 0; ``offset`` is where the first read will be (an ``http(s)://``
+    stream makes its first request there). The stream carries the shard's identity when its
+    source gives one; with ``expect``, a conflicting identity is a
+    :class:`~shardmix.errors.ShardChangedError` before a byte is read. ``listed``: the size
+    and sha256 a manifest gives the shard, which a cached copy must have.
     """
     options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)

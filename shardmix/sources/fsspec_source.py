@@ -1,15 +1,9 @@
 """Shards in any storage fsspec knows (``s3://``, ``gs://``, ``az://``, ...).
 
-The fallback opener for every scheme without an opener of its own. fsspec and its backends are
-optional, imported only here; a missing one raises :class:`~shardmix.errors.UnsupportedURLError`
-naming the ``pip install`` to run. Storage options are passed explicitly (left out, the backend
-finds credentials the standard way); retries and timeouts are the backend's own. Each block
-fetched is counted (:mod:`shardmix.sources.traffic`); an object replaced while it is read
-(s3fs's ``FileExpired``) is a :class:`~shardmix.errors.ShardChangedError`.
-
-A chained URL (``simplecache::s3://bucket/x.tar``) has every filesystem of the chain checked
-for its backend; its storage options go to the innermost filesystem unless their keys name the
-chain's protocols (``{"s3": {...}, "simplecache": {...}}``, fsspec's own form).
+The fallback opener for every scheme without one of its own. fsspec and its backends are
+optional, imported here only; a missing one is an :class:`~shardmix.errors.UnsupportedURLError`
+naming the ``pip install`` to run. A chained URL's (``simplecache::s3://...``) storage options
+go to its innermost filesystem unless their keys name the chain's protocols.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Ranged reads of remote shards: a few known byte ranges fetched at once, bounded.
 
 Re-reading single records of a remote shard (a restored shuffle buffer) should cost the
-records' bytes and a round trip, not a stream running to the shard's end, nor a read-ahead block
-per record. :func:`open_ranges` starts one bounded request per range at once on the process's
-fetch pool (:func:`fetch_pool`, which read-ahead shares; ``http(s)`` through
-:func:`~shardmix.sources.http.stream.fetch_range`, fsspec through ``cat_file``) and returns a
-seekable stream served from those ranges; a read outside them fetches one more bounded range.
-Local files, ``pipe:`` and cached shards get ``None``: open them with
-:func:`shardmix.sources.open_shard`.
+records' bytes and a round trip. :func:`open_ranges` starts one bounded request per range on
+the process's fetch pool and returns a seekable stream served from them.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The bounded cache (``SourceOptions(cache_limit=...)``): a shard opened through it, and what
 this process tells it and counts of it.
 
-:func:`open_bounded` opens a shard's ready copy, leased while open, when one is current, else
-the remote stream, copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the
-ledger (:mod:`shardmix.sources.cache.ledger`) admits the copy under the limit. A copy holds a
-whole shard or, where less room is left, its first part of :data:`MIN_PART_BYTES` at least,
-read on from the source (:class:`SplicedStream`). The lanes' plans (:func:`plan_reads`) say
-which copies are needed next. The ledger's rows, not the unbounded cache's JSON records,
-validate a copy here.
+:func:`open_bounded` opens a shard's current copy, leased while open, else the remote stream,
+copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the ledger admits it. A
+copy holds a whole shard or its first part, read on from the source (:class:`SplicedStream`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """A local cache of remote shards: each downloaded once, then read from disk while it is current.
 
-A shard's cached copy is ``cache_dir/<sha256(url)[:16]>-<basename>``, with a hidden record of
-what was downloaded beside it (``.<name>.json``: the URL, the server's version, the copy's size,
-modification time and sha256). A download goes to a unique temporary file in the same folder,
-hashed as it is written, fsynced, then moved onto its final name with :func:`os.replace`: a
-reader finds no file or a whole one, and concurrent downloads of one shard each write their own
-and the last move wins, with the same bytes. A full disk is a
-:class:`~shardmix.errors.CacheFullError` naming the copy.
-
-A copy is used only while it is what was downloaded and the server still has that version: the
-server's version (:func:`~shardmix.sources.version.revalidated`, asked once per process, URL and
-epoch), the copy's size and modification time, and, when a manifest lists the shard
-(``listed``), its size and sha256 (:func:`holds_sha256`) are compared with the record. A
-mismatch downloads the copy again; a fresh download that is not the manifest's shard is a
-:class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version leaves a whole
-copy in use. With ``cache_limit`` the cache is bounded instead
+A copy lives at :func:`cache_path`, with a JSON record beside it (URL, the server's version,
+the copy's size, modification time and sha256); a download is written to a temporary file and
+moved into place whole. What makes a copy current is described in docs/remote-shards.md
+(cached copies). With ``cache_limit`` the cache is bounded instead
 (:mod:`shardmix.sources.cache.bounded`: same paths, validated by its ledger's rows).
 """
 

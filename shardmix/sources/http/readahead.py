@@ -1,25 +1,11 @@
 """Read-ahead: an http(s) shard fetched in blocks ahead of its reader, and a lane's next shard
 started before the lane gets there.
 
-With ``SourceOptions(read_ahead=ReadAhead(...))`` an ``http(s)://`` shard opens as a
-:class:`BlockStream`: up to ``blocks`` range requests of ``block_bytes`` in flight ahead of the
-reader on the process's fetch pool, so a server that caps each connection's bandwidth gives a
-lane up to ``blocks`` connections' worth. Each block goes through
-:class:`~shardmix.sources.http.stream.HttpShardStream` (retries, stall check, bytes counted)
-and must come from the first block's version (size and validator), else a
-:class:`~shardmix.errors.ShardChangedError`. Without a validator, each block after a run's
-first also asks for the seam before it (:func:`~shardmix.sources.http.validators.seam_before`),
-compared with the end of the block the reader left: a shard replaced by one of the same size
-is refused there, never read as a mix of two versions.
-
-A server that ignores ``Range`` answers the first block with the whole shard (``200``): that
-answer is read on as the shard, the host is asked for no more ranges (its shards open as one
-stream each), and a :class:`~shardmix.errors.RangesIgnoredWarning` says so once per host.
-
-At a shard boundary: once a shard's last block is asked for, the first blocks of the shard its
-lane reads next (:func:`follow`) are asked for too, and that stream waits until the lane opens
-it (:func:`open_blocks`); only a wait for it that happens anyway counts as a lane stall
-(``loader.stats().lane_stalls``). A lane that ends early drops what it started (:func:`forget`).
+:class:`BlockStream` keeps up to ``ReadAhead.blocks`` range requests in flight on the fetch
+pool, each block held to the first block's version (and, without a validator, to the seam
+before it). A server that ignores ``Range`` has its first answer read on as the shard. Once a
+shard's last block is asked for, the lane's next shard (:func:`follow`) is started, and waits
+for :func:`open_blocks`. See docs/remote-shards.md (read-ahead).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """HTTP(S) shards, streamed over one urllib3 connection pool per process; retried, resumed.
 
-:class:`HttpShardStream` reads one URL through the process's connection pool, following
-redirects as :func:`~shardmix.sources.http.connections.follow_redirects` says. Transient
-failures are retried as :class:`RetryPolicy` says (:mod:`shardmix.sources.http.retry` judges
-them); a retry resumes where the stream stands with ``Range: bytes=N-``: a ``206`` must start at
-N, a ``200`` (a server that ignores ranges) has its first N bytes dropped, so every byte arrives
-exactly once. Every answer is held to the version the first one named
-(:mod:`shardmix.sources.http.version`), so a shard replaced between two requests is a
-:class:`~shardmix.errors.ShardChangedError`, never a mix of two versions. Permanent answers
-(404, 410, 401, 403, other 4xx) fail at once.
-
-A stream may be bounded (``stop``: each request asks for ``bytes=N-M``), which is how blocks
-and single records are fetched, and may make its first request at ``first_at`` while still
-standing at 0, so that a reader which seeks there first costs one request.
+A retry resumes where the stream stands with ``Range: bytes=N-`` (a ``200`` has its first N
+bytes dropped), so every byte arrives once; every answer is held to the version the first one
+named (:mod:`shardmix.sources.http.version`). A stream may be bounded (``stop``), and may make
+its first request at ``first_at`` while standing at 0, so a reader that seeks there first costs
+one request. See docs/remote-shards.md.
 """
 
 from __future__ import annotations
@@ -60,16 +52,6 @@ SKIP_BY_READING = 1 << 20
 T = TypeVar("T")
 
 
-def _headers_of(url: str, options: SourceOptions) -> Mapping[str, str]:
-    headers = options.storage_options.get("headers", {})
-    if not isinstance(headers, Mapping):
-        raise ConfigError(
-            f"{url}: storage_options['headers'] must be a mapping of header names to values",
-            url=url,
-        )
-    return headers
-
-
 def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
     """Open an ``http(s)://`` shard as one buffered, seekable stream that retries and resumes;
     its first request asks for ``offset``."""
@@ -87,10 +69,16 @@ def shard_stream(
 ) -> HttpShardStream:
     """An :class:`HttpShardStream` of ``url`` whose first request asks for ``first_at``, with
     ``options``' retries, headers and stall check (bounded at ``stop``, held to ``expect``)."""
+    headers = options.storage_options.get("headers", {})
+    if not isinstance(headers, Mapping):
+        raise ConfigError(
+            f"{url}: storage_options['headers'] must be a mapping of header names to values",
+            url=url,
+        )
     return HttpShardStream(
         url,
         options.retry,
-        headers=_headers_of(url, options),
+        headers=headers,
         first_at=first_at,
         stop=stop,
         min_bytes_per_s=options.min_bytes_per_s,
@@ -197,13 +185,10 @@ class HttpShardStream(PositionedStream):
         self._unpark()
         ahead = target - self._position
         size = self._version.size
-        at_or_past_end = size is not None and target >= size
         if ahead == 0:
             return target
-        if self._response is None or ahead < 0 or at_or_past_end:
-            self._drop_response()
-            self._position = target
-        elif ahead <= SKIP_BY_READING or not self.honours_ranges:
+        reading = self._response is not None and ahead > 0 and (size is None or target < size)
+        if reading and (ahead <= SKIP_BY_READING or not self.honours_ranges):
             self._skip(ahead)
         else:
             self._drop_response()

@@ -1,11 +1,8 @@
 """The version of an HTTP(S) shard a stream reads, as its answers say it, checked answer by
 answer.
 
-Every answer must come from one version: the ``ETag`` (else ``Last-Modified``) the first answer
-gave (or a checkpoint's identity said), and one size, told by a ``Content-Length``, a
-``Content-Range`` total or the end of a body of unknown length. Without a validator, the last
-``SEAM_BYTES`` read are kept, and a resume asks for them again and compares them. Any
-disagreement is a :class:`~shardmix.errors.ShardChangedError`, never a mix of two versions.
+One validator, one size, and without a validator the seam; any disagreement is a
+:class:`~shardmix.errors.ShardChangedError`, never a mix of two versions.
 """
 
 from __future__ import annotations
