@@ -72,50 +72,41 @@ def open_shard(
     scheme = scheme_of(url)
     if options.cache_dir is None or scheme in _NOT_CACHED:
         stream = _open_direct(url, scheme, options, offset)
-    elif options.cache_limit is not None:
-        stream = _open_bounded(url, scheme, options, listed, offset)
     else:
-        stream = _open_cached(url, scheme, options, listed)
+        stream = _open_cached(url, scheme, options, options.cache_dir, listed, offset)
     return stream if expect is None else checked_stream(url, expect, stream)
 
 
-def _open_bounded(
+def _open_cached(
     url: str,
     scheme: str,
     options: SourceOptions,
+    cache_dir: str,
     listed: tuple[int, str | None] | None,
     offset: int,
 ) -> BinaryIO:
-    from shardmix.sources.cache.bounded import open_bounded
+    """The shard through the cache in ``cache_dir``, bounded when ``options.cache_limit`` is."""
     from shardmix.sources.version import revalidated
 
-    assert options.cache_dir is not None and options.cache_limit is not None
-    return open_bounded(
-        url,
-        options.cache_dir,
-        options.cache_limit,
-        lambda at: _open_direct(url, scheme, options, at),
-        lambda: revalidated(url, options),
-        listed,
-        offset,
-    )
-
-
-def _open_cached(
-    url: str, scheme: str, options: SourceOptions, listed: tuple[int, str | None] | None
-) -> BinaryIO:
-    from shardmix.sources.cache.store import open_cached
-    from shardmix.sources.traffic import count_cache
-    from shardmix.sources.version import revalidated
-
-    assert options.cache_dir is not None
     fetched = []
 
-    def fetch() -> BinaryIO:
+    def fetch_from(at: int) -> BinaryIO:
         fetched.append(True)
-        return _open_direct(url, scheme, options)
+        return _open_direct(url, scheme, options, at)
 
-    stream = open_cached(url, options.cache_dir, fetch, lambda: revalidated(url, options), listed)
+    def version() -> str | None:
+        return revalidated(url, options)
+
+    if options.cache_limit is not None:
+        from shardmix.sources.cache.bounded import open_bounded
+
+        return open_bounded(
+            url, cache_dir, options.cache_limit, fetch_from, version, listed, offset
+        )
+    from shardmix.sources.cache.store import open_cached
+    from shardmix.sources.traffic import count_cache
+
+    stream = open_cached(url, cache_dir, lambda: fetch_from(0), version, listed)
     count_cache("misses" if fetched else "hits")  # a miss fetched the shard first
     return stream
 

@@ -138,8 +138,7 @@ def glob_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> l
 def fsspec_errors(
     url: str, doing: str, *, offset: int | None = None, remedy: str | None = None
 ) -> Iterator[None]:
-    """fsspec's errors as shardmix's, naming the URL (and the offset), ``doing`` (what failed)
-    and ``remedy``."""
+    """fsspec's errors as shardmix's, naming the URL, the offset, what failed and the remedy."""
     try:
         yield
     except FileNotFoundError as error:

@@ -186,8 +186,7 @@ def _tell(line: str) -> None:
 
 @atexit.register
 def _stop_watcher() -> None:
-    """At exit: end the watcher's input, as this process's death would, and reap it (no
-    ``ResourceWarning`` for a process or pipe left open)."""
+    """At exit: end the watcher's input, as this process's death would, and reap it."""
     global _watcher
     with _lock:
         watcher, _watcher = _watcher, None

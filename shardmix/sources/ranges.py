@@ -8,6 +8,7 @@ the process's fetch pool and returns a seekable stream served from them.
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import os
 import threading
@@ -41,9 +42,14 @@ def open_ranges(
     ``None`` (see the module docstring). ``expect``: the version the ranges must come from;
     another is a :class:`~shardmix.errors.ShardChangedError` when it is read.
     """
-    fetch = _fetcher(url, options, expect)
-    if fetch is None:
+    if not reads_ranges(url, options):
         return None
+    if scheme_of(url) in ("http", "https"):
+        from shardmix.sources.http.stream import fetch_range
+
+        fetch: Fetch = functools.partial(fetch_range, url, options, expect=expect)
+    else:
+        fetch = _fsspec_fetcher(url, options)
     return cast(BinaryIO, RangedStream(url, fetch, ranges, expect))
 
 
@@ -55,16 +61,6 @@ def reads_ranges(url: str, options: SourceOptions) -> bool:
     if scheme in ("http", "https"):  # unless a plug-in replaced the built-in opener
         return scheme in _OPENERS_AT
     return scheme not in _OPENERS
-
-
-def _fetcher(url: str, options: SourceOptions, expect: ShardIdentity | None) -> Fetch | None:
-    if not reads_ranges(url, options):
-        return None
-    if scheme_of(url) in ("http", "https"):
-        from shardmix.sources.http.stream import fetch_range
-
-        return lambda start, stop: fetch_range(url, options, start, stop, expect)
-    return _fsspec_fetcher(url, options)
 
 
 def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:

@@ -245,8 +245,7 @@ def has_copy(cache_dir: str, url: str) -> bool:
 
 
 def plan_reads(cache_dir: str, plan: str, lanes: Sequence[Sequence[str]]) -> None:
-    """Tell the bounded cache in ``cache_dir`` what ``plan`` reads this epoch: each lane's
-    shard URLs in order, so that eviction keeps what is needed soonest."""
+    """Tell the bounded cache what ``plan`` reads this epoch: each lane's shard URLs in order."""
     wants = [(url, position) for urls in lanes for position, url in enumerate(urls)]
     ledger_for(cache_dir).plan(plan, wants)
 

@@ -305,8 +305,7 @@ class CacheLedger:
             )
 
     def plan(self, plan: str, urls: Sequence[tuple[str, int]]) -> None:
-        """Replace what ``plan`` reads later: ``(url, position)`` pairs (position: how many
-        shards the plan reads before it)."""
+        """Replace what ``plan`` reads later: ``(url, shards read before it)`` pairs."""
         with self._write() as db:
             db.execute("DELETE FROM wants WHERE plan = ?", (plan,))
             db.execute(
@@ -336,23 +335,14 @@ class CacheLedger:
             db.execute("DELETE FROM plans WHERE plan = ?", (plan,))
 
     def reclaim(self, *, check_files: bool = False) -> bool:
-        """Free what dead owners held (and, with ``check_files``, drop rows of copies gone
-        from disk); whether anything was freed."""
-        owners = {
-            owner
-            for (owner,) in self._rows(
-                "SELECT owner FROM entries WHERE state = 'filling' UNION "
-                "SELECT owner FROM leases UNION SELECT owner FROM plans"
-            )
-        }
-        dead = sorted(owner for owner in owners if owner != self.owner and not alive(owner))
-        gone = []
-        if check_files:
-            gone = [
-                path
-                for (path,) in self._rows("SELECT path FROM entries WHERE state = 'ready'")
-                if not os.path.isfile(path)
-            ]
+        """Free what dead owners held (and rows of copies gone from disk); whether any was."""
+        owners = self._rows(
+            "SELECT owner FROM entries WHERE state = 'filling' UNION "
+            "SELECT owner FROM leases UNION SELECT owner FROM plans"
+        )
+        dead = sorted(owner for (owner,) in owners if owner != self.owner and not alive(owner))
+        ready = self._rows("SELECT path FROM entries WHERE state = 'ready'") if check_files else []
+        gone = [path for (path,) in ready if not os.path.isfile(path)]
         if not dead and not gone:
             return False
         with self._write() as db:
@@ -429,8 +419,7 @@ def ledger_for(folder: str) -> CacheLedger:
 def choose_victims(
     db: sqlite3.Connection, url: str, needed: int
 ) -> tuple[list[tuple[str, int]], int]:
-    """The copies to evict to free ``needed`` bytes for ``url``, in order, and the bytes
-    they free: fewer than ``needed`` when the copies that may go for it are too few."""
+    """The copies to evict to free ``needed`` bytes for ``url``, and the bytes they free."""
     if needed <= 0:
         return [], 0
     rows = db.execute(

@@ -128,8 +128,7 @@ def download(
 def _current(
     path: str, record: dict[str, Any], url: str, version: str | None, listed: Listed | None
 ) -> bool:
-    """Whether the copy at ``path`` may be used: downloaded from ``url`` as ``record`` says, of
-    the server's ``version``, unchanged on disk, and the shard its manifest ``listed``."""
+    """Whether the copy at ``path`` is ``url``'s current version as ``record`` says."""
     if record.get("url") != url or (version is not None and record.get("version") != version):
         return False
     status = os.stat(path)
@@ -144,8 +143,7 @@ _VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha2
 
 
 def hashed(path: str, sha256: str, status: os.stat_result | None = None) -> None:
-    """The copy at ``path`` (``status``: its status when written) was hashed to ``sha256`` as
-    it was written: trust it."""
+    """Trust the copy at ``path`` (``status``: when written), hashed to ``sha256`` as written."""
     status = status or os.stat(path)
     _VERIFIED.add((path, status.st_size, status.st_mtime_ns, sha256))
 

@@ -15,7 +15,6 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -46,8 +45,7 @@ __all__ = [
 
 
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
-    """The opener of ``http(s)://``: read ahead in blocks with ``options.read_ahead``, else one
-    stream (:func:`~shardmix.sources.http.stream.open_http`)."""
+    """The opener of ``http(s)://``: in blocks with ``options.read_ahead``, else one stream."""
     if options.read_ahead is not None and host_of(url) not in _ignoring:
         return open_blocks(url, options, offset)
     return open_http(url, options, offset)
@@ -60,13 +58,7 @@ class BlockStream(PositionedStream):
     that seeks there first finds it fetched. A read anywhere else starts the blocks again there.
     """
 
-    def __init__(
-        self,
-        url: str,
-        options: SourceOptions,
-        first_at: int = 0,
-        on_tail: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, url: str, options: SourceOptions, first_at: int = 0) -> None:
         super().__init__()
         settings = options.read_ahead or ReadAhead()
         self.url = url
@@ -85,9 +77,8 @@ class BlockStream(PositionedStream):
         self._current: tuple[int, int, memoryview] | None = None
         # Where the block the reader left ended, and its last bytes: the next block's seam.
         self._left: tuple[int, bytes] = (-1, b"")
-        self.on_tail = on_tail  # called once the shard's last block is asked for
         self._rest: HttpShardStream | None = None  # the one answer of a server ignoring ranges
-        self.tail_done = False
+        self.tail_done = False  # the last block was asked for, and the lane's next shard started
         self._start_run(first_at)
 
     @property
@@ -180,8 +171,8 @@ class BlockStream(PositionedStream):
             return  # a changed shard: the reader meets it at this block
         with self._lock:
             fire = run == self._run and not self.closed and self._fill()
-        if fire and self.on_tail is not None:
-            self.on_tail()
+        if fire:
+            _start_next(self.url)
 
     def _fill(self) -> bool:
         """Ask for blocks up to the window (lock held); whether the last one was just asked."""
@@ -246,16 +237,15 @@ class BlockStream(PositionedStream):
                 give_back(block.buffer)  # the reader copied what it read: nothing refers to it
             self._reading = index + 1
             fire = self._fill()
-        if fire and self.on_tail is not None:
-            self.on_tail()
+        if fire:
+            _start_next(self.url)
 
 
 _ignoring: set[str] = set()  # hosts that answered a range request with the whole shard
 
 
 def ranges_ignored(url: str) -> None:
-    """``url``'s server answered a range request with the whole shard: ask its host for no
-    more ranges, and warn once per host and process."""
+    """``url``'s server answered a range with the whole shard: ask its host for no more."""
     host = host_of(url)
     with _registry_lock:
         if host in _ignoring:
@@ -282,6 +272,8 @@ _registry_lock = threading.Lock()
 _following: dict[str, tuple[str, SourceOptions]] = {}
 # Next shards already asked for, waiting for their lane to open them.
 _waiting: dict[str, BlockStream] = {}
+# Started ahead and not opened yet: a shard's URL -> the next one's.
+_started: dict[str, str] = {}
 
 
 def follow(url: str, next_url: str | None, options: SourceOptions) -> None:
@@ -305,10 +297,6 @@ def forget(url: str) -> None:
         waiting.close()
 
 
-# Started ahead and not opened yet: a shard's URL -> the next one's.
-_started: dict[str, str] = {}
-
-
 def _start_next(url: str) -> None:
     with _registry_lock:
         entry = _following.pop(url, None)
@@ -317,7 +305,7 @@ def _start_next(url: str) -> None:
         next_url, options = entry
         if host_of(next_url) in _ignoring:
             return
-        _waiting[next_url] = BlockStream(next_url, options, on_tail=lambda: _start_next(next_url))
+        _waiting[next_url] = BlockStream(next_url, options)
         _started[url] = next_url
 
 
@@ -332,7 +320,7 @@ def open_blocks(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
         stream.close()
         stream = None
     if stream is None:
-        stream = BlockStream(url, options, offset, on_tail=lambda: _start_next(url))
+        stream = BlockStream(url, options, offset)
     elif stream.tail_done:  # its last block was asked for before the lane said what follows
         _start_next(url)
     began = time.perf_counter()

@@ -117,8 +117,7 @@ class RateWatch:
         self._window = (time.monotonic(), position)
 
     def check(self, position: int) -> None:
-        """Raise a :class:`Transient` stall (or give up) if the rate up to ``position`` is
-        below the minimum."""
+        """Raise a :class:`Transient` stall (or give up) if the rate is below the minimum."""
         since, start = self._window
         elapsed = time.monotonic() - since
         if not self._min_rate or elapsed < self._retries.policy.read_timeout:

@@ -53,8 +53,7 @@ T = TypeVar("T")
 
 
 def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
-    """Open an ``http(s)://`` shard as one buffered, seekable stream that retries and resumes;
-    its first request asks for ``offset``."""
+    """An ``http(s)://`` shard as one buffered stream, its first request asking for ``offset``."""
     stream = shard_stream(url, options, offset)
     buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
     return attach_identity(buffered, stream.identity)

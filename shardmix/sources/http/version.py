@@ -49,8 +49,7 @@ class ShardVersion:
         return ShardIdentity(self.size, self.validator)
 
     def same_shard(self, response: urllib3.BaseHTTPResponse, position: int) -> None:
-        """Check a 200 or 206 answer's validator against the version read (the first answer's
-        sets it)."""
+        """Check a 200 or 206 answer's validator against the version read (the first sets it)."""
         found = validator_of(response.headers)
         if self.validator is None:
             self.validator = found
@@ -83,8 +82,7 @@ class ShardVersion:
         return int(match[2]) + 1
 
     def past_end(self, response: urllib3.BaseHTTPResponse, offset: int, position: int) -> bool:
-        """Whether a 416 answers a range that starts at or past the end: the shard is read to
-        its end (its size noted)."""
+        """Whether a 416 says the range starts at or past the end (the size is then noted)."""
         match = _UNSATISFIED_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
         if offset == 0 or match is None or int(match[1]) > offset:
             return False
@@ -92,8 +90,7 @@ class ShardVersion:
         return True
 
     def seam_before(self, offset: int) -> bytes:
-        """The bytes a resume at ``offset`` asks for again (none where a validator is known,
-        or the seam ends elsewhere)."""
+        """The bytes a resume at ``offset`` asks for again (none with a validator, or none kept)."""
         return self._seam if self._seam_end == offset and self.validator is None else b""
 
     def keep_seam(self, view: memoryview, count: int, position: int) -> None:
