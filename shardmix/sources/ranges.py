@@ -39,9 +39,8 @@ def open_ranges(
     expect: ShardIdentity | None = None,
 ) -> BinaryIO | None:
     """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now, or
-    ``None`` (see the module docstring). ``expect``: the version the ranges must come from;
-    another is a :class:`~shardmix.errors.ShardChangedError` when it is read.
-    """
+    ``None`` (local, ``pipe:`` and cached shards: open them with ``open_shard``). ``expect``:
+    the version they must come from, else a ShardChangedError when read."""
     if not reads_ranges(url, options):
         return None
     if scheme_of(url) in ("http", "https"):

@@ -40,10 +40,8 @@ CACHE_EVENTS = ("hits", "misses", "evictions")
 
 @dataclass
 class Traffic:
-    """Counts since the last :func:`take_traffic`: plain types, so it pickles small.
-
-    ``bytes`` and ``requests`` are keyed ``"scheme://host"`` (``"file://"`` for local shards).
-    """
+    """Counts since the last :func:`take_traffic`, in plain types; ``bytes`` and ``requests``
+    are keyed ``"scheme://host"`` (``"file://"`` for local shards)."""
 
     bytes: dict[str, int] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)

@@ -93,12 +93,9 @@ def open_bounded(
     listed: Listed | None = None,
     offset: int = 0,
 ) -> BinaryIO:
-    """Open ``url`` through the bounded cache in ``cache_dir`` (see the module docstring).
-
-    ``fetch_from(offset)`` opens the remote stream, standing at 0, with its first request at
-    ``offset``. ``offset`` is where the first read will be: a resume mid-shard without a copy
-    fetches the rest only, and caches none of it.
-    """
+    """Open ``url`` through the bounded cache in ``cache_dir``; ``fetch_from(offset)`` opens
+    the remote stream, standing at 0, its first request at ``offset`` (where the first read
+    will be: a resume mid-shard without a copy fetches the rest only, uncached)."""
     ledger = ledger_for(cache_dir)
     path = cache_path(cache_dir, url)
     current = version()

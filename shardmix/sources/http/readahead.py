@@ -52,11 +52,8 @@ def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
 
 
 class BlockStream(PositionedStream):
-    """One http(s) shard as a raw seekable stream, fetched in blocks ahead.
-
-    The first block asked for starts at ``first_at``, though the stream stands at 0: a reader
-    that seeks there first finds it fetched. A read anywhere else starts the blocks again there.
-    """
+    """One http(s) shard as a raw seekable stream, fetched in blocks ahead, the first from
+    ``first_at`` (the stream stands at 0); a read elsewhere starts the blocks again there."""
 
     def __init__(self, url: str, options: SourceOptions, first_at: int = 0) -> None:
         super().__init__()
@@ -265,8 +262,6 @@ def _described(identity: ShardIdentity) -> str:
     return f"{identity.size} bytes, {identity.validator or 'no validator'}"
 
 
-# -- lanes: the next shard started ahead ---------------------------------------------------
-
 _registry_lock = threading.Lock()
 # What a lane reads after a shard: the shard's URL -> the next one's and its options.
 _following: dict[str, tuple[str, SourceOptions]] = {}
@@ -342,9 +337,8 @@ def opened_ahead(stream: Any) -> bool:
 
 
 # A block of megabytes received into a fresh bytearray costs more than its copy from the socket
-# (zero-filled, each page faulted in and later given back), so fetch_block receives a block into
-# one buffer (no copy per read, to join, or to split off the seam), and a reader gives the buffer
-# of a block it has left back (give_back) for a block fetched next.
+# (zero-filled, each page faulted in): fetch_block receives a block into one buffer, which the
+# reader gives back (give_back) once it left the block, for a block fetched next.
 KEPT_BYTES = 64 << 20  # buffers kept for reuse, per process, at most
 
 _lock = threading.Lock()

@@ -107,10 +107,8 @@ def fetch_range(
 class HttpShardStream(PositionedStream):
     """One HTTP(S) shard as a raw seekable stream (wrap it in a BufferedReader).
 
-    The first request is made here, so a missing shard fails when it is opened; it asks for
-    ``first_at``, though the stream stands at 0 until a seek there takes up that answer.
-    ``expect``: a version known before the first request (a checkpoint's) that every answer
-    must match.
+    The first request, for ``first_at``, is made here (a missing shard fails at open), though
+    the stream stands at 0 until a seek there. ``expect``: a version every answer must match.
     """
 
     def __init__(
@@ -343,11 +341,9 @@ class HttpShardStream(PositionedStream):
 
 
 # urllib3's read1 (what has arrived, which the stall check needs) allocates a bytes object as
-# large as the read asked for (a read-ahead block's 4 MB), has one receive fill part of it,
-# shrinks it, and the caller copies it again: fresh memory, page faults and a copy per receive.
-# read_into has the buffered socket file receive once (readinto1) into the caller's buffer and
-# keeps http.client's count of the body's bytes left, closing the answer at its end as
-# http.client does, so that its connection carries the next request.
+# large as the read asked (a read-ahead block's 4 MB) per receive, then copies it: fresh memory
+# and page faults. read_into receives (readinto1) into the caller's buffer, keeping and closing
+# the answer at its end as http.client does, so its connection carries the next request.
 def read_into(response: urllib3.BaseHTTPResponse, view: memoryview) -> int:
     """Receive up to ``len(view)`` bytes of ``response``'s body into ``view`` in at most one
     receive; 0 at the end of the body. Answers of another shape are read with ``read1``."""

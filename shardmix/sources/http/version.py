@@ -35,12 +35,11 @@ class ShardVersion:
     def __init__(self, url: str, host: str, expect: ShardIdentity | None) -> None:
         self.url = url
         self._host = host
-        self.size: int | None = None  # the whole shard's size, once a server told it
-        self.validator: str | None = None  # the version read: etag:..., last-modified:...
-        if expect is not None:
-            self.size = expect.size
-            if expect.kind in ("etag", "last-modified"):  # the kinds an answer can show
-                self.validator = expect.validator
+        # The whole shard's size once a server told it, and the version read (etag:..., ...).
+        self.size = expect.size if expect is not None else None
+        self.validator: str | None = None
+        if expect is not None and expect.kind in ("etag", "last-modified"):  # answers show these
+            self.validator = expect.validator
         self._seam = b""  # without a validator: the last bytes read, ending at _seam_end
         self._seam_end = -1
 
