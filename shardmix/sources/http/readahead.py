@@ -313,8 +313,7 @@ def open_blocks(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
             del _started[before]
     if stream is not None and offset:  # started from 0, but the read begins elsewhere
         stream.close()
-        stream = None
-    if stream is None:
+    if stream is None or offset:
         stream = BlockStream(url, options, offset)
     elif stream.tail_done:  # its last block was asked for before the lane said what follows
         _start_next(url)
