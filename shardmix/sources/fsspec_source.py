@@ -161,9 +161,12 @@ def fsspec_errors(
 def filesystem_of(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """``(filesystem, path)`` for ``url``, each backend of the chain checked (for ranged reads)."""
     fsspec = _import_fsspec(url)
-    for protocol in chain_protocols(url):
+    protocols = chain_protocols(url)
+    for protocol in protocols:
         _check_backend(fsspec, url, protocol)
-    options = _chain_options(url, dict(storage_options or {}))
+    options = dict(storage_options or {})
+    if len(protocols) > 1 and options and not set(options) & set(protocols):
+        options = {protocols[-1]: options}  # for the innermost filesystem
     return cast(tuple[Any, str], fsspec.core.url_to_fs(url, **options))
 
 
@@ -175,13 +178,6 @@ def chain_protocols(url: str) -> list[str]:
     """
     *outer, inner = url.split("::")
     return [part.lower() for part in outer] + [scheme_of(inner)]
-
-
-def _chain_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
-    protocols = chain_protocols(url)
-    if len(protocols) == 1 or not options or set(options) & set(protocols):
-        return options
-    return {protocols[-1]: options}
 
 
 def _import_fsspec(url: str) -> ModuleType:

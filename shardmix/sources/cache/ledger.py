@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from shardmix.errors import CacheFullError, ConfigError
-from shardmix.sources.cache.store import DISK_FULL
+from shardmix.sources.cache.store import DISK_FULL, unlink_if_there
 
 __all__ = [
     "CacheLedger",
@@ -217,7 +217,7 @@ class CacheLedger:
         with self._write() as db:
             db.execute("DELETE FROM entries WHERE path = ?", (path,))
             db.execute("DELETE FROM leases WHERE path = ?", (path,))
-            _unlink(path)
+            unlink_if_there(path)
 
     def reserve(self, path: str, url: str, part: str, size: int, limit: int, minimum: int) -> int:
         """Reserve room for a copy of ``url`` (``size`` bytes) written to ``part``, evicting what
@@ -240,7 +240,7 @@ class CacheLedger:
                     _trim(db, trimmed, spare)
                 for victim, _ in victims:
                     db.execute("DELETE FROM entries WHERE path = ?", (victim,))
-                    _unlink(victim)
+                    unlink_if_there(victim)
                 self.evictions += len(victims)
                 db.execute(
                     "INSERT INTO entries (path, url, size, total, state, owner, part, used) "
@@ -279,7 +279,7 @@ class CacheLedger:
                 )
             return status
         except CacheFullError:
-            _unlink(path)  # moved into place, its row rolled back: the space it took, freed
+            unlink_if_there(path)  # moved into place, its row rolled back: the space it took, freed
             with contextlib.suppress(CacheFullError):
                 self.abandon(path)
             raise
@@ -297,7 +297,7 @@ class CacheLedger:
             self.owner,
         )
         for (part,) in parts:
-            _unlink(part)
+            unlink_if_there(part)
         with self._write(None, "a copy given up") as db:
             db.execute(
                 "DELETE FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
@@ -353,8 +353,10 @@ class CacheLedger:
                 ).fetchall()
                 for path, part in parts:
                     db.execute("DELETE FROM entries WHERE path = ?", (path,))
-                    _unlink(part)
-                    _unlink(path)  # moved into place, but the owner died before it was marked
+                    unlink_if_there(part)
+                    unlink_if_there(
+                        path
+                    )  # moved into place, but the owner died before it was marked
                 db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
                 db.execute(
                     "DELETE FROM wants WHERE plan IN (SELECT plan FROM plans WHERE owner = ?)",
@@ -382,12 +384,6 @@ def _trim(db: sqlite3.Connection, path: str, size: int) -> None:
         "UPDATE entries SET size = ?, mtime_ns = ?, sha256 = NULL WHERE path = ?",
         (status.st_size, status.st_mtime_ns, path),
     )
-
-
-def _unlink(path: str | None) -> None:
-    if path:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
 
 
 _LEDGERS: dict[tuple[int, str], CacheLedger] = {}

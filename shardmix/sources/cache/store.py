@@ -63,7 +63,8 @@ def open_cached(
         return _opened(path, record)
     record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
-        _discard(path)
+        unlink_if_there(path)
+        unlink_if_there(_record_path(path))
         raise ShardChangedError(
             f"{url}: the server's shard is {record['size']:,} bytes with sha256 "
             f"{record['sha256']}, but the manifest beside it lists {listed[0]:,} bytes with "
@@ -110,8 +111,7 @@ def download(
         record.update(validator=identity.validator if identity is not None else None)
         _write_record(path, record)
     except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        unlink_if_there(temporary)
         if isinstance(error, OSError) and error.errno in DISK_FULL:
             raise CacheFullError(
                 f"{url or path}: the cache's disk is full (or over its size limit) after "
@@ -169,6 +169,13 @@ def _unlike(record: dict[str, Any], listed: Listed) -> bool:
     return record.get("size") != size or (sha256 is not None and record.get("sha256") != sha256)
 
 
+def unlink_if_there(path: str | None) -> None:
+    """Remove the file at ``path`` unless it is gone already (or ``path`` is None)."""
+    if path:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def _record_path(path: str) -> str:
     folder, name = os.path.split(path)
     return os.path.join(folder, f".{name}.json")
@@ -191,15 +198,8 @@ def _write_record(path: str, record: dict[str, Any]) -> None:
             json.dump(record, file)
         os.replace(temporary, _record_path(path))
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        unlink_if_there(temporary)
         raise
-
-
-def _discard(path: str) -> None:
-    for name in (path, _record_path(path)):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
 
 
 def _basename(url: str) -> str:
