@@ -125,15 +125,17 @@ def _open_leased(
     fetch_from: Callable[[int], BinaryIO],
 ) -> BinaryIO | None:
     """The leased copy ``entry``, or None (lease ended, copy dropped) when it is not current."""
+    whole = entry.size == entry.total
+    sha256 = listed[1] if listed is not None and whole else None  # a part has none to check
     stale = current is not None and entry.version != current
-    stale = stale or (listed is not None and _unlisted(entry, listed))
+    stale = stale or (listed is not None and entry.total != listed[0])
+    stale = stale or (sha256 is not None and entry.sha256 != sha256)
     raw = None
     if not stale:
         try:
             raw = CopyFile(entry.path)
             status = os.fstat(raw.fileno())
             stale = (status.st_size, status.st_mtime_ns) != (entry.size, entry.mtime_ns)
-            sha256 = listed[1] if listed is not None and entry.size == entry.total else None
             stale = stale or (sha256 is not None and not holds_sha256(entry.path, sha256))
         except FileNotFoundError:
             stale = True
@@ -146,7 +148,7 @@ def _open_leased(
     assert raw is not None
     identity = ShardIdentity(entry.total, entry.validator)
     release = functools.partial(ledger.release, entry.path)
-    if entry.size == entry.total:
+    if whole:
         stream: BinaryIO = _Leased(raw, release)
     else:
         spliced = SplicedStream(
@@ -157,14 +159,6 @@ def _open_leased(
         )
         stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)
     return attach_identity(stream, identity)
-
-
-def _unlisted(entry: Entry, listed: Listed) -> bool:
-    """Whether the copy ``entry`` is not of the shard its manifest lists."""
-    size, sha256 = listed
-    if entry.total != size:
-        return True
-    return entry.size == entry.total and sha256 is not None and entry.sha256 != sha256
 
 
 class _Leased(io.BufferedReader):

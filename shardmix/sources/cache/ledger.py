@@ -30,7 +30,6 @@ __all__ = [
     "alive",
     "choose_victims",
     "ledger_for",
-    "next_need",
     "owner_of",
     "this_owner",
 ]
@@ -422,7 +421,7 @@ def choose_victims(
         f"SELECT e.path, e.size, e.used, ({_NEED} e.url) FROM entries e WHERE e.state = 'ready' "
         "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.path = e.path)"
     ).fetchall()
-    own = next_need(db, url)
+    (own,) = db.execute(f"{_NEED} ?", (url,)).fetchone()  # None: no live plan reads it
     rows.sort(key=lambda row: (0, row[2]) if row[3] is None else (1, -row[3]))
     chosen: list[tuple[str, int]] = []
     freed = 0
@@ -434,12 +433,6 @@ def choose_victims(
         chosen.append((path, size))
         freed += size
     return chosen, freed
-
-
-def next_need(db: sqlite3.Connection, url: str) -> int | None:
-    """How many shards ahead the soonest live plan reads ``url`` (None: no plan does)."""
-    (need,) = db.execute(f"{_NEED} ?", (url,)).fetchone()
-    return None if need is None else int(need)
 
 
 def _start_time(pid: int) -> str | None:

@@ -255,8 +255,14 @@ class HttpShardStream(PositionedStream):
             start = offset - len(seam)
             if status == 206:
                 self._end = version.range_end(response, start, self._position)
-            else:
-                self._accept_whole(response, start)
+            else:  # the whole shard
+                length = response.headers.get("Content-Length")
+                self._end = int(length) if length is not None and length.isdigit() else None
+                version.note_size(self._end, self._position)
+                if start or self._stop is not None:  # a range was asked for: it was ignored
+                    self.honours_ranges = False
+                if start:
+                    self._discard(response, start)
             if seam:
                 version.check_seam(response, offset, seam)
             return True
@@ -266,15 +272,6 @@ class HttpShardStream(PositionedStream):
         if status == 416 and version.past_end(response, offset - len(seam), self._position):
             return False
         raise failed_answer(self.url, response)
-
-    def _accept_whole(self, response: urllib3.BaseHTTPResponse, offset: int) -> None:
-        length = response.headers.get("Content-Length")
-        self._end = int(length) if length is not None and length.isdigit() else None
-        self._version.note_size(self._end, self._position)
-        if offset or self._stop is not None:  # a range was asked for: the server ignores it
-            self.honours_ranges = False
-        if offset:
-            self._discard(response, offset)
 
     def _read_once(self, view: memoryview) -> int:
         while True:
