@@ -1,13 +1,9 @@
 """Sources: open a shard URL as a binary stream.
 
-A registry maps URL schemes to openers (:mod:`shardmix.sources.schemes`). Openers know nothing
-of formats, workers or ranks; they return a readable binary stream, seekable where the storage
-allows it (seeking is what makes resume and skipping cheap). Built in: local files, ``http(s)``
-(:mod:`shardmix.sources.http`), ``pipe:`` commands when enabled (:mod:`shardmix.sources.pipe`);
-any other scheme goes to fsspec (:mod:`shardmix.sources.fsspec_source`). Every opener receives
-the same :class:`SourceOptions` (:mod:`shardmix.sources.options`), a picklable value that
-travels to DataLoader workers; with ``cache_dir`` set, remote shards are read through
-:mod:`shardmix.sources.cache`.
+A registry maps URL schemes to openers (:mod:`shardmix.sources.schemes`): local files,
+``http(s)`` (:mod:`shardmix.sources.http`), ``pipe:`` when enabled, fsspec for any other. An
+opener knows nothing of formats, workers or ranks; it gets the picklable
+:class:`SourceOptions` and returns a readable stream, seekable where the storage allows it.
 """
 
 from __future__ import annotations
@@ -66,61 +62,51 @@ def open_shard(
 ) -> BinaryIO:
     """Open a shard URL for reading, through the cache when ``options.cache_dir`` is set.
 
-    The stream stands at byte 0. ``offset`` says where the first read will be (after a seek):
-    an ``http(s)://`` stream makes its first request there, so a resume costs one request.
-    The stream carries the shard's identity (:func:`~shardmix.sources.identity.stream_identity`)
-    when its source gives one. With ``expect``, a shard whose identity conflicts with it is
-    refused with a :class:`~shardmix.errors.ShardChangedError` before a byte is read.
-    ``listed``: the size and sha256 a manifest gives the shard, which a cached copy must have.
+    The stream stands at byte 0; ``offset`` is where the first read will be (an ``http(s)://``
+    stream makes its first request there). The stream carries the shard's identity when its
+    source gives one; with ``expect``, a conflicting identity is a
+    :class:`~shardmix.errors.ShardChangedError` before a byte is read. ``listed``: the size
+    and sha256 a manifest gives the shard, which a cached copy must have.
     """
     options = options if options is not None else SourceOptions()
     scheme = scheme_of(url)
     if options.cache_dir is None or scheme in _NOT_CACHED:
         stream = _open_direct(url, scheme, options, offset)
-    elif options.cache_limit is not None:
-        stream = _open_bounded(url, scheme, options, listed, offset)
     else:
-        stream = _open_cached(url, scheme, options, listed)
+        stream = _open_cached(url, scheme, options, options.cache_dir, listed, offset)
     return stream if expect is None else checked_stream(url, expect, stream)
 
 
-def _open_bounded(
+def _open_cached(
     url: str,
     scheme: str,
     options: SourceOptions,
+    cache_dir: str,
     listed: tuple[int, str | None] | None,
     offset: int,
 ) -> BinaryIO:
-    from shardmix.sources.cache.bounded import open_bounded
+    """The shard through the cache in ``cache_dir``, bounded when ``options.cache_limit`` is."""
     from shardmix.sources.version import revalidated
 
-    assert options.cache_dir is not None and options.cache_limit is not None
-    return open_bounded(
-        url,
-        options.cache_dir,
-        options.cache_limit,
-        lambda at: _open_direct(url, scheme, options, at),
-        lambda: revalidated(url, options),
-        listed,
-        offset,
-    )
-
-
-def _open_cached(
-    url: str, scheme: str, options: SourceOptions, listed: tuple[int, str | None] | None
-) -> BinaryIO:
-    from shardmix.sources.cache.store import open_cached
-    from shardmix.sources.traffic import count_cache
-    from shardmix.sources.version import revalidated
-
-    assert options.cache_dir is not None
     fetched = []
 
-    def fetch() -> BinaryIO:
+    def fetch_from(at: int) -> BinaryIO:
         fetched.append(True)
-        return _open_direct(url, scheme, options)
+        return _open_direct(url, scheme, options, at)
 
-    stream = open_cached(url, options.cache_dir, fetch, lambda: revalidated(url, options), listed)
+    def version() -> str | None:
+        return revalidated(url, options)
+
+    if options.cache_limit is not None:
+        from shardmix.sources.cache.bounded import open_bounded
+
+        return open_bounded(
+            url, cache_dir, options.cache_limit, fetch_from, version, listed, offset
+        )
+    from shardmix.sources.cache.store import open_cached
+    from shardmix.sources.traffic import count_cache
+
+    stream = open_cached(url, cache_dir, lambda: fetch_from(0), version, listed)
     count_cache("misses" if fetched else "hits")  # a miss fetched the shard first
     return stream
 

@@ -1,15 +1,9 @@
 """Shards in any storage fsspec knows (``s3://``, ``gs://``, ``az://``, ...).
 
-The fallback opener for every scheme without an opener of its own. fsspec and its backends are
-optional, imported only here; a missing one raises :class:`~shardmix.errors.UnsupportedURLError`
-naming the ``pip install`` to run. Storage options are passed explicitly (left out, the backend
-finds credentials the standard way); retries and timeouts are the backend's own. Each block
-fetched is counted (:mod:`shardmix.sources.traffic`); an object replaced while it is read
-(s3fs's ``FileExpired``) is a :class:`~shardmix.errors.ShardChangedError`.
-
-A chained URL (``simplecache::s3://bucket/x.tar``) has every filesystem of the chain checked
-for its backend; its storage options go to the innermost filesystem unless their keys name the
-chain's protocols (``{"s3": {...}, "simplecache": {...}}``, fsspec's own form).
+The fallback opener for every scheme without one of its own. fsspec and its backends are
+optional, imported here only; a missing one is an :class:`~shardmix.errors.UnsupportedURLError`
+naming the ``pip install`` to run. A chained URL's (``simplecache::s3://...``) storage options
+go to its innermost filesystem unless their keys name the chain's protocols.
 """
 
 from __future__ import annotations
@@ -144,8 +138,7 @@ def glob_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> l
 def fsspec_errors(
     url: str, doing: str, *, offset: int | None = None, remedy: str | None = None
 ) -> Iterator[None]:
-    """fsspec's errors as shardmix's, naming the URL (and the offset), ``doing`` (what failed)
-    and ``remedy``."""
+    """fsspec's errors as shardmix's, naming the URL, the offset, what failed and the remedy."""
     try:
         yield
     except FileNotFoundError as error:
@@ -168,9 +161,12 @@ def fsspec_errors(
 def filesystem_of(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """``(filesystem, path)`` for ``url``, each backend of the chain checked (for ranged reads)."""
     fsspec = _import_fsspec(url)
-    for protocol in chain_protocols(url):
+    protocols = chain_protocols(url)
+    for protocol in protocols:
         _check_backend(fsspec, url, protocol)
-    options = _chain_options(url, dict(storage_options or {}))
+    options = dict(storage_options or {})
+    if len(protocols) > 1 and options and not set(options) & set(protocols):
+        options = {protocols[-1]: options}  # for the innermost filesystem
     return cast(tuple[Any, str], fsspec.core.url_to_fs(url, **options))
 
 
@@ -182,13 +178,6 @@ def chain_protocols(url: str) -> list[str]:
     """
     *outer, inner = url.split("::")
     return [part.lower() for part in outer] + [scheme_of(inner)]
-
-
-def _chain_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
-    protocols = chain_protocols(url)
-    if len(protocols) == 1 or not options or set(options) & set(protocols):
-        return options
-    return {protocols[-1]: options}
 
 
 def _import_fsspec(url: str) -> ModuleType:

@@ -1,13 +1,8 @@
 """A shard's identity: what tells one version of a shard's bytes from another.
 
-An identity is a shard's size and the strongest validator its source gives (an ``ETag`` or
-object version id, else a ``Last-Modified`` date or a local file's modification time), taken
-from what opening the shard returns anyway, never from an extra request. An opener puts it on
-the stream it returns (:func:`attach_identity`); :func:`stream_identity` reads it back; ``None``
-means the source says nothing that could tell two versions apart (a ``pipe:`` command).
-
-Two identities *conflict* when their sizes differ, or when both carry a validator of the same
-kind and those differ; :func:`check_identity` turns a conflict into a ``ShardChangedError``.
+An identity is the shard's size and the strongest validator its source gives, taken from what
+opening the shard returns anyway, never from an extra request. Openers attach it to their
+stream (:func:`attach_identity`); None means the source cannot tell versions apart.
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ _ATTRIBUTE = "shardmix_identity"
 class ShardIdentity:
     """One version of a shard: its size in bytes (None if unknown) and its validator.
 
-    A validator is ``"<kind>:<value>"``: ``etag:"5d8c72a5"``, ``version:3HL4kqtJ``,
-    ``last-modified:Wed, 02 Dec 2026 10:00:00 GMT``, ``mtime_ns:1764669600000000000``.
+    A validator is ``"<kind>:<value>"``: ``etag:"5d8c72a5"``, ``mtime_ns:1764669600000000000``.
 
     >>> a = ShardIdentity(4096, 'etag:"v1"')
     >>> a.conflicts(ShardIdentity(4096, 'etag:"v2"')), a.conflicts(ShardIdentity(4096, None))

@@ -1,7 +1,7 @@
 """Source options: what every opener may need, and the errors several openers share.
 
-:class:`SourceOptions` is a small picklable value that travels to DataLoader workers;
-:class:`RetryPolicy` and :class:`ReadAhead` are its parts.
+:class:`SourceOptions`, with its parts :class:`RetryPolicy` and :class:`ReadAhead`, is a small
+picklable value that travels to DataLoader workers.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from typing import Any
 
 from shardmix.errors import ConfigError, ShardmixError
 
-# The read buffer of a shard's stream. Large enough that a 4 KiB record costs one system call
-# per ~16 records; small enough that a worker with a hundred shards open holds a few MiB of
-# buffers, and that a format reader's look at the whole buffer (``peek``, one copy of it) is
-# served from malloc's heap: copies of 128 KiB and more get fresh pages, a page fault per
-# 4 KiB, which cost more than the read itself.
+# The read buffer of a shard's stream: one system call per ~16 records of 4 KiB, and small
+# enough that a format reader's ``peek`` (a copy of the whole buffer) is served from malloc's
+# heap: copies of 128 KiB and more get fresh pages, a page fault per 4 KiB, costing more than
+# the read itself.
 READ_BUFFER_BYTES = 64 * 1024
 
 
@@ -115,7 +114,7 @@ class SourceOptions:
             raise ConfigError(
                 f"storage_options must be a mapping, got {type(self.storage_options).__name__}"
             )
-        # A plain dict copy: picklable, and safe from later changes to the caller's mapping.
+        # A plain dict: picklable, and safe from later changes to the caller's mapping.
         object.__setattr__(self, "storage_options", dict(self.storage_options))
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")

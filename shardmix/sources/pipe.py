@@ -1,15 +1,8 @@
 """``pipe:COMMAND`` shards: the standard output of a shell command, when explicitly allowed.
 
-:func:`open_pipe` refuses unless ``SourceOptions(allow_pipe=True)``, so a URL list never runs
-a command by surprise. At the output's end the exit status is checked: a command that fails
-raises :class:`PipeCommandError` naming the command, its status and the end of its stderr,
-never a silently short shard. Closing the stream early stops the command. It cannot seek.
-
-Each command runs in its own session, hence its own process group (with what the shell starts
-with it, say ``curl | zstd -d``). One watcher per process, a small Python process in a session
-of its own, is told each group as it starts and ends, on its standard input, whose only writer
-is that process: when the process dies, however (SIGKILL, the OOM killer), the watcher sees its
-input end and kills the groups still running, a command stalled on a network read included.
+A command that exits with a non-zero status is a :class:`PipeCommandError`, never a short
+shard; closing the stream early stops it; it cannot seek. Each command runs in its own process
+group, which a watcher process kills when this process dies (docs/workers.md).
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ __all__ = ["PipeCommandError", "PipeStream", "open_pipe"]
 
 PREFIX = "pipe:"
 _STDERR_TAIL_BYTES = 2000
-_STOP_WAIT_SECONDS = 5.0
+_STOP_WAIT_SECONDS = 5.0  # for a stopped command, and for the watcher at exit
 
 
 class PipeCommandError(ShardmixError, ChildProcessError):
@@ -77,7 +70,7 @@ class PipeStream(io.RawIOBase):
             stderr=self._stderr,
             start_new_session=True,  # its own process group, killed with this process
         )
-        _watch(self._process.pid)
+        _tell(f"+{self._process.pid}\n")  # the watcher kills its group if this process dies
         # Popen(stdout=PIPE) with the default buffering gives a BufferedReader.
         self._stdout = cast(io.BufferedReader, self._process.stdout)
 
@@ -110,38 +103,37 @@ class PipeStream(io.RawIOBase):
 
     def _check_exit(self) -> None:
         status = self._wait()
-        if status != 0:
-            raise PipeCommandError(
-                f"{_where(self.url, offset=self._position)}: the command {self.command!r} "
-                f"exited with status {status} after writing {self._position} bytes; "
-                f"its stderr ended with: {self._stderr_tail()!r}",
-                url=self.url,
-                offset=self._position,
-            )
-
-    def _stderr_tail(self) -> str:
+        if status == 0:
+            return
         size = self._stderr.seek(0, io.SEEK_END)
         self._stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
-        return self._stderr.read().decode("utf-8", "replace").strip()
+        tail = self._stderr.read().decode("utf-8", "replace").strip()
+        raise PipeCommandError(
+            f"{_where(self.url, offset=self._position)}: the command {self.command!r} "
+            f"exited with status {status} after writing {self._position} bytes; "
+            f"its stderr ended with: {tail!r}",
+            url=self.url,
+            offset=self._position,
+        )
 
     def _wait(self, timeout: float | None = None) -> int:
         status = self._process.wait(timeout)
-        _forget(self._process.pid)
+        _tell(f"-{self._process.pid}\n")  # reaped: the watcher must not kill the group any more
         return status
 
     def _stop(self) -> None:
         """End the command's group if it still runs (the reader stopped early) and reap it."""
         self._stdout.close()
-        if self._process.poll() is None:
-            group = self._process.pid
-            _kill_group(group, signal.SIGTERM)
-            try:
-                self._wait(_STOP_WAIT_SECONDS)
-            except subprocess.TimeoutExpired:
-                _kill_group(group, signal.SIGKILL)
-                self._wait()
-        else:
-            _forget(self._process.pid)
+        if self._process.poll() is not None:
+            self._wait()  # ended already: only tell the watcher
+            return
+        group = self._process.pid
+        _kill_group(group, signal.SIGTERM)
+        try:
+            self._wait(_STOP_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            _kill_group(group, signal.SIGKILL)
+            self._wait()
 
 
 _WATCHER = r"""
@@ -163,16 +155,6 @@ _lock = threading.Lock()
 _watcher: tuple[int, subprocess.Popen[bytes]] | None = None  # (the pid it watches, it)
 
 
-def _watch(group: int) -> None:
-    """Have this process's watcher kill process group ``group`` if this process dies first."""
-    _tell(f"+{group}\n")
-
-
-def _forget(group: int) -> None:
-    """The group ended (its leader was reaped): the watcher must not kill it any more."""
-    _tell(f"-{group}\n")
-
-
 def _kill_group(group: int, sig: int) -> None:
     """Send ``sig`` to every process of ``group`` still running."""
     with contextlib.suppress(OSError):  # gone already
@@ -180,10 +162,19 @@ def _kill_group(group: int, sig: int) -> None:
 
 
 def _tell(line: str) -> None:
+    """Tell this process's watcher, started on first use, a group to watch or forget."""
     global _watcher
     with _lock:
         if _watcher is None or _watcher[0] != os.getpid():  # none yet, or a forked parent's
-            _watcher = (os.getpid(), _start())
+            watcher = subprocess.Popen(
+                [sys.executable, "-S", "-c", _WATCHER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # signals to the trainer's group (Ctrl-C) leave it running
+                restore_signals=True,
+            )
+            _watcher = (os.getpid(), watcher)
         stdin = _watcher[1].stdin
         assert stdin is not None
         try:
@@ -193,13 +184,9 @@ def _tell(line: str) -> None:
             _watcher = None
 
 
-_EXIT_WAIT_SECONDS = 5.0
-
-
 @atexit.register
 def _stop_watcher() -> None:
-    """At exit: end the watcher's input, as this process's death would, and reap it (no
-    ``ResourceWarning`` for a process or pipe left open)."""
+    """At exit: end the watcher's input, as this process's death would, and reap it."""
     global _watcher
     with _lock:
         watcher, _watcher = _watcher, None
@@ -210,15 +197,4 @@ def _stop_watcher() -> None:
         if process.stdin is not None:
             process.stdin.close()  # the watcher kills what still runs, then ends
     with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(_EXIT_WAIT_SECONDS)
-
-
-def _start() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-S", "-c", _WATCHER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # signals to the trainer's group (Ctrl-C) leave it running
-        restore_signals=True,
-    )
+        process.wait(_STOP_WAIT_SECONDS)

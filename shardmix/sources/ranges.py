@@ -1,18 +1,14 @@
 """Ranged reads of remote shards: a few known byte ranges fetched at once, bounded.
 
 Re-reading single records of a remote shard (a restored shuffle buffer) should cost the
-records' bytes and a round trip, not a stream running to the shard's end, nor a read-ahead block
-per record. :func:`open_ranges` starts one bounded request per range at once on the process's
-fetch pool (:func:`fetch_pool`, which read-ahead shares; ``http(s)`` through
-:func:`~shardmix.sources.http.stream.fetch_range`, fsspec through ``cat_file``) and returns a
-seekable stream served from those ranges; a read outside them fetches one more bounded range.
-Local files, ``pipe:`` and cached shards get ``None``: open them with
-:func:`shardmix.sources.open_shard`.
+records' bytes and a round trip. :func:`open_ranges` starts one bounded request per range on
+the process's fetch pool and returns a seekable stream served from them.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import os
 import threading
@@ -43,12 +39,16 @@ def open_ranges(
     expect: ShardIdentity | None = None,
 ) -> BinaryIO | None:
     """A seekable stream of ``url`` whose ``(start, stop)`` ranges are being fetched now, or
-    ``None`` (see the module docstring). ``expect``: the version the ranges must come from;
-    another is a :class:`~shardmix.errors.ShardChangedError` when it is read.
-    """
-    fetch = _fetcher(url, options, expect)
-    if fetch is None:
+    ``None`` (local, ``pipe:`` and cached shards: open them with ``open_shard``). ``expect``:
+    the version they must come from, else a ShardChangedError when read."""
+    if not reads_ranges(url, options):
         return None
+    if scheme_of(url) in ("http", "https"):
+        from shardmix.sources.http.stream import fetch_range
+
+        fetch: Fetch = functools.partial(fetch_range, url, options, expect=expect)
+    else:
+        fetch = _fsspec_fetcher(url, options)
     return cast(BinaryIO, RangedStream(url, fetch, ranges, expect))
 
 
@@ -60,16 +60,6 @@ def reads_ranges(url: str, options: SourceOptions) -> bool:
     if scheme in ("http", "https"):  # unless a plug-in replaced the built-in opener
         return scheme in _OPENERS_AT
     return scheme not in _OPENERS
-
-
-def _fetcher(url: str, options: SourceOptions, expect: ShardIdentity | None) -> Fetch | None:
-    if not reads_ranges(url, options):
-        return None
-    if scheme_of(url) in ("http", "https"):
-        from shardmix.sources.http.stream import fetch_range
-
-        return lambda start, stop: fetch_range(url, options, start, stop, expect)
-    return _fsspec_fetcher(url, options)
 
 
 def _fsspec_fetcher(url: str, options: SourceOptions) -> Fetch:
@@ -178,25 +168,19 @@ _executor_lock = threading.Lock()
 
 
 def fetch_pool() -> ThreadPoolExecutor:
-    """The process's fetch pool, started on first use."""
+    """The process's fetch pool, its threads all started at its first use."""
     global _executor
     with _executor_lock:
         if _executor is None:
-            _executor = _started_pool()
+            # Started one per request, each start waiting on the GIL the running requests hold,
+            # the threads took 0.6 s on two cores; started at once, on one gate, milliseconds.
+            _executor = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardmix-range")
+            gate = threading.Event()
+            waiting = [_executor.submit(gate.wait) for _ in range(FETCH_THREADS)]
+            gate.set()
+            for future in waiting:
+                future.result()
         return _executor
-
-
-def _started_pool() -> ThreadPoolExecutor:
-    """A pool whose threads are all running, idle: started one per request, each start
-    waiting on the GIL the running requests hold, they took 0.6 s on two cores; started at
-    once, each waiting on one gate, they take milliseconds."""
-    executor = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardmix-range")
-    gate = threading.Event()
-    waiting = [executor.submit(gate.wait) for _ in range(FETCH_THREADS)]
-    gate.set()
-    for future in waiting:
-        future.result()
-    return executor
 
 
 def _forget_pool() -> None:

@@ -1,17 +1,10 @@
 """Traffic: what this process's sources fetched, counted where the bytes arrive, and where
 its time went.
 
-One set of counters per process (a DataLoader worker has its own): body bytes and requests per
-``(scheme, host)`` (never what a cached copy gave), the bytes read from cached copies
-(:class:`CopyFile`), the cache's hits, misses and evictions, the *stalls* (a lane waiting for
-the first bytes of a shard read-ahead had not brought yet, and for how long), a worker's seconds
-per stage (:func:`count_seconds`) and the images :mod:`shardmix.vision` handed to Pillow
-(:func:`count_fallback`). A worker takes what was counted since its last chunk with
-:func:`take_traffic` and sends it along; the main process adds the parts up
-(:mod:`shardmix.batching.stats`, which also says what the counts mean to a user).
-
-Counting is a dict update under a lock per read of a read buffer or more, so that threads
-reading ahead count beside the lane's own reads.
+One set of counters per process (a DataLoader worker has its own), under a lock so that
+threads reading ahead count beside the lane. A worker takes what was counted since its last
+chunk with :func:`take_traffic`; the main process adds the parts up
+(:mod:`shardmix.batching.stats`, which says what the counts mean).
 """
 
 from __future__ import annotations
@@ -47,10 +40,8 @@ CACHE_EVENTS = ("hits", "misses", "evictions")
 
 @dataclass
 class Traffic:
-    """Counts since the last :func:`take_traffic`: plain types, so it pickles small.
-
-    ``bytes`` and ``requests`` are keyed ``"scheme://host"`` (``"file://"`` for local shards).
-    """
+    """Counts since the last :func:`take_traffic`, in plain types; ``bytes`` and ``requests``
+    are keyed ``"scheme://host"`` (``"file://"`` for local shards)."""
 
     bytes: dict[str, int] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)

@@ -1,10 +1,7 @@
 """A shard's version: what tells a cached record count from a stale one.
 
-A local file's version is its size and modification time, an ``http(s)://`` shard's its
-``ETag`` (else its size and ``Last-Modified``) from one ``HEAD`` request, an fsspec shard's the
-size and ETag (or modification time) its backend reports. None means it cannot be told (a
-``pipe:`` command, a silent server): such a shard's count is never cached. :func:`revalidated`
-asks once per process, URL and epoch (each epoch's reads begin with :func:`forget_versions`).
+None means it cannot be told (a ``pipe:`` command, a silent server): such a shard's count is
+never cached. :func:`revalidated` asks once per process, URL and epoch.
 """
 
 from __future__ import annotations

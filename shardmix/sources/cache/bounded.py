@@ -1,13 +1,9 @@
 """The bounded cache (``SourceOptions(cache_limit=...)``): a shard opened through it, and what
 this process tells it and counts of it.
 
-:func:`open_bounded` opens a shard's ready copy, leased while open, when one is current, else
-the remote stream, copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the
-ledger (:mod:`shardmix.sources.cache.ledger`) admits the copy under the limit. A copy holds a
-whole shard or, where less room is left, its first part of :data:`MIN_PART_BYTES` at least,
-read on from the source (:class:`SplicedStream`). The lanes' plans (:func:`plan_reads`) say
-which copies are needed next. The ledger's rows, not the unbounded cache's JSON records,
-validate a copy here.
+:func:`open_bounded` opens a shard's current copy, leased while open, else the remote stream,
+copied as the lane reads it (:mod:`shardmix.sources.cache.tee`) when the ledger admits it. A
+copy holds a whole shard or its first part, read on from the source (:class:`SplicedStream`).
 """
 
 from __future__ import annotations
@@ -97,12 +93,9 @@ def open_bounded(
     listed: Listed | None = None,
     offset: int = 0,
 ) -> BinaryIO:
-    """Open ``url`` through the bounded cache in ``cache_dir`` (see the module docstring).
-
-    ``fetch_from(offset)`` opens the remote stream, standing at 0, with its first request at
-    ``offset``. ``offset`` is where the first read will be: a resume mid-shard without a copy
-    fetches the rest only, and caches none of it.
-    """
+    """Open ``url`` through the bounded cache in ``cache_dir``; ``fetch_from(offset)`` opens
+    the remote stream, standing at 0, its first request at ``offset`` (where the first read
+    will be: a resume mid-shard without a copy fetches the rest only, uncached)."""
     ledger = ledger_for(cache_dir)
     path = cache_path(cache_dir, url)
     current = version()
@@ -132,15 +125,17 @@ def _open_leased(
     fetch_from: Callable[[int], BinaryIO],
 ) -> BinaryIO | None:
     """The leased copy ``entry``, or None (lease ended, copy dropped) when it is not current."""
+    whole = entry.size == entry.total
+    sha256 = listed[1] if listed is not None and whole else None  # a part has none to check
     stale = current is not None and entry.version != current
-    stale = stale or (listed is not None and _unlisted(entry, listed))
+    stale = stale or (listed is not None and entry.total != listed[0])
+    stale = stale or (sha256 is not None and entry.sha256 != sha256)
     raw = None
     if not stale:
         try:
             raw = CopyFile(entry.path)
             status = os.fstat(raw.fileno())
             stale = (status.st_size, status.st_mtime_ns) != (entry.size, entry.mtime_ns)
-            sha256 = listed[1] if listed is not None and entry.size == entry.total else None
             stale = stale or (sha256 is not None and not holds_sha256(entry.path, sha256))
         except FileNotFoundError:
             stale = True
@@ -153,7 +148,7 @@ def _open_leased(
     assert raw is not None
     identity = ShardIdentity(entry.total, entry.validator)
     release = functools.partial(ledger.release, entry.path)
-    if entry.size == entry.total:
+    if whole:
         stream: BinaryIO = _Leased(raw, release)
     else:
         spliced = SplicedStream(
@@ -164,14 +159,6 @@ def _open_leased(
         )
         stream = io.BufferedReader(spliced, READ_BUFFER_BYTES)
     return attach_identity(stream, identity)
-
-
-def _unlisted(entry: Entry, listed: Listed) -> bool:
-    """Whether the copy ``entry`` is not of the shard its manifest lists."""
-    size, sha256 = listed
-    if entry.total != size:
-        return True
-    return entry.size == entry.total and sha256 is not None and entry.sha256 != sha256
 
 
 class _Leased(io.BufferedReader):
@@ -249,8 +236,7 @@ def has_copy(cache_dir: str, url: str) -> bool:
 
 
 def plan_reads(cache_dir: str, plan: str, lanes: Sequence[Sequence[str]]) -> None:
-    """Tell the bounded cache in ``cache_dir`` what ``plan`` reads this epoch: each lane's
-    shard URLs in order, so that eviction keeps what is needed soonest."""
+    """Tell the bounded cache what ``plan`` reads this epoch: each lane's shard URLs in order."""
     wants = [(url, position) for urls in lanes for position, url in enumerate(urls)]
     ledger_for(cache_dir).plan(plan, wants)
 

@@ -1,24 +1,11 @@
 """The accounts of a bounded shard cache: what it holds, who reads it, who needs what next.
 
-A cache folder with a ``cache_limit`` keeps one SQLite database, ``.shardmix-cache.sqlite``
-(write-ahead log on), shared by every process on the node, concurrent jobs included. Its tables:
-``entries`` (one row per file the cache wrote: path, URL, bytes held or reserved, ``filling``
-by an ``owner`` into a ``part`` file or ``ready``, and what validates it), ``leases`` (open
-readers of ready copies), ``plans`` and ``wants`` (each reading plan's position, and the shards
-it reads later this epoch, with the position at which it reads each).
-
-An *owner* is a process, named by its pid and start time so that a pid reused by another
-program is not taken for the reader that died. Every change is one ``BEGIN IMMEDIATE``
-transaction, and files are deleted inside the transaction that drops their rows: a process
-killed mid-way never leaves accounts that say less than the disk holds. What a dead owner held
-is reclaimed by the next process that finds the cache full and by every process when it first
-opens the folder: a SIGKILL leaves no lock or account that a later run trips on.
-
-Room is reserved before a byte is written, for the whole shard or, where less is free, its
-first part (a ``minimum`` at least), and an eviction that needs only part of a copy trims it:
-the files the cache wrote never hold more than the limit. A leased or filling copy is never
-evicted; among the others the plans choose (:func:`choose_victims`), and a newcomer that would
-need a copy evicted that is needed sooner than itself is not admitted (its lane streams it).
+One SQLite database per cache folder (:data:`LEDGER_NAME`), shared by every process on the
+node: ``entries`` (copies ready or filling), ``leases`` (open readers), ``plans`` and ``wants``
+(each reading plan's position and the shards it reads later). An owner is a process, named by
+pid and start time. Each change is one ``BEGIN IMMEDIATE`` transaction, which also deletes the
+files whose rows it drops: the accounts never say less than the disk holds, and what a dead
+owner held is reclaimed. The policy is described in docs/remote-shards.md (a bounded cache).
 """
 
 from __future__ import annotations
@@ -34,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from shardmix.errors import CacheFullError, ConfigError
-from shardmix.sources.cache.store import DISK_FULL
+from shardmix.sources.cache.store import DISK_FULL, unlink_if_there
 
 __all__ = [
     "CacheLedger",
@@ -43,7 +30,6 @@ __all__ = [
     "alive",
     "choose_victims",
     "ledger_for",
-    "next_need",
     "owner_of",
     "this_owner",
 ]
@@ -92,29 +78,33 @@ class CacheLedger:
         self._connection: sqlite3.Connection | None = None
         try:
             os.makedirs(folder, exist_ok=True)
-            with _creating(folder):
-                self._create()
+            self._create()
         except (OSError, sqlite3.OperationalError) as error:
             self._raise_named(error, None, "its tables")
         self.reclaim(check_files=True)
 
     def _create(self) -> None:
-        """Open the database and make its tables, under the folder's creation lock: two
+        """Open the database and make its tables, under an ``flock`` on the folder: two
         processes opening a new folder at once would otherwise race to switch the log on, and
         the loser, undoing what it began, would delete the winner's database under it."""
         database = os.path.join(self.folder, LEDGER_NAME)
-        existed = os.path.exists(database)
+        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            with self._lock:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    self._db.execute(statement)
-        except (OSError, sqlite3.OperationalError):
-            self.close()
-            if not existed:  # a ledger this process began and could not finish: not left
-                for name in (database, f"{database}-wal", f"{database}-shm", f"{database}-journal"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(name)
-            raise
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor closes
+            existed = os.path.exists(database)
+            try:
+                with self._lock:
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        self._db.execute(statement)
+            except (OSError, sqlite3.OperationalError):
+                self.close()
+                if not existed:  # a ledger this process began and could not finish: not left
+                    for suffix in ("", "-wal", "-shm", "-journal"):
+                        with contextlib.suppress(OSError):
+                            os.unlink(database + suffix)
+                raise
+        finally:
+            os.close(fd)
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -226,55 +216,45 @@ class CacheLedger:
         with self._write() as db:
             db.execute("DELETE FROM entries WHERE path = ?", (path,))
             db.execute("DELETE FROM leases WHERE path = ?", (path,))
-            _unlink(path)
+            unlink_if_there(path)
 
     def reserve(self, path: str, url: str, part: str, size: int, limit: int, minimum: int) -> int:
         """Reserve room for a copy of ``url`` (``size`` bytes) written to ``part``, evicting what
         the plans need later than ``url``: the bytes reserved, all ``size`` or at least
         ``minimum``; 0 when none (someone else fills it, or what is needed sooner or being
         read holds the limit)."""
-        doing = f"room for a copy of {size:,} bytes"
-        with self._write(url, doing) as db:
-            kept = self._try_reserve(db, path, url, part, size, limit, minimum)
+
+        def attempt() -> int:
+            with self._write(url, f"room for a copy of {size:,} bytes") as db:
+                if db.execute("SELECT 1 FROM entries WHERE path = ?", (path,)).fetchone():
+                    return 0
+                (held,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()
+                victims, freed = choose_victims(db, url, held + size - limit)
+                kept = min(size, limit - held + freed)
+                if kept < min(size, minimum):
+                    return 0
+                spare = limit - held + freed - kept  # what the last victim need not give up
+                if victims and spare >= minimum:
+                    trimmed, _ = victims.pop()
+                    _trim(db, trimmed, spare)
+                for victim, _ in victims:
+                    db.execute("DELETE FROM entries WHERE path = ?", (victim,))
+                    unlink_if_there(victim)
+                self.evictions += len(victims)
+                db.execute(
+                    "INSERT INTO entries (path, url, size, total, state, owner, part, used) "
+                    "VALUES (?, ?, ?, ?, 'filling', ?, ?, "
+                    "(SELECT COALESCE(MAX(used), 0) + 1 FROM entries))",
+                    (path, url, kept, size, self.owner, part),
+                )
+                return kept
+
+        kept = attempt()
         if kept == size or not self.reclaim():
             return kept
         if kept:  # a part only: there may be room for more once the dead are reclaimed
             self.abandon(path)
-        with self._write(url, doing) as db:
-            return self._try_reserve(db, path, url, part, size, limit, minimum)
-
-    def _try_reserve(
-        self,
-        db: sqlite3.Connection,
-        path: str,
-        url: str,
-        part: str,
-        size: int,
-        limit: int,
-        minimum: int,
-    ) -> int:
-        if db.execute("SELECT 1 FROM entries WHERE path = ?", (path,)).fetchone():
-            return 0
-        (held,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()
-        victims, freed = choose_victims(db, url, held + size - limit)
-        kept = min(size, limit - held + freed)
-        if kept < min(size, minimum):
-            return 0
-        spare = limit - held + freed - kept  # what the last victim need not give up
-        if victims and spare >= minimum:
-            trimmed, _ = victims.pop()
-            _trim(db, trimmed, spare)
-        for victim, _ in victims:
-            db.execute("DELETE FROM entries WHERE path = ?", (victim,))
-            _unlink(victim)
-        self.evictions += len(victims)
-        db.execute(
-            "INSERT INTO entries (path, url, size, total, state, owner, part, used) "
-            "VALUES (?, ?, ?, ?, 'filling', ?, ?, "
-            "(SELECT COALESCE(MAX(used), 0) + 1 FROM entries))",
-            (path, url, kept, size, self.owner, part),
-        )
-        return kept
+        return attempt()
 
     def publish(
         self, path: str, url: str, filled: int, copy: tuple[str | None, str | None, str]
@@ -298,7 +278,7 @@ class CacheLedger:
                 )
             return status
         except CacheFullError:
-            _unlink(path)  # moved into place, its row rolled back: the space it took, freed
+            unlink_if_there(path)  # moved into place, its row rolled back: the space it took, freed
             with contextlib.suppress(CacheFullError):
                 self.abandon(path)
             raise
@@ -316,7 +296,7 @@ class CacheLedger:
             self.owner,
         )
         for (part,) in parts:
-            _unlink(part)
+            unlink_if_there(part)
         with self._write(None, "a copy given up") as db:
             db.execute(
                 "DELETE FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
@@ -324,8 +304,7 @@ class CacheLedger:
             )
 
     def plan(self, plan: str, urls: Sequence[tuple[str, int]]) -> None:
-        """Replace what ``plan`` reads later: ``(url, position)`` pairs (position: how many
-        shards the plan reads before it)."""
+        """Replace what ``plan`` reads later: ``(url, shards read before it)`` pairs."""
         with self._write() as db:
             db.execute("DELETE FROM wants WHERE plan = ?", (plan,))
             db.execute(
@@ -355,23 +334,14 @@ class CacheLedger:
             db.execute("DELETE FROM plans WHERE plan = ?", (plan,))
 
     def reclaim(self, *, check_files: bool = False) -> bool:
-        """Free what dead owners held (and, with ``check_files``, drop rows of copies gone
-        from disk); whether anything was freed."""
-        owners = {
-            owner
-            for (owner,) in self._rows(
-                "SELECT owner FROM entries WHERE state = 'filling' UNION "
-                "SELECT owner FROM leases UNION SELECT owner FROM plans"
-            )
-        }
-        dead = sorted(owner for owner in owners if owner != self.owner and not alive(owner))
-        gone = []
-        if check_files:
-            gone = [
-                path
-                for (path,) in self._rows("SELECT path FROM entries WHERE state = 'ready'")
-                if not os.path.isfile(path)
-            ]
+        """Free what dead owners held (and rows of copies gone from disk); whether any was."""
+        owners = self._rows(
+            "SELECT owner FROM entries WHERE state = 'filling' UNION "
+            "SELECT owner FROM leases UNION SELECT owner FROM plans"
+        )
+        dead = sorted(owner for (owner,) in owners if owner != self.owner and not alive(owner))
+        ready = self._rows("SELECT path FROM entries WHERE state = 'ready'") if check_files else []
+        gone = [path for (path,) in ready if not os.path.isfile(path)]
         if not dead and not gone:
             return False
         with self._write() as db:
@@ -382,8 +352,10 @@ class CacheLedger:
                 ).fetchall()
                 for path, part in parts:
                     db.execute("DELETE FROM entries WHERE path = ?", (path,))
-                    _unlink(part)
-                    _unlink(path)  # moved into place, but the owner died before it was marked
+                    unlink_if_there(part)
+                    unlink_if_there(
+                        path
+                    )  # moved into place, but the owner died before it was marked
                 db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
                 db.execute(
                     "DELETE FROM wants WHERE plan IN (SELECT plan FROM plans WHERE owner = ?)",
@@ -411,23 +383,6 @@ def _trim(db: sqlite3.Connection, path: str, size: int) -> None:
         "UPDATE entries SET size = ?, mtime_ns = ?, sha256 = NULL WHERE path = ?",
         (status.st_size, status.st_mtime_ns, path),
     )
-
-
-def _unlink(path: str | None) -> None:
-    if path:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
-@contextlib.contextmanager
-def _creating(folder: str) -> Iterator[None]:
-    """Hold ``folder``'s creation lock: an ``flock`` on the folder itself (no file to keep)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 _LEDGERS: dict[tuple[int, str], CacheLedger] = {}
@@ -459,15 +414,14 @@ def ledger_for(folder: str) -> CacheLedger:
 def choose_victims(
     db: sqlite3.Connection, url: str, needed: int
 ) -> tuple[list[tuple[str, int]], int]:
-    """The copies to evict to free ``needed`` bytes for ``url``, in order, and the bytes
-    they free: fewer than ``needed`` when the copies that may go for it are too few."""
+    """The copies to evict to free ``needed`` bytes for ``url``, and the bytes they free."""
     if needed <= 0:
         return [], 0
     rows = db.execute(
         f"SELECT e.path, e.size, e.used, ({_NEED} e.url) FROM entries e WHERE e.state = 'ready' "
         "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.path = e.path)"
     ).fetchall()
-    own = next_need(db, url)
+    (own,) = db.execute(f"{_NEED} ?", (url,)).fetchone()  # None: no live plan reads it
     rows.sort(key=lambda row: (0, row[2]) if row[3] is None else (1, -row[3]))
     chosen: list[tuple[str, int]] = []
     freed = 0
@@ -479,12 +433,6 @@ def choose_victims(
         chosen.append((path, size))
         freed += size
     return chosen, freed
-
-
-def next_need(db: sqlite3.Connection, url: str) -> int | None:
-    """How many shards ahead the soonest live plan reads ``url`` (None: no plan does)."""
-    (need,) = db.execute(f"{_NEED} ?", (url,)).fetchone()
-    return None if need is None else int(need)
 
 
 def _start_time(pid: int) -> str | None:
@@ -530,5 +478,5 @@ def alive(owner: str) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # another user's process: alive
     return True

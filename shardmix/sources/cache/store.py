@@ -1,20 +1,9 @@
 """A local cache of remote shards: each downloaded once, then read from disk while it is current.
 
-A shard's cached copy is ``cache_dir/<sha256(url)[:16]>-<basename>``, with a hidden record of
-what was downloaded beside it (``.<name>.json``: the URL, the server's version, the copy's size,
-modification time and sha256). A download goes to a unique temporary file in the same folder,
-hashed as it is written, fsynced, then moved onto its final name with :func:`os.replace`: a
-reader finds no file or a whole one, and concurrent downloads of one shard each write their own
-and the last move wins, with the same bytes. A full disk is a
-:class:`~shardmix.errors.CacheFullError` naming the copy.
-
-A copy is used only while it is what was downloaded and the server still has that version: the
-server's version (:func:`~shardmix.sources.version.revalidated`, asked once per process, URL and
-epoch), the copy's size and modification time, and, when a manifest lists the shard
-(``listed``), its size and sha256 (:func:`holds_sha256`) are compared with the record. A
-mismatch downloads the copy again; a fresh download that is not the manifest's shard is a
-:class:`~shardmix.errors.ShardChangedError`. A server that cannot tell a version leaves a whole
-copy in use. With ``cache_limit`` the cache is bounded instead
+A copy lives at :func:`cache_path`, with a JSON record beside it (URL, the server's version,
+the copy's size, modification time and sha256); a download is written to a temporary file and
+moved into place whole. What makes a copy current is described in docs/remote-shards.md
+(cached copies). With ``cache_limit`` the cache is bounded instead
 (:mod:`shardmix.sources.cache.bounded`: same paths, validated by its ledger's rows).
 """
 
@@ -74,7 +63,8 @@ def open_cached(
         return _opened(path, record)
     record = download(fetch, path, url=url, version=current)
     if listed is not None and _unlike(record, listed):
-        _discard(path)
+        unlink_if_there(path)
+        unlink_if_there(_record_path(path))
         raise ShardChangedError(
             f"{url}: the server's shard is {record['size']:,} bytes with sha256 "
             f"{record['sha256']}, but the manifest beside it lists {listed[0]:,} bytes with "
@@ -121,8 +111,7 @@ def download(
         record.update(validator=identity.validator if identity is not None else None)
         _write_record(path, record)
     except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        unlink_if_there(temporary)
         if isinstance(error, OSError) and error.errno in DISK_FULL:
             raise CacheFullError(
                 f"{url or path}: the cache's disk is full (or over its size limit) after "
@@ -139,8 +128,7 @@ def download(
 def _current(
     path: str, record: dict[str, Any], url: str, version: str | None, listed: Listed | None
 ) -> bool:
-    """Whether the copy at ``path`` may be used: downloaded from ``url`` as ``record`` says, of
-    the server's ``version``, unchanged on disk, and the shard its manifest ``listed``."""
+    """Whether the copy at ``path`` is ``url``'s current version as ``record`` says."""
     if record.get("url") != url or (version is not None and record.get("version") != version):
         return False
     status = os.stat(path)
@@ -155,8 +143,7 @@ _VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha2
 
 
 def hashed(path: str, sha256: str, status: os.stat_result | None = None) -> None:
-    """The copy at ``path`` (``status``: its status when written) was hashed to ``sha256`` as
-    it was written: trust it."""
+    """Trust the copy at ``path`` (``status``: when written), hashed to ``sha256`` as written."""
     status = status or os.stat(path)
     _VERIFIED.add((path, status.st_size, status.st_mtime_ns, sha256))
 
@@ -182,6 +169,13 @@ def _unlike(record: dict[str, Any], listed: Listed) -> bool:
     return record.get("size") != size or (sha256 is not None and record.get("sha256") != sha256)
 
 
+def unlink_if_there(path: str | None) -> None:
+    """Remove the file at ``path`` unless it is gone already (or ``path`` is None)."""
+    if path:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def _record_path(path: str) -> str:
     folder, name = os.path.split(path)
     return os.path.join(folder, f".{name}.json")
@@ -204,15 +198,8 @@ def _write_record(path: str, record: dict[str, Any]) -> None:
             json.dump(record, file)
         os.replace(temporary, _record_path(path))
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        unlink_if_there(temporary)
         raise
-
-
-def _discard(path: str) -> None:
-    for name in (path, _record_path(path)):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
 
 
 def _basename(url: str) -> str:

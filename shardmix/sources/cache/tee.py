@@ -1,14 +1,8 @@
 """A lane reading a remote shard while its cached copy fills: one stream, two uses of each byte.
 
-:class:`TeeStream` reads the remote stream in order and writes every byte to the copy's
-temporary file as it hands it to the lane, so the first sample comes as soon as without a cache.
-A seek forward reads up to the target (the copy keeps those bytes too); a read behind is served
-from the temporary file, so the remote shard is fetched once, in order, and hashed as written.
-
-The copy may keep only the shard's first ``keep`` bytes (less room than the shard): past them
-the lane reads the source alone. A copy that holds its ``keep`` bytes at close (which reads the
-last :data:`DRAIN_BYTES` itself, as a tar reader stops before the archive's padding) is
-published by ``on_whole(sha256, bytes)``; otherwise ``on_partial()`` drops the temporary file.
+The remote stream is read once, in order, and hashed as written: a seek forward reads up to the
+target, a read behind is served from the copy's temporary file. Past the copy's ``keep`` bytes
+(a part copy) the lane reads the source alone.
 """
 
 from __future__ import annotations
@@ -33,9 +27,11 @@ _COPY_BYTES = 1 << 20
 
 
 class TeeStream(PositionedStream):
-    """``source`` (the ``size``-byte shard ``url``) read once, in order, its first ``keep``
-    bytes written to the file descriptor ``out`` as they are read; past ``keep``, reads and
-    seeks go to ``source``. A full disk is a :class:`~shardmix.errors.CacheFullError`.
+    """``source`` (the ``size``-byte shard ``url``), its first ``keep`` bytes written to the
+    file descriptor ``out`` as they are read. At close, a copy that holds its ``keep`` bytes
+    (reading the last :data:`DRAIN_BYTES` itself: a tar reader stops before the padding) goes
+    to ``on_whole(sha256, bytes)``, any other to ``on_partial()``. A full disk is a
+    :class:`~shardmix.errors.CacheFullError`.
     """
 
     def __init__(

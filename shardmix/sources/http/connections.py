@@ -1,19 +1,8 @@
 """HTTP(S) connections of one process and the one redirect policy every request follows.
 
-:func:`connection_pool` gives this process's urllib3 ``PoolManager`` for a URL (a
-``ProxyManager`` where ``HTTPS_PROXY``/``HTTP_PROXY`` name one and ``NO_PROXY`` does not exempt
-the host), so connections stay alive from one request to the next; a forked worker starts its
-own. A process opens at most :data:`NEW_CONNECTIONS_PER_HOST` connections to a host at once,
-each holding its host's gate from its connect until its first answer's headers: a restore's
-burst of range requests then opens connections a few at a time, and a server with a short
-listen backlog (Python's ``http.server``: 5) is not sent dozens of connects whose dropped SYNs
-the kernel resends only after 1, 3, 7 s. A request waiting at the gate takes a connection
-another request gives back meanwhile.
-
-:func:`follow_redirects` is the policy of the GET, the range reads and the version check
-(``HEAD``) alike: at most :data:`MAX_REDIRECTS` hops, to ``http(s)`` URLs only, and the caller's
-headers (credentials, often) go only to the shard's own scheme, host and port. A redirect's
-small body is read to its end so that its connection is kept.
+:func:`connection_pool` gives this process's urllib3 pool for a URL (through the environment's
+proxy where one applies), which opens at most :data:`NEW_CONNECTIONS_PER_HOST` connections to
+a host at once. :func:`follow_redirects` is the policy of every request (docs/remote-shards.md).
 """
 
 from __future__ import annotations
@@ -43,7 +32,9 @@ _DRAIN_LIMIT = 1 << 16
 
 # Connections kept alive per host: enough for the range requests a restore has in flight.
 POOL_CONNECTIONS_PER_HOST = 64
-# Connections a process opens to one host at once, each until its first answer's headers.
+# Connections a process opens to one host at once, each until its first answer's headers: a
+# restore's burst of range requests would overflow a short listen backlog (http.server's: 5),
+# whose dropped SYNs the kernel resends only after 1, 3, 7 s.
 NEW_CONNECTIONS_PER_HOST = 6
 
 _pools: dict[str | None, urllib3.PoolManager] = {}

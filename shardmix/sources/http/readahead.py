@@ -1,25 +1,11 @@
 """Read-ahead: an http(s) shard fetched in blocks ahead of its reader, and a lane's next shard
 started before the lane gets there.
 
-With ``SourceOptions(read_ahead=ReadAhead(...))`` an ``http(s)://`` shard opens as a
-:class:`BlockStream`: up to ``blocks`` range requests of ``block_bytes`` in flight ahead of the
-reader on the process's fetch pool, so a server that caps each connection's bandwidth gives a
-lane up to ``blocks`` connections' worth. Each block goes through
-:class:`~shardmix.sources.http.stream.HttpShardStream` (retries, stall check, bytes counted)
-and must come from the first block's version (size and validator), else a
-:class:`~shardmix.errors.ShardChangedError`. Without a validator, each block after a run's
-first also asks for the seam before it (:func:`~shardmix.sources.http.validators.seam_before`),
-compared with the end of the block the reader left: a shard replaced by one of the same size
-is refused there, never read as a mix of two versions.
-
-A server that ignores ``Range`` answers the first block with the whole shard (``200``): that
-answer is read on as the shard, the host is asked for no more ranges (its shards open as one
-stream each), and a :class:`~shardmix.errors.RangesIgnoredWarning` says so once per host.
-
-At a shard boundary: once a shard's last block is asked for, the first blocks of the shard its
-lane reads next (:func:`follow`) are asked for too, and that stream waits until the lane opens
-it (:func:`open_blocks`); only a wait for it that happens anyway counts as a lane stall
-(``loader.stats().lane_stalls``). A lane that ends early drops what it started (:func:`forget`).
+:class:`BlockStream` keeps up to ``ReadAhead.blocks`` range requests in flight on the fetch
+pool, each block held to the first block's version (and, without a validator, to the seam
+before it). A server that ignores ``Range`` has its first answer read on as the shard. Once a
+shard's last block is asked for, the lane's next shard (:func:`follow`) is started, and waits
+for :func:`open_blocks`. See docs/remote-shards.md (read-ahead).
 """
 
 from __future__ import annotations
@@ -29,7 +15,6 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -60,27 +45,17 @@ __all__ = [
 
 
 def open_web(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
-    """The opener of ``http(s)://``: read ahead in blocks with ``options.read_ahead``, else one
-    stream (:func:`~shardmix.sources.http.stream.open_http`)."""
+    """The opener of ``http(s)://``: in blocks with ``options.read_ahead``, else one stream."""
     if options.read_ahead is not None and host_of(url) not in _ignoring:
         return open_blocks(url, options, offset)
     return open_http(url, options, offset)
 
 
 class BlockStream(PositionedStream):
-    """One http(s) shard as a raw seekable stream, fetched in blocks ahead.
+    """One http(s) shard as a raw seekable stream, fetched in blocks ahead, the first from
+    ``first_at`` (the stream stands at 0); a read elsewhere starts the blocks again there."""
 
-    The first block asked for starts at ``first_at``, though the stream stands at 0: a reader
-    that seeks there first finds it fetched. A read anywhere else starts the blocks again there.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        options: SourceOptions,
-        first_at: int = 0,
-        on_tail: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, url: str, options: SourceOptions, first_at: int = 0) -> None:
         super().__init__()
         settings = options.read_ahead or ReadAhead()
         self.url = url
@@ -99,9 +74,8 @@ class BlockStream(PositionedStream):
         self._current: tuple[int, int, memoryview] | None = None
         # Where the block the reader left ended, and its last bytes: the next block's seam.
         self._left: tuple[int, bytes] = (-1, b"")
-        self.on_tail = on_tail  # called once the shard's last block is asked for
         self._rest: HttpShardStream | None = None  # the one answer of a server ignoring ranges
-        self.tail_done = False
+        self.tail_done = False  # the last block was asked for, and the lane's next shard started
         self._start_run(first_at)
 
     @property
@@ -194,8 +168,8 @@ class BlockStream(PositionedStream):
             return  # a changed shard: the reader meets it at this block
         with self._lock:
             fire = run == self._run and not self.closed and self._fill()
-        if fire and self.on_tail is not None:
-            self.on_tail()
+        if fire:
+            _start_next(self.url)
 
     def _fill(self) -> bool:
         """Ask for blocks up to the window (lock held); whether the last one was just asked."""
@@ -260,16 +234,15 @@ class BlockStream(PositionedStream):
                 give_back(block.buffer)  # the reader copied what it read: nothing refers to it
             self._reading = index + 1
             fire = self._fill()
-        if fire and self.on_tail is not None:
-            self.on_tail()
+        if fire:
+            _start_next(self.url)
 
 
 _ignoring: set[str] = set()  # hosts that answered a range request with the whole shard
 
 
 def ranges_ignored(url: str) -> None:
-    """``url``'s server answered a range request with the whole shard: ask its host for no
-    more ranges, and warn once per host and process."""
+    """``url``'s server answered a range with the whole shard: ask its host for no more."""
     host = host_of(url)
     with _registry_lock:
         if host in _ignoring:
@@ -289,13 +262,13 @@ def _described(identity: ShardIdentity) -> str:
     return f"{identity.size} bytes, {identity.validator or 'no validator'}"
 
 
-# -- lanes: the next shard started ahead ---------------------------------------------------
-
 _registry_lock = threading.Lock()
 # What a lane reads after a shard: the shard's URL -> the next one's and its options.
 _following: dict[str, tuple[str, SourceOptions]] = {}
 # Next shards already asked for, waiting for their lane to open them.
 _waiting: dict[str, BlockStream] = {}
+# Started ahead and not opened yet: a shard's URL -> the next one's.
+_started: dict[str, str] = {}
 
 
 def follow(url: str, next_url: str | None, options: SourceOptions) -> None:
@@ -319,10 +292,6 @@ def forget(url: str) -> None:
         waiting.close()
 
 
-# Started ahead and not opened yet: a shard's URL -> the next one's.
-_started: dict[str, str] = {}
-
-
 def _start_next(url: str) -> None:
     with _registry_lock:
         entry = _following.pop(url, None)
@@ -331,7 +300,7 @@ def _start_next(url: str) -> None:
         next_url, options = entry
         if host_of(next_url) in _ignoring:
             return
-        _waiting[next_url] = BlockStream(next_url, options, on_tail=lambda: _start_next(next_url))
+        _waiting[next_url] = BlockStream(next_url, options)
         _started[url] = next_url
 
 
@@ -344,9 +313,8 @@ def open_blocks(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
             del _started[before]
     if stream is not None and offset:  # started from 0, but the read begins elsewhere
         stream.close()
-        stream = None
-    if stream is None:
-        stream = BlockStream(url, options, offset, on_tail=lambda: _start_next(url))
+    if stream is None or offset:
+        stream = BlockStream(url, options, offset)
     elif stream.tail_done:  # its last block was asked for before the lane said what follows
         _start_next(url)
     began = time.perf_counter()
@@ -368,9 +336,8 @@ def opened_ahead(stream: Any) -> bool:
 
 
 # A block of megabytes received into a fresh bytearray costs more than its copy from the socket
-# (zero-filled, each page faulted in and later given back), so fetch_block receives a block into
-# one buffer (no copy per read, to join, or to split off the seam), and a reader gives the buffer
-# of a block it has left back (give_back) for a block fetched next.
+# (zero-filled, each page faulted in): fetch_block receives a block into one buffer, which the
+# reader gives back (give_back) once it left the block, for a block fetched next.
 KEPT_BYTES = 64 << 20  # buffers kept for reuse, per process, at most
 
 _lock = threading.Lock()

@@ -1,13 +1,8 @@
 """Failures of an HTTP(S) shard stream: which are worth another try, how long to wait, when
 to give up.
 
-A connection refused, reset or timed out, a 408, 429 or 5xx answer, a body that ends early or
-a stall is :class:`Transient`: :class:`Retries` waits with exponential backoff and jitter (or as
-``Retry-After`` says, capped by ``max_backoff``) and tries again up to ``max_attempts``, then
-raises an error naming the URL, the byte offset reached and the attempts made. A permanent
-answer (404, 410, 401, 403, other 4xx) and a TLS certificate that does not verify fail at once.
-The retries are shardmix's own rather than urllib3's ``Retry``: a retry in the middle of a body
-must resume at the byte reached and count progress, which urllib3 leaves to the caller.
+shardmix's own retries, not urllib3's ``Retry``: a retry in the middle of a body must resume
+at the byte reached and count progress, which urllib3 leaves to the caller.
 """
 
 from __future__ import annotations
@@ -122,8 +117,7 @@ class RateWatch:
         self._window = (time.monotonic(), position)
 
     def check(self, position: int) -> None:
-        """Raise a :class:`Transient` stall (or give up) if the rate up to ``position`` is
-        below the minimum."""
+        """Raise a :class:`Transient` stall (or give up) if the rate is below the minimum."""
         since, start = self._window
         elapsed = time.monotonic() - since
         if not self._min_rate or elapsed < self._retries.policy.read_timeout:

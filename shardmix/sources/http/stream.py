@@ -1,18 +1,10 @@
 """HTTP(S) shards, streamed over one urllib3 connection pool per process; retried, resumed.
 
-:class:`HttpShardStream` reads one URL through the process's connection pool, following
-redirects as :func:`~shardmix.sources.http.connections.follow_redirects` says. Transient
-failures are retried as :class:`RetryPolicy` says (:mod:`shardmix.sources.http.retry` judges
-them); a retry resumes where the stream stands with ``Range: bytes=N-``: a ``206`` must start at
-N, a ``200`` (a server that ignores ranges) has its first N bytes dropped, so every byte arrives
-exactly once. Every answer is held to the version the first one named
-(:mod:`shardmix.sources.http.version`), so a shard replaced between two requests is a
-:class:`~shardmix.errors.ShardChangedError`, never a mix of two versions. Permanent answers
-(404, 410, 401, 403, other 4xx) fail at once.
-
-A stream may be bounded (``stop``: each request asks for ``bytes=N-M``), which is how blocks
-and single records are fetched, and may make its first request at ``first_at`` while still
-standing at 0, so that a reader which seeks there first costs one request.
+A retry resumes where the stream stands with ``Range: bytes=N-`` (a ``200`` has its first N
+bytes dropped), so every byte arrives once; every answer is held to the version the first one
+named (:mod:`shardmix.sources.http.version`). A stream may be bounded (``stop``), and may make
+its first request at ``first_at`` while standing at 0, so a reader that seeks there first costs
+one request. See docs/remote-shards.md.
 """
 
 from __future__ import annotations
@@ -60,19 +52,8 @@ SKIP_BY_READING = 1 << 20
 T = TypeVar("T")
 
 
-def _headers_of(url: str, options: SourceOptions) -> Mapping[str, str]:
-    headers = options.storage_options.get("headers", {})
-    if not isinstance(headers, Mapping):
-        raise ConfigError(
-            f"{url}: storage_options['headers'] must be a mapping of header names to values",
-            url=url,
-        )
-    return headers
-
-
 def open_http(url: str, options: SourceOptions, offset: int = 0) -> BinaryIO:
-    """Open an ``http(s)://`` shard as one buffered, seekable stream that retries and resumes;
-    its first request asks for ``offset``."""
+    """An ``http(s)://`` shard as one buffered stream, its first request asking for ``offset``."""
     stream = shard_stream(url, options, offset)
     buffered = io.BufferedReader(stream, buffer_size=READ_BUFFER_BYTES)
     return attach_identity(buffered, stream.identity)
@@ -87,10 +68,16 @@ def shard_stream(
 ) -> HttpShardStream:
     """An :class:`HttpShardStream` of ``url`` whose first request asks for ``first_at``, with
     ``options``' retries, headers and stall check (bounded at ``stop``, held to ``expect``)."""
+    headers = options.storage_options.get("headers", {})
+    if not isinstance(headers, Mapping):
+        raise ConfigError(
+            f"{url}: storage_options['headers'] must be a mapping of header names to values",
+            url=url,
+        )
     return HttpShardStream(
         url,
         options.retry,
-        headers=_headers_of(url, options),
+        headers=headers,
         first_at=first_at,
         stop=stop,
         min_bytes_per_s=options.min_bytes_per_s,
@@ -120,10 +107,8 @@ def fetch_range(
 class HttpShardStream(PositionedStream):
     """One HTTP(S) shard as a raw seekable stream (wrap it in a BufferedReader).
 
-    The first request is made here, so a missing shard fails when it is opened; it asks for
-    ``first_at``, though the stream stands at 0 until a seek there takes up that answer.
-    ``expect``: a version known before the first request (a checkpoint's) that every answer
-    must match.
+    The first request, for ``first_at``, is made here (a missing shard fails at open), though
+    the stream stands at 0 until a seek there. ``expect``: a version every answer must match.
     """
 
     def __init__(
@@ -197,13 +182,10 @@ class HttpShardStream(PositionedStream):
         self._unpark()
         ahead = target - self._position
         size = self._version.size
-        at_or_past_end = size is not None and target >= size
         if ahead == 0:
             return target
-        if self._response is None or ahead < 0 or at_or_past_end:
-            self._drop_response()
-            self._position = target
-        elif ahead <= SKIP_BY_READING or not self.honours_ranges:
+        reading = self._response is not None and ahead > 0 and (size is None or target < size)
+        if reading and (ahead <= SKIP_BY_READING or not self.honours_ranges):
             self._skip(ahead)
         else:
             self._drop_response()
@@ -273,8 +255,14 @@ class HttpShardStream(PositionedStream):
             start = offset - len(seam)
             if status == 206:
                 self._end = version.range_end(response, start, self._position)
-            else:
-                self._accept_whole(response, start)
+            else:  # the whole shard
+                length = response.headers.get("Content-Length")
+                self._end = int(length) if length is not None and length.isdigit() else None
+                version.note_size(self._end, self._position)
+                if start or self._stop is not None:  # a range was asked for: it was ignored
+                    self.honours_ranges = False
+                if start:
+                    self._discard(response, start)
             if seam:
                 version.check_seam(response, offset, seam)
             return True
@@ -284,15 +272,6 @@ class HttpShardStream(PositionedStream):
         if status == 416 and version.past_end(response, offset - len(seam), self._position):
             return False
         raise failed_answer(self.url, response)
-
-    def _accept_whole(self, response: urllib3.BaseHTTPResponse, offset: int) -> None:
-        length = response.headers.get("Content-Length")
-        self._end = int(length) if length is not None and length.isdigit() else None
-        self._version.note_size(self._end, self._position)
-        if offset or self._stop is not None:  # a range was asked for: the server ignores it
-            self.honours_ranges = False
-        if offset:
-            self._discard(response, offset)
 
     def _read_once(self, view: memoryview) -> int:
         while True:
@@ -359,11 +338,9 @@ class HttpShardStream(PositionedStream):
 
 
 # urllib3's read1 (what has arrived, which the stall check needs) allocates a bytes object as
-# large as the read asked for (a read-ahead block's 4 MB), has one receive fill part of it,
-# shrinks it, and the caller copies it again: fresh memory, page faults and a copy per receive.
-# read_into has the buffered socket file receive once (readinto1) into the caller's buffer and
-# keeps http.client's count of the body's bytes left, closing the answer at its end as
-# http.client does, so that its connection carries the next request.
+# large as the read asked (a read-ahead block's 4 MB) per receive, then copies it: fresh memory
+# and page faults. read_into receives (readinto1) into the caller's buffer, keeping and closing
+# the answer at its end as http.client does, so its connection carries the next request.
 def read_into(response: urllib3.BaseHTTPResponse, view: memoryview) -> int:
     """Receive up to ``len(view)`` bytes of ``response``'s body into ``view`` in at most one
     receive; 0 at the end of the body. Answers of another shape are read with ``read1``."""

@@ -1,13 +1,8 @@
 """What an HTTP answer says about the version of the shard it carries, and how a resume asks
 for that same version.
 
-:func:`validator_of` takes a response's ``ETag``, else its ``Last-Modified``;
-:func:`precondition` is the header a range resume sends with it (``If-Match`` for a strong
-``ETag``, so a replaced object answers 412; ``If-Range`` otherwise, so it answers 200 with the
-new version, which the stream refuses). A server that gives no validator can show only a change
-of size (:func:`warn_unvalidated` says so once per host), and the *seam*: a read that goes on
-from bytes already read asks for the last :data:`SEAM_BYTES` of them again
-(:func:`seam_before`) and compares them (:func:`check_seam`).
+A resume sends :func:`precondition`; without a validator, it asks for the :data:`SEAM_BYTES`
+before it again and compares them (:func:`check_seam`). See docs/remote-shards.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The version of an HTTP(S) shard a stream reads, as its answers say it, checked answer by
 answer.
 
-Every answer must come from one version: the ``ETag`` (else ``Last-Modified``) the first answer
-gave (or a checkpoint's identity said), and one size, told by a ``Content-Length``, a
-``Content-Range`` total or the end of a body of unknown length. Without a validator, the last
-``SEAM_BYTES`` read are kept, and a resume asks for them again and compares them. Any
-disagreement is a :class:`~shardmix.errors.ShardChangedError`, never a mix of two versions.
+One validator, one size, and without a validator the seam; any disagreement is a
+:class:`~shardmix.errors.ShardChangedError`, never a mix of two versions.
 """
 
 from __future__ import annotations
@@ -38,12 +35,11 @@ class ShardVersion:
     def __init__(self, url: str, host: str, expect: ShardIdentity | None) -> None:
         self.url = url
         self._host = host
-        self.size: int | None = None  # the whole shard's size, once a server told it
-        self.validator: str | None = None  # the version read: etag:..., last-modified:...
-        if expect is not None:
-            self.size = expect.size
-            if expect.kind in ("etag", "last-modified"):  # the kinds an answer can show
-                self.validator = expect.validator
+        # The whole shard's size once a server told it, and the version read (etag:..., ...).
+        self.size = expect.size if expect is not None else None
+        self.validator: str | None = None
+        if expect is not None and expect.kind in ("etag", "last-modified"):  # answers show these
+            self.validator = expect.validator
         self._seam = b""  # without a validator: the last bytes read, ending at _seam_end
         self._seam_end = -1
 
@@ -52,8 +48,7 @@ class ShardVersion:
         return ShardIdentity(self.size, self.validator)
 
     def same_shard(self, response: urllib3.BaseHTTPResponse, position: int) -> None:
-        """Check a 200 or 206 answer's validator against the version read (the first answer's
-        sets it)."""
+        """Check a 200 or 206 answer's validator against the version read (the first sets it)."""
         found = validator_of(response.headers)
         if self.validator is None:
             self.validator = found
@@ -86,8 +81,7 @@ class ShardVersion:
         return int(match[2]) + 1
 
     def past_end(self, response: urllib3.BaseHTTPResponse, offset: int, position: int) -> bool:
-        """Whether a 416 answers a range that starts at or past the end: the shard is read to
-        its end (its size noted)."""
+        """Whether a 416 says the range starts at or past the end (the size is then noted)."""
         match = _UNSATISFIED_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
         if offset == 0 or match is None or int(match[1]) > offset:
             return False
@@ -95,8 +89,7 @@ class ShardVersion:
         return True
 
     def seam_before(self, offset: int) -> bytes:
-        """The bytes a resume at ``offset`` asks for again (none where a validator is known,
-        or the seam ends elsewhere)."""
+        """The bytes a resume at ``offset`` asks for again (none with a validator, or none kept)."""
         return self._seam if self._seam_end == offset and self.validator is None else b""
 
     def keep_seam(self, view: memoryview, count: int, position: int) -> None:
