@@ -1,14 +1,9 @@
 """Accelerate: train from a MixingLoader under an ``accelerate.Accelerator``, resuming exactly.
 
-A MixingLoader splits the shards between the ranks itself, so it must never go through
-Accelerate's DataLoader preparation. ``accelerator.prepare`` hands it back unchanged, but then
-its batches stay on the CPU, ``GradientState.end_of_dataloader`` is never set and
-``save_state``/``load_state`` leave its position out.
-
-:func:`prepare_loader` registers the loader for checkpointing (its ``state_dict()`` gathers
-every rank's position) and returns an :class:`AcceleratedLoader` that moves each batch to
-``accelerator.device`` and marks the epoch's last batch from the loader's count, not by reading
-a batch ahead, so the state saved after a batch is that batch's position.
+A MixingLoader splits the shards between the ranks itself, so it must not go through
+``accelerator.prepare``: :func:`prepare_loader` registers it for checkpointing and wraps it to
+move each batch to the device and to mark the epoch's last batch from the loader's count, not
+by reading ahead, so the state saved after a batch is that batch's (docs/guides/accelerate.md).
 """
 
 from __future__ import annotations

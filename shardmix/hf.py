@@ -1,13 +1,9 @@
 """The Hugging Face Trainer over a MixingLoader, resuming exactly from its checkpoints.
 
-The Trainer builds its own DataLoader from ``train_dataset`` (re-sharding an IterableDataset)
-and resumes mid-epoch by re-reading the epoch's first batches (``skip_first_batches``).
-:class:`ShardmixTrainerMixin` replaces both: ``get_train_dataloader`` returns the MixingLoader
-itself (in a thin view); every checkpoint folder holds ``shardmix_loader.json`` (the loader's
-``state_dict()``, written before ``trainer_state.json``); ``train(resume_from_checkpoint=...)``
-loads it on every rank, and the Trainer's fast-forward is turned off for the resumed epoch only
-(its ``skip_first_batches`` is handed the view back unchanged: the one place shardmix reaches
-into the Trainer's module).
+:class:`ShardmixTrainerMixin` hands the Trainer the MixingLoader itself, writes its state as
+``shardmix_loader.json`` in every checkpoint folder (before ``trainer_state.json``), loads it on
+every rank at resume and turns the Trainer's ``skip_first_batches`` off for the resumed epoch,
+the one place shardmix reaches into the Trainer's module (docs/trainers.md).
 """
 
 from __future__ import annotations

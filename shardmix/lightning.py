@@ -1,13 +1,8 @@
-"""Lightning: the callback that makes ``Trainer.fit`` over a MixingLoader resume exactly.
+"""Lightning callbacks: :class:`ShardmixResume` for an exact resume, :class:`ShardmixStats`.
 
-Lightning 2.6 saves ``loader.state_dict()`` in every checkpoint and loads it back when it sets
-up the training data while restarting, but not when the data was set up before the restore (as
-``trainer.estimated_stepping_batches`` does). A MixingLoader then takes the state from the fit
-loop at its epoch's first batch (:mod:`shardmix.state.trainers`), so :class:`ShardmixResume`,
-which loads it at ``on_train_start``, is optional; loading one state twice changes nothing.
-
-:class:`ShardmixStats` logs each MixingLoader's :meth:`~shardmix.MixingLoader.stats` to the
-Trainer's loggers every ``every_n_steps`` steps.
+Lightning 2.6 loads ``loader.state_dict()`` back only into data set up after the restore; a
+MixingLoader also takes it from the fit loop itself (:mod:`shardmix.state.trainers`), so
+ShardmixResume is optional; loading one state twice changes nothing (docs/guides/lightning.md).
 """
 
 from __future__ import annotations

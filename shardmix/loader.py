@@ -1,15 +1,11 @@
 """MixingLoader: what a training loop holds.
 
-DataLoader workers read lanes and send their samples to the main process in columnar chunks;
-there the lanes are merged in a fixed order (:mod:`shardmix.batching.mixing`), shuffled by a
-seeded buffer and cut into batches (:mod:`shardmix.batching.epoch`), all on integer ids. Every
-batch draws on all the shards open in all workers, and the batches are a function of the data,
-the seeds and the epoch alone.
-
-This module takes the settings, starts an epoch at the first ``next()`` of each ``iter()`` (an
-iterator dropped before its first batch starts nothing), keeps the worker processes across
-epochs (:mod:`shardmix.workers.pool`), and reports what the epoch filtered, skipped and waited
-for. Options, epoch kinds, length and checkpoint are :mod:`shardmix.epochs`'s.
+Workers read lanes; the main process merges them in a fixed order, shuffles them with a seeded
+buffer and cuts batches (:mod:`shardmix.batching`): every batch draws on all the open shards,
+and is a function of the data, the seeds and the epoch alone. This module takes the settings,
+starts an epoch at the first ``next()`` of each ``iter()``, keeps the workers across epochs and
+reports what an epoch filtered, skipped and waited for (options, length, checkpoint:
+:mod:`shardmix.epochs`).
 """
 
 from __future__ import annotations
@@ -59,29 +55,25 @@ class MixingLoader:
         num_workers: DataLoader worker processes; 0 reads in the main process.
         shuffle_buffer: samples held by the shuffle buffer (0 disables it); default 64 per
             sample of a batch, at least 8,192.
-        shuffle_buffer_bytes: the buffer also stops growing at this many bytes (``None``: no
-            byte budget).
+        shuffle_buffer_bytes: the buffer's byte budget (``None``: none).
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
-        collate_fn: turns a list of samples into a batch; default
-            :func:`~shardmix.batching.collate.collate_samples`.
+        collate_fn: turns a list of samples into a batch (default: ``collate_samples``).
         drop_last: drop the last batch of an epoch when it is short.
         timeout: seconds without progress before a WorkerError (0 waits forever).
         prefetch_factor, multiprocessing_context, worker_init_fn: as in torch.
-        persistent_workers: keep the worker processes from one epoch to the next (default
-            True, unlike torch).
-        even_ranks: under torch.distributed, every rank yields the same number of samples
-            each epoch: ``"drop"`` stops every rank at the smallest rank's count, ``"pad"``
-            brings every rank to the largest by repeating its first samples; either loses or
-            repeats fewer than ``world_size`` samples. ``"none"``: each rank yields its own.
+        persistent_workers: keep the workers from one epoch to the next (default True).
+        even_ranks: under torch.distributed, ``"drop"`` stops every rank at the smallest
+            rank's sample count, ``"pad"`` repeats samples up to the largest's, ``"none"``
+            lets each rank yield its own (docs/guides/distributed.md).
         rank, world_size: this process's place among the ranks (default: torch.distributed's).
         group: the data-parallel process group (or a one-dimensional DeviceMesh): the ranks of
-            one model replica yield the same batches (docs/guides/distributed.md).
+            one model replica yield the same batches.
         data_parallel_rank, data_parallel_size: ``group``'s rank and size, simulated.
         pin_memory: put each batch's tensors in page-locked memory (where CUDA is).
-        canonical_ranks: plan every epoch for this many ranks, whatever the world size, so
-            that the global batches are the same on every world size that divides it and a
-            state resumes on any of them. ``batch_size``, ``num_workers`` and
-            ``shuffle_buffer`` are then per canonical rank (docs/guides/canonical-ranks.md).
+        canonical_ranks: plan every epoch for this many ranks, so that the global batches and
+            states are the same on every world size that divides it; ``batch_size``,
+            ``num_workers`` and ``shuffle_buffer`` are then per canonical rank
+            (docs/guides/canonical-ranks.md).
     """
 
     def __init__(

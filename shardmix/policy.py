@@ -1,12 +1,9 @@
 """Error policy: what happens to damaged data, and the ledger that counts what was skipped.
 
-A reader given an ``on_damage`` callback reports each :class:`Damage` to it instead of raising:
-a damaged record whose framing is intact is dropped and reading goes on; damage that loses the
-framing (length CRC, truncation, a bad tar header) drops the rest of the shard.
-
-:class:`SkipLedger` is that callback under ``on_error="skip"``: it counts skips per shard, warns
-once per shard and raises :class:`TooManySkipsError` past ``max_skips``. Its summary is plain
-JSON, so workers' ledgers are merged in the main process, which holds the budget.
+A reader given an ``on_damage`` callback reports each :class:`Damage` to it instead of raising;
+damage that loses the framing drops the rest of the shard. :class:`SkipLedger` is that callback
+under ``on_error="skip"``; its summary is plain JSON, so the workers' ledgers are merged in the
+main process, which holds the ``max_skips`` budget.
 """
 
 from __future__ import annotations

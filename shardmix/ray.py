@@ -1,10 +1,8 @@
 """Ray Data in and out: write a Dataset as shards (:class:`ShardSink`), read shards as one,
-convert inputs into shards on Ray (:func:`convert_on_ray`).
+convert inputs into shards on Ray (:func:`convert_on_ray`); the guarantees: docs/ray.md.
 
-``pip install 'shardmix[ray]'``; the guarantees (staging per task attempt, the manifest written
-last as the commit, the prefix's lock) are told in ``docs/ray.md``. Samples travel from the read
-tasks to the write tasks as Python objects in one column (:data:`~shardmix.formats.SAMPLE_COLUMN`),
-whose types an Arrow column per field would change.
+Samples travel as Python objects in one column (:data:`~shardmix.formats.SAMPLE_COLUMN`), whose
+types an Arrow column per field would change.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Detect this process's distributed rank and DataLoader worker, once, at the edge.
 
-Everything below receives a :class:`~shardmix.plan.sharding.World` explicitly; this is the only
-module that asks torch where it runs, and the only one that talks to the other ranks (the
-``*_exchange`` functions).
-
-The data is split over the *data-parallel* ranks (:class:`Ranks`): the default group's, those of
-``MixingLoader(group=...)`` (one rank per model replica), or ranks simulated in one process. The
-end of an epoch is agreed over the data-parallel group; the state is gathered over the default
-group, so any rank's copy resumes them all.
+The only module that asks torch where it runs, and that talks to the other ranks (the
+``*_exchange`` functions). The data is split over the data-parallel ranks (:class:`Ranks`); the
+end of an epoch is agreed over the data-parallel group, the state gathered over the default one.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Checkpoint: the loader state as small, plain, versioned JSON; its packings, and the checks of
-its version and settings on load (its fields are checked by :mod:`shardmix.state.fields`).
+its version and settings on load (its fields: :mod:`shardmix.state.fields`).
 
-The state holds positions and references, never sample bytes. The shuffle buffer's residents
-are ``(shard, record, offset)`` references packed into one base64 string: per resident the
-shard's index, then the record's index and byte offset as distances from the previous resident
-of the same shard, as varints, deflated (a 10,000-sample buffer packs into a few tens of KiB).
-An offset of -1 is not known (a transform dropped ``__offset__``): that resident is found by
-its index. Every unpacking refuses a damaged string with a ConfigError naming its field. What
-each version added: docs/checkpoint.md.
+The state holds positions and references, never sample bytes; the packed strings are described
+in docs/checkpoint.md. Every unpacking refuses a damaged string with a ConfigError naming its
+field.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Rank state: one loader state for every rank, so that one rank's checkpoint resumes them all.
 
-Trainers such as Lightning save the loader state from rank 0 only and hand it to every rank on
-resume, so under torch.distributed :func:`gather_positions` collects every data-parallel rank's
-position into the state: the saving rank's at the top level beside ``"rank"``, and every other
-rank's in ``"ranks"`` (keyed by the rank as a string); :func:`own_position` picks the loading
-rank's. Ranks simulated in one process gather nothing: :func:`join_states` joins their states.
-
-A state of ``canonical_ranks`` (:mod:`shardmix.epochs.canonical`) has the same layout over the
-canonical ranks, with a ``"canonical"`` field of its own version.
+:func:`gather_positions` puts every data-parallel rank's position in the state: the saving
+rank's at the top level beside ``"rank"``, the others' in ``"ranks"`` (keyed by the rank as a
+string); :func:`own_position` picks the loading rank's; :func:`join_states` joins the states of
+simulated ranks. A ``canonical_ranks`` state has the same layout over the canonical ranks.
 """
 
 from __future__ import annotations

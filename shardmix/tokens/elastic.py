@@ -1,11 +1,8 @@
 """Elastic resume of packed rows: the rows not yet yielded, held as references.
 
-On another world size a window cannot be replayed (the MixingLoader deals the rest of the
-epoch anew), so a state also holds, per dataset, the MixingLoader's state *after* the last
-window read and the rows no rank yielded yet, each piece a reference ``(shard, record, byte
-offset)`` and its token span. On ``W'`` ranks those rows come first, rank ``r`` yielding rows
-``r, r + W', ...`` and reading their documents again (:func:`read_rows`); then the windows the
-MixingLoader deals on: every token once.
+A window cannot be replayed on another world size, so the state also holds, per dataset, the
+MixingLoader's state after the last window read and the rows no rank yielded yet, each piece a
+``(shard, record, byte offset)`` reference and a token span (docs/guides/pretraining.md).
 """
 
 from __future__ import annotations

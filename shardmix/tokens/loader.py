@@ -1,20 +1,10 @@
 """TokenLoader: documents of token shards, mixed like samples, packed into rows of ``seq_len``.
 
-Documents flow through a :class:`~shardmix.loader.MixingLoader`, a window of them at a time;
-each window is packed (:mod:`shardmix.tokens.packing`) and its rows cut into batches, a batch
-crossing from one window into the next. The next window's reads are pulled evenly while a
-window's rows go out, so that the workers read on meanwhile.
-
-Equal steps on every rank: each rank reads its window, the ranks exchange them, tokens and all
-(:func:`~shardmix.world.object_exchange`), and every rank packs their union the same way; at
-each step rank ``r`` yields row ``r, r + W, r + 2W, ...`` of it. Ranks simulated in one process
-read every rank's window themselves.
-
-Resume replays a window rather than storing one (as grain's shuffle does): the state is the
-MixingLoader's state just before the current window's first document, and how many of that
-window's rows the ranks yielded. The next epoch re-reads the window, packs it again and skips
-the rows yielded; the state holds no token. On another world size the state's references to
-the rows not yet yielded take over (:mod:`shardmix.tokens.elastic`).
+Documents flow through a MixingLoader a window at a time; the ranks exchange their windows
+(:func:`~shardmix.world.object_exchange`), every rank packs their union the same way
+(:mod:`shardmix.tokens.packing`) and rank ``r`` yields rows ``r, r + W, ...``. A resume replays
+the current window from the MixingLoader state before it and skips the rows yielded: the state
+holds no token (another world size: :mod:`shardmix.tokens.elastic`). docs/guides/pretraining.md.
 """
 
 from __future__ import annotations
@@ -93,32 +83,27 @@ class TokenLoader:
     """Batches of ``batch_size`` rows of exactly ``seq_len`` tokens, packed from documents.
 
     Args:
-        dataset: a :class:`~shardmix.ShardDataset` of documents, or a dict of them by name
-            (a mixture, weighted by ``weights``); each record's token field is a 1-D integer
-            array (:mod:`shardmix.tokens.documents`).
+        dataset: a :class:`~shardmix.ShardDataset` of documents (the token field of each
+            record a 1-D integer array), or a dict of them by name (a mixture).
         seq_len: tokens per row.
         batch_size: rows per batch.
         seed: seeds the shuffle buffer and the order of each window's rows.
         num_workers: DataLoader worker processes (per dataset); the rows do not depend on it.
         field: the token field (``tokens``: the TFRecord feature, or ``tokens.npy`` in tar).
-        packing: ``"best_fit"`` (default): each ``seq_len`` piece of a document fills a row
-            alone and the remainders, longest first, each go to the open row they fill best;
-            ``"concat"``: concatenate and cut. Rows are padded only at a window's end.
+        packing: ``"best_fit"`` (default) or ``"concat"``; rows are padded only at a window's
+            end (docs/guides/pretraining.md).
         window: documents packed together (a multiple of 256); more pads less, and a resume
             re-reads up to one window.
         drop_last: drop the epoch's last batch when it is short.
-        weights: a mixture's weights by dataset name, held in tokens: each next row comes from
-            the dataset furthest below its share of the tokens yielded so far, so that in
-            every batch its tokens are within one ``seq_len`` of its share. The epoch ends
-            when a dataset has no row left.
-        options: passed to each dataset's MixingLoader (``rank``, ``world_size``, ``group``,
-            ``shuffle_buffer``, ...); ``even_ranks`` is ``"drop"`` or ``"pad"`` (the rows left
-            at the epoch's end, fewer than ``world_size``, dropped or padded).
+        weights: a mixture's weights by dataset name, in tokens: a dataset's tokens in every
+            batch are within one ``seq_len`` of its share; the epoch ends when one runs out.
+        options: passed to each dataset's MixingLoader (``rank``, ``group``, ...);
+            ``even_ranks`` is ``"drop"`` or ``"pad"``: what becomes of the fewer than
+            ``world_size`` rows left at the epoch's end.
 
-    A record whose token field is missing or not a 1-D integer array raises a
-    :class:`~shardmix.errors.DecodeError`; with the dataset's ``on_error="skip"`` it is
-    skipped and counted in :attr:`skipped`. The tokens of the rows dropped at an epoch's end
-    are counted in :attr:`dropped`.
+    An unreadable token field raises a :class:`~shardmix.errors.DecodeError`, or is skipped
+    and counted in :attr:`skipped` under the dataset's ``on_error="skip"``; the tokens of the
+    rows dropped at an epoch's end are counted in :attr:`dropped`.
     """
 
     def __init__(

@@ -1,10 +1,8 @@
 """Crops: which box of an image (torchvision's draws), and that box as a square array.
 
 :func:`random_box` is torchvision's ``RandomResizedCrop.get_params`` drawn from a numpy
-generator, so that a seeded transform draws the same box for a record in every run and resume.
-:func:`box_pixels` cuts a box out of an encoded image the cheapest way that stays close to a
-full decode and Pillow's antialiased resize: a reduced DCT scale where the box is at least
-twice the output on both sides, then halvings and a bilinear resize.
+generator, so a seeded transform draws the same box in every run and resume; :func:`box_pixels`
+cuts it out at a reduced DCT scale where it allows (docs/guides/vision.md).
 """
 
 from __future__ import annotations
