@@ -26,11 +26,8 @@ except ImportError as error:  # pragma: no cover - the extra is missing
 
 @dataclass(eq=False)
 class AcceleratedLoader:
-    """A MixingLoader as Accelerate's training loop expects it (:func:`prepare_loader`): each
-    batch on ``accelerator.device``, ``end_of_dataloader`` set on each epoch's last batch;
-    ``len()``, ``state_dict()``, ``load_state_dict()``, ``set_epoch()`` and ``close()`` are
-    the loader's.
-    """
+    """A MixingLoader as Accelerate's loop expects it (:func:`prepare_loader`): batches on
+    ``accelerator.device``, ``end_of_dataloader`` set on each epoch's last batch."""
 
     loader: MixingLoader
     accelerator: Any
@@ -79,11 +76,10 @@ def prepare_loader(
     device_placement: bool = True,
     non_blocking: bool = False,
 ) -> AcceleratedLoader:
-    """Register ``loader`` for ``accelerator``'s checkpoints and wrap it for its loop.
-
-    Call it before ``accelerator.load_state()``, once per loader, instead of
-    ``accelerator.prepare``. ``device_placement=False`` leaves the batches where they are;
-    ``non_blocking`` is passed to each tensor's ``.to()`` (with ``pin_memory=True``).
+    """Register ``loader`` for ``accelerator``'s checkpoints and wrap it for its loop; call it
+    instead of ``accelerator.prepare``, before ``accelerator.load_state()``.
+    ``device_placement=False`` leaves the batches where they are; ``non_blocking`` is passed
+    to each tensor's ``.to()`` (with ``pin_memory=True``).
     """
     if not isinstance(loader, MixingLoader):
         raise ConfigError(

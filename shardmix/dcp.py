@@ -19,11 +19,8 @@ STATE_KEY = "state"
 
 
 class LoaderState:
-    """``dcp.save({"model": ..., "optimizer": ..., "loader": LoaderState(loader)}, ...)``.
-
-    Implements torch.distributed.checkpoint's ``Stateful`` protocol (``state_dict`` and
-    ``load_state_dict``); ``dcp.load`` with the same dict restores the loader's position.
-    """
+    """A ``Stateful``: ``dcp.save({"model": ..., "loader": LoaderState(loader)}, ...)``, and
+    ``dcp.load`` with the same dict restores the loader's position."""
 
     def __init__(self, loader: MixingLoader) -> None:
         if not isinstance(loader, MixingLoader):

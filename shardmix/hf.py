@@ -36,8 +36,7 @@ if _MISSING:
 
 
 class TrainerLoader:
-    """What the Trainer iterates: the MixingLoader, with the resumed epoch's ``set_epoch`` held
-    (and checked against the checkpoint's epoch)."""
+    """What the Trainer iterates: the MixingLoader, its resumed epoch's ``set_epoch`` checked."""
 
     def __init__(self, loader: MixingLoader) -> None:
         self.loader = loader
@@ -79,11 +78,8 @@ class TrainerLoader:
 
 
 class ShardmixTrainerMixin:
-    """Put before a Trainer class: ``class MyTrainer(ShardmixTrainerMixin, SFTTrainer)``.
-
-    Pass the loader as ``train_loader=`` (instead of ``train_dataset=``); the batches it yields
-    (from its ``collate_fn``) are the model's inputs.
-    """
+    """Put before a Trainer class: ``class MyTrainer(ShardmixTrainerMixin, SFTTrainer)``, and
+    pass ``train_loader=`` instead of ``train_dataset=``: its batches are the model's inputs."""
 
     def __init__(self, *args: Any, train_loader: MixingLoader, **kwargs: Any) -> None:
         if kwargs.get("train_dataset") is not None:

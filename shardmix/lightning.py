@@ -17,10 +17,8 @@ from shardmix.state.trainers import is_stateful
 
 
 class ShardmixResume(pl.Callback):
-    """Restore every MixingLoader of ``Trainer.fit`` from the checkpoint being resumed.
-
-    Pass it to the Trainer: ``pl.Trainer(callbacks=[ShardmixResume()])``.
-    """
+    """Restore every MixingLoader of ``Trainer.fit`` from the checkpoint being resumed:
+    ``pl.Trainer(callbacks=[ShardmixResume()])``."""
 
     def __init__(self) -> None:
         self._states: list[dict[str, Any]] = []
@@ -45,11 +43,9 @@ class ShardmixResume(pl.Callback):
 
 
 class ShardmixStats(pl.Callback):
-    """Log the training MixingLoaders' ``stats()`` every ``every_n_steps`` training steps.
-
-    Pass it to the Trainer: ``pl.Trainer(callbacks=[ShardmixStats()])``. The figures go to
-    ``pl_module.log_dict`` as ``shardmix/<name>`` (``shardmix/<index>/<name>`` when the
-    Trainer has several MixingLoaders), on this rank only.
+    """Log the training MixingLoaders' ``stats()`` every ``every_n_steps`` steps
+    (``pl.Trainer(callbacks=[ShardmixStats()])``), on this rank, to ``pl_module.log_dict`` as
+    ``shardmix/<name>`` (``shardmix/<index>/<name>`` with several MixingLoaders).
     """
 
     def __init__(self, every_n_steps: int = 50) -> None:

@@ -173,8 +173,7 @@ class MixingLoader:
         return length.batches_left(self.options, self._cursor)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch handed out, as plain JSON types: under
-        torch.distributed every rank's, so call it on every rank at the same step."""
+        """The position after the last batch, as plain JSON: every rank's (call it on all)."""
         return checkpoint.state_dict(self.options, self._cursor)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -187,10 +186,8 @@ class MixingLoader:
         self._cursor.resume = None
 
     def __iter__(self) -> Iterator[Any]:
-        """An iterator over the next epoch's batches; the epoch starts at its first ``next()``.
-
-        Settings the epoch cannot run with are refused here, a ConfigError before any worker
-        starts (:meth:`~shardmix.epochs.options.LoaderOptions.refuse_at_iter`)."""
+        """The next epoch's batches, from its first ``next()``; settings it cannot run with
+        raise a ConfigError here, before any worker starts."""
         self.options.refuse_at_iter(self._cursor.epoch, resuming=bool(self._cursor.resume))
         self._cursor.iterations += 1
         return _Epoch(self, self._cursor.iterations)
@@ -219,8 +216,7 @@ class MixingLoader:
         return current
 
     def _slot_pools(self) -> list[WorkerPool | None]:
-        """The persistent workers of each of this rank's canonical ranks (None: per-epoch
-        workers): the first has the loader's own pool, the others theirs from their first epoch."""
+        """The persistent workers of each of this rank's canonical ranks (None: per epoch)."""
         count = len(self.options.own_canonical_ranks())
         if self.pool is None:
             return [None] * count
@@ -230,13 +226,11 @@ class MixingLoader:
         return [self.pool, *(self.pools[f"canonical slot {slot}"] for slot in range(1, count))]
 
     def stats(self) -> LoaderStats:
-        """What the current epoch (else the last one) has done so far: time waited per step,
-        traffic per host, the cache's hits and misses, the lanes' stalls. Cheap to call."""
+        """What the current (else the last) epoch did so far: waits, traffic, cache, stalls."""
         return self.options.stats.snapshot(live=length.in_epoch(self.options, self._cursor))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        """Take a mixture's next batches by ``weights`` (a curriculum), from the next batch
-        on; the state keeps them."""
+        """Draw a mixture's next batches by ``weights`` (a curriculum); the state keeps them."""
         exact = normalized_weights(list(self.options.datasets or {}), weights)
         self.options = dataclasses.replace(self.options, weights=dict(weights))
         current, resume = self._cursor.current, self._cursor.resume
@@ -247,21 +241,15 @@ class MixingLoader:
             resume["mixture"]["credits"] = dict.fromkeys(exact, "0")
 
     def close(self) -> None:
-        """Stop the worker processes now; the position stays valid, and a later ``iter()``
-        starts new workers."""
+        """Stop the workers now; the position stays valid, a later ``iter()`` starts new ones."""
         self._cursor.stop_current()
         for pool in self.pools.values():
             pool.close()
 
     @property
     def filtered(self) -> dict[str, Any]:
-        """What the current epoch's transform dropped, and the padding that made up for it.
-
-        ``{"dropped": n, "padded": n, "undelivered": n}``: samples the transform returned
-        ``None`` for, samples repeated by ``even_ranks="pad"``, and samples read but not
-        yielded under ``"drop"`` (counted at the epoch's end). A mixture gives that per
-        dataset: ``{name: {"dropped": n, ...}}``.
-        """
+        """The current epoch's samples the transform ``dropped``, ``padded`` and read but not
+        yielded (``undelivered``) by ``even_ranks``; a mixture's per dataset by name."""
         current = self._cursor.current
         if current is None:
             if self.options.datasets:
@@ -271,16 +259,14 @@ class MixingLoader:
 
     @property
     def skipped(self) -> dict[str, Any] | None:
-        """What the current epoch skipped under ``on_error="skip"``, as plain JSON (else None):
-        :meth:`shardmix.policy.SkipLedger.summary`."""
+        """The current epoch's skips under ``on_error="skip"`` (a ledger summary), or None."""
         current = self._cursor.current
         return None if current is None else current.skipped()
 
 
 class _Epoch(Iterator[Any]):
-    """What ``iter(loader)`` returns: it holds the loader until the first ``next()`` starts the
-    epoch, and only the epoch afterwards, so that dropping the loader stops its workers at once.
-    """
+    """``iter(loader)``: holds the loader until the first ``next()`` starts the epoch, then only
+    the epoch, so that dropping the loader stops its workers at once."""
 
     def __init__(self, loader: MixingLoader, iteration: int) -> None:
         self._loader: MixingLoader | None = loader

@@ -54,13 +54,10 @@ def checkpoint_after(
 ) -> tuple[list[Any], dict[str, Any]]:
     """The first ``step`` batches of a training loop, and the state saved after the last of
     them (as plain JSON, read back)."""
-    out: list[Any] = []
-    for _ in range(loader.epoch, epochs):
-        for batch in loader:
-            out.append(batch)
-            if len(out) == step:
-                return out, json.loads(json.dumps(loader.state_dict()))
-    raise ValueError(f"step {step} is outside the run's 1..{len(out)}")
+    out = [batch for _, batch in run_steps(loader, epochs, stop_at=step)]
+    if not 0 < step <= len(out):
+        raise ValueError(f"step {step} is outside the run's 1..{len(out)}")
+    return out, json.loads(json.dumps(loader.state_dict()))
 
 
 def check_resume(
@@ -70,11 +67,8 @@ def check_resume(
     steps: Iterable[int] | None = None,
     fingerprint: Callable[[Any], Any] = batch_fingerprint,
 ) -> ResumeReport:
-    """Check that a loader from ``make_loader`` resumes exactly after each of ``steps``.
-
-    ``steps`` counts batches from the start of the run (1 = after the first batch); every step
-    of the run by default. Raises :class:`ResumeMismatchError` at the first difference.
-    """
+    """Check that a loader from ``make_loader`` resumes exactly after each of ``steps``
+    (batches from the run's start; default: every one), else a :class:`ResumeMismatchError`."""
     reference = [fingerprint(batch) for _, batch in run_steps(make_loader(), epochs)]
     chosen: Sequence[int] = range(1, len(reference)) if steps is None else sorted(steps)
     shape = None

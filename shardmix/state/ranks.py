@@ -24,9 +24,8 @@ _NOT_POSITION = ("version", "config", "rank", "ranks", "canonical")
 def gather_positions(
     position: dict[str, Any], rank: int, world_size: int, group: Any = None
 ) -> dict[str, Any]:
-    """``position`` with every other data-parallel rank's (``group``: the data-parallel group,
-    if not the default one); a collective under torch.distributed, checking that the ranks of
-    one model replica are at one position."""
+    """``position`` with every other data-parallel rank's (a collective), checking that the
+    ranks of one model replica are at one position."""
     exchange = state_exchange(world_size, group)
     if exchange is None:
         return {**position, "rank": rank, "ranks": {}}
@@ -69,9 +68,15 @@ def as_saved_by(state: Mapping[str, Any], rank: int = 0) -> dict[str, Any]:
     positions.update(state.get("ranks") or {})
     if str(rank) not in positions:
         return dict(state)
+    return _saved_by(state, positions, rank)
+
+
+def _saved_by(shared: Mapping[str, Any], positions: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """The state of ``positions`` (by rank as a string) that ``rank`` saves, with ``shared``'s
+    version and config."""
     others = {key: positions[key] for key in sorted(positions, key=int) if key != str(rank)}
-    shared = {key: state[key] for key in ("version", "config") if key in state}
-    return {**shared, **positions[str(rank)], "rank": rank, "ranks": others}
+    kept = {key: shared[key] for key in ("version", "config") if key in shared}
+    return {**kept, **positions[str(rank)], "rank": rank, "ranks": others}
 
 
 def every_position(state: Mapping[str, Any], world_size: int) -> list[dict[str, Any]]:
@@ -90,12 +95,9 @@ def every_position(state: Mapping[str, Any], world_size: int) -> list[dict[str, 
 
 
 def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One state holding the positions of ranks simulated in one process or more
-    (``MixingLoader(rank=, world_size=)``), as torch.distributed would have gathered it.
-
-    ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order; states
-    of ``canonical_ranks`` join into one state of every canonical rank they hold.
-    """
+    """One state of the positions of simulated ranks (``MixingLoader(rank=, world_size=)``),
+    as torch.distributed would gather it, from their ``state_dict()`` at one step, in any order
+    (states of ``canonical_ranks``: one state of every canonical rank they hold)."""
     if not states:
         raise ConfigError("join_states() needs at least one rank's state")
     first = states[0]
@@ -116,13 +118,11 @@ def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         positions[str(rank)] = own_position(state, rank)
         for other, position in (state.get("ranks") or {}).items():
             positions.setdefault(other, dict(position))
-    others = {key: positions[key] for key in sorted(positions, key=int) if key != "0"}
     if "0" not in positions:
         raise ConfigError(
             f"cannot join the states: none is rank 0's (ranks {sorted(positions, key=int)})"
         )
-    shared = {field: first[field] for field in ("version", "config") if field in first}
-    return {**shared, **positions["0"], "rank": 0, "ranks": others}
+    return _saved_by(first, positions, 0)
 
 
 def _join_canonical(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -163,14 +163,9 @@ def canonical_state(
     positions: Mapping[str, Any], config: Mapping[str, Any], canonical_ranks: int
 ) -> dict[str, Any]:
     """A state of the canonical ranks' ``positions`` (keyed by canonical rank as a string)."""
-    order = sorted(positions, key=int)
-    first = order[0]
+    shared = {"version": STATE_VERSION, "config": dict(config)}
     return {
-        "version": STATE_VERSION,
-        "config": dict(config),
-        **positions[first],
-        "rank": int(first),
-        "ranks": {key: positions[key] for key in order[1:]},
+        **_saved_by(shared, positions, min(map(int, positions))),
         "canonical": {"version": CANONICAL_VERSION, "canonical_ranks": canonical_ranks},
     }
 

@@ -31,10 +31,7 @@ from shardmix.tokens.elastic import STATE_KEY, read_rows, rows_state
 from shardmix.tokens.packing import Packing, Row, pack
 from shardmix.world import object_exchange
 
-# 3: per dataset, and each dataset's tokens yielded this epoch; 4: the ranks' windows packed as
-# one, so the state is the same on every rank, with its world_size;
-# 5: the documents not evened out over the ranks (their MixingLoaders' even_ranks="none")
-TOKENS_STATE_VERSION = 5
+TOKENS_STATE_VERSION = 5  # 5: the documents not evened out over the ranks (even_ranks="none")
 Exchange = Callable[[Any], list[Any]]  # every rank's object, by rank (object_exchange)
 Read = list[dict[str, Any]]  # one MixingLoader batch of documents
 DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
@@ -42,8 +39,8 @@ DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whol
 
 @dataclass
 class _Window:
-    """One window (every rank's documents), its rows, the rows yielded, and the MixingLoader
-    states before and after it (``rest``: the rows a state handed over, read again)."""
+    """One window of every rank's documents, its rows, and the MixingLoader states around it
+    (``rest``: the rows a state handed over, read again)."""
 
     state: dict[str, Any]
     after: dict[str, Any]
@@ -59,9 +56,8 @@ class _Window:
 
 @dataclass
 class _Source:
-    """One dataset: its MixingLoaders (this rank's, or every simulated rank's, this one's at
-    ``own``), the windows being yielded, where a resume starts (``skip`` rows of its first
-    window, or the ``rest`` a state handed over) and the tokens yielded this epoch."""
+    """One dataset: its MixingLoaders (every simulated rank's; this one's at ``own``), its
+    windows, where a resume starts (``skip`` rows, or ``rest``) and its tokens this epoch."""
 
     name: str | None
     dataset: Any
@@ -290,8 +286,7 @@ class TokenLoader:
     def _read_ahead(
         self, window: _Window, samples: list[Iterator[Read]], ahead: list[list[Read | None]]
     ) -> None:
-        """Pull the next window's reads evenly while ``window``'s rows go out (which reads form
-        a window is unchanged)."""
+        """Pull the next window's reads evenly while ``window``'s rows go out."""
         if window.last:
             return
         for reads, pulled in zip(samples, ahead, strict=True):
@@ -307,8 +302,7 @@ class TokenLoader:
         ahead: list[list[Read | None]],
         exchange: Exchange | None,
     ) -> _Window | None:
-        """The next window of every rank, packed as one (its first reads ``ahead``); None once
-        every rank's is over."""
+        """The next window of every rank, packed as one; None once every rank's is over."""
         while True:  # a window whose records were all skipped is passed over
             state = self._loader_state(source) if source.after is None else source.after
             mine = [self._read(source, at, samples[at], ahead[at]) for at in range(len(samples))]
@@ -383,10 +377,8 @@ class TokenLoader:
         documents.add(sample, tokens, source.name, ref)
 
     def __len__(self) -> int:
-        """Batches per epoch on every rank, estimated from each dataset's tokens: the
-        manifests' token counts (``shardmix convert --tokenizer``) where every shard has one,
-        else the epoch's documents times the mean tokens per document read so far (known from
-        the first batch). The padding is not known ahead, so it may be a batch off."""
+        """Batches per epoch on every rank, estimated from the manifests' token counts, else
+        from the mean tokens per document read so far: it may be a batch off (the padding)."""
         world_size = self.sources[0].loader.options.ranks.resolve()[1]
         rows = []
         for source, weight in zip(self.sources, self.weights, strict=True):
@@ -416,8 +408,7 @@ class TokenLoader:
         return batches + (1 if rest and not self.drop_last else 0)
 
     def _manifest_tokens(self, source: _Source) -> int | None:
-        """The tokens of ``source``'s epoch from its shards' manifests; None where a shard has
-        no count, or records may be dropped."""
+        """The tokens of ``source``'s epoch by its manifests; None where not known exactly."""
         dataset = source.dataset
         if self.field != "tokens" or not isinstance(dataset, ShardDataset):
             return None
@@ -433,8 +424,7 @@ class TokenLoader:
         return total
 
     def state_dict(self) -> dict[str, Any]:
-        """The position between batches as JSON, the same on every rank (no token). A
-        collective under torch.distributed: call it on every rank."""
+        """The position between batches as JSON, the same on every rank; a collective."""
         if self._pending_state is not None:
             return self._pending_state
         sources = {}
@@ -465,8 +455,7 @@ class TokenLoader:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state``: the next ``iter()`` yields the rows an uninterrupted run
-        would; on another world size, the rows not yet yielded, then the rest of the epoch."""
+        """Resume from ``state`` (taken on any world size): the next ``iter()`` goes on."""
         part = state.get(STATE_KEY) if isinstance(state, Mapping) else None
         if not isinstance(part, Mapping):
             raise ConfigError(
