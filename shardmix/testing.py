@@ -54,10 +54,13 @@ def checkpoint_after(
 ) -> tuple[list[Any], dict[str, Any]]:
     """The first ``step`` batches of a training loop, and the state saved after the last of
     them (as plain JSON, read back)."""
-    out = [batch for _, batch in run_steps(loader, epochs, stop_at=step)]
-    if not 0 < step <= len(out):
-        raise ValueError(f"step {step} is outside the run's 1..{len(out)}")
-    return out, json.loads(json.dumps(loader.state_dict()))
+    out: list[Any] = []
+    for _ in range(loader.epoch, epochs):
+        for batch in loader:  # the state is taken while the epoch's iterator lives
+            out.append(batch)
+            if len(out) == step:
+                return out, json.loads(json.dumps(loader.state_dict()))
+    raise ValueError(f"step {step} is outside the run's 1..{len(out)}")
 
 
 def check_resume(

@@ -62,8 +62,7 @@ def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
 
 
 def as_saved_by(state: Mapping[str, Any], rank: int = 0) -> dict[str, Any]:
-    """``state`` as ``rank`` would have saved it (the same on every rank that gathered it), or
-    as it is where it does not hold ``rank``'s position."""
+    """``state`` as ``rank`` would have saved it (or as it is, without ``rank``'s position)."""
     positions = {str(state.get("rank")): own_position(state, state.get("rank", 0))}
     positions.update(state.get("ranks") or {})
     if str(rank) not in positions:
@@ -72,16 +71,14 @@ def as_saved_by(state: Mapping[str, Any], rank: int = 0) -> dict[str, Any]:
 
 
 def _saved_by(shared: Mapping[str, Any], positions: Mapping[str, Any], rank: int) -> dict[str, Any]:
-    """The state of ``positions`` (by rank as a string) that ``rank`` saves, with ``shared``'s
-    version and config."""
+    """The state that ``rank`` saves of ``positions``, with ``shared``'s version and config."""
     others = {key: positions[key] for key in sorted(positions, key=int) if key != str(rank)}
     kept = {key: shared[key] for key in ("version", "config") if key in shared}
     return {**kept, **positions[str(rank)], "rank": rank, "ranks": others}
 
 
 def every_position(state: Mapping[str, Any], world_size: int) -> list[dict[str, Any]]:
-    """The position of each of ranks ``0 .. world_size - 1`` in ``state``, refusing a state
-    that does not hold them all (what a resume on another world size needs)."""
+    """The positions of ranks ``0 .. world_size - 1`` in ``state``, refusing a state without one."""
     held = [str(state.get("rank")), *(state.get("ranks") or {})]
     missing = [rank for rank in range(world_size) if str(rank) not in held]
     if missing:
@@ -149,8 +146,7 @@ def gather_canonical(
     canonical_ranks: int,
     group: Any = None,
 ) -> dict[str, Any]:
-    """The state of ``positions`` (this rank's canonical ranks) and every other rank's, as
-    :func:`gather_positions` gathers them."""
+    """The state of ``positions`` (this rank's canonical ranks) and every other rank's."""
     held = dict(positions)
     exchange = state_exchange(world_size, group)
     if exchange is not None:
@@ -177,8 +173,7 @@ def held_positions(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_canonical(state: Mapping[str, Any], canonical_ranks: int | None) -> None:
-    """Refuse a state saved with other canonical ranks than ``canonical_ranks`` (None: none),
-    or whose canonical field this shardmix does not read."""
+    """Refuse a state saved with other ``canonical_ranks`` (None: none), or another version."""
     saved = state.get("canonical")
     if saved is None:
         if canonical_ranks is not None:

@@ -58,8 +58,8 @@ def _fit_loop(frame: FrameType | None) -> Any:
 
 
 def peek_locals(frame: FrameType) -> dict[str, Any]:
-    """The locals of ``frame`` as a new dict, with no snapshot of them left on the frame: before
-    Python 3.13 that snapshot would keep an iterator the caller deleted alive."""
+    """The locals of ``frame`` as a new dict, leaving no snapshot on the frame (before 3.13 it
+    would keep an iterator the caller deleted alive)."""
     scope = frame.f_locals
     found = dict(scope)
     if sys.version_info < (3, 13) and frame.f_code.co_flags & CO_OPTIMIZED:

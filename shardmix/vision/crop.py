@@ -82,12 +82,8 @@ def box_pixels(sample: dict[str, Any], name: str, image: Encoded, box: Box, size
 
 
 def resized_crop(array: np.ndarray, box: Box, size: int) -> Any:
-    """``box`` of an HWC array resized to ``size`` x ``size``, antialiased where it shrinks.
-
-    Halved by 2x2 means while both sides are at least twice ``size`` (OpenCV's fast
-    ``INTER_AREA`` case), then bilinear, whose four taps a shrink under 2x leaves no pixel out
-    of: 36-44 dB PSNR against Pillow's antialiased resize on photographs.
-    """
+    """``box`` of an HWC array resized to ``size`` x ``size``: halved by 2x2 means (OpenCV's fast
+    ``INTER_AREA`` case), then bilinear, whose taps a shrink under 2x leaves no pixel out of."""
     cv2 = opencv()
     top, left, h, w = box
     crop = array[top : top + h, left : left + w]
