@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import transformers
@@ -121,9 +121,8 @@ class ShardmixTrainerMixin:
         return counters
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._trainer_loader.resuming:
-            return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
-        with _no_skip(self._trainer_loader):
+        view = self._trainer_loader
+        with _no_skip(view) if view.resuming else nullcontext():
             return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:

@@ -132,9 +132,7 @@ def detect_world(rank: int | None = None, world_size: int | None = None) -> Worl
 def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None:
     """``(rank, exchange)`` that gathers every rank's object on the default group; None unless
     this is a main process (never a worker) of torch.distributed's ``world_size`` ranks."""
-    if world_size < 2 or not _in_main_process():
-        return None
-    if dist.get_world_size() != world_size:
+    if world_size < 2 or not _in_main_process() or dist.get_world_size() != world_size:
         return None
     return dist.get_rank(), _gather_objects
 
@@ -152,10 +150,8 @@ def job_count_exchange(
 def state_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]] | None:
     """``exchange(mine)`` over the default group, to gather the state; or None as
     :func:`count_exchange` (with ``group``: in any rank's main process)."""
-    if group is None:
-        shared = count_exchange(world_size)
-        return None if shared is None else shared[1]
-    return _gather_objects if _in_main_process() else None
+    usable = count_exchange(world_size) if group is None else _in_main_process()
+    return _gather_objects if usable else None
 
 
 def _in_main_process() -> bool:
