@@ -1,14 +1,9 @@
 """Accelerate: train from a MixingLoader under an ``accelerate.Accelerator``, resuming exactly.
 
-A MixingLoader splits the shards between the ranks itself, so it must never go through
-Accelerate's DataLoader preparation. ``accelerator.prepare`` hands it back unchanged, but then
-its batches stay on the CPU, ``GradientState.end_of_dataloader`` is never set and
-``save_state``/``load_state`` leave its position out.
-
-:func:`prepare_loader` registers the loader for checkpointing (its ``state_dict()`` gathers
-every rank's position) and returns an :class:`AcceleratedLoader` that moves each batch to
-``accelerator.device`` and marks the epoch's last batch from the loader's count, not by reading
-a batch ahead, so the state saved after a batch is that batch's position.
+A MixingLoader splits the shards between the ranks itself, so it must not go through
+``accelerator.prepare``: :func:`prepare_loader` registers it for checkpointing and wraps it to
+move each batch to the device and to mark the epoch's last batch from the loader's count, not
+by reading ahead, so the state saved after a batch is that batch's (docs/guides/accelerate.md).
 """
 
 from __future__ import annotations
@@ -31,11 +26,8 @@ except ImportError as error:  # pragma: no cover - the extra is missing
 
 @dataclass(eq=False)
 class AcceleratedLoader:
-    """A MixingLoader as Accelerate's training loop expects it (:func:`prepare_loader`): each
-    batch on ``accelerator.device``, ``end_of_dataloader`` set on each epoch's last batch;
-    ``len()``, ``state_dict()``, ``load_state_dict()``, ``set_epoch()`` and ``close()`` are
-    the loader's.
-    """
+    """A MixingLoader as Accelerate's loop expects it (:func:`prepare_loader`): batches on
+    ``accelerator.device``, ``end_of_dataloader`` set on each epoch's last batch."""
 
     loader: MixingLoader
     accelerator: Any
@@ -84,11 +76,10 @@ def prepare_loader(
     device_placement: bool = True,
     non_blocking: bool = False,
 ) -> AcceleratedLoader:
-    """Register ``loader`` for ``accelerator``'s checkpoints and wrap it for its loop.
-
-    Call it before ``accelerator.load_state()``, once per loader, instead of
-    ``accelerator.prepare``. ``device_placement=False`` leaves the batches where they are;
-    ``non_blocking`` is passed to each tensor's ``.to()`` (with ``pin_memory=True``).
+    """Register ``loader`` for ``accelerator``'s checkpoints and wrap it for its loop; call it
+    instead of ``accelerator.prepare``, before ``accelerator.load_state()``.
+    ``device_placement=False`` leaves the batches where they are; ``non_blocking`` is passed
+    to each tensor's ``.to()`` (with ``pin_memory=True``).
     """
     if not isinstance(loader, MixingLoader):
         raise ConfigError(

@@ -47,40 +47,34 @@ class ShardDataset(IterableDataset[Sample]):
             list of them.
         format: ``"tar"`` or ``"tfrecord"`` (default: from each URL's extension).
         seed, shuffle_shards: shuffle the shard order every epoch, from ``(seed, epoch)``.
-        num_lanes: how many shards each rank reads at once; the sample order is defined over
-            lanes, not workers. Keep it at least the number of workers.
-        piece_records: each shard is read as pieces of this many records, dealt to different
-            lanes and times of the epoch, so that a shard written in sorted order is spread
-            over the whole epoch. ``None``: whole shards. Pieces need record counts; shards
-            without one are read whole (``docs/epochs.md``).
-        transform: applied to every sample in the worker. Returning ``None`` drops the sample
-            (counted: ``MixingLoader.filtered``); an exception is raised as
-            :class:`TransformError` naming the shard, record and key. It must be
-            deterministic: a resume runs it again.
+        num_lanes: shards each rank reads at once (the sample order is defined over lanes, not
+            workers); keep it at least the number of workers.
+        piece_records: records per piece: a shard's pieces are dealt over the lanes and the
+            epoch (``None``: whole shards; shards without a record count are read whole;
+            docs/epochs.md).
+        transform: applied to every sample in the worker, deterministic (a resume runs it
+            again); ``None`` drops the sample (counted), an exception is a
+            :class:`TransformError` naming the shard, record and key.
         transform_rng: call ``transform(sample, rng)`` with a ``numpy.random.Generator``
             seeded from ``(seed, epoch, pass, shard index, record index)``.
-        transform_id: a name for ``transform`` that changes whenever which records it drops
-            changes: an epoch read whole then teaches the dataset which records each shard
-            keeps (:mod:`shardmix.plan.kept`), so ``len()`` is exact under a filter. Not with
-            ``transform_rng=True`` or ``on_error="skip"``.
-        decode: decode fields before ``transform`` (:mod:`shardmix.reading.decode`): ``True``
-            for the webdataset conventions, an image mode (``"numpy"``, ``"pil"``,
-            ``"torch"``), a :class:`~shardmix.reading.decode.Decoder`, or any function.
+        transform_id: names ``transform`` (change it when what it drops changes), so that an
+            epoch read whole learns each shard's kept counts and ``len()`` is exact under a
+            filter (docs/epochs.md). Not with ``transform_rng=True`` or ``on_error="skip"``.
+        decode: decode fields before ``transform``: ``True`` (webdataset conventions), an
+            image mode (``"numpy"``, ``"pil"``, ``"torch"``), a :class:`Decoder`, or a function.
         tfrecord_payload: ``"example"`` decodes ``tf.train.Example`` records, ``"raw"`` keeps
             each record's bytes under ``"record"``.
-        record_counts: records per shard URL (a manifest), or a list of counts in the order of
-            the expanded URLs; the others are counted when a plan for several ranks needs them.
-        counts_cache: a JSON file keeping counted shards for later jobs (each entry used while
-            the shard's size and mtime or ETag are unchanged); default ``record-counts.json``
-            in ``source_options.cache_dir`` when that is set, else none.
+        record_counts: records per shard URL (a manifest), or a list in the expanded URLs'
+            order; the others are counted when a plan for several ranks needs them.
+        counts_cache: a JSON file keeping counted shards for later jobs (while a shard's size
+            and mtime or ETag hold); default ``record-counts.json`` in ``source_options.cache_dir``.
         source_options: how shards are opened: fsspec ``storage_options``, retries and
             timeouts, a local ``cache_dir``, and ``allow_pipe`` for ``pipe:`` URLs.
         on_error: ``"raise"`` (default): damage stops the epoch with an error naming the file,
-            record and byte offset. ``"skip"``: a damaged record (or, when the framing is lost,
-            the rest of its shard) is left out, warned once per shard with
-            :class:`SkippedDataWarning` and counted (``MixingLoader.skipped``).
-        max_skips: with ``on_error="skip"``, more skips than this raise
-            :class:`TooManySkipsError` (``None``: no limit).
+            record and byte offset; ``"skip"``: the damaged record (or the rest of its shard
+            when the framing is lost) is left out, warned once per shard and counted.
+        max_skips: with ``on_error="skip"``, more skips raise :class:`TooManySkipsError`
+            (``None``: no limit).
         max_record_bytes, max_member_bytes, max_inflated_bytes, max_decoded_bytes: a TFRecord
             record, tar member, gzip shard's inflated stream or decoded ``tf.train.Example``
             larger than this is refused as damage.

@@ -1,10 +1,8 @@
 """torch.distributed.checkpoint: a MixingLoader as a ``Stateful`` in ``dcp.save`` / ``dcp.load``.
 
-DCP keeps one copy of each non-tensor leaf that several ranks save under one key, taken from
-any of them; a MixingLoader's state differs from rank to rank in its top level, so a rank could
-resume with one rank's ``"rank"`` and another's position. :class:`LoaderState` gives DCP one
-entry instead: every rank's state as rank 0 would have saved it, as one JSON string, the same
-on every rank. ``state_dict()`` is a collective under torch.distributed, as DCP's calls are.
+DCP keeps one copy of a non-tensor leaf that several ranks save under one key, but a
+MixingLoader's state differs from rank to rank: :class:`LoaderState` gives DCP every rank's
+state as rank 0 would have saved it, one JSON string, the same on every rank.
 """
 
 from __future__ import annotations
@@ -21,11 +19,8 @@ STATE_KEY = "state"
 
 
 class LoaderState:
-    """``dcp.save({"model": ..., "optimizer": ..., "loader": LoaderState(loader)}, ...)``.
-
-    Implements torch.distributed.checkpoint's ``Stateful`` protocol (``state_dict`` and
-    ``load_state_dict``); ``dcp.load`` with the same dict restores the loader's position.
-    """
+    """A ``Stateful``: ``dcp.save({"model": ..., "loader": LoaderState(loader)}, ...)``, and
+    ``dcp.load`` with the same dict restores the loader's position."""
 
     def __init__(self, loader: MixingLoader) -> None:
         if not isinstance(loader, MixingLoader):

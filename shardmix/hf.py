@@ -1,13 +1,9 @@
 """The Hugging Face Trainer over a MixingLoader, resuming exactly from its checkpoints.
 
-The Trainer builds its own DataLoader from ``train_dataset`` (re-sharding an IterableDataset)
-and resumes mid-epoch by re-reading the epoch's first batches (``skip_first_batches``).
-:class:`ShardmixTrainerMixin` replaces both: ``get_train_dataloader`` returns the MixingLoader
-itself (in a thin view); every checkpoint folder holds ``shardmix_loader.json`` (the loader's
-``state_dict()``, written before ``trainer_state.json``); ``train(resume_from_checkpoint=...)``
-loads it on every rank, and the Trainer's fast-forward is turned off for the resumed epoch only
-(its ``skip_first_batches`` is handed the view back unchanged: the one place shardmix reaches
-into the Trainer's module).
+:class:`ShardmixTrainerMixin` hands the Trainer the MixingLoader itself, writes its state as
+``shardmix_loader.json`` in every checkpoint folder (before ``trainer_state.json``), loads it on
+every rank at resume and turns the Trainer's ``skip_first_batches`` off for the resumed epoch,
+the one place shardmix reaches into the Trainer's module (docs/trainers.md).
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import transformers
@@ -40,8 +36,7 @@ if _MISSING:
 
 
 class TrainerLoader:
-    """What the Trainer iterates: the MixingLoader, with the resumed epoch's ``set_epoch`` held
-    (and checked against the checkpoint's epoch)."""
+    """What the Trainer iterates: the MixingLoader, its resumed epoch's ``set_epoch`` checked."""
 
     def __init__(self, loader: MixingLoader) -> None:
         self.loader = loader
@@ -83,11 +78,8 @@ class TrainerLoader:
 
 
 class ShardmixTrainerMixin:
-    """Put before a Trainer class: ``class MyTrainer(ShardmixTrainerMixin, SFTTrainer)``.
-
-    Pass the loader as ``train_loader=`` (instead of ``train_dataset=``); the batches it yields
-    (from its ``collate_fn``) are the model's inputs.
-    """
+    """Put before a Trainer class: ``class MyTrainer(ShardmixTrainerMixin, SFTTrainer)``, and
+    pass ``train_loader=`` instead of ``train_dataset=``: its batches are the model's inputs."""
 
     def __init__(self, *args: Any, train_loader: MixingLoader, **kwargs: Any) -> None:
         if kwargs.get("train_dataset") is not None:
@@ -129,9 +121,8 @@ class ShardmixTrainerMixin:
         return counters
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._trainer_loader.resuming:
-            return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
-        with _no_skip(self._trainer_loader):
+        view = self._trainer_loader
+        with _no_skip(view) if view.resuming else nullcontext():
             return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:

@@ -1,13 +1,8 @@
-"""Lightning: the callback that makes ``Trainer.fit`` over a MixingLoader resume exactly.
+"""Lightning callbacks: :class:`ShardmixResume` for an exact resume, :class:`ShardmixStats`.
 
-Lightning 2.6 saves ``loader.state_dict()`` in every checkpoint and loads it back when it sets
-up the training data while restarting, but not when the data was set up before the restore (as
-``trainer.estimated_stepping_batches`` does). A MixingLoader then takes the state from the fit
-loop at its epoch's first batch (:mod:`shardmix.state.trainers`), so :class:`ShardmixResume`,
-which loads it at ``on_train_start``, is optional; loading one state twice changes nothing.
-
-:class:`ShardmixStats` logs each MixingLoader's :meth:`~shardmix.MixingLoader.stats` to the
-Trainer's loggers every ``every_n_steps`` steps.
+Lightning 2.6 loads ``loader.state_dict()`` back only into data set up after the restore; a
+MixingLoader also takes it from the fit loop itself (:mod:`shardmix.state.trainers`), so
+ShardmixResume is optional; loading one state twice changes nothing (docs/guides/lightning.md).
 """
 
 from __future__ import annotations
@@ -22,10 +17,8 @@ from shardmix.state.trainers import is_stateful
 
 
 class ShardmixResume(pl.Callback):
-    """Restore every MixingLoader of ``Trainer.fit`` from the checkpoint being resumed.
-
-    Pass it to the Trainer: ``pl.Trainer(callbacks=[ShardmixResume()])``.
-    """
+    """Restore every MixingLoader of ``Trainer.fit`` from the checkpoint being resumed:
+    ``pl.Trainer(callbacks=[ShardmixResume()])``."""
 
     def __init__(self) -> None:
         self._states: list[dict[str, Any]] = []
@@ -50,11 +43,9 @@ class ShardmixResume(pl.Callback):
 
 
 class ShardmixStats(pl.Callback):
-    """Log the training MixingLoaders' ``stats()`` every ``every_n_steps`` training steps.
-
-    Pass it to the Trainer: ``pl.Trainer(callbacks=[ShardmixStats()])``. The figures go to
-    ``pl_module.log_dict`` as ``shardmix/<name>`` (``shardmix/<index>/<name>`` when the
-    Trainer has several MixingLoaders), on this rank only.
+    """Log the training MixingLoaders' ``stats()`` every ``every_n_steps`` steps
+    (``pl.Trainer(callbacks=[ShardmixStats()])``), on this rank, to ``pl_module.log_dict`` as
+    ``shardmix/<name>`` (``shardmix/<index>/<name>`` with several MixingLoaders).
     """
 
     def __init__(self, every_n_steps: int = 50) -> None:

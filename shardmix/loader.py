@@ -1,15 +1,11 @@
 """MixingLoader: what a training loop holds.
 
-DataLoader workers read lanes and send their samples to the main process in columnar chunks;
-there the lanes are merged in a fixed order (:mod:`shardmix.batching.mixing`), shuffled by a
-seeded buffer and cut into batches (:mod:`shardmix.batching.epoch`), all on integer ids. Every
-batch draws on all the shards open in all workers, and the batches are a function of the data,
-the seeds and the epoch alone.
-
-This module takes the settings, starts an epoch at the first ``next()`` of each ``iter()`` (an
-iterator dropped before its first batch starts nothing), keeps the worker processes across
-epochs (:mod:`shardmix.workers.pool`), and reports what the epoch filtered, skipped and waited
-for. Options, epoch kinds, length and checkpoint are :mod:`shardmix.epochs`'s.
+Workers read lanes; the main process merges them in a fixed order, shuffles them with a seeded
+buffer and cuts batches (:mod:`shardmix.batching`): every batch draws on all the open shards,
+and is a function of the data, the seeds and the epoch alone. This module takes the settings,
+starts an epoch at the first ``next()`` of each ``iter()``, keeps the workers across epochs and
+reports what an epoch filtered, skipped and waited for (options, length, checkpoint:
+:mod:`shardmix.epochs`).
 """
 
 from __future__ import annotations
@@ -59,29 +55,25 @@ class MixingLoader:
         num_workers: DataLoader worker processes; 0 reads in the main process.
         shuffle_buffer: samples held by the shuffle buffer (0 disables it); default 64 per
             sample of a batch, at least 8,192.
-        shuffle_buffer_bytes: the buffer also stops growing at this many bytes (``None``: no
-            byte budget).
+        shuffle_buffer_bytes: the buffer's byte budget (``None``: none).
         seed: seeds the shuffle buffer; with the dataset's seed it fixes every batch.
-        collate_fn: turns a list of samples into a batch; default
-            :func:`~shardmix.batching.collate.collate_samples`.
+        collate_fn: turns a list of samples into a batch (default: ``collate_samples``).
         drop_last: drop the last batch of an epoch when it is short.
         timeout: seconds without progress before a WorkerError (0 waits forever).
         prefetch_factor, multiprocessing_context, worker_init_fn: as in torch.
-        persistent_workers: keep the worker processes from one epoch to the next (default
-            True, unlike torch).
-        even_ranks: under torch.distributed, every rank yields the same number of samples
-            each epoch: ``"drop"`` stops every rank at the smallest rank's count, ``"pad"``
-            brings every rank to the largest by repeating its first samples; either loses or
-            repeats fewer than ``world_size`` samples. ``"none"``: each rank yields its own.
+        persistent_workers: keep the workers from one epoch to the next (default True).
+        even_ranks: under torch.distributed, ``"drop"`` stops every rank at the smallest
+            rank's sample count, ``"pad"`` repeats samples up to the largest's, ``"none"``
+            lets each rank yield its own (docs/guides/distributed.md).
         rank, world_size: this process's place among the ranks (default: torch.distributed's).
         group: the data-parallel process group (or a one-dimensional DeviceMesh): the ranks of
-            one model replica yield the same batches (docs/guides/distributed.md).
+            one model replica yield the same batches.
         data_parallel_rank, data_parallel_size: ``group``'s rank and size, simulated.
         pin_memory: put each batch's tensors in page-locked memory (where CUDA is).
-        canonical_ranks: plan every epoch for this many ranks, whatever the world size, so
-            that the global batches are the same on every world size that divides it and a
-            state resumes on any of them. ``batch_size``, ``num_workers`` and
-            ``shuffle_buffer`` are then per canonical rank (docs/guides/canonical-ranks.md).
+        canonical_ranks: plan every epoch for this many ranks, so that the global batches and
+            states are the same on every world size that divides it; ``batch_size``,
+            ``num_workers`` and ``shuffle_buffer`` are then per canonical rank
+            (docs/guides/canonical-ranks.md).
     """
 
     def __init__(
@@ -181,8 +173,7 @@ class MixingLoader:
         return length.batches_left(self.options, self._cursor)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch handed out, as plain JSON types: under
-        torch.distributed every rank's, so call it on every rank at the same step."""
+        """The position after the last batch, as plain JSON: every rank's (call it on all)."""
         return checkpoint.state_dict(self.options, self._cursor)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -195,10 +186,8 @@ class MixingLoader:
         self._cursor.resume = None
 
     def __iter__(self) -> Iterator[Any]:
-        """An iterator over the next epoch's batches; the epoch starts at its first ``next()``.
-
-        Settings the epoch cannot run with are refused here, a ConfigError before any worker
-        starts (:meth:`~shardmix.epochs.options.LoaderOptions.refuse_at_iter`)."""
+        """The next epoch's batches, from its first ``next()``; settings it cannot run with
+        raise a ConfigError here, before any worker starts."""
         self.options.refuse_at_iter(self._cursor.epoch, resuming=bool(self._cursor.resume))
         self._cursor.iterations += 1
         return _Epoch(self, self._cursor.iterations)
@@ -227,8 +216,7 @@ class MixingLoader:
         return current
 
     def _slot_pools(self) -> list[WorkerPool | None]:
-        """The persistent workers of each of this rank's canonical ranks (None: per-epoch
-        workers): the first has the loader's own pool, the others theirs from their first epoch."""
+        """The persistent workers of each of this rank's canonical ranks (None: per epoch)."""
         count = len(self.options.own_canonical_ranks())
         if self.pool is None:
             return [None] * count
@@ -238,13 +226,11 @@ class MixingLoader:
         return [self.pool, *(self.pools[f"canonical slot {slot}"] for slot in range(1, count))]
 
     def stats(self) -> LoaderStats:
-        """What the current epoch (else the last one) has done so far: time waited per step,
-        traffic per host, the cache's hits and misses, the lanes' stalls. Cheap to call."""
+        """What the current (else the last) epoch did so far: waits, traffic, cache, stalls."""
         return self.options.stats.snapshot(live=length.in_epoch(self.options, self._cursor))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        """Take a mixture's next batches by ``weights`` (a curriculum), from the next batch
-        on; the state keeps them."""
+        """Draw a mixture's next batches by ``weights`` (a curriculum); the state keeps them."""
         exact = normalized_weights(list(self.options.datasets or {}), weights)
         self.options = dataclasses.replace(self.options, weights=dict(weights))
         current, resume = self._cursor.current, self._cursor.resume
@@ -255,21 +241,15 @@ class MixingLoader:
             resume["mixture"]["credits"] = dict.fromkeys(exact, "0")
 
     def close(self) -> None:
-        """Stop the worker processes now; the position stays valid, and a later ``iter()``
-        starts new workers."""
+        """Stop the workers now; the position stays valid, a later ``iter()`` starts new ones."""
         self._cursor.stop_current()
         for pool in self.pools.values():
             pool.close()
 
     @property
     def filtered(self) -> dict[str, Any]:
-        """What the current epoch's transform dropped, and the padding that made up for it.
-
-        ``{"dropped": n, "padded": n, "undelivered": n}``: samples the transform returned
-        ``None`` for, samples repeated by ``even_ranks="pad"``, and samples read but not
-        yielded under ``"drop"`` (counted at the epoch's end). A mixture gives that per
-        dataset: ``{name: {"dropped": n, ...}}``.
-        """
+        """The current epoch's samples the transform ``dropped``, ``padded`` and read but not
+        yielded (``undelivered``) by ``even_ranks``; a mixture's per dataset by name."""
         current = self._cursor.current
         if current is None:
             if self.options.datasets:
@@ -279,16 +259,14 @@ class MixingLoader:
 
     @property
     def skipped(self) -> dict[str, Any] | None:
-        """What the current epoch skipped under ``on_error="skip"``, as plain JSON (else None):
-        :meth:`shardmix.policy.SkipLedger.summary`."""
+        """The current epoch's skips under ``on_error="skip"`` (a ledger summary), or None."""
         current = self._cursor.current
         return None if current is None else current.skipped()
 
 
 class _Epoch(Iterator[Any]):
-    """What ``iter(loader)`` returns: it holds the loader until the first ``next()`` starts the
-    epoch, and only the epoch afterwards, so that dropping the loader stops its workers at once.
-    """
+    """``iter(loader)``: holds the loader until the first ``next()`` starts the epoch, then only
+    the epoch, so that dropping the loader stops its workers at once."""
 
     def __init__(self, loader: MixingLoader, iteration: int) -> None:
         self._loader: MixingLoader | None = loader

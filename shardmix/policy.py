@@ -1,12 +1,9 @@
 """Error policy: what happens to damaged data, and the ledger that counts what was skipped.
 
-A reader given an ``on_damage`` callback reports each :class:`Damage` to it instead of raising:
-a damaged record whose framing is intact is dropped and reading goes on; damage that loses the
-framing (length CRC, truncation, a bad tar header) drops the rest of the shard.
-
-:class:`SkipLedger` is that callback under ``on_error="skip"``: it counts skips per shard, warns
-once per shard and raises :class:`TooManySkipsError` past ``max_skips``. Its summary is plain
-JSON, so workers' ledgers are merged in the main process, which holds the budget.
+A reader given an ``on_damage`` callback reports each :class:`Damage` to it instead of raising;
+damage that loses the framing drops the rest of the shard. :class:`SkipLedger` is that callback
+under ``on_error="skip"``; its summary is plain JSON, so the workers' ledgers are merged in the
+main process, which holds the ``max_skips`` budget.
 """
 
 from __future__ import annotations
@@ -41,11 +38,8 @@ class OnError(enum.Enum):
 
 @dataclass(frozen=True)
 class ErrorPolicy:
-    """How damaged data is handled: ``ErrorPolicy(OnError.SKIP, max_skips=100)``.
-
-    ``max_skips`` is the budget of skips (records dropped plus shards cut short) over an epoch;
-    one more raises :class:`TooManySkipsError`. ``None`` skips without limit.
-    """
+    """How damaged data is handled: ``ErrorPolicy(OnError.SKIP, max_skips=100)``; past
+    ``max_skips`` skips in an epoch (``None``: no limit), a :class:`TooManySkipsError`."""
 
     on_error: OnError = OnError.RAISE
     max_skips: int | None = 100
@@ -70,12 +64,9 @@ class ErrorPolicy:
 
 @dataclass(frozen=True)
 class Damage:
-    """One piece of damage a reader reported instead of raising ``error``.
-
-    ``record`` and ``offset`` are where the loss starts; ``size`` the bytes passed over, when
-    known. ``rest_of_shard``: the framing was lost, so everything from ``record`` on is
-    dropped; ``records`` is how many records that lost, when a count of the shard says.
-    """
+    """Damage a reader reported instead of raising ``error``: the loss starts at ``record``
+    and ``offset`` and spans ``size`` bytes, or (``rest_of_shard``) the rest of the shard,
+    ``records`` records when a count says."""
 
     error: CorruptShardError | DecodeError
     record: int | None
@@ -99,16 +90,10 @@ def _empty_shard_entry() -> dict[str, Any]:
 class SkipLedger:
     """Counts what was skipped, per shard; usable as a reader's ``on_damage`` callback.
 
-    Args:
-        max_skips: raise :class:`TooManySkipsError` past this many skips (``None``: never;
-            workers pass ``None`` and the main process's ledger holds the budget).
-        warn: warn once per shard with a :class:`SkippedDataWarning` (workers pass ``False``).
-        reported: shards whose damage the counting pass already warned about.
-
-    The summary, plain JSON: ``skips``, ``records``, ``bytes``, ``shards_cut`` and
-    ``uncounted_cuts`` in all, and the same per shard under ``shards`` (with ``first``, the
-    first damage); a cut shard's records are counted where a count of the shard says how many
-    it held, else the cut is uncounted (docs/epochs.md).
+    Past ``max_skips`` skips it raises :class:`TooManySkipsError`; ``warn`` warns once per shard
+    not in ``reported`` (workers pass ``None`` and ``False``: the main process's ledger does
+    both). Its summary (docs/epochs.md): ``skips``, ``records``, ``bytes``, ``shards_cut`` and
+    ``uncounted_cuts``, and the same per shard under ``shards`` with its ``first`` damage.
     """
 
     def __init__(

@@ -1,10 +1,8 @@
 """Ray Data in and out: write a Dataset as shards (:class:`ShardSink`), read shards as one,
-convert inputs into shards on Ray (:func:`convert_on_ray`).
+convert inputs into shards on Ray (:func:`convert_on_ray`); the guarantees: docs/ray.md.
 
-``pip install 'shardmix[ray]'``; the guarantees (staging per task attempt, the manifest written
-last as the commit, the prefix's lock) are told in ``docs/ray.md``. Samples travel from the read
-tasks to the write tasks as Python objects in one column (:data:`~shardmix.formats.SAMPLE_COLUMN`),
-whose types an Arrow column per field would change.
+Samples travel as Python objects in one column (:data:`~shardmix.formats.SAMPLE_COLUMN`), whose
+types an Arrow column per field would change.
 """
 
 from __future__ import annotations
@@ -55,11 +53,8 @@ _PRINTF = re.compile(r"%0?[0-9]*d")  # an output pattern's shard number, as Shar
 
 
 class ShardSink(Datasink[dict[str, Any]]):
-    """A Ray Data sink that writes tar or TFRecord shards and their manifest.
-
-    ``pattern`` names the shards as ``shardmix convert``'s output does (``out/train-%06d.tar``,
-    ``.tfrecord``, ``.gz``); ``max_records`` and ``max_bytes`` roll each task's shards.
-    """
+    """A Ray Data sink writing tar or TFRecord shards named by ``pattern``
+    (``out/train-%06d.tar``) and their manifest; ``max_records``/``max_bytes`` roll the shards."""
 
     def __init__(
         self,
@@ -245,11 +240,9 @@ class _ShardsDatasource(Datasource):
 
 
 def read_shards(urls: str | Sequence[str], *, format: str | None = None) -> ray.data.Dataset:
-    """Shards as a Dataset, one read task per shard, a row per sample.
-
-    ``urls`` and ``format`` as :class:`~shardmix.ShardDataset` takes them, of shards any tool
-    wrote. A :class:`ShardSink` output pattern (``out/train-%06d.tar``) or a manifest's path
-    reads the committed shards its manifest lists, and is refused until the manifest is written.
+    """Shards as a Dataset, a read task per shard, a row per sample: ``urls`` and ``format`` as
+    :class:`~shardmix.ShardDataset` takes them, or a :class:`ShardSink` output pattern or a
+    manifest's path, which reads the committed shards (refused before the manifest is written).
     """
     if isinstance(urls, str) and (_PRINTF.search(urls) or urls.endswith(".manifest.json")):
         manifest, paths = committed_shards(urls)
@@ -290,11 +283,8 @@ def convert_on_ray(
     *,
     address: str | None = None,
 ) -> RayConvertSummary:
-    """Convert ``inputs`` into the shards ``output`` names, reading and writing on Ray.
-
-    ``address`` is a Ray cluster's (``ray.init(address=...)``); None starts a local Ray, or
-    uses the one this process already joined.
-    """
+    """Convert ``inputs`` into the shards ``output`` names, reading and writing on Ray at
+    ``address`` (``ray.init(address=...)``; None: the Ray joined, or a local one)."""
     options = options or ConvertOptions()
     if options.part != Part() or options.workers != 1:
         raise ConfigError(

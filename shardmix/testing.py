@@ -56,7 +56,7 @@ def checkpoint_after(
     them (as plain JSON, read back)."""
     out: list[Any] = []
     for _ in range(loader.epoch, epochs):
-        for batch in loader:
+        for batch in loader:  # the state is taken while the epoch's iterator lives
             out.append(batch)
             if len(out) == step:
                 return out, json.loads(json.dumps(loader.state_dict()))
@@ -70,11 +70,8 @@ def check_resume(
     steps: Iterable[int] | None = None,
     fingerprint: Callable[[Any], Any] = batch_fingerprint,
 ) -> ResumeReport:
-    """Check that a loader from ``make_loader`` resumes exactly after each of ``steps``.
-
-    ``steps`` counts batches from the start of the run (1 = after the first batch); every step
-    of the run by default. Raises :class:`ResumeMismatchError` at the first difference.
-    """
+    """Check that a loader from ``make_loader`` resumes exactly after each of ``steps``
+    (batches from the run's start; default: every one), else a :class:`ResumeMismatchError`."""
     reference = [fingerprint(batch) for _, batch in run_steps(make_loader(), epochs)]
     chosen: Sequence[int] = range(1, len(reference)) if steps is None else sorted(steps)
     shape = None

@@ -1,13 +1,8 @@
 """Detect this process's distributed rank and DataLoader worker, once, at the edge.
 
-Everything below receives a :class:`~shardmix.plan.sharding.World` explicitly; this is the only
-module that asks torch where it runs, and the only one that talks to the other ranks (the
-``*_exchange`` functions).
-
-The data is split over the *data-parallel* ranks (:class:`Ranks`): the default group's, those of
-``MixingLoader(group=...)`` (one rank per model replica), or ranks simulated in one process. The
-end of an epoch is agreed over the data-parallel group; the state is gathered over the default
-group, so any rank's copy resumes them all.
+The only module that asks torch where it runs, and that talks to the other ranks (the
+``*_exchange`` functions). The data is split over the data-parallel ranks (:class:`Ranks`); the
+end of an epoch is agreed over the data-parallel group, the state gathered over the default one.
 """
 
 from __future__ import annotations
@@ -37,9 +32,8 @@ def detect_rank() -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Ranks:
-    """How a loader finds its data-parallel rank: given, from a process group, or detected
-    (at each :meth:`resolve`: torch.distributed may be initialized after the loader is made).
-    """
+    """A loader's data-parallel rank: given, from a process group, or detected at each
+    :meth:`resolve` (torch.distributed may start after the loader is made)."""
 
     given: tuple[int, int] | None = None  # simulated: (rank, world_size) over the data ranks
     group: Any = None  # the data-parallel process group; None: the default group
@@ -101,8 +95,7 @@ def _check_rank(rank_name: str, rank: int, size_name: str, size: int) -> None:
 
 
 def _process_group(group: Any) -> Any:
-    """``group`` as a process group this process is a member of (a one-dimensional
-    DeviceMesh gives its group), or a ConfigError saying why not."""
+    """``group`` (or a 1-D DeviceMesh's) as a process group this process is in."""
     if isinstance(group, DeviceMesh):
         if group.ndim != 1:
             raise ConfigError(
@@ -137,13 +130,9 @@ def detect_world(rank: int | None = None, world_size: int | None = None) -> Worl
 
 
 def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None:
-    """``(rank, exchange)``: how the ranks share their record counts (``all_gather_object``
-    on the default group), or None unless torch.distributed runs ``world_size`` processes and
-    this is a rank's main process (a DataLoader worker must not join a collective).
-    """
-    if world_size < 2 or not _in_main_process():
-        return None
-    if dist.get_world_size() != world_size:
+    """``(rank, exchange)`` that gathers every rank's object on the default group; None unless
+    this is a main process (never a worker) of torch.distributed's ``world_size`` ranks."""
+    if world_size < 2 or not _in_main_process() or dist.get_world_size() != world_size:
         return None
     return dist.get_rank(), _gather_objects
 
@@ -151,23 +140,18 @@ def count_exchange(world_size: int) -> tuple[int, Callable[[T], list[T]]] | None
 def job_count_exchange(
     world_size: int, group: Any
 ) -> tuple[int, int, Callable[[T], list[T]]] | None:
-    """``(rank, ranks, exchange)``: how every rank of the job (over the default group) shares
-    the record counts under a data-parallel ``group`` of ``world_size`` ranks, or None (no
-    group, one data-parallel rank, or not a rank's main process).
-    """
+    """``(rank, ranks, exchange)`` over the whole job under a data-parallel ``group`` of
+    ``world_size`` ranks; None without a group, for one rank, or in a worker."""
     if group is None or world_size < 2 or not _in_main_process():
         return None
     return dist.get_rank(), dist.get_world_size(), _gather_objects
 
 
 def state_exchange(world_size: int, group: Any = None) -> Callable[[T], list[T]] | None:
-    """``exchange(mine)``: every rank's object over the default group, to gather the loader
-    state; or None (see :func:`count_exchange`; with ``group``, in any rank's main process).
-    """
-    if group is None:
-        shared = count_exchange(world_size)
-        return None if shared is None else shared[1]
-    return _gather_objects if _in_main_process() else None
+    """``exchange(mine)`` over the default group, to gather the state; or None as
+    :func:`count_exchange` (with ``group``: in any rank's main process)."""
+    usable = count_exchange(world_size) if group is None else _in_main_process()
+    return _gather_objects if usable else None
 
 
 def _in_main_process() -> bool:
@@ -189,12 +173,8 @@ atexit.register(_GLOO_GROUPS.clear)
 def end_exchange(
     world_size: int, group: Any = None
 ) -> Callable[[list[int]], list[list[int]]] | None:
-    """``exchange(values)``: every data-parallel rank's list of ints (same length on all), or
-    None where no process group runs these ranks.
-
-    Over a gloo copy of the data-parallel group, never the group itself: under NCCL that would
-    sync the GPU at each exchange.
-    """
+    """``exchange(values)``: every data-parallel rank's list of ints (as long on all), or None.
+    Over a gloo copy of the group: under NCCL the group itself would sync the GPU each time."""
     gloo = _data_gloo(world_size, group)
     if gloo is None:
         return None
@@ -230,9 +210,8 @@ def _data_gloo(world_size: int, group: Any) -> Any:
 
 
 def _gloo_copy(group: Any) -> Any:
-    """A gloo group of the ranks of ``group``, made at the first call on every rank of the
-    job at the same step: making a group is a collective of the default group, so the ranks
-    share their groups' ranks and all of them make every data-parallel group, in one order."""
+    """A gloo group of ``group``'s ranks. Making a group is a collective of the whole job, so
+    every rank makes every data-parallel group, in one order, at its first call."""
     made = _GLOO_GROUPS.get(id(group))
     if made is None or made[0] is not group:
         if group is dist.group.WORLD:

@@ -1,7 +1,5 @@
 """State: the checkpoint's format, below the stages that write it.
 
-The packings and versions (codec), the fields a loaded state must have (fields), every rank's
-position in one state (ranks), and a state a trainer restored but never handed over
-(trainers). Imports only errors, ``plan.sharding`` and ``world``; the stages above own each
-position's layout.
+Its packings and versions (codec), the fields a loaded state must have (fields), every rank's
+position in one state (ranks), and a state a trainer restored but never handed over (trainers).
 """

@@ -1,13 +1,9 @@
 """Checkpoint: the loader state as small, plain, versioned JSON; its packings, and the checks of
-its version and settings on load (its fields are checked by :mod:`shardmix.state.fields`).
+its version and settings on load (its fields: :mod:`shardmix.state.fields`).
 
-The state holds positions and references, never sample bytes. The shuffle buffer's residents
-are ``(shard, record, offset)`` references packed into one base64 string: per resident the
-shard's index, then the record's index and byte offset as distances from the previous resident
-of the same shard, as varints, deflated (a 10,000-sample buffer packs into a few tens of KiB).
-An offset of -1 is not known (a transform dropped ``__offset__``): that resident is found by
-its index. Every unpacking refuses a damaged string with a ConfigError naming its field. What
-each version added: docs/checkpoint.md.
+The state holds positions and references, never sample bytes; the packed strings are described
+in docs/checkpoint.md. Every unpacking refuses a damaged string with a ConfigError naming its
+field.
 """
 
 from __future__ import annotations
@@ -15,11 +11,11 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import sys
 import zlib
-from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import Piece
@@ -52,10 +48,8 @@ def check_config(
     *,
     free: Collection[str] = (),
 ) -> None:
-    """Refuse a checkpoint whose settings differ from the loader's, naming the field (a
-    mixture's as ``datasets.<name>.<field>``). The top-level fields in ``free`` may differ
-    (what a resize re-deals: :mod:`shardmix.epochs.elastic`).
-    """
+    """Refuse a checkpoint whose settings differ from the loader's, naming the field; the
+    top-level fields in ``free`` may differ (what a resize re-deals)."""
     fields = sorted(current, key=lambda field: field in _DERIVED)  # stable: the rest in order
     for name in fields:
         if name in free and name in saved:
@@ -128,8 +122,7 @@ def _unpacked_refs(packed: str, field: str) -> tuple[Ref, ...]:
 
 
 def check_refs(refs: Sequence[Ref], num_shards: int, field: str) -> None:
-    """Refuse references that name no shard of ``num_shards``, or a record or offset out of
-    range (negative, or past what a file can hold)."""
+    """Refuse references to no shard of ``num_shards``, or a record or offset out of bounds."""
     for at, (shard, record, offset) in enumerate(refs):
         if not (0 <= shard < num_shards and 0 <= record < MOST and -1 <= offset < MOST):
             raise damaged(
@@ -157,8 +150,7 @@ def unpack_pieces(packed: str, num_shards: int, field: str) -> list[Piece]:
 
 
 def pack_identities(identities: Mapping[int, Any], shards: Iterable[int]) -> list[list[Any]]:
-    """``[shard, size, validator]`` of each of ``shards`` that has an identity (plain JSON,
-    ``[size, validator]``), in shard order.
+    """``[shard, size, validator]`` of each of ``shards`` with an identity, in shard order.
 
     >>> pack_identities({3: [10, "mtime_ns:7"], 5: [2, None]}, [3, 4, 3])
     [[3, 10, 'mtime_ns:7']]
@@ -189,16 +181,12 @@ def _is_identity(value: Any) -> bool:
 
 
 def pack_tags(tags: Sequence[int]) -> str:
-    """Pack record tags (16-bit hashes, 0 for one not known), in order, as 2 bytes each in
-    base64 (no compression makes a hash smaller).
+    """Pack record tags (16-bit hashes, 0 for one not known), in order, 2 bytes each in base64.
 
     >>> unpack_tags(pack_tags([0, 1, 65535]), 3)
     [0, 1, 65535]
     """
-    packed = array("H", tags)
-    if sys.byteorder != "little":
-        packed.byteswap()
-    return base64.b64encode(packed.tobytes()).decode("ascii")
+    return base64.b64encode(np.asarray(tags, "<u2").tobytes()).decode("ascii")
 
 
 def unpack_tags(packed: str, count: int, field: str = "buffer.tags") -> list[int]:
@@ -209,11 +197,8 @@ def unpack_tags(packed: str, count: int, field: str = "buffer.tags") -> list[int
         raise _not_packed(field, error) from error
     if len(data) != 2 * count:
         raise damaged(field, f"holds {len(data) / 2:g} tags for {count} references")
-    tags = array("H")
-    tags.frombytes(data)
-    if sys.byteorder != "little":
-        tags.byteswap()
-    return tags.tolist()
+    tags: list[int] = np.frombuffer(data, "<u2").tolist()
+    return tags
 
 
 def pack_sizes(sizes: Sequence[int]) -> str:

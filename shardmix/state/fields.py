@@ -1,13 +1,10 @@
 """The loader state's fields: which a position holds, of what kind, and the refusal of a state
-whose fields are missing or of the wrong type, naming the field.
-
-A position's layout is the epoch's (:mod:`shardmix.batching.epoch`); the packed strings and the
-versions are :mod:`shardmix.state.codec`'s.
+whose fields are missing or of the wrong type, naming the field (the layout is the epoch's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shardmix.errors import ConfigError
@@ -32,8 +29,7 @@ MOST = 1 << 63
 
 
 def check_state(state: Mapping[str, Any]) -> None:
-    """Refuse a state (a dict: :func:`~shardmix.state.codec.check_version`) whose fields are
-    missing or of the wrong type, naming the field (a mixture's down to each position)."""
+    """Refuse a state whose fields are missing or of the wrong type, naming the field."""
     _check_fields(state, {"config": "mapping", "ranks": "mapping"}, "")
     positions = [state, *state["ranks"].values()]
     for at, position in enumerate(positions):
@@ -68,7 +64,7 @@ def _check_fields(values: Mapping[str, Any], fields: Mapping[str, Any], where: s
             if not isinstance(value, Mapping):
                 refuse_field(field, "a dict of fields", value)
             _check_fields(value, kind, f"{field}.")
-        elif not _holds(kind, value):
+        elif not _CHECKS[kind](value):
             refuse_field(field, _KINDS[kind], value)
 
 
@@ -81,22 +77,6 @@ _KINDS = {
     "list": "a list",
     "phase": "{} or a dict of 'pieces' (a packed string), 'quota', 'own' and 'batches' (counts)",
 }
-
-
-def _holds(kind: str, value: Any) -> bool:
-    if kind == "count":
-        return is_count(value)
-    if kind == "packed":
-        return isinstance(value, str)
-    if kind == "ints":
-        return isinstance(value, list) and all(map(is_count, value))
-    if kind == "lanes":
-        return isinstance(value, list) and all(_is_lane(lane) for lane in value)
-    if kind == "list":
-        return isinstance(value, list)
-    if kind == "phase":
-        return _is_phase(value)
-    return isinstance(value, Mapping)
 
 
 def _is_phase(value: Any) -> bool:
@@ -117,8 +97,7 @@ def is_count(value: Any) -> bool:
 
 
 def _is_lane(lane: Any) -> bool:
-    """``[slot, record, offset, shard, start, stop, tag]``: counts, but the offset, shard and
-    stop, which may be -1, and the tag, 16 bits."""
+    """``[slot, record, offset, shard, start, stop, tag]``: offset, shard, stop may be -1."""
     return (
         isinstance(lane, list)
         and len(lane) == 7
@@ -129,13 +108,24 @@ def _is_lane(lane: Any) -> bool:
     )
 
 
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "count": is_count,
+    "packed": lambda value: isinstance(value, str),
+    "ints": lambda value: isinstance(value, list) and all(map(is_count, value)),
+    "lanes": lambda value: isinstance(value, list) and all(map(_is_lane, value)),
+    "mapping": lambda value: isinstance(value, Mapping),
+    "list": lambda value: isinstance(value, list),
+    "phase": _is_phase,
+}
+
+
 def refuse_field(field: str, expected: str, found: Any) -> None:
     shown = repr(found) if len(repr(found)) <= 60 else f"{type(found).__name__} value"
     raise damaged(field, f"should be {expected}, found {shown}")
 
 
 def damaged(field: str, what: str) -> ConfigError:
-    """The error for a state whose ``field`` ``what`` (holds what no saved state holds)."""
+    """The error for a state whose ``field`` ``what``."""
     return ConfigError(
         f"cannot resume: the loader state's {field!r} {what}; the state was edited or damaged "
         "since it was saved"

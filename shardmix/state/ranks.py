@@ -1,13 +1,9 @@
 """Rank state: one loader state for every rank, so that one rank's checkpoint resumes them all.
 
-Trainers such as Lightning save the loader state from rank 0 only and hand it to every rank on
-resume, so under torch.distributed :func:`gather_positions` collects every data-parallel rank's
-position into the state: the saving rank's at the top level beside ``"rank"``, and every other
-rank's in ``"ranks"`` (keyed by the rank as a string); :func:`own_position` picks the loading
-rank's. Ranks simulated in one process gather nothing: :func:`join_states` joins their states.
-
-A state of ``canonical_ranks`` (:mod:`shardmix.epochs.canonical`) has the same layout over the
-canonical ranks, with a ``"canonical"`` field of its own version.
+:func:`gather_positions` puts every data-parallel rank's position in the state: the saving
+rank's at the top level beside ``"rank"``, the others' in ``"ranks"`` (keyed by the rank as a
+string); :func:`own_position` picks the loading rank's; :func:`join_states` joins the states of
+simulated ranks. A ``canonical_ranks`` state has the same layout over the canonical ranks.
 """
 
 from __future__ import annotations
@@ -28,9 +24,8 @@ _NOT_POSITION = ("version", "config", "rank", "ranks", "canonical")
 def gather_positions(
     position: dict[str, Any], rank: int, world_size: int, group: Any = None
 ) -> dict[str, Any]:
-    """``position`` with every other data-parallel rank's (``group``: the data-parallel group,
-    if not the default one); a collective under torch.distributed, checking that the ranks of
-    one model replica are at one position."""
+    """``position`` with every other data-parallel rank's (a collective), checking that the
+    ranks of one model replica are at one position."""
     exchange = state_exchange(world_size, group)
     if exchange is None:
         return {**position, "rank": rank, "ranks": {}}
@@ -67,20 +62,23 @@ def own_position(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
 
 
 def as_saved_by(state: Mapping[str, Any], rank: int = 0) -> dict[str, Any]:
-    """``state`` as ``rank`` would have saved it (the same on every rank that gathered it), or
-    as it is where it does not hold ``rank``'s position."""
+    """``state`` as ``rank`` would have saved it (or as it is, without ``rank``'s position)."""
     positions = {str(state.get("rank")): own_position(state, state.get("rank", 0))}
     positions.update(state.get("ranks") or {})
     if str(rank) not in positions:
         return dict(state)
+    return _saved_by(state, positions, rank)
+
+
+def _saved_by(shared: Mapping[str, Any], positions: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """The state that ``rank`` saves of ``positions``, with ``shared``'s version and config."""
     others = {key: positions[key] for key in sorted(positions, key=int) if key != str(rank)}
-    shared = {key: state[key] for key in ("version", "config") if key in state}
-    return {**shared, **positions[str(rank)], "rank": rank, "ranks": others}
+    kept = {key: shared[key] for key in ("version", "config") if key in shared}
+    return {**kept, **positions[str(rank)], "rank": rank, "ranks": others}
 
 
 def every_position(state: Mapping[str, Any], world_size: int) -> list[dict[str, Any]]:
-    """The position of each of ranks ``0 .. world_size - 1`` in ``state``, refusing a state
-    that does not hold them all (what a resume on another world size needs)."""
+    """The positions of ranks ``0 .. world_size - 1`` in ``state``, refusing a state without one."""
     held = [str(state.get("rank")), *(state.get("ranks") or {})]
     missing = [rank for rank in range(world_size) if str(rank) not in held]
     if missing:
@@ -94,12 +92,9 @@ def every_position(state: Mapping[str, Any], world_size: int) -> list[dict[str, 
 
 
 def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One state holding the positions of ranks simulated in one process or more
-    (``MixingLoader(rank=, world_size=)``), as torch.distributed would have gathered it.
-
-    ``states`` are the ranks' ``state_dict()``, taken at the same step, in any order; states
-    of ``canonical_ranks`` join into one state of every canonical rank they hold.
-    """
+    """One state of the positions of simulated ranks (``MixingLoader(rank=, world_size=)``),
+    as torch.distributed would gather it, from their ``state_dict()`` at one step, in any order
+    (states of ``canonical_ranks``: one state of every canonical rank they hold)."""
     if not states:
         raise ConfigError("join_states() needs at least one rank's state")
     first = states[0]
@@ -120,13 +115,11 @@ def join_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         positions[str(rank)] = own_position(state, rank)
         for other, position in (state.get("ranks") or {}).items():
             positions.setdefault(other, dict(position))
-    others = {key: positions[key] for key in sorted(positions, key=int) if key != "0"}
     if "0" not in positions:
         raise ConfigError(
             f"cannot join the states: none is rank 0's (ranks {sorted(positions, key=int)})"
         )
-    shared = {field: first[field] for field in ("version", "config") if field in first}
-    return {**shared, **positions["0"], "rank": 0, "ranks": others}
+    return _saved_by(first, positions, 0)
 
 
 def _join_canonical(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -153,8 +146,7 @@ def gather_canonical(
     canonical_ranks: int,
     group: Any = None,
 ) -> dict[str, Any]:
-    """The state of ``positions`` (this rank's canonical ranks) and every other rank's, as
-    :func:`gather_positions` gathers them."""
+    """The state of ``positions`` (this rank's canonical ranks) and every other rank's."""
     held = dict(positions)
     exchange = state_exchange(world_size, group)
     if exchange is not None:
@@ -167,14 +159,9 @@ def canonical_state(
     positions: Mapping[str, Any], config: Mapping[str, Any], canonical_ranks: int
 ) -> dict[str, Any]:
     """A state of the canonical ranks' ``positions`` (keyed by canonical rank as a string)."""
-    order = sorted(positions, key=int)
-    first = order[0]
+    shared = {"version": STATE_VERSION, "config": dict(config)}
     return {
-        "version": STATE_VERSION,
-        "config": dict(config),
-        **positions[first],
-        "rank": int(first),
-        "ranks": {key: positions[key] for key in order[1:]},
+        **_saved_by(shared, positions, min(map(int, positions))),
         "canonical": {"version": CANONICAL_VERSION, "canonical_ranks": canonical_ranks},
     }
 
@@ -186,8 +173,7 @@ def held_positions(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_canonical(state: Mapping[str, Any], canonical_ranks: int | None) -> None:
-    """Refuse a state saved with other canonical ranks than ``canonical_ranks`` (None: none),
-    or whose canonical field this shardmix does not read."""
+    """Refuse a state saved with other ``canonical_ranks`` (None: none), or another version."""
     saved = state.get("canonical")
     if saved is None:
         if canonical_ranks is not None:

@@ -1,17 +1,9 @@
 """A loader state that a trainer saved and restored but never handed to the loader.
 
-Lightning (2.6) keeps the loader states of the checkpoint being resumed in its fit loop
-(``_combined_loader_states_to_load``) and hands them over only while it sets the training data
-up after the restore; data set up before (``trainer.estimated_stepping_batches``) never gets
-them. :func:`adopt_pending_state`, at each MixingLoader epoch's first ``next()``, loads them as
-Lightning would have when called from inside such a fit loop.
-
-Accelerate checkpoints only the objects registered with it: :func:`warn_unregistered` warns at
-a MixingLoader's first epoch when an ``Accelerator`` is in reach of the loop (a caller's local
-or global) and the loader is registered with none of them.
-
-Both find the trainer through the call stack, by the attributes it uses, never importing it;
-they read callers' locals through :func:`peek_locals`, which leaves no reference behind.
+:func:`adopt_pending_state` loads the states Lightning's fit loop hands over only to data set up
+after the restore; :func:`warn_unregistered` warns when an ``Accelerator`` in reach would
+checkpoint without the loader. Both find the trainer on the call stack, by the attributes it
+uses, never importing it, and read callers' locals with :func:`peek_locals`.
 """
 
 from __future__ import annotations
@@ -66,8 +58,8 @@ def _fit_loop(frame: FrameType | None) -> Any:
 
 
 def peek_locals(frame: FrameType) -> dict[str, Any]:
-    """The locals of ``frame`` as a new dict, with no snapshot of them left on the frame: before
-    Python 3.13 that snapshot would keep an iterator the caller deleted alive."""
+    """The locals of ``frame`` as a new dict, leaving no snapshot on the frame (before 3.13 it
+    would keep an iterator the caller deleted alive)."""
     scope = frame.f_locals
     found = dict(scope)
     if sys.version_info < (3, 13) and frame.f_code.co_flags & CO_OPTIMIZED:

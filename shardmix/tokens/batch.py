@@ -1,5 +1,4 @@
-"""A batch of packed rows as tensors, and the ``cu_seqlens`` that flash-attention's varlen
-kernels take."""
+"""A batch of packed rows as tensors, and the ``cu_seqlens`` of flash-attention's varlen kernels."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import torch
 
 
 class Document(NamedTuple):
-    """A document's tokens, its shard and key (or index), and what reads it again: the
-    mixture's dataset (None outside one) and ``(shard, record, byte offset)`` in it."""
+    """A document's tokens, shard and key (or index), and its mixture's dataset and reference."""
 
     tokens: np.ndarray
     source: str
@@ -31,9 +29,9 @@ def named(sample: Mapping[str, Any]) -> tuple[str, str | int]:
 
 
 class Documents:
-    """A window's documents, a list per field, each :class:`Document` made when asked for:
-    thousands of objects of their own would reach the garbage collector's oldest generation,
-    whose full collections then cost a fifth of the main process's time."""
+    """A window's documents, a list per field, a :class:`Document` made when asked for: thousands
+    of objects would reach the collector's oldest generation (a fifth of the main process's time).
+    """
 
     __slots__ = ("tokens", "sources", "keys", "datasets", "refs")
 
@@ -75,9 +73,8 @@ class Documents:
 
 
 def collate_rows(rows: list[list[Span]], seq_len: int) -> dict[str, Any]:
-    """``input_ids``, ``position_ids`` (from 0 at every piece), ``segment_ids`` (1.. per piece
-    of a row, 0 on padding), all ``(len(rows), seq_len)``, and ``__segments__``: per row its
-    ``(source, key, start, stop)`` spans in order."""
+    """``input_ids``, ``position_ids`` (0 at each piece), ``segment_ids`` (1.. per piece, 0 on
+    padding) and ``__segments__``, per row its ``(source, key, start, stop)`` spans."""
     shape = (len(rows), seq_len)
     input_ids = np.zeros(shape, np.int64)
     position_ids = np.zeros(shape, np.int64)

@@ -1,11 +1,8 @@
 """Elastic resume of packed rows: the rows not yet yielded, held as references.
 
-On another world size a window cannot be replayed (the MixingLoader deals the rest of the
-epoch anew), so a state also holds, per dataset, the MixingLoader's state *after* the last
-window read and the rows no rank yielded yet, each piece a reference ``(shard, record, byte
-offset)`` and its token span. On ``W'`` ranks those rows come first, rank ``r`` yielding rows
-``r, r + W', ...`` and reading their documents again (:func:`read_rows`); then the windows the
-MixingLoader deals on: every token once.
+A window cannot be replayed on another world size, so the state also holds, per dataset, the
+MixingLoader's state after the last window read and the rows no rank yielded yet, each piece a
+``(shard, record, byte offset)`` reference and a token span (docs/guides/pretraining.md).
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ _NO_TOKENS = np.zeros(0, np.int64)  # a document of another rank's row, not read
 
 
 def rows_state(rows: Sequence[Sequence[Span]], last: bool) -> dict[str, Any]:
-    """``rows`` (of one dataset) as JSON: the documents' references once each, per row its
-    pieces ``[document, start, stop]``, and whether they end the epoch."""
+    """``rows`` of one dataset as JSON: the documents' references, rows of ``[document, start,
+    stop]``, and whether they end the epoch."""
     documents: dict[tuple[int, int, int], int] = {}
     pieces = [
         [[documents.setdefault(d.ref, len(documents)), start, stop] for d, start, stop in row]
@@ -47,8 +44,7 @@ def read_rows(
     field: str,
     wanted: Container[int],
 ) -> tuple[Documents, list[Row]]:
-    """The documents ``state`` names and its rows over them: the ``wanted`` documents read
-    again from ``dataset``, the others (other ranks') without tokens."""
+    """The documents and rows ``state`` names, only the ``wanted`` documents read again."""
     refs = unpack_refs(state["documents"], "tokens.rest")
     documents = Documents()
     documents.tokens = [_NO_TOKENS] * len(refs)
@@ -64,9 +60,8 @@ def read_rows(
 
 
 def join_any_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``shardmix.join_states``: the ranks' states of a MixingLoader, plain or canonical
-    (:func:`shardmix.state.ranks.join_states`), or of a TokenLoader, which are the same (each
-    holds every rank's position)."""
+    """``shardmix.join_states``: a MixingLoader's ranks' states joined, or a TokenLoader's (the
+    same on every rank)."""
     if not states or "tokens" not in states[0]:
         return join_states(states)
     if any(state != states[0] for state in states):

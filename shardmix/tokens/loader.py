@@ -1,20 +1,10 @@
 """TokenLoader: documents of token shards, mixed like samples, packed into rows of ``seq_len``.
 
-Documents flow through a :class:`~shardmix.loader.MixingLoader`, a window of them at a time;
-each window is packed (:mod:`shardmix.tokens.packing`) and its rows cut into batches, a batch
-crossing from one window into the next. The next window's reads are pulled evenly while a
-window's rows go out, so that the workers read on meanwhile.
-
-Equal steps on every rank: each rank reads its window, the ranks exchange them, tokens and all
-(:func:`~shardmix.world.object_exchange`), and every rank packs their union the same way; at
-each step rank ``r`` yields row ``r, r + W, r + 2W, ...`` of it. Ranks simulated in one process
-read every rank's window themselves.
-
-Resume replays a window rather than storing one (as grain's shuffle does): the state is the
-MixingLoader's state just before the current window's first document, and how many of that
-window's rows the ranks yielded. The next epoch re-reads the window, packs it again and skips
-the rows yielded; the state holds no token. On another world size the state's references to
-the rows not yet yielded take over (:mod:`shardmix.tokens.elastic`).
+Documents flow through a MixingLoader a window at a time; the ranks exchange their windows
+(:func:`~shardmix.world.object_exchange`), every rank packs their union the same way
+(:mod:`shardmix.tokens.packing`) and rank ``r`` yields rows ``r, r + W, ...``. A resume replays
+the current window from the MixingLoader state before it and skips the rows yielded: the state
+holds no token (another world size: :mod:`shardmix.tokens.elastic`). docs/guides/pretraining.md.
 """
 
 from __future__ import annotations
@@ -41,10 +31,7 @@ from shardmix.tokens.elastic import STATE_KEY, read_rows, rows_state
 from shardmix.tokens.packing import Packing, Row, pack
 from shardmix.world import object_exchange
 
-# 3: per dataset, and each dataset's tokens yielded this epoch; 4: the ranks' windows packed as
-# one, so the state is the same on every rank, with its world_size;
-# 5: the documents not evened out over the ranks (their MixingLoaders' even_ranks="none")
-TOKENS_STATE_VERSION = 5
+TOKENS_STATE_VERSION = 5  # 5: the documents not evened out over the ranks (even_ranks="none")
 Exchange = Callable[[Any], list[Any]]  # every rank's object, by rank (object_exchange)
 Read = list[dict[str, Any]]  # one MixingLoader batch of documents
 DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
@@ -52,8 +39,8 @@ DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whol
 
 @dataclass
 class _Window:
-    """One window (every rank's documents), its rows, the rows yielded, and the MixingLoader
-    states before and after it (``rest``: the rows a state handed over, read again)."""
+    """One window of every rank's documents, its rows, and the MixingLoader states around it
+    (``rest``: the rows a state handed over, read again)."""
 
     state: dict[str, Any]
     after: dict[str, Any]
@@ -69,9 +56,8 @@ class _Window:
 
 @dataclass
 class _Source:
-    """One dataset: its MixingLoaders (this rank's, or every simulated rank's, this one's at
-    ``own``), the windows being yielded, where a resume starts (``skip`` rows of its first
-    window, or the ``rest`` a state handed over) and the tokens yielded this epoch."""
+    """One dataset: its MixingLoaders (every simulated rank's; this one's at ``own``), its
+    windows, where a resume starts (``skip`` rows, or ``rest``) and its tokens this epoch."""
 
     name: str | None
     dataset: Any
@@ -93,32 +79,27 @@ class TokenLoader:
     """Batches of ``batch_size`` rows of exactly ``seq_len`` tokens, packed from documents.
 
     Args:
-        dataset: a :class:`~shardmix.ShardDataset` of documents, or a dict of them by name
-            (a mixture, weighted by ``weights``); each record's token field is a 1-D integer
-            array (:mod:`shardmix.tokens.documents`).
+        dataset: a :class:`~shardmix.ShardDataset` of documents (the token field of each
+            record a 1-D integer array), or a dict of them by name (a mixture).
         seq_len: tokens per row.
         batch_size: rows per batch.
         seed: seeds the shuffle buffer and the order of each window's rows.
         num_workers: DataLoader worker processes (per dataset); the rows do not depend on it.
         field: the token field (``tokens``: the TFRecord feature, or ``tokens.npy`` in tar).
-        packing: ``"best_fit"`` (default): each ``seq_len`` piece of a document fills a row
-            alone and the remainders, longest first, each go to the open row they fill best;
-            ``"concat"``: concatenate and cut. Rows are padded only at a window's end.
+        packing: ``"best_fit"`` (default) or ``"concat"``; rows are padded only at a window's
+            end (docs/guides/pretraining.md).
         window: documents packed together (a multiple of 256); more pads less, and a resume
             re-reads up to one window.
         drop_last: drop the epoch's last batch when it is short.
-        weights: a mixture's weights by dataset name, held in tokens: each next row comes from
-            the dataset furthest below its share of the tokens yielded so far, so that in
-            every batch its tokens are within one ``seq_len`` of its share. The epoch ends
-            when a dataset has no row left.
-        options: passed to each dataset's MixingLoader (``rank``, ``world_size``, ``group``,
-            ``shuffle_buffer``, ...); ``even_ranks`` is ``"drop"`` or ``"pad"`` (the rows left
-            at the epoch's end, fewer than ``world_size``, dropped or padded).
+        weights: a mixture's weights by dataset name, in tokens: a dataset's tokens in every
+            batch are within one ``seq_len`` of its share; the epoch ends when one runs out.
+        options: passed to each dataset's MixingLoader (``rank``, ``group``, ...);
+            ``even_ranks`` is ``"drop"`` or ``"pad"``: what becomes of the fewer than
+            ``world_size`` rows left at the epoch's end.
 
-    A record whose token field is missing or not a 1-D integer array raises a
-    :class:`~shardmix.errors.DecodeError`; with the dataset's ``on_error="skip"`` it is
-    skipped and counted in :attr:`skipped`. The tokens of the rows dropped at an epoch's end
-    are counted in :attr:`dropped`.
+    An unreadable token field raises a :class:`~shardmix.errors.DecodeError`, or is skipped
+    and counted in :attr:`skipped` under the dataset's ``on_error="skip"``; the tokens of the
+    rows dropped at an epoch's end are counted in :attr:`dropped`.
     """
 
     def __init__(
@@ -305,8 +286,7 @@ class TokenLoader:
     def _read_ahead(
         self, window: _Window, samples: list[Iterator[Read]], ahead: list[list[Read | None]]
     ) -> None:
-        """Pull the next window's reads evenly while ``window``'s rows go out (which reads form
-        a window is unchanged)."""
+        """Pull the next window's reads evenly while ``window``'s rows go out."""
         if window.last:
             return
         for reads, pulled in zip(samples, ahead, strict=True):
@@ -322,8 +302,7 @@ class TokenLoader:
         ahead: list[list[Read | None]],
         exchange: Exchange | None,
     ) -> _Window | None:
-        """The next window of every rank, packed as one (its first reads ``ahead``); None once
-        every rank's is over."""
+        """The next window of every rank, packed as one; None once every rank's is over."""
         while True:  # a window whose records were all skipped is passed over
             state = self._loader_state(source) if source.after is None else source.after
             mine = [self._read(source, at, samples[at], ahead[at]) for at in range(len(samples))]
@@ -398,10 +377,8 @@ class TokenLoader:
         documents.add(sample, tokens, source.name, ref)
 
     def __len__(self) -> int:
-        """Batches per epoch on every rank, estimated from each dataset's tokens: the
-        manifests' token counts (``shardmix convert --tokenizer``) where every shard has one,
-        else the epoch's documents times the mean tokens per document read so far (known from
-        the first batch). The padding is not known ahead, so it may be a batch off."""
+        """Batches per epoch on every rank, estimated from the manifests' token counts, else
+        from the mean tokens per document read so far: it may be a batch off (the padding)."""
         world_size = self.sources[0].loader.options.ranks.resolve()[1]
         rows = []
         for source, weight in zip(self.sources, self.weights, strict=True):
@@ -431,8 +408,7 @@ class TokenLoader:
         return batches + (1 if rest and not self.drop_last else 0)
 
     def _manifest_tokens(self, source: _Source) -> int | None:
-        """The tokens of ``source``'s epoch from its shards' manifests; None where a shard has
-        no count, or records may be dropped."""
+        """The tokens of ``source``'s epoch by its manifests; None where not known exactly."""
         dataset = source.dataset
         if self.field != "tokens" or not isinstance(dataset, ShardDataset):
             return None
@@ -448,8 +424,7 @@ class TokenLoader:
         return total
 
     def state_dict(self) -> dict[str, Any]:
-        """The position between batches as JSON, the same on every rank (no token). A
-        collective under torch.distributed: call it on every rank."""
+        """The position between batches as JSON, the same on every rank; a collective."""
         if self._pending_state is not None:
             return self._pending_state
         sources = {}
@@ -480,8 +455,7 @@ class TokenLoader:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state``: the next ``iter()`` yields the rows an uninterrupted run
-        would; on another world size, the rows not yet yielded, then the rest of the epoch."""
+        """Resume from ``state`` (taken on any world size): the next ``iter()`` goes on."""
         part = state.get(STATE_KEY) if isinstance(state, Mapping) else None
         if not isinstance(part, Mapping):
             raise ConfigError(

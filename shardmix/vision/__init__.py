@@ -1,8 +1,7 @@
 """Images decoded and cropped in the workers, at the speed of the decoder (``shardmix[vision]``).
 
-Transforms of encoded samples (``ShardDataset(decode=False, transform=...)``): JPEGs decoded by
-libjpeg-turbo at a reduced DCT scale where the crop allows and resized by OpenCV, other formats
-by Pillow (:mod:`shardmix.vision.decode`). The guide: ``docs/guides/vision.md``.
+Transforms of encoded samples (``ShardDataset(decode=False, transform=...)``); the guide, with
+how they are fast and how close to Pillow: ``docs/guides/vision.md``.
 """
 
 from shardmix.vision.transforms import CenterCrop, DecodeImage, RandomResizedCrop

@@ -1,10 +1,8 @@
 """Crops: which box of an image (torchvision's draws), and that box as a square array.
 
 :func:`random_box` is torchvision's ``RandomResizedCrop.get_params`` drawn from a numpy
-generator, so that a seeded transform draws the same box for a record in every run and resume.
-:func:`box_pixels` cuts a box out of an encoded image the cheapest way that stays close to a
-full decode and Pillow's antialiased resize: a reduced DCT scale where the box is at least
-twice the output on both sides, then halvings and a bilinear resize.
+generator, so a seeded transform draws the same box in every run and resume; :func:`box_pixels`
+cuts it out at a reduced DCT scale where it allows (docs/guides/vision.md).
 """
 
 from __future__ import annotations
@@ -84,12 +82,8 @@ def box_pixels(sample: dict[str, Any], name: str, image: Encoded, box: Box, size
 
 
 def resized_crop(array: np.ndarray, box: Box, size: int) -> Any:
-    """``box`` of an HWC array resized to ``size`` x ``size``, antialiased where it shrinks.
-
-    Halved by 2x2 means while both sides are at least twice ``size`` (OpenCV's fast
-    ``INTER_AREA`` case), then bilinear, whose four taps a shrink under 2x leaves no pixel out
-    of: 36-44 dB PSNR against Pillow's antialiased resize on photographs.
-    """
+    """``box`` of an HWC array resized to ``size`` x ``size``: halved by 2x2 means (OpenCV's fast
+    ``INTER_AREA`` case), then bilinear, whose taps a shrink under 2x leaves no pixel out of."""
     cv2 = opencv()
     top, left, h, w = box
     crop = array[top : top + h, left : left + w]

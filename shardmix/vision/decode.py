@@ -1,13 +1,8 @@
 """An encoded image's size from its header, then its pixels at the smallest useful scale.
 
-JPEGs go to libjpeg-turbo through simplejpeg; everything else (and CMYK or YCCK JPEGs, and
-any JPEG simplejpeg refuses) goes to Pillow, counted per format in
-``loader.stats().image_fallbacks``. Why: decode + RandomResizedCrop(224) + flip runs at 338
-images per CPU-second with Pillow on 500x375 JPEGs, 922-972 with simplejpeg + OpenCV (issue
-47). simplejpeg, not PyTurboJPEG: a wheel with libjpeg-turbo inside, and reduced DCT scales.
-
-A decoder bomb is refused from the header, before any pixel is allocated: more than
-:data:`MAX_PIXELS`, Pillow's own bound for its bomb error.
+JPEGs go to libjpeg-turbo through simplejpeg (a wheel with libjpeg-turbo inside, and reduced DCT
+scales); everything else, and any JPEG simplejpeg refuses, to Pillow, counted per format
+(docs/guides/vision.md). A header of more than :data:`MAX_PIXELS` is refused as a decoder bomb.
 """
 
 from __future__ import annotations

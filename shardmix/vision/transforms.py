@@ -24,12 +24,9 @@ __all__ = ["CenterCrop", "DecodeImage", "RandomResizedCrop"]
 
 @dataclass(frozen=True)
 class RandomResizedCrop:
-    """torchvision's RandomResizedCrop(size) and RandomHorizontalFlip, fused with the decode.
-
-    Pass it as ``ShardDataset(..., decode=False, transform=RandomResizedCrop(224),
-    transform_rng=True)``: it is called as ``f(sample, rng)`` and draws the box, then the
-    flip, from ``rng``. ``field`` names the encoded image; the ``(3, size, size)`` array goes
-    to ``out`` (default: ``field``, replacing the bytes).
+    """torchvision's RandomResizedCrop(size) and RandomHorizontalFlip, fused with the decode:
+    ``ShardDataset(decode=False, transform=RandomResizedCrop(224), transform_rng=True)`` draws
+    the box and flip from the record's ``rng``; ``(3, size, size)`` goes to ``out`` (``field``).
     """
 
     size: int
