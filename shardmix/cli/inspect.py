@@ -1,9 +1,8 @@
 """``shardmix inspect``: which shards each batch came from, with the loader settings given.
 
 A shell over :func:`shardmix.inspect.inspect_batches` (with ``--seq-len``,
-:func:`shardmix.inspect.tokens.inspect_tokens`): a table per batch (the first and last few
-when there are many), the summary and the advice; ``--json`` prints the report's JSON instead
-(schema: docs/inspect-schema.md), ``--plot`` draws it.
+:func:`shardmix.inspect.tokens.inspect_tokens`): a table per batch, the summary and the advice,
+or the JSON (docs/inspect-schema.md), or a plot.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``shardmix stat``: per shard its format, records and bytes, and totals.
 
-Calls :func:`shardmix.inspect.stat.stat_shards`; ``--verify`` reads every record and checks every
-tar header and TFRecord CRC, and each shard's sha256 against the manifest beside it (a
-mismatch is damage). The exit status is 1 when a shard is damaged or missing (every damaged
-shard is listed, with the record and byte offset of its damage, and every missing one: named
-by a brace pattern, or listed by a manifest where a glob finds it gone), else 0.
+A shell over :func:`shardmix.inspect.stat.stat_shards`; the exit status is 1 when a shard is
+damaged or missing (each listed), else 0.
 """
 
 from __future__ import annotations

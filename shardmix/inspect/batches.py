@@ -1,19 +1,9 @@
 """Inspect: which shards every batch came from, with the settings a training run uses.
 
-:func:`inspect_batches` builds the real :class:`~shardmix.ShardDataset` and
-:class:`~shardmix.MixingLoader` and reads batches from them, so it reports what training would
-get. Batch order does not depend on the payloads, so TFRecords are read raw and each sample is
-cut down to its provenance in the worker (:mod:`~shardmix.inspect.reading`). Rank ``I`` of
-``R`` is inspected in one process, without torch.distributed; the loader evens the ranks out
-as in training. A batch does not say which worker read a sample: lane ``l`` lives in worker
-``l % num_workers`` (worker 0 is the main process when ``num_workers`` is 0).
-
-``compare=True`` also reads the shards with a plain ``DataLoader(ShardDataset(urls,
-num_lanes=W), batch_size=B, num_workers=W)``, where each batch is what one worker read (the
-``baseline``). The ideal is the expected distinct shards of ``B`` samples drawn uniformly
-without replacement from the rank's ``N`` samples: ``E = sum_s 1 - C(N - n_s, B) / C(N, B)``;
-a batch is held to the ideal of its size, over the run and per tenth of it
-(:mod:`~shardmix.inspect.summary`); a low share is advised on (:mod:`~shardmix.inspect.advice`).
+:func:`inspect_batches` reads batches from the real :class:`~shardmix.ShardDataset` and
+:class:`~shardmix.MixingLoader` (payloads dropped in the workers), so it reports what training
+would get; rank ``I`` of ``R`` is inspected in one process, without torch.distributed. The
+baseline, the ideal and the advice are spelled out in ``docs/inspect-schema.md``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Inspecting a mixture: each dataset's share of every batch beside its weight.
 
 :func:`inspect_mixture` reads a real :class:`~shardmix.MixingLoader` over one
-:class:`~shardmix.ShardDataset` per named pattern (payloads dropped in the workers). Per batch
-and dataset: its samples beside ``weight x batch_size`` and its distinct shards beside the
-ideal for that many of its samples; per dataset over the run: its fewest and most samples in a
-full batch, the largest deviation, and a summary. The whole batch is held to the sum of its
-datasets' ideals. Workers are observed (the transform notes the worker id), not derived from a
-plan; lanes are not reported.
+:class:`~shardmix.ShardDataset` per named pattern; a batch is held to the sum of its datasets'
+ideals. Workers are observed (the transform notes the worker id); lanes are not reported.
 """
 
 from __future__ import annotations

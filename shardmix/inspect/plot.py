@@ -1,12 +1,9 @@
 """Plot an inspect report: where each batch's samples came from, at a glance.
 
-:func:`plot_report` draws, from an :class:`~shardmix.inspect.InspectReport` or its JSON: a heat
-map of batches (rows, in loader order) by shard (columns, in order of first appearance), the
-baseline's beside it; a histogram of distinct shards per batch with the ideal marked; the share
-of the ideal per tenth of the epoch with the advice beneath; for a mixture, each dataset's
-samples per batch stacked against its cumulative ``weight x batch_size``; and, when the report
-has ``order``, each tenth's histogram of the label (else the shards) under the epoch's.
-matplotlib (the ``plot`` extra) is imported on first use with the Agg backend.
+:func:`plot_report` draws a heat map of batches by shard (the baseline's beside it), the
+histogram of distinct shards per batch, the share of the ideal per tenth with the advice, a
+mixture's datasets per batch and each tenth's label (or shard) mix. matplotlib (the ``plot``
+extra) is imported on first use with the Agg backend.
 """
 
 from __future__ import annotations

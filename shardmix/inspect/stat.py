@@ -1,15 +1,9 @@
 """Stat: what a set of shards holds (format, records, bytes), and whether every record is sound.
 
-:func:`stat_shards` counts each shard's records the cheap way (tar headers walked and checked,
-TFRecord length CRCs checked, payloads seeked past). ``verify=True`` reads every record with
-the full readers (TFRecords raw: a checksum says nothing of meaning), so every tar header and
-data CRC is checked; and since a flipped byte inside a tar member has no checksum of its own,
-it also checks each local shard's sha256 against the manifest beside it (:class:`Checksum`;
-``"stale"``: it matches, but an input recorded beside the manifest changed since).
-
-Damage does not stop the walk: each damaged shard is reported with the error's message (URL,
-record index, byte offset) and the position as fields. The JSON (``StatReport.to_dict()``)
-is spelled out in ``docs/inspect-schema.md``.
+:func:`stat_shards` counts each shard's records the cheap way (headers and length CRCs checked,
+payloads seeked past); ``verify=True`` reads every record in full and checks each local shard's
+sha256 against the manifest beside it, since a flipped byte inside a tar member has no checksum
+of its own. Damage does not stop the walk. The JSON is spelled out in ``docs/inspect-schema.md``.
 """
 
 from __future__ import annotations

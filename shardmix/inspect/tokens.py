@@ -1,11 +1,9 @@
 """Inspect token batches: documents per row, padding, distinct shards and a mixture's shares.
 
-:func:`inspect_tokens` reads a real :class:`~shardmix.tokens.TokenLoader`'s batches, tokens and
-all; :func:`batch_figures` and :func:`summarize` are pure functions over them, and the report
-is their JSON (``docs/inspect-schema.md``). A document is a ``(shard, key)``. The random draw
-is :func:`~shardmix.inspect.summary.ideal_distinct_sources` over the epoch's documents (every
-rank's: the ranks pack their union); a mixture's batch is held to the sum of its datasets'
-draws. A span names its shard, not its dataset, so a mixture's datasets may share no shard.
+:func:`inspect_tokens` reads a real :class:`~shardmix.tokens.TokenLoader`'s batches;
+:func:`batch_figures` and :func:`summarize` are pure functions over them, and the report is
+their JSON (``docs/inspect-schema.md``). A document is a ``(shard, key)``; a span names its
+shard, not its dataset, so a mixture's datasets may share no shard.
 """
 
 from __future__ import annotations
