@@ -1,14 +1,8 @@
 """Inspect: which shards every batch came from, against the uniformly random ideal.
 
-In the order an inspection runs: ``batches`` (:func:`inspect_batches`, the entry point),
-``reading`` (batches read, payloads dropped in the workers, samples counted per shard, lane and
-worker), ``mixture`` (the same per dataset of a mixture), ``summary`` (the ideal and a run's
-statistics), ``advice`` (settings that would mix better, each tried), ``report`` (the
-dataclasses and their JSON, ``docs/inspect-schema.md``), ``plot`` (:func:`plot_report`).
-Beside them: ``tokens`` (:func:`inspect_tokens`, a TokenLoader's batches) and ``stat``
-(:func:`stat_shards`, what a set of shards holds, ``shardmix stat``).
-
-Only the names below are public; the modules' other names may change.
+:func:`inspect_batches` (samples), :func:`inspect_tokens` (a TokenLoader's batches),
+:func:`stat_shards` (what a set of shards holds) and :func:`plot_report`; the reports' JSON is
+spelled out in ``docs/inspect-schema.md``. Only the names below are public.
 """
 
 from shardmix.inspect.batches import inspect_batches

@@ -81,26 +81,17 @@ def inspect_mixture(
     batches = progress_bar(
         itertools.islice(iter(loader), settings.batches), progress, "MixingLoader", total
     )
-    reader = _Counting(settings, weight, ideals)
-    found = [reader.batch(index, provenance) for index, provenance in enumerate(batches)]
+    counted = _Counting(settings, weight, ideals)
+    found = [counted.batch(index, provenance) for index, provenance in enumerate(batches)]
     summary = summarize(
         found,
         lambda batch: sum(part.ideal_distinct_sources for part in (batch.datasets or {}).values()),
         sum(ideal.full for ideal in ideals.values()),
-        sum(reader.payload.values()),
+        sum(counted.payload.values()),
     )
     stats = {
         name: _dataset_stats(
-            name,
-            patterns[name],
-            datasets[name],
-            lanes[name],
-            shards[name],
-            found,
-            ideals[name],
-            weight[name],
-            reader.payload[name],
-            settings,
+            name, patterns[name], datasets[name], lanes[name], shards[name], found, counted
         )
         for name in datasets
     }
@@ -168,20 +159,18 @@ def _dataset_stats(
     num_lanes: int,
     shards: dict[str, int],
     batches: list[BatchStats],
-    ideal: Ideal,
-    weight: float,
-    payload: int,
-    settings: InspectSettings,
+    counted: _Counting,
 ) -> DatasetStats:
     """One dataset's part over the run (its summary over the batches that hold it)."""
+    ideal, weight = counted.ideals[name], counted.weight[name]
     parts = [(batch, (batch.datasets or {})[name]) for batch in batches]
     mine = [
         BatchStats(batch.index, part.sources, part.workers, [])
         for batch, part in parts
         if part.size
     ]
-    full = [part.size for batch, part in parts if batch.size == settings.batch_size]
-    expected = weight * settings.batch_size
+    full = [part.size for batch, part in parts if batch.size == counted.batch_size]
+    expected = weight * counted.batch_size
     return DatasetStats(
         urls=urls if isinstance(urls, str) else list(urls),
         weight=weight,
@@ -191,5 +180,7 @@ def _dataset_stats(
         min_size=min(full, default=0),
         max_size=max(full, default=0),
         max_deviation=max((abs(size - expected) for size in full), default=0.0),
-        summary=summarize(mine, lambda batch: ideal.of(batch.size), ideal.full, payload),
+        summary=summarize(
+            mine, lambda batch: ideal.of(batch.size), ideal.full, counted.payload[name]
+        ),
     )

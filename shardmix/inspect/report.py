@@ -169,8 +169,7 @@ class TenthStats:
 
 @dataclass(frozen=True)
 class OrderStats:
-    """A run's order of one field (``__source__`` or a label) against a random order of the
-    same samples, batched the same way (:func:`~shardmix.inspect.summary.order_stats`)."""
+    """A run's order of one field against a random order of the same samples (``order_stats``)."""
 
     field: str
     mean_distinct: float  # distinct values per batch

@@ -178,7 +178,7 @@ class ManifestDigests:
     """The sha256 per shard that the manifests in each local shard's folder give."""
 
     def __init__(self) -> None:
-        self._folders: dict[str, dict[str, tuple[str, str]]] = {}
+        self._folders: dict[str, dict[str, tuple[str, str]]] = {}  # name: (manifest, sha256)
         self._stale: dict[str, list[str]] = {}
 
     def stale(self, manifest_path: str) -> list[str]:
@@ -194,18 +194,13 @@ class ManifestDigests:
         path = os.path.abspath(local_path(url))
         folder, name = os.path.split(path)
         if folder not in self._folders:
-            self._folders[folder] = manifest_digests(folder)
+            self._folders[folder] = {
+                str(shard["name"]): (manifest, str(shard["sha256"]))
+                for manifest, shard in manifest_shards(folder, "its shards are not checked")
+                if "sha256" in shard
+            }
         entry = self._folders[folder].get(name)
         return None if entry is None else (path, *entry)
-
-
-def manifest_digests(folder: str) -> dict[str, tuple[str, str]]:
-    """``{shard name: (manifest path, sha256)}`` from the manifests in ``folder``."""
-    found: dict[str, tuple[str, str]] = {}
-    for path, shard in manifest_shards(folder, "its shards are not checked"):
-        if "sha256" in shard:
-            found[str(shard["name"])] = (path, str(shard["sha256"]))
-    return found
 
 
 def file_sha256(path: str) -> str:
