@@ -1,9 +1,7 @@
 """``shardmix convert INPUT... OUTPUT_PATTERN``: a shell over :func:`shardmix.convert.convert`.
 
-It parses the options, shows a progress bar (tqdm) when stderr is a terminal, calls the
-library once and prints a summary. ``--merge-manifests`` instead merges the manifests of all
-parts of ``OUTPUT_PATTERN`` (for parts that ran on machines without a shared folder).
-``--engine ray`` runs the conversion as Ray tasks instead (:mod:`shardmix.ray`).
+``--merge-manifests`` instead merges the part manifests of ``OUTPUT_PATTERN``; ``--engine ray``
+runs the conversion as Ray tasks (:mod:`shardmix.ray`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """``shardmix``: the console entry point; each subcommand lives in its own module.
 
-A subcommand module ``shardmix.cli.<name>`` provides ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args) -> int``. The modules import only argparse at the
-top and the library inside ``run``, so ``shardmix --help`` stays fast and a missing optional
-dependency only affects its own subcommand.
+A subcommand module ``shardmix.cli.<name>`` provides ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``, importing the library inside ``run`` so that ``--help`` stays fast.
 """
 
 from __future__ import annotations

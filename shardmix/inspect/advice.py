@@ -1,7 +1,6 @@
 """Advice: the settings that would raise a low share of the ideal, each tried by a real run.
 
-The inspection itself is passed in (:attr:`Context.inspect`), so this module depends on the
-report only.
+The inspection is passed in (:attr:`Context.inspect`), so this module depends on the report only.
 """
 
 from __future__ import annotations

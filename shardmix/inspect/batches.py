@@ -50,16 +50,12 @@ def inspect_batches(
 ) -> InspectReport:
     """Read batches the way training would and record which shards each one came from.
 
-    ``seed`` seeds the shard order and the shuffle buffer; ``batches`` limits how many are read
-    (default: all of epoch ``epoch``); ``record_counts`` and ``piece_records`` go to the dataset.
-    ``label``: a field (``"cls"``) counted per batch and per tenth beside the sources, against
-    a random order of the same samples (the report's ``order``). ``compare`` also reads a plain
-    DataLoader; ``advise`` tries the settings that could raise a low share of the ideal, and
-    the defaults when settings are given (each an inspection of its own).
-
-    A mixture: ``urls`` maps names to patterns, with ``weights`` (default equal) and
-    ``stopping`` as :class:`~shardmix.MixingLoader` takes them; the report then has each
-    dataset's part of every batch. ``compare`` and advice are for one dataset.
+    The loader settings are :class:`~shardmix.MixingLoader`'s and :class:`~shardmix.ShardDataset`'s;
+    ``batches`` limits how many are read (default: all of epoch ``epoch``). ``label``: a field
+    (``"cls"``) counted per batch and per tenth against a random order (the report's ``order``).
+    ``compare`` also reads a plain DataLoader; ``advise`` tries the settings that could raise a
+    low share of the ideal, and the defaults when settings are given. A mixture: ``urls`` maps
+    names to patterns, with ``weights`` and ``stopping`` (no ``compare``, no advice).
     """
     settings = InspectSettings(
         batch_size=batch_size,

@@ -199,8 +199,7 @@ def _tenths(axes: Any, runs: Sequence[Mapping[str, Any]], advice: Any) -> None:
 
 
 def _drift(figure: Any, axes: Any, order: Mapping[str, Any]) -> None:
-    """Each tenth's histogram (a row of shares per value) under the whole epoch's, each row
-    labelled with its distance from the epoch's (and the random order's beside it)."""
+    """Each tenth's mix of values under the epoch's, labelled with its drift (and random's)."""
     import numpy as np
 
     values = list(order["histogram"])

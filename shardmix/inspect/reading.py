@@ -37,8 +37,8 @@ def inspect_dataset(
     num_lanes: int | None,
     record_counts: Mapping[str, int] | None = None,
 ) -> ShardDataset:
-    """The dataset an inspection reads: payloads dropped in the workers, TFRecords raw unless
-    a label is read from their ``tf.train.Example``."""
+    """The dataset an inspection reads: payloads dropped in the workers, TFRecords raw (but
+    parsed when a label is read)."""
     return ShardDataset(
         urls,
         seed=settings.seed,
@@ -98,8 +98,7 @@ def rank_shards(dataset: ShardDataset, plan: list[list[Piece]]) -> dict[str, int
 
 
 class LaneOf:
-    """The lane that reads a record, from a lane plan of pieces of shards (a shard's pieces
-    may lie in several lanes)."""
+    """The lane that reads a record, from a lane plan (a shard's pieces may lie in several)."""
 
     def __init__(self, plan: list[list[Piece]], urls: Sequence[str]) -> None:
         self._pieces: dict[str, list[tuple[int, int]]] = {}  # url: sorted (start, lane)

@@ -106,12 +106,10 @@ def stat_shards(
     format: str | Format | None = None,
     progress: bool = False,
 ) -> StatReport:
-    """Format, records and bytes of every shard that ``urls`` (patterns, as
-    :class:`~shardmix.ShardDataset` takes them) names.
+    """Format, records and bytes of every shard that the patterns ``urls`` name.
 
     ``verify`` reads every record in full and checks each local shard's sha256 against the
-    manifest beside it; ``format`` overrides the one inferred from each URL's extension;
-    ``progress`` shows a bar on stderr.
+    manifest beside it; ``format`` overrides the extension's; ``progress`` shows a bar on stderr.
     """
     expanded = expand_urls(urls)
     gone = [url for url in expanded if is_local(url) and not os.path.exists(local_path(url))]
