@@ -7,6 +7,7 @@ runs the conversion as Ray tasks (:mod:`shardmix.ray`).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -149,8 +150,6 @@ def _report_left_out(summary: ConvertSummary | RayConvertSummary) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from shardmix.convert import ConvertOptions, LabelMode, Part, TokenOptions, convert, parse_size
     from shardmix.formats import Format
 

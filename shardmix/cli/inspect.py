@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -135,9 +137,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
-
     from shardmix.inspect import inspect_batches
 
     if bool(args.urls) == bool(args.datasets):
@@ -201,9 +200,6 @@ _NOT_FOR_TOKENS = {
 
 def _run_tokens(args: argparse.Namespace, urls: Any) -> int:
     """``--seq-len``: a TokenLoader's batches (:func:`shardmix.inspect.tokens.inspect_tokens`)."""
-    import json
-    import sys
-
     from shardmix.inspect.tokens import inspect_tokens
 
     for flag, why in _NOT_FOR_TOKENS.items():

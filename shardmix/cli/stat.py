@@ -7,6 +7,8 @@ damaged or missing (each listed), else 0.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 HELP = "list shards with their format, records and bytes; --verify checks every record"
 
@@ -23,9 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
-
     from shardmix.inspect.stat import stat_shards
 
     report = stat_shards(args.urls, verify=args.verify, progress=sys.stderr.isatty())

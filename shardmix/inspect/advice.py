@@ -40,6 +40,10 @@ class Context:
     shards: dict[str, int]  # the rank's shards and their records
     inspect: Callable[..., InspectReport]  # inspect_batches, to run again with a change
 
+    def counted(self) -> dict[str, int]:
+        """The record counts given, and those of the rank's shards."""
+        return {**(self.record_counts or {}), **self.shards}
+
     def rerun(self, progress: bool, **changes: Any) -> InspectReport:
         """The same inspection with ``changes`` (no advice, no baseline)."""
         options = {f.name: getattr(self.given, f.name) for f in dataclasses.fields(self.given)}
@@ -113,7 +117,7 @@ def _spread(
             "`shardmix convert` (a manifest beside them) or pass ShardDataset(record_counts="
             "...), so that they can be cut into pieces"
         )
-        changes = {"record_counts": {**(context.record_counts or {}), **context.shards}}
+        changes = {"record_counts": context.counted()}
     tried = context.rerun(progress, **changes)
     found = tried.run.judged_order
     ratio = None if found is None else found.drift_ratio
@@ -156,15 +160,11 @@ def _candidates(
     if budget is not None and held > budget:
         add("shuffle_buffer_bytes", math.ceil(held / (1 << 20)) << 20, "MixingLoader")
     if not by_size:
-        found.append(
-            (
-                "record_counts",
-                "manifest",
-                "write the shards with `shardmix convert` (a manifest beside them), or pass "
-                "ShardDataset(record_counts=...), so that lanes are read by size",
-                {"record_counts": {**(context.record_counts or {}), **context.shards}},
-            )
+        how = (
+            "write the shards with `shardmix convert` (a manifest beside them), or pass "
+            "ShardDataset(record_counts=...), so that lanes are read by size"
         )
+        found.append(("record_counts", "manifest", how, {"record_counts": context.counted()}))
     return found
 
 

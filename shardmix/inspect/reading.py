@@ -160,26 +160,24 @@ def record_run(
     num_workers = settings.num_workers
     workers = max(1, num_workers)
     found = []
-    payload = 0
-    sources: list[str] = []
-    labels: list[str | None] = []
+    samples: Provenance = []
     batches = progress_bar(itertools.islice(loader, settings.batches), progress, name, total)
     for index, provenance in enumerate(batches):
-        counts = dict(Counter(url for url, _, _, _ in provenance))
-        payload += sum(size for _, size, _, _ in provenance)
-        sources += (url for url, _, _, _ in provenance)
-        labels += (label for _, _, label, _ in provenance)
+        samples += provenance
         lanes = [0] * num_lanes
         for url, _, _, record in provenance:
             lanes[lane_of(url, record)] += 1
         per_worker = [sum(lanes[worker::workers]) for worker in range(workers)]
+        counts = dict(Counter(url for url, _, _, _ in provenance))
         found.append(BatchStats(index, counts, per_worker, lanes))
+    payload = sum(size for _, size, _, _ in samples)
     summary = summarize(found, lambda batch: ideal.of(batch.size), ideal.full, payload)
     stats = getattr(loader, "stats", None)  # a MixingLoader's: what the run waited and fetched
     loader_stats = stats().to_dict() if callable(stats) else None
     sizes = [batch.size for batch in found]
     seed, epoch, label = settings.seed, settings.epoch, settings.label
-    by_source = order_stats("__source__", sources, sizes, seed, epoch)
+    by_source = order_stats("__source__", [url for url, _, _, _ in samples], sizes, seed, epoch)
+    labels = [value for _, _, value, _ in samples]
     by_label = None if label is None else order_stats(label, labels, sizes, seed, epoch)
     return RunStats(name, num_lanes, num_workers, found, summary, loader_stats, by_source, by_label)
 

@@ -8,6 +8,7 @@ of its own. Damage does not stop the walk. The JSON is spelled out in ``docs/ins
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -156,10 +157,9 @@ def _stat_one(url: str, fmt: Format, verify: bool, digests: ManifestDigests) -> 
 
 def _stat_records(url: str, fmt: Format, verify: bool) -> ShardStat:
     read = 0  # with verify: the records read whole, every header and checksum checked
-    size = _local_size(url)
+    size = None
     try:
-        if size is None:
-            size = _remote_size(url)
+        size = _size(url)
         if verify:
             with open_shard(url) as stream:
                 for _ in reader_for(fmt, _VERIFY_OPTIONS).records(stream, url):
@@ -207,17 +207,11 @@ def file_sha256(path: str) -> str:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
-def _local_size(url: str) -> int | None:
-    if not is_local(url):
-        return None
-    try:
-        return os.path.getsize(local_path(url))
-    except OSError:
-        return None
-
-
-def _remote_size(url: str) -> int | None:
-    """A remote shard's size, when its stream can seek to the end."""
+def _size(url: str) -> int | None:
+    """A local shard's size, else its stream's when it can seek to the end."""
+    if is_local(url):
+        with contextlib.suppress(OSError):
+            return os.path.getsize(local_path(url))
     with open_shard(url) as stream:
         try:
             return int(stream.seek(0, io.SEEK_END)) if stream.seekable() else None
