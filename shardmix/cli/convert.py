@@ -97,8 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _progress(stream: TextIO) -> tuple[Any, Callable[[int, int], None] | None]:
     """A tqdm bar and its update callback when ``stream`` is a terminal; else (None, None)."""
-    isatty = getattr(stream, "isatty", None)
-    if isatty is None or not isatty():
+    if not stream.isatty():
         return None, None
     from tqdm import tqdm
 

@@ -159,16 +159,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"shardmix inspect: --{flag} packs tokens; give --seq-len too", file=sys.stderr)
             return 2
 
-    options = _given(args, "label")
-    if args.piece_records != DEFAULT_PIECE_RECORDS:
-        options["piece_records"] = args.piece_records or None
     report = inspect_batches(
         urls,
         batch_size=64 if args.batch_size is None else args.batch_size,
+        piece_records=args.piece_records or None,
         compare=args.compare,
         advise=not args.no_advice,
         progress=sys.stderr.isatty(),
-        **options,
+        **_given(args, "label"),
     )
     if args.plot:
         from shardmix.inspect.plot import plot_report
@@ -306,8 +304,7 @@ def _stats_line(stats: dict) -> str:
         f"({1e3 * stats['wait_per_step']:.2f} ms per step); {rates or 'nothing fetched'}; "
         f"cache {stats['cache_hits']} hits, {stats['cache_misses']} misses, "
         f"{stats['cache_evictions']} evictions, {stats.get('cache_read_bytes', 0):,} bytes read; "
-        f"{stats['lane_stalls']} lane stalls "
-        f"({stats['lane_stall_seconds']:.3f} s)"
+        f"{stats['lane_stalls']} lane stalls ({stats['lane_stall_seconds']:.3f} s)"
     )
 
 

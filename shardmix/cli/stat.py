@@ -29,10 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = stat_shards(args.urls, verify=args.verify, progress=sys.stderr.isatty())
     data = report.to_dict()
-    if args.json:
-        print(json.dumps(data, indent=1))
-    else:
-        print(format_report(data))
+    print(json.dumps(data, indent=1) if args.json else format_report(data))
     return 1 if report.damaged or report.missing else 0
 
 

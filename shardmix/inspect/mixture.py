@@ -95,9 +95,7 @@ def inspect_mixture(
         )
         for name in datasets
     }
-    everything = {
-        url: records for found_shards in shards.values() for url, records in found_shards.items()
-    }
+    everything = {url: records for each in shards.values() for url, records in each.items()}
     loader_stats = loader.stats().to_dict()
     run = RunStats(
         "MixingLoader", sum(lanes.values()), settings.num_workers, found, summary, loader_stats

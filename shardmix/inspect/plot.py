@@ -97,9 +97,8 @@ def _heatmap(figure: Any, axes: Any, run: Mapping[str, Any]) -> None:
     for row, batch in enumerate(batches):
         for url, count in batch["sources"].items():
             counts[row, order[url]] = count
-    cmap = _cmap()
     image = axes.imshow(
-        np.ma.masked_equal(counts, 0), aspect="auto", interpolation="nearest", cmap=cmap, vmin=0
+        np.ma.masked_equal(counts, 0), aspect="auto", interpolation="nearest", cmap=_cmap(), vmin=0
     )
     shown, total = len(batches), len(run["batches"])
     more = f" (first {shown} of {total} batches)" if shown < total else ""

@@ -15,8 +15,7 @@ from shardmix.loader import DEFAULT_SHUFFLE_BUFFER_BYTES
 from shardmix.plan.sharding import DEFAULT_PIECE_RECORDS, EvenRanks
 
 INSPECT_SCHEMA_VERSION = 3
-# Under this share of the uniformly random ideal (or a tenth of the epoch under the second),
-# inspect advises a setting.
+# Under this share of the ideal (or a tenth of the epoch under the second), inspect advises.
 LOW_SHARE = 0.9
 LOW_TENTH_SHARE = 0.8
 # Above this drift over a random order's (per tenth of the epoch), inspect advises a setting.
@@ -229,8 +228,7 @@ class RunStats:
     num_workers: int
     batches: list[BatchStats]
     summary: RunSummary
-    # MixingLoader.stats() after the run, as its to_dict() (None: a plain DataLoader's run).
-    loader_stats: dict[str, Any] | None = None
+    loader_stats: dict[str, Any] | None = None  # MixingLoader.stats().to_dict() after the run
     sources_order: OrderStats | None = None  # None: a mixture
     label_order: OrderStats | None = None  # None: no label asked for
 

@@ -55,13 +55,8 @@ class Ideal:
     """The uniformly random ideal for a batch of each size (a short last batch has its own)."""
 
     def __init__(self, records: list[int], batch_size: int) -> None:
-        self.records = records
-        self.batch_size = batch_size
         self.of = functools.cache(functools.partial(ideal_distinct_sources, records))
-
-    @property
-    def full(self) -> float:
-        return self.of(self.batch_size)
+        self.full = self.of(batch_size)
 
 
 def summarize(
