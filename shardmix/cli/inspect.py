@@ -74,19 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a mixture's epoch ends when one dataset is read whole, or when every dataset "
         "has been (the others starting new passes) (first_exhausted)",
     )
-    parser.add_argument(
-        "--batch-size", type=int, help="samples per batch (64); with --seq-len, rows (8)"
-    )
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
-    parser.add_argument(
-        "--num-lanes", type=int, help="shards open at once (min(shards per rank, 3 x batch size))"
-    )
-    parser.add_argument(
-        "--shuffle-buffer", type=int, help="shuffle buffer samples (max(8192, 64 x batch size))"
-    )
-    parser.add_argument(
-        "--shuffle-buffer-bytes", type=int, help="shuffle buffer byte budget (64 MiB)"
-    )
+    for flag, default, text in (
+        ("--batch-size", None, "samples per batch (64); with --seq-len, rows (8)"),
+        ("--num-workers", 0, "DataLoader workers (0)"),
+        ("--num-lanes", None, "shards open at once (min(shards per rank, 3 x batch size))"),
+        ("--shuffle-buffer", None, "shuffle buffer samples (max(8192, 64 x batch size))"),
+        ("--shuffle-buffer-bytes", None, "shuffle buffer byte budget (64 MiB)"),
+    ):
+        parser.add_argument(flag, type=int, default=default, help=text)
     parser.add_argument(
         "--piece-records",
         type=int,
@@ -245,8 +240,7 @@ def format_tokens(data: dict) -> str:
         )
 
     lines += _rows(data["batches"], row)
-    share = summary["padding_share"]
-    ratio = summary["distinct_ratio"]
+    share, ratio = summary["padding_share"], summary["distinct_ratio"]
     end = "the epoch read to its end" if summary["epoch_end"] else "the epoch goes on"
     lines += [
         "",

@@ -8,6 +8,7 @@ batch's samples per shard, lane and worker. :func:`baseline` reads with a plain 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 from collections import Counter
@@ -133,14 +134,14 @@ def baseline(
     return record_run("DataLoader", loader, lane_of, num_lanes, settings, ideal, total, progress)
 
 
+@dataclasses.dataclass(eq=False)
 class RankStream(IterableDataset[Sample]):
     """What ``iter(dataset)`` gives in each worker, for a given rank instead of a detected one."""
 
-    def __init__(self, dataset: ShardDataset, epoch: int, rank: int, world_size: int) -> None:
-        self.dataset = dataset
-        self.epoch = epoch
-        self.rank = rank
-        self.world_size = world_size
+    dataset: ShardDataset
+    epoch: int
+    rank: int
+    world_size: int
 
     def __iter__(self) -> Iterator[Sample]:
         return self.dataset.iter_world(detect_world(self.rank, self.world_size), self.epoch)
