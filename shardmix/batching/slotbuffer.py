@@ -1,8 +1,8 @@
-"""The shuffle buffer the loader uses: :class:`~shardmix.batching.shuffle.ShuffleBuffer`'s choices
-on arrays of sample ids.
+"""The shuffle buffer the loader uses (:mod:`shardmix.batching.shuffle`'s choices) on arrays of ids.
 
 It takes and gives ids in arrays, a run of pushes in a few numpy calls, and makes exactly the
-choices the one-item-at-a-time :class:`~shardmix.batching.shuffle.ShuffleBuffer` makes.
+choices of the one-item-at-a-time reference model the tests hold
+(tests/batching/reference_shuffle.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["SlotBuffer"]
 
 
 class SlotBuffer:
-    """A :class:`ShuffleBuffer` of integer ids that takes and gives them in arrays.
+    """A shuffle buffer of integer ids that takes and gives them in arrays.
 
     Which pushes of a run find room follows from the limit alone (until the byte budget says
     otherwise, where the run is cut); a push that displaces takes its draw's slot, and the id
@@ -219,7 +219,7 @@ class SlotBuffer:
         self.bytes += int(sizes.sum() - out_sizes.sum())
 
     def pop(self, count: int) -> np.ndarray:
-        """Remove up to ``count`` residents, each uniformly chosen (as ShuffleBuffer.pop)."""
+        """Remove up to ``count`` residents, each uniformly chosen (the last resident takes the slot)."""
         held = self._length
         count = min(count, held)
         kept = held - count

