@@ -1,11 +1,9 @@
-"""ShardReads: the reading core of a dataset of shards, what a worker needs to read its lanes.
+"""ShardReads: what a worker needs to read its lanes' pieces (held by a ShardDataset as ``reads``).
 
-It owns the settings a read is made with (formats, read and source options, error policy,
-the sample transform), a lane's samples or record blocks from a position, and what the reads
-found (identities of the shards opened, skips). It holds the
-:class:`~shardmix.reading.shardplan.ShardPlan` it reads the pieces of, and is held by
-:class:`~shardmix.dataset.ShardDataset` (as ``reads``), which the layers below it reach only
-through :func:`shard_reads`.
+It owns the settings a read is made with (formats, read and source options, error policy, the
+sample transform), a lane's samples or record blocks from a position, and what the reads found
+(identities of the shards opened, skips). Layers below the dataset reach it through
+:func:`shard_reads`.
 """
 
 from __future__ import annotations
@@ -216,19 +214,14 @@ class ShardReads:
         on_damage: DamageHandler | None = None,
         before_tag: int = NO_TAG,
     ) -> Iterator[Sample]:
-        """The samples of records ``[start, stop)`` of shard ``url`` in ``epoch``, transformed.
+        """The samples of records ``[start, stop)`` (None: to the end) of shard ``url`` in
+        ``epoch``, transformed, each with its record's tag under ``__tag__``.
 
-        ``stop`` None reads to the shard's end. ``before_offset``: where record ``start - 1``
-        begins, when known (a lane's resume position): reading starts there instead of walking
-        the shard from its start; ``before_tag``, when not 0, the tag that record has there
-        (another is a ConfigError: :func:`~shardmix.reading.reader.check_resumed`). Else a read from
-        ``start`` > 0 enters the shard at the nearest entry of its sparse offset index, when the
-        counting pass made one. Each sample carries its record's tag under ``__tag__``
-        (:mod:`shardmix.formats.tags`), which the loader's batches leave out.
-
-        Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: this
-        dataset's ledger) and left out. A sample the transform drops or fails on (skipped)
-        leaves a tombstone (:mod:`shardmix.reading.transforms`).
+        ``before_offset``, ``before_tag``: where record ``start - 1`` begins and its tag, when
+        known (a resume): the read starts there (see :class:`~shardmix.reading.reader.ReadRequest`).
+        Damage is raised, or with ``on_error="skip"`` reported to ``on_damage`` (default: the
+        dataset's ledger) and left out; a sample the transform drops leaves a tombstone
+        (:mod:`shardmix.reading.transforms`).
         """
         if self.policy.skips and on_damage is None:
             on_damage = self.ledger
