@@ -1,10 +1,7 @@
 """``convert()``: list the inputs, plan the shards, write what is missing, write the manifest.
 
-Existing output: a run refuses to start when shards of its pattern (and part) exist, unless
-``overwrite`` (which deletes them first) or unless they are the same conversion: a finished
-one (manifest with the same plan digest: nothing to do) or an interrupted one (journal with
-the same plan digest: the missing shards are written). Temporary files of an interrupted run
-are deleted first, so a run that ends leaves none.
+Existing shards of the pattern are refused unless ``overwrite`` or they are the same
+conversion, finished or interrupted (docs/design/convert.md, "Existing output").
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Union
 
 from shardmix.convert.folder import FileGroup, list_folder
@@ -29,7 +26,7 @@ from shardmix.convert.manifest import (
     read_manifest,
     write_manifest,
 )
-from shardmix.convert.options import ConvertOptions, OutputPattern, Part
+from shardmix.convert.options import ConvertOptions, OutputPattern, Part, TokenOptions
 from shardmix.convert.outfiles import beside, lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
 from shardmix.convert.tables import (
@@ -113,14 +110,6 @@ def list_inputs(
     return Listing(kept, names, problems.skipped, datasets, dict(problems.left_out))
 
 
-def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
-    for name in os.listdir(folder):
-        if name.startswith(".") and name.endswith(TEMP_SUFFIX):
-            inner = name[1 : -len(TEMP_SUFFIX)]
-            if is_ours(inner) or is_ours(inner.removesuffix(".idx")):
-                os.unlink(os.path.join(folder, name))
-
-
 def _complete(folder: str, entry: ShardEntry) -> bool:
     path = os.path.join(folder, entry.name)
     return (
@@ -136,16 +125,16 @@ def prepare_output(
     inputs: dict[str, str] | None = None,
 ) -> dict[str, ShardEntry]:
     """Clean up after an interrupted run; the shards already complete for this plan, trusted
-    only when ``inputs`` (:mod:`~shardmix.convert.identity`) match the record beside the
-    manifest (``digest`` None, a stream's, trusts none)."""
+    only when ``inputs`` match the record beside the manifest (``digest`` None trusts none)."""
     folder = pattern.folder
     regex = pattern.shard_regex(options.part)
     manifest_name = os.path.basename(manifest_path)
-
-    def is_ours(name: str) -> bool:
-        return bool(regex.fullmatch(name)) or name.startswith(manifest_name)
-
-    _clean_temporary(folder, is_ours)
+    for name in os.listdir(folder):
+        if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+            inner = name[1 : -len(TEMP_SUFFIX)]
+            stem = inner.removesuffix(".idx")
+            if regex.fullmatch(inner) or regex.fullmatch(stem) or inner.startswith(manifest_name):
+                os.unlink(os.path.join(folder, name))
     journal = Journal(beside(manifest_path, "journal"))
     existing = sorted(
         name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
@@ -208,6 +197,17 @@ def _write_all(
             raise
 
 
+def run_settings(
+    pattern: OutputPattern, options: ConvertOptions, tokens: TokenOptions | None = None
+) -> tuple[WriteSpec, dict[str, object]]:
+    """A run's write spec, and the settings its plan digest covers but the seed and classes."""
+    fmt = options.format or pattern.format()
+    gzip = pattern.gzipped() if options.gzip is None else options.gzip
+    spec = WriteSpec(pattern.folder, fmt, gzip, options.write_index, options.skip_bad, tokens)
+    settings: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": spec.indexed}
+    return spec, settings | {"limits": options.limits(), "part": list(astuple(options.part))}
+
+
 def convert(
     inputs: InputLike | Sequence[InputLike],
     output_pattern: str,
@@ -222,22 +222,15 @@ def convert(
         inputs = [inputs]
     options = options or ConvertOptions()
     pattern = OutputPattern.parse(output_pattern)
-    fmt = options.format or pattern.format()
-    gzip = pattern.gzipped() if options.gzip is None else options.gzip
-    # The tokenizer loads here: a bad one, or one without an EOS token, fails before the listing.
-    tokens = None if options.tokens is None else DocumentTokenizer(options.tokens, fmt).settings()
-    problems = Problems(options.skip_bad)
-    listing = list_inputs(inputs, options, problems)
+    spec, settings = run_settings(pattern, options, options.tokens)
+    if options.tokens is not None:  # loaded here: a bad tokenizer fails before the listing
+        settings["tokens"] = DocumentTokenizer(options.tokens, spec.format).settings()
+    listing = list_inputs(inputs, options, Problems(options.skip_bad))
     shuffle_seed = options.seed if options.shuffle else None
-    plans = make_plan(listing.items, pattern, fmt, options.part, options.limits(), shuffle_seed)
-    spec = WriteSpec(
-        pattern.folder, fmt, gzip, options.write_index, options.skip_bad, options.tokens
+    plans = make_plan(
+        listing.items, pattern, spec.format, options.part, options.limits(), shuffle_seed
     )
-    settings: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": spec.indexed}
-    if tokens is not None:
-        settings["tokens"] = tokens
-    settings |= {"limits": options.limits(), "seed": shuffle_seed, "classes": listing.classes}
-    settings["part"] = [options.part.index, options.part.count]
+    settings |= {"seed": shuffle_seed, "classes": listing.classes}
     digest = plan_digest(plans, settings)
     given = [str(i) if isinstance(i, (str, os.PathLike)) else "<dataset>" for i in inputs]
     origin = set_origin(given, listing.items, settings, options)

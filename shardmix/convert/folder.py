@@ -1,14 +1,7 @@
 """Folder inputs: files that share a path stem form one sample.
 
-``cat/img001.jpg`` and ``cat/img001.json`` become the sample ``{"__key__": "cat/img001",
-"jpg": ..., "json": ...}`` (the webdataset naming rule: the key runs to the first dot of the
-file name, the field is the rest, lower-cased). Hidden and extension-less files are left out,
-and counted by reason (``left_out``), as are links not followed. In the class-per-subfolder
-layout the first subfolder names the class: a ``cls`` field, its index in the sorted names.
-
-Walking is sorted, so the listing is the same on every machine. A symbolic link is followed
-only when it stays inside the input folder (and a folder link not at all) unless
-``follow_links``; a link that leaves the folder is a bad input.
+The webdataset naming rule, class subfolders and links: docs/design/convert.md, "Folder
+inputs". A link that leaves the folder without ``follow_links`` is a bad input.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """What the shards of a conversion were written from: a fingerprint of every input.
 
-The plan digest names which samples go where, not their content. So beside the manifest a run
-keeps ``.<manifest>.inputs`` (JSON: ``{input: fingerprint}``), written before the first shard:
-a local file's size, mtime (ns) and sha256; a Hugging Face dataset's sha256 of its Arrow
-record batches. A re-run of the same plan trusts its earlier shards only when every
-fingerprint is the same, else :class:`~shardmix.errors.InputChangedError` names the inputs
-that changed. Hashing raw bytes and Arrow buffers, never values one by one, keeps this cheap.
-:func:`stale_inputs` is the quick check ``stat --verify`` makes (sizes and mtimes only).
+A re-run of the same plan trusts its earlier shards only when every fingerprint recorded
+beside the manifest is the same, else :class:`~shardmix.errors.InputChangedError` names the
+inputs that changed (docs/design/convert.md, "Input fingerprints").
 """
 
 from __future__ import annotations

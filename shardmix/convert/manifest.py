@@ -1,29 +1,6 @@
 """The manifest beside the shards, the journal of a run in progress, and merging parts.
 
-A manifest is a JSON file (schema version 2; version 1, without token counts, still reads)::
-
-    {
-      "shardmix_manifest": 2,          # schema version; readers refuse versions they lack
-      "format": "tar" | "tfrecord",
-      "gzip": false,
-      "index": false,                  # each TFRecord shard has <name>.idx beside it
-      "part": null | I,                # this manifest covers part I of "parts" ...
-      "parts": N,                      # ... or, with "part": null, all N parts (merged)
-      "plan": "<sha256>",              # identifies the conversion (inputs, options, plan)
-      "origin": {"inputs": "<sha256>", "options": {...}},  # the same in every part of a set
-      "classes": ["cat", "dog"],       # class names of "cls" labels, [] without labels
-      "records": 20000, "bytes": 123456,
-      "tokens": 5120000,               # only in a tokenized conversion, as are the shards':
-      "shards": [{"name": "train-000000.tar", "records": 1000, "bytes": 1234,
-                  "sha256": "<hex of the file's bytes>",
-                  "tokens": 256000, "record_tokens": [212, 87, ...]}, ...]
-    }
-
-Shard names are relative to the manifest's folder; ``bytes`` is the file size on disk; no time
-or host, so the same conversion writes the same manifest. A run in progress appends its
-completed shards to a hidden journal (``.<manifest>.journal``, JSON lines), which a re-run of
-the same conversion trusts. Part manifests merge into the set's when the last part finishes,
-or by :func:`merge_part_manifests`.
+The schema, the journal and merging: docs/design/convert.md, "The manifest".
 """
 
 from __future__ import annotations

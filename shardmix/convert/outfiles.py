@@ -1,15 +1,5 @@
 """Files a writer writes in its output folder: never through a link, a full disk named, one
-writer per output prefix.
-
-Convert often runs as root over shared folders, so every file it creates there is opened with
-``O_NOFOLLOW`` (new ones with ``O_EXCL``): a symbolic link planted under one of those names is
-an :class:`~shardmix.errors.OutputLinkError` and its target is never touched. A full disk
-(``ENOSPC``, ``EDQUOT``) is an :class:`~shardmix.errors.OutputFullError`.
-
-:func:`lock_output` takes an ``flock`` on ``.<manifest>.lock`` for a writer's whole run:
-exclusive, or shared by the parts of one ``--part I/N`` set (each also holding its own part's).
-The kernel releases it when its holder dies; the holder writes its pid and kind in the file so
-a refused writer can name it.
+writer per output prefix (:func:`lock_output`). The guarantees: docs/convert-safety.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Planning: which items go to which shard, decided before a byte is written.
 
-The plan is a pure function of the items and the options: part ``I/N`` keeps input positions
-``I`` modulo ``N``; ``shuffle`` permutes them with a generator seeded from (seed, part); shards
-close before the record that would pass ``max_records`` or ``max_bytes`` (exact for tar, an
-upper bound for TFRecord). So any number of workers writes the same shards, a resumed run
-knows which are missing, and :func:`plan_digest` tells whether a run was the same conversion.
+A pure function of the items and the options (docs/design/convert.md, "The plan"), so any
+number of workers writes the same shards and :func:`plan_digest` tells a re-run of the same
+conversion.
 """
 
 from __future__ import annotations

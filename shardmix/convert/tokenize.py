@@ -1,16 +1,7 @@
 """Tokenized conversions: each document's text becomes its token ids, a ``tokens`` field.
 
-With ``ConvertOptions(tokens=TokenOptions("tokenizer.json"))`` a conversion writes one record
-per document (a row, a folder's file, a shard's record): its key, its token ids and the fields
-``keep_columns`` names (the text only when kept), as Megatron's ``preprocess_data`` writes a
-pretraining set. The ids are ``tokens.npy`` in tar (uint16 when the vocabulary fits, else
-uint32) and an int64 list ``tokens`` in TFRecord, as :mod:`shardmix.tokens.documents` reads
-them; each record's count goes to the manifest. A document without a text is a bad input.
-
-Texts are tokenized as each shard is written, :data:`BATCH` at a time, in every writer process,
-so ``workers`` multiply the speed and a resumed run tokenizes only the missing shards. The plan
-is cut before, by the inputs' sizes, so ``max_bytes`` shards come out smaller. The tokenizer
-is a local ``tokenizer.json``, never fetched; its sha256 is in the plan's settings.
+Texts are tokenized as each shard is written, :data:`BATCH` at a time, in every writer process;
+a document without a text is a bad input (docs/design/convert.md, "Tokenized conversions").
 """
 
 from __future__ import annotations

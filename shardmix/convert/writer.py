@@ -1,10 +1,7 @@
 """Writing one planned shard: temporary name, checksum, TFRecord index, rename.
 
-A shard is written to ``.<name>.partial`` (created exclusively, never through a link), hashed
-as it is written, flushed to disk and only then renamed; so a shard under its final name is
-always complete, and an interrupted run leaves at most ``.partial`` files, which the next run
-deletes. An uncompressed TFRecord shard gets an index ``<name>.idx`` (lines ``offset length``,
-as the ``tfrecord`` package's ``tfrecord2idx`` writes), renamed into place before its shard.
+A shard under its final name is always complete; an interrupted run leaves at most
+``.partial`` files, which the next run deletes (docs/design/convert.md, "The plan").
 """
 
 from __future__ import annotations
