@@ -15,9 +15,9 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wai
 from dataclasses import astuple, dataclass
 from typing import Any, Union
 
-from shardmix.convert.folder import FileGroup, list_folder
+from shardmix.convert.folder import Found, list_folder
 from shardmix.convert.identity import check_unchanged, fingerprints, write_inputs
-from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
+from shardmix.convert.inputs import Item, Listing, Problems, list_shards, unique_keys
 from shardmix.convert.manifest import (
     Journal,
     Manifest,
@@ -78,17 +78,14 @@ def list_inputs(
     if not inputs:
         raise ShardmixError("convert needs at least one input")
     items: list[Item] = []
-    groups: list[tuple[list[FileGroup], list[str]]] = []
+    groups: list[tuple[list[Found], list[str]]] = []
     datasets: dict[str, str] = {}
     for position, given in enumerate(inputs):
-        if is_hf_dataset(given):
-            name = f"dataset input {position}"
-            rows, datasets[name] = list_dataset(given, name, options, problems)
-            items.extend(rows)
-            continue
-        source = os.fspath(given)
-        if is_saved_dataset(source):
-            rows, datasets[source] = list_dataset(load_saved(source), source, options, problems)
+        in_memory = is_hf_dataset(given)
+        source = f"dataset input {position}" if in_memory else os.fspath(given)
+        if in_memory or is_saved_dataset(source):
+            dataset = given if in_memory else load_saved(source)
+            rows, datasets[source] = list_dataset(dataset, source, options, problems)
             items.extend(rows)
         elif os.path.isdir(source):
             found, classes = list_folder(source, options.labels, options.follow_links, problems)
@@ -100,12 +97,12 @@ def list_inputs(
     names = sorted({name for _, classes in groups for name in classes})
     label = {name: index for index, name in enumerate(names)}
     for found, _ in groups:
-        for group in found:
-            fields, sizes = group.fields, group.sizes
-            index = None if group.class_name is None else label[group.class_name]
-            if index is not None:
-                fields, sizes = fields + ("cls",), sizes + (len(str(index)),)
-            items.append(FileItem(group.key, group.paths[0], fields, sizes, group.paths, index))
+        for class_name, item in found:
+            if class_name is not None:
+                index = label[class_name]
+                fields, sizes = item.fields + ("cls",), item.sizes + (len(str(index)),)
+                item = dataclasses.replace(item, fields=fields, sizes=sizes, label=index)
+            items.append(item)
     kept = unique_keys(items, problems)
     return Listing(kept, names, problems.skipped, datasets, dict(problems.left_out))
 
@@ -168,13 +165,6 @@ def prepare_output(
     return {}
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    # Each writer ends with this process, however it ends (a SIGKILL leaves no writer behind).
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent)
-
-
 def _write_all(
     todo: list[ShardPlan], spec: WriteSpec, workers: int, on_result: Callable[[ShardResult], None]
 ) -> None:
@@ -183,7 +173,11 @@ def _write_all(
         for plan in todo:
             on_result(write_shards([plan], spec)[0])
         return
-    with _pool(min(workers, len(todo))) as pool:
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    # Each writer ends with this process, however it ends (a SIGKILL leaves no writer behind).
+    pool = ProcessPoolExecutor(min(workers, len(todo)), context, initializer=die_with_parent)
+    with pool:
         pending: set[Future[list[ShardResult]]] = {
             pool.submit(write_shards, [plan], spec) for plan in todo
         }

@@ -7,22 +7,12 @@ inputs". A link that leaves the folder without ``follow_links`` is a bad input.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
-from shardmix.convert.inputs import BadInputError, Problems, check_field, check_key
+from shardmix.convert.inputs import BadInputError, FileItem, Problems, check_field, check_key
 from shardmix.convert.options import LabelMode
 from shardmix.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class FileGroup:
-    """The files of one sample, before class names become label indexes."""
-
-    key: str
-    fields: tuple[str, ...]
-    paths: tuple[str, ...]
-    sizes: tuple[int, ...]
-    class_name: str | None
+Found = tuple[str | None, FileItem]  # a sample's class name (before it becomes a label), files
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -94,7 +84,7 @@ class _Walker:
             return False
         return True
 
-    def walk(self, folder: str, class_name: str | None, labels: bool) -> list[FileGroup]:
+    def walk(self, folder: str, class_name: str | None, labels: bool) -> list[Found]:
         files, folders = self.entries(folder)
         groups = self.group(files, class_name)
         for sub in folders:
@@ -102,7 +92,7 @@ class _Walker:
             groups.extend(self.walk(sub.path, name, labels))
         return groups
 
-    def group(self, files: list[os.DirEntry[str]], class_name: str | None) -> list[FileGroup]:
+    def group(self, files: list[os.DirEntry[str]], class_name: str | None) -> list[Found]:
         by_stem: dict[str, list[tuple[str, str, int]]] = {}
         for entry in files:
             parts = split_name(entry.name)
@@ -125,7 +115,7 @@ class _Walker:
 
     def make_group(
         self, stem: str, members: list[tuple[str, str, int]], class_name: str | None
-    ) -> FileGroup | None:
+    ) -> Found | None:
         first = members[0][1]
         relative = os.path.relpath(os.path.join(os.path.dirname(first), stem), self.root)
         try:
@@ -140,18 +130,14 @@ class _Walker:
         except BadInputError as error:
             self.problems.report(error)
             return None
-        return FileGroup(
-            key,
-            tuple(fields),
-            tuple(path for _, path, _ in members),
-            tuple(size for _, _, size in members),
-            class_name,
-        )
+        paths = tuple(path for _, path, _ in members)
+        sizes = tuple(size for _, _, size in members)
+        return class_name, FileItem(key, first, tuple(fields), sizes, paths)
 
 
 def list_folder(
     root: str, labels: LabelMode, follow_links: bool, problems: Problems
-) -> tuple[list[FileGroup], list[str]]:
+) -> tuple[list[Found], list[str]]:
     """The samples of one folder input and its class names (empty without labels)."""
     if not os.path.isdir(root):
         problems.report(BadInputError(f"{root}: no such folder", url=root))

@@ -1,11 +1,8 @@
 """Inputs of a conversion: list every sample to write, cheaply, before anything is written.
 
-Listing yields :class:`Item` values: small, picklable descriptions of one sample (its key,
-field names and sizes, and where its bytes are) in a deterministic order; :meth:`Item.load`
-reads the sample when a shard writer needs it. Existing shards are listed here.
-
-Every key is checked (:func:`check_key`): one that would extract outside the output folder is
-refused. Problems go through :class:`Problems`: raised at once, or with ``skip_bad`` counted.
+An :class:`Item` is a small, picklable description of one sample; :meth:`Item.load` reads it
+when a shard writer needs it. Existing shards are listed here. A key that would extract outside
+the output folder is refused (:func:`check_key`); :class:`Problems` raises or counts the rest.
 """
 
 from __future__ import annotations

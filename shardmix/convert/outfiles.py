@@ -198,15 +198,11 @@ class OutputLock:
 def lock_output(pattern: OutputPattern, part: Part, writer: str) -> ExitStack:
     """The locks a writer into ``pattern`` (and ``part``) holds for its run, released when the
     stack closes; :class:`OutputBusyError` names the holder when another writer has them."""
-    stack = ExitStack()
     whole = os.path.join(pattern.folder, pattern.manifest_name(None))
-    try:
+    with ExitStack() as stack:
         stack.enter_context(OutputLock(whole, writer, shared=part.count > 1))
         if part.count > 1:
             stack.enter_context(
                 OutputLock(os.path.join(pattern.folder, pattern.manifest_name(part)), writer)
             )
-    except BaseException:
-        stack.close()
-        raise
-    return stack
+        return stack.pop_all()

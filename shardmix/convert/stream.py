@@ -62,12 +62,9 @@ class ShardWriter(Closing):
         self._problems = Problems(options.skip_bad)
         os.makedirs(self.pattern.folder, exist_ok=True)
         manifest_path = os.path.join(self.pattern.folder, self.pattern.manifest_name(options.part))
-        self._lock = lock_output(self.pattern, options.part, "ShardWriter")  # until close or abort
-        try:
+        with lock_output(self.pattern, options.part, "ShardWriter") as lock:
             prepare_output(self.pattern, options, None, manifest_path)
-        except BaseException:
-            self._lock.close()
-            raise
+            self._lock = lock.pop_all()  # held until close or abort
         self._position = 0
         self._keys: set[str] = set()
         self._shard: ShardFile | None = None
