@@ -230,47 +230,38 @@ def convert(
     origin = set_origin(given, listing.items, settings, options)
     os.makedirs(pattern.folder, exist_ok=True)
     with lock_output(pattern, options.part, "convert"):
-        summary = _run(plans, pattern, options, spec, digest, origin, listing, progress)
-    return dataclasses.replace(summary, seconds=time.perf_counter() - started)
+        manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
+        found = fingerprints(plans, listing.datasets)
+        done = prepare_output(pattern, options, digest, manifest_path, found)
+        write_inputs(beside(manifest_path, "inputs"), found)
+        journal = Journal(beside(manifest_path, "journal"))
+        journal.start(digest, list(done.values()))
+        entries, skipped = dict(done), list(listing.skipped)
+        total = sum(len(plan.items) for plan in plans)
+        written = sum(entry.records for entry in done.values())
 
+        def on_result(result: ShardResult) -> None:
+            nonlocal written
+            journal.append(result.entry)
+            entries[result.entry.name] = result.entry
+            skipped.extend(result.skipped)
+            written += result.entry.records
+            if progress is not None:
+                progress(written, total)
 
-def _run(
-    plans: list[ShardPlan],
-    pattern: OutputPattern,
-    options: ConvertOptions,
-    spec: WriteSpec,
-    digest: str,
-    origin: dict[str, Any],
-    listing: Listing,
-    progress: Progress | None,
-) -> ConvertSummary:
-    """Check the output folder, write the missing shards and the manifest (under the lock)."""
-    manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
-    inputs = fingerprints(plans, listing.datasets)
-    done = prepare_output(pattern, options, digest, manifest_path, inputs)
-    write_inputs(beside(manifest_path, "inputs"), inputs)
-    journal = Journal(beside(manifest_path, "journal"))
-    journal.start(digest, list(done.values()))
-    entries = dict(done)
-    skipped = list(listing.skipped)
-    total = sum(len(plan.items) for plan in plans)
-    written = [sum(entry.records for entry in done.values())]
-
-    def on_result(result: ShardResult) -> None:
-        journal.append(result.entry)
-        entries[result.entry.name] = result.entry
-        skipped.extend(result.skipped)
-        written[0] += result.entry.records
-        if progress is not None:
-            progress(written[0], total)
-
-    todo = [plan for plan in plans if plan.name not in done]
-    _write_all(todo, spec, options.workers, on_result)
-    shards = [entries[plan.name] for plan in plans]
-    summary = finish_output(pattern, options.part, spec, digest, listing.classes, shards, origin)
-    journal.remove()
+        todo = [plan for plan in plans if plan.name not in done]
+        _write_all(todo, spec, options.workers, on_result)
+        shards = [entries[plan.name] for plan in plans]
+        summary = finish_output(
+            pattern, options.part, spec, digest, listing.classes, shards, origin
+        )
+        journal.remove()
     return dataclasses.replace(
-        summary, shards_written=len(todo), skipped=tuple(skipped), left_out=listing.left_out
+        summary,
+        shards_written=len(todo),
+        seconds=time.perf_counter() - started,
+        skipped=tuple(skipped),
+        left_out=listing.left_out,
     )
 
 

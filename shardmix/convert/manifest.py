@@ -15,8 +15,7 @@ from typing import Any
 from shardmix.convert.options import OutputPattern, Part
 from shardmix.convert.outfiles import (
     append,
-    full_error,
-    is_full,
+    naming_full,
     refuse_link,
     write_atomic,
     write_json_atomic,
@@ -50,7 +49,7 @@ class ShardEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """The content of a manifest file (see the module docstring for the schema)."""
+    """The content of a manifest file (the schema: docs/design/convert.md)."""
 
     format: str
     gzip: bool
@@ -154,13 +153,8 @@ class Journal:
         write_atomic(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def append(self, entry: ShardEntry) -> None:
-        try:
-            with append(self.path) as file:
-                file.write((json.dumps(entry.to_json()) + "\n").encode("utf-8"))
-        except OSError as error:
-            if is_full(error):
-                raise full_error(self.path, error) from error
-            raise
+        with naming_full(self.path), append(self.path) as file:
+            file.write((json.dumps(entry.to_json()) + "\n").encode("utf-8"))
 
     def remove(self) -> None:
         if os.path.lexists(self.path):

@@ -10,7 +10,8 @@ import json
 import os
 import re
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any, BinaryIO
 
 from shardmix.convert.options import OutputPattern, Part
@@ -32,16 +33,19 @@ def _close_held() -> None:
 os.register_at_fork(after_in_child=_close_held)
 
 
-def is_full(error: OSError) -> bool:
-    return error.errno in _FULL
-
-
-def full_error(path: str, error: OSError) -> OutputFullError:
-    return OutputFullError(
-        f"{path}: the disk is full ({error.strerror}); the partial file was deleted: free "
-        "space (or choose another output folder) and run convert again, it resumes",
-        url=path,
-    )
+@contextmanager
+def naming_full(path: str) -> Iterator[None]:
+    """A full disk in the block becomes an :class:`OutputFullError` naming ``path``."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in _FULL:
+            raise
+        raise OutputFullError(
+            f"{path}: the disk is full ({error.strerror}); the partial file was deleted: free "
+            "space (or choose another output folder) and run convert again, it resumes",
+            url=path,
+        ) from error
 
 
 def refuse_link(path: str) -> None:
@@ -80,16 +84,15 @@ def write_atomic(path: str, data: bytes) -> None:
     refuse_link(path)
     folder, name = os.path.split(path)
     temp = os.path.join(folder, f".{name}.{os.getpid()}.partial")
-    try:
-        with create(temp) as file:
-            file.write(data)
-        os.replace(temp, path)
-    except OSError as error:
-        if os.path.lexists(temp):
-            os.unlink(temp)
-        if is_full(error):
-            raise full_error(path, error) from error
-        raise
+    with naming_full(path):
+        try:
+            with create(temp) as file:
+                file.write(data)
+            os.replace(temp, path)
+        except OSError:
+            if os.path.lexists(temp):
+                os.unlink(temp)
+            raise
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:

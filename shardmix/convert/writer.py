@@ -16,7 +16,7 @@ from typing import BinaryIO, cast
 from shardmix.convert.inputs import BadInputError, Item, Problems, ShardCursor
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.options import TokenOptions
-from shardmix.convert.outfiles import create, full_error, is_full, refuse_link
+from shardmix.convert.outfiles import create, naming_full, refuse_link
 from shardmix.convert.plan import ShardPlan
 from shardmix.convert.tokenize import DocumentTokenizer
 from shardmix.formats import Format, Sample, ShardSampleWriter, writer_for
@@ -162,15 +162,11 @@ def write_shard(
     records = (
         ((s, 0) for _, s in loaded) if tokenizer is None else tokenizer.records(loaded, problems)
     )
-    try:
-        with ShardFile(plan.name, spec, problems) as shard:
-            for sample, tokens in records:
-                shard.write(sample, tokens)
-            entry = shard.finish()
-    except OSError as error:
-        if is_full(error):
-            raise full_error(os.path.join(spec.folder, plan.name), error) from error
-        raise
+    path = os.path.join(spec.folder, plan.name)
+    with naming_full(path), ShardFile(plan.name, spec, problems) as shard:
+        for sample, tokens in records:
+            shard.write(sample, tokens)
+        entry = shard.finish()
     return ShardResult(entry, tuple(problems.skipped))
 
 
