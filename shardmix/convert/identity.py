@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmix.convert.inputs import FileItem, RecordItem, RowItem
+from shardmix.convert.inputs import FileItem, RowItem
 from shardmix.convert.outfiles import beside, write_json_atomic
 from shardmix.convert.plan import ShardPlan
 from shardmix.errors import InputChangedError
@@ -67,13 +67,11 @@ def input_files(plans: Sequence[ShardPlan], datasets: Mapping[str, str]) -> list
         for item in plan.items:
             if isinstance(item, FileItem):
                 files.update(item.paths)
-            elif isinstance(item, RowItem):
-                sources.add(item.source)
-                if item.inline:
-                    values = dict(zip(item.fields, item.values, strict=True))
-                    files.update(str(values[name]) for name in item.inline if name in values)
-            elif isinstance(item, RecordItem):
-                sources.add(item.source)
+                continue
+            sources.add(item.source)  # a table's or a shard's
+            if isinstance(item, RowItem) and item.inline:
+                values = dict(zip(item.fields, item.values, strict=True))
+                files.update(str(values[name]) for name in item.inline if name in values)
     files.update(source for source in sources if source not in datasets and os.path.isfile(source))
     return sorted({os.path.abspath(path) for path in files})
 

@@ -202,10 +202,8 @@ def _differences(first: Manifest, other: Manifest) -> list[str]:
 
 
 def merge_part_manifests(pattern: OutputPattern, count: int, *, required: bool) -> str | None:
-    """Merge the manifests of all ``count`` parts into the pattern's manifest; its path.
-
-    Returns None (or, when ``required``, raises) while some part's manifest is missing.
-    """
+    """Merge the manifests of all ``count`` parts into the pattern's manifest; its path, or
+    None (when ``required``, :class:`ConfigError`) while some part's manifest is missing."""
     paths = [
         os.path.join(pattern.folder, pattern.manifest_name(Part(index, count)))
         for index in range(count)

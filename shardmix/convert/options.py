@@ -162,10 +162,9 @@ class OutputPattern:
 class ConvertOptions:
     """How to convert; validated at construction.
 
-    ``max_records`` and ``max_bytes`` (uncompressed: exact for tar, an upper bound for TFRecord)
-    close a shard before the record that would pass either (a larger record gets a shard of its
-    own); with neither, shards roll at :data:`DEFAULT_MAX_BYTES`. ``format`` and ``gzip``
-    default to what the output pattern's extension says.
+    ``max_records`` and ``max_bytes`` (uncompressed) close a shard before the record that would
+    pass either (docs/design/convert.md); with neither, shards roll at :data:`DEFAULT_MAX_BYTES`.
+    ``format`` and ``gzip`` default to what the output pattern's extension says.
     """
 
     format: Format | None = None

@@ -191,21 +191,14 @@ class OutputLock:
         os.close(self.fd)
         self.fd = None
 
-    def __enter__(self) -> OutputLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
 
 def lock_output(pattern: OutputPattern, part: Part, writer: str) -> ExitStack:
     """The locks a writer into ``pattern`` (and ``part``) holds for its run, released when the
     stack closes; :class:`OutputBusyError` names the holder when another writer has them."""
     whole = os.path.join(pattern.folder, pattern.manifest_name(None))
     with ExitStack() as stack:
-        stack.enter_context(OutputLock(whole, writer, shared=part.count > 1))
+        stack.callback(OutputLock(whole, writer, shared=part.count > 1).acquire().release)
         if part.count > 1:
-            stack.enter_context(
-                OutputLock(os.path.join(pattern.folder, pattern.manifest_name(part)), writer)
-            )
+            own = os.path.join(pattern.folder, pattern.manifest_name(part))
+            stack.callback(OutputLock(own, writer).acquire().release)
         return stack.pop_all()

@@ -36,7 +36,7 @@ def shuffled(items: Sequence[Item], seed: int, part: Part) -> list[Item]:
 
 
 class Roller:
-    """Where shards close, one item at a time: the rule of :func:`cut` for a stream of items."""
+    """Where shards close under the limits, one item at a time (never an empty shard)."""
 
     def __init__(self, fmt: Format, max_records: int | None, max_bytes: int | None) -> None:
         self.max_records = max_records
@@ -61,19 +61,6 @@ class Roller:
         return new
 
 
-def cut(
-    items: Sequence[Item], fmt: Format, max_records: int | None, max_bytes: int | None
-) -> list[list[Item]]:
-    """Items split into consecutive shards under the limits (never an empty shard)."""
-    roller = Roller(fmt, max_records, max_bytes)
-    shards: list[list[Item]] = []
-    for item in items:
-        if roller.add(item) or not shards:
-            shards.append([])
-        shards[-1].append(item)
-    return shards
-
-
 def make_plan(
     items: Sequence[Item],
     pattern: OutputPattern,
@@ -86,9 +73,15 @@ def make_plan(
     chosen = list(items[part.index :: part.count])
     if shuffle_seed is not None:
         chosen = shuffled(chosen, shuffle_seed, part)
+    roller = Roller(fmt, *limits)
+    shards: list[list[Item]] = []
+    for item in chosen:
+        if roller.add(item) or not shards:
+            shards.append([])
+        shards[-1].append(item)
     return [
         ShardPlan(index, pattern.shard_name(index, part), tuple(shard))
-        for index, shard in enumerate(cut(chosen, fmt, *limits))
+        for index, shard in enumerate(shards)
     ]
 
 

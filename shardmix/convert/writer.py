@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO, cast
 
 from shardmix.convert.inputs import BadInputError, Item, Problems, ShardCursor
@@ -124,15 +124,12 @@ class ShardFile:
             os.replace(self._index_temp, os.path.join(folder, index))
         refuse_link(os.path.join(folder, self.name))
         os.replace(self._temp, os.path.join(folder, self.name))
-        counts = None if self._tokens is None else tuple(self._tokens)
-        return ShardEntry(
-            self.name,
-            self._writer.records,
-            self._out.size,
-            self._out.sha256.hexdigest(),
-            None if counts is None else sum(counts),
-            counts,
+        entry = ShardEntry(
+            self.name, self._writer.records, self._out.size, self._out.sha256.hexdigest()
         )
+        if self._tokens is None:
+            return entry
+        return replace(entry, tokens=sum(self._tokens), record_tokens=tuple(self._tokens))
 
     def discard(self) -> None:
         """Close and delete the temporary file (after a failure)."""
