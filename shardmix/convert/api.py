@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import astuple, dataclass
 from typing import Any, Union
 
@@ -178,14 +178,10 @@ def _write_all(
     # Each writer ends with this process, however it ends (a SIGKILL leaves no writer behind).
     pool = ProcessPoolExecutor(min(workers, len(todo)), context, initializer=die_with_parent)
     with pool:
-        pending: set[Future[list[ShardResult]]] = {
-            pool.submit(write_shards, [plan], spec) for plan in todo
-        }
+        futures = [pool.submit(write_shards, [plan], spec) for plan in todo]
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    on_result(future.result()[0])
+            for future in as_completed(futures):
+                on_result(future.result()[0])
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise

@@ -1,7 +1,6 @@
 """Folder inputs: files that share a path stem form one sample.
 
-The webdataset naming rule, class subfolders and links: docs/design/convert.md, "Folder
-inputs". A link that leaves the folder without ``follow_links`` is a bad input.
+The naming rule, class subfolders and links: docs/design/convert.md, "Folder inputs".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What the shards of a conversion were written from: a fingerprint of every input.
 
-A re-run of the same plan trusts its earlier shards only when every fingerprint recorded
-beside the manifest is the same, else :class:`~shardmix.errors.InputChangedError` names the
-inputs that changed (docs/design/convert.md, "Input fingerprints").
+A re-run trusts its earlier shards only when every recorded fingerprint is the same, else
+:class:`~shardmix.errors.InputChangedError` (docs/design/convert.md, "Input fingerprints").
 """
 
 from __future__ import annotations

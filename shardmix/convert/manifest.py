@@ -171,8 +171,7 @@ def merge_manifests(manifests: Sequence[Manifest]) -> Manifest:
     if found != list(range(first.parts)):
         raise ConfigError(f"cannot merge: expected parts 0..{first.parts - 1}, found {found}")
     for other in ordered[1:]:
-        differences = _differences(ordered[0], other)
-        if differences:
+        if differences := _differences(ordered[0], other):
             raise ConfigError(
                 f"cannot merge part {other.part} with part {ordered[0].part}: they are parts of "
                 f"different conversions ({'; '.join(differences)}); convert every part from "

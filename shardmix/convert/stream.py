@@ -1,9 +1,7 @@
 """Writing shards from Python: :class:`ShardWriter` and :func:`write_shards`.
 
-Samples a program makes, written with :func:`~shardmix.convert.convert`'s names, temporary
-files, roll rule and manifest (see docs/guides/writing.md). A writer holds the prefix's lock
-until ``close()`` or ``abort()``; leaving it by an exception deletes the shard being written
-and writes no manifest.
+Samples a program makes, written as :func:`~shardmix.convert.convert` writes
+(docs/guides/writing.md); a writer holds the prefix's lock until ``close()`` or ``abort()``.
 """
 
 from __future__ import annotations

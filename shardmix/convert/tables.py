@@ -15,17 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from shardmix.convert.identity import ArrowDigest
-from shardmix.convert.inputs import (
-    BadInputError,
-    Item,
-    Problems,
-    RowItem,
-    check_field,
-    check_key,
-    value_size,
-)
+from shardmix.convert.inputs import Item, Problems, RowItem, check_field, check_key, value_size
 from shardmix.convert.options import ConvertOptions
 from shardmix.convert.values import cell_fields
+from shardmix.errors import BadInputError
 from shardmix.formats import KEY_FIELD
 
 _BATCH_ROWS = 1024
@@ -215,19 +208,13 @@ def row_items(maker: RowMaker, rows: Iterable[Row]) -> Iterator[Item]:
 def is_hf_dataset(value: object) -> bool:
     """Whether ``value`` is a ``datasets.Dataset`` or ``datasets.IterableDataset``."""
     module = sys.modules.get("datasets")  # not imported: it cannot be one
-    if module is None:
-        return False
-    return isinstance(value, (module.Dataset, module.IterableDataset))
+    return module is not None and isinstance(value, (module.Dataset, module.IterableDataset))
 
 
 def is_saved_dataset(path: str) -> bool:
     """Whether ``path`` is a folder written by ``Dataset.save_to_disk``."""
-    if not os.path.isdir(path):
-        return False
-    names = os.listdir(path)
-    return any(name in names for name in _INFO_FILES) and any(
-        name.endswith(".arrow") for name in names
-    )
+    names = os.listdir(path) if os.path.isdir(path) else []
+    return any(name in names for name in _INFO_FILES) and any(n.endswith(".arrow") for n in names)
 
 
 def load_saved(path: str) -> Any:
