@@ -49,7 +49,7 @@ class _Walker:
         files, folders = [], []
         for entry in entries:
             if entry.name.startswith("."):
-                self.problems.leave_out("hidden name")
+                self.problems.left_out["hidden name"] += 1
                 continue
             if entry.is_symlink() and not self.link_allowed(entry):
                 continue
@@ -58,14 +58,14 @@ class _Walker:
             elif entry.is_file():
                 files.append(entry)
             else:
-                self.problems.leave_out("not a regular file")
+                self.problems.left_out["not a regular file"] += 1
         return files, folders
 
     def link_allowed(self, entry: os.DirEntry[str]) -> bool:
         real = os.path.realpath(entry.path)
         if self.follow_links:
             if real in self.visited:
-                self.problems.leave_out("link to a file or folder already listed")
+                self.problems.left_out["link to a file or folder already listed"] += 1
                 return False
             self.visited.add(real)
             return True
@@ -79,7 +79,7 @@ class _Walker:
             )
             return False
         if entry.is_dir():  # a folder link inside the root would be walked twice
-            self.problems.leave_out("link to a folder inside the input")
+            self.problems.left_out["link to a folder inside the input"] += 1
             return False
         return True
 
@@ -96,7 +96,7 @@ class _Walker:
         for entry in files:
             parts = split_name(entry.name)
             if parts is None:
-                self.problems.leave_out("no extension")
+                self.problems.left_out["no extension"] += 1
                 continue
             try:
                 size = entry.stat().st_size

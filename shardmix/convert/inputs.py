@@ -30,9 +30,6 @@ class Problems:
         self.skipped: list[str] = []
         self.left_out: Counter[str] = Counter()  # inputs not written by rule, per reason
 
-    def leave_out(self, reason: str) -> None:
-        self.left_out[reason] += 1
-
     def report(self, error: BadInputError) -> None:
         if not self.skip_bad:
             error.add_note("pass --skip-bad (skip_bad=True) to skip bad inputs and count them")

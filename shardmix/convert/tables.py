@@ -128,8 +128,7 @@ class RowMaker:
         self.folder = os.path.realpath(folder or os.path.dirname(os.path.abspath(path)))
         self.stem = stem or os.path.basename(path).split(".", 1)[0]
         self.inline = frozenset(options.inline_columns)
-        self.key_column = options.key_column
-        self.follow_links = options.follow_links
+        self.key_column, self.follow_links = options.key_column, options.follow_links
         self.problems = problems
 
     def key(self, index: int, row: Row) -> str:
@@ -185,13 +184,12 @@ class RowMaker:
 
 def list_table(path: str, options: ConvertOptions, problems: Problems) -> list[Item]:
     """The rows of one table file, as items."""
-    maker = RowMaker(path, options, problems)
     items: list[Item] = []
     try:
-        items.extend(row_items(maker, _rows(path, problems)))  # keeps the rows before an error
-    except (OSError, ValueError, csv.Error) as error:
-        if isinstance(error, BadInputError):
-            raise
+        items.extend(row_items(RowMaker(path, options, problems), _rows(path, problems)))
+    except BadInputError:
+        raise
+    except (OSError, ValueError, csv.Error) as error:  # the rows before it are kept
         problems.report(BadInputError(f"{path}: cannot read the table: {error}", url=path))
     return items
 

@@ -78,8 +78,7 @@ def _loaded(
 
 
 class ShardFile:
-    """One shard being written under its temporary name; :meth:`finish` renames it into place,
-    :meth:`discard` (or leaving a ``with`` block by an exception) deletes it."""
+    """One shard under its temporary name: :meth:`finish` renames it, :meth:`discard` deletes it."""
 
     def __init__(self, name: str, spec: WriteSpec, problems: Problems) -> None:
         self.name = name
