@@ -176,8 +176,7 @@ def _write_all(
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     # Each writer ends with this process, however it ends (a SIGKILL leaves no writer behind).
-    pool = ProcessPoolExecutor(min(workers, len(todo)), context, initializer=die_with_parent)
-    with pool:
+    with ProcessPoolExecutor(min(workers, len(todo)), context, initializer=die_with_parent) as pool:
         futures = [pool.submit(write_shards, [plan], spec) for plan in todo]
         try:
             for future in as_completed(futures):
@@ -216,11 +215,8 @@ def convert(
     if options.tokens is not None:  # loaded here: a bad tokenizer fails before the listing
         settings["tokens"] = DocumentTokenizer(options.tokens, spec.format).settings()
     listing = list_inputs(inputs, options, Problems(options.skip_bad))
-    shuffle_seed = options.seed if options.shuffle else None
-    plans = make_plan(
-        listing.items, pattern, spec.format, options.part, options.limits(), shuffle_seed
-    )
-    settings |= {"seed": shuffle_seed, "classes": listing.classes}
+    plans = make_plan(listing.items, pattern, spec.format, options)
+    settings |= {"seed": options.seed if options.shuffle else None, "classes": listing.classes}
     digest = plan_digest(plans, settings)
     given = [str(i) if isinstance(i, (str, os.PathLike)) else "<dataset>" for i in inputs]
     origin = set_origin(given, listing.items, settings, options)

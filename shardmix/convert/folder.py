@@ -129,8 +129,7 @@ class _Walker:
         except BadInputError as error:
             self.problems.report(error)
             return None
-        paths = tuple(path for _, path, _ in members)
-        sizes = tuple(size for _, _, size in members)
+        _, paths, sizes = zip(*members, strict=True)
         return class_name, FileItem(key, first, tuple(fields), sizes, paths)
 
 

@@ -1,8 +1,8 @@
 """Inputs of a conversion: list every sample to write, cheaply, before anything is written.
 
-An :class:`Item` is a small, picklable description of one sample; :meth:`Item.load` reads it
-when a shard writer needs it. Existing shards are listed here. A key that would extract outside
-the output folder is refused (:func:`check_key`); :class:`Problems` raises or counts the rest.
+An :class:`Item` is a small, picklable description of one sample, read by :meth:`Item.load`;
+existing shards are listed here. :func:`check_key` refuses a key that would extract outside the
+output folder; :class:`Problems` raises or counts bad inputs.
 """
 
 from __future__ import annotations

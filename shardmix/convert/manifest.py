@@ -124,11 +124,11 @@ def read_manifest(path: str) -> Manifest:
     return Manifest.from_json(data, path)
 
 
+@dataclass(frozen=True)
 class Journal:
     """The completed shards of a run in progress, one JSON line each after a header line."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    path: str
 
     def read(self, plan: str) -> dict[str, ShardEntry] | None:
         """The shards a previous run of the same plan completed; None if there was none."""

@@ -1,7 +1,4 @@
-"""What a conversion is asked to do: options, the output pattern, sizes and parts.
-
-Small validated values; nothing here touches the file system beyond path arithmetic.
-"""
+"""What a conversion is asked to do: options, the output pattern, sizes and parts."""
 
 from __future__ import annotations
 
@@ -103,11 +100,9 @@ class LabelMode(enum.Enum):
 
 @dataclass(frozen=True)
 class OutputPattern:
-    """An output pattern such as ``out/train-%06d.tar``: one ``%d`` directive in the file name.
-
-    A part's shards have its tag before the number (``out/train-p0001-000003.tar``); the
-    manifest is named after the prefix: ``out/train.manifest.json`` (``train-p0001.manifest...``).
-    """
+    """An output pattern such as ``out/train-%06d.tar``: one ``%d`` directive in the file name;
+    a part's tag goes before the number (``train-p0001-000003.tar``), the manifest is named after
+    the prefix (``train.manifest.json``, ``train-p0001.manifest.json``)."""
 
     folder: str
     prefix: str

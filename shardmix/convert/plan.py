@@ -1,8 +1,7 @@
 """Planning: which items go to which shard, decided before a byte is written.
 
-A pure function of the items and the options (docs/design/convert.md, "The plan"), so any
-number of workers writes the same shards and :func:`plan_digest` tells a re-run of the same
-conversion.
+A pure function of the items and the options, so any number of workers writes the same shards
+and :func:`plan_digest` tells a re-run of the same conversion (docs/design/convert.md).
 """
 
 from __future__ import annotations
@@ -62,18 +61,14 @@ class Roller:
 
 
 def make_plan(
-    items: Sequence[Item],
-    pattern: OutputPattern,
-    fmt: Format,
-    part: Part,
-    limits: tuple[int | None, int | None],
-    shuffle_seed: int | None,
+    items: Sequence[Item], pattern: OutputPattern, fmt: Format, options: ConvertOptions
 ) -> list[ShardPlan]:
-    """The shards of this part, named by ``pattern``."""
+    """The shards of ``options.part``, named by ``pattern``."""
+    part = options.part
     chosen = list(items[part.index :: part.count])
-    if shuffle_seed is not None:
-        chosen = shuffled(chosen, shuffle_seed, part)
-    roller = Roller(fmt, *limits)
+    if options.shuffle:
+        chosen = shuffled(chosen, options.seed, part)
+    roller = Roller(fmt, *options.limits())
     shards: list[list[Item]] = []
     for item in chosen:
         if roller.add(item) or not shards:

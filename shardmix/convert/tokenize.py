@@ -21,24 +21,6 @@ BATCH = 1024  # texts per encode_batch call
 EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[EOS]")
 
 
-def load_tokenizer(path: str) -> Any:
-    """The ``tokenizers.Tokenizer`` saved at ``path`` (typed Any: tokenizers is optional)."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError as error:
-        raise ImportError(
-            "tokenizing needs the tokenizers library; install it with "
-            "pip install 'shardmix[tokens]'"
-        ) from error
-    try:
-        return Tokenizer.from_file(path)
-    except Exception as error:  # tokenizers raises a bare Exception
-        raise ConfigError(
-            f"{path}: cannot load a tokenizer ({error}); pass a local tokenizer.json, as "
-            "tokenizer.save() or a model folder holds it"
-        ) from error
-
-
 def eos_id(tokenizer: Any, options: TokenOptions) -> int:
     """The id of ``eos_token``, else of the one special token named like an EOS token."""
     name = options.eos_token
@@ -74,7 +56,20 @@ class DocumentTokenizer:
 
     def __init__(self, options: TokenOptions, fmt: Format) -> None:
         self.options = options
-        self.tokenizer = load_tokenizer(options.tokenizer)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as error:
+            raise ImportError(
+                "tokenizing needs the tokenizers library; install it with "
+                "pip install 'shardmix[tokens]'"
+            ) from error
+        try:
+            self.tokenizer = Tokenizer.from_file(options.tokenizer)
+        except Exception as error:  # tokenizers raises a bare Exception
+            raise ConfigError(
+                f"{options.tokenizer}: cannot load a tokenizer ({error}); pass a local "
+                "tokenizer.json, as tokenizer.save() or a model folder holds it"
+            ) from error
         top = max(self.tokenizer.get_vocab(with_added_tokens=True).values(), default=0)
         self.dtype = np.uint16 if top < 1 << 16 else np.uint32
         self.eos = eos_id(self.tokenizer, options) if options.append_eos else None
