@@ -2,11 +2,8 @@
 
 Inputs are folders of files, JSON Lines / CSV / Parquet tables, Hugging Face datasets, or
 existing shards; the output is a set of shards named by a pattern such as
-``out/train-%06d.tar``, each written under a temporary name and renamed when complete, with a
-JSON manifest beside them (:mod:`shardmix.convert.manifest`). The stages: listing (``inputs``,
-``folder``, ``tables``, ``values``), planning (``plan``), writing (``writer``,
-``tokenize``), bookkeeping (``manifest``); ``api`` ties them together. :func:`write_shards` and
-:class:`ShardWriter` (``stream``) write samples a program makes, with the same machinery.
+``out/train-%06d.tar``, with a JSON manifest beside them. :func:`write_shards` and
+:class:`ShardWriter` write samples a program makes. Stages and design: docs/design/convert.md.
 """
 
 from shardmix.convert.api import ConvertSummary, OutputExistsError, convert

@@ -1,10 +1,7 @@
 """``convert()``: list the inputs, plan the shards, write what is missing, write the manifest.
 
-Existing output: a run refuses to start when shards of its pattern (and part) exist, unless
-``overwrite`` (which deletes them first) or unless they are the same conversion: a finished
-one (manifest with the same plan digest: nothing to do) or an interrupted one (journal with
-the same plan digest: the missing shards are written). Temporary files of an interrupted run
-are deleted first, so a run that ends leaves none.
+Existing shards of the pattern are refused unless ``overwrite`` or they are the same
+conversion, finished or interrupted (docs/design/convert.md, "Existing output").
 """
 
 from __future__ import annotations
@@ -14,13 +11,13 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import astuple, dataclass
 from typing import Any, Union
 
-from shardmix.convert.folder import FileGroup, list_folder
+from shardmix.convert.folder import Found, list_folder
 from shardmix.convert.identity import check_unchanged, fingerprints, write_inputs
-from shardmix.convert.inputs import FileItem, Item, Listing, Problems, list_shards, unique_keys
+from shardmix.convert.inputs import Item, Listing, Problems, list_shards, unique_keys
 from shardmix.convert.manifest import (
     Journal,
     Manifest,
@@ -29,7 +26,7 @@ from shardmix.convert.manifest import (
     read_manifest,
     write_manifest,
 )
-from shardmix.convert.options import ConvertOptions, OutputPattern, Part
+from shardmix.convert.options import ConvertOptions, OutputPattern, Part, TokenOptions
 from shardmix.convert.outfiles import beside, lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
 from shardmix.convert.tables import (
@@ -81,17 +78,14 @@ def list_inputs(
     if not inputs:
         raise ShardmixError("convert needs at least one input")
     items: list[Item] = []
-    groups: list[tuple[list[FileGroup], list[str]]] = []
+    groups: list[tuple[list[Found], list[str]]] = []
     datasets: dict[str, str] = {}
     for position, given in enumerate(inputs):
-        if is_hf_dataset(given):
-            name = f"dataset input {position}"
-            rows, datasets[name] = list_dataset(given, name, options, problems)
-            items.extend(rows)
-            continue
-        source = os.fspath(given)
-        if is_saved_dataset(source):
-            rows, datasets[source] = list_dataset(load_saved(source), source, options, problems)
+        in_memory = is_hf_dataset(given)
+        source = f"dataset input {position}" if in_memory else os.fspath(given)
+        if in_memory or is_saved_dataset(source):
+            dataset = given if in_memory else load_saved(source)
+            rows, datasets[source] = list_dataset(dataset, source, options, problems)
             items.extend(rows)
         elif os.path.isdir(source):
             found, classes = list_folder(source, options.labels, options.follow_links, problems)
@@ -103,22 +97,14 @@ def list_inputs(
     names = sorted({name for _, classes in groups for name in classes})
     label = {name: index for index, name in enumerate(names)}
     for found, _ in groups:
-        for group in found:
-            fields, sizes = group.fields, group.sizes
-            index = None if group.class_name is None else label[group.class_name]
-            if index is not None:
-                fields, sizes = fields + ("cls",), sizes + (len(str(index)),)
-            items.append(FileItem(group.key, group.paths[0], fields, sizes, group.paths, index))
+        for class_name, item in found:
+            if class_name is not None:
+                index = label[class_name]
+                fields, sizes = item.fields + ("cls",), item.sizes + (len(str(index)),)
+                item = dataclasses.replace(item, fields=fields, sizes=sizes, label=index)
+            items.append(item)
     kept = unique_keys(items, problems)
     return Listing(kept, names, problems.skipped, datasets, dict(problems.left_out))
-
-
-def _clean_temporary(folder: str, is_ours: Callable[[str], bool]) -> None:
-    for name in os.listdir(folder):
-        if name.startswith(".") and name.endswith(TEMP_SUFFIX):
-            inner = name[1 : -len(TEMP_SUFFIX)]
-            if is_ours(inner) or is_ours(inner.removesuffix(".idx")):
-                os.unlink(os.path.join(folder, name))
 
 
 def _complete(folder: str, entry: ShardEntry) -> bool:
@@ -136,16 +122,16 @@ def prepare_output(
     inputs: dict[str, str] | None = None,
 ) -> dict[str, ShardEntry]:
     """Clean up after an interrupted run; the shards already complete for this plan, trusted
-    only when ``inputs`` (:mod:`~shardmix.convert.identity`) match the record beside the
-    manifest (``digest`` None, a stream's, trusts none)."""
+    only when ``inputs`` match the record beside the manifest (``digest`` None trusts none)."""
     folder = pattern.folder
     regex = pattern.shard_regex(options.part)
     manifest_name = os.path.basename(manifest_path)
-
-    def is_ours(name: str) -> bool:
-        return bool(regex.fullmatch(name)) or name.startswith(manifest_name)
-
-    _clean_temporary(folder, is_ours)
+    for name in os.listdir(folder):
+        if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+            inner = name[1 : -len(TEMP_SUFFIX)]
+            stem = inner.removesuffix(".idx")
+            if regex.fullmatch(inner) or regex.fullmatch(stem) or inner.startswith(manifest_name):
+                os.unlink(os.path.join(folder, name))
     journal = Journal(beside(manifest_path, "journal"))
     existing = sorted(
         name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
@@ -179,13 +165,6 @@ def prepare_output(
     return {}
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    # Each writer ends with this process, however it ends (a SIGKILL leaves no writer behind).
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent)
-
-
 def _write_all(
     todo: list[ShardPlan], spec: WriteSpec, workers: int, on_result: Callable[[ShardResult], None]
 ) -> None:
@@ -194,18 +173,28 @@ def _write_all(
         for plan in todo:
             on_result(write_shards([plan], spec)[0])
         return
-    with _pool(min(workers, len(todo))) as pool:
-        pending: set[Future[list[ShardResult]]] = {
-            pool.submit(write_shards, [plan], spec) for plan in todo
-        }
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    # Each writer ends with this process, however it ends (a SIGKILL leaves no writer behind).
+    with ProcessPoolExecutor(min(workers, len(todo)), context, initializer=die_with_parent) as pool:
+        futures = [pool.submit(write_shards, [plan], spec) for plan in todo]
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    on_result(future.result()[0])
+            for future in as_completed(futures):
+                on_result(future.result()[0])
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def run_settings(
+    pattern: OutputPattern, options: ConvertOptions, tokens: TokenOptions | None = None
+) -> tuple[WriteSpec, dict[str, object]]:
+    """A run's write spec, and the settings its plan digest covers but the seed and classes."""
+    fmt = options.format or pattern.format()
+    gzip = pattern.gzipped() if options.gzip is None else options.gzip
+    spec = WriteSpec(pattern.folder, fmt, gzip, options.write_index, options.skip_bad, tokens)
+    settings: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": spec.indexed}
+    return spec, settings | {"limits": options.limits(), "part": list(astuple(options.part))}
 
 
 def convert(
@@ -222,68 +211,49 @@ def convert(
         inputs = [inputs]
     options = options or ConvertOptions()
     pattern = OutputPattern.parse(output_pattern)
-    fmt = options.format or pattern.format()
-    gzip = pattern.gzipped() if options.gzip is None else options.gzip
-    # The tokenizer loads here: a bad one, or one without an EOS token, fails before the listing.
-    tokens = None if options.tokens is None else DocumentTokenizer(options.tokens, fmt).settings()
-    problems = Problems(options.skip_bad)
-    listing = list_inputs(inputs, options, problems)
-    shuffle_seed = options.seed if options.shuffle else None
-    plans = make_plan(listing.items, pattern, fmt, options.part, options.limits(), shuffle_seed)
-    spec = WriteSpec(
-        pattern.folder, fmt, gzip, options.write_index, options.skip_bad, options.tokens
-    )
-    settings: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": spec.indexed}
-    if tokens is not None:
-        settings["tokens"] = tokens
-    settings |= {"limits": options.limits(), "seed": shuffle_seed, "classes": listing.classes}
-    settings["part"] = [options.part.index, options.part.count]
+    spec, settings = run_settings(pattern, options, options.tokens)
+    if options.tokens is not None:  # loaded here: a bad tokenizer fails before the listing
+        settings["tokens"] = DocumentTokenizer(options.tokens, spec.format).settings()
+    listing = list_inputs(inputs, options, Problems(options.skip_bad))
+    plans = make_plan(listing.items, pattern, spec.format, options)
+    settings |= {"seed": options.seed if options.shuffle else None, "classes": listing.classes}
     digest = plan_digest(plans, settings)
     given = [str(i) if isinstance(i, (str, os.PathLike)) else "<dataset>" for i in inputs]
     origin = set_origin(given, listing.items, settings, options)
     os.makedirs(pattern.folder, exist_ok=True)
     with lock_output(pattern, options.part, "convert"):
-        summary = _run(plans, pattern, options, spec, digest, origin, listing, progress)
-    return dataclasses.replace(summary, seconds=time.perf_counter() - started)
+        manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
+        found = fingerprints(plans, listing.datasets)
+        done = prepare_output(pattern, options, digest, manifest_path, found)
+        write_inputs(beside(manifest_path, "inputs"), found)
+        journal = Journal(beside(manifest_path, "journal"))
+        journal.start(digest, list(done.values()))
+        entries, skipped = dict(done), list(listing.skipped)
+        total = sum(len(plan.items) for plan in plans)
+        written = sum(entry.records for entry in done.values())
 
+        def on_result(result: ShardResult) -> None:
+            nonlocal written
+            journal.append(result.entry)
+            entries[result.entry.name] = result.entry
+            skipped.extend(result.skipped)
+            written += result.entry.records
+            if progress is not None:
+                progress(written, total)
 
-def _run(
-    plans: list[ShardPlan],
-    pattern: OutputPattern,
-    options: ConvertOptions,
-    spec: WriteSpec,
-    digest: str,
-    origin: dict[str, Any],
-    listing: Listing,
-    progress: Progress | None,
-) -> ConvertSummary:
-    """Check the output folder, write the missing shards and the manifest (under the lock)."""
-    manifest_path = os.path.join(pattern.folder, pattern.manifest_name(options.part))
-    inputs = fingerprints(plans, listing.datasets)
-    done = prepare_output(pattern, options, digest, manifest_path, inputs)
-    write_inputs(beside(manifest_path, "inputs"), inputs)
-    journal = Journal(beside(manifest_path, "journal"))
-    journal.start(digest, list(done.values()))
-    entries = dict(done)
-    skipped = list(listing.skipped)
-    total = sum(len(plan.items) for plan in plans)
-    written = [sum(entry.records for entry in done.values())]
-
-    def on_result(result: ShardResult) -> None:
-        journal.append(result.entry)
-        entries[result.entry.name] = result.entry
-        skipped.extend(result.skipped)
-        written[0] += result.entry.records
-        if progress is not None:
-            progress(written[0], total)
-
-    todo = [plan for plan in plans if plan.name not in done]
-    _write_all(todo, spec, options.workers, on_result)
-    shards = [entries[plan.name] for plan in plans]
-    summary = finish_output(pattern, options.part, spec, digest, listing.classes, shards, origin)
-    journal.remove()
+        todo = [plan for plan in plans if plan.name not in done]
+        _write_all(todo, spec, options.workers, on_result)
+        shards = [entries[plan.name] for plan in plans]
+        summary = finish_output(
+            pattern, options.part, spec, digest, listing.classes, shards, origin
+        )
+        journal.remove()
     return dataclasses.replace(
-        summary, shards_written=len(todo), skipped=tuple(skipped), left_out=listing.left_out
+        summary,
+        shards_written=len(todo),
+        seconds=time.perf_counter() - started,
+        skipped=tuple(skipped),
+        left_out=listing.left_out,
     )
 
 

@@ -1,35 +1,17 @@
 """Folder inputs: files that share a path stem form one sample.
 
-``cat/img001.jpg`` and ``cat/img001.json`` become the sample ``{"__key__": "cat/img001",
-"jpg": ..., "json": ...}`` (the webdataset naming rule: the key runs to the first dot of the
-file name, the field is the rest, lower-cased). Hidden and extension-less files are left out,
-and counted by reason (``left_out``), as are links not followed. In the class-per-subfolder
-layout the first subfolder names the class: a ``cls`` field, its index in the sorted names.
-
-Walking is sorted, so the listing is the same on every machine. A symbolic link is followed
-only when it stays inside the input folder (and a folder link not at all) unless
-``follow_links``; a link that leaves the folder is a bad input.
+The naming rule, class subfolders and links: docs/design/convert.md, "Folder inputs".
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
-from shardmix.convert.inputs import BadInputError, Problems, check_field, check_key
+from shardmix.convert.inputs import BadInputError, FileItem, Problems, check_field, check_key
 from shardmix.convert.options import LabelMode
 from shardmix.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class FileGroup:
-    """The files of one sample, before class names become label indexes."""
-
-    key: str
-    fields: tuple[str, ...]
-    paths: tuple[str, ...]
-    sizes: tuple[int, ...]
-    class_name: str | None
+Found = tuple[str | None, FileItem]  # a sample's class name (before it becomes a label), files
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -67,7 +49,7 @@ class _Walker:
         files, folders = [], []
         for entry in entries:
             if entry.name.startswith("."):
-                self.problems.leave_out("hidden name")
+                self.problems.left_out["hidden name"] += 1
                 continue
             if entry.is_symlink() and not self.link_allowed(entry):
                 continue
@@ -76,14 +58,14 @@ class _Walker:
             elif entry.is_file():
                 files.append(entry)
             else:
-                self.problems.leave_out("not a regular file")
+                self.problems.left_out["not a regular file"] += 1
         return files, folders
 
     def link_allowed(self, entry: os.DirEntry[str]) -> bool:
         real = os.path.realpath(entry.path)
         if self.follow_links:
             if real in self.visited:
-                self.problems.leave_out("link to a file or folder already listed")
+                self.problems.left_out["link to a file or folder already listed"] += 1
                 return False
             self.visited.add(real)
             return True
@@ -97,11 +79,11 @@ class _Walker:
             )
             return False
         if entry.is_dir():  # a folder link inside the root would be walked twice
-            self.problems.leave_out("link to a folder inside the input")
+            self.problems.left_out["link to a folder inside the input"] += 1
             return False
         return True
 
-    def walk(self, folder: str, class_name: str | None, labels: bool) -> list[FileGroup]:
+    def walk(self, folder: str, class_name: str | None, labels: bool) -> list[Found]:
         files, folders = self.entries(folder)
         groups = self.group(files, class_name)
         for sub in folders:
@@ -109,12 +91,12 @@ class _Walker:
             groups.extend(self.walk(sub.path, name, labels))
         return groups
 
-    def group(self, files: list[os.DirEntry[str]], class_name: str | None) -> list[FileGroup]:
+    def group(self, files: list[os.DirEntry[str]], class_name: str | None) -> list[Found]:
         by_stem: dict[str, list[tuple[str, str, int]]] = {}
         for entry in files:
             parts = split_name(entry.name)
             if parts is None:
-                self.problems.leave_out("no extension")
+                self.problems.left_out["no extension"] += 1
                 continue
             try:
                 size = entry.stat().st_size
@@ -132,7 +114,7 @@ class _Walker:
 
     def make_group(
         self, stem: str, members: list[tuple[str, str, int]], class_name: str | None
-    ) -> FileGroup | None:
+    ) -> Found | None:
         first = members[0][1]
         relative = os.path.relpath(os.path.join(os.path.dirname(first), stem), self.root)
         try:
@@ -147,18 +129,13 @@ class _Walker:
         except BadInputError as error:
             self.problems.report(error)
             return None
-        return FileGroup(
-            key,
-            tuple(fields),
-            tuple(path for _, path, _ in members),
-            tuple(size for _, _, size in members),
-            class_name,
-        )
+        _, paths, sizes = zip(*members, strict=True)
+        return class_name, FileItem(key, first, tuple(fields), sizes, paths)
 
 
 def list_folder(
     root: str, labels: LabelMode, follow_links: bool, problems: Problems
-) -> tuple[list[FileGroup], list[str]]:
+) -> tuple[list[Found], list[str]]:
     """The samples of one folder input and its class names (empty without labels)."""
     if not os.path.isdir(root):
         problems.report(BadInputError(f"{root}: no such folder", url=root))

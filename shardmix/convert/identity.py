@@ -1,12 +1,7 @@
 """What the shards of a conversion were written from: a fingerprint of every input.
 
-The plan digest names which samples go where, not their content. So beside the manifest a run
-keeps ``.<manifest>.inputs`` (JSON: ``{input: fingerprint}``), written before the first shard:
-a local file's size, mtime (ns) and sha256; a Hugging Face dataset's sha256 of its Arrow
-record batches. A re-run of the same plan trusts its earlier shards only when every
-fingerprint is the same, else :class:`~shardmix.errors.InputChangedError` names the inputs
-that changed. Hashing raw bytes and Arrow buffers, never values one by one, keeps this cheap.
-:func:`stale_inputs` is the quick check ``stat --verify`` makes (sizes and mtimes only).
+A re-run trusts its earlier shards only when every recorded fingerprint is the same, else
+:class:`~shardmix.errors.InputChangedError` (docs/design/convert.md, "Input fingerprints").
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmix.convert.inputs import FileItem, RecordItem, RowItem
+from shardmix.convert.inputs import FileItem, RowItem
 from shardmix.convert.outfiles import beside, write_json_atomic
 from shardmix.convert.plan import ShardPlan
 from shardmix.errors import InputChangedError
@@ -71,13 +66,11 @@ def input_files(plans: Sequence[ShardPlan], datasets: Mapping[str, str]) -> list
         for item in plan.items:
             if isinstance(item, FileItem):
                 files.update(item.paths)
-            elif isinstance(item, RowItem):
-                sources.add(item.source)
-                if item.inline:
-                    values = dict(zip(item.fields, item.values, strict=True))
-                    files.update(str(values[name]) for name in item.inline if name in values)
-            elif isinstance(item, RecordItem):
-                sources.add(item.source)
+                continue
+            sources.add(item.source)  # a table's or a shard's
+            if isinstance(item, RowItem) and item.inline:
+                values = dict(zip(item.fields, item.values, strict=True))
+                files.update(str(values[name]) for name in item.inline if name in values)
     files.update(source for source in sources if source not in datasets and os.path.isfile(source))
     return sorted({os.path.abspath(path) for path in files})
 

@@ -1,11 +1,8 @@
 """Inputs of a conversion: list every sample to write, cheaply, before anything is written.
 
-Listing yields :class:`Item` values: small, picklable descriptions of one sample (its key,
-field names and sizes, and where its bytes are) in a deterministic order; :meth:`Item.load`
-reads the sample when a shard writer needs it. Existing shards are listed here.
-
-Every key is checked (:func:`check_key`): one that would extract outside the output folder is
-refused. Problems go through :class:`Problems`: raised at once, or with ``skip_bad`` counted.
+An :class:`Item` is a small, picklable description of one sample, read by :meth:`Item.load`;
+existing shards are listed here. :func:`check_key` refuses a key that would extract outside the
+output folder; :class:`Problems` raises or counts bad inputs.
 """
 
 from __future__ import annotations
@@ -32,9 +29,6 @@ class Problems:
         self.skip_bad = skip_bad
         self.skipped: list[str] = []
         self.left_out: Counter[str] = Counter()  # inputs not written by rule, per reason
-
-    def leave_out(self, reason: str) -> None:
-        self.left_out[reason] += 1
 
     def report(self, error: BadInputError) -> None:
         if not self.skip_bad:

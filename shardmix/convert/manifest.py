@@ -1,29 +1,6 @@
 """The manifest beside the shards, the journal of a run in progress, and merging parts.
 
-A manifest is a JSON file (schema version 2; version 1, without token counts, still reads)::
-
-    {
-      "shardmix_manifest": 2,          # schema version; readers refuse versions they lack
-      "format": "tar" | "tfrecord",
-      "gzip": false,
-      "index": false,                  # each TFRecord shard has <name>.idx beside it
-      "part": null | I,                # this manifest covers part I of "parts" ...
-      "parts": N,                      # ... or, with "part": null, all N parts (merged)
-      "plan": "<sha256>",              # identifies the conversion (inputs, options, plan)
-      "origin": {"inputs": "<sha256>", "options": {...}},  # the same in every part of a set
-      "classes": ["cat", "dog"],       # class names of "cls" labels, [] without labels
-      "records": 20000, "bytes": 123456,
-      "tokens": 5120000,               # only in a tokenized conversion, as are the shards':
-      "shards": [{"name": "train-000000.tar", "records": 1000, "bytes": 1234,
-                  "sha256": "<hex of the file's bytes>",
-                  "tokens": 256000, "record_tokens": [212, 87, ...]}, ...]
-    }
-
-Shard names are relative to the manifest's folder; ``bytes`` is the file size on disk; no time
-or host, so the same conversion writes the same manifest. A run in progress appends its
-completed shards to a hidden journal (``.<manifest>.journal``, JSON lines), which a re-run of
-the same conversion trusts. Part manifests merge into the set's when the last part finishes,
-or by :func:`merge_part_manifests`.
+The schema, the journal and merging: docs/design/convert.md, "The manifest".
 """
 
 from __future__ import annotations
@@ -38,8 +15,7 @@ from typing import Any
 from shardmix.convert.options import OutputPattern, Part
 from shardmix.convert.outfiles import (
     append,
-    full_error,
-    is_full,
+    naming_full,
     refuse_link,
     write_atomic,
     write_json_atomic,
@@ -73,7 +49,7 @@ class ShardEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """The content of a manifest file (see the module docstring for the schema)."""
+    """The content of a manifest file (the schema: docs/design/convert.md)."""
 
     format: str
     gzip: bool
@@ -148,11 +124,11 @@ def read_manifest(path: str) -> Manifest:
     return Manifest.from_json(data, path)
 
 
+@dataclass(frozen=True)
 class Journal:
     """The completed shards of a run in progress, one JSON line each after a header line."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    path: str
 
     def read(self, plan: str) -> dict[str, ShardEntry] | None:
         """The shards a previous run of the same plan completed; None if there was none."""
@@ -177,13 +153,8 @@ class Journal:
         write_atomic(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def append(self, entry: ShardEntry) -> None:
-        try:
-            with append(self.path) as file:
-                file.write((json.dumps(entry.to_json()) + "\n").encode("utf-8"))
-        except OSError as error:
-            if is_full(error):
-                raise full_error(self.path, error) from error
-            raise
+        with naming_full(self.path), append(self.path) as file:
+            file.write((json.dumps(entry.to_json()) + "\n").encode("utf-8"))
 
     def remove(self) -> None:
         if os.path.lexists(self.path):
@@ -200,8 +171,7 @@ def merge_manifests(manifests: Sequence[Manifest]) -> Manifest:
     if found != list(range(first.parts)):
         raise ConfigError(f"cannot merge: expected parts 0..{first.parts - 1}, found {found}")
     for other in ordered[1:]:
-        differences = _differences(ordered[0], other)
-        if differences:
+        if differences := _differences(ordered[0], other):
             raise ConfigError(
                 f"cannot merge part {other.part} with part {ordered[0].part}: they are parts of "
                 f"different conversions ({'; '.join(differences)}); convert every part from "
@@ -231,10 +201,8 @@ def _differences(first: Manifest, other: Manifest) -> list[str]:
 
 
 def merge_part_manifests(pattern: OutputPattern, count: int, *, required: bool) -> str | None:
-    """Merge the manifests of all ``count`` parts into the pattern's manifest; its path.
-
-    Returns None (or, when ``required``, raises) while some part's manifest is missing.
-    """
+    """Merge the manifests of all ``count`` parts into the pattern's manifest; its path, or
+    None (when ``required``, :class:`ConfigError`) while some part's manifest is missing."""
     paths = [
         os.path.join(pattern.folder, pattern.manifest_name(Part(index, count)))
         for index in range(count)

@@ -1,7 +1,4 @@
-"""What a conversion is asked to do: options, the output pattern, sizes and parts.
-
-Small validated values; nothing here touches the file system beyond path arithmetic.
-"""
+"""What a conversion is asked to do: options, the output pattern, sizes and parts."""
 
 from __future__ import annotations
 
@@ -103,11 +100,9 @@ class LabelMode(enum.Enum):
 
 @dataclass(frozen=True)
 class OutputPattern:
-    """An output pattern such as ``out/train-%06d.tar``: one ``%d`` directive in the file name.
-
-    A part's shards have its tag before the number (``out/train-p0001-000003.tar``); the
-    manifest is named after the prefix: ``out/train.manifest.json`` (``train-p0001.manifest...``).
-    """
+    """An output pattern such as ``out/train-%06d.tar``: one ``%d`` directive in the file name;
+    a part's tag goes before the number (``train-p0001-000003.tar``), the manifest is named after
+    the prefix (``train.manifest.json``, ``train-p0001.manifest.json``)."""
 
     folder: str
     prefix: str
@@ -162,10 +157,9 @@ class OutputPattern:
 class ConvertOptions:
     """How to convert; validated at construction.
 
-    ``max_records`` and ``max_bytes`` (uncompressed: exact for tar, an upper bound for TFRecord)
-    close a shard before the record that would pass either (a larger record gets a shard of its
-    own); with neither, shards roll at :data:`DEFAULT_MAX_BYTES`. ``format`` and ``gzip``
-    default to what the output pattern's extension says.
+    ``max_records`` and ``max_bytes`` (uncompressed) close a shard before the record that would
+    pass either (docs/design/convert.md); with neither, shards roll at :data:`DEFAULT_MAX_BYTES`.
+    ``format`` and ``gzip`` default to what the output pattern's extension says.
     """
 
     format: Format | None = None

@@ -1,15 +1,5 @@
 """Files a writer writes in its output folder: never through a link, a full disk named, one
-writer per output prefix.
-
-Convert often runs as root over shared folders, so every file it creates there is opened with
-``O_NOFOLLOW`` (new ones with ``O_EXCL``): a symbolic link planted under one of those names is
-an :class:`~shardmix.errors.OutputLinkError` and its target is never touched. A full disk
-(``ENOSPC``, ``EDQUOT``) is an :class:`~shardmix.errors.OutputFullError`.
-
-:func:`lock_output` takes an ``flock`` on ``.<manifest>.lock`` for a writer's whole run:
-exclusive, or shared by the parts of one ``--part I/N`` set (each also holding its own part's).
-The kernel releases it when its holder dies; the holder writes its pid and kind in the file so
-a refused writer can name it.
+writer per output prefix (:func:`lock_output`). The guarantees: docs/convert-safety.md.
 """
 
 from __future__ import annotations
@@ -20,7 +10,8 @@ import json
 import os
 import re
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any, BinaryIO
 
 from shardmix.convert.options import OutputPattern, Part
@@ -42,16 +33,19 @@ def _close_held() -> None:
 os.register_at_fork(after_in_child=_close_held)
 
 
-def is_full(error: OSError) -> bool:
-    return error.errno in _FULL
-
-
-def full_error(path: str, error: OSError) -> OutputFullError:
-    return OutputFullError(
-        f"{path}: the disk is full ({error.strerror}); the partial file was deleted: free "
-        "space (or choose another output folder) and run convert again, it resumes",
-        url=path,
-    )
+@contextmanager
+def naming_full(path: str) -> Iterator[None]:
+    """A full disk in the block becomes an :class:`OutputFullError` naming ``path``."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in _FULL:
+            raise
+        raise OutputFullError(
+            f"{path}: the disk is full ({error.strerror}); the partial file was deleted: free "
+            "space (or choose another output folder) and run convert again, it resumes",
+            url=path,
+        ) from error
 
 
 def refuse_link(path: str) -> None:
@@ -90,16 +84,15 @@ def write_atomic(path: str, data: bytes) -> None:
     refuse_link(path)
     folder, name = os.path.split(path)
     temp = os.path.join(folder, f".{name}.{os.getpid()}.partial")
-    try:
-        with create(temp) as file:
-            file.write(data)
-        os.replace(temp, path)
-    except OSError as error:
-        if os.path.lexists(temp):
-            os.unlink(temp)
-        if is_full(error):
-            raise full_error(path, error) from error
-        raise
+    with naming_full(path):
+        try:
+            with create(temp) as file:
+                file.write(data)
+            os.replace(temp, path)
+        except OSError:
+            if os.path.lexists(temp):
+                os.unlink(temp)
+            raise
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
@@ -198,25 +191,14 @@ class OutputLock:
         os.close(self.fd)
         self.fd = None
 
-    def __enter__(self) -> OutputLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
 
 def lock_output(pattern: OutputPattern, part: Part, writer: str) -> ExitStack:
     """The locks a writer into ``pattern`` (and ``part``) holds for its run, released when the
     stack closes; :class:`OutputBusyError` names the holder when another writer has them."""
-    stack = ExitStack()
     whole = os.path.join(pattern.folder, pattern.manifest_name(None))
-    try:
-        stack.enter_context(OutputLock(whole, writer, shared=part.count > 1))
+    with ExitStack() as stack:
+        stack.callback(OutputLock(whole, writer, shared=part.count > 1).acquire().release)
         if part.count > 1:
-            stack.enter_context(
-                OutputLock(os.path.join(pattern.folder, pattern.manifest_name(part)), writer)
-            )
-    except BaseException:
-        stack.close()
-        raise
-    return stack
+            own = os.path.join(pattern.folder, pattern.manifest_name(part))
+            stack.callback(OutputLock(own, writer).acquire().release)
+        return stack.pop_all()

@@ -1,10 +1,7 @@
 """Planning: which items go to which shard, decided before a byte is written.
 
-The plan is a pure function of the items and the options: part ``I/N`` keeps input positions
-``I`` modulo ``N``; ``shuffle`` permutes them with a generator seeded from (seed, part); shards
-close before the record that would pass ``max_records`` or ``max_bytes`` (exact for tar, an
-upper bound for TFRecord). So any number of workers writes the same shards, a resumed run
-knows which are missing, and :func:`plan_digest` tells whether a run was the same conversion.
+A pure function of the items and the options, so any number of workers writes the same shards
+and :func:`plan_digest` tells a re-run of the same conversion (docs/design/convert.md).
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ def shuffled(items: Sequence[Item], seed: int, part: Part) -> list[Item]:
 
 
 class Roller:
-    """Where shards close, one item at a time: the rule of :func:`cut` for a stream of items."""
+    """Where shards close under the limits, one item at a time (never an empty shard)."""
 
     def __init__(self, fmt: Format, max_records: int | None, max_bytes: int | None) -> None:
         self.max_records = max_records
@@ -63,34 +60,23 @@ class Roller:
         return new
 
 
-def cut(
-    items: Sequence[Item], fmt: Format, max_records: int | None, max_bytes: int | None
-) -> list[list[Item]]:
-    """Items split into consecutive shards under the limits (never an empty shard)."""
-    roller = Roller(fmt, max_records, max_bytes)
+def make_plan(
+    items: Sequence[Item], pattern: OutputPattern, fmt: Format, options: ConvertOptions
+) -> list[ShardPlan]:
+    """The shards of ``options.part``, named by ``pattern``."""
+    part = options.part
+    chosen = list(items[part.index :: part.count])
+    if options.shuffle:
+        chosen = shuffled(chosen, options.seed, part)
+    roller = Roller(fmt, *options.limits())
     shards: list[list[Item]] = []
-    for item in items:
+    for item in chosen:
         if roller.add(item) or not shards:
             shards.append([])
         shards[-1].append(item)
-    return shards
-
-
-def make_plan(
-    items: Sequence[Item],
-    pattern: OutputPattern,
-    fmt: Format,
-    part: Part,
-    limits: tuple[int | None, int | None],
-    shuffle_seed: int | None,
-) -> list[ShardPlan]:
-    """The shards of this part, named by ``pattern``."""
-    chosen = list(items[part.index :: part.count])
-    if shuffle_seed is not None:
-        chosen = shuffled(chosen, shuffle_seed, part)
     return [
         ShardPlan(index, pattern.shard_name(index, part), tuple(shard))
-        for index, shard in enumerate(cut(chosen, fmt, *limits))
+        for index, shard in enumerate(shards)
     ]
 
 

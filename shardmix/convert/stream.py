@@ -1,14 +1,7 @@
 """Writing shards from Python: :class:`ShardWriter` and :func:`write_shards`.
 
-For samples a program makes one at a time, with :func:`~shardmix.convert.convert`'s names,
-temporary files, roll rule and manifest (written when the writer closes). A sample is a
-mapping of field names to values (:mod:`shardmix.convert.values`); its key is its
-``__key__``, else its position in the stream (``%08d``). Part ``I/N`` keeps the positions
-``I`` modulo ``N``. A stream cannot shuffle or use several processes.
-
-A writer holds the prefix's lock until ``close()`` or ``abort()``. Leaving it by an exception
-deletes the shard being written and writes no manifest; since a stream's plan is known only
-at its end, writing again needs ``overwrite=True``.
+Samples a program makes, written as :func:`~shardmix.convert.convert` writes
+(docs/guides/writing.md); a writer holds the prefix's lock until ``close()`` or ``abort()``.
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from shardmix.convert.api import ConvertSummary, finish_output, prepare_output
+from shardmix.convert.api import ConvertSummary, finish_output, prepare_output, run_settings
 from shardmix.convert.inputs import BadInputError, Item, Problems, check_key, sample_fields
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.options import ConvertOptions, OutputPattern, Part
@@ -28,7 +21,7 @@ from shardmix.convert.outfiles import lock_output
 from shardmix.convert.plan import PlanDigest, Roller
 from shardmix.convert.tables import dataset_rows, is_hf_dataset
 from shardmix.convert.values import cell_fields
-from shardmix.convert.writer import ShardFile, WriteSpec
+from shardmix.convert.writer import ShardFile
 from shardmix.errors import ConfigError
 from shardmix.formats import KEY_FIELD
 from shardmix.formats._common import MARKER_FIELDS, Closing, reserved_field, reserved_message
@@ -58,24 +51,18 @@ class ShardWriter(Closing):
             )
         self.options = options
         self.pattern = OutputPattern.parse(pattern)
-        fmt = options.format or self.pattern.format()
-        gzip = self.pattern.gzipped() if options.gzip is None else options.gzip
-        self.spec = WriteSpec(self.pattern.folder, fmt, gzip, options.write_index, options.skip_bad)
-        part = options.part
-        chosen: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": self.spec.indexed}
-        chosen |= {"limits": options.limits(), "seed": None, "classes": []}
-        self._digest = PlanDigest(chosen | {"part": [part.index, part.count]})
+        self.spec, settings = run_settings(self.pattern, options)
+        settings |= {"seed": None, "classes": []}
+        self._digest = PlanDigest(settings)
+        chosen = {name: value for name, value in settings.items() if name != "part"}
         self._origin = {"inputs": None, "options": json.loads(json.dumps(chosen))}
-        self._roller = Roller(fmt, *options.limits())
+        self._roller = Roller(self.spec.format, *options.limits())
         self._problems = Problems(options.skip_bad)
         os.makedirs(self.pattern.folder, exist_ok=True)
-        manifest_path = os.path.join(self.pattern.folder, self.pattern.manifest_name(part))
-        self._lock = lock_output(self.pattern, part, "ShardWriter")  # until close or abort
-        try:
+        manifest_path = os.path.join(self.pattern.folder, self.pattern.manifest_name(options.part))
+        with lock_output(self.pattern, options.part, "ShardWriter") as lock:
             prepare_output(self.pattern, options, None, manifest_path)
-        except BaseException:
-            self._lock.close()
-            raise
+            self._lock = lock.pop_all()  # held until close or abort
         self._position = 0
         self._keys: set[str] = set()
         self._shard: ShardFile | None = None
@@ -184,7 +171,7 @@ def write_shards(
     given = {name: value for name, value in changes.items() if value is not None}
     options = dataclasses.replace(options or ConvertOptions(), **given)
     if is_hf_dataset(samples):
-        samples = (row for _, row in dataset_rows(samples))
+        samples = dataset_rows(samples)
     with ShardWriter(pattern, options) as writer:
         for sample in samples:
             writer.write(sample)

@@ -1,20 +1,7 @@
 """Row inputs: JSON Lines, CSV, Parquet files and Hugging Face datasets, one sample per row.
 
-A row's key is its ``key_column`` value when one is named, else its ``__key__`` column, else
-``<file stem>/<row:08d>``. Other ``__`` columns are reserved: such a row is a bad input. Null
-values are left out; others keep their type where the table has one, as
-:mod:`shardmix.convert.values` says. A CSV column whose every value is a number as JSON writes
-one (``31``, ``-2.5``, ``1e3``; not ``007`` or ``+1``) holds ints, or floats when any has a
-fraction or an exponent; an empty cell of such a column is null. Other CSV values stay text.
-
-An inlined column (``inline_columns``) names a file per row, relative to the table's folder
-(inside it unless ``follow_links``); the field becomes that file's bytes. Parquet needs pyarrow,
-imported only when a Parquet input is listed.
-
-A Hugging Face ``Dataset``/``IterableDataset`` (or a folder written by ``save_to_disk``) is
-read as Arrow record batches, never decoded (an ``Image``/``Audio`` column gives its
-``{"bytes", "path"}`` struct); its rows become items as a table's do, the key stem being a
-saved folder's name, else ``dataset``. ``datasets`` is imported only to read a saved folder.
+Keys, CSV number columns, inlined files and datasets: docs/design/convert.md, "Table inputs".
+pyarrow and datasets are imported only when a Parquet input or a saved dataset is listed.
 """
 
 from __future__ import annotations
@@ -28,17 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from shardmix.convert.identity import ArrowDigest
-from shardmix.convert.inputs import (
-    BadInputError,
-    Item,
-    Problems,
-    RowItem,
-    check_field,
-    check_key,
-    value_size,
-)
+from shardmix.convert.inputs import Item, Problems, RowItem, check_field, check_key, value_size
 from shardmix.convert.options import ConvertOptions
 from shardmix.convert.values import cell_fields
+from shardmix.errors import BadInputError
 from shardmix.formats import KEY_FIELD
 
 _BATCH_ROWS = 1024
@@ -51,9 +31,8 @@ def is_table(path: str) -> bool:
     return path.lower().endswith(TABLE_SUFFIXES)
 
 
-def _jsonl_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+def _jsonl_rows(path: str, problems: Problems) -> Iterator[Row]:
     with open(path, encoding="utf-8") as file:
-        row = 0
         for line_number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
@@ -65,11 +44,10 @@ def _jsonl_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
                 where = f"{path}: line {line_number}"
                 problems.report(BadInputError(f"{where}: not a JSON object: {error}", url=path))
                 continue
-            yield row, value
-            row += 1
+            yield value
 
 
-def _csv_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+def _csv_rows(path: str, problems: Problems) -> Iterator[Row]:
     delimiter = "\t" if path.lower().endswith(".tsv") else ","
     rows: list[dict[str, Any]] = []  # all of them first: a column's kind is all its values'
     with open(path, encoding="utf-8", newline="") as file:
@@ -78,8 +56,8 @@ def _csv_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
         except (ValueError, csv.Error) as error:  # the rows before it are kept, as JSON Lines'
             problems.report(BadInputError(f"{path}: cannot read the table: {error}", url=path))
     kinds = {column: _number_kind(rows, column) for column in (rows[0] if rows else ())}
-    for index, row in enumerate(rows):
-        yield index, {column: _cell(value, kinds.get(column)) for column, value in row.items()}
+    for row in rows:
+        yield {column: _cell(value, kinds.get(column)) for column, value in row.items()}
 
 
 # A CSV number as JSON writes one: no sign but '-', no leading zero ('007' is text), no '_'.
@@ -113,7 +91,7 @@ def _cell(value: Any, kind: type | None) -> Any:
     return None if value == "" else kind(value)
 
 
-def _parquet_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+def _parquet_rows(path: str) -> Iterator[Row]:
     try:
         import pyarrow.parquet as parquet
     except ImportError as error:
@@ -121,19 +99,16 @@ def _parquet_rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
             f"{path}: reading Parquet needs pyarrow; install it with "
             "pip install 'shardmix[parquet]'"
         ) from error
-    row = 0
     for batch in parquet.ParquetFile(path).iter_batches(batch_size=4096):
-        for value in batch.to_pylist():
-            yield row, value
-            row += 1
+        yield from batch.to_pylist()
 
 
-def _rows(path: str, problems: Problems) -> Iterator[tuple[int, Row]]:
+def _rows(path: str, problems: Problems) -> Iterator[Row]:
     lower = path.lower()
     if lower.endswith((".csv", ".tsv")):
         return _csv_rows(path, problems)
     if lower.endswith((".parquet", ".pq")):
-        return _parquet_rows(path, problems)
+        return _parquet_rows(path)
     return _jsonl_rows(path, problems)
 
 
@@ -153,8 +128,7 @@ class RowMaker:
         self.folder = os.path.realpath(folder or os.path.dirname(os.path.abspath(path)))
         self.stem = stem or os.path.basename(path).split(".", 1)[0]
         self.inline = frozenset(options.inline_columns)
-        self.key_column = options.key_column
-        self.follow_links = options.follow_links
+        self.key_column, self.follow_links = options.key_column, options.follow_links
         self.problems = problems
 
     def key(self, index: int, row: Row) -> str:
@@ -210,20 +184,19 @@ class RowMaker:
 
 def list_table(path: str, options: ConvertOptions, problems: Problems) -> list[Item]:
     """The rows of one table file, as items."""
-    maker = RowMaker(path, options, problems)
     items: list[Item] = []
     try:
-        items.extend(row_items(maker, _rows(path, problems)))  # keeps the rows before an error
-    except (OSError, ValueError, csv.Error) as error:
-        if isinstance(error, BadInputError):
-            raise
+        items.extend(row_items(RowMaker(path, options, problems), _rows(path, problems)))
+    except BadInputError:
+        raise
+    except (OSError, ValueError, csv.Error) as error:  # the rows before it are kept
         problems.report(BadInputError(f"{path}: cannot read the table: {error}", url=path))
     return items
 
 
-def row_items(maker: RowMaker, rows: Iterable[tuple[int, Row]]) -> Iterator[Item]:
+def row_items(maker: RowMaker, rows: Iterable[Row]) -> Iterator[Item]:
     """Rows as items; a bad row goes to the maker's ``problems``."""
-    for index, row in rows:
+    for index, row in enumerate(rows):
         try:
             yield maker.item(index, row)
         except BadInputError as error:
@@ -233,19 +206,13 @@ def row_items(maker: RowMaker, rows: Iterable[tuple[int, Row]]) -> Iterator[Item
 def is_hf_dataset(value: object) -> bool:
     """Whether ``value`` is a ``datasets.Dataset`` or ``datasets.IterableDataset``."""
     module = sys.modules.get("datasets")  # not imported: it cannot be one
-    if module is None:
-        return False
-    return isinstance(value, (module.Dataset, module.IterableDataset))
+    return module is not None and isinstance(value, (module.Dataset, module.IterableDataset))
 
 
 def is_saved_dataset(path: str) -> bool:
     """Whether ``path`` is a folder written by ``Dataset.save_to_disk``."""
-    if not os.path.isdir(path):
-        return False
-    names = os.listdir(path)
-    return any(name in names for name in _INFO_FILES) and any(
-        name.endswith(".arrow") for name in names
-    )
+    names = os.listdir(path) if os.path.isdir(path) else []
+    return any(name in names for name in _INFO_FILES) and any(n.endswith(".arrow") for n in names)
 
 
 def load_saved(path: str) -> Any:
@@ -265,16 +232,13 @@ def load_saved(path: str) -> Any:
         ) from error
 
 
-def dataset_rows(dataset: Any, digest: ArrowDigest | None = None) -> Iterator[tuple[int, Row]]:
-    """``(row number, row)`` of a dataset, undecoded (Image/Audio as ``{bytes, path}``); each
-    Arrow batch goes through ``digest`` (when given) as it is read."""
-    index = 0
+def dataset_rows(dataset: Any, digest: ArrowDigest | None = None) -> Iterator[Row]:
+    """A dataset's rows, undecoded (Image/Audio as ``{bytes, path}``); each Arrow batch goes
+    through ``digest`` (when given) as it is read."""
     for batch in dataset.with_format("arrow").iter(batch_size=_BATCH_ROWS):
         if digest is not None:
             digest.update(batch)
-        for row in batch.to_pylist():
-            yield index, row
-            index += 1
+        yield from batch.to_pylist()
 
 
 def list_dataset(

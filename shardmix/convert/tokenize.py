@@ -1,16 +1,7 @@
 """Tokenized conversions: each document's text becomes its token ids, a ``tokens`` field.
 
-With ``ConvertOptions(tokens=TokenOptions("tokenizer.json"))`` a conversion writes one record
-per document (a row, a folder's file, a shard's record): its key, its token ids and the fields
-``keep_columns`` names (the text only when kept), as Megatron's ``preprocess_data`` writes a
-pretraining set. The ids are ``tokens.npy`` in tar (uint16 when the vocabulary fits, else
-uint32) and an int64 list ``tokens`` in TFRecord, as :mod:`shardmix.tokens.documents` reads
-them; each record's count goes to the manifest. A document without a text is a bad input.
-
-Texts are tokenized as each shard is written, :data:`BATCH` at a time, in every writer process,
-so ``workers`` multiply the speed and a resumed run tokenizes only the missing shards. The plan
-is cut before, by the inputs' sizes, so ``max_bytes`` shards come out smaller. The tokenizer
-is a local ``tokenizer.json``, never fetched; its sha256 is in the plan's settings.
+Texts are tokenized as each shard is written, :data:`BATCH` at a time, in every writer process;
+a document without a text is a bad input (docs/design/convert.md, "Tokenized conversions").
 """
 
 from __future__ import annotations
@@ -28,24 +19,6 @@ from shardmix.formats import KEY_FIELD, Format, Sample
 
 BATCH = 1024  # texts per encode_batch call
 EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[EOS]")
-
-
-def load_tokenizer(path: str) -> Any:
-    """The ``tokenizers.Tokenizer`` saved at ``path`` (typed Any: tokenizers is optional)."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError as error:
-        raise ImportError(
-            "tokenizing needs the tokenizers library; install it with "
-            "pip install 'shardmix[tokens]'"
-        ) from error
-    try:
-        return Tokenizer.from_file(path)
-    except Exception as error:  # tokenizers raises a bare Exception
-        raise ConfigError(
-            f"{path}: cannot load a tokenizer ({error}); pass a local tokenizer.json, as "
-            "tokenizer.save() or a model folder holds it"
-        ) from error
 
 
 def eos_id(tokenizer: Any, options: TokenOptions) -> int:
@@ -83,7 +56,20 @@ class DocumentTokenizer:
 
     def __init__(self, options: TokenOptions, fmt: Format) -> None:
         self.options = options
-        self.tokenizer = load_tokenizer(options.tokenizer)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as error:
+            raise ImportError(
+                "tokenizing needs the tokenizers library; install it with "
+                "pip install 'shardmix[tokens]'"
+            ) from error
+        try:
+            self.tokenizer = Tokenizer.from_file(options.tokenizer)
+        except Exception as error:  # tokenizers raises a bare Exception
+            raise ConfigError(
+                f"{options.tokenizer}: cannot load a tokenizer ({error}); pass a local "
+                "tokenizer.json, as tokenizer.save() or a model folder holds it"
+            ) from error
         top = max(self.tokenizer.get_vocab(with_added_tokens=True).values(), default=0)
         self.dtype = np.uint16 if top < 1 << 16 else np.uint32
         self.eos = eos_id(self.tokenizer, options) if options.append_eos else None

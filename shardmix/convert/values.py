@@ -1,10 +1,8 @@
 """Cell values (a table's, a Hugging Face dataset's, a Python sample's) as field values.
 
-Bytes, str, int, float (a bool as an int), numpy arrays and lists of one scalar kind are
-written as themselves. A Hugging Face ``Image``/``Audio`` value (``{"bytes", "path"}``) becomes
-a raw member ``<column>.<ext>``: its path's extension, else the one its bytes show, else
-``bin``. Other structs and lists become JSON text (dates and decimals as text); anything else
-is a :class:`~shardmix.convert.inputs.BadInputError` naming the column and row, never a repr.
+Scalars, numpy arrays and lists of one scalar kind are written as themselves, a Hugging Face
+``Image``/``Audio`` value as a raw member ``<column>.<ext>``, other structs and lists as JSON
+text; anything else is a :class:`~shardmix.convert.inputs.BadInputError`, never a repr.
 """
 
 from __future__ import annotations
@@ -62,11 +60,6 @@ def media_extension(data: bytes, path: str | None) -> str:
     return extension if extension.isalnum() else sniff_extension(data)
 
 
-def is_media(value: Any) -> bool:
-    """Whether ``value`` is a Hugging Face ``Image``/``Audio`` cell: ``{"bytes", "path"}``."""
-    return isinstance(value, Mapping) and set(value) == _MEDIA_KEYS
-
-
 def _json_default(value: Any) -> str:
     if isinstance(value, _TEXT_TYPES):
         return str(value)
@@ -98,7 +91,7 @@ def cell_fields(column: str, value: Any, where: str) -> list[tuple[str, Any]]:
         return [(column, value)]  # numpy arrays and scalars: the format writers take them
     if isinstance(value, _TEXT_TYPES):
         return [(column, str(value))]
-    if is_media(value):
+    if isinstance(value, Mapping) and set(value) == _MEDIA_KEYS:  # a Hugging Face Image/Audio
         return [_media_field(column, value, where)]
     if isinstance(value, (list, tuple)):
         items = [_scalar(item) for item in value]

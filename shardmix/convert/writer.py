@@ -1,10 +1,7 @@
 """Writing one planned shard: temporary name, checksum, TFRecord index, rename.
 
-A shard is written to ``.<name>.partial`` (created exclusively, never through a link), hashed
-as it is written, flushed to disk and only then renamed; so a shard under its final name is
-always complete, and an interrupted run leaves at most ``.partial`` files, which the next run
-deletes. An uncompressed TFRecord shard gets an index ``<name>.idx`` (lines ``offset length``,
-as the ``tfrecord`` package's ``tfrecord2idx`` writes), renamed into place before its shard.
+A shard under its final name is always complete; an interrupted run leaves at most
+``.partial`` files, which the next run deletes (docs/design/convert.md, "The plan").
 """
 
 from __future__ import annotations
@@ -13,13 +10,13 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO, cast
 
 from shardmix.convert.inputs import BadInputError, Item, Problems, ShardCursor
 from shardmix.convert.manifest import ShardEntry
 from shardmix.convert.options import TokenOptions
-from shardmix.convert.outfiles import create, full_error, is_full, refuse_link
+from shardmix.convert.outfiles import create, naming_full, refuse_link
 from shardmix.convert.plan import ShardPlan
 from shardmix.convert.tokenize import DocumentTokenizer
 from shardmix.formats import Format, Sample, ShardSampleWriter, writer_for
@@ -81,8 +78,7 @@ def _loaded(
 
 
 class ShardFile:
-    """One shard being written under its temporary name; :meth:`finish` renames it into place,
-    :meth:`discard` (or leaving a ``with`` block by an exception) deletes it."""
+    """One shard under its temporary name: :meth:`finish` renames it, :meth:`discard` deletes it."""
 
     def __init__(self, name: str, spec: WriteSpec, problems: Problems) -> None:
         self.name = name
@@ -127,15 +123,12 @@ class ShardFile:
             os.replace(self._index_temp, os.path.join(folder, index))
         refuse_link(os.path.join(folder, self.name))
         os.replace(self._temp, os.path.join(folder, self.name))
-        counts = None if self._tokens is None else tuple(self._tokens)
-        return ShardEntry(
-            self.name,
-            self._writer.records,
-            self._out.size,
-            self._out.sha256.hexdigest(),
-            None if counts is None else sum(counts),
-            counts,
+        entry = ShardEntry(
+            self.name, self._writer.records, self._out.size, self._out.sha256.hexdigest()
         )
+        if self._tokens is None:
+            return entry
+        return replace(entry, tokens=sum(self._tokens), record_tokens=tuple(self._tokens))
 
     def discard(self) -> None:
         """Close and delete the temporary file (after a failure)."""
@@ -165,15 +158,11 @@ def write_shard(
     records = (
         ((s, 0) for _, s in loaded) if tokenizer is None else tokenizer.records(loaded, problems)
     )
-    try:
-        with ShardFile(plan.name, spec, problems) as shard:
-            for sample, tokens in records:
-                shard.write(sample, tokens)
-            entry = shard.finish()
-    except OSError as error:
-        if is_full(error):
-            raise full_error(os.path.join(spec.folder, plan.name), error) from error
-        raise
+    path = os.path.join(spec.folder, plan.name)
+    with naming_full(path), ShardFile(plan.name, spec, problems) as shard:
+        for sample, tokens in records:
+            shard.write(sample, tokens)
+        entry = shard.finish()
     return ShardResult(entry, tuple(problems.skipped))
 
 
