@@ -219,7 +219,7 @@ class SlotBuffer:
         self.bytes += int(sizes.sum() - out_sizes.sum())
 
     def pop(self, count: int) -> np.ndarray:
-        """Remove up to ``count`` residents, each uniformly chosen (the last resident takes the slot)."""
+        """Remove up to ``count`` residents, each uniformly chosen (the last takes its slot)."""
         held = self._length
         count = min(count, held)
         kept = held - count
