@@ -231,13 +231,13 @@ def spread_pieces(
     rows = zip(shard[order].tolist(), start[placed].tolist(), stops, strict=True)
     if made is None:
         return list(map(Piece._make, rows))
-    cuts = []
+    spread = []
     for row in rows:
         cut = made.get(row)
         if cut is None:
             cut = made[row] = Piece._make(row)
-        cuts.append(cut)
-    return cuts
+        spread.append(cut)
+    return spread
 
 
 def rank_shards(order: Sequence[int], *, rank: int, world_size: int) -> list[int]:
