@@ -146,7 +146,7 @@ class EpochIterator:
             num_lanes,
             self.store,
             clocks=clocks,
-            lane_pieces=planned.lane_pieces if planned else None,
+            lane_pieces=planned.plan if planned else None,
             dropped=dropped,
             ledger=self.ledger,
             note_filtered=len(self.reads.plan.urls)

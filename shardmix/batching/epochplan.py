@@ -7,6 +7,7 @@ checks of the epoch's position.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,12 +31,11 @@ from shardmix.world import end_exchange
 
 @dataclass(frozen=True)
 class EpochPlanned:
-    """A ShardDataset's epoch on this rank: each lane's pieces (also as tuples), their clocks,
+    """A ShardDataset's epoch on this rank: each lane's pieces, their clocks,
     under several ranks every rank's quota and this rank's total, and whether samples may be
     dropped (``filters``: then the ranks agree where the epoch ends)."""
 
     plan: list[list[Piece]]
-    lane_pieces: list[list[tuple[int, int, int | None]]]
     clocks: LaneClocks | None
     quota: int | None = None
     own: int | None = None
@@ -56,26 +56,29 @@ def plan_epoch(
         exchange_counts = end_exchange(world_size, settings.group)
         shards.recount_changed(epoch, rank, world_size, exchange_counts)
     num_lanes = shards.lanes_for(settings.batch_size, world_size)
-    weights: list[tuple[str, list[float]] | None]
+    weights: tuple[str, list[float]] | None
     if phase:
         counts = shards.shard_counts(world_size)
         pieces = unpack_pieces(phase["pieces"], len(shards.urls), "phase.pieces")
         plan = phase_lanes(pieces, counts, num_lanes)
-        weights = [("records", [float(p.size(counts)) for p in lane]) for lane in plan]
     else:
         plan = shards.lane_pieces(
             epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
         )
-        weights = [shards.piece_weights(lane, world_size) for lane in plan]
-    lane_pieces = [[(piece.shard, piece.start, piece.stop) for piece in lane] for lane in plan]
-    clocks = None
-    if all(weight is not None for weight in weights):
-        unit = next((weight[0] for weight in weights if weight), "records")
-        clocks = LaneClocks(lane_pieces, [weight[1] for weight in weights if weight], unit)
+    every = [piece for lane in plan for piece in lane]
     if phase:
-        return EpochPlanned(plan, lane_pieces, clocks, phase["quota"], phase["own"])
+        weights = ("records", [float(piece.size(counts)) for piece in every])
+    else:
+        weights = shards.piece_weights(every, world_size)
+    clocks = None
+    if weights is not None:
+        sizes = iter(weights[1])
+        lane_weights = [list(itertools.islice(sizes, len(lane))) for lane in plan]
+        clocks = LaneClocks(plan, lane_weights, weights[0])
+    if phase:
+        return EpochPlanned(plan, clocks, phase["quota"], phase["own"])
     if world_size == 1 or settings.even_ranks is EvenRanks.NONE:  # ends with its lanes
-        return EpochPlanned(plan, lane_pieces, clocks)
+        return EpochPlanned(plan, clocks)
     totals = shards.rank_totals(epoch, world_size, epoch_pass)
     quota = rank_quota(totals, settings.even_ranks, rank)
     if quota == 0:
@@ -85,7 +88,7 @@ def plan_epoch(
             "would yield any; use even_ranks='pad' or spread the records over more shards"
         )
     filters = reads.transform is not None or reads.policy.skips
-    return EpochPlanned(plan, lane_pieces, clocks, quota, totals[rank], filters)
+    return EpochPlanned(plan, clocks, quota, totals[rank], filters)
 
 
 @dataclass(frozen=True)

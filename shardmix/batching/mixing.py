@@ -35,11 +35,9 @@ from shardmix.reading.chunks import (
     keys_of,
 )
 from shardmix.reading.lanes import LanePosition
-from shardmix.reading.mergekeys import LaneClocks, slot_of
+from shardmix.reading.mergekeys import LaneClocks, LanePieces, slot_of
 
 _INT = np.int64
-# Each lane's pieces as ``(shard index, start, stop)`` (stop None: to the shard's end).
-Pieces = Sequence[Sequence[tuple[int, int, int | None]]]
 # Taken items are accounted in the lanes' positions in batches of about this many.
 _TAKEN_BACKLOG = 1 << 13
 
@@ -58,7 +56,7 @@ class LaneMerge:
         store: RowStore,
         *,
         clocks: LaneClocks | None = None,
-        lane_pieces: Pieces | None = None,
+        lane_pieces: LanePieces | None = None,
         dropped: Mapping[str, int] | None = None,
         ledger: SkipLedger | None = None,
         note_filtered: int = 0,
@@ -292,7 +290,7 @@ class LaneMerge:
 NO_PIECE = (-1, 0, -1)
 
 
-def piece_name(lane_pieces: Pieces | None, lane: int, slot: int) -> tuple[int, int, int]:
+def piece_name(lane_pieces: LanePieces | None, lane: int, slot: int) -> tuple[int, int, int]:
     """``(shard, start, stop)`` of ``lane``'s piece in ``slot`` (stop -1: to the shard's end)."""
     if lane_pieces is None or slot >= len(lane_pieces[lane]):
         return NO_PIECE
@@ -301,7 +299,7 @@ def piece_name(lane_pieces: Pieces | None, lane: int, slot: int) -> tuple[int, i
 
 
 def merge_state(
-    live: list[int], cursor: int, lanes: Sequence[LanePosition], lane_pieces: Pieces | None
+    live: list[int], cursor: int, lanes: Sequence[LanePosition], lane_pieces: LanePieces | None
 ) -> dict[str, Any]:
     """A merge's state (:meth:`LaneMerge.state_dict`); :func:`start_state` is the first."""
     return {

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from torch.utils.data import IterableDataset
 
 from shardmix.plan.counts import ShardCount
-from shardmix.plan.sharding import Piece, worker_lanes
+from shardmix.plan.sharding import PackedLanes, Piece, worker_lanes
 from shardmix.policy import SkipLedger
 from shardmix.reading.chunks import Chunk, ChunkBuilder
 from shardmix.reading.lanes import BlockTurns, LanePosition, round_robin_chunks
@@ -44,7 +44,7 @@ class EpochPlan:
     epoch: int
     rank: int
     world_size: int
-    lane_pieces: list[list[Piece]] | None
+    lane_pieces: Sequence[list[Piece]] | None
     clocks: LaneClocks | None  # the lanes' sizes, when known: chunks are keyed by clock
     per_lane: int  # each lane's turn in a worker's first chunk
     starts: list[LanePosition] | None
@@ -56,6 +56,16 @@ class EpochPlan:
     identities: Mapping[int, ShardIdentity] = field(default_factory=dict)
     # Counts made again since the shards changed, which a worker's older copy adopts.
     recounts: Mapping[str, tuple[ShardCount, str]] = field(default_factory=dict)
+
+
+def sent_plan(plan: EpochPlan) -> EpochPlan:
+    """``plan`` as it goes to the workers: its pieces packed (one array, not thousands of
+    tuples, pickled for every worker), the clocks over the same packed pieces."""
+    if plan.lane_pieces is None:
+        return plan
+    packed = PackedLanes(plan.lane_pieces)
+    clocks = None if plan.clocks is None else plan.clocks.with_lanes(packed)
+    return replace(plan, lane_pieces=packed, clocks=clocks)
 
 
 def steady_turn(per_lane: int) -> int:
@@ -96,6 +106,7 @@ def lane_chunks(
         shard_index = reads.shard_index
         reads.ledger = ledger  # this process's copy of the dataset
         reads.expected = plan.identities
+        reads.new_epoch()
         for url, (count, source) in plan.recounts.items():
             reads.plan.record_counts.adopt({url: count}, source)
         lanes = worker_lanes(

@@ -7,11 +7,16 @@ it (:class:`LaneClocks`); else its *turn*, how many samples its lane gave before
 
 from __future__ import annotations
 
+import copy
 import itertools
 from bisect import bisect_left
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+# Each lane's pieces, ``(shard index, start, stop)`` (stop None: to the shard's end).
+LanePieces = Sequence[Sequence[tuple[int, int, int | None]]]
 
 
 class LaneClocks:
@@ -21,7 +26,7 @@ class LaneClocks:
 
     def __init__(
         self,
-        lane_pieces: Sequence[Sequence[tuple[int, int, int | None]]],
+        lane_pieces: LanePieces,
         weights: Sequence[Sequence[float]],
         unit: str,
     ) -> None:
@@ -35,6 +40,27 @@ class LaneClocks:
             *starts, total = itertools.accumulate(lane_weights, initial=0.0)
             self.starts.append(starts)
             self.totals.append(total)
+
+    def with_lanes(self, lane_pieces: LanePieces) -> LaneClocks:
+        """These clocks over ``lane_pieces``, the same pieces held otherwise (packed to be sent)."""
+        clocks = copy.copy(self)
+        clocks.lane_pieces = lane_pieces
+        return clocks
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to every worker: the pieces' starts in one array, not thousands of floats.
+        state = dict(self.__dict__)
+        state["starts"] = (
+            np.fromiter(itertools.chain.from_iterable(self.starts), np.float64),
+            [len(starts) for starts in self.starts],
+        )
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        flat, sizes = state.pop("starts")
+        self.__dict__.update(state)
+        ends = itertools.accumulate(sizes)
+        self.starts = [flat[end - n : end].tolist() for n, end in zip(sizes, ends, strict=True)]
 
     def shares(self) -> list[float]:
         """Each lane's size over the mean lane's: the rate at which the mixer takes it."""

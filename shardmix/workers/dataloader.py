@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from shardmix.errors import ConfigError
 from shardmix.plan.sharding import Piece, worker_lanes
 from shardmix.reading.chunks import Chunk
-from shardmix.reading.lanechunks import EpochPlan, LaneChunks, as_sent, steady_turn
+from shardmix.reading.lanechunks import EpochPlan, LaneChunks, as_sent, sent_plan, steady_turn
 from shardmix.reading.lanes import LanePosition
 from shardmix.reading.mergekeys import LaneClocks
 from shardmix.reading.progress import Heartbeat, watch_progress
@@ -109,12 +109,13 @@ def start_workers(
     )
     if reads is not None:
         _tell_cache(reads, plan)
-    if pool is not None and num_workers > 0:
-        return pool.start_epoch(plan), num_lanes, None
-    heartbeat = Heartbeat(num_workers) if num_workers > 0 and timeout > 0 else None
-    source = LaneChunks(dataset, plan, heartbeat)
     if num_workers == 0:
-        return iter(source), num_lanes, None
+        return iter(LaneChunks(dataset, plan, None)), num_lanes, None
+    plan = sent_plan(plan)
+    if pool is not None:
+        return pool.start_epoch(plan), num_lanes, None
+    heartbeat = Heartbeat(num_workers) if timeout > 0 else None
+    source = LaneChunks(dataset, plan, heartbeat)
 
     arena = Arena.create(num_workers)  # the chunks' arrays through shared memory
 
