@@ -106,7 +106,6 @@ def lane_chunks(
         shard_index = reads.shard_index
         reads.ledger = ledger  # this process's copy of the dataset
         reads.expected = plan.identities
-        reads.new_epoch()
         for url, (count, source) in plan.recounts.items():
             reads.plan.record_counts.adopt({url: count}, source)
         lanes = worker_lanes(
@@ -157,6 +156,9 @@ def _built(
     """The chunks of ``groups``, timed, each with the traffic and shards opened since the last."""
     clock = time.perf_counter
     before = clock()
+    # A shard is read in several pieces: its identity goes to the main process once, and again
+    # only if it changed (each chunk's identities are pickled, sent and checked there).
+    told: dict[int, ShardIdentity] = {}
     for group in groups:
         read = clock()
         chunk = builder.build(group, ledger.take())
@@ -164,7 +166,9 @@ def _built(
         count_seconds("read", read - before)
         count_seconds("collate", built - read)
         if reads is not None:
-            chunk.identities = reads.take_opened()
+            opened = reads.take_opened()
+            chunk.identities = {s: found for s, found in opened.items() if told.get(s) != found}
+            told.update(chunk.identities)
         chunk.traffic = take_traffic() or None
         yield chunk
         before = clock()

@@ -57,10 +57,9 @@ class ShardReads:
         # Counts what this copy of the reads skipped (set per iteration).
         self.ledger: SkipLedger | None = None
         # By shard index: the identities a read of a shard must find (a checkpoint's, set per
-        # epoch), those this copy's reads found since :meth:`take_opened`, and the last told.
+        # epoch), and those this copy's reads found since :meth:`take_opened`.
         self.expected: Mapping[int, ShardIdentity] = {}
         self.opened: dict[int, ShardIdentity] = {}
-        self._told: dict[int, ShardIdentity] = {}
 
     @property
     def transform(self) -> Callable[..., Sample | None] | None:
@@ -137,20 +136,12 @@ class ShardReads:
         return CountCheck(url, claim, start, stop, skips, whole)
 
     def take_opened(self) -> dict[int, ShardIdentity]:
-        """The identities of the shards read since the last call, by shard index: each shard's
-        once per epoch (:meth:`new_epoch`), and again only if it changed."""
+        """The identities of the shards read since the last call, by shard index."""
         opened, self.opened = self.opened, {}
         return opened
 
-    def new_epoch(self) -> None:
-        """Forget the identities told: the next epoch's main process hears each shard's anew."""
-        self.opened, self._told = {}, {}
-
     def _note_opened(self, shard: int, identity: ShardIdentity | None) -> None:
-        # A shard is read in several pieces: its identity goes to the main process once, not
-        # with every piece (each chunk's identities are pickled, sent and checked there).
-        if identity is not None and self._told.get(shard) != identity:
-            self._told[shard] = identity
+        if identity is not None:
             self.opened[shard] = identity
 
     def _request(
