@@ -37,8 +37,9 @@ from shardmix.formats.tar.headers import (
 from shardmix.formats.tar.pax import PaxShapes
 from shardmix.formats.tar.runs import header_names, plain_members
 
-# A run walks a window of the stream's buffer: all of it where the stream was opened, after a
-# seek doubling from the first size to the last (a range read's buffer holds the whole range).
+# A run walks a window of the stream's buffer: all of it where the stream was opened or a read
+# to the end seeked, after another seek doubling from the first size to the last (a range
+# read's buffer holds the whole range).
 _FIRST_RUN_BYTES = 16 << 10
 _MAX_RUN_BYTES = 4 << 20
 
@@ -71,13 +72,14 @@ class TarMembers:
         self._run_bytes = _MAX_RUN_BYTES  # of the buffer, the next run's walk (see above)
         self.limit: int | None = None  # where the read ends, if known: no run walks past it
 
-    def seek(self, offset: int) -> None:
-        """Go to the header at byte ``offset`` (of a seekable stream) as if it came next."""
+    def seek(self, offset: int, *, to_end: bool = False) -> None:
+        """Go to the header at byte ``offset`` (of a seekable stream) as if it came next;
+        ``to_end``: the read goes on to the stream's end, so each run walks all the buffer."""
         self._stream.seek(self._base + offset)
         self.next_offset = offset
         self._pending = 0
         self.ended = False
-        self._run_bytes = _FIRST_RUN_BYTES
+        self._run_bytes = _MAX_RUN_BYTES if to_end else _FIRST_RUN_BYTES
 
     def _next_block(self) -> bytes:
         """The next header block, after whatever is left of the current member."""

@@ -64,7 +64,7 @@ class TarReader:
         reader = self._open(stream, url, read.on_damage)
         entry = read.entry
         if entry is not None and not reader.members.gzipped and reader.members.seekable:
-            reader.seek(entry[1], entry[0])
+            reader.seek(entry[1], entry[0], to_end=read.stop is None)
         reader.members.limit = read.stop_offset
         return reader
 

@@ -78,9 +78,10 @@ class TarRecords:
         self.index_every = 0  # when > 0: note the offset of every ``index_every``-th record
         self.index: list[int] = []
 
-    def seek(self, offset: int, record: int) -> None:
-        """Go to record ``record``, whose first header is at byte ``offset`` (seekable stream)."""
-        self.members.seek(offset)
+    def seek(self, offset: int, record: int, *, to_end: bool = False) -> None:
+        """Go to record ``record``, whose first header is at byte ``offset`` (seekable stream);
+        ``to_end``: see :meth:`TarMembers.seek`."""
+        self.members.seek(offset, to_end=to_end)
         self._damage = None
         self.records = record
 
