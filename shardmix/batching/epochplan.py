@@ -61,15 +61,12 @@ def plan_epoch(
         counts = shards.shard_counts(world_size)
         pieces = unpack_pieces(phase["pieces"], len(shards.urls), "phase.pieces")
         plan = phase_lanes(pieces, counts, num_lanes)
+        weights = ("records", [float(piece.size(counts)) for lane in plan for piece in lane])
     else:
         plan = shards.lane_pieces(
             epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
         )
-    every = [piece for lane in plan for piece in lane]
-    if phase:
-        weights = ("records", [float(piece.size(counts)) for piece in every])
-    else:
-        weights = shards.piece_weights(every, world_size)
+        weights = shards.piece_weights([piece for lane in plan for piece in lane], world_size)
     clocks = None
     if weights is not None:
         sizes = iter(weights[1])

@@ -167,7 +167,9 @@ def _built(
         count_seconds("collate", built - read)
         if reads is not None:
             opened = reads.take_opened()
-            chunk.identities = {s: found for s, found in opened.items() if told.get(s) != found}
+            chunk.identities = {
+                shard: found for shard, found in opened.items() if told.get(shard) != found
+            }
             told.update(chunk.identities)
         chunk.traffic = take_traffic() or None
         yield chunk

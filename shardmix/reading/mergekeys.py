@@ -7,7 +7,6 @@ it (:class:`LaneClocks`); else its *turn*, how many samples its lane gave before
 
 from __future__ import annotations
 
-import copy
 import itertools
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -43,8 +42,8 @@ class LaneClocks:
 
     def with_lanes(self, lane_pieces: LanePieces) -> LaneClocks:
         """These clocks over ``lane_pieces``, the same pieces held otherwise (packed to be sent)."""
-        clocks = copy.copy(self)
-        clocks.lane_pieces = lane_pieces
+        clocks = LaneClocks.__new__(LaneClocks)  # not copy.copy: it would pack and unpack
+        clocks.__dict__.update(self.__dict__, lane_pieces=lane_pieces)
         return clocks
 
     def __getstate__(self) -> dict[str, Any]:

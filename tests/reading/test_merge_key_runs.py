@@ -1,13 +1,16 @@
 """MergeKeys works a chunk's clocks out a run at a time: the very floats an item-by-item walk
-of the lanes' pieces gives, whatever the chunks' cuts, gaps and pieces of one shard in a row."""
+of the lanes' pieces gives, whatever the chunks' cuts, gaps and pieces of one shard in a row,
+and with the clocks as a worker gets them (packed, pickled)."""
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import numpy as np
 import pytest
 
+from shardmix.plan.sharding import PackedLanes, Piece
 from shardmix.reading.mergekeys import LaneClocks, MergeKeys
 
 Pieces = list[list[tuple[int, int, int | None]]]
@@ -57,7 +60,11 @@ def test_run_keys_are_the_item_keys(seed: int) -> None:
     pieces, items = lanes_of(rng, by_offset)
     weights = [[float(rng.randint(1, 50)) for _ in lane] for lane in pieces]
     clocks = LaneClocks(pieces, weights, "bytes" if by_offset else "records")
-    keys = MergeKeys(clocks)
+    packed = PackedLanes([[Piece(*piece) for piece in lane] for lane in pieces])
+    sent = pickle.loads(pickle.dumps(clocks.with_lanes(packed)))
+    assert [list(map(tuple, lane)) for lane in sent.lane_pieces] == pieces
+    assert sent.starts == clocks.starts and sent.totals == clocks.totals
+    keys = MergeKeys(sent if seed % 2 else clocks)
     taken = [0] * len(items)
     chunk_items: list[tuple[int, int, int, int]] = []
     found: list[float] = []
