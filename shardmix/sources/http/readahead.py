@@ -262,7 +262,9 @@ def _described(identity: ShardIdentity) -> str:
     return f"{identity.size} bytes, {identity.validator or 'no validator'}"
 
 
-_registry_lock = threading.Lock()
+# Reentrant: a stream made under it may have its first block at once (a fetch that ended
+# first), and that block's callback starts the stream after it, under this lock too.
+_registry_lock = threading.RLock()
 # What a lane reads after a shard: the shard's URL -> the next one's and its options.
 _following: dict[str, tuple[str, SourceOptions]] = {}
 # Next shards already asked for, waiting for their lane to open them.
@@ -400,7 +402,7 @@ def _forget_all() -> None:
     _waiting.clear()
     _started.clear()
     _kept.clear()
-    _registry_lock, _lock = threading.Lock(), threading.Lock()
+    _registry_lock, _lock = threading.RLock(), threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_all)
