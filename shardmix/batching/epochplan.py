@@ -7,7 +7,6 @@ checks of the epoch's position.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,22 +55,17 @@ def plan_epoch(
         exchange_counts = end_exchange(world_size, settings.group)
         shards.recount_changed(epoch, rank, world_size, exchange_counts)
     num_lanes = shards.lanes_for(settings.batch_size, world_size)
-    weights: tuple[str, list[float]] | None
+    weights: tuple[str, list[list[float]]] | None
     if phase:
         counts = shards.shard_counts(world_size)
         pieces = unpack_pieces(phase["pieces"], len(shards.urls), "phase.pieces")
         plan = phase_lanes(pieces, counts, num_lanes)
-        weights = ("records", [float(piece.size(counts)) for lane in plan for piece in lane])
+        weights = ("records", [[float(piece.size(counts)) for piece in lane] for lane in plan])
     else:
-        plan = shards.lane_pieces(
+        plan, weights = shards.weighed_lanes(
             epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
         )
-        weights = shards.piece_weights([piece for lane in plan for piece in lane], world_size)
-    clocks = None
-    if weights is not None:
-        sizes = iter(weights[1])
-        lane_weights = [list(itertools.islice(sizes, len(lane))) for lane in plan]
-        clocks = LaneClocks(plan, lane_weights, weights[0])
+    clocks = None if weights is None else LaneClocks(plan, weights[1], weights[0])
     if phase:
         return EpochPlanned(plan, clocks, phase["quota"], phase["own"])
     if world_size == 1 or settings.even_ranks is EvenRanks.NONE:  # ends with its lanes

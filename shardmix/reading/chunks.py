@@ -155,7 +155,7 @@ class ChunkBuilder:
         )
         records = np.fromiter(chain.from_iterable(b.records for b in blocks), np.int64, count)
         offsets = np.fromiter(chain.from_iterable(b.offsets for b in blocks), np.int64, count)
-        shard_of = cast("dict[str, int]", self._shard_index)  # _joinable: a ShardDataset's
+        shard_of = cast("dict[str, int]", self._shard_index)  # _made checked: a ShardDataset's
         sources = (shard_of[cast(str, block.source)] for block in blocks)
         shards = np.repeat(np.fromiter(sources, np.int64, len(blocks)), sizes)
         # As columns_of makes them: the key, the fields, then provenance the items do not carry.

@@ -106,6 +106,7 @@ def lane_chunks(
         shard_index = reads.shard_index
         reads.ledger = ledger  # this process's copy of the dataset
         reads.expected = plan.identities
+        reads.take_opened()  # identities noted after an epoch left early are not this epoch's
         for url, (count, source) in plan.recounts.items():
             reads.plan.record_counts.adopt({url: count}, source)
         lanes = worker_lanes(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from shardmix.formats import is_gzipped
 from shardmix.plan.counts import RecordCounts
@@ -56,6 +57,10 @@ class ShardPlan:
         self._plan: tuple[tuple[int, int, int], list[list[Piece]]] | None = None  # the last plan
         self._cuts: dict[tuple[int, int, int | None], Piece] = {}  # spread_pieces's, kept
         self._counts: list[int] | None = None  # every shard's count, once found
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A worker gets its lanes in the epoch's plan: the plan caches stay in this process.
+        return {**self.__dict__, "_plan": None, "_cuts": {}}
 
     def lanes_for(self, batch_size: int | None, world_size: int = 1) -> int:
         """The number of lanes: ``num_lanes`` when given, else from the batch size (else 32)."""
@@ -149,14 +154,34 @@ class ShardPlan:
         num_lanes: int | None = None,
         epoch_pass: int = 0,
     ) -> list[list[Piece]]:
-        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order: dealt to even
-        out the lanes' sizes where known (:meth:`piece_weights`), else like cards."""
+        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order (see
+        :meth:`weighed_lanes`)."""
+        lanes, _ = self.weighed_lanes(
+            epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
+        )
+        return lanes
+
+    def weighed_lanes(
+        self,
+        epoch: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        num_lanes: int | None = None,
+        epoch_pass: int = 0,
+    ) -> tuple[list[list[Piece]], tuple[str, list[list[float]]] | None]:
+        """Each lane's pieces in ``epoch`` on ``rank``, dealt to even out the lanes' sizes where
+        known (:meth:`piece_weights`), else like cards; and ``(unit, each lane's piece sizes)``
+        when known."""
         pieces = self.rank_pieces(epoch, world_size, epoch_pass)[rank]
         lanes = num_lanes or self.lanes_for(None, world_size)
         weights = self.piece_weights(pieces, world_size)
         if weights is None:
-            return deal_to_lanes(pieces, lanes)
-        return deal_balanced(pieces, weights[1], lanes)
+            return deal_to_lanes(pieces, lanes), None
+        unit, sizes = weights
+        dealt = deal_balanced(range(len(pieces)), sizes, lanes)
+        plan = [[pieces[at] for at in lane] for lane in dealt]
+        return plan, (unit, [[sizes[at] for at in lane] for lane in dealt])
 
     def lane_shards(
         self, epoch: int, *, rank: int = 0, world_size: int = 1, num_lanes: int | None = None

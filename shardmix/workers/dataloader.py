@@ -111,9 +111,10 @@ def start_workers(
         _tell_cache(reads, plan)
     if num_workers == 0:
         return iter(LaneChunks(dataset, plan, None)), num_lanes, None
-    plan = sent_plan(plan)
-    if pool is not None:
-        return pool.start_epoch(plan), num_lanes, None
+    if pool is not None:  # its queues pickle the plan for every worker
+        return pool.start_epoch(sent_plan(plan)), num_lanes, None
+    if not forks(options.multiprocessing_context):  # else the workers inherit it unpickled
+        plan = sent_plan(plan)
     heartbeat = Heartbeat(num_workers) if timeout > 0 else None
     source = LaneChunks(dataset, plan, heartbeat)
 
