@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dcp",
             "testing",
             "tokens",
+            "tokens.window",
         ),
     ),
     ("tools", ("convert", "inspect", "cli", "ray", "__main__", "")),

@@ -9,70 +9,23 @@ holds no token (another world size: :mod:`shardmix.tokens.elastic`). docs/guides
 
 from __future__ import annotations
 
-import dataclasses
-import zlib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from functools import partial
 from typing import Any
 
-import numpy as np
-
 from shardmix.dataset import ShardDataset
-from shardmix.errors import ConfigError, DecodeError, UnknownLengthError
+from shardmix.errors import ConfigError, UnknownLengthError
 from shardmix.loader import MixingLoader
 from shardmix.plan.apportion import Stopping, member_seed, normalized_weights
 from shardmix.plan.sharding import EvenRanks
-from shardmix.state.ranks import as_saved_by, join_states
-from shardmix.tokens.batch import Documents, Span, collate_rows
-from shardmix.tokens.documents import document_tokens
-from shardmix.tokens.elastic import STATE_KEY, read_rows, rows_state
-from shardmix.tokens.packing import Packing, Row, pack
+from shardmix.tokens.batch import Span, collate_rows
+from shardmix.tokens.elastic import STATE_KEY, rows_state
+from shardmix.tokens.packing import Packing
+from shardmix.tokens.window import DOCUMENTS_PER_READ, Exchange, Read, Source, WindowReader
 from shardmix.world import object_exchange
 
 TOKENS_STATE_VERSION = 5  # 5: the documents not evened out over the ranks (even_ranks="none")
-Exchange = Callable[[Any], list[Any]]  # every rank's object, by rank (object_exchange)
-Read = list[dict[str, Any]]  # one MixingLoader batch of documents
-DOCUMENTS_PER_READ = 256  # documents per MixingLoader batch; a window is a whole number of them
-
-
-@dataclass
-class _Window:
-    """One window of every rank's documents, its rows, and the MixingLoader states around it
-    (``rest``: the rows a state handed over, read again)."""
-
-    state: dict[str, Any]
-    after: dict[str, Any]
-    documents: Documents
-    rows: list[Row]
-    rest: dict[str, Any] | None = None
-    yielded: int = 0
-    last: bool = False  # the epoch's last: every rank's MixingLoader ended in it
-
-    def row(self, at: int) -> list[Span]:
-        return [(self.documents[d], start, stop) for d, start, stop in self.rows[at]]
-
-
-@dataclass
-class _Source:
-    """One dataset: its MixingLoaders (every simulated rank's; this one's at ``own``), its
-    windows, where a resume starts (``skip`` rows, or ``rest``) and its tokens this epoch."""
-
-    name: str | None
-    dataset: Any
-    loaders: list[MixingLoader]
-    own: int
-    windows: list[_Window] = dataclasses.field(default_factory=list)
-    skip: int = 0
-    rest: dict[str, Any] | None = None
-    tokens: int = 0
-    after: dict[str, Any] | None = None  # the state after the last window read, this pass
-    seen: tuple[int, int] = (0, 0)  # documents and tokens read so far (every rank's), for len()
-
-    @property
-    def loader(self) -> MixingLoader:
-        return self.loaders[self.own]
 
 
 class TokenLoader:
@@ -143,12 +96,11 @@ class TokenLoader:
         options["even_ranks"] = EvenRanks.NONE
         self.seq_len = seq_len
         self.batch_size = batch_size
-        self.seed = seed
         self.field = field
         self.drop_last = drop_last
         read = min(window, DOCUMENTS_PER_READ)
-        self.reads = -(-window // read)  # MixingLoader batches per window
-        self.window = self.reads * read
+        reads = -(-window // read)  # MixingLoader batches per window
+        self.window = reads * read
         members = dict(dataset) if isinstance(dataset, Mapping) else {None: dataset}
         names: list[str | None] = [None]
         self.weights = [Fraction(1)]  # each source's share of the tokens, as the sources
@@ -171,7 +123,7 @@ class TokenLoader:
             made = member(**options)
             given = made.options.ranks.given
             if given is None or given[1] == 1:
-                self.sources.append(_Source(member_name, members[member_name], [made], 0))
+                self.sources.append(Source(member_name, members[member_name], [made], 0))
                 continue
             # Simulated ranks: this rank reads every rank's window (the module docstring).
             key = "data_parallel_rank" if "data_parallel_rank" in options else "rank"
@@ -179,13 +131,16 @@ class TokenLoader:
                 made if other == given[0] else member(**{**options, key: other})
                 for other in range(given[1])
             ]
-            self.sources.append(_Source(member_name, members[member_name], loaders, given[0]))
-        self._skips = all(
-            isinstance(m, ShardDataset) and m.reads.policy.skips for m in members.values()
-        )
-        self.skipped = 0  # documents skipped for an unreadable token field, over all epochs
+            self.sources.append(Source(member_name, members[member_name], loaders, given[0]))
+        skips = all(isinstance(m, ShardDataset) and m.reads.policy.skips for m in members.values())
+        self.reader = WindowReader(reads, field, self.packing, seq_len, seed, skips)
         self.dropped = 0  # tokens of the rows even_ranks="drop" left out, over all epochs
         self._pending_state: dict[str, Any] | None = None
+
+    @property
+    def skipped(self) -> int:
+        """Documents skipped for an unreadable token field, over all epochs."""
+        return self.reader.skipped
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch the next ``iter()`` reads, as :meth:`MixingLoader.set_epoch`."""
@@ -235,7 +190,7 @@ class TokenLoader:
             yield collate_rows(batch, self.seq_len)
 
     def _steps(
-        self, source: _Source, rank: int, world_size: int, exchange: Exchange | None
+        self, source: Source, rank: int, world_size: int, exchange: Exchange | None
     ) -> Iterator[list[list[Span]]]:
         """``source``'s rows, ``world_size`` at a time, from where a resume put it."""
         skip, rest = source.skip, source.rest
@@ -244,11 +199,11 @@ class TokenLoader:
         samples = [iter(loader) for loader in source.loaders]
         ahead: list[list[Read | None]] = [[] for _ in samples]  # the next window's reads so far
         if rest is not None:
-            windows.append(self._rest_window(source, rest, skip, rank, world_size))
+            windows.append(self.reader.rest_window(source, rest, skip, rank, world_size))
         while True:
             left = sum(len(window.rows) - window.yielded for window in windows)
             while left < world_size and not (windows and windows[-1].last):
-                window = self._read_window(source, samples, ahead, exchange)
+                window = self.reader.read_window(source, samples, ahead, exchange)
                 if window is None:
                     break
                 windows.append(window)
@@ -279,102 +234,9 @@ class TokenLoader:
                 window.yielded += take
                 if window.yielded == len(window.rows):
                     windows.pop(0)
-            self._read_ahead(newest, samples, ahead)
+            self.reader.read_ahead(newest, samples, ahead)
             yield step + [[]] * (world_size - len(step))  # "pad": rows of padding at the end
         windows.clear()
-
-    def _read_ahead(
-        self, window: _Window, samples: list[Iterator[Read]], ahead: list[list[Read | None]]
-    ) -> None:
-        """Pull the next window's reads evenly while ``window``'s rows go out."""
-        if window.last:
-            return
-        for reads, pulled in zip(samples, ahead, strict=True):
-            while len(pulled) * len(window.rows) < window.yielded * self.reads and (
-                not pulled or pulled[-1] is not None
-            ):
-                pulled.append(next(reads, None))
-
-    def _read_window(
-        self,
-        source: _Source,
-        samples: list[Iterator[Read]],
-        ahead: list[list[Read | None]],
-        exchange: Exchange | None,
-    ) -> _Window | None:
-        """The next window of every rank, packed as one; None once every rank's is over."""
-        while True:  # a window whose records were all skipped is passed over
-            state = self._loader_state(source) if source.after is None else source.after
-            mine = [self._read(source, at, samples[at], ahead[at]) for at in range(len(samples))]
-            source.after = self._loader_state(source)
-            ranks = mine if exchange is None else exchange(mine[0])
-            documents = Documents()
-            for read, _ in ranks:
-                documents.extend(read)
-            last = all(over for _, over in ranks)
-            if documents:
-                break
-            if last:
-                return None
-        lengths = [len(tokens) for tokens in documents.tokens]
-        source.seen = (source.seen[0] + len(lengths), source.seen[1] + sum(lengths))
-        # Tuples, which the garbage collector stops tracking (as Documents: why).
-        rows = [tuple(row) for row in pack(self.packing, lengths, self.seq_len)]
-        if self.packing is Packing.BEST_FIT:
-            # Best fit orders rows by size: shuffle them, seeded by the window's documents (so a
-            # replay shuffles the same way), the rows with padding last.
-            names = "\n".join(
-                f"{name}\t{ref[0]}\t{ref[1]}"
-                for name, ref in zip(documents.datasets, documents.refs, strict=True)
-            ).encode()
-            order = np.random.default_rng([self.seed, zlib.crc32(names)]).permutation(len(rows))
-            full = [sum(stop - start for _, start, stop in row) == self.seq_len for row in rows]
-            rows = [rows[i] for i in order if full[i]] + [rows[i] for i in order if not full[i]]
-        return _Window(state, source.after, documents, rows, last=last)
-
-    def _read(
-        self, source: _Source, at: int, samples: Iterator[Read], pulled: list[Read | None]
-    ) -> tuple[Documents, bool]:
-        """A window of one rank's documents, and whether its epoch is over."""
-        documents = Documents()
-        for _ in range(self.reads):
-            read = pulled.pop(0) if pulled else next(samples, None)
-            if read is None:
-                return documents, True
-            for sample in read:
-                self._add_document(documents, source, sample, at)
-        return documents, not source.loaders[at].batches_left()
-
-    def _loader_state(self, source: _Source) -> dict[str, Any]:
-        """The MixingLoader's state with every rank's position, the same on every rank."""
-        if len(source.loaders) > 1:
-            return join_states([loader.state_dict() for loader in source.loaders])
-        return as_saved_by(source.loader.state_dict(), 0)
-
-    def _rest_window(
-        self, source: _Source, rest: dict[str, Any], skip: int, rank: int, world_size: int
-    ) -> _Window:
-        """The rows a state handed over (:mod:`shardmix.tokens.elastic`), this rank's read again."""
-        state = source.after = self._loader_state(source)
-        epoch = source.loader.epoch
-        mine = {d for row in rest["rows"][skip + rank :: world_size] for d, _, _ in row}
-        documents, rows = read_rows(rest, source.dataset, source.name, epoch, self.field, mine)
-        return _Window(state, state, documents, rows, rest, skip, rest["last"])
-
-    def _add_document(
-        self, documents: Documents, source: _Source, sample: dict[str, Any], at: int
-    ) -> None:
-        """Add ``sample`` (read by rank ``at``) to ``documents``, or skip and count it."""
-        try:
-            tokens = document_tokens(sample, self.field)
-        except DecodeError:
-            if not self._skips:
-                raise
-            self.skipped += at == source.own  # this rank's: each simulated rank counts its own
-            return
-        shard = source.dataset.reads.shard_index[sample["__source__"]]
-        ref = (shard, sample["__index__"], sample.get("__offset__", -1))
-        documents.add(sample, tokens, source.name, ref)
 
     def __len__(self) -> int:
         """Batches per epoch on every rank, estimated from the manifests' token counts, else
@@ -407,7 +269,7 @@ class TokenLoader:
         batches, rest = divmod(share, self.batch_size)
         return batches + (1 if rest and not self.drop_last else 0)
 
-    def _manifest_tokens(self, source: _Source) -> int | None:
+    def _manifest_tokens(self, source: Source) -> int | None:
         """The tokens of ``source``'s epoch by its manifests; None where not known exactly."""
         dataset = source.dataset
         if self.field != "tokens" or not isinstance(dataset, ShardDataset):
@@ -431,7 +293,7 @@ class TokenLoader:
         for source in self.sources:
             windows = source.windows
             if not windows:  # the window read last: reads of the next may have been pulled
-                loader = self._loader_state(source) if source.after is None else source.after
+                loader = source.loader_state() if source.after is None else source.after
                 position = {"loader": loader, "rows": 0, "rest": None, "after": loader}
             else:
                 first = windows[0]

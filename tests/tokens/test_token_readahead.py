@@ -51,8 +51,8 @@ def test_a_resume_from_any_step_is_exact(patterns, world_size, mixture):
         states.append(state)
         for source, saved in zip(first[0].sources, state["sources"].values(), strict=True):
             # the MixingLoader past the last window read: reads of the next pulled already
-            ahead += first[0]._loader_state(source) != saved["after"]
-    assert first[0].reads == 2 and ahead > len(states) / 2
+            ahead += source.loader_state() != saved["after"]
+    assert first[0].reader.reads == 2 and ahead > len(states) / 2
     ends = [
         at
         for at, state in enumerate(states[:-1])
