@@ -212,11 +212,13 @@ def data_crc_mismatch(
 
 
 def read_rest(
-    framing: Framing, length: int, record: int, offset: int, begun: bytes = b""
+    framing: Framing, length: int, record: int, offset: int, data: bytes = b"", footer: bytes = b""
 ) -> tuple[bytes, bytes]:
-    """Data and data CRC of a record, after the ``begun`` bytes of them read already."""
+    """Data and data CRC of a record, after the ``data`` and ``footer`` bytes of them read
+    already (short reads: the footer's may be data)."""
     wanted = length + FOOTER_SIZE
-    framed = begun + read_up_to(framing.stream.read, wanted - len(begun))
+    rest = read_up_to(framing.stream.read, wanted - len(data) - len(footer))
+    framed = b"".join((data, footer, rest)) if data or footer else rest  # no copy: none read before
     if len(framed) < wanted:
         raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
     return framed[:length], framed[length:]
