@@ -42,7 +42,8 @@ def key_tag(index: int, key: Any) -> int:
     """The tag of record ``index`` by its key (:data:`NO_TAG` when it has no string key)."""
     if not isinstance(key, str):
         return NO_TAG
-    return record_tag(index, key.encode("utf-8", "surrogateescape"))
+    # record_tag's formula inline: a call less per sample
+    return zlib.crc32(key.encode("utf-8", "surrogateescape"), index & 0xFFFFFFFF) % _TAGS + 1
 
 
 def key_tags(records: list[int], keys: list[Any]) -> list[int]:

@@ -131,7 +131,7 @@ def _span(
                 data = read(length)
                 footer = read(FOOTER_SIZE)
                 if len(data) != length or len(footer) != FOOTER_SIZE:
-                    data, footer = read_rest(framing, length, record, offset, data + footer)
+                    data, footer = read_rest(framing, length, record, offset, data, footer)
             else:
                 data, footer = read_rest(framing, length, record, offset)
             if verify:

@@ -23,6 +23,7 @@ from shardmix.errors import (
     describe_position,
 )
 from shardmix.formats._common import READ_CHUNK, is_seekable, read_up_to
+from shardmix.formats.registry import SUFFIXES, Format
 from shardmix.formats.sniff import HEAD_BYTES, format_hint
 from shardmix.policy import Damage, DamageHandler
 
@@ -212,11 +213,13 @@ def data_crc_mismatch(
 
 
 def read_rest(
-    framing: Framing, length: int, record: int, offset: int, begun: bytes = b""
+    framing: Framing, length: int, record: int, offset: int, data: bytes = b"", footer: bytes = b""
 ) -> tuple[bytes, bytes]:
-    """Data and data CRC of a record, after the ``begun`` bytes of them read already."""
+    """Data and data CRC of a record, after the ``data`` and ``footer`` bytes of them read
+    already (short reads: the footer's may be data)."""
     wanted = length + FOOTER_SIZE
-    framed = begun + read_up_to(framing.stream.read, wanted - len(begun))
+    rest = read_up_to(framing.stream.read, wanted - len(data) - len(footer))
+    framed = b"".join((data, footer, rest)) if data or footer else rest  # no copy: none read before
     if len(framed) < wanted:
         raise framing.truncated(record, offset, "data and data CRC", wanted, len(framed))
     return framed[:length], framed[length:]
@@ -229,7 +232,12 @@ def shard_stem(url: str) -> str:
     'train-00003'
     """
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    return re.sub(r"(\.tfrecords?)?(\.gz)?$", "", name, flags=re.IGNORECASE)
+    return _EXTENSION.sub("", name)
+
+
+# A TFRecord shard's extension, or ``.gz`` alone (a gzipped shard read as TFRecord).
+_TFRECORD_SUFFIXES = [suffix for suffix, fmt in SUFFIXES.items() if fmt is Format.TFRECORD]
+_EXTENSION = re.compile(f"(?:{'|'.join(map(re.escape, _TFRECORD_SUFFIXES))}|\\.gz)$", re.I)
 
 
 def skip_records(

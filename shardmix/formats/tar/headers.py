@@ -126,6 +126,23 @@ def link_name(header: bytes, long_link: str | None, pax: dict[str, bytes]) -> st
     return header[157:257].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
 
 
+def header_names(buffer: bytes, headers: list[int]) -> list[str]:
+    """The names the headers at ``headers`` hold (a ustar prefix joined)."""
+    find = buffer.find
+    names: list[str] = []
+    append = names.append
+    for header in headers:
+        name_end = find(0, header, header + 100)  # -1: the name fills its 100 bytes
+        name = buffer[header : name_end if name_end >= 0 else header + 100]
+        if buffer[header + 345] and buffer[header + 257 : header + 263] == POSIX_MAGIC:
+            prefix_end = find(0, header + 345, header + 500)
+            name = buffer[header + 345 : prefix_end if prefix_end >= 0 else header + 500] + (
+                b"/" + name
+            )
+        append(name.decode("utf-8", "surrogateescape"))
+    return names
+
+
 def long_name_of(data: bytes) -> str:
     """The name a GNU long-name header's data holds."""
     return data.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")

@@ -26,6 +26,7 @@ from shardmix.formats.tar.headers import (
     ZERO_BLOCK,
     Run,
     entry_name,
+    header_names,
     high_bytes,
     link_name,
     long_name_of,
@@ -35,7 +36,7 @@ from shardmix.formats.tar.headers import (
     read_pax,
 )
 from shardmix.formats.tar.pax import PaxShapes
-from shardmix.formats.tar.runs import header_names, plain_members
+from shardmix.formats.tar.runs import plain_members
 
 # A run walks a window of the stream's buffer: all of it where the stream was opened or a read
 # to the end seeked, after another seek doubling from the first size to the last (a range

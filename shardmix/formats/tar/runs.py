@@ -12,8 +12,8 @@ import bisect
 from shardmix.formats.tar.headers import (
     BLOCK,
     MAX_META_BYTES,
-    POSIX_MAGIC,
     entry_name,
+    header_names,
     long_name_of,
     pax_size,
     plain_count,
@@ -170,23 +170,6 @@ def _new_size(size_text: bytes) -> int | None:
         _SIZES.clear()
     _SIZES[size_text] = size
     return size
-
-
-def header_names(buffer: bytes, headers: list[int]) -> list[str]:
-    """The names the headers at ``headers`` hold (a ustar prefix joined)."""
-    find = buffer.find
-    names: list[str] = []
-    append = names.append
-    for header in headers:
-        name_end = find(0, header, header + 100)  # -1: the name fills its 100 bytes
-        name = buffer[header : name_end if name_end >= 0 else header + 100]
-        if buffer[header + 345] and buffer[header + 257 : header + 263] == POSIX_MAGIC:
-            prefix_end = find(0, header + 345, header + 500)
-            name = buffer[header + 345 : prefix_end if prefix_end >= 0 else header + 500] + (
-                b"/" + name
-            )
-        append(name.decode("utf-8", "surrogateescape"))
-    return names
 
 
 def _named(
