@@ -133,9 +133,7 @@ def prepare_output(
             if regex.fullmatch(inner) or regex.fullmatch(stem) or inner.startswith(manifest_name):
                 os.unlink(os.path.join(folder, name))
     journal = Journal(beside(manifest_path, "journal"))
-    existing = sorted(
-        name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
-    )
+    existing = pattern.existing(options.part)
     record = beside(manifest_path, "inputs")
     for path in (manifest_path, record, journal.path):
         refuse_link(path)
