@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 
 from shardmix.errors import ConfigError
 from shardmix.loader import MixingLoader
-from shardmix.state.trainers import is_stateful
+from shardmix.state.trainers import load_in_order
 
 
 class ShardmixResume(pl.Callback):
@@ -33,13 +33,8 @@ class ShardmixResume(pl.Callback):
         states, self._states = self._states, []
         if not states:
             return
-        # Lightning saves one state per stateful loader, in this order.
-        stateful = [
-            loader for loader in _flattened(trainer.train_dataloader) if is_stateful(loader)
-        ]
-        for loader, state in zip(stateful, states, strict=False):
-            if isinstance(loader, MixingLoader):
-                loader.load_state_dict(state)
+        loaders = _flattened(trainer.train_dataloader)
+        load_in_order(loaders, states, lambda loader: isinstance(loader, MixingLoader))
 
 
 class ShardmixStats(pl.Callback):

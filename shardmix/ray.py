@@ -162,12 +162,7 @@ class ShardSink(Datasink[dict[str, Any]]):
             os.replace(os.path.join(attempt, staged + ".idx"), os.path.join(folder, name + ".idx"))
 
     def _existing(self) -> list[str]:
-        regex = self.pattern.shard_regex(Part())
-        names = sorted(
-            name
-            for name in os.listdir(self.pattern.folder)
-            if regex.fullmatch(name.removesuffix(".idx"))
-        )
+        names = self.pattern.existing(Part())
         if os.path.exists(self.manifest_path):
             names.append(os.path.basename(self.manifest_path))
         return names

@@ -26,7 +26,7 @@ from shardmix.convert.manifest import (
     read_manifest,
     write_manifest,
 )
-from shardmix.convert.options import ConvertOptions, OutputPattern, Part, TokenOptions
+from shardmix.convert.options import ConvertOptions, OutputPattern, Part
 from shardmix.convert.outfiles import beside, lock_output, refuse_link
 from shardmix.convert.plan import ShardPlan, make_plan, plan_digest, set_origin
 from shardmix.convert.tables import (
@@ -133,9 +133,7 @@ def prepare_output(
             if regex.fullmatch(inner) or regex.fullmatch(stem) or inner.startswith(manifest_name):
                 os.unlink(os.path.join(folder, name))
     journal = Journal(beside(manifest_path, "journal"))
-    existing = sorted(
-        name for name in os.listdir(folder) if regex.fullmatch(name.removesuffix(".idx"))
-    )
+    existing = pattern.existing(options.part)
     record = beside(manifest_path, "inputs")
     for path in (manifest_path, record, journal.path):
         refuse_link(path)
@@ -187,12 +185,14 @@ def _write_all(
 
 
 def run_settings(
-    pattern: OutputPattern, options: ConvertOptions, tokens: TokenOptions | None = None
+    pattern: OutputPattern, options: ConvertOptions
 ) -> tuple[WriteSpec, dict[str, object]]:
     """A run's write spec, and the settings its plan digest covers but the seed and classes."""
     fmt = options.format or pattern.format()
     gzip = pattern.gzipped() if options.gzip is None else options.gzip
-    spec = WriteSpec(pattern.folder, fmt, gzip, options.write_index, options.skip_bad, tokens)
+    spec = WriteSpec(
+        pattern.folder, fmt, gzip, options.write_index, options.skip_bad, options.tokens
+    )
     settings: dict[str, object] = {"format": fmt.value, "gzip": gzip, "index": spec.indexed}
     return spec, settings | {"limits": options.limits(), "part": list(astuple(options.part))}
 
@@ -211,7 +211,7 @@ def convert(
         inputs = [inputs]
     options = options or ConvertOptions()
     pattern = OutputPattern.parse(output_pattern)
-    spec, settings = run_settings(pattern, options, options.tokens)
+    spec, settings = run_settings(pattern, options)
     if options.tokens is not None:  # loaded here: a bad tokenizer fails before the listing
         settings["tokens"] = DocumentTokenizer(options.tokens, spec.format).settings()
     listing = list_inputs(inputs, options, Problems(options.skip_bad))

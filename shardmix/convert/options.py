@@ -135,6 +135,13 @@ class OutputPattern:
         tag = re.escape(part.tag + "-") if part.count > 1 else ""
         return re.compile(f"{re.escape(self.prefix)}{tag}\\d+{re.escape(self.suffix)}")
 
+    def existing(self, part: Part) -> list[str]:
+        """The names in the folder of this part's shards and their indexes, sorted."""
+        regex = self.shard_regex(part)
+        return sorted(
+            name for name in os.listdir(self.folder) if regex.fullmatch(name.removesuffix(".idx"))
+        )
+
     def manifest_name(self, part: Part | None) -> str:
         stem = self.prefix.rstrip("-_.") or "shards"
         if part is not None and part.count > 1:

@@ -49,6 +49,12 @@ class ShardWriter(Closing):
                 f"shuffle={options.shuffle}, workers={options.workers}; shuffle the samples "
                 "before writing, or list them for shardmix.convert.convert"
             )
+        if options.tokens is not None:
+            raise ConfigError(
+                "a ShardWriter writes samples as given, untokenized: found tokens="
+                f"{options.tokens!r}; tokenize with shardmix.convert.convert or "
+                "shardmix convert --tokenizer"
+            )
         self.options = options
         self.pattern = OutputPattern.parse(pattern)
         self.spec, settings = run_settings(self.pattern, options)

@@ -183,10 +183,12 @@ def record_run(
     return RunStats(name, num_lanes, num_workers, found, summary, loader_stats, by_source, by_label)
 
 
-def progress_bar(batches: Iterator[T], show: bool, name: str, total: int) -> Iterator[T]:
-    """``batches``, with a progress bar on stderr when ``show``."""
+def progress_bar(
+    items: Iterable[T], show: bool, name: str, total: int | None = None, unit: str = "batch"
+) -> Iterator[T]:
+    """``items``, with a progress bar on stderr when ``show`` (``total``: their length)."""
     if not show:
-        return batches
+        return iter(items)
     from tqdm import tqdm
 
-    return iter(tqdm(batches, desc=name, unit="batch", total=total, leave=False))
+    return iter(tqdm(items, desc=name, unit=unit, total=total, leave=False))

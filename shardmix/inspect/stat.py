@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import io
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from shardmix.convert.identity import stale_inputs
 from shardmix.errors import ShardmixError
 from shardmix.formats import Format, ReadOptions, TFRecordPayload, infer_format, reader_for
+from shardmix.inspect.reading import progress_bar
 from shardmix.plan.counts import count_records, manifest_shards
 from shardmix.plan.manifests import missing_listed
 from shardmix.plan.urls import expand_urls
@@ -118,7 +119,9 @@ def stat_shards(
     digests = ManifestDigests()
     shards = [
         _stat_one(url, forced or infer_format(url), verify, digests)
-        for url in _progress([url for url in expanded if url not in gone], progress, "stat")
+        for url in progress_bar(
+            [url for url in expanded if url not in gone], progress, "stat", unit="shard"
+        )
     ]
     missing = list(dict.fromkeys(gone + missing_listed(urls)))
     return StatReport(shards=shards, verify=verify, missing=missing)
@@ -217,11 +220,3 @@ def _size(url: str) -> int | None:
             return int(stream.seek(0, io.SEEK_END)) if stream.seekable() else None
         except (OSError, ValueError, AttributeError):
             return None
-
-
-def _progress(items: Sequence[str], show: bool, what: str) -> Iterator[str]:
-    if not show:
-        return iter(items)
-    from tqdm import tqdm
-
-    return iter(tqdm(items, desc=what, unit="shard", leave=False))

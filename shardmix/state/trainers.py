@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
+from collections.abc import Callable, Iterable
 from inspect import CO_OPTIMIZED
 from types import FrameType
 from typing import Any
@@ -36,13 +37,19 @@ def adopt_pending_state(loader: Any) -> bool:
     flattened = list(getattr(combined, "flattened", []))
     if not any(candidate is loader for candidate in flattened):
         return False
-    # Lightning saves one state per loader that has state_dict and load_state_dict, in order.
-    stateful = [candidate for candidate in flattened if is_stateful(candidate)]
-    for candidate, state in zip(stateful, states, strict=False):
-        if type(candidate) is type(loader):
-            candidate.load_state_dict(state)
+    load_in_order(flattened, states, lambda candidate: type(candidate) is type(loader))
     fit_loop._combined_loader_states_to_load = []
     return True
+
+
+def load_in_order(
+    loaders: Iterable[Any], states: Iterable[dict[str, Any]], accept: Callable[[Any], bool]
+) -> None:
+    """Load Lightning's ``states`` (one a stateful loader, in order) into those ``accept`` takes."""
+    stateful = [loader for loader in loaders if is_stateful(loader)]
+    for loader, state in zip(stateful, states, strict=False):
+        if accept(loader):
+            loader.load_state_dict(state)
 
 
 def _fit_loop(frame: FrameType | None) -> Any:
