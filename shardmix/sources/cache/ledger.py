@@ -363,7 +363,8 @@ class CacheLedger:
                 )
                 db.execute("DELETE FROM plans WHERE owner = ?", (owner,))
             for path in gone:
-                db.execute("DELETE FROM entries WHERE path = ? AND state = 'ready'", (path,))
+                if not os.path.isfile(path):  # not a fresh copy written there since
+                    db.execute("DELETE FROM entries WHERE path = ? AND state = 'ready'", (path,))
         return True
 
     def holds(self, path: str) -> bool:
