@@ -16,9 +16,9 @@ from typing import Any, BinaryIO
 
 from shardmix.convert.options import OutputPattern, Part
 from shardmix.errors import OutputBusyError, OutputFullError, OutputLinkError
+from shardmix.sources.cache.store import DISK_FULL
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _HOLDER_BYTES = 64  # "<pid> <writer>" at the start of a lock file, space-padded
 _HELD: set[int] = set()  # lock descriptors of this process, closed in forked children
 
@@ -39,7 +39,7 @@ def naming_full(path: str) -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        if error.errno not in _FULL:
+        if error.errno not in DISK_FULL:
             raise
         raise OutputFullError(
             f"{path}: the disk is full ({error.strerror}); the partial file was deleted: free "

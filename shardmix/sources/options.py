@@ -116,6 +116,12 @@ class SourceOptions:
             )
         # A plain dict: picklable, and safe from later changes to the caller's mapping.
         object.__setattr__(self, "storage_options", dict(self.storage_options))
+        headers = self.storage_options.get("headers", {})
+        if not isinstance(headers, Mapping):
+            raise ConfigError(
+                "storage_options['headers'] must be a mapping of header names to values, "
+                f"got {type(headers).__name__}"
+            )
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
         if self.cache_dir is not None:

@@ -213,6 +213,8 @@ def test_source_options_validate_copy_and_pickle() -> None:
         SourceOptions(storage_options=[("key", "x")])  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         SourceOptions(allow_pipe="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"storage_options\['headers'\] must be a mapping"):
+        SourceOptions(storage_options={"headers": ["Authorization: x"]})
 
 
 def test_remote_errors_survive_pickling() -> None:

@@ -142,8 +142,7 @@ def _open_leased(
     if stale:
         if raw is not None:
             raw.close()
-        ledger.release(entry.path)
-        ledger.discard(entry.path)
+        ledger.discard(entry.path)  # its lease with it
         return None
     assert raw is not None
     identity = ShardIdentity(entry.total, entry.validator)

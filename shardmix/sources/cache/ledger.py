@@ -73,6 +73,7 @@ class CacheLedger:
     def __init__(self, folder: str) -> None:
         self.folder = folder
         self.owner = this_owner()
+        self.parent = owner_of(os.getppid())  # a ledger is one process's (see ledger_for)
         self.evictions = 0  # copies this process evicted
         self._lock = threading.Lock()  # one connection, shared by this process's threads
         self._connection: sqlite3.Connection | None = None
@@ -318,11 +319,10 @@ class CacheLedger:
 
     def _reached(self, db: sqlite3.Connection, url: str) -> None:
         """A plan of this process or of its parent (a worker's main process) opens ``url``."""
-        parent = owner_of(os.getppid())
         row = db.execute(
             "SELECT w.rowid, w.plan, w.position FROM wants w JOIN plans p ON p.plan = w.plan "
             "WHERE w.url = ? AND p.owner IN (?, ?) ORDER BY w.position LIMIT 1",
-            (url, self.owner, parent),
+            (url, self.owner, self.parent),
         ).fetchone()
         if row is not None:
             db.execute("DELETE FROM wants WHERE rowid = ?", (row[0],))
@@ -363,7 +363,8 @@ class CacheLedger:
                 )
                 db.execute("DELETE FROM plans WHERE owner = ?", (owner,))
             for path in gone:
-                db.execute("DELETE FROM entries WHERE path = ? AND state = 'ready'", (path,))
+                if not os.path.isfile(path):  # not a fresh copy written there since
+                    db.execute("DELETE FROM entries WHERE path = ? AND state = 'ready'", (path,))
         return True
 
     def holds(self, path: str) -> bool:

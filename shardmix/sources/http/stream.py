@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import urllib3
 
-from shardmix.errors import ConfigError, UnsupportedURLError
+from shardmix.errors import UnsupportedURLError
 from shardmix.sources.http.connections import connection_pool, follow_redirects
 from shardmix.sources.http.retry import (
     RateWatch,
@@ -68,16 +68,10 @@ def shard_stream(
 ) -> HttpShardStream:
     """An :class:`HttpShardStream` of ``url`` whose first request asks for ``first_at``, with
     ``options``' retries, headers and stall check (bounded at ``stop``, held to ``expect``)."""
-    headers = options.storage_options.get("headers", {})
-    if not isinstance(headers, Mapping):
-        raise ConfigError(
-            f"{url}: storage_options['headers'] must be a mapping of header names to values",
-            url=url,
-        )
     return HttpShardStream(
         url,
         options.retry,
-        headers=headers,
+        headers=options.storage_options.get("headers", {}),
         first_at=first_at,
         stop=stop,
         min_bytes_per_s=options.min_bytes_per_s,
