@@ -42,8 +42,9 @@ def naming_full(path: str) -> Iterator[None]:
         if error.errno not in DISK_FULL:
             raise
         raise OutputFullError(
-            f"{path}: the disk is full ({error.strerror}); the partial file was deleted: free "
-            "space (or choose another output folder) and run convert again, it resumes",
+            f"{path}: the disk is full, or the file over a size limit ({error.strerror}); the "
+            "partial file was deleted: free space, choose another output folder or smaller "
+            "shards (--max-bytes), and run convert again, it resumes",
             url=path,
         ) from error
 
