@@ -71,7 +71,7 @@ class BufferStage:
     def state_dict(self) -> dict[str, Any]:
         """The buffer's state, each resident as its sample's reference and tag."""
         state = self.buffer.state_dict()
-        slots = np.asarray(state["slots"], dtype=np.int64)
+        slots = self.buffer.slots
         return buffer_state(state["draws"], self.refs(slots), state["sizes"], self.tags(slots))
 
     def load_state_dict(self, state: Mapping[str, Any], *, pushing: bool = True) -> None:
@@ -181,7 +181,7 @@ class BufferStage:
 
     def shards(self) -> list[int]:
         """The shard index of each resident, in slot order (the shards the state names)."""
-        return [shard for shard, _, _ in self.refs(self.buffer.slots)]
+        return self._of_ids(self.buffer.slots, self.store.refs_table[:, 0], lambda r: r.ref[0])
 
     def close(self) -> None:
         """Let go of the residents not read yet (:meth:`ResidentReads.close`)."""
