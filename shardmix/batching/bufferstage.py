@@ -25,7 +25,6 @@ from shardmix.plan.sharding import shuffle_warmup
 from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.state.codec import (
     Ref,
-    check_refs,
     pack_refs,
     pack_sizes,
     pack_tags,
@@ -79,8 +78,7 @@ class BufferStage:
         lanes are left, so pushes (not pops) evict them, which orders the reads."""
         reads = self.reads
         assert reads is not None  # a ShardDataset's: the loader restores no other
-        refs = unpack_refs(state["items"])
-        check_refs(refs, len(reads.plan.urls), "buffer.items")
+        refs = unpack_refs(state["items"])  # checked with its sizes and tags (check_position)
         draws = self.buffer.draws.fork()
         draws.count = state["draws"]
         limit = self.buffer.limit
