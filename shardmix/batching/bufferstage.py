@@ -25,7 +25,6 @@ from shardmix.plan.sharding import shuffle_warmup
 from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.state.codec import (
     Ref,
-    check_refs,
     pack_refs,
     pack_sizes,
     pack_tags,
@@ -71,7 +70,7 @@ class BufferStage:
     def state_dict(self) -> dict[str, Any]:
         """The buffer's state, each resident as its sample's reference and tag."""
         state = self.buffer.state_dict()
-        slots = np.asarray(state["slots"], dtype=np.int64)
+        slots = self.buffer.slots
         return buffer_state(state["draws"], self.refs(slots), state["sizes"], self.tags(slots))
 
     def load_state_dict(self, state: Mapping[str, Any], *, pushing: bool = True) -> None:
@@ -79,8 +78,7 @@ class BufferStage:
         lanes are left, so pushes (not pops) evict them, which orders the reads."""
         reads = self.reads
         assert reads is not None  # a ShardDataset's: the loader restores no other
-        refs = unpack_refs(state["items"])
-        check_refs(refs, len(reads.plan.urls), "buffer.items")
+        refs = unpack_refs(state["items"])  # checked with its sizes and tags (check_position)
         draws = self.buffer.draws.fork()
         draws.count = state["draws"]
         limit = self.buffer.limit
@@ -181,7 +179,7 @@ class BufferStage:
 
     def shards(self) -> list[int]:
         """The shard index of each resident, in slot order (the shards the state names)."""
-        return [shard for shard, _, _ in self.refs(self.buffer.slots)]
+        return self._of_ids(self.buffer.slots, self.store.refs_table[:, 0], lambda r: r.ref[0])
 
     def close(self) -> None:
         """Let go of the residents not read yet (:meth:`ResidentReads.close`)."""

@@ -24,7 +24,14 @@ from shardmix.reading.shardreads import ShardReads, shard_reads
 from shardmix.reading.transforms import FILTERED, SKIPPED
 from shardmix.sources import open_shard
 from shardmix.sources.identity import ShardIdentity
-from shardmix.state.codec import check_refs, unpack_identities, unpack_pieces, unpack_refs
+from shardmix.state.codec import (
+    check_refs,
+    unpack_identities,
+    unpack_pieces,
+    unpack_refs,
+    unpack_sizes,
+    unpack_tags,
+)
 from shardmix.world import end_exchange
 
 
@@ -195,6 +202,7 @@ def check_position(
     check_lanes(position["mixer"]["lanes"], lanes, int(position["epoch"]), rank)
     try:
         _check_position(position, lanes, count, len(dataset.plan.urls), where)
+        _check_resident_counts(position["buffer"], where, rank)
     except ConfigError:
         found = unpack_identities(position["shards"], len(dataset.plan.urls), f"{where}shards")
         for shard, identity in found.items():
@@ -269,6 +277,20 @@ def _check_position(
             "dropped, plus the padding)",
             emitted,
         )
+
+
+def _check_resident_counts(buffer: Mapping[str, Any], where: str, rank: int | None) -> None:
+    """Refuse a buffer without one size and one tag per resident (after the position's other
+    checks: a resident added or dropped is refused by those first)."""
+    residents = len(unpack_refs(buffer["items"], f"{where}buffer.items"))
+    sizes = len(unpack_sizes(buffer["sizes"], f"{where}buffer.sizes"))
+    if sizes != residents:
+        who = "checkpoint's" if rank is None else f"state's rank {rank}"
+        raise ConfigError(
+            f"cannot resume: the {who} shuffle buffer names {residents} residents but gives "
+            f"{sizes} sizes; the state was edited or damaged"
+        )
+    unpack_tags(buffer["tags"], residents, f"{where}buffer.tags")
 
 
 def _refuse(field: str, expected: str, found: Any) -> None:

@@ -91,9 +91,9 @@ class LaneMerge:
         """``(ids, sizes)`` of up to ``count`` released samples not yet taken; none at the end."""
         self.lookahead(1)
         ahead = self._ready[self._head :]
-        if self._tombstones:
-            ahead = ahead[ahead[:, ID] >= 0]
-        ahead = ahead[:count]
+        # Tombstones: only the first ``count`` samples' rows are copied, not the whole tail.
+        kept = np.flatnonzero(ahead[:, ID] >= 0)[:count] if self._tombstones else slice(count)
+        ahead = ahead[kept]
         return ahead[:, ID], ahead[:, SIZE]
 
     def lookahead(self, count: int) -> int:

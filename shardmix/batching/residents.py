@@ -182,12 +182,6 @@ class ResidentReads:
         tags: Sequence[int] | None = None,
     ) -> None:
         tags = [NO_TAG] * len(refs) if tags is None else tags
-        for given, what in ((sizes, "sizes"), (tags, "tags ('buffer.tags')")):
-            if len(given) != len(refs):
-                raise ConfigError(
-                    f"cannot resume: the checkpoint's shuffle buffer names {len(refs)} "
-                    f"residents but gives {len(given)} {what}; the state was edited or damaged"
-                )
         options = dataset.source_options or SourceOptions()
         ranged = {
             shard_index

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TypeVar
 
 import numpy as np
-
-T = TypeVar("T")
 
 _SHUFFLE_STREAM = 0x5B0F
 _BLOCK = 4096

@@ -123,13 +123,8 @@ def resized_position(
         where = "" if old_rank == saver else f"ranks.{old_rank}."
         check_position(position, lanes, dataset.reads, counts.__getitem__, where, old_rank)
         ends += _lane_ends(saved, lanes)
-        refs = unpack_refs(position["buffer"]["items"])
-        sizes = unpack_sizes(position["buffer"]["sizes"])
-        if len(sizes) != len(refs):
-            raise ConfigError(
-                f"cannot resume: the state's rank {old_rank} shuffle buffer names {len(refs)} "
-                f"residents but gives {len(sizes)} sizes; the state was edited or damaged"
-            )
+        refs = unpack_refs(position["buffer"]["items"], f"{where}buffer.items")
+        sizes = unpack_sizes(position["buffer"]["sizes"])  # its count checked with the refs
         tags = unpack_tags(position["buffer"]["tags"], len(refs))
         pieces = remaining_pieces(lanes, [(lane[0], lane[1]) for lane in saved], counts)
         # By shard and record: a share then references few shards (its state names each).

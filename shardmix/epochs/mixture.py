@@ -71,10 +71,11 @@ class MixtureEpoch:
         self._members = settings.members
         mixture = resume["mixture"] if resume is not None else None
         self.batches = resume["batches"] if resume is not None else 0
-        self.apportioner = Apportioner(settings.weights)
-        self.passes = dict.fromkeys(self.datasets, 0)
-        self.exhausted: set[str] = set()
-        if mixture is not None:
+        if mixture is None:
+            self.apportioner = Apportioner(settings.weights)
+            self.passes = dict.fromkeys(self.datasets, 0)
+            self.exhausted: set[str] = set()
+        else:
             weights = {name: Fraction(text) for name, text in mixture["weights"].items()}
             credits = {name: Fraction(text) for name, text in mixture["credits"].items()}
             self.apportioner = Apportioner(weights, credits)
