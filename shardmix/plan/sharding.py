@@ -37,7 +37,7 @@ import enum
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar, overload
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -263,36 +263,21 @@ class PackedLanes(Sequence[list[Piece]]):
     """
 
     def __init__(self, lanes: Sequence[Sequence[Piece]]) -> None:
-        self._bounds = np.zeros(len(lanes) + 1, dtype=np.int64)
-        np.cumsum([len(lane) for lane in lanes], out=self._bounds[1:])
+        self._bounds = np.cumsum([0, *map(len, lanes)])
         rows = [(p[0], p[1], -1 if p[2] is None else p[2]) for lane in lanes for p in lane]
         self._rows = np.array(rows, dtype=np.int64).reshape(-1, 3)
-        self._made: dict[int, list[Piece]] = {}
+        self._made: dict[int, list[Piece]] = {}  # empty when pickled: made in the main process
 
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
-    @overload
-    def __getitem__(self, lane: int) -> list[Piece]: ...
-    @overload
-    def __getitem__(self, lane: slice) -> list[list[Piece]]: ...
-    def __getitem__(self, lane: int | slice) -> list[Piece] | list[list[Piece]]:
-        if isinstance(lane, slice):
-            return [self[at] for at in range(*lane.indices(len(self)))]
-        lane = range(len(self))[lane]  # IndexError past the end, as a list's
+    def __getitem__(self, lane: int) -> list[Piece]:  # type: ignore[override]  # no slices
         made = self._made.get(lane)
         if made is None:
             rows = self._rows[self._bounds[lane] : self._bounds[lane + 1]].tolist()
             made = [Piece(shard, start, None if stop < 0 else stop) for shard, start, stop in rows]
             self._made[lane] = made
         return made
-
-    def __getstate__(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._bounds, self._rows
-
-    def __setstate__(self, state: tuple[np.ndarray, np.ndarray]) -> None:
-        self._bounds, self._rows = state
-        self._made = {}
 
 
 def deal_to_lanes(pieces: Sequence[T], num_lanes: int) -> list[list[T]]:

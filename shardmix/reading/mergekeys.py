@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -45,21 +44,6 @@ class LaneClocks:
         clocks = LaneClocks.__new__(LaneClocks)  # not copy.copy: it would pack and unpack
         clocks.__dict__.update(self.__dict__, lane_pieces=lane_pieces)
         return clocks
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Sent to every worker: the pieces' starts in one array, not thousands of floats.
-        state = dict(self.__dict__)
-        state["starts"] = (
-            np.fromiter(itertools.chain.from_iterable(self.starts), np.float64),
-            [len(starts) for starts in self.starts],
-        )
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        flat, sizes = state.pop("starts")
-        self.__dict__.update(state)
-        ends = itertools.accumulate(sizes)
-        self.starts = [flat[end - n : end].tolist() for n, end in zip(sizes, ends, strict=True)]
 
     def shares(self) -> list[float]:
         """Each lane's size over the mean lane's: the rate at which the mixer takes it."""
