@@ -26,16 +26,11 @@ class Format(enum.Enum):
     TFRECORD = "tfrecord"
 
 
-# The extensions of shards, and the format each names.
-SUFFIXES = {
-    ".tar": Format.TAR,
-    ".tar.gz": Format.TAR,
-    ".tgz": Format.TAR,
-    ".tfrecord": Format.TFRECORD,
-    ".tfrecords": Format.TFRECORD,
-    ".tfrecord.gz": Format.TFRECORD,
-    ".tfrecords.gz": Format.TFRECORD,
+_EXTENSIONS = {
+    Format.TAR: (".tar", ".tar.gz", ".tgz"),
+    Format.TFRECORD: (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz"),
 }
+_SUFFIXES = [(suffix, fmt) for fmt, suffixes in _EXTENSIONS.items() for suffix in suffixes]
 
 # Files written beside shards, never shards themselves.
 NOT_SHARD_SUFFIXES = (".manifest.json", ".idx", ".index", "record-counts.json")
@@ -54,7 +49,7 @@ def infer_format(url: str) -> Format:
     'tfrecord'
     """
     path = url.split("?", 1)[0].lower()
-    for suffix, fmt in sorted(SUFFIXES.items(), key=lambda item: -len(item[0])):
+    for suffix, fmt in sorted(_SUFFIXES, key=lambda item: -len(item[0])):
         if path.endswith(suffix):
             return fmt
     if path.endswith(NOT_SHARD_SUFFIXES):
@@ -63,7 +58,7 @@ def infer_format(url: str) -> Format:
             "not a shard; leave it out of the shard pattern",
             url=url,
         )
-    known = ", ".join(SUFFIXES)
+    known = ", ".join(suffix for suffix, _ in _SUFFIXES)
     raise UnsupportedURLError(
         f"{url}: cannot tell the shard format from the extension (known: {known}); "
         "pass format='tar' or format='tfrecord'",

@@ -23,7 +23,6 @@ from shardmix.errors import (
     describe_position,
 )
 from shardmix.formats._common import READ_CHUNK, is_seekable, read_up_to
-from shardmix.formats.registry import SUFFIXES, Format
 from shardmix.formats.sniff import HEAD_BYTES, format_hint
 from shardmix.policy import Damage, DamageHandler
 
@@ -232,12 +231,7 @@ def shard_stem(url: str) -> str:
     'train-00003'
     """
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    return _EXTENSION.sub("", name)
-
-
-# A TFRecord shard's extension, or ``.gz`` alone (a gzipped shard read as TFRecord).
-_TFRECORD_SUFFIXES = [suffix for suffix, fmt in SUFFIXES.items() if fmt is Format.TFRECORD]
-_EXTENSION = re.compile(f"(?:{'|'.join(map(re.escape, _TFRECORD_SUFFIXES))}|\\.gz)$", re.I)
+    return re.sub(r"(\.tfrecords?)?(\.gz)?$", "", name, flags=re.IGNORECASE)
 
 
 def skip_records(
