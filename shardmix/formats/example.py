@@ -72,29 +72,19 @@ _INT64 = np.dtype(np.int64)
 _FROMITER_MAX = 48
 
 
-# One decoder per kind, not one taking the dtype: a feature costs one call, not two.
-def _decode_float(feature: Any) -> np.ndarray:
-    values = feature.float_list.value
+def _array(values: Any, dtype: np.dtype) -> np.ndarray:
     count = len(values)
     if count <= _FROMITER_MAX:
-        return np.fromiter(values, dtype=_FLOAT32, count=count)
-    return np.array(values, dtype=_FLOAT32)
-
-
-def _decode_int64(feature: Any) -> np.ndarray:
-    values = feature.int64_list.value
-    count = len(values)
-    if count <= _FROMITER_MAX:
-        return np.fromiter(values, dtype=_INT64, count=count)
-    return np.array(values, dtype=_INT64)
+        return np.fromiter(values, dtype=dtype, count=count)
+    return np.array(values, dtype=dtype)
 
 
 # The layouts of the records this process has decoded (a cache: it changes no result).
 _LAYOUTS = Layouts()
 
 _DECODERS: dict[str | None, Callable[[Any], Any]] = {
-    "float_list": _decode_float,
-    "int64_list": _decode_int64,
+    "float_list": lambda feature: _array(feature.float_list.value, _FLOAT32),
+    "int64_list": lambda feature: _array(feature.int64_list.value, _INT64),
     None: lambda feature: [],
 }
 
