@@ -145,21 +145,9 @@ class ShardPlan:
         claimed = self.record_counts.claim(self.urls[shard_index])
         return None if claimed is None else claimed[0]
 
-    def lane_pieces(
-        self,
-        epoch: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        num_lanes: int | None = None,
-        epoch_pass: int = 0,
-    ) -> list[list[Piece]]:
-        """For each lane, the pieces it reads in ``epoch`` on ``rank``, in order (see
-        :meth:`weighed_lanes`)."""
-        lanes, _ = self.weighed_lanes(
-            epoch, rank=rank, world_size=world_size, num_lanes=num_lanes, epoch_pass=epoch_pass
-        )
-        return lanes
+    def lane_pieces(self, epoch: int, **where: Any) -> list[list[Piece]]:
+        """For each lane, the pieces it reads in ``epoch`` (see :meth:`weighed_lanes`)."""
+        return self.weighed_lanes(epoch, **where)[0]
 
     def weighed_lanes(
         self,

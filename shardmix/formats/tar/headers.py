@@ -86,10 +86,8 @@ def read_pax(data: bytes) -> dict[str, bytes] | None:
 
 # A plain header's checksum in one product with these weights: each byte's weight in the sum
 # less the stored checksum's six octal digits at their place values; a match gives -(8 spaces +
-# the digits' "0"s). Through einsum, not a BLAS product, whose threads would spin in every
-# worker after each run. In float32 (a third faster than int32): every partial sum is an
-# integer of at most 255 * (504 + 37449) in size (the places sum to 37449), below 2 ** 24, so
-# exact in any order of summing.
+# the digits' "0"s). Through einsum, not BLAS, whose threads would spin in every worker; in
+# float32 (faster than int32), exact: every partial sum is below 255 * (504 + 37449) < 2 ** 24.
 _PLACES = 8 ** np.arange(5, -1, -1)
 _CHECKSUM_WEIGHTS = np.ones(BLOCK, np.float32)
 _CHECKSUM_WEIGHTS[148:156] = 0
