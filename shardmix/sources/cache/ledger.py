@@ -347,15 +347,12 @@ class CacheLedger:
         with self._write() as db:
             for owner in dead:
                 parts = db.execute(
-                    "SELECT path, part FROM entries WHERE owner = ? AND state = 'filling'",
-                    (owner,),
+                    "SELECT path, part FROM entries WHERE owner = ? AND state = 'filling'", (owner,)
                 ).fetchall()
                 for path, part in parts:
                     db.execute("DELETE FROM entries WHERE path = ?", (path,))
                     unlink_if_there(part)
-                    unlink_if_there(
-                        path
-                    )  # moved into place, but the owner died before it was marked
+                    unlink_if_there(path)  # moved into place, its owner dead before marking it
                 db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
                 db.execute(
                     "DELETE FROM wants WHERE plan IN (SELECT plan FROM plans WHERE owner = ?)",
@@ -369,11 +366,8 @@ class CacheLedger:
 
     def holds(self, path: str) -> bool:
         """Whether a ready copy of a whole shard is at ``path``."""
-        return bool(
-            self._rows(
-                "SELECT 1 FROM entries WHERE path = ? AND state = 'ready' AND size = total", path
-            )
-        )
+        query = "SELECT 1 FROM entries WHERE path = ? AND state = 'ready' AND size = total"
+        return bool(self._rows(query, path))
 
 
 def _trim(db: sqlite3.Connection, path: str, size: int) -> None:
