@@ -291,18 +291,11 @@ class CacheLedger:
     def abandon(self, path: str) -> None:
         """Give up this process's copy at ``path`` being filled: its temporary file first (on a
         full disk, what frees the room the row's deletion needs), then its row."""
-        parts = self._rows(
-            "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
-            path,
-            self.owner,
-        )
-        for (part,) in parts:
+        filling = "FROM entries WHERE path = ? AND owner = ? AND state = 'filling'"
+        for (part,) in self._rows(f"SELECT part {filling}", path, self.owner):
             unlink_if_there(part)
         with self._write(None, "a copy given up") as db:
-            db.execute(
-                "DELETE FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
-                (path, self.owner),
-            )
+            db.execute(f"DELETE {filling}", (path, self.owner))
 
     def plan(self, plan: str, urls: Sequence[tuple[str, int]]) -> None:
         """Replace what ``plan`` reads later: ``(url, shards read before it)`` pairs."""
