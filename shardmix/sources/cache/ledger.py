@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS wants (plan TEXT NOT NULL, url TEXT NOT NULL, positio
 CREATE INDEX IF NOT EXISTS wants_by_url ON wants (url, position);
 CREATE INDEX IF NOT EXISTS leases_by_path ON leases (path);
 """
+# The row of a copy an owner is filling (the arguments: path, owner).
+_FILLING = "FROM entries WHERE path = ? AND owner = ? AND state = 'filling'"
 # How many shards ahead the soonest live plan reads a URL (the query ends with it).
 _NEED = "SELECT MIN(w.position - p.at) FROM wants w JOIN plans p ON p.plan = w.plan WHERE w.url ="
 
@@ -266,10 +268,7 @@ class CacheLedger:
         version, validator, sha256 = copy
         try:
             with self._write(url, f"the copy of {filled:,} bytes") as db:
-                (part,) = db.execute(
-                    "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
-                    (path, self.owner),
-                ).fetchone()
+                (part,) = db.execute(f"SELECT part {_FILLING}", (path, self.owner)).fetchone()
                 os.replace(part, path)  # inside the transaction: a kill here leaves a filling row
                 status = os.stat(path)
                 db.execute(
@@ -291,18 +290,10 @@ class CacheLedger:
     def abandon(self, path: str) -> None:
         """Give up this process's copy at ``path`` being filled: its temporary file first (on a
         full disk, what frees the room the row's deletion needs), then its row."""
-        parts = self._rows(
-            "SELECT part FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
-            path,
-            self.owner,
-        )
-        for (part,) in parts:
+        for (part,) in self._rows(f"SELECT part {_FILLING}", path, self.owner):
             unlink_if_there(part)
         with self._write(None, "a copy given up") as db:
-            db.execute(
-                "DELETE FROM entries WHERE path = ? AND owner = ? AND state = 'filling'",
-                (path, self.owner),
-            )
+            db.execute(f"DELETE {_FILLING}", (path, self.owner))
 
     def plan(self, plan: str, urls: Sequence[tuple[str, int]]) -> None:
         """Replace what ``plan`` reads later: ``(url, shards read before it)`` pairs."""
@@ -347,15 +338,12 @@ class CacheLedger:
         with self._write() as db:
             for owner in dead:
                 parts = db.execute(
-                    "SELECT path, part FROM entries WHERE owner = ? AND state = 'filling'",
-                    (owner,),
+                    "SELECT path, part FROM entries WHERE owner = ? AND state = 'filling'", (owner,)
                 ).fetchall()
                 for path, part in parts:
                     db.execute("DELETE FROM entries WHERE path = ?", (path,))
                     unlink_if_there(part)
-                    unlink_if_there(
-                        path
-                    )  # moved into place, but the owner died before it was marked
+                    unlink_if_there(path)  # moved into place, its owner dead before marking it
                 db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
                 db.execute(
                     "DELETE FROM wants WHERE plan IN (SELECT plan FROM plans WHERE owner = ?)",
@@ -369,11 +357,8 @@ class CacheLedger:
 
     def holds(self, path: str) -> bool:
         """Whether a ready copy of a whole shard is at ``path``."""
-        return bool(
-            self._rows(
-                "SELECT 1 FROM entries WHERE path = ? AND state = 'ready' AND size = total", path
-            )
-        )
+        query = "SELECT 1 FROM entries WHERE path = ? AND state = 'ready' AND size = total"
+        return bool(self._rows(query, path))
 
 
 def _trim(db: sqlite3.Connection, path: str, size: int) -> None:

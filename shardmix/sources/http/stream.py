@@ -37,13 +37,7 @@ from shardmix.sources.traffic import count_bytes, count_request, host_of
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = [
-    "HttpShardStream",
-    "fetch_range",
-    "open_http",
-    "read_into",
-    "shard_stream",
-]
+__all__ = ["HttpShardStream", "fetch_range", "open_http", "read_into", "shard_stream"]
 
 # Forward seeks up to this many bytes read and drop them; a longer one asks for a new range,
 # which costs a round trip but no transfer.
@@ -80,11 +74,7 @@ def shard_stream(
 
 
 def fetch_range(
-    url: str,
-    options: SourceOptions,
-    start: int,
-    stop: int,
-    expect: ShardIdentity | None = None,
+    url: str, options: SourceOptions, start: int, stop: int, expect: ShardIdentity | None = None
 ) -> tuple[bytes, int | None]:
     """Bytes ``[start, stop)`` of ``url`` (fewer at its end) in one bounded request unless it
     must be retried, and the shard's size when the server said it; ``expect``: the version the
