@@ -160,7 +160,13 @@ class TarMembers:
         except ValueError:
             stored = -1
         if stored != computed:
-            self._check_checksum(header, computed)
+            signed = computed - 256 * high_bytes(header)  # as tars summing signed bytes write
+            if parse_octal(header[148:156]) not in (computed, signed):
+                self.corrupt(
+                    f"tar header of member {self.member} has a bad checksum "
+                    f"(stored {header[148:156]!r}, computed {computed:o} octal)",
+                    head=header,
+                )
         size_text = header[124:135]
         if header[135] == 0 and size_text.isdigit():
             try:
@@ -174,16 +180,6 @@ class TarMembers:
         if size is None or size >= MAX_SIZE:
             self.corrupt(f"tar member {self.member} has an invalid size field {header[124:136]!r}")
         return size
-
-    def _check_checksum(self, header: bytes, computed: int) -> None:
-        stored = parse_octal(header[148:156])
-        if stored == computed or stored == computed - 256 * high_bytes(header):
-            return
-        self.corrupt(
-            f"tar header of member {self.member} has a bad checksum "
-            f"(stored {header[148:156]!r}, computed {computed:o} octal)",
-            head=header,
-        )
 
     def _read_meta(self, kind: str) -> bytes:
         if self.size > MAX_META_BYTES:
