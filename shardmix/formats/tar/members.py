@@ -173,9 +173,6 @@ class TarMembers:
                 return int(size_text, 8)
             except ValueError:  # digits 8 or 9
                 pass
-        return self._parse_size(header)
-
-    def _parse_size(self, header: bytes) -> int:
         size = parse_octal(header[124:136])
         if size is None or size >= MAX_SIZE:
             self.corrupt(f"tar member {self.member} has an invalid size field {header[124:136]!r}")
