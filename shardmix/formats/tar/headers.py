@@ -105,9 +105,7 @@ _LAYOUT_WIDTH = _LAYOUT_SPAN.stop - _LAYOUT_SPAN.start
 
 def pax_size(text: bytes) -> int | None:
     """A pax ``size`` record's value, or None when it is not digits or over 18 of them."""
-    if not text.isdigit() or len(text) > 18:
-        return None
-    return int(text)
+    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 def entry_name(header_name: str, long_name: str | None, pax: dict[str, bytes]) -> str:
