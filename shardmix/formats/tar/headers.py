@@ -134,9 +134,8 @@ def header_names(buffer: bytes, headers: list[int]) -> list[str]:
         name = buffer[header : name_end if name_end >= 0 else header + 100]
         if buffer[header + 345] and buffer[header + 257 : header + 263] == POSIX_MAGIC:
             prefix_end = find(0, header + 345, header + 500)
-            name = buffer[header + 345 : prefix_end if prefix_end >= 0 else header + 500] + (
-                b"/" + name
-            )
+            prefix = buffer[header + 345 : prefix_end if prefix_end >= 0 else header + 500]
+            name = prefix + b"/" + name
         append(name.decode("utf-8", "surrogateescape"))
     return names
 
