@@ -104,22 +104,17 @@ class TarMembers:
         else:
             count = pending + BLOCK
             block = self._read(count)
-            if len(block) != count:
-                block = self._complete(block, count)
+            if len(block) != count:  # a short read: read on, unless the member was cut
+                if block:
+                    block += read_up_to(self._read, count - len(block))
+                if len(block) < pending:
+                    self._member_cut(padded(self.size) - pending + len(block))
             if pending:
                 block = block[pending:]
         self.offset = self.next_offset
         self._pending = 0
         if len(block) != BLOCK:
             self._block_cut(block)
-        return block
-
-    def _complete(self, block: bytes, count: int) -> bytes:
-        """Finish a short read of the rest of a member and the next header."""
-        if block:
-            block += read_up_to(self._read, count - len(block))
-        if len(block) < self._pending:
-            self._member_cut(padded(self.size) - self._pending + len(block))
         return block
 
     def _set_size(self, size: int) -> None:
