@@ -112,17 +112,16 @@ class BlockColumns:
             if not keep_last:
                 self._new()
             return []
-        values = self.values
         done = RecordBlock(
             self.records[:count],
             self.offsets[:count],
             self.keys[:count],
             tuple(self.layout),
-            [column[:count] for column in values],
+            [column[:count] for column in self.values],
         )
         if keep_last:
             del self.keys[:count], self.records[:count], self.offsets[:count]
-            self.values = [column[count:] for column in values]
+            self.values = [column[count:] for column in self.values]
         else:
             self._new()
         return [done] if blocks else done.located()

@@ -114,17 +114,15 @@ def _parsed(payload: bytes, max_decoded_bytes: int) -> dict[str, Any]:
     example: Any = Example()
     try:
         over = decoded_size_over(payload, max_decoded_bytes)
-    except DecodeError as error:
+        if over is None:
+            example.ParseFromString(payload)  # measured a little faster than FromString
+    except (DecodeError, ProtobufDecodeError) as error:
         raise DecodeError(f"payload is not a tf.train.Example: {error}") from error
     if over is not None:
         raise DecodedSizeError(
             f"the Example of {len(payload)} bytes decodes to at least {over} bytes, "
             f"over max_decoded_bytes={max_decoded_bytes}"
         )
-    try:
-        example.ParseFromString(payload)  # measured a little faster than FromString
-    except ProtobufDecodeError as error:
-        raise DecodeError(f"payload is not a tf.train.Example: {error}") from error
     # The map's own iteration and indexing (items() walks it in a Python generator); bytes,
     # the common kind, inline.
     features = example.features.feature

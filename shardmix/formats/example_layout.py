@@ -177,9 +177,7 @@ def learn_layout(payload: bytes, decoded: dict[str, Any]) -> Layout | None:
         constants.append((at, payload[at:]))
     layout = Layout(len(payload), tuple(constants), tuple(fields))
     found = layout.decode(payload)
-    if found is None or not _same(found, decoded):
-        return None
-    return layout
+    return layout if found is not None and _same(found, decoded) else None
 
 
 class Layouts:

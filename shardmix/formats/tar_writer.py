@@ -71,13 +71,9 @@ def _member_blocks(name: bytes, data: bytes) -> list[bytes]:
         pax += _pax_record("size", str(len(data)).encode())
     blocks = []
     if pax:
-        blocks += [_header(_PAX_NAME, len(pax), b"x"), pax, _padding(len(pax))]
-    blocks += [_header(name[:100], len(data), b"0"), data, _padding(len(data))]
+        blocks += [_header(_PAX_NAME, len(pax), b"x"), pax, bytes(-len(pax) % BLOCK)]
+    blocks += [_header(name[:100], len(data), b"0"), data, bytes(-len(data) % BLOCK)]
     return blocks
-
-
-def _padding(size: int) -> bytes:
-    return bytes(-size % BLOCK)
 
 
 def _encode_value(key: str, field: str, value: Any) -> bytes:

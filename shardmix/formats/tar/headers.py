@@ -103,9 +103,7 @@ _LAYOUT_WIDTH = _LAYOUT_SPAN.stop - _LAYOUT_SPAN.start
 
 def pax_size(text: bytes) -> int | None:
     """A pax ``size`` record's value, or None when it is not digits or over 18 of them."""
-    if not text.isdigit() or len(text) > 18:
-        return None
-    return int(text)
+    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 def entry_name(header_name: str, long_name: str | None, pax: dict[str, bytes]) -> str:
@@ -134,9 +132,8 @@ def header_names(buffer: bytes, headers: list[int]) -> list[str]:
         name = buffer[header : name_end if name_end >= 0 else header + 100]
         if buffer[header + 345] and buffer[header + 257 : header + 263] == POSIX_MAGIC:
             prefix_end = find(0, header + 345, header + 500)
-            name = buffer[header + 345 : prefix_end if prefix_end >= 0 else header + 500] + (
-                b"/" + name
-            )
+            prefix = buffer[header + 345 : prefix_end if prefix_end >= 0 else header + 500]
+            name = prefix + b"/" + name
         append(name.decode("utf-8", "surrogateescape"))
     return names
 

@@ -104,22 +104,17 @@ class TarMembers:
         else:
             count = pending + BLOCK
             block = self._read(count)
-            if len(block) != count:
-                block = self._complete(block, count)
+            if len(block) != count:  # a short read: read on, unless the member was cut
+                if block:
+                    block += read_up_to(self._read, count - len(block))
+                if len(block) < pending:
+                    self._member_cut(padded(self.size) - pending + len(block))
             if pending:
                 block = block[pending:]
         self.offset = self.next_offset
         self._pending = 0
         if len(block) != BLOCK:
             self._block_cut(block)
-        return block
-
-    def _complete(self, block: bytes, count: int) -> bytes:
-        """Finish a short read of the rest of a member and the next header."""
-        if block:
-            block += read_up_to(self._read, count - len(block))
-        if len(block) < self._pending:
-            self._member_cut(padded(self.size) - self._pending + len(block))
         return block
 
     def _set_size(self, size: int) -> None:
@@ -160,30 +155,23 @@ class TarMembers:
         except ValueError:
             stored = -1
         if stored != computed:
-            self._check_checksum(header, computed)
+            signed = computed - 256 * high_bytes(header)  # as tars summing signed bytes write
+            if parse_octal(header[148:156]) not in (computed, signed):
+                self.corrupt(
+                    f"tar header of member {self.member} has a bad checksum "
+                    f"(stored {header[148:156]!r}, computed {computed:o} octal)",
+                    head=header,
+                )
         size_text = header[124:135]
         if header[135] == 0 and size_text.isdigit():
             try:
                 return int(size_text, 8)
             except ValueError:  # digits 8 or 9
                 pass
-        return self._parse_size(header)
-
-    def _parse_size(self, header: bytes) -> int:
         size = parse_octal(header[124:136])
         if size is None or size >= MAX_SIZE:
             self.corrupt(f"tar member {self.member} has an invalid size field {header[124:136]!r}")
         return size
-
-    def _check_checksum(self, header: bytes, computed: int) -> None:
-        stored = parse_octal(header[148:156])
-        if stored == computed or stored == computed - 256 * high_bytes(header):
-            return
-        self.corrupt(
-            f"tar header of member {self.member} has a bad checksum "
-            f"(stored {header[148:156]!r}, computed {computed:o} octal)",
-            head=header,
-        )
 
     def _read_meta(self, kind: str) -> bytes:
         if self.size > MAX_META_BYTES:
