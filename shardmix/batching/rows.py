@@ -70,10 +70,8 @@ class _Field:
             return False
         if self.kind == OBJECTS:
             return True
-        values = column.values
-        if self._padded(values):  # a wider value widens the field (see widen)
-            return True
-        return bool(
+        values = column.values  # a wider padded value widens the field (see widen)
+        return self._padded(values) or (
             values.dtype == self.rows.dtype
             and values.shape[1:] == self.rows.shape[1:]
             and column.dtype == self.dtype
