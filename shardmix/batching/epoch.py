@@ -136,18 +136,16 @@ class EpochIterator:
             num_lanes = len(starts or ())
         else:
             sent, num_lanes = self.workers.start(starts, clocks)
-        dropped = None
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
             self.shuffle.load_state_dict(resume["buffer"], pushing=bool(live))
-            dropped = dropped_in(resume)
         merge = LaneMerge(
             sent,
             num_lanes,
             self.store,
             clocks=clocks,
             lane_pieces=planned.plan if planned else None,
-            dropped=dropped,
+            dropped=None if resume is None else dropped_in(resume),
             ledger=self.ledger,
             note_filtered=len(self.reads.plan.urls)
             if self.reads is not None and self.kept.learn is not False
