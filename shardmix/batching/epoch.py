@@ -107,9 +107,8 @@ class EpochIterator:
         ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
         self.quota, self.own, self.kept = ends.quota, ends.own, ends.kept
         self._simulated_filter = ends.simulated_filter
-        exchange = ends.exchange
         self.rank_end = (
-            None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
+            None if ends.exchange is None else RankEnd(ends.exchange, self.even_ranks, self.emitted)
         )
         self.ledger: SkipLedger | None = None  # what on_error="skip" left out
         if reads is not None and reads.policy.skips:
