@@ -197,8 +197,7 @@ def check_kept(
         named = f"the transform (transform_id={kept.transform_id!r})"
         if totals is None:
             cause = f"{named} filters, and its kept counts are not learned for every shard"
-        elif totals[0] < sum(piece.size(counts) for piece in left):
-            lost = sum(piece.size(counts) for piece in left) - totals[0]
+        elif (lost := sum(piece.size(counts) for piece in left) - totals[0]) > 0:
             cause = f"{named} drops {lost} of its records, as learned"
     elif dataset.transform is not None and filtered:
         cause = f"the transform filters (it dropped {filtered} samples of the epoch so far)"
