@@ -129,14 +129,8 @@ def resized_position(
         pieces = remaining_pieces(lanes, [(lane[0], lane[1]) for lane in saved], counts)
         # By shard and record: a share then references few shards (its state names each).
         order = sorted(range(len(refs)), key=lambda at: refs[at][:2])
-        blocks.append(
-            Block(
-                [refs[at] for at in order],
-                [sizes[at] for at in order],
-                pieces,
-                [tags[at] for at in order],
-            )
-        )
+        sizes, tags = [sizes[at] for at in order], [tags[at] for at in order]
+        blocks.append(Block([refs[at] for at in order], sizes, pieces, tags))
         identities.update(unpack_identities(position["shards"], num_shards, "shards"))
     left = [piece for block in blocks for piece in block.pieces]
     check_kept(dataset, positions, left, counts, f"epoch {epoch} on {world_size} ranks")
