@@ -155,12 +155,11 @@ class RowStore:
         where = slice(None) if added == len(items) else kept  # a slice copies nothing
         items[where, ID] = rows
         refs = items[where, SHARD : OFFSET + 1]
-        tags = items[where, TAG]
         columns = chunk.columns
         if chunk.derived:
             columns = {**columns, **self._provenance_columns(chunk.derived, refs)}
         self._place(rows, columns, refs)
-        self.tags_table[rows] = tags
+        self.tags_table[rows] = items[where, TAG]
         self.live += added
 
     def _provenance_columns(self, names: tuple[str, ...], refs: np.ndarray) -> dict[str, Column]:
