@@ -107,9 +107,8 @@ class EpochIterator:
         ends = plan_ends(settings, epoch, epoch_pass, planned, self.phase, resume is not None)
         self.quota, self.own, self.kept = ends.quota, ends.own, ends.kept
         self._simulated_filter = ends.simulated_filter
-        exchange = ends.exchange
         self.rank_end = (
-            None if exchange is None else RankEnd(exchange, self.even_ranks, self.emitted)
+            None if ends.exchange is None else RankEnd(ends.exchange, self.even_ranks, self.emitted)
         )
         self.ledger: SkipLedger | None = None  # what on_error="skip" left out
         if reads is not None and reads.policy.skips:
@@ -136,18 +135,16 @@ class EpochIterator:
             num_lanes = len(starts or ())
         else:
             sent, num_lanes = self.workers.start(starts, clocks)
-        dropped = None
         if resume is not None:
             # After the workers start: they read ahead while the residents are fetched.
             self.shuffle.load_state_dict(resume["buffer"], pushing=bool(live))
-            dropped = dropped_in(resume)
         merge = LaneMerge(
             sent,
             num_lanes,
             self.store,
             clocks=clocks,
             lane_pieces=planned.plan if planned else None,
-            dropped=dropped,
+            dropped=None if resume is None else dropped_in(resume),
             ledger=self.ledger,
             note_filtered=len(self.reads.plan.urls)
             if self.reads is not None and self.kept.learn is not False

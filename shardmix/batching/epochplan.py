@@ -59,8 +59,7 @@ def plan_epoch(
     rank, world_size = settings.rank, settings.world_size
     if not resumed and epoch_pass == 0:
         # A new epoch: shards changed since the last one are counted again first.
-        exchange_counts = end_exchange(world_size, settings.group)
-        shards.recount_changed(epoch, rank, world_size, exchange_counts)
+        shards.recount_changed(epoch, rank, world_size, end_exchange(world_size, settings.group))
     num_lanes = shards.lanes_for(settings.batch_size, world_size)
     weights: tuple[str, list[list[float]]] | None
     if phase:
@@ -137,8 +136,7 @@ def plan_ends(
         elif not resumed:
             learn = exchange if exchange is not None else True
     simulated = agree and exchange is None and reads is not None and reads.transform is not None
-    claimed = KeptClaim(kept, claim, learn, epoch, rank)
-    return EpochEnds(quota, own, exchange, claimed, simulated)
+    return EpochEnds(quota, own, exchange, KeptClaim(kept, claim, learn, epoch, rank), simulated)
 
 
 def check_lanes(

@@ -279,10 +279,8 @@ class LaneMerge:
             lane_pieces = ()
         for lane in moved.tolist():
             shard, record, offset = self._last[lane].tolist()
-            pieces = lane_pieces[lane]
-            slot = slot_of(pieces, shard, record, self.start[lane].slot, lane)
-            tag = int(self._last_tag[lane])
-            positions[lane] = LanePosition(slot, record + 1, offset, tag)
+            slot = slot_of(lane_pieces[lane], shard, record, self.start[lane].slot, lane)
+            positions[lane] = LanePosition(slot, record + 1, offset, int(self._last_tag[lane]))
         return positions
 
 

@@ -70,10 +70,8 @@ class _Field:
             return False
         if self.kind == OBJECTS:
             return True
-        values = column.values
-        if self._padded(values):  # a wider value widens the field (see widen)
-            return True
-        return bool(
+        values = column.values  # a wider padded value widens the field (see widen)
+        return self._padded(values) or (
             values.dtype == self.rows.dtype
             and values.shape[1:] == self.rows.shape[1:]
             and column.dtype == self.dtype
@@ -157,12 +155,11 @@ class RowStore:
         where = slice(None) if added == len(items) else kept  # a slice copies nothing
         items[where, ID] = rows
         refs = items[where, SHARD : OFFSET + 1]
-        tags = items[where, TAG]
         columns = chunk.columns
         if chunk.derived:
             columns = {**columns, **self._provenance_columns(chunk.derived, refs)}
         self._place(rows, columns, refs)
-        self.tags_table[rows] = tags
+        self.tags_table[rows] = items[where, TAG]
         self.live += added
 
     def _provenance_columns(self, names: tuple[str, ...], refs: np.ndarray) -> dict[str, Column]:

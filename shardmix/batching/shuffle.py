@@ -95,10 +95,6 @@ class Draws:
         return other
 
 
-def _no_room(arrivals: int) -> int:
-    return 0
-
-
 def eviction_order(
     draws: Draws,
     residents: int,
@@ -122,7 +118,7 @@ def eviction_order(
     slots = list(range(residents))  # -1: a sample pushed since, not a resident
     order: list[int] = []
     taken = 0
-    room = limit if pushing and limit is not None else _no_room
+    room = limit if pushing and limit is not None else (lambda arrivals: 0)
     # A limit never falls as arrivals grow: once the slots reach its ceiling, no push finds room.
     ceiling = room(sys.maxsize)
     while taken < steps and slots:

@@ -119,8 +119,7 @@ class StatsRecorder:
             after = clock()
             self.wait_seconds += after - before
             self._last = after
-            traffic = getattr(chunk, "traffic", None)
-            if traffic:
+            if traffic := getattr(chunk, "traffic", None):
                 self.traffic.add(traffic)
             yield chunk
             self.traffic.add(take_traffic())  # this process's own (restored residents)

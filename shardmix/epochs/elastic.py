@@ -129,14 +129,8 @@ def resized_position(
         pieces = remaining_pieces(lanes, [(lane[0], lane[1]) for lane in saved], counts)
         # By shard and record: a share then references few shards (its state names each).
         order = sorted(range(len(refs)), key=lambda at: refs[at][:2])
-        blocks.append(
-            Block(
-                [refs[at] for at in order],
-                [sizes[at] for at in order],
-                pieces,
-                [tags[at] for at in order],
-            )
-        )
+        sizes, tags = [sizes[at] for at in order], [tags[at] for at in order]
+        blocks.append(Block([refs[at] for at in order], sizes, pieces, tags))
         identities.update(unpack_identities(position["shards"], num_shards, "shards"))
     left = [piece for block in blocks for piece in block.pieces]
     check_kept(dataset, positions, left, counts, f"epoch {epoch} on {world_size} ranks")
@@ -197,8 +191,7 @@ def check_kept(
         named = f"the transform (transform_id={kept.transform_id!r})"
         if totals is None:
             cause = f"{named} filters, and its kept counts are not learned for every shard"
-        elif totals[0] < sum(piece.size(counts) for piece in left):
-            lost = sum(piece.size(counts) for piece in left) - totals[0]
+        elif (lost := sum(piece.size(counts) for piece in left) - totals[0]) > 0:
             cause = f"{named} drops {lost} of its records, as learned"
     elif dataset.transform is not None and filtered:
         cause = f"the transform filters (it dropped {filtered} samples of the epoch so far)"
