@@ -99,15 +99,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _write(self, body: bytes) -> None:
-        """Write in pieces, counting what the client's socket took."""
+        """Write in pieces, counting what the client's socket took.
+
+        A piece is counted before it is written, so a client that has read it can never see a
+        count without it; a piece the socket refused is taken back off."""
         view = memoryview(body)
         for begin in range(0, len(view), 1 << 16):
+            piece = view[begin : begin + (1 << 16)]
+            self.state.count_sent(len(piece))
             try:
-                self.wfile.write(view[begin : begin + (1 << 16)])
+                self.wfile.write(piece)
             except OSError:  # the client hung up
+                self.state.count_sent(-len(piece))
                 self.close_connection = True
                 return
-            self.state.count_sent(len(view[begin : begin + (1 << 16)]))
 
     def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
