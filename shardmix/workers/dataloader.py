@@ -87,9 +87,12 @@ def start_workers(
     seed: int = 0,
     pool: PersistentWorkers | None = None,
     identities: Mapping[int, ShardIdentity] | None = None,
+    on_start: Callable[[Any], None] | None = None,
 ) -> tuple[Iterator[Chunk], int, Any]:
     """Start reading ``epoch``: ``(what the workers send, number of lanes, the workers)``, the
-    workers being torch's DataLoader iterator to :func:`stop_workers` (None: none to stop)."""
+    workers being torch's DataLoader iterator to :func:`stop_workers` (None: none to stop).
+    ``on_start`` is given each start's workers as their processes start, before they are
+    checked: a worker that dies while they start can be named and the others stopped."""
     num_workers, timeout = options.num_workers, options.timeout
     reads = shard_reads(dataset)
     num_lanes, per_lane, steady = _checked_lanes(reads, lane_pieces, num_workers)
@@ -133,7 +136,10 @@ def start_workers(
             worker_init_fn=WorkerInit(options.worker_init_fn, started),
             generator=seed_generator(plan),
         )
-        return iter(loader)
+        workers = iter(loader)
+        if on_start is not None:
+            on_start(workers)
+        return workers
 
     try:
         if forks(options.multiprocessing_context):  # a forked worker may hang at its start

@@ -91,9 +91,13 @@ class EpochWorkers:
                 options=self.options,
                 pool=self.pool,
                 identities=dict(self.identities),
+                on_start=self._started,
             )
         self._sent = self._checked(self.timed(sent))
         return self._sent, num_lanes
+
+    def _started(self, workers: Any) -> None:
+        self._workers = workers  # named and stopped by a failure before start() returns
 
     @contextlib.contextmanager
     def _start_named(self) -> Iterator[None]:

@@ -1,6 +1,7 @@
-"""A worker killed at any moment of an epoch (in its start, at its first sample, mid-epoch, at
-its last sample) is a WorkerError naming the worker, how it ended, its lanes and their shards;
-the epoch never ends as if complete with that worker's samples missing.
+"""A worker killed at any moment of an epoch (in its start, while the main process checks that
+the workers started, at its first sample, mid-epoch, at its last sample) is a WorkerError
+naming the worker, how it ended, its lanes and their shards; the epoch never ends as if
+complete with that worker's samples missing, and the other workers are stopped.
 
 Each case runs the loader in its own Python process (a hang fails the test, never the suite);
 worker 0 kills itself with ``os.kill(SIGKILL)`` from a real DataLoader worker process.
@@ -106,3 +107,56 @@ def test_a_killed_worker_is_a_named_error_never_a_short_epoch(
     delivered = report["keys"]
     assert len(set(delivered)) == len(delivered) and set(delivered) <= every
     assert len(delivered) < len(every)
+
+
+STARTING = r"""
+import json, os, signal, sys, time
+import shardmix.workers.forkstart as forkstart
+from shardmix import MixingLoader, ShardDataset
+
+pattern, persistent = sys.argv[1], sys.argv[2] == "1"
+
+
+def dies_while_checked(processes, flags):
+    # Worker 0 dies while the main process still checks that the workers started: torch's
+    # SIGCHLD handler raises its report here, before the workers are handed back.
+    os.kill(processes[0].pid, signal.SIGKILL)
+    for _ in range(600):
+        time.sleep(0.1)
+    raise AssertionError("torch's SIGCHLD handler never reported the dead worker")
+
+
+forkstart._stuck = dies_while_checked
+dataset = ShardDataset(pattern, num_lanes=4)
+plan = dataset.plan.lane_pieces(0, rank=0, world_size=1, num_lanes=4)
+lost = sorted({dataset.urls[piece.shard] for lane in (0, 2) for piece in plan[lane]})
+loader = MixingLoader(
+    dataset, batch_size=8, num_workers=2, persistent_workers=persistent,
+    multiprocessing_context="fork",
+)
+report = {"lost": lost}
+try:
+    next(iter(loader))
+except Exception as error:
+    report["error"] = f"{type(error).__module__}.{type(error).__name__}: {error}"
+import multiprocessing
+report["alive"] = [p.pid for p in multiprocessing.active_children()]
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_worker_dying_while_the_workers_start_is_named_and_the_others_stopped(
+    tmp_path: Path, persistent: bool
+) -> None:
+    pattern = write_shards(tmp_path / "shards", "tar", SIZES)
+    report = script_report(STARTING, pattern, "1" if persistent else "0")
+    expected = (
+        r"shardmix\.errors\.WorkerError: epoch 0: worker 0 \(pid \d+\) was killed by signal 9 "
+        r"\(SIGKILL\), hosting lanes \[0, 2\] \(shards "
+        + re.escape(", ".join(report["lost"]))
+        + r"\); the epoch cannot complete without its samples \(DataLoader worker \(pid \d+\) "
+        r"is killed by signal: Killed\. \)"
+    )
+    assert re.fullmatch(expected, report.get("error", "")), report
+    assert report["alive"] == []
