@@ -282,6 +282,8 @@ class TarRecords:
         earlier = state.first_seen.get(key)
         state.first_seen[key] = (record, offset)
         if earlier is not None:
+            # No index then: a read that seeks past the first would take this record.
+            self.index_every, self.index = 0, []
             reappeared = self.members.error(
                 f"key {key!r} appears again at member {run.first + index} after its record "
                 f"{earlier[0]} (which began at byte offset {earlier[1]}) ended; members of "
