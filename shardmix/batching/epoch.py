@@ -99,6 +99,7 @@ class EpochIterator:
         self.store = RowStore(reads.plan.urls if reads is not None else None)
         self.shuffle = BufferStage.for_epoch(settings, self.store, epoch, epoch_pass)
         self.buffer = self.shuffle.buffer  # the epoch's own reads of it (rank ends) go straight
+        self.lost_before = 0  # records read, but kept from being emitted by damage, before resume
         if resume is not None:
             self._load_counts(resume)
         if reads is not None:
@@ -121,7 +122,7 @@ class EpochIterator:
         """Take the epoch's counts, padding and shard identities from ``resume``."""
         reads, plan = self.reads, self.plan
         assert reads is not None and plan is not None  # a ShardDataset's: the loader checked
-        check_position(resume, plan, reads, reads.plan.known_count, "")
+        self.lost_before = check_position(resume, plan, reads, reads.plan.known_count, "")
         self.batches, self.emitted = resume["batches"], resume["emitted"]
         self.padding.load_state_dict(padding_in(resume))
         self.workers.load_identities(resume["shards"])
@@ -312,7 +313,10 @@ class EpochIterator:
             if self.kept.claim is not None and own < self.own:
                 raise self.kept.stale(own)
             # Short of the count with no record lost (filtered, or skipped as damage).
-            if own < self.own and not (sum(self.merge.dropped.values()) or self.ledger):
+            if own < self.own and self.phase:  # damage skipped: the shares dealt are short
+                raise refuse_phase_drop(self.epoch, self.rank, SKIPPED, self.phase)
+            lost = sum(self.merge.dropped.values()) or self.ledger or self.lost_before
+            if own < self.own and not lost:
                 raise ConfigError(
                     f"epoch {self.epoch}: this rank's shards ended after {self.emitted} records "
                     f"but were counted at {self.own}; the shards changed while being read"

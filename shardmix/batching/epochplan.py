@@ -192,14 +192,16 @@ def check_position(
     count: Callable[[int], int | None],
     where: str,
     rank: int | None = None,
-) -> None:
+) -> int:
     """Refuse a position whose parts do not add up, naming the field (``docs/checkpoint.md``):
     lanes not on ``lanes``' pieces (:func:`check_lanes`), residents, and ``emitted``; where a
     shard it names was rewritten since, a ShardChangedError naming it instead. ``count(shard)``:
-    a record count, None where unknown; ``where``: the position's place (``""``, ``"ranks.3."``)."""
+    a record count, None where unknown; ``where``: the position's place (``""``, ``"ranks.3."``).
+    Returns how many records the lanes read that damage kept from being emitted (0: unknown)."""
     check_lanes(position["mixer"]["lanes"], lanes, int(position["epoch"]), rank)
     try:
-        _check_position(position, lanes, count, len(dataset.plan.urls), where)
+        skips = dataset.policy.skips
+        lost = _check_position(position, lanes, count, len(dataset.plan.urls), where, skips)
         _check_resident_counts(position["buffer"], where, rank)
     except ConfigError:
         found = unpack_identities(position["shards"], len(dataset.plan.urls), f"{where}shards")
@@ -210,6 +212,7 @@ def check_position(
             ):
                 pass
         raise
+    return lost
 
 
 def _check_position(
@@ -218,7 +221,8 @@ def _check_position(
     count: Callable[[int], int | None],
     num_shards: int,
     where: str,
-) -> None:
+    skips: bool,
+) -> int:
     saved = position["mixer"]["lanes"]
     read: int | None = 0  # records the lanes delivered (None: a count not known)
     unread: dict[int, list[tuple[int, float]]] = {}  # by shard: what the lanes will read
@@ -263,18 +267,19 @@ def _check_position(
         known = [stop for stop in stops if stop is not None]
         read = None if len(known) < len(stops) else read + phase["own"] - sum(known) + starts
     if read is None:
-        return
+        return 0
     dropped = position["dropped"]
     delivered = read - len(refs) - dropped[FILTERED] - dropped[SKIPPED] + dropped["padded"]
     emitted = position["emitted"]
-    # Damage skipped may hide records (a torn frame) from the count: then at most as many.
-    if emitted > delivered or (emitted < delivered and not dropped[SKIPPED]):
+    # Damage skipped (on_error="skip") is read by the lanes but never emitted: at most as many.
+    if emitted > delivered or (emitted < delivered and not (skips or dropped[SKIPPED])):
         _refuse(
             f"{where}emitted",
             f"{delivered} (what the lanes read, less the {len(refs)} residents and what was "
             "dropped, plus the padding)",
             emitted,
         )
+    return delivered - emitted
 
 
 def _check_resident_counts(buffer: Mapping[str, Any], where: str, rank: int | None) -> None:
