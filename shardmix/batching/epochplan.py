@@ -200,8 +200,7 @@ def check_position(
     Returns how many records the lanes read that damage kept from being emitted (0: unknown)."""
     check_lanes(position["mixer"]["lanes"], lanes, int(position["epoch"]), rank)
     try:
-        skips = dataset.policy.skips
-        lost = _check_position(position, lanes, count, len(dataset.plan.urls), where, skips)
+        lost = _check_position(position, lanes, count, dataset, where)
         _check_resident_counts(position["buffer"], where, rank)
     except ConfigError:
         found = unpack_identities(position["shards"], len(dataset.plan.urls), f"{where}shards")
@@ -219,9 +218,8 @@ def _check_position(
     position: Mapping[str, Any],
     lanes: list[list[Piece]],
     count: Callable[[int], int | None],
-    num_shards: int,
+    dataset: ShardReads,
     where: str,
-    skips: bool,
 ) -> int:
     saved = position["mixer"]["lanes"]
     read: int | None = 0  # records the lanes delivered (None: a count not known)
@@ -247,7 +245,7 @@ def _check_position(
                 read = None if read is None or records is None else read + records - piece.start
     field = f"{where}buffer.items"
     refs = unpack_refs(position["buffer"]["items"], field)
-    check_refs(refs, num_shards, field)
+    check_refs(refs, len(dataset.plan.urls), field)
     held: set[int] = set()  # ints, not tuples: nothing for the cycle collector to count
     for shard, record, _ in refs:
         key = shard << 64 | record
@@ -271,8 +269,8 @@ def _check_position(
     dropped = position["dropped"]
     delivered = read - len(refs) - dropped[FILTERED] - dropped[SKIPPED] + dropped["padded"]
     emitted = position["emitted"]
-    # Damage skipped (on_error="skip") is read by the lanes but never emitted: at most as many.
-    if emitted > delivered or (emitted < delivered and not (skips or dropped[SKIPPED])):
+    skipped = dataset.policy.skips or dropped[SKIPPED]  # damage skipped: read, never emitted
+    if emitted > delivered or (emitted < delivered and not skipped):
         _refuse(
             f"{where}emitted",
             f"{delivered} (what the lanes read, less the {len(refs)} residents and what was "

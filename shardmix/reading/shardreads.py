@@ -22,7 +22,7 @@ from shardmix.reading.lanes import LanePosition, read_lane
 from shardmix.reading.reader import Sample
 from shardmix.reading.shardplan import ShardPlan
 from shardmix.reading.transforms import SampleTransform
-from shardmix.sources import SourceOptions, scheme_of
+from shardmix.sources import SourceOptions, is_local, scheme_of
 from shardmix.sources.http import readahead
 from shardmix.sources.identity import ShardIdentity
 
@@ -157,16 +157,19 @@ class ShardReads:
         shard = self.shard_index[url]
         # Where record ``stop`` begins, when the sparse index holds it: the read ends there.
         at_stop = None if stop is None else self.plan.record_counts.seek_from(url, stop)
+        seek = self.plan.record_counts.seek_from(url, start)
+        # A damaged local shard has no index: a resume walks it from the start, as its read did.
+        walk = seek is None and self.policy.skips and is_local(url)
         return reader.ReadRequest(
             expect=self.expected.get(shard),
             on_open=partial(self._note_opened, shard),
             start=start,
             stop=stop,
-            seek_from=self.plan.record_counts.seek_from(url, start),
+            seek_from=seek,
             options=self.options,
             source_options=self.source_options,
             on_damage=on_damage if self.policy.skips else None,
-            before_offset=before_offset,
+            before_offset=-1 if walk else before_offset,
             listed=self._listed(url),
             before_tag=before_tag,
             stop_offset=at_stop[1] if at_stop is not None and at_stop[0] == stop else None,

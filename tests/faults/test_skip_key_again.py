@@ -50,3 +50,28 @@ def test_a_key_met_again_is_skipped_and_counted_whatever_the_pieces(
     assert keys == Counter(key_of(record) for record in range(RECORDS) if record not in AGAIN)
     skipped = loader.skipped
     assert skipped is not None and (skipped["skips"], skipped["records"]) == (2, 2)
+
+
+@pytest.mark.parametrize("piece_records", [32, None])
+def test_a_resume_between_the_two_records_skips_the_second_too(tmp_path, piece_records):
+    write_shard(tmp_path / "part-0000.tar")
+
+    def make() -> MixingLoader:
+        dataset = ShardDataset(
+            str(tmp_path / "part-0000.tar"),
+            on_error="skip",
+            num_lanes=4,
+            piece_records=piece_records,
+        )
+        return MixingLoader(dataset, batch_size=10, num_workers=0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = [list(batch["__key__"]) for batch in make()]
+        for steps in range(1, len(whole)):
+            loader = make()
+            batches = iter(loader)
+            before = [list(next(batches)["__key__"]) for _ in range(steps)]
+            resumed = make()
+            resumed.load_state_dict(loader.state_dict())
+            assert before + [list(batch["__key__"]) for batch in resumed] == whole, steps
