@@ -27,11 +27,7 @@ from shardmix.epochs import checkpoint, length
 from shardmix.epochs.canonical import CanonicalEpoch
 from shardmix.epochs.contract import Cursor, Epoch
 from shardmix.epochs.mixture import MixtureEpoch, mixture_settings
-from shardmix.epochs.options import (
-    DEFAULT_SHUFFLE_BUFFER_BYTES,
-    LoaderOptions,
-    mixture_datasets,
-)
+from shardmix.epochs.options import DEFAULT_SHUFFLE_BUFFER_BYTES, LoaderOptions, mixture_datasets
 from shardmix.errors import ShardmixError
 from shardmix.plan.apportion import Stopping, normalized_weights
 from shardmix.plan.sharding import EvenRanks

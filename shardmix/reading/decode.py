@@ -122,8 +122,7 @@ class Decoder:
                 if not strict:
                     return value
                 raise DecodeError(
-                    _message(sample, name, value, str(error), error.__cause__),
-                    **_position(sample),
+                    _message(sample, name, value, str(error), error.__cause__), **_position(sample)
                 ) from error.__cause__
         if self.scalars and _is_scalar_array(value):
             return value[0]

@@ -23,10 +23,7 @@ class LaneClocks:
     ``weights[lane][slot]`` their sizes in ``unit`` (``"bytes"``: placed by byte offset)."""
 
     def __init__(
-        self,
-        lane_pieces: LanePieces,
-        weights: Sequence[Sequence[float]],
-        unit: str,
+        self, lane_pieces: LanePieces, weights: Sequence[Sequence[float]], unit: str
     ) -> None:
         if unit not in ("records", "bytes"):
             raise ValueError(f"unit must be 'records' or 'bytes', got {unit!r}")
