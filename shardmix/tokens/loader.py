@@ -198,15 +198,18 @@ class TokenLoader:
         windows = source.windows
         samples = [iter(loader) for loader in source.loaders]
         ahead: list[list[Read | None]] = [[] for _ in samples]  # the next window's reads so far
+        ended = False  # the epoch's last window is in: none is read after it
         if rest is not None:
             windows.append(self.reader.rest_window(source, rest, skip, rank, world_size))
+            ended = windows[-1].last  # the loaders are past the epoch: theirs is the next one
         while True:
             left = sum(len(window.rows) - window.yielded for window in windows)
-            while left < world_size and not (windows and windows[-1].last):
+            while left < world_size and not ended:
                 window = self.reader.read_window(source, samples, ahead, exchange)
                 if window is None:
                     break
                 windows.append(window)
+                ended = window.last
                 left += len(window.rows)
                 if rest is None and skip:  # a resume replays the window
                     if skip > len(window.rows):

@@ -98,3 +98,23 @@ def test_a_resume_on_the_same_world_after_an_elastic_one_is_exact(shards, steps)
         again = loaders(pattern, 3)[rank]
         again.load_state_dict(cut.state_dict())
         assert rows(head) + rows(again) == expected, rank
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (2, 3)])
+def test_a_state_from_the_epochs_last_window_resumes_on_another_world(shards, before, after):
+    pattern, documents = shards
+    per_rank = len(list(loaders(pattern, before)[0]))
+    first = loaders(pattern, before)
+    iterators = [iter(loader) for loader in first]
+    yielded = [next(iterator) for _ in range(per_rank - 1) for iterator in iterators]
+    state = join_states([loader.state_dict() for loader in first])
+    then = loaders(pattern, after)
+    for loader in then:
+        loader.load_state_dict(state)
+        yielded += list(loader)  # the epoch's rest, never the next epoch behind it
+    spans = [span for batch in yielded for row in batch["__segments__"] for span in row]
+    check_every_token_once(spans, documents, then[0].dropped, after, 64)
+    uninterrupted = loaders(pattern, after)
+    for loader in uninterrupted:
+        list(loader)
+    assert [rows(loader) for loader in then] == [rows(loader) for loader in uninterrupted]
