@@ -127,7 +127,8 @@ def _open_leased(
     """The leased copy ``entry``, or None (lease ended, copy dropped) when it is not current."""
     whole = entry.size == entry.total
     sha256 = listed[1] if listed is not None and whole else None  # a part has none to check
-    stale = current is not None and entry.version != current
+    # A part is spliced to the host's bytes: only where the host says the version it holds.
+    stale = entry.version != current if current is not None else not whole
     stale = stale or (listed is not None and entry.total != listed[0])
     stale = stale or (sha256 is not None and entry.sha256 != sha256)
     raw = None
