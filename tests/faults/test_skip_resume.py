@@ -43,6 +43,21 @@ def saved_after(loader: MixingLoader, steps: int) -> tuple[list[list[str]], dict
         return keys, json.loads(json.dumps(loader.state_dict()))
 
 
+def on_ranks(
+    pattern: str, rank: int, world_size: int, even_ranks: str, batch_size: int
+) -> MixingLoader:
+    """A loader of ``pattern`` skipping damage, as rank ``rank`` of ``world_size``."""
+    return MixingLoader(
+        ShardDataset(pattern, on_error="skip"),
+        batch_size=batch_size,
+        num_workers=0,
+        shuffle_buffer=2 * batch_size,
+        rank=rank,
+        world_size=world_size,
+        even_ranks=even_ranks,
+    )
+
+
 @pytest.mark.parametrize(("piece_records", "num_workers"), [(32, 0), (None, 0), (32, 2)])
 def test_one_rank_resumes_after_a_skip(tmp_path, piece_records, num_workers):
     pattern = damaged_set(tmp_path)
@@ -67,16 +82,7 @@ def test_two_ranks_resume_after_a_skip(tmp_path, even_ranks):
     pattern = damaged_set(tmp_path)
 
     def make(rank: int) -> MixingLoader:
-        dataset = ShardDataset(pattern, on_error="skip")
-        return MixingLoader(
-            dataset,
-            batch_size=8,
-            num_workers=0,
-            shuffle_buffer=16,
-            rank=rank,
-            world_size=2,
-            even_ranks=even_ranks,
-        )
+        return on_ranks(pattern, rank, 2, even_ranks, batch_size=8)
 
     for rank in (0, 1):
         whole = keys_of(make(rank))
@@ -91,16 +97,7 @@ def test_a_skip_in_the_rest_of_a_resized_epoch_is_refused_never_padded_over(tmp_
     pattern = damaged_set(tmp_path)
 
     def make(rank: int, world_size: int) -> MixingLoader:
-        dataset = ShardDataset(pattern, on_error="skip")
-        return MixingLoader(
-            dataset,
-            batch_size=4,
-            num_workers=0,
-            shuffle_buffer=8,
-            rank=rank,
-            world_size=world_size,
-            even_ranks="none",
-        )
+        return on_ranks(pattern, rank, world_size, "none", batch_size=4)
 
     before, state = saved_after(make(0, 1), 3)  # the damaged record is read after the resize
     seen = Counter(key for batch in before for key in batch)
