@@ -110,8 +110,10 @@ class CanonicalEpoch:
         return ConfigError(
             f"epoch {self.epoch}: canonical rank {early} ended after {self.batches - 1} "
             f"batches while canonical rank {self.slots[0]} had one more; the canonical ranks "
-            "yield the same number of samples unless a transform drops samples or the shards "
-            "changed while being read: keep them unchanged, and filter before writing shards"
+            "yield the same number of samples unless a transform drops samples, "
+            'on_error="skip" skips damaged records, or the shards changed while being read: '
+            "keep them whole and unchanged (even_ranks='pad' pads a short one), and filter "
+            "before writing shards"
         )
 
     def close(self) -> None:

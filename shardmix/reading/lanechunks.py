@@ -7,6 +7,7 @@ skipped, the shards it opened and the bytes its sources fetched since the last.
 
 from __future__ import annotations
 
+import copy
 import gc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -103,8 +104,9 @@ def lane_chunks(
     iterators: dict[int, Iterator[Any] | BlockTurns]
     reads = shard_reads(dataset)
     if reads is not None and plan.lane_pieces is not None:
+        reads = copy.copy(reads)  # canonical ranks read in one process share the dataset's
         shard_index = reads.shard_index
-        reads.ledger = ledger  # this process's copy of the dataset
+        reads.ledger = ledger
         reads.expected = plan.identities
         reads.take_opened()  # identities noted after an epoch left early are not this epoch's
         for url, (count, source) in plan.recounts.items():
